@@ -1,0 +1,344 @@
+// Package hera implements the Hera delay-based rate control algorithm as a
+// pure, deterministic state machine.
+//
+// Hera keeps a short FIFO backlog of RTT samples and a histogram of the
+// backlog's mean. Each update looks up which histogram bucket the current mean
+// falls in and moves the congestion window toward the middle of the histogram:
+// up when the delay is below the middle bucket, down when it is at or above it,
+// scaled by the fraction α of the histogram mass at or below the current bucket.
+//
+// This package is the single specification of the algorithm. The eBPF TCP
+// congestion control in package cc (cc/bpf/hera_core.h) and the WebRTC
+// bandwidth estimator in hera/webrtc follow it step for step; the test vectors
+// in testdata/vectors.json are checked against both. All arithmetic is integer
+// arithmetic on microseconds and segments so that the C and Go versions agree
+// exactly.
+//
+// Two variants exist. [Paper] is the published rule (absolute-RTT buckets, no
+// slow start, additive steps of Δmax, no loss response). [Tuned] buckets the
+// queueing delay (mean RTT minus the windowed minimum RTT) so that it tracks a
+// target delay independent of the path's base RTT, starts with slow start,
+// decreases in proportion to the window and reacts to loss. See docs/hera.md.
+package hera
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits of the fixed-size state. The eBPF version uses the same bounds
+// (HERA_MAX_BACKLOG and HERA_MAX_BUCKETS) so that loops have constant bounds.
+const (
+	MaxBacklog = 32
+	MaxBuckets = 32
+)
+
+// Variant selects the update rule.
+type Variant uint32
+
+const (
+	// Paper is the rule as published: buckets over the absolute mean RTT.
+	Paper Variant = 0
+	// Tuned buckets the queueing delay, uses slow start, proportional
+	// decrease and a loss response.
+	Tuned Variant = 1
+)
+
+func (v Variant) String() string {
+	switch v {
+	case Paper:
+		return "hera-paper"
+	case Tuned:
+		return "hera"
+	default:
+		return fmt.Sprintf("Variant(%d)", uint32(v))
+	}
+}
+
+// Params are the algorithm's parameters. Windows are in segments.
+type Params struct {
+	Variant Variant
+	// BucketWidth is B, the width of one histogram bucket. In the Paper
+	// variant it applies to the absolute RTT, in the Tuned variant to the
+	// queueing delay.
+	BucketWidth time.Duration
+	// Backlog is N, the number of RTT samples averaged.
+	Backlog int
+	// Buckets is X, the number of histogram buckets. The window grows while
+	// the mean falls in a bucket below X/2.
+	Buckets int
+	// DeltaMax is Δmax, the step unit in segments.
+	DeltaMax uint32
+	// HistCap is the histogram total at which every bucket is halved.
+	HistCap uint32
+	// MinCwnd and MaxCwnd bound the window after each update.
+	MinCwnd, MaxCwnd uint32
+	// InitCwnd is the window before the first update.
+	InitCwnd uint32
+	// DecreaseShift (Tuned only): a decrease step is at least cwnd>>DecreaseShift
+	// segments per unit, so that decreases are proportional to the window
+	// (AIMD, which converges to a fair share). 0 disables it.
+	DecreaseShift uint32
+	// LossBetaPermille (Tuned only): on loss the window is multiplied by
+	// LossBetaPermille/1000. 0 disables the loss response.
+	LossBetaPermille uint32
+	// MinRTTWindow (Tuned only) is how long a minimum RTT sample stays valid.
+	MinRTTWindow time.Duration
+}
+
+// PaperParams returns the published defaults: B = 15 ms, N = 10, X = 6,
+// Δmax = 10, histogram cap 10000, window within [20, 8000], no slow start.
+func PaperParams() Params {
+	return Params{
+		Variant:     Paper,
+		BucketWidth: 15 * time.Millisecond,
+		Backlog:     10,
+		Buckets:     6,
+		DeltaMax:    10,
+		HistCap:     10000,
+		MinCwnd:     20,
+		MaxCwnd:     8000,
+		InitCwnd:    10,
+	}
+}
+
+// DefaultParams returns xrealm's tuned defaults ("hera"): queueing-delay
+// buckets of 2 ms with X = 6, so the window grows while the mean queueing
+// delay is under 6 ms, and a backlog of N = 2 samples (one per RTT), since a
+// mean over 10 RTTs lags so much that the window oscillates.
+func DefaultParams() Params {
+	return Params{
+		Variant:          Tuned,
+		BucketWidth:      2 * time.Millisecond,
+		Backlog:          2,
+		Buckets:          6,
+		DeltaMax:         10,
+		HistCap:          10000,
+		MinCwnd:          4,
+		MaxCwnd:          20000,
+		InitCwnd:         10,
+		DecreaseShift:    4,
+		LossBetaPermille: 700,
+		MinRTTWindow:     10 * time.Second,
+	}
+}
+
+// ForVariant returns the default parameters for the named variant
+// ("hera" or "hera-paper").
+func ForVariant(name string) (Params, error) {
+	switch name {
+	case "hera":
+		return DefaultParams(), nil
+	case "hera-paper":
+		return PaperParams(), nil
+	}
+	return Params{}, fmt.Errorf("hera: unknown variant %q (want hera or hera-paper)", name)
+}
+
+// Validate reports whether the parameters are usable.
+func (p Params) Validate() error {
+	switch {
+	case p.Variant != Paper && p.Variant != Tuned:
+		return fmt.Errorf("hera: unknown variant %d", p.Variant)
+	case p.BucketWidth < time.Microsecond:
+		return fmt.Errorf("hera: bucket width %v is below 1µs", p.BucketWidth)
+	case p.Backlog < 1 || p.Backlog > MaxBacklog:
+		return fmt.Errorf("hera: backlog %d outside [1, %d]", p.Backlog, MaxBacklog)
+	case p.Buckets < 2 || p.Buckets > MaxBuckets:
+		return fmt.Errorf("hera: bucket count %d outside [2, %d]", p.Buckets, MaxBuckets)
+	case p.DeltaMax < 1:
+		return fmt.Errorf("hera: Δmax must be at least 1, got %d", p.DeltaMax)
+	case p.HistCap < 2:
+		return fmt.Errorf("hera: histogram cap must be at least 2, got %d", p.HistCap)
+	case p.MinCwnd < 1 || p.MaxCwnd < p.MinCwnd:
+		return fmt.Errorf("hera: window bounds [%d, %d] are invalid", p.MinCwnd, p.MaxCwnd)
+	case p.InitCwnd < 1:
+		return fmt.Errorf("hera: initial window must be at least 1, got %d", p.InitCwnd)
+	case p.DecreaseShift > 31:
+		return fmt.Errorf("hera: decrease shift %d above 31", p.DecreaseShift)
+	case p.LossBetaPermille > 1000:
+		return fmt.Errorf("hera: loss beta %d‰ above 1000", p.LossBetaPermille)
+	}
+	return nil
+}
+
+// MaxValidRTT is the largest RTT sample accepted; larger values are taken
+// to be corrupt (for example a wrapped timestamp) and ignored.
+const MaxValidRTT = 60 * time.Second
+
+// Flow is the per-flow state. The zero value is not usable; call NewFlow.
+// A Flow is not safe for concurrent use.
+type Flow struct {
+	p        Params
+	bucketUs uint64
+	winUs    uint64
+
+	backlog [MaxBacklog]uint32 // RTT samples in µs, a ring
+	head    int                // next slot to write, < Backlog
+	n       int                // samples held
+	sum     uint64             // sum of held samples
+	hist    [MaxBuckets]uint32
+
+	cwnd      uint32
+	slowStart bool
+	minRTT    uint32 // µs, 0 = none yet
+	minStamp  uint64 // µs
+	nextAt    uint64 // µs; the rule runs on the first valid sample at or after this time
+	lastMean  uint32
+	lastBkt   int
+}
+
+// NewFlow returns the state of a new flow.
+func NewFlow(p Params) (*Flow, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	f := &Flow{
+		p:         p,
+		bucketUs:  uint64(p.BucketWidth / time.Microsecond),
+		winUs:     uint64(p.MinRTTWindow / time.Microsecond),
+		cwnd:      p.InitCwnd,
+		slowStart: p.Variant == Tuned,
+		lastBkt:   -1,
+	}
+	return f, nil
+}
+
+// Cwnd is the current congestion window in segments.
+func (f *Flow) Cwnd() uint32 { return f.cwnd }
+
+// InSlowStart reports whether the flow is still in slow start.
+func (f *Flow) InSlowStart() bool { return f.slowStart }
+
+// MinRTT is the windowed minimum RTT (0 before the first valid sample).
+func (f *Flow) MinRTT() time.Duration { return time.Duration(f.minRTT) * time.Microsecond }
+
+// Histogram returns a copy of the histogram's X buckets.
+func (f *Flow) Histogram() []uint32 {
+	return append([]uint32(nil), f.hist[:f.p.Buckets]...)
+}
+
+// LastBucket is the bucket of the most recent update, -1 before the first.
+func (f *Flow) LastBucket() int { return f.lastBkt }
+
+// Params returns the flow's parameters.
+func (f *Flow) Params() Params { return f.p }
+
+// OnAck processes one acknowledgement at time nowUs (µs, monotonic) that
+// acknowledged acked segments and carried an RTT sample of rttUs
+// microseconds. rttUs <= 0 means "no sample" (the kernel passes -1), and
+// samples above MaxValidRTT are ignored as corrupt; an ACK without a valid
+// sample still counts toward slow start. It returns the new window.
+//
+// The Hera rule runs at most once per RTT: on the first valid sample at or
+// after the time of the previous update plus that update's sample.
+func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
+	valid := rttUs > 0 && rttUs <= int64(MaxValidRTT/time.Microsecond)
+	if valid && f.p.Variant == Tuned {
+		r := uint32(rttUs)
+		if f.minRTT == 0 || r <= f.minRTT || nowUs-f.minStamp > f.winUs {
+			f.minRTT = r
+			f.minStamp = nowUs
+		}
+	}
+	if f.slowStart {
+		f.cwnd = clamp(satAdd(f.cwnd, acked), f.p.MinCwnd, f.p.MaxCwnd)
+		// Leave slow start once a sample shows half the target queueing delay.
+		half := f.bucketUs * uint64(f.p.Buckets/2) / 2
+		if valid && uint64(rttUs)-uint64(f.minRTT) >= half {
+			f.slowStart = false
+		}
+	}
+	if !valid || nowUs < f.nextAt {
+		return f.cwnd
+	}
+	r := uint32(rttUs)
+	f.nextAt = nowUs + uint64(r)
+	f.push(r)
+	mean := uint32(f.sum / uint64(f.n))
+	f.lastMean = mean
+	v := uint64(mean)
+	if f.p.Variant == Tuned {
+		if mean > f.minRTT {
+			v = uint64(mean - f.minRTT)
+		} else {
+			v = 0
+		}
+	}
+	x := f.p.Buckets
+	b := x - 1
+	if q := v / f.bucketUs; q < uint64(x-1) {
+		b = int(q)
+	}
+	f.lastBkt = b
+	f.hist[b]++
+	var total, cum uint64
+	for i := 0; i < x; i++ {
+		total += uint64(f.hist[i])
+		if i <= b {
+			cum += uint64(f.hist[i])
+		}
+	}
+	if !f.slowStart {
+		half := x / 2
+		if b < half {
+			step := cum * uint64(half-b) * uint64(f.p.DeltaMax) / total
+			f.cwnd = satAdd(f.cwnd, uint32(min(step, 1<<31)))
+		} else {
+			unit := uint64(f.p.DeltaMax)
+			if f.p.Variant == Tuned && f.p.DecreaseShift > 0 {
+				unit = max(unit, uint64(f.cwnd>>f.p.DecreaseShift))
+			}
+			step := cum * uint64(b-half+1) * unit / total
+			if step >= uint64(f.cwnd) {
+				f.cwnd = 0
+			} else {
+				f.cwnd -= uint32(step)
+			}
+		}
+		f.cwnd = clamp(f.cwnd, f.p.MinCwnd, f.p.MaxCwnd)
+	}
+	if total >= uint64(f.p.HistCap) {
+		for i := 0; i < x; i++ {
+			f.hist[i] >>= 1
+		}
+	}
+	return f.cwnd
+}
+
+// OnLoss processes entry into loss recovery (fast retransmit or timeout).
+// The Paper variant ignores loss; Tuned leaves slow start and multiplies the
+// window by LossBetaPermille/1000.
+func (f *Flow) OnLoss() uint32 {
+	if f.p.Variant != Tuned {
+		return f.cwnd
+	}
+	f.slowStart = false
+	if f.p.LossBetaPermille > 0 {
+		f.cwnd = clamp(uint32(uint64(f.cwnd)*uint64(f.p.LossBetaPermille)/1000), f.p.MinCwnd, f.p.MaxCwnd)
+	}
+	return f.cwnd
+}
+
+func (f *Flow) push(r uint32) {
+	// The ring has exactly Backlog slots; head is the oldest sample once full.
+	if f.n == f.p.Backlog {
+		f.sum -= uint64(f.backlog[f.head])
+	} else {
+		f.n++
+	}
+	f.backlog[f.head] = r
+	f.sum += uint64(r)
+	f.head = (f.head + 1) % f.p.Backlog
+}
+
+func satAdd(a, b uint32) uint32 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint32(0)
+}
+
+func clamp(v, lo, hi uint32) uint32 {
+	return max(lo, min(v, hi))
+}

@@ -1,0 +1,225 @@
+package hera
+
+import (
+	"testing"
+	"time"
+)
+
+func TestVectors(t *testing.T) {
+	vf, err := LoadVectors("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vf.Cases) == 0 {
+		t.Fatal("no vector cases")
+	}
+	for _, c := range vf.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			p, err := c.Params.ToParams()
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := NewFlow(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, e := range c.Events {
+				var got uint32
+				if e.Loss {
+					got = f.OnLoss()
+				} else {
+					got = f.OnAck(e.TUs, e.RTTUs, e.Acked)
+				}
+				if got != e.Cwnd {
+					t.Fatalf("event %d (%+v): cwnd = %d, want %d", i, e, got, e.Cwnd)
+				}
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*Params)
+		ok     bool
+	}{
+		{"defaults", func(*Params) {}, true},
+		{"zero bucket", func(p *Params) { p.BucketWidth = 0 }, false},
+		{"backlog too long", func(p *Params) { p.Backlog = MaxBacklog + 1 }, false},
+		{"one bucket", func(p *Params) { p.Buckets = 1 }, false},
+		{"too many buckets", func(p *Params) { p.Buckets = MaxBuckets + 1 }, false},
+		{"zero delta", func(p *Params) { p.DeltaMax = 0 }, false},
+		{"bad bounds", func(p *Params) { p.MinCwnd, p.MaxCwnd = 10, 5 }, false},
+		{"beta above one", func(p *Params) { p.LossBetaPermille = 1001 }, false},
+		{"unknown variant", func(p *Params) { p.Variant = 7 }, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultParams()
+			tt.modify(&p)
+			if err := p.Validate(); (err == nil) != tt.ok {
+				t.Fatalf("Validate() = %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
+	if err := PaperParams().Validate(); err != nil {
+		t.Fatalf("paper params: %v", err)
+	}
+}
+
+func TestForVariant(t *testing.T) {
+	for _, name := range []string{"hera", "hera-paper"} {
+		p, err := ForVariant(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Variant.String() != name {
+			t.Errorf("ForVariant(%q).Variant = %v", name, p.Variant)
+		}
+	}
+	if _, err := ForVariant("vegas"); err == nil {
+		t.Error("ForVariant(vegas) succeeded")
+	}
+}
+
+// simulate runs a flow against an idealised bottleneck: capacity pkts/ms,
+// base RTT, a queue of unbounded size, one ACK per segment. It returns the
+// mean queueing delay over the second half and the link utilisation.
+func simulate(t *testing.T, p Params, ratePerMs float64, base time.Duration, flows int) (qdelay time.Duration, util float64, shares []float64) {
+	t.Helper()
+	fs := make([]*Flow, flows)
+	for i := range fs {
+		f, err := NewFlow(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs[i] = f
+	}
+	const steps = 20000 // ms
+	baseUs := uint64(base / time.Microsecond)
+	queue := 0.0
+	delivered := make([]float64, flows)
+	credit := make([]float64, flows)
+	var qsum, dsum float64
+	var n int
+	for ms := 0; ms < steps; ms++ {
+		now := uint64(ms) * 1000
+		qd := queue / ratePerMs * 1000 // µs
+		rtt := int64(baseUs) + int64(qd)
+		// Each flow sends cwnd per RTT; the queue drains at the link rate.
+		var arrive float64
+		for _, f := range fs {
+			arrive += float64(f.Cwnd()) * 1000 / float64(rtt)
+		}
+		out := min(queue+arrive, ratePerMs)
+		total := 0.0
+		for _, f := range fs {
+			total += float64(f.Cwnd())
+		}
+		for i, f := range fs {
+			share := out * float64(f.Cwnd()) / total
+			if ms >= steps/2 {
+				delivered[i] += share
+			}
+			credit[i] += share
+			acked := uint32(credit[i])
+			credit[i] -= float64(acked)
+			f.OnAck(now, rtt, acked)
+		}
+		queue = queue + arrive - out
+		if ms >= steps/2 {
+			qsum += qd
+			dsum += out
+			n++
+		}
+	}
+	sum := 0.0
+	for _, d := range delivered {
+		sum += d
+	}
+	for _, d := range delivered {
+		shares = append(shares, d/sum)
+	}
+	return time.Duration(qsum/float64(n)) * time.Microsecond, dsum / float64(n) / ratePerMs, shares
+}
+
+func TestTunedTracksTargetDelay(t *testing.T) {
+	tests := []struct {
+		name string
+		rate float64 // packets per ms
+		base time.Duration
+	}{
+		{"50Mbit 40ms", 4.2, 40 * time.Millisecond},
+		{"100Mbit 40ms", 8.3, 40 * time.Millisecond},
+		{"100Mbit 200us", 8.3, 200 * time.Microsecond},
+		{"20Mbit 100ms", 1.7, 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			q, util, _ := simulate(t, DefaultParams(), tt.rate, tt.base, 1)
+			if util < 0.9 {
+				t.Errorf("utilisation %.2f, want >= 0.9", util)
+			}
+			if q > 20*time.Millisecond {
+				t.Errorf("mean queueing delay %v, want <= 20ms", q)
+			}
+		})
+	}
+}
+
+func TestPaperSubMillisecondGrows(t *testing.T) {
+	// With RTTs under 1 ms every sample falls in bucket 0: the window grows.
+	f, err := NewFlow(PaperParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now uint64
+	for i := 0; i < 100; i++ {
+		now += 300
+		f.OnAck(now, 300, 1)
+	}
+	if f.Cwnd() < 500 {
+		t.Fatalf("cwnd after 100 sub-ms RTTs = %d, want growth to >= 500", f.Cwnd())
+	}
+}
+
+func TestHistogramCapHalves(t *testing.T) {
+	p := PaperParams()
+	p.HistCap = 8
+	f, err := NewFlow(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now uint64
+	for i := 0; i < 8; i++ {
+		now += 20000
+		f.OnAck(now, 20000, 1)
+	}
+	var total uint32
+	for _, h := range f.Histogram() {
+		total += h
+	}
+	if total != 4 {
+		t.Fatalf("histogram total after reaching cap 8 = %d, want 4 (halved)", total)
+	}
+}
+
+func TestTunedFairness(t *testing.T) {
+	_, util, shares := simulate(t, DefaultParams(), 8.3, 40*time.Millisecond, 6)
+	if j := jain(shares); j < 0.95 {
+		t.Errorf("Jain's index over 6 flows = %.3f (shares %.3f), want >= 0.95", j, shares)
+	}
+	if util < 0.9 {
+		t.Errorf("utilisation %.2f, want >= 0.9", util)
+	}
+}
+
+func jain(x []float64) float64 {
+	var s, s2 float64
+	for _, v := range x {
+		s += v
+		s2 += v * v
+	}
+	return s * s / (float64(len(x)) * s2)
+}

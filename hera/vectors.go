@@ -1,0 +1,89 @@
+package hera
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+)
+
+// VectorFile is the format of testdata/vectors.json: hand-computed
+// sequences of events and the window expected after each. The same file is
+// checked against the Go implementation and the eBPF C core.
+type VectorFile struct {
+	Doc   string       `json:"doc"`
+	Cases []VectorCase `json:"cases"`
+}
+
+// VectorCase is one named sequence.
+type VectorCase struct {
+	Name   string        `json:"name"`
+	Params VectorParams  `json:"params"`
+	Events []VectorEvent `json:"events"`
+}
+
+// VectorParams mirrors Params with integer microseconds.
+type VectorParams struct {
+	Variant          string `json:"variant"`
+	BucketUs         int64  `json:"bucket_us"`
+	Backlog          int    `json:"backlog"`
+	Buckets          int    `json:"buckets"`
+	DeltaMax         uint32 `json:"delta_max"`
+	HistCap          uint32 `json:"hist_cap"`
+	MinCwnd          uint32 `json:"min_cwnd"`
+	MaxCwnd          uint32 `json:"max_cwnd"`
+	InitCwnd         uint32 `json:"init_cwnd"`
+	DecreaseShift    uint32 `json:"decrease_shift"`
+	LossBetaPermille uint32 `json:"loss_beta_permille"`
+	MinRTTWindowUs   int64  `json:"min_rtt_window_us"`
+}
+
+// VectorEvent is an ACK or, with Loss set, entry into loss recovery.
+type VectorEvent struct {
+	TUs   uint64 `json:"t_us"`
+	RTTUs int64  `json:"rtt_us"`
+	Acked uint32 `json:"acked"`
+	Loss  bool   `json:"loss,omitempty"`
+	Cwnd  uint32 `json:"cwnd"`
+}
+
+// ToParams converts the vector's parameters.
+func (vp VectorParams) ToParams() (Params, error) {
+	var v Variant
+	switch vp.Variant {
+	case "hera":
+		v = Tuned
+	case "hera-paper":
+		v = Paper
+	default:
+		return Params{}, fmt.Errorf("hera: vector variant %q unknown", vp.Variant)
+	}
+	p := Params{
+		Variant:          v,
+		BucketWidth:      time.Duration(vp.BucketUs) * time.Microsecond,
+		Backlog:          vp.Backlog,
+		Buckets:          vp.Buckets,
+		DeltaMax:         vp.DeltaMax,
+		HistCap:          vp.HistCap,
+		MinCwnd:          vp.MinCwnd,
+		MaxCwnd:          vp.MaxCwnd,
+		InitCwnd:         vp.InitCwnd,
+		DecreaseShift:    vp.DecreaseShift,
+		LossBetaPermille: vp.LossBetaPermille,
+		MinRTTWindow:     time.Duration(vp.MinRTTWindowUs) * time.Microsecond,
+	}
+	return p, p.Validate()
+}
+
+// LoadVectors reads a vector file.
+func LoadVectors(path string) (*VectorFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("hera: read vectors: %w", err)
+	}
+	var vf VectorFile
+	if err := json.Unmarshal(b, &vf); err != nil {
+		return nil, fmt.Errorf("hera: parse vectors %s: %w", path, err)
+	}
+	return &vf, nil
+}
