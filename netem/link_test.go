@@ -1,0 +1,189 @@
+package netem
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseTrace(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		opps    int
+		period  time.Duration
+		rate    float64
+		wantErr string
+	}{
+		{"constant", "1\n1\n", 2, time.Millisecond, 24e6, ""},
+		{"blank lines", "\n5\n\n10\n", 2, 10 * time.Millisecond, 2.4e6, ""},
+		{"empty", "", 0, 0, 0, "no delivery"},
+		{"zero period", "0\n0\n", 0, 0, 0, "period"},
+		{"not a number", "1\nx\n", 0, 0, 0, "line 2"},
+		{"decreasing", "5\n3\n", 0, 0, 0, "before"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := ParseTrace(tt.name, strings.NewReader(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.Opportunities() != tt.opps || tr.Period() != tt.period || tr.MeanRate() != tt.rate {
+				t.Fatalf("got %d opps, period %v, rate %v", tr.Opportunities(), tr.Period(), tr.MeanRate())
+			}
+		})
+	}
+}
+
+func TestFirstAtOrAfter(t *testing.T) {
+	traces := []string{"1\n1\n", "0\n3\n3\n7\n", "2\n2\n5\n9\n9\n"}
+	for _, s := range traces {
+		tr, err := ParseTrace("t", strings.NewReader(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for us := uint64(0); us < 40000; us += 250 {
+			k := tr.firstAtOrAfter(us)
+			if tr.at(k) < us || (k > 0 && tr.at(k-1) >= us) {
+				t.Fatalf("trace %q: firstAtOrAfter(%d) = %d (at %d, previous at %d)", s, us, k, tr.at(k), tr.at(k-1))
+			}
+		}
+	}
+}
+
+type delivery struct{ enq, deq, at uint64 }
+
+func run(t *testing.T, cfg LinkConfig, arrivals []uint64, size int, until uint64) ([]delivery, *Link) {
+	t.Helper()
+	l, err := NewLink(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []delivery
+	out := func(p *Packet, at uint64) { got = append(got, delivery{p.Enq, p.Deq, at}) }
+	for _, a := range arrivals {
+		l.Advance(a, out)
+		l.Arrive(&Packet{Data: make([]byte, size), Enq: a})
+	}
+	l.Advance(until, out)
+	return got, l
+}
+
+func TestLinkServesAtOpportunities(t *testing.T) {
+	tr, _ := ParseTrace("t", strings.NewReader("2\n4\n"))
+	// Three packets at 0.5 ms: served at 2, 4 and 6 ms, delivered 10 ms later.
+	got, l := run(t, LinkConfig{Trace: tr, Delay: 10 * time.Millisecond}, []uint64{500, 500, 500}, 1500, 20000)
+	want := []delivery{{500, 2000, 12000}, {500, 4000, 14000}, {500, 6000, 16000}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("packet %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if s := l.Stats(); s.Delivered != 3 || s.DeliveredBytes != 4500 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestLinkSmallPacketsShareOpportunity(t *testing.T) {
+	tr := ConstantTrace(1)
+	// Ten 100-byte packets fit in one 1500-byte opportunity at 1 ms.
+	got, _ := run(t, LinkConfig{Trace: tr}, []uint64{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, 100, 5000)
+	if len(got) != 10 {
+		t.Fatalf("delivered %d, want 10", len(got))
+	}
+	for _, d := range got {
+		if d.deq != 1000 {
+			t.Fatalf("packet dequeued at %d, want 1000", d.deq)
+		}
+	}
+}
+
+func TestLinkUnusedOpportunitiesAreLost(t *testing.T) {
+	tr := ConstantTrace(1)
+	got, _ := run(t, LinkConfig{Trace: tr}, []uint64{10500, 10600}, 1500, 20000)
+	if len(got) != 2 || got[0].deq != 11000 || got[1].deq != 12000 {
+		t.Fatalf("got %+v, want dequeues at 11000 and 12000", got)
+	}
+}
+
+func TestLinkDropTail(t *testing.T) {
+	tests := []struct {
+		name      string
+		cfg       LinkConfig
+		delivered int
+	}{
+		{"packets", LinkConfig{QueuePackets: 3}, 3},
+		{"bytes", LinkConfig{QueueBytes: 4000}, 2},
+		{"unbounded", LinkConfig{}, 10},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Trace = ConstantTrace(1)
+			arr := make([]uint64, 10)
+			var log bytes.Buffer
+			cfg.Log = &log
+			got, l := run(t, cfg, arr, 1500, 100000)
+			if len(got) != tt.delivered {
+				t.Fatalf("delivered %d, want %d", len(got), tt.delivered)
+			}
+			if s := l.Stats(); int(s.TailDrops) != 10-tt.delivered {
+				t.Fatalf("tail drops %d, want %d", s.TailDrops, 10-tt.delivered)
+			}
+			l.Flush()
+			if n := strings.Count(log.String(), "tail"); n != 10-tt.delivered {
+				t.Fatalf("log has %d tail drops:\n%s", n, log.String())
+			}
+		})
+	}
+}
+
+func TestLinkRandomLoss(t *testing.T) {
+	arr := make([]uint64, 20000)
+	for i := range arr {
+		arr[i] = uint64(i) * 1000
+	}
+	_, l := run(t, LinkConfig{Trace: ConstantTrace(1), Loss: 0.1, Seed: 1}, arr, 1500, 30000000)
+	s := l.Stats()
+	if frac := float64(s.LossDrops) / float64(s.Arrived); frac < 0.09 || frac > 0.11 {
+		t.Fatalf("loss fraction %.3f, want about 0.1", frac)
+	}
+}
+
+func TestLinkRateMatchesTrace(t *testing.T) {
+	tr, _ := ParseTrace("t", strings.NewReader("1\n1\n3\n4\n4\n4\n10\n"))
+	// Saturate: one packet every 50 µs for 10 s.
+	arr := make([]uint64, 200000)
+	for i := range arr {
+		arr[i] = uint64(i) * 50
+	}
+	_, l := run(t, LinkConfig{Trace: tr}, arr, 1500, 10000000)
+	want := tr.MeanRate() * 10 / 8 // bytes in 10 s
+	if got := float64(l.Stats().DeliveredBytes); got < want*0.999 || got > want*1.001 {
+		t.Fatalf("delivered %v bytes in 10 s, want %v", got, want)
+	}
+}
+
+func TestNewLinkRejects(t *testing.T) {
+	tr := ConstantTrace(1)
+	for _, cfg := range []LinkConfig{
+		{},
+		{Trace: tr, QueuePackets: 1, QueueBytes: 1},
+		{Trace: tr, Loss: 1},
+		{Trace: tr, Delay: -1},
+	} {
+		if _, err := NewLink(cfg); err == nil {
+			t.Errorf("NewLink(%+v) succeeded", cfg)
+		}
+	}
+}
