@@ -1,0 +1,150 @@
+package auth
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func TestIssueVerify(t *testing.T) {
+	dir := t.TempDir()
+	k, err := LoadOrCreateKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := SceneRights("realm", "ns", "sc", RoleEditor, "")
+	tok, err := k.Issue("alice", r, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := k.Verify(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Subject != "alice" || len(c.Publ) != 1 || c.Publ[0] != "realm/s/ns/sc/#" {
+		t.Fatalf("claims = %+v", c)
+	}
+	// The same key comes back from disk.
+	k2, err := LoadOrCreateKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k2.Verify(tok); err != nil {
+		t.Fatalf("reloaded key rejects token: %v", err)
+	}
+	// Another key does not verify it.
+	other, _ := LoadOrCreateKeys(t.TempDir())
+	if _, err := other.Verify(tok); err == nil {
+		t.Fatal("token verified with a different key")
+	}
+	expired, _ := k.Issue("bob", r, -time.Minute)
+	if _, err := k.Verify(expired); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("expired token: err = %v", err)
+	}
+	noExp, _ := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"sub": "x", "publ": []string{}}).SignedString(k.priv)
+	if _, err := k.Verify(noExp); err == nil {
+		t.Fatal("token without exp accepted")
+	}
+	hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte("k"))
+	if _, err := k.Verify(hs); err == nil {
+		t.Fatal("HS256 token accepted")
+	}
+	for _, bad := range []string{"", "a.b.c", "not a token"} {
+		if _, err := k.Verify(bad); err == nil {
+			t.Fatalf("Verify(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSceneRights(t *testing.T) {
+	ed := SceneRights("realm", "ns", "sc", RoleEditor, "")
+	vw := SceneRights("realm", "ns", "sc", RoleViewer, "")
+	vwUC := SceneRights("realm", "ns", "sc", RoleViewer, "me")
+	tests := []struct {
+		name   string
+		r      Rights
+		pub    string
+		canPub bool
+		evOnly bool
+	}{
+		{"editor creates object", ed, "realm/s/ns/sc/o/pyClient-1/box", true, false},
+		{"editor other scene", ed, "realm/s/ns/other/o/uc/box", false, false},
+		{"editor other namespace", ed, "realm/s/ns2/sc/o/uc/box", false, false},
+		{"viewer camera", vw, "realm/s/ns/sc/u/uc/cam", true, false},
+		{"viewer presence", vw, "realm/s/ns/sc/x/uc/id", true, false},
+		{"viewer object is event-only", vw, "realm/s/ns/sc/o/uc/box", false, true},
+		{"viewer with client id, own camera", vwUC, "realm/s/ns/sc/u/me/cam", true, false},
+		{"viewer with client id, other's camera", vwUC, "realm/s/ns/sc/u/you/cam", false, false},
+		{"viewer env", vw, "realm/s/ns/sc/e/uc/id", false, false},
+	}
+	for _, tt := range tests {
+		if got := tt.r.CanPublish(tt.pub); got != tt.canPub {
+			t.Errorf("%s: CanPublish(%q) = %v, want %v", tt.name, tt.pub, got, tt.canPub)
+		}
+		if got := tt.r.EventOnly(tt.pub); got != tt.evOnly {
+			t.Errorf("%s: EventOnly(%q) = %v, want %v", tt.name, tt.pub, got, tt.evOnly)
+		}
+	}
+	subs := []struct {
+		r      Rights
+		filter string
+		want   bool
+	}{
+		{vw, "realm/s/ns/sc/+/+/+", true},
+		{vw, "realm/s/ns/sc/+/+/+/me/#", true},
+		{vw, "realm/s/ns/sc/#", true},
+		{vw, "realm/s/ns/+/+/+/+", false},
+		{vw, "realm/s/#", false},
+		{vw, "#", false},
+		{ed, "realm/s/ns2/sc/#", false},
+	}
+	for _, tt := range subs {
+		if got := tt.r.CanSubscribe(tt.filter); got != tt.want {
+			t.Errorf("CanSubscribe(%q) = %v, want %v", tt.filter, got, tt.want)
+		}
+	}
+}
+
+func TestIsClientEvent(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"object_id":"b","action":"clientEvent","type":"mousedown"}`: true,
+		`{"object_id":"b","action":"create"}`:                        false,
+		`{"action":`:                                                 false,
+		`[]`:                                                         false,
+	} {
+		if got := IsClientEvent([]byte(in)); got != want {
+			t.Errorf("IsClientEvent(%s) = %v", in, got)
+		}
+	}
+}
+
+func TestRoleFor(t *testing.T) {
+	def := DefaultSettings("alice", "lab")
+	private := Settings{Namespace: "alice", Scene: "lab", Viewers: []string{"carol"}, Editors: []string{"bob"}}
+	tests := []struct {
+		s       Settings
+		user    string
+		anon    bool
+		want    Role
+		wantErr error
+	}{
+		{def, "alice", false, RoleEditor, nil},
+		{def, "zed", false, RoleViewer, nil},
+		{def, "anonymous-1", true, RoleViewer, nil},
+		{private, "bob", false, RoleEditor, nil},
+		{private, "carol", false, RoleViewer, nil},
+		{private, "zed", false, RoleNone, ErrNotAllowed},
+		{private, "anonymous-1", true, RoleNone, ErrAnonymousNotAllowed},
+		{Settings{Namespace: "n", Scene: "s", PublicRead: true, PublicWrite: true, AnonymousUsers: true}, "anonymous-2", true, RoleViewer, nil},
+		{Settings{Namespace: "n", Scene: "s", PublicRead: true, PublicWrite: true}, "zed", false, RoleEditor, nil},
+	}
+	for i, tt := range tests {
+		got, err := tt.s.RoleFor(tt.user, tt.anon)
+		if got != tt.want || !errors.Is(err, tt.wantErr) {
+			t.Errorf("%d: RoleFor(%q, %v) = %q, %v; want %q, %v", i, tt.user, tt.anon, got, err, tt.want, tt.wantErr)
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// KeyFile is the name of the signing key inside the data directory's keys/.
+const KeyFile = "jwt-es256.pem"
+
+// Keys signs and verifies tokens.
+type Keys struct {
+	priv *ecdsa.PrivateKey
+}
+
+// LoadOrCreateKeys reads the signing key from dir/keys, generating and
+// saving a new one (mode 0600) when there is none.
+func LoadOrCreateKeys(dataDir string) (*Keys, error) {
+	dir := filepath.Join(dataDir, "keys")
+	path := filepath.Join(dir, KeyFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return createKeys(dir, path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read signing key: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, fmt.Errorf("signing key %s: no PEM block", path)
+	}
+	k, err := x509.ParseECPrivateKey(blk.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s: %w", path, err)
+	}
+	return &Keys{priv: k}, nil
+}
+
+func createKeys(dir, path string) (*Keys, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate signing key: %w", err)
+	}
+	der, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("encode signing key: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create key directory: %w", err)
+	}
+	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	// Write then link, so that two processes starting at once agree on one key.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, pemBytes, 0o600); err != nil {
+		return nil, fmt.Errorf("write signing key: %w", err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		os.Remove(tmp)
+		return nil, fmt.Errorf("save signing key: %w", err)
+	}
+	os.Remove(tmp)
+	return LoadOrCreateKeys(filepath.Dir(dir))
+}
+
+// Claims are the claims of an xrealm token.
+type Claims struct {
+	jwt.RegisteredClaims
+	Publ []string `json:"publ"`
+	Subs []string `json:"subs"`
+	Evts []string `json:"evts,omitempty"`
+}
+
+// Rights returns the topic rights the claims carry.
+func (c *Claims) Rights() Rights { return Rights{Publ: c.Publ, Subs: c.Subs, Evts: c.Evts} }
+
+// Issue signs a token for user with the given rights, valid for ttl.
+func (k *Keys) Issue(user string, r Rights, ttl time.Duration) (string, error) {
+	if user == "" {
+		return "", errors.New("issue token: empty user name")
+	}
+	now := time.Now()
+	c := Claims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Subject:   user,
+			IssuedAt:  jwt.NewNumericDate(now),
+			ExpiresAt: jwt.NewNumericDate(now.Add(ttl)),
+			Issuer:    "xrealm",
+		},
+		Publ: nonNil(r.Publ),
+		Subs: nonNil(r.Subs),
+		Evts: r.Evts,
+	}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodES256, &c).SignedString(k.priv)
+	if err != nil {
+		return "", fmt.Errorf("sign token for %q: %w", user, err)
+	}
+	return s, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// Verify checks the token's signature and expiry and returns its claims.
+// A token without exp is refused.
+func (k *Keys) Verify(token string) (*Claims, error) {
+	var c Claims
+	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+		return &k.priv.PublicKey, nil
+	}, jwt.WithValidMethods([]string{"ES256"}), jwt.WithExpirationRequired())
+	if err != nil {
+		return nil, fmt.Errorf("invalid token: %w", err)
+	}
+	if c.Subject == "" {
+		return nil, errors.New("invalid token: no sub claim")
+	}
+	return &c, nil
+}

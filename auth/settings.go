@@ -1,0 +1,54 @@
+package auth
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// PublicNamespace is the namespace whose scenes anyone may read, so that a
+// fresh server is usable at once.
+const PublicNamespace = "public"
+
+// Settings are the access settings of one scene.
+type Settings struct {
+	Namespace      string   `json:"namespace"`
+	Scene          string   `json:"scene"`
+	Editors        []string `json:"editors"`
+	Viewers        []string `json:"viewers"`
+	PublicRead     bool     `json:"public_read"`
+	PublicWrite    bool     `json:"public_write"`
+	AnonymousUsers bool     `json:"anonymous_users"`
+}
+
+// DefaultSettings returns the settings of a scene nobody has configured:
+// readable by anyone, anonymous users allowed, writable by the namespace's
+// owner (the user whose name is the namespace).
+func DefaultSettings(ns, scene string) Settings {
+	return Settings{Namespace: ns, Scene: scene, PublicRead: true, AnonymousUsers: true}
+}
+
+// Errors of RoleFor.
+var (
+	ErrAnonymousNotAllowed = errors.New("anonymous users are not allowed in this scene")
+	ErrNotAllowed          = errors.New("user may not read this scene")
+)
+
+// RoleFor returns the role user gets in the scene. Anonymous users get at
+// most viewer. The namespace's owner and listed editors are editors; with
+// public_write everyone signed in is.
+func (s Settings) RoleFor(user string, anonymous bool) (Role, error) {
+	if anonymous {
+		if !s.AnonymousUsers || !s.PublicRead {
+			return RoleNone, fmt.Errorf("scene %s/%s: %w", s.Namespace, s.Scene, ErrAnonymousNotAllowed)
+		}
+		return RoleViewer, nil
+	}
+	switch {
+	case user == s.Namespace, slices.Contains(s.Editors, user), s.PublicWrite:
+		return RoleEditor, nil
+	case s.PublicRead, slices.Contains(s.Viewers, user):
+		return RoleViewer, nil
+	}
+	return RoleNone, fmt.Errorf("scene %s/%s, user %q: %w", s.Namespace, s.Scene, user, ErrNotAllowed)
+}
