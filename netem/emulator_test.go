@@ -1,0 +1,197 @@
+package netem
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+)
+
+// requireRoot skips tests that create namespaces and TUN devices.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: creating network namespaces and TUN devices needs root")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipping: no TUN support: %v", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: iproute2's ip command is not installed")
+	}
+}
+
+func startEmulator(t *testing.T, cfg Config) *Emulator {
+	t.Helper()
+	e, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func listenIn(t *testing.T, ns, network, addr string) (l net.Listener, pc net.PacketConn) {
+	t.Helper()
+	err := InNamespace(ns, func() (err error) {
+		if network == "udp" {
+			pc, err = net.ListenPacket(network, addr)
+		} else {
+			l, err = net.Listen(network, addr)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, pc
+}
+
+// TestEmulatorAccuracy checks the rate of a saturating TCP flow and the
+// delay of small packets against a constant-rate synthetic trace.
+func TestEmulatorAccuracy(t *testing.T) {
+	requireRoot(t)
+	const perMs = 4 // 48 Mbit/s
+	delay := 10 * time.Millisecond
+	e := startEmulator(t, Config{Up: ConstantTrace(perMs), Down: ConstantTrace(perMs), Delay: delay, QueuePackets: 300})
+
+	// Delay: UDP echo from the client to the host.
+	_, pc := listenIn(t, e.HostNS, "udp", HostAddr+":7")
+	defer pc.Close()
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(buf[:n], from)
+		}
+	}()
+	var conn net.Conn
+	if err := InNamespace(e.ClientNS, func() (err error) { conn, err = net.Dial("udp", HostAddr+":7"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var rtts []time.Duration
+	buf := make([]byte, 64)
+	for i := 0; i < 30; i++ {
+		t0 := time.Now()
+		conn.SetDeadline(time.Now().Add(time.Second))
+		if _, err := conn.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Read(buf); err != nil {
+			t.Fatalf("echo %d: %v", i, err)
+		}
+		rtts = append(rtts, time.Since(t0))
+		time.Sleep(10 * time.Millisecond)
+	}
+	slices.Sort(rtts)
+	oneWay := rtts[len(rtts)/2] / 2
+	// Each direction also waits up to 1 ms for the next opportunity.
+	if d := oneWay - delay; d < -2*time.Millisecond || d > 2*time.Millisecond {
+		t.Errorf("median one-way delay %v, want %v ± 2ms (RTTs %v)", oneWay, delay, rtts)
+	}
+
+	// Rate: a bulk TCP flow from client to host for 5 s.
+	l, _ := listenIn(t, e.HostNS, "tcp", HostAddr+":5001")
+	defer l.Close()
+	type sample struct {
+		at    time.Time
+		bytes int64
+	}
+	got := make(chan []sample, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		defer c.Close()
+		var s []sample
+		var total int64
+		buf := make([]byte, 1<<16)
+		for {
+			n, err := c.Read(buf)
+			total += int64(n)
+			s = append(s, sample{time.Now(), total})
+			if err != nil {
+				got <- s
+				return
+			}
+		}
+	}()
+	var tc net.Conn
+	if err := InNamespace(e.ClientNS, func() (err error) { tc, err = net.Dial("tcp", HostAddr+":5001"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	stop := time.Now().Add(5 * time.Second)
+	chunk := make([]byte, 1<<16)
+	for time.Now().Before(stop) {
+		tc.SetWriteDeadline(stop)
+		if _, err := tc.Write(chunk); err != nil {
+			break
+		}
+	}
+	tc.Close()
+	samples := <-got
+	if samples == nil {
+		t.Fatal("receiver got no connection")
+	}
+	// Measure from 1.5 s after the first byte to the end of sending.
+	first := samples[0].at
+	var a, b sample
+	for _, s := range samples {
+		if a.at.IsZero() && s.at.Sub(first) >= 1500*time.Millisecond {
+			a = s
+		}
+		if s.at.Before(stop) {
+			b = s
+		}
+	}
+	goodput := float64(b.bytes-a.bytes) * 8 / b.at.Sub(a.at).Seconds()
+	wire := goodput * 1500 / 1448 // 52 bytes of IP and TCP headers with timestamps
+	want := ConstantTrace(perMs).MeanRate()
+	t.Logf("goodput %.2f Mbit/s, on the wire %.2f Mbit/s, trace %.2f Mbit/s, median RTT %v", goodput/1e6, wire/1e6, want/1e6, rtts[len(rtts)/2])
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep := e.Report()
+	t.Logf("report %+v", rep)
+	if err := rep.KeptUp(); err != nil {
+		t.Skipf("skipping the rate check: %v", err)
+	}
+	if wire < want*0.97 || wire > want*1.03 {
+		t.Errorf("rate on the wire %.2f Mbit/s, want %.2f ± 3%%", wire/1e6, want/1e6)
+	}
+}
+
+func TestEmulatorRemovesNamespaces(t *testing.T) {
+	requireRoot(t)
+	e, err := Start(context.Background(), Config{Up: ConstantTrace(1), Down: ConstantTrace(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.Command(context.Background(), "sh", "-c", "echo $XREALM_NETEM_BASE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != HostAddr+"\n" {
+		t.Errorf("XREALM_NETEM_BASE = %q, want %q", out, HostAddr)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{e.ClientNS, e.HostNS} {
+		if _, err := os.Stat("/var/run/netns/" + ns); !os.IsNotExist(err) {
+			t.Errorf("namespace %s still exists after Close (stat: %v)", ns, err)
+		}
+	}
+}
+
+var _ = io.EOF
