@@ -1,0 +1,77 @@
+package bus
+
+import (
+	"crypto/subtle"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/topic"
+)
+
+// TokenVerifier checks an xrealm token; *auth.Keys is one.
+type TokenVerifier interface {
+	Verify(token string) (*auth.Claims, error)
+}
+
+// authenticator is NATS's pluggable client authentication for xrealm:
+// internal services present the process secret; everyone else presents an
+// xrealm token as auth token or password, with the user name equal to sub.
+type authenticator struct {
+	secret string
+	verify TokenVerifier
+	log    *slog.Logger
+}
+
+func (a *authenticator) Check(c server.ClientAuthentication) bool {
+	o := c.GetOpts()
+	if o.Token != "" && subtle.ConstantTimeCompare([]byte(o.Token), []byte(a.secret)) == 1 {
+		c.RegisterUser(&server.User{Username: "xrealm-internal"})
+		return true
+	}
+	deny := func(reason string) bool {
+		a.log.Warn("NATS client refused", "remote", c.RemoteAddress(), "user", o.Username, "reason", reason)
+		return false
+	}
+	if a.verify == nil {
+		return deny("no token verifier configured")
+	}
+	tok := o.Token
+	if tok == "" {
+		tok = o.Password
+	}
+	if tok == "" {
+		return deny("no token")
+	}
+	cl, err := a.verify.Verify(tok)
+	if err != nil {
+		return deny(err.Error())
+	}
+	if o.Username != "" && o.Username != cl.Subject {
+		return deny("user name " + o.Username + " does not match token sub " + cl.Subject)
+	}
+	c.RegisterUser(&server.User{
+		Username:           cl.Subject,
+		Permissions:        Permissions(cl.Rights()),
+		ConnectionDeadline: cl.ExpiresAt.Time,
+	})
+	a.log.Debug("NATS client authenticated", "user", cl.Subject, "expires", cl.ExpiresAt.Time.Format(time.RFC3339))
+	return true
+}
+
+// Permissions maps token rights to NATS permissions. Event-only rights are
+// not granted over NATS: NATS permissions cannot look at payloads.
+func Permissions(r auth.Rights) *server.Permissions {
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{}},
+		Subscribe: &server.SubjectPermission{Allow: []string{}},
+	}
+	for _, f := range r.Publ {
+		p.Publish.Allow = append(p.Publish.Allow, topic.ToSubject(f))
+	}
+	for _, f := range r.Subs {
+		p.Subscribe.Allow = append(p.Subscribe.Allow, topic.ToSubject(f))
+	}
+	return p
+}
