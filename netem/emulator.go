@@ -49,7 +49,8 @@ type Emulator struct {
 	log              *slog.Logger
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
-	files            []io.Closer
+	files            []io.Closer // TUN devices and namespaces
+	logs             []*os.File
 	up, down         *pump
 	closeOnce        sync.Once
 	closeErr         error
@@ -119,7 +120,7 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 				return nil, fmt.Errorf("netem: create %s log: %w", name, err)
 			}
 			lc.Log = f
-			e.files = append(e.files, f)
+			e.logs = append(e.logs, f)
 		}
 		l, err := NewLink(lc)
 		if err != nil {
@@ -213,7 +214,7 @@ func (e *Emulator) Close() error {
 		}
 		// Reading the kernel's drop counters needs the devices alive.
 		ck, hk := tunDrops(e.ClientNS), tunDrops(e.HostNS)
-		e.teardown()
+		e.closeTUNs()
 		e.wg.Wait()
 		for _, p := range []*pump{e.up, e.down} {
 			if p == nil {
@@ -223,6 +224,7 @@ func (e *Emulator) Close() error {
 				e.closeErr = fmt.Errorf("netem: flush %s log: %w", p.name, err)
 			}
 		}
+		e.teardown()
 		if e.up != nil {
 			e.report.Up = e.up.report(ck)
 			e.report.Down = e.down.report(hk)
@@ -234,13 +236,22 @@ func (e *Emulator) Close() error {
 // Report returns the run's summary; valid after Close.
 func (e *Emulator) Report() Report { return e.report }
 
-func (e *Emulator) teardown() {
-	// Close the TUN files before deleting namespaces, in reverse order.
-	for i := len(e.files) - 1; i >= 0; i-- {
-		if _, ok := e.files[i].(nsCloser); ok {
-			continue
+// closeTUNs closes the TUN devices, which stops the pumps.
+func (e *Emulator) closeTUNs() {
+	for _, f := range e.files {
+		if _, ok := f.(nsCloser); !ok {
+			f.Close()
 		}
-		e.files[i].Close()
+	}
+}
+
+// teardown closes everything Start opened and deletes the namespaces.
+func (e *Emulator) teardown() {
+	e.closeTUNs()
+	for _, f := range e.logs {
+		if err := f.Close(); err != nil && e.closeErr == nil {
+			e.closeErr = fmt.Errorf("netem: close log: %w", err)
+		}
 	}
 	for _, f := range e.files {
 		if ns, ok := f.(nsCloser); ok {
@@ -252,7 +263,7 @@ func (e *Emulator) teardown() {
 			}
 		}
 	}
-	e.files = nil
+	e.files, e.logs = nil, nil
 }
 
 // tunDrops reads how many packets the kernel dropped on the namespace's TUN

@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/xrealm/xrealm/netem"
+)
+
+// runNetem implements
+//
+//	xrealm netem --up TRACE --down TRACE [--delay 20ms] [--queue-packets N | --queue-bytes N]
+//	             [--loss P] [--seed S] [--log DIR] -- CMD ARGS...
+//
+// It runs CMD in an emulated client namespace whose traffic to the host
+// namespace passes through a trace-driven link.
+func runNetem(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("netem", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	up := fs.String("up", "", "uplink (client→host) Mahimahi trace `file`")
+	down := fs.String("down", "", "downlink (host→client) Mahimahi trace `file`")
+	delay := fs.Duration("delay", 0, "fixed one-way delay applied in each direction")
+	qp := fs.Int("queue-packets", 0, "drop-tail queue limit in packets (0: unbounded)")
+	qb := fs.Int("queue-bytes", 0, "drop-tail queue limit in bytes (0: unbounded)")
+	loss := fs.Float64("loss", 0, "random loss probability per packet, in [0, 1)")
+	seed := fs.Uint64("seed", 1, "random seed for loss")
+	logDir := fs.String("log", "", "write per-packet logs (uplink.log, downlink.log) to this `dir`")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: xrealm netem --up TRACE --down TRACE [flags] -- CMD ARGS...")
+		fmt.Fprintln(fs.Output(), "Runs CMD in a client network namespace linked to a host namespace through an emulated link.")
+		fmt.Fprintln(fs.Output(), "Inside, XREALM_NETEM_BASE is the host's address and XREALM_NETEM_HOST_NETNS the host namespace.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *up == "" || *down == "" {
+		fs.Usage()
+		return errors.New("netem: --up and --down are required")
+	}
+	upT, err := netem.LoadTrace(*up)
+	if err != nil {
+		return err
+	}
+	downT, err := netem.LoadTrace(*down)
+	if err != nil {
+		return err
+	}
+	cmdArgs := fs.Args()
+	if len(cmdArgs) == 0 {
+		sh := os.Getenv("SHELL")
+		if sh == "" {
+			sh = "/bin/sh"
+		}
+		cmdArgs = []string{sh}
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e, err := netem.Start(ctx, netem.Config{
+		Up: upT, Down: downT, Delay: *delay,
+		QueuePackets: *qp, QueueBytes: *qb, Loss: *loss, Seed: *seed,
+		LogDir: *logDir, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	cmd := e.Command(ctx, cmdArgs[0], cmdArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	runErr := cmd.Run()
+	if err := e.Close(); err != nil {
+		return err
+	}
+	printNetemReport(os.Stderr, e.Report())
+	if err := e.Report().KeptUp(); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return fmt.Errorf("netem: %s: %w", cmdArgs[0], runErr)
+	}
+	return nil
+}
+
+func printNetemReport(w io.Writer, r netem.Report) {
+	for _, d := range []struct {
+		name string
+		r    netem.DirectionReport
+	}{{"uplink", r.Up}, {"downlink", r.Down}} {
+		mbps := 0.0
+		if s := d.r.Elapsed.Seconds(); s > 0 {
+			mbps = float64(d.r.DeliveredBytes) * 8 / s / 1e6
+		}
+		fmt.Fprintf(w, "netem %s: %d packets delivered (%.2f Mbit/s mean over %v), %d tail drops, %d random losses, %d late, %d kernel drops\n",
+			d.name, d.r.Delivered, mbps, d.r.Elapsed.Round(1e6), d.r.TailDrops, d.r.LossDrops, d.r.Late, d.r.KernelDrops)
+	}
+}
