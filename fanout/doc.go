@@ -1,0 +1,13 @@
+// Package fanout holds the connection machinery that xrealm's client front
+// ends (MQTT, Ubiq) share: a per-connection outgoing queue with a bound, and
+// a writer goroutine that sends whatever is queued in one write.
+//
+// The writer never waits when the connection is idle: a frame queued to an
+// idle connection is written at once. While a write is in progress, frames
+// pile up and go out together in the next write, so a busy connection costs
+// one system call per batch instead of one per message. When the queue is
+// full, a frame with a coalescing key replaces the queued frame with the same
+// key (a newer pose of the same object), and otherwise it is dropped and
+// counted; the queue never grows without bound and a slow reader never slows
+// the goroutine that fans out to everyone.
+package fanout

@@ -1,0 +1,197 @@
+package fanout
+
+import (
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Frame is one encoded message ready for the wire. Bytes is shared between
+// connections and must not be changed after it is queued.
+type Frame struct {
+	Bytes []byte
+	// Key, when not empty, lets a newer frame with the same key replace this
+	// one while the queue is full.
+	Key string
+}
+
+// Options bound a Writer's queue.
+type Options struct {
+	MaxFrames int           // queue bound in frames (default 4096)
+	MaxBytes  int           // queue bound in bytes (default 8 MiB)
+	Linger    time.Duration // after a batch of more than one frame, wait this long to gather the next (0 = never)
+	// WriteTimeout closes a connection whose writes make no progress for this
+	// long (default 30s).
+	WriteTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.MaxFrames <= 0 {
+		o.MaxFrames = 4096
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = 8 << 20
+	}
+	if o.WriteTimeout <= 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+}
+
+// Conn is what a Writer writes to.
+type Conn interface {
+	io.Writer
+	SetWriteDeadline(time.Time) error
+}
+
+// Writer is a bounded outgoing queue drained by its own goroutine.
+type Writer struct {
+	conn Conn
+	opt  Options
+
+	mu     sync.Mutex
+	queue  []Frame
+	spare  []Frame
+	bytes  int
+	closed bool
+	err    error
+
+	wake chan struct{}
+	done chan struct{}
+
+	dropped   atomic.Uint64
+	coalesced atomic.Uint64
+	written   atomic.Uint64
+	batches   atomic.Uint64
+}
+
+// NewWriter starts a writer goroutine for conn. onError, if not nil, is
+// called once when a write fails; the writer then discards further frames.
+func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
+	opt.defaults()
+	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go w.loop(onError)
+	return w
+}
+
+// Enqueue queues f. It returns false when f was dropped because the queue is
+// full (after trying to coalesce) or the writer is closed.
+func (w *Writer) Enqueue(f Frame) bool {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
+	if len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes {
+		ok := f.Key != "" && w.replaceLocked(f)
+		w.mu.Unlock()
+		if ok {
+			w.coalesced.Add(1)
+		} else {
+			w.dropped.Add(1)
+		}
+		return ok
+	}
+	w.queue = append(w.queue, f)
+	w.bytes += len(f.Bytes)
+	if len(w.queue) == 1 {
+		select { // under mu, so that Close cannot close wake meanwhile
+		case w.wake <- struct{}{}:
+		default:
+		}
+	}
+	w.mu.Unlock()
+	return true
+}
+
+// replaceLocked replaces the newest queued frame with f's key.
+func (w *Writer) replaceLocked(f Frame) bool {
+	for i := len(w.queue) - 1; i >= 0; i-- {
+		if w.queue[i].Key == f.Key {
+			w.bytes += len(f.Bytes) - len(w.queue[i].Bytes)
+			// Keep order of other frames; the newer state takes the old slot.
+			w.queue[i] = f
+			return true
+		}
+	}
+	return false
+}
+
+func (w *Writer) loop(onError func(error)) {
+	defer close(w.done)
+	var buf []byte
+	for range w.wake {
+		for {
+			w.mu.Lock()
+			batch := w.queue
+			w.queue, w.spare = w.spare[:0], nil
+			w.bytes = 0
+			closed := w.closed
+			w.mu.Unlock()
+			if len(batch) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			buf = buf[:0]
+			for i := range batch {
+				buf = append(buf, batch[i].Bytes...)
+				batch[i] = Frame{}
+			}
+			n := len(batch)
+			w.mu.Lock()
+			if w.spare == nil {
+				w.spare = batch[:0]
+			}
+			w.mu.Unlock()
+			if w.err == nil {
+				w.conn.SetWriteDeadline(time.Now().Add(w.opt.WriteTimeout))
+				if _, err := w.conn.Write(buf); err != nil {
+					w.err = err
+					if onError != nil {
+						onError(err)
+					}
+				} else {
+					w.written.Add(uint64(n))
+					w.batches.Add(1)
+				}
+			}
+			if cap(buf) > 1<<20 {
+				buf = nil // do not keep a large burst's buffer forever
+			}
+			if n > 1 && w.opt.Linger > 0 && !closed {
+				time.Sleep(w.opt.Linger)
+			}
+		}
+	}
+}
+
+// Close stops accepting frames, lets the writer send what is queued, and
+// waits for it to finish (bounded by the write timeout).
+func (w *Writer) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		<-w.done
+		return
+	}
+	w.closed = true
+	close(w.wake)
+	w.mu.Unlock()
+	<-w.done
+}
+
+// Stats are a writer's counters.
+type Stats struct {
+	Written, Batches, Dropped, Coalesced uint64
+	Queued                               int
+}
+
+// Stats returns the writer's counters.
+func (w *Writer) Stats() Stats {
+	w.mu.Lock()
+	q := len(w.queue)
+	w.mu.Unlock()
+	return Stats{Written: w.written.Load(), Batches: w.batches.Load(), Dropped: w.dropped.Load(), Coalesced: w.coalesced.Load(), Queued: q}
+}

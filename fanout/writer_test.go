@@ -1,0 +1,159 @@
+package fanout
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pipeConn records writes; block makes Write wait until released.
+type pipeConn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	writes int
+	block  chan struct{}
+	fail   error
+}
+
+func (c *pipeConn) Write(p []byte) (int, error) {
+	if c.block != nil {
+		<-c.block
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fail != nil {
+		return 0, c.fail
+	}
+	c.writes++
+	return c.buf.Write(p)
+}
+func (c *pipeConn) SetWriteDeadline(time.Time) error { return nil }
+func (c *pipeConn) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.buf.String()
+}
+
+func TestWriterOrderAndClose(t *testing.T) {
+	c := &pipeConn{}
+	w := NewWriter(c, Options{}, nil)
+	var want bytes.Buffer
+	for i := 0; i < 1000; i++ {
+		s := fmt.Sprintf("m%d;", i)
+		want.WriteString(s)
+		if !w.Enqueue(Frame{Bytes: []byte(s)}) {
+			t.Fatalf("frame %d dropped", i)
+		}
+	}
+	w.Close()
+	if c.String() != want.String() {
+		t.Fatalf("wrote %q..., want all frames in order", c.String()[:40])
+	}
+	if w.Enqueue(Frame{Bytes: []byte("late")}) {
+		t.Fatal("enqueue after close succeeded")
+	}
+}
+
+func TestWriterBatchesWhileBusy(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})}
+	w := NewWriter(c, Options{}, nil)
+	w.Enqueue(Frame{Bytes: []byte("a")}) // taken by the writer, which blocks in Write
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	for i := 0; i < 50; i++ {
+		w.Enqueue(Frame{Bytes: []byte("b")})
+	}
+	close(c.block)
+	w.Close()
+	if c.writes != 2 {
+		t.Fatalf("%d writes, want 2 (one frame, then one batch of 50)", c.writes)
+	}
+	if s := w.Stats(); s.Written != 51 || s.Batches != 2 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestWriterBoundCoalesceAndDrop(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})}
+	w := NewWriter(c, Options{MaxFrames: 3}, nil)
+	w.Enqueue(Frame{Bytes: []byte("x")})
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	w.Enqueue(Frame{Bytes: []byte("[p1a]"), Key: "p1"})
+	w.Enqueue(Frame{Bytes: []byte("[p2a]"), Key: "p2"})
+	w.Enqueue(Frame{Bytes: []byte("[o]")})
+	// Queue full: a newer pose of p1 replaces the stale one; an unkeyed
+	// frame and a pose with no queued predecessor are dropped.
+	if !w.Enqueue(Frame{Bytes: []byte("[p1b]"), Key: "p1"}) {
+		t.Fatal("coalescing frame dropped")
+	}
+	if w.Enqueue(Frame{Bytes: []byte("[z]")}) || w.Enqueue(Frame{Bytes: []byte("[p3]"), Key: "p3"}) {
+		t.Fatal("frame accepted into a full queue")
+	}
+	close(c.block)
+	w.Close()
+	if got, want := c.String(), "x[p1b][p2a][o]"; got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+	if s := w.Stats(); s.Dropped != 2 || s.Coalesced != 1 {
+		t.Fatalf("stats = %+v", s)
+	}
+}
+
+func TestWriterErrorReportedOnce(t *testing.T) {
+	c := &pipeConn{fail: errors.New("broken pipe")}
+	var n int
+	var mu sync.Mutex
+	w := NewWriter(c, Options{}, func(error) { mu.Lock(); n++; mu.Unlock() })
+	for i := 0; i < 10; i++ {
+		w.Enqueue(Frame{Bytes: []byte("a")})
+		time.Sleep(time.Millisecond)
+	}
+	w.Close()
+	if n != 1 {
+		t.Fatalf("onError called %d times, want 1", n)
+	}
+}
+
+// A connection that never reads must not block the goroutine that fans out.
+func TestSlowConnDoesNotBlockEnqueue(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})}
+	w := NewWriter(c, Options{MaxFrames: 100}, nil)
+	done := make(chan struct{})
+	go func() {
+		for i := 0; i < 100000; i++ {
+			w.Enqueue(Frame{Bytes: []byte("pose"), Key: "k"})
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enqueue blocked on a stalled connection")
+	}
+	close(c.block)
+	w.Close()
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func BenchmarkEnqueue(b *testing.B) {
+	c := &pipeConn{}
+	w := NewWriter(c, Options{}, nil)
+	f := Frame{Bytes: make([]byte, 300)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		w.Enqueue(f)
+	}
+	w.Close()
+}
