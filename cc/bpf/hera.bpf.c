@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * hera.bpf.c - Hera as a Linux TCP congestion control in eBPF struct_ops.
+ *
+ * The rule itself is in hera_core.h (the C mirror of hera/hera.go). This file
+ * wires it to the kernel: per-socket state lives in BPF_MAP_TYPE_SK_STORAGE
+ * (the verifier rejects variable indexing into the socket's private
+ * congestion-control area), the window is driven from cong_control with the
+ * rate sample's RTT, and loss is reported through ssthresh.
+ *
+ * Build with cc/gen.sh; HERA_VARIANT selects hera (1) or hera-paper (0).
+ * Parameters are read-only globals that the Go loader sets before loading.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+
+#define HERA_INLINE __always_inline
+#include "hera_core.h"
+
+#ifndef HERA_VARIANT
+#define HERA_VARIANT HERA_TUNED
+#endif
+
+char _license[] SEC("license") = "GPL";
+
+const volatile __u32 p_variant = HERA_VARIANT;
+const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 2000 : 15000;
+const volatile __u32 p_backlog = HERA_VARIANT == HERA_TUNED ? 2 : 10;
+const volatile __u32 p_buckets = 6;
+const volatile __u32 p_delta_max = 10;
+const volatile __u32 p_hist_cap = 10000;
+const volatile __u32 p_min_cwnd = HERA_VARIANT == HERA_TUNED ? 4 : 20;
+const volatile __u32 p_max_cwnd = HERA_VARIANT == HERA_TUNED ? 20000 : 8000;
+const volatile __u32 p_init_cwnd = 10;
+const volatile __u32 p_decrease_shift = HERA_VARIANT == HERA_TUNED ? 4 : 0;
+const volatile __u32 p_loss_beta_permille = HERA_VARIANT == HERA_TUNED ? 700 : 0;
+const volatile __u64 p_min_rtt_window_us = 10000000;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct hera_state);
+} hera_sk SEC(".maps");
+
+static __always_inline void load_params(struct hera_params *p)
+{
+	p->variant = p_variant;
+	p->bucket_us = p_bucket_us;
+	p->backlog = p_backlog;
+	p->buckets = p_buckets;
+	p->delta_max = p_delta_max;
+	p->hist_cap = p_hist_cap;
+	p->min_cwnd = p_min_cwnd;
+	p->max_cwnd = p_max_cwnd;
+	p->init_cwnd = p_init_cwnd;
+	p->decrease_shift = p_decrease_shift;
+	p->loss_beta_permille = p_loss_beta_permille;
+	p->pad = 0;
+	p->min_rtt_window_us = p_min_rtt_window_us;
+}
+
+static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)
+{
+	return (struct tcp_sock *)sk;
+}
+
+SEC("struct_ops")
+void BPF_PROG(bpf_hera_init, struct sock *sk)
+{
+	struct hera_params p;
+	struct hera_state *st;
+
+	st = bpf_sk_storage_get(&hera_sk, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st)
+		return;
+	load_params(&p);
+	hera_init(st, &p);
+	tcp_sk_of(sk)->snd_cwnd = st->cwnd;
+}
+
+SEC("struct_ops")
+void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
+{
+	struct tcp_sock *tp = tcp_sk_of(sk);
+	struct hera_params p;
+	struct hera_state *st;
+	__u32 cwnd;
+
+	st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
+	if (!st)
+		return;
+	load_params(&p);
+	cwnd = hera_on_ack(st, &p, tp->tcp_mstamp, rs->rtt_us, rs->acked_sacked);
+	if (cwnd < 1)
+		cwnd = 1;
+	tp->snd_cwnd = cwnd;
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(bpf_hera_ssthresh, struct sock *sk)
+{
+	struct tcp_sock *tp = tcp_sk_of(sk);
+	struct hera_params p;
+	struct hera_state *st;
+	__u32 half = tp->snd_cwnd >> 1;
+
+	st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
+	if (!st)
+		return half > 2 ? half : 2;
+	load_params(&p);
+	if (p.variant != HERA_TUNED)
+		return half > 2 ? half : 2;
+	return hera_on_loss(st, &p);
+}
+
+SEC("struct_ops")
+__u32 BPF_PROG(bpf_hera_undo_cwnd, struct sock *sk)
+{
+	/* Read the socket's window before the branch: the verifier rejects one
+	 * load instruction used for both the socket and the map value. */
+	__u32 cur = tcp_sk_of(sk)->snd_cwnd;
+	struct hera_state *st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
+	__u32 mine;
+
+	if (!st)
+		return cur;
+	mine = st->cwnd;
+	barrier_var(mine);
+	return mine;
+}
+
+SEC("struct_ops")
+void BPF_PROG(bpf_hera_release, struct sock *sk)
+{
+	bpf_sk_storage_delete(&hera_sk, sk);
+}
+
+SEC(".struct_ops.link")
+struct tcp_congestion_ops hera_ops = {
+	.init = (void *)bpf_hera_init,
+	.cong_control = (void *)bpf_hera_cong_control,
+	.ssthresh = (void *)bpf_hera_ssthresh,
+	.undo_cwnd = (void *)bpf_hera_undo_cwnd,
+	.release = (void *)bpf_hera_release,
+	.flags = 0x1, /* TCP_CONG_NON_RESTRICTED, not in BTF */
+#if HERA_VARIANT == HERA_TUNED
+	.name = "hera",
+#else
+	.name = "hera-paper",
+#endif
+};

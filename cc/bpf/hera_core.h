@@ -1,0 +1,185 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * hera_core.h - the Hera update rule in C, step for step the same as the Go
+ * specification in hera/hera.go. It has no kernel dependencies so that it
+ * can be compiled both into the eBPF congestion control (hera.bpf.c) and for
+ * the host, where cc/core_test.go replays hera/testdata/vectors.json on it.
+ *
+ * Every loop has a constant bound and every array index is masked, as the
+ * BPF verifier requires. The includer defines __u32, __u64, __s64 and
+ * HERA_INLINE.
+ */
+#ifndef HERA_CORE_H
+#define HERA_CORE_H
+
+#define HERA_MAX_BACKLOG 32 /* hera.MaxBacklog, a power of two */
+#define HERA_MAX_BUCKETS 32 /* hera.MaxBuckets, a power of two */
+#define HERA_MAX_VALID_RTT_US 60000000LL
+
+#define HERA_PAPER 0
+#define HERA_TUNED 1
+
+struct hera_params {
+	__u32 variant;
+	__u32 bucket_us;
+	__u32 backlog;
+	__u32 buckets;
+	__u32 delta_max;
+	__u32 hist_cap;
+	__u32 min_cwnd;
+	__u32 max_cwnd;
+	__u32 init_cwnd;
+	__u32 decrease_shift;
+	__u32 loss_beta_permille;
+	__u32 pad;
+	__u64 min_rtt_window_us;
+};
+
+struct hera_state {
+	__u32 backlog[HERA_MAX_BACKLOG];
+	__u32 hist[HERA_MAX_BUCKETS];
+	__u64 sum;
+	__u64 min_stamp;
+	__u64 next_at;
+	__u32 head;
+	__u32 n;
+	__u32 cwnd;
+	__u32 min_rtt;
+	__u32 slow_start;
+	__u32 last_bucket;
+};
+
+static HERA_INLINE __u32 hera_clamp(__u32 v, __u32 lo, __u32 hi)
+{
+	if (v > hi)
+		v = hi;
+	if (v < lo)
+		v = lo;
+	return v;
+}
+
+static HERA_INLINE __u32 hera_sat_add(__u32 a, __u32 b)
+{
+	__u32 s = a + b;
+	return s < a ? 0xffffffffu : s;
+}
+
+static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_params *p)
+{
+	__u32 i;
+
+	for (i = 0; i < HERA_MAX_BACKLOG; i++)
+		st->backlog[i] = 0;
+	for (i = 0; i < HERA_MAX_BUCKETS; i++)
+		st->hist[i] = 0;
+	st->sum = 0;
+	st->min_stamp = 0;
+	st->next_at = 0;
+	st->head = 0;
+	st->n = 0;
+	st->cwnd = p->init_cwnd;
+	st->min_rtt = 0;
+	st->slow_start = p->variant == HERA_TUNED;
+	st->last_bucket = 0xffffffffu;
+}
+
+/* hera_on_ack is hera.(*Flow).OnAck. */
+static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_params *p,
+				     __u64 now_us, __s64 rtt_us, __u32 acked)
+{
+	int valid = rtt_us > 0 && rtt_us <= HERA_MAX_VALID_RTT_US;
+	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx;
+	__u64 v, q, total = 0, cum = 0, step, unit;
+
+	if (valid && p->variant == HERA_TUNED) {
+		if (st->min_rtt == 0 || r <= st->min_rtt ||
+		    now_us - st->min_stamp > p->min_rtt_window_us) {
+			st->min_rtt = r;
+			st->min_stamp = now_us;
+		}
+	}
+	if (st->slow_start) {
+		st->cwnd = hera_clamp(hera_sat_add(st->cwnd, acked), p->min_cwnd, p->max_cwnd);
+		if (valid && (__u64)r - (__u64)st->min_rtt >=
+				     (__u64)p->bucket_us * (p->buckets / 2) / 2)
+			st->slow_start = 0;
+	}
+	if (!valid || now_us < st->next_at)
+		return st->cwnd;
+	if (p->backlog == 0 || p->bucket_us == 0 || p->buckets < 2)
+		return st->cwnd;
+
+	st->next_at = now_us + r;
+	/* push into the ring of exactly p->backlog slots */
+	idx = st->head & (HERA_MAX_BACKLOG - 1);
+	if (st->n >= p->backlog)
+		st->sum -= st->backlog[idx];
+	else
+		st->n++;
+	st->backlog[idx] = r;
+	st->sum += r;
+	st->head = st->head + 1 >= p->backlog ? 0 : st->head + 1;
+
+	mean = (__u32)(st->sum / st->n);
+	v = mean;
+	if (p->variant == HERA_TUNED)
+		v = mean > st->min_rtt ? mean - st->min_rtt : 0;
+	x = p->buckets;
+	if (x > HERA_MAX_BUCKETS)
+		x = HERA_MAX_BUCKETS;
+	b = x - 1;
+	q = v / p->bucket_us;
+	if (q < (__u64)(x - 1))
+		b = (__u32)q;
+	b &= HERA_MAX_BUCKETS - 1;
+	st->last_bucket = b;
+	st->hist[b]++;
+	for (i = 0; i < HERA_MAX_BUCKETS; i++) {
+		if (i >= x)
+			break;
+		total += st->hist[i];
+		if (i <= b)
+			cum += st->hist[i];
+	}
+	if (!st->slow_start) {
+		half = x / 2;
+		if (b < half) {
+			step = cum * (half - b) * p->delta_max / total;
+			if (step > 0x80000000ULL)
+				step = 0x80000000ULL;
+			st->cwnd = hera_sat_add(st->cwnd, (__u32)step);
+		} else {
+			unit = p->delta_max;
+			if (p->variant == HERA_TUNED && p->decrease_shift > 0 && p->decrease_shift < 32) {
+				__u64 prop = st->cwnd >> p->decrease_shift;
+				if (prop > unit)
+					unit = prop;
+			}
+			step = cum * (b - half + 1) * unit / total;
+			if (step >= st->cwnd)
+				st->cwnd = 0;
+			else
+				st->cwnd -= (__u32)step;
+		}
+		st->cwnd = hera_clamp(st->cwnd, p->min_cwnd, p->max_cwnd);
+	}
+	if (total >= p->hist_cap) {
+		for (i = 0; i < HERA_MAX_BUCKETS; i++)
+			st->hist[i] >>= 1;
+	}
+	return st->cwnd;
+}
+
+/* hera_on_loss is hera.(*Flow).OnLoss. */
+static HERA_INLINE __u32 hera_on_loss(struct hera_state *st, const struct hera_params *p)
+{
+	if (p->variant != HERA_TUNED)
+		return st->cwnd;
+	st->slow_start = 0;
+	if (p->loss_beta_permille > 0)
+		st->cwnd = hera_clamp((__u32)((__u64)st->cwnd * p->loss_beta_permille / 1000),
+				      p->min_cwnd, p->max_cwnd);
+	return st->cwnd;
+}
+
+#endif /* HERA_CORE_H */
