@@ -97,7 +97,7 @@ func TestParseTruncatesPayload(t *testing.T) {
 
 func TestMerge(t *testing.T) {
 	tests := []struct {
-		name            string
+		name             string
 		dst, delta, want string
 	}{
 		{"add key", `{"a":1}`, `{"b":2}`, `{"a":1,"b":2}`},

@@ -1,0 +1,251 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/xrealm/xrealm/scene"
+	"github.com/xrealm/xrealm/topic"
+)
+
+func topicSubject(t string) string { return topic.ToSubject(t) }
+
+// runApplier consumes the stream in order and applies each message. The
+// consumer allows one unacknowledged message, so a message is acked only
+// once its effect is in the bucket, and nothing after it is delivered
+// before.
+func (s *Store) runApplier(ctx context.Context) error {
+	it, err := s.consumer.Messages(jetstream.PullPriorityGroup(PriorityGroup))
+	if err != nil {
+		return fmt.Errorf("consuming %s/%s: %w", StreamName, ConsumerName, err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return err
+			}
+			// Status notices (pin changes, leadership changes) are not
+			// fatal: the iterator keeps pulling.
+			s.log.Debug("persist: consumer notice", "err", err)
+			continue
+		}
+		if err := s.applyRetrying(ctx, msg); err != nil {
+			return err // ctx done; the message will be delivered again
+		}
+		if err := msg.Ack(); err != nil {
+			s.log.Warn("persist: ack failed; the message will be applied again", "subject", msg.Subject(), "err", err)
+		}
+	}
+}
+
+// applyRetrying applies msg until it succeeds or ctx is done, telling the
+// server the message is still in progress while it retries.
+func (s *Store) applyRetrying(ctx context.Context, msg jetstream.Msg) error {
+	delay := 50 * time.Millisecond
+	for {
+		err := s.apply(ctx, msg.Subject(), msg.Data())
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("persist: applying message failed, retrying", "subject", msg.Subject(), "err", err, "delay", delay)
+		_ = msg.InProgress()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// apply applies one message from the stream. It returns an error only for
+// failures worth retrying (the store did not answer); invalid and ignored
+// messages return nil.
+func (s *Store) apply(ctx context.Context, subject string, payload []byte) error {
+	mt, err := topic.FromSubject(subject)
+	if err != nil {
+		s.reject(subject, err)
+		return nil
+	}
+	t, err := topic.ParseScene(mt)
+	if err != nil {
+		s.reject(subject, err)
+		return nil
+	}
+	if t.MsgType != topic.MsgObjects || t.ToUID != "" {
+		return nil // not captured by the stream's subject; nothing to do
+	}
+	m, err := scene.Parse(t, payload)
+	if err != nil {
+		s.reject(subject, err)
+		return nil
+	}
+	key := objectKey(t.Namespace, t.Scene, m.ObjectID)
+	if len(key) > maxKeyLen {
+		s.reject(subject, fmt.Errorf("object id of %d bytes is too long to persist", len(m.ObjectID)))
+		return nil
+	}
+	var changed bool
+	switch m.Action {
+	case scene.ActionCreate:
+		if !m.Persist {
+			return nil
+		}
+		changed, err = s.upsert(ctx, key, t, m)
+	case scene.ActionUpdate:
+		if !m.Persist {
+			return nil
+		}
+		changed, err = s.update(ctx, key, t, m)
+	case scene.ActionDelete:
+		changed, err = s.cascadeDelete(ctx, t.Namespace, t.Scene, m.ObjectID)
+	default:
+		return nil // clientEvent, join, leave: never persisted
+	}
+	if err != nil {
+		return err
+	}
+	if changed {
+		s.applied.Inc()
+	}
+	return nil
+}
+
+func (s *Store) reject(subject string, err error) {
+	s.invalid.Inc()
+	s.log.Warn("persist: invalid message not persisted", "subject", subject, "reason", err.Error())
+}
+
+func (s *Store) expireAt(m scene.Message, now time.Time) *time.Time {
+	if m.TTL <= 0 {
+		return nil
+	}
+	t := now.Add(time.Duration(m.TTL * float64(time.Second))).UTC()
+	return &t
+}
+
+// upsert stores the object of a persisted create, replacing what was there
+// but keeping its creation time.
+func (s *Store) upsert(ctx context.Context, key string, t topic.SceneTopic, m scene.Message) (bool, error) {
+	for {
+		old, rev, err := s.load(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		now := s.now().UTC()
+		o := &Object{
+			ObjectID:   m.ObjectID,
+			Type:       m.Type,
+			Attributes: copyData(m.Data),
+			Persist:    true,
+			Realm:      t.Realm,
+			UserClient: t.UserClient,
+			CreatedAt:  now,
+			UpdatedAt:  now,
+			ExpireAt:   s.expireAt(m, now),
+		}
+		if old != nil {
+			o.CreatedAt = old.CreatedAt
+		}
+		err = s.save(ctx, key, o, rev)
+		if err == errConflict {
+			continue
+		}
+		return err == nil, err
+	}
+}
+
+// update merges (or, with overwrite, replaces) a stored object. An update
+// for an object that is not stored is ignored, as ARENA's persistence
+// service does.
+func (s *Store) update(ctx context.Context, key string, t topic.SceneTopic, m scene.Message) (bool, error) {
+	for {
+		o, rev, err := s.load(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		now := s.now().UTC()
+		if o == nil || o.expired(now) {
+			s.log.Debug("persist: update of an object that is not persisted ignored", "topic", t.String())
+			return false, nil
+		}
+		if m.Overwrite {
+			o.Attributes = copyData(m.Data)
+			if m.Type != "" {
+				o.Type = m.Type
+			}
+		} else {
+			scene.Merge(o.Attributes, m.Data)
+		}
+		if e := s.expireAt(m, now); e != nil {
+			o.ExpireAt = e
+		}
+		o.UpdatedAt = now
+		err = s.save(ctx, key, o, rev)
+		if err == errConflict {
+			continue
+		}
+		return err == nil, err
+	}
+}
+
+// cascadeDelete removes an object and every stored object below it through
+// data.parent. The descendants are looked for even when the object itself
+// is not stored (any more): a ttl expiry deletes the object before its
+// delete message is applied here.
+func (s *Store) cascadeDelete(ctx context.Context, ns, sc, id string) (bool, error) {
+	all, err := s.scan(ctx, ns, sc)
+	if err != nil {
+		return false, err
+	}
+	children := map[string][]scanned{}
+	byID := map[string]scanned{}
+	for _, e := range all {
+		byID[e.obj.ObjectID] = e
+		if p := e.obj.parent(); p != "" {
+			children[p] = append(children[p], e)
+		}
+	}
+	var doomed []string
+	if e, ok := byID[id]; ok {
+		doomed = append(doomed, e.key)
+	}
+	seen := map[string]bool{id: true}
+	queue := []string{id}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			if seen[c.obj.ObjectID] {
+				continue
+			}
+			seen[c.obj.ObjectID] = true
+			doomed = append(doomed, c.key)
+			queue = append(queue, c.obj.ObjectID)
+		}
+	}
+	for _, key := range doomed {
+		if err := s.kv.Delete(ctx, key); err != nil {
+			return false, fmt.Errorf("persist: deleting %q: %w", key, err)
+		}
+	}
+	return len(doomed) > 0, nil
+}
+
+// copyData returns a deep copy of data without null members, never nil.
+func copyData(data map[string]any) map[string]any {
+	out := map[string]any{}
+	scene.Merge(out, data)
+	return out
+}

@@ -1,0 +1,237 @@
+package persist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Access decides whether the HTTP request may read (write=false) or write
+// the scene ns/scene. It returns nil to allow, or an error whose text is
+// safe to show to the client. The handler answers 401 when the error wraps
+// ErrUnauthenticated (no or bad credentials) and 403 otherwise, unless the
+// error has a method HTTPStatus() int, whose value is used.
+type Access func(r *http.Request, ns, scene string, write bool) error
+
+// ErrUnauthenticated, wrapped by an Access error, makes the handler answer
+// 401 rather than 403.
+var ErrUnauthenticated = errors.New("authentication required")
+
+// Handler serves the persistence REST routes under /persist/ (the request
+// path must keep that prefix):
+//
+//	GET    /persist/health                   {"status":"ok"} when the store answers
+//	GET    /persist/!allscenes               ["ns/scene", ...] the caller may read
+//	GET    /persist/{ns}/!allscenes          the same, for one namespace
+//	GET    /persist/{ns}/{scene}[?type=T]    [object, ...], [] when none
+//	GET    /persist/{ns}/{scene}/{id}        [object], 404 when absent
+//	DELETE /persist/{ns}/{scene}             removes the scene's objects
+//	POST   /persist/{ns}/{scene}             {"action":"clone","namespace":SRC_NS,"sceneId":SRC_SCENE[,"allowNonEmptyTarget":true]}
+//
+// Errors are {"error":"..."} with a fitting status. A nil access allows
+// everything.
+func (s *Store) Handler(access Access) http.Handler {
+	if access == nil {
+		access = func(*http.Request, string, string, bool) error { return nil }
+	}
+	h := &handler{s: s, access: access}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /persist/health", h.health)
+	mux.HandleFunc("GET /persist/{ns}", h.allScenes) // only "!allscenes"
+	mux.HandleFunc("GET /persist/{ns}/{scene}", h.list)
+	mux.HandleFunc("GET /persist/{ns}/{scene}/{id}", h.get)
+	mux.HandleFunc("DELETE /persist/{ns}/{scene}", h.deleteScene)
+	mux.HandleFunc("POST /persist/{ns}/{scene}", h.post)
+	mux.HandleFunc("/persist/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	})
+	return mux
+}
+
+type handler struct {
+	s      *Store
+	access Access
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// allowed calls access and writes the refusal when it denies.
+func (h *handler) allowed(w http.ResponseWriter, r *http.Request, ns, scene string, write bool) bool {
+	err := h.access(r, ns, scene, write)
+	if err == nil {
+		return true
+	}
+	writeError(w, accessStatus(err), err.Error())
+	return false
+}
+
+func accessStatus(err error) int {
+	var hs interface{ HTTPStatus() int }
+	if errors.As(err, &hs) {
+		return hs.HTTPStatus()
+	}
+	if errors.Is(err, ErrUnauthenticated) {
+		return http.StatusUnauthorized
+	}
+	return http.StatusForbidden
+}
+
+func (h *handler) health(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := contextTimeout(r, 2*time.Second)
+	defer cancel()
+	if _, err := h.s.kv.Status(ctx); err != nil {
+		writeError(w, http.StatusServiceUnavailable, "persistence store unavailable: "+err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (h *handler) allScenes(w http.ResponseWriter, r *http.Request) {
+	if r.PathValue("ns") != "!allscenes" {
+		writeError(w, http.StatusNotFound, "no such route: GET "+r.URL.Path)
+		return
+	}
+	h.scenes(w, r, "")
+}
+
+// scenes lists the scenes the caller may read, within namespace ns if not "".
+func (h *handler) scenes(w http.ResponseWriter, r *http.Request, ns string) {
+	all, err := h.s.Scenes(r.Context())
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out := []string{}
+	for _, sc := range all {
+		n, name, _ := strings.Cut(sc, "/")
+		if ns != "" && n != ns {
+			continue
+		}
+		if h.access(r, n, name, false) == nil {
+			out = append(out, sc)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	ns, scene := r.PathValue("ns"), r.PathValue("scene")
+	if scene == "!allscenes" {
+		h.scenes(w, r, ns)
+		return
+	}
+	if !h.allowed(w, r, ns, scene, false) {
+		return
+	}
+	objs, err := h.s.List(r.Context(), ns, scene, r.URL.Query().Get("type"))
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, objs)
+}
+
+func (h *handler) get(w http.ResponseWriter, r *http.Request) {
+	ns, scene, id := r.PathValue("ns"), r.PathValue("scene"), r.PathValue("id")
+	if !h.allowed(w, r, ns, scene, false) {
+		return
+	}
+	o, err := h.s.Get(r.Context(), ns, scene, id)
+	if errors.Is(err, ErrNotFound) {
+		writeError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	// ARENA answers with the array of matching objects.
+	writeJSON(w, http.StatusOK, []Object{o})
+}
+
+func (h *handler) deleteScene(w http.ResponseWriter, r *http.Request) {
+	ns, scene := r.PathValue("ns"), r.PathValue("scene")
+	if !h.allowed(w, r, ns, scene, true) {
+		return
+	}
+	n, err := h.s.deleteScene(r.Context(), ns, scene)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"result": "success", "deletedCount": n})
+}
+
+// cloneRequest is ARENA's body for POST /persist/{ns}/{scene}.
+type cloneRequest struct {
+	Action              string `json:"action"`
+	Namespace           string `json:"namespace"`
+	SceneID             string `json:"sceneId"`
+	AllowNonEmptyTarget bool   `json:"allowNonEmptyTarget"`
+}
+
+func (h *handler) post(w http.ResponseWriter, r *http.Request) {
+	ns, scene := r.PathValue("ns"), r.PathValue("scene")
+	if !h.allowed(w, r, ns, scene, true) {
+		return
+	}
+	var req cloneRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "request body is not a JSON object: "+err.Error())
+		return
+	}
+	if req.Action != "clone" {
+		writeError(w, http.StatusBadRequest, "unknown action "+strconvQuote(req.Action)+"; the only action is \"clone\"")
+		return
+	}
+	if req.Namespace == "" || req.SceneID == "" {
+		writeError(w, http.StatusBadRequest, "clone needs the source \"namespace\" and \"sceneId\"")
+		return
+	}
+	if !h.allowed(w, r, req.Namespace, req.SceneID, false) {
+		return
+	}
+	if req.Namespace == ns && req.SceneID == scene {
+		writeError(w, http.StatusBadRequest, "source and target scene are the same")
+		return
+	}
+	if !req.AllowNonEmptyTarget {
+		existing, err := h.s.List(r.Context(), ns, scene, "")
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		if len(existing) > 0 {
+			writeError(w, http.StatusConflict, "target scene "+ns+"/"+scene+" is not empty")
+			return
+		}
+	}
+	n, err := h.s.Clone(r.Context(), req.Namespace, req.SceneID, ns, scene)
+	if errors.Is(err, ErrSceneEmpty) {
+		writeError(w, http.StatusNotFound, "source scene "+req.Namespace+"/"+req.SceneID+" is empty")
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"result": "success", "objectsCloned": n})
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+func contextTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), d)
+}

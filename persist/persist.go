@@ -1,0 +1,512 @@
+// Package persist keeps the persisted state of ARENA scenes on JetStream,
+// with the semantics of ARENA's persistence service.
+//
+// Every non-private object message (NATS subjects {realm}.s.*.*.o.*.*, that
+// is MQTT topics {realm}/s/{ns}/{scene}/o/{userClient}/{id}, for each
+// configured realm) is captured by the stream XREALM_OBJECTS, the durable log. An applier reads that stream in
+// order through one durable consumer and applies each message to the KV
+// bucket XREALM_PERSIST, one key per object. In a cluster every node runs
+// the applier, but the consumer uses a priority group with the pinned-client
+// policy, so the server delivers to one of them at a time; with at most one
+// message unacknowledged, messages are applied strictly in stream order, and
+// after a crash the unacknowledged message is delivered again before any
+// later one.
+//
+// Semantics (as ARENA's persistence service):
+//   - create with persist:true stores the object, replacing any previous one;
+//   - update with persist:true deep-merges data into a stored object (a null
+//     removes a key, see scene.Merge), or replaces the object when
+//     overwrite:true; an update for an object that is not stored is ignored;
+//   - delete removes the object and, recursively, the stored objects whose
+//     data.parent names it;
+//   - a persisted object with ttl expires: a sweeper deletes it with a
+//     compare-and-delete, and the one node that wins publishes
+//     {"object_id":..,"action":"delete"} on the object's topic;
+//   - invalid messages (see scene.Parse) are logged, one line each, and
+//     ignored.
+package persist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Names of the JetStream assets the store uses.
+const (
+	StreamName    = "XREALM_OBJECTS"
+	ConsumerName  = "xrealm-persist"
+	PriorityGroup = "applier"
+	BucketName    = "XREALM_PERSIST"
+)
+
+const (
+	// streamMaxAge bounds how long an unapplied message waits in the
+	// stream, should no applier run at all.
+	streamMaxAge = 7 * 24 * time.Hour
+	// ackWait is how long the server waits for an ack before delivering
+	// a message again; a long apply extends it with InProgress.
+	ackWait = 10 * time.Second
+	// pinnedTTL is how long a pinned applier may stay silent before the
+	// server pins another node's applier.
+	pinnedTTL = 10 * time.Second
+	// maxKeyLen keeps KV subjects well inside NATS's control-line limit.
+	maxKeyLen = 1024
+)
+
+// StreamSubject returns the subjects of the non-private object messages of
+// one realm, the subjects the stream captures.
+func StreamSubject(realm string) string { return realm + ".s.*.*.o.*.*" }
+
+// ErrNotFound is returned by Get for an object that is not stored.
+var ErrNotFound = errors.New("not found")
+
+// ErrSceneEmpty is returned by Clone when the source scene has no objects.
+var ErrSceneEmpty = errors.New("scene has no persisted objects")
+
+// Config configures a Store.
+type Config struct {
+	JS jetstream.JetStream // from an in-process connection
+	// NC is the connection JS was made from. It is optional: ttl deletes
+	// are published through JS, so that the delete is acknowledged by the
+	// stream (and cascades to children) before the sweeper moves on.
+	NC       *nats.Conn
+	Replicas int // 1 alone, 3 in a cluster; 0 means 1
+	// Realms lists the realms whose object messages are persisted; nil
+	// means ARENA's default, {"realm"}. JetStream refuses to capture
+	// "*.s.*.*.o.*.*" because it overlaps its own API ($JS.>), so the
+	// stream names each realm.
+	Realms []string
+	Logger   *slog.Logger
+	// Registerer, if not nil, receives the gauge xrealm_persisted_objects
+	// and the counters xrealm_persist_applied_total and
+	// xrealm_persist_invalid_total.
+	Registerer prometheus.Registerer
+}
+
+// Object is one stored ARENA object, as the REST routes return it.
+type Object struct {
+	ObjectID   string         `json:"object_id"`
+	Type       string         `json:"type"`
+	Attributes map[string]any `json:"attributes"` // the message's data
+	Persist    bool           `json:"persist"`
+	Realm      string         `json:"realm,omitempty"`
+	UserClient string         `json:"userClient,omitempty"` // of the create
+	CreatedAt  time.Time      `json:"createdAt"`
+	UpdatedAt  time.Time      `json:"updatedAt"`
+	ExpireAt   *time.Time     `json:"expireAt,omitempty"`
+
+	// Namespace and Scene come from the object's key.
+	Namespace string `json:"-"`
+	Scene     string `json:"-"`
+}
+
+func (o *Object) expired(now time.Time) bool {
+	return o.ExpireAt != nil && !o.ExpireAt.After(now)
+}
+
+// parent returns data.parent when it is a string.
+func (o *Object) parent() string {
+	p, _ := o.Attributes["parent"].(string)
+	return p
+}
+
+// Store is the persisted state of all scenes.
+type Store struct {
+	js       jetstream.JetStream
+	kv       jetstream.KeyValue
+	consumer jetstream.Consumer
+	log      *slog.Logger
+	now      func() time.Time
+
+	applied prometheus.Counter
+	invalid prometheus.Counter
+
+	mu      sync.Mutex
+	expires map[string]time.Time // key -> expireAt (zero: none), from the KV watcher
+	synced  bool                 // the watcher has seen every existing key
+}
+
+// Open creates or updates the stream, its consumer and the KV bucket, and
+// returns a Store ready to serve reads. Call Run to apply messages.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.JS == nil {
+		return nil, errors.New("persist: Config.JS is nil")
+	}
+	replicas := cfg.Replicas
+	if replicas <= 0 {
+		replicas = 1
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, expires: map[string]time.Time{}}
+
+	realms := cfg.Realms
+	if len(realms) == 0 {
+		realms = []string{"realm"}
+	}
+	var subjects []string
+	for _, r := range realms {
+		if r == "" || strings.ContainsAny(r, ".*> \t\r\n/+#%") {
+			return nil, fmt.Errorf("persist: realm %q is not a single literal topic level", r)
+		}
+		subjects = append(subjects, StreamSubject(r))
+	}
+	stream, err := cfg.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "xrealm: ARENA object messages, the log of persisted scene state",
+		Subjects:    subjects,
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		MaxAge:      streamMaxAge,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: stream %s: %w", StreamName, err)
+	}
+	s.consumer, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        ConsumerName,
+		Description:    "xrealm: applies object messages to " + BucketName,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  1, // strict order, also across redeliveries
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{PriorityGroup},
+		PinnedTTL:      pinnedTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: consumer %s on %s: %w", ConsumerName, StreamName, err)
+	}
+	s.kv, err = cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      BucketName,
+		Description: "xrealm: persisted ARENA objects, key {ns}.{scene}.{object id}",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: KV bucket %s: %w", BucketName, err)
+	}
+
+	s.applied = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrealm_persist_applied_total",
+		Help: "Object messages that changed the persisted state.",
+	})
+	s.invalid = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "xrealm_persist_invalid_total",
+		Help: "Object messages not persisted because they are invalid.",
+	})
+	if r := cfg.Registerer; r != nil {
+		gauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "xrealm_persisted_objects",
+			Help: "Persisted objects, as seen by this node's KV watcher.",
+		}, func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return float64(len(s.expires))
+		})
+		for _, c := range []prometheus.Collector{gauge, s.applied, s.invalid} {
+			if err := r.Register(c); err != nil {
+				return nil, fmt.Errorf("persist: registering metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
+}
+
+// Run applies the stream to the bucket and sweeps expired objects until
+// ctx is done. Transient failures are logged and retried; Run returns nil
+// when ctx is done.
+func (s *Store) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); s.retry(ctx, "applier", s.runApplier) }()
+	go func() { defer wg.Done(); s.retry(ctx, "ttl sweeper", s.runSweeper) }()
+	wg.Wait()
+	// Let another node's applier take over at once rather than after
+	// the pinned TTL.
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if st, err := s.js.Stream(uctx, StreamName); err == nil {
+		_ = st.UnpinConsumer(uctx, ConsumerName, PriorityGroup)
+	}
+	return nil
+}
+
+// retry runs f until ctx is done, restarting it with a growing delay when
+// it fails.
+func (s *Store) retry(ctx context.Context, name string, f func(context.Context) error) {
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := f(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			delay = 100 * time.Millisecond
+		}
+		s.log.Warn("persist: restarting after failure", "task", name, "err", err, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// Get returns one live stored object, or an error wrapping ErrNotFound.
+func (s *Store) Get(ctx context.Context, ns, scene, objectID string) (Object, error) {
+	key := objectKey(ns, scene, objectID)
+	o, _, err := s.load(ctx, key)
+	if err != nil {
+		return Object{}, err
+	}
+	if o == nil || o.expired(s.now()) {
+		return Object{}, fmt.Errorf("object %q in scene %s/%s: %w", objectID, ns, scene, ErrNotFound)
+	}
+	return *o, nil
+}
+
+// List returns the live objects of one scene, of type typ or of any type
+// when typ is "". Objects without a parent come first, then by parent, then
+// by object id, so that parents tend to precede their children.
+func (s *Store) List(ctx context.Context, ns, scene, typ string) ([]Object, error) {
+	all, err := s.scan(ctx, ns, scene)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	out := make([]Object, 0, len(all))
+	for _, e := range all {
+		if e.obj.expired(now) || typ != "" && e.obj.Type != typ {
+			continue
+		}
+		out = append(out, *e.obj)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		pi, pj := out[i].parent(), out[j].parent()
+		if (pi == "") != (pj == "") {
+			return pi == ""
+		}
+		if pi != pj {
+			return pi < pj
+		}
+		return out[i].ObjectID < out[j].ObjectID
+	})
+	return out, nil
+}
+
+// Scenes returns "ns/scene" for every scene with stored objects, sorted.
+func (s *Store) Scenes(ctx context.Context) ([]string, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("persist: listing keys of %s: %w", BucketName, err)
+	}
+	seen := map[string]bool{}
+	for key := range lister.Keys() {
+		ns, scene, _, err := splitKey(key)
+		if err != nil {
+			s.log.Warn("persist: skipping foreign key", "key", key, "err", err)
+			continue
+		}
+		seen[ns+"/"+scene] = true
+	}
+	out := make([]string, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// DeleteScene removes every stored object of one scene.
+func (s *Store) DeleteScene(ctx context.Context, ns, scene string) error {
+	_, err := s.deleteScene(ctx, ns, scene)
+	return err
+}
+
+func (s *Store) deleteScene(ctx context.Context, ns, scene string) (int, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, sceneKey(ns, scene)+".>")
+	if err != nil {
+		return 0, fmt.Errorf("persist: listing scene %s/%s: %w", ns, scene, err)
+	}
+	var keys []string
+	for key := range lister.Keys() {
+		keys = append(keys, key)
+	}
+	n := 0
+	for _, key := range keys {
+		if err := s.kv.Delete(ctx, key); err != nil {
+			return n, fmt.Errorf("persist: deleting %q of scene %s/%s: %w", key, ns, scene, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Clone copies the live objects of scene srcNS/srcScene into dstNS/dstScene
+// by publishing a persisted create for each on the destination scene's
+// topics, so that clients in that scene see them appear and the copies go
+// through the same log as every other write. It returns how many creates
+// the stream acknowledged; the applier stores them shortly after. It fails
+// with ErrSceneEmpty when the source has no objects.
+func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene string) (int, error) {
+	objs, err := s.List(ctx, srcNS, srcScene, "")
+	if err != nil {
+		return 0, err
+	}
+	if len(objs) == 0 {
+		return 0, fmt.Errorf("persist: clone from %s/%s: %w", srcNS, srcScene, ErrSceneEmpty)
+	}
+	n := 0
+	for _, o := range objs {
+		realm, uc := o.Realm, o.UserClient
+		if realm == "" {
+			realm = "realm"
+		}
+		if uc == "" {
+			uc = "persist"
+		}
+		payload, err := json.Marshal(map[string]any{
+			"object_id": o.ObjectID,
+			"action":    "create",
+			"type":      o.Type,
+			"persist":   true,
+			"data":      o.Attributes,
+		})
+		if err != nil {
+			return n, fmt.Errorf("persist: clone of %q: %w", o.ObjectID, err)
+		}
+		subj := objectSubject(realm, dstNS, dstScene, uc, o.ObjectID)
+		if _, err := s.js.Publish(ctx, subj, payload); err != nil {
+			return n, fmt.Errorf("persist: clone of %q to %s: %w", o.ObjectID, subj, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// scanned is one stored object with its KV revision.
+type scanned struct {
+	key string
+	rev uint64
+	obj *Object
+}
+
+// scan returns every stored object of one scene, expired or not.
+func (s *Store) scan(ctx context.Context, ns, scene string) ([]scanned, error) {
+	w, err := s.kv.Watch(ctx, sceneKey(ns, scene)+".>", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, err)
+	}
+	defer w.Stop()
+	var out []scanned
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, ctx.Err())
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("persist: reading scene %s/%s: watcher closed", ns, scene)
+			}
+			if e == nil {
+				return out, nil
+			}
+			o, err := s.decode(e.Key(), e.Value())
+			if err != nil {
+				s.log.Warn("persist: skipping undecodable object", "key", e.Key(), "err", err)
+				continue
+			}
+			out = append(out, scanned{key: e.Key(), rev: e.Revision(), obj: o})
+		}
+	}
+}
+
+func (s *Store) decode(key string, val []byte) (*Object, error) {
+	ns, scene, _, err := splitKey(key)
+	if err != nil {
+		return nil, err
+	}
+	var o Object
+	if err := json.Unmarshal(val, &o); err != nil {
+		return nil, fmt.Errorf("key %q: %w", key, err)
+	}
+	if o.Attributes == nil {
+		o.Attributes = map[string]any{}
+	}
+	o.Namespace, o.Scene = ns, scene
+	return &o, nil
+}
+
+// load returns the object stored under key and its revision, or nil and 0.
+func (s *Store) load(ctx context.Context, key string) (*Object, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("persist: reading %q: %w", key, err)
+	}
+	o, err := s.decode(key, e.Value())
+	if err != nil {
+		return nil, 0, err
+	}
+	return o, e.Revision(), nil
+}
+
+// errConflict reports a compare-and-set that lost against another writer.
+var errConflict = errors.New("revision conflict")
+
+// save writes o under key if the key is still at revision rev (0: absent).
+func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) error {
+	val, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("persist: encoding %q: %w", key, err)
+	}
+	if rev == 0 {
+		_, err = s.kv.Create(ctx, key, val)
+	} else {
+		_, err = s.kv.Update(ctx, key, val, rev)
+	}
+	if isConflict(err) {
+		return errConflict
+	}
+	if err != nil {
+		return fmt.Errorf("persist: writing %q: %w", key, err)
+	}
+	return nil
+}
+
+func isConflict(err error) bool {
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// objectSubject returns the NATS subject of an object topic.
+func objectSubject(realm, ns, scene, userClient, id string) string {
+	return topicSubject(realm + "/s/" + ns + "/" + scene + "/o/" + userClient + "/" + id)
+}
