@@ -74,23 +74,33 @@ func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	return w
 }
 
-// Enqueue queues f. It returns false when f was dropped because the queue is
-// full (after trying to coalesce) or the writer is closed.
-func (w *Writer) Enqueue(f Frame) bool {
+// Result says what Enqueue did with a frame.
+type Result int
+
+// Results of Enqueue.
+const (
+	Queued    Result = iota // appended to the queue
+	Coalesced               // replaced an older frame with the same key
+	Dropped                 // not queued: the queue is full or the writer closed
+)
+
+// Enqueue queues f. When the queue is full, f replaces the newest queued
+// frame with the same key, or is dropped.
+func (w *Writer) Enqueue(f Frame) Result {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		return false
+		return Dropped
 	}
 	if len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes {
 		ok := f.Key != "" && w.replaceLocked(f)
 		w.mu.Unlock()
 		if ok {
 			w.coalesced.Add(1)
-		} else {
-			w.dropped.Add(1)
+			return Coalesced
 		}
-		return ok
+		w.dropped.Add(1)
+		return Dropped
 	}
 	w.queue = append(w.queue, f)
 	w.bytes += len(f.Bytes)
@@ -101,7 +111,7 @@ func (w *Writer) Enqueue(f Frame) bool {
 		}
 	}
 	w.mu.Unlock()
-	return true
+	return Queued
 }
 
 // replaceLocked replaces the newest queued frame with f's key.
@@ -181,6 +191,9 @@ func (w *Writer) Close() {
 	w.mu.Unlock()
 	<-w.done
 }
+
+// Done is closed when the writer goroutine has finished.
+func (w *Writer) Done() <-chan struct{} { return w.done }
 
 // Stats are a writer's counters.
 type Stats struct {

@@ -44,7 +44,7 @@ func TestWriterOrderAndClose(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		s := fmt.Sprintf("m%d;", i)
 		want.WriteString(s)
-		if !w.Enqueue(Frame{Bytes: []byte(s)}) {
+		if w.Enqueue(Frame{Bytes: []byte(s)}) != Queued {
 			t.Fatalf("frame %d dropped", i)
 		}
 	}
@@ -52,7 +52,7 @@ func TestWriterOrderAndClose(t *testing.T) {
 	if c.String() != want.String() {
 		t.Fatalf("wrote %q..., want all frames in order", c.String()[:40])
 	}
-	if w.Enqueue(Frame{Bytes: []byte("late")}) {
+	if w.Enqueue(Frame{Bytes: []byte("late")}) != Dropped {
 		t.Fatal("enqueue after close succeeded")
 	}
 }
@@ -85,10 +85,10 @@ func TestWriterBoundCoalesceAndDrop(t *testing.T) {
 	w.Enqueue(Frame{Bytes: []byte("[o]")})
 	// Queue full: a newer pose of p1 replaces the stale one; an unkeyed
 	// frame and a pose with no queued predecessor are dropped.
-	if !w.Enqueue(Frame{Bytes: []byte("[p1b]"), Key: "p1"}) {
+	if w.Enqueue(Frame{Bytes: []byte("[p1b]"), Key: "p1"}) != Coalesced {
 		t.Fatal("coalescing frame dropped")
 	}
-	if w.Enqueue(Frame{Bytes: []byte("[z]")}) || w.Enqueue(Frame{Bytes: []byte("[p3]"), Key: "p3"}) {
+	if w.Enqueue(Frame{Bytes: []byte("[z]")}) != Dropped || w.Enqueue(Frame{Bytes: []byte("[p3]"), Key: "p3"}) != Dropped {
 		t.Fatal("frame accepted into a full queue")
 	}
 	close(c.block)

@@ -1,0 +1,407 @@
+package mqtt
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/topic"
+)
+
+const (
+	connectTimeout  = 10 * time.Second
+	durableTimeout  = 5 * time.Second
+	maxLoggedDenies = 20 // per connection; later denials are counted only
+)
+
+// conn is one MQTT client connection.
+type conn struct {
+	s         *Server
+	nc        net.Conn
+	transport string
+	log       *slog.Logger
+	w         *fanout.Writer
+
+	clientID string
+	user     string
+	rights   auth.Rights
+	all      bool // insecure mode: every right
+
+	subs    map[string]byte // filter -> granted qos; read loop only
+	pubOK   map[string]bool // publish-right cache by topic; read loop only
+	nextID  atomic.Uint32
+	lastSeq atomic.Uint64
+	denies  int
+
+	will     *packets.PublishPacket
+	closeMu  sync.Mutex
+	closed   bool
+	graceful bool
+	reason   string
+}
+
+func newConn(s *Server, nc net.Conn, transport string) *conn {
+	return &conn{s: s, nc: nc, transport: transport, log: s.log.With("remote", nc.RemoteAddr().String(), "transport", transport)}
+}
+
+// close ends the connection; the read loop then cleans up.
+func (c *conn) close(reason string) {
+	c.closeMu.Lock()
+	if c.closed {
+		c.closeMu.Unlock()
+		return
+	}
+	c.closed = true
+	c.reason = reason
+	c.closeMu.Unlock()
+	c.nc.Close()
+}
+
+func (c *conn) serve() {
+	defer c.nc.Close()
+	rd := &reader{r: bufio.NewReaderSize(c.nc, 16<<10), maxPublish: c.s.cfg.MaxPayload}
+	c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
+	cp, err := rd.readPacket()
+	if err != nil {
+		c.log.Info("MQTT connection closed before CONNECT", "err", err)
+		return
+	}
+	cc, ok := cp.(*packets.ConnectPacket)
+	if !ok {
+		c.log.Warn("MQTT protocol violation: first packet is not CONNECT", "packet", strings.SplitN(cp.String(), " ", 2)[0])
+		return
+	}
+	keepalive, ok := c.connect(cc)
+	if !ok {
+		return
+	}
+	m := c.s.m
+	m.Connections.Inc()
+	defer m.Connections.Dec()
+	defer c.cleanup()
+
+	for {
+		if keepalive > 0 {
+			c.nc.SetReadDeadline(time.Now().Add(keepalive * 3 / 2))
+		} else {
+			c.nc.SetReadDeadline(time.Time{})
+		}
+		cp, err := rd.readPacket()
+		var tooLarge errTooLarge
+		if errors.As(err, &tooLarge) {
+			m.Oversized.Inc()
+			c.log.Warn("PUBLISH refused: payload too large", "client", c.clientID, "user", c.user, "size", tooLarge.size, "limit", tooLarge.limit)
+			continue
+		}
+		if err != nil {
+			c.readError(err)
+			return
+		}
+		switch p := cp.(type) {
+		case *packets.PublishPacket:
+			c.publish(p)
+		case *packets.PubrelPacket:
+			c.send(&packets.PubcompPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubcomp}, MessageID: p.MessageID})
+		case *packets.PubackPacket, *packets.PubrecPacket, *packets.PubcompPacket:
+			// Deliveries to clients are not retried; nothing to track.
+			if rec, ok := p.(*packets.PubrecPacket); ok {
+				c.send(&packets.PubrelPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubrel, Qos: 1}, MessageID: rec.MessageID})
+			}
+		case *packets.SubscribePacket:
+			c.subscribe(p)
+		case *packets.UnsubscribePacket:
+			for _, f := range p.Topics {
+				if _, ok := c.subs[f]; ok {
+					delete(c.subs, f)
+					c.s.hub.remove(c, f)
+				}
+			}
+			c.send(&packets.UnsubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Unsuback}, MessageID: p.MessageID})
+		case *packets.PingreqPacket:
+			c.send(&packets.PingrespPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pingresp}})
+		case *packets.DisconnectPacket:
+			c.graceful = true
+			c.close("client disconnected")
+			return
+		default:
+			c.log.Warn("MQTT protocol violation: unexpected packet", "client", c.clientID, "packet", cp.String())
+			c.close("protocol violation")
+			return
+		}
+	}
+}
+
+func (c *conn) readError(err error) {
+	c.closeMu.Lock()
+	reason := c.reason
+	c.closeMu.Unlock()
+	switch {
+	case reason != "":
+		c.log.Info("MQTT connection closed", "client", c.clientID, "user", c.user, "reason", reason)
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		c.log.Info("MQTT connection closed by client", "client", c.clientID, "user", c.user)
+	default:
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.log.Info("MQTT connection closed: keepalive expired", "client", c.clientID, "user", c.user)
+		} else {
+			c.log.Warn("MQTT connection closed on a read error", "client", c.clientID, "user", c.user, "err", err)
+		}
+	}
+}
+
+// connect authenticates the CONNECT and answers it. It returns the
+// keepalive and whether the connection may go on.
+func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
+	m := c.s.m
+	refuse := func(code byte, result, why string) (time.Duration, bool) {
+		m.Connects.WithLabelValues(result).Inc()
+		if code == packets.ErrRefusedNotAuthorised || code == packets.ErrRefusedBadUsernameOrPassword {
+			m.AuthDenials.WithLabelValues("connect").Inc()
+		}
+		c.log.Warn("MQTT CONNECT refused", "client", cc.ClientIdentifier, "user", cc.Username, "reason", why)
+		c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		c.nc.Write(encode(&packets.ConnackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Connack}, ReturnCode: code}))
+		return 0, false
+	}
+	if code := cc.Validate(); code != packets.Accepted {
+		return refuse(code, "invalid", packets.ConnackReturnCodes[code])
+	}
+	c.clientID = cc.ClientIdentifier
+	if c.clientID == "" {
+		c.clientID = randomClientID()
+	}
+	var expires time.Time
+	if c.s.cfg.Insecure {
+		c.all = true
+		c.user = cc.Username
+	} else {
+		if !cc.PasswordFlag || len(cc.Password) == 0 {
+			return refuse(packets.ErrRefusedNotAuthorised, "denied", "no token: the password must be an xrealm token")
+		}
+		cl, err := c.s.cfg.Verifier.Verify(string(cc.Password))
+		if err != nil {
+			return refuse(packets.ErrRefusedNotAuthorised, "denied", err.Error())
+		}
+		if cc.Username != cl.Subject {
+			return refuse(packets.ErrRefusedBadUsernameOrPassword, "denied", "user name "+quote(cc.Username)+" does not match the token's sub "+quote(cl.Subject))
+		}
+		c.user, c.rights, expires = cl.Subject, cl.Rights(), cl.ExpiresAt.Time
+	}
+	if cc.WillFlag {
+		if err := topic.ValidName(cc.WillTopic); err != nil || !c.mayPublish(cc.WillTopic, cc.WillMessage) {
+			c.log.Warn("last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", cc.WillTopic)
+		} else {
+			c.will = &packets.PublishPacket{TopicName: cc.WillTopic, Payload: cc.WillMessage}
+			c.will.Qos = min(cc.WillQos, 1)
+		}
+	}
+	c.log = c.log.With("client", c.clientID, "user", c.user)
+	c.subs = map[string]byte{}
+	c.pubOK = map[string]bool{}
+	c.w = fanout.NewWriter(c.nc, c.s.cfg.Writer, func(err error) { c.close("write failed: " + err.Error()) })
+	if !c.s.register(c) {
+		return refuse(packets.ErrRefusedServerUnavailable, "unavailable", "server shutting down")
+	}
+	if !expires.IsZero() {
+		t := time.AfterFunc(time.Until(expires), func() { c.close("token expired") })
+		go func() { <-c.w.Done(); t.Stop() }()
+	}
+	m.Connects.WithLabelValues("accepted").Inc()
+	c.send(&packets.ConnackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Connack}, ReturnCode: packets.Accepted})
+	c.log.Info("MQTT client connected", "keepalive", cc.Keepalive, "clean", cc.CleanSession)
+	return time.Duration(cc.Keepalive) * time.Second, true
+}
+
+func quote(s string) string { return "\"" + s + "\"" }
+
+// cleanup runs when the read loop ends.
+func (c *conn) cleanup() {
+	for f := range c.subs {
+		c.s.hub.remove(c, f)
+	}
+	c.s.unregister(c)
+	if c.will != nil && !c.graceful {
+		c.route(c.will.TopicName, c.will.Payload, 0)
+	}
+	c.close("connection ended")
+	c.w.Close()
+}
+
+// send queues a control packet.
+func (c *conn) send(cp packets.ControlPacket) {
+	c.w.Enqueue(fanout.Frame{Bytes: encode(cp)})
+}
+
+// deny logs a refused action (the first few per connection) and counts it.
+func (c *conn) deny(action, what, why string) {
+	c.s.m.AuthDenials.WithLabelValues(action).Inc()
+	c.denies++
+	if c.denies <= maxLoggedDenies {
+		c.log.Warn("MQTT "+action+" denied", "topic", what, "reason", why, "denied_so_far", c.denies)
+	}
+}
+
+// mayPublish checks the connection's rights for a PUBLISH.
+func (c *conn) mayPublish(name string, payload []byte) bool {
+	if c.all {
+		return true
+	}
+	ok, cached := c.pubOK[name]
+	if !cached {
+		ok = c.rights.CanPublish(name)
+		if len(c.pubOK) > 1024 {
+			clear(c.pubOK)
+		}
+		c.pubOK[name] = ok
+	}
+	if ok {
+		return true
+	}
+	return c.rights.EventOnly(name) && auth.IsClientEvent(payload)
+}
+
+func (c *conn) publish(p *packets.PublishPacket) {
+	c.s.m.MessagesIn.Inc()
+	ack := func() {
+		switch p.Qos {
+		case 1:
+			c.send(&packets.PubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Puback}, MessageID: p.MessageID})
+		case 2:
+			c.send(&packets.PubrecPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubrec}, MessageID: p.MessageID})
+		}
+	}
+	if strings.HasPrefix(p.TopicName, "$") {
+		// System topics such as arena-py's $NETWORK/latency are accepted
+		// and dropped: clients must not reach NATS's own $ subjects.
+		ack()
+		return
+	}
+	if err := topic.ValidName(p.TopicName); err != nil {
+		c.deny("publish", p.TopicName, err.Error())
+		ack()
+		return
+	}
+	if !c.mayPublish(p.TopicName, p.Payload) {
+		why := "no publ right matches the topic"
+		if c.rights.EventOnly(p.TopicName) {
+			why = "only clientEvent messages are allowed on this topic"
+		}
+		// MQTT 3.1.1 has no negative acknowledgement: the message is
+		// dropped, acknowledged, and logged.
+		c.deny("publish", p.TopicName, why)
+		ack()
+		return
+	}
+	if c.route(p.TopicName, p.Payload, p.Qos) {
+		ack()
+	}
+}
+
+// route delivers a message to local subscribers and publishes it on the
+// bus. For QoS 1 and 2 on a persisted-object topic it waits until
+// JetStream has stored the message, and reports false if that failed (the
+// client then gets no acknowledgement and will send it again).
+func (c *conn) route(name string, payload []byte, qos byte) bool {
+	c.s.hub.publishLocal(name, payload)
+	subj := topic.ToSubject(name)
+	if qos > 0 && c.s.cfg.JS != nil && isObjectSubject(subj) {
+		ctx, cancel := context.WithTimeout(context.Background(), durableTimeout)
+		defer cancel()
+		if _, err := c.s.cfg.JS.Publish(ctx, subj, payload); err != nil {
+			c.log.Error("durable publish failed; not acknowledging", "topic", name, "err", err)
+			return false
+		}
+		c.s.m.PersistAcked.Inc()
+		return true
+	}
+	if err := c.s.cfg.NC.Publish(subj, payload); err != nil {
+		c.log.Error("bus publish failed", "topic", name, "err", err)
+	}
+	return true
+}
+
+// isObjectSubject reports whether subj is a non-private object message,
+// {realm}.s.{ns}.{scene}.o.{userClient}.{id}: the subjects the persistence
+// stream stores.
+func isObjectSubject(subj string) bool {
+	var tok [8]string
+	n := 0
+	for n < 8 {
+		i := strings.IndexByte(subj, '.')
+		if i < 0 {
+			tok[n] = subj
+			n++
+			break
+		}
+		tok[n] = subj[:i]
+		subj = subj[i+1:]
+		n++
+		if n == 8 {
+			return false
+		}
+	}
+	return n == 7 && tok[1] == "s" && tok[4] == "o"
+}
+
+func (c *conn) subscribe(p *packets.SubscribePacket) {
+	codes := make([]byte, len(p.Topics))
+	for i, f := range p.Topics {
+		q := byte(0)
+		if i < len(p.Qoss) {
+			q = min(p.Qoss[i], 1)
+		}
+		switch err := topic.ValidFilter(f); {
+		case err != nil:
+			c.deny("subscribe", f, err.Error())
+			codes[i] = 0x80
+		case !c.all && !c.rights.CanSubscribe(f):
+			c.deny("subscribe", f, "no subs right covers the filter")
+			codes[i] = 0x80
+		default:
+			if err := c.s.hub.add(c, f, q); err != nil {
+				c.log.Error("subscribe failed", "filter", f, "err", err)
+				codes[i] = 0x80
+				continue
+			}
+			c.subs[f] = q
+			codes[i] = q
+		}
+	}
+	c.send(&packets.SubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Suback}, MessageID: p.MessageID, ReturnCodes: codes})
+}
+
+// deliver queues a message for this connection at qos. It reports whether
+// the message was queued.
+func (c *conn) deliver(m *outMsg, qos byte) bool {
+	var f fanout.Frame
+	if qos == 0 {
+		b := m.frameQoS0()
+		f = fanout.Frame{Bytes: b, Key: m.key}
+	} else {
+		id := uint16(c.nextID.Add(1))
+		if id == 0 {
+			id = uint16(c.nextID.Add(1))
+		}
+		f = fanout.Frame{Bytes: encodePublish(m.topic, m.payload, 1, id)}
+	}
+	switch c.w.Enqueue(f) {
+	case fanout.Queued:
+		return true
+	case fanout.Coalesced:
+		c.s.m.Coalesced.Inc()
+		return true
+	}
+	c.s.m.Dropped.Inc()
+	return false
+}

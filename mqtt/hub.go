@@ -1,0 +1,228 @@
+package mqtt
+
+import (
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+	"github.com/xrealm/xrealm/topic"
+)
+
+// Hub fans bus messages out to local connections. It holds one NATS
+// subscription per distinct scene prefix (topic.ScenePrefix) that some local
+// connection's filter needs, shared by all of them and released with the
+// last one.
+type Hub struct {
+	nc  *nats.Conn
+	log *slog.Logger
+
+	mu     sync.Mutex
+	scenes map[string]*sceneSub             // by NATS subject
+	all    atomic.Pointer[[]*sceneSub]      // snapshot for local publishes
+	seq    atomic.Uint64                    // message sequence for de-duplication
+	onMsgs func(delivered int)              // metrics hook
+}
+
+// sceneSub is one NATS subscription and the local filters it serves.
+type sceneSub struct {
+	subject string
+	filter  string // MQTT form of subject, for matching local publishes
+	sub     *nats.Subscription
+	groups  atomic.Pointer[[]*group] // copy-on-write snapshot
+	byKey   map[string]*group        // guarded by Hub.mu
+}
+
+// group is the local subscribers with one identical filter.
+type group struct {
+	filter  string
+	members map[*conn]byte // guarded by Hub.mu; qos granted
+	snap    []member       // immutable snapshot used by dispatch
+}
+
+type member struct {
+	c   *conn
+	qos byte
+}
+
+// NewHub creates a hub on nc, which must have echo off so that messages this
+// node publishes are not delivered to it twice.
+func NewHub(nc *nats.Conn, log *slog.Logger, onMsgs func(int)) *Hub {
+	h := &Hub{nc: nc, log: log, scenes: map[string]*sceneSub{}, onMsgs: onMsgs}
+	h.all.Store(&[]*sceneSub{})
+	return h
+}
+
+// add subscribes c to filter at qos.
+func (h *Hub) add(c *conn, filter string, qos byte) error {
+	subj := topic.ScenePrefix(filter)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.scenes[subj]
+	if s == nil {
+		mq, err := topic.FromSubject(subj)
+		if err != nil {
+			return err
+		}
+		s = &sceneSub{subject: subj, filter: mq, byKey: map[string]*group{}}
+		s.groups.Store(&[]*group{})
+		sub, err := h.nc.Subscribe(subj, func(m *nats.Msg) { h.fromBus(s, m) })
+		if err != nil {
+			return err
+		}
+		sub.SetPendingLimits(-1, 256<<20)
+		s.sub = sub
+		h.scenes[subj] = s
+		h.snapshotScenesLocked()
+	}
+	g := s.byKey[filter]
+	if g == nil {
+		g = &group{filter: filter, members: map[*conn]byte{}}
+		s.byKey[filter] = g
+	}
+	g.members[c] = qos
+	g.rebuild()
+	s.snapshotGroups()
+	return nil
+}
+
+// remove unsubscribes c from filter.
+func (h *Hub) remove(c *conn, filter string) {
+	subj := topic.ScenePrefix(filter)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := h.scenes[subj]
+	if s == nil {
+		return
+	}
+	g := s.byKey[filter]
+	if g == nil {
+		return
+	}
+	delete(g.members, c)
+	if len(g.members) == 0 {
+		delete(s.byKey, filter)
+	} else {
+		g.rebuild()
+	}
+	s.snapshotGroups()
+	if len(s.byKey) == 0 {
+		s.sub.Unsubscribe()
+		delete(h.scenes, subj)
+		h.snapshotScenesLocked()
+	}
+}
+
+func (g *group) rebuild() {
+	snap := make([]member, 0, len(g.members))
+	for c, q := range g.members {
+		snap = append(snap, member{c, q})
+	}
+	g.snap = snap
+}
+
+func (s *sceneSub) snapshotGroups() {
+	gs := make([]*group, 0, len(s.byKey))
+	for _, g := range s.byKey {
+		// Copy so that dispatch never sees a snapshot being replaced.
+		cp := &group{filter: g.filter, snap: g.snap}
+		gs = append(gs, cp)
+	}
+	s.groups.Store(&gs)
+}
+
+func (h *Hub) snapshotScenesLocked() {
+	all := make([]*sceneSub, 0, len(h.scenes))
+	for _, s := range h.scenes {
+		all = append(all, s)
+	}
+	h.all.Store(&all)
+}
+
+// fromBus delivers a message that arrived over NATS.
+func (h *Hub) fromBus(s *sceneSub, m *nats.Msg) {
+	name, err := topic.FromSubject(m.Subject)
+	if err != nil || strings.HasPrefix(name, "$") {
+		return
+	}
+	h.dispatch(s, &outMsg{topic: name, payload: m.Data})
+}
+
+// publishLocal delivers a message published by a local connection to the
+// local subscribers.
+func (h *Hub) publishLocal(name string, payload []byte) {
+	m := &outMsg{topic: name, payload: payload}
+	for _, s := range *h.all.Load() {
+		if topic.Match(s.filter, name) {
+			h.dispatch(s, m)
+		}
+	}
+}
+
+func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
+	seq := h.seq.Add(1)
+	n := 0
+	for _, g := range *s.groups.Load() {
+		if !topic.Match(g.filter, m.topic) {
+			continue
+		}
+		for _, mb := range g.snap {
+			// A connection whose filters overlap gets one copy.
+			if mb.c.lastSeq.Swap(seq) == seq {
+				continue
+			}
+			if mb.c.deliver(m, mb.qos) {
+				n++
+			}
+		}
+	}
+	if n > 0 && h.onMsgs != nil {
+		h.onMsgs(n)
+	}
+}
+
+// Scenes returns the number of scene subscriptions held.
+func (h *Hub) Scenes() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.scenes)
+}
+
+// outMsg is a message on its way to local connections. Its QoS 0 encoding is
+// made once and shared by every connection that receives it.
+type outMsg struct {
+	topic   string
+	payload []byte
+	once    sync.Once
+	qos0    []byte
+	key     string
+}
+
+func (m *outMsg) frameQoS0() []byte {
+	m.once.Do(func() {
+		m.qos0 = encodePublish(m.topic, m.payload, 0, 0)
+		m.key = coalesceKey(m.topic)
+	})
+	return m.qos0
+}
+
+// coalesceKey returns the key under which a newer message replaces an older
+// one in a full queue: user (pose) messages of the same object. Other
+// messages are never replaced.
+func coalesceKey(name string) string {
+	// {realm}/s/{ns}/{scene}/u/...
+	levels := 0
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' {
+			levels++
+			if levels == 4 {
+				if strings.HasPrefix(name[i+1:], "u/") {
+					return name
+				}
+				return ""
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,119 @@
+package mqtt
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// maxControlPacket bounds packets other than PUBLISH (CONNECT, SUBSCRIBE...).
+const maxControlPacket = 256 << 10
+
+// errTooLarge marks a PUBLISH whose payload exceeds the limit; its bytes
+// have been read and discarded, and the connection can go on.
+type errTooLarge struct{ size, limit int }
+
+func (e errTooLarge) Error() string {
+	return fmt.Sprintf("PUBLISH of %d bytes exceeds the %d-byte limit", e.size, e.limit)
+}
+
+// reader reads MQTT packets with size limits, using a reusable body buffer.
+type reader struct {
+	r          *bufio.Reader
+	maxPublish int
+	body       []byte
+}
+
+// readPacket reads one packet. Oversized PUBLISHes are skipped and reported
+// as errTooLarge; other errors end the connection.
+func (rd *reader) readPacket() (packets.ControlPacket, error) {
+	first, err := rd.r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	n, err := readVarint(rd.r)
+	if err != nil {
+		return nil, err
+	}
+	typ := first >> 4
+	limit := maxControlPacket
+	if typ == packets.Publish {
+		limit = rd.maxPublish + 2 + 65535 + 2 // payload plus the largest topic and packet id
+	}
+	if n > limit {
+		if typ == packets.Publish {
+			if _, err := io.CopyN(io.Discard, rd.r, int64(n)); err != nil {
+				return nil, err
+			}
+			return nil, errTooLarge{size: n, limit: rd.maxPublish}
+		}
+		return nil, fmt.Errorf("%s packet of %d bytes exceeds %d", packets.PacketNames[typ], n, limit)
+	}
+	fh := packets.FixedHeader{
+		MessageType:     typ,
+		Dup:             first&0x08 != 0,
+		Qos:             (first >> 1) & 0x03,
+		Retain:          first&0x01 != 0,
+		RemainingLength: n,
+	}
+	if fh.Qos > 2 {
+		return nil, fmt.Errorf("packet with QoS %d", fh.Qos)
+	}
+	cp, err := packets.NewControlPacketWithHeader(fh)
+	if err != nil {
+		return nil, err
+	}
+	if cap(rd.body) < n {
+		rd.body = make([]byte, n)
+	}
+	body := rd.body[:n]
+	if _, err := io.ReadFull(rd.r, body); err != nil {
+		return nil, err
+	}
+	if err := cp.Unpack(bytes.NewReader(body)); err != nil {
+		return nil, fmt.Errorf("malformed %s packet: %w", packets.PacketNames[typ], err)
+	}
+	if p, ok := cp.(*packets.PublishPacket); ok && p.Payload != nil && len(p.Payload) > rd.maxPublish {
+		return nil, errTooLarge{size: len(p.Payload), limit: rd.maxPublish}
+	}
+	return cp, nil
+}
+
+var errBadLength = errors.New("malformed remaining length")
+
+func readVarint(r io.ByteReader) (int, error) {
+	var v, mult int = 0, 1
+	for i := 0; i < 4; i++ {
+		b, err := r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		v += int(b&0x7f) * mult
+		if b&0x80 == 0 {
+			return v, nil
+		}
+		mult *= 128
+	}
+	return 0, errBadLength
+}
+
+// encode returns a packet's wire bytes.
+func encode(cp packets.ControlPacket) []byte {
+	var b bytes.Buffer
+	cp.Write(&b) // writing to a bytes.Buffer cannot fail
+	return b.Bytes()
+}
+
+// encodePublish encodes a PUBLISH.
+func encodePublish(topic string, payload []byte, qos byte, id uint16) []byte {
+	p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+	p.TopicName = topic
+	p.Payload = payload
+	p.Qos = qos
+	p.MessageID = id
+	return encode(p)
+}

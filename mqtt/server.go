@@ -1,0 +1,190 @@
+package mqtt
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/fanout"
+)
+
+// TokenVerifier checks an xrealm token; *auth.Keys is one.
+type TokenVerifier interface {
+	Verify(token string) (*auth.Claims, error)
+}
+
+// Config configures the front end.
+type Config struct {
+	// NC is an in-process NATS connection with echo off (nats.NoEcho()).
+	NC *nats.Conn
+	// JS publishes persisted object messages durably; nil = plain publish.
+	JS       jetstream.JetStream
+	Verifier TokenVerifier
+	// Insecure accepts every connection with full rights (benchmarks only).
+	Insecure   bool
+	MaxPayload int // largest PUBLISH payload in bytes
+	Writer     fanout.Options
+	Logger     *slog.Logger
+	Metrics    *Metrics // may be nil
+}
+
+// Server is the MQTT front end of one node.
+type Server struct {
+	cfg Config
+	hub *Hub
+	log *slog.Logger
+	m   *Metrics
+
+	mu      sync.Mutex
+	clients map[string]*conn // by client id, for session takeover
+	conns   map[*conn]struct{}
+	lns     []net.Listener
+	closed  bool
+	wg      sync.WaitGroup
+}
+
+// NewServer creates the front end.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.NC == nil {
+		return nil, errors.New("mqtt: Config.NC is required")
+	}
+	if cfg.Verifier == nil && !cfg.Insecure {
+		return nil, errors.New("mqtt: Config.Verifier is required unless Insecure")
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, clients: map[string]*conn{}, conns: map[*conn]struct{}{}}
+	s.hub = NewHub(cfg.NC, cfg.Logger, func(n int) { s.m.MessagesOut.Add(float64(n)) })
+	return s, nil
+}
+
+// Hub returns the server's hub.
+func (s *Server) Hub() *Hub { return s.hub }
+
+// Serve accepts connections on l until l is closed or Shutdown is called.
+func (s *Server) Serve(l net.Listener, transport string) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return errors.New("mqtt: server closed")
+	}
+	s.lns = append(s.lns, l)
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(delay*2, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			return err
+		}
+		delay = 0
+		s.ServeConn(nc, transport)
+	}
+}
+
+// ServeConn serves one client connection in a new goroutine.
+func (s *Server) ServeConn(nc net.Conn, transport string) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c := newConn(s, nc, transport)
+		c.serve()
+	}()
+}
+
+// register records c as the connection of its client id, closing an older
+// connection with the same id (MQTT session takeover). It fails once the
+// server is shutting down.
+func (s *Server) register(c *conn) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	old := s.clients[c.clientID]
+	s.clients[c.clientID] = c
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	if old != nil {
+		old.close("session taken over by a new connection with the same client id")
+	}
+	return true
+}
+
+func (s *Server) unregister(c *conn) {
+	s.mu.Lock()
+	if s.clients[c.clientID] == c {
+		delete(s.clients, c.clientID)
+	}
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown stops accepting, closes every connection (sending nothing more)
+// and waits for their goroutines until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, l := range s.lns {
+		l.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.close("server shutting down")
+	}
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Connections returns the number of open connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+func randomClientID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "xrealm-" + hex.EncodeToString(b)
+}
