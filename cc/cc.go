@@ -42,8 +42,15 @@ var (
 // are pinned.
 const PinDir = "/sys/fs/bpf/xrealm/cc"
 
-// Names are the congestion controls this package can load.
+// Names are the congestion controls this package can load, by their
+// xrealm names.
 var Names = []string{"hera", "hera-paper"}
+
+// KernelName is the name under which the kernel registers the congestion
+// control xrealm calls name: the kernel accepts only letters, digits, '_' and
+// '.', so "hera-paper" is registered as "hera_paper". Use it for
+// TCP_CONGESTION, iperf3 -C and the sysctls.
+func KernelName(name string) string { return strings.ReplaceAll(name, "-", "_") }
 
 // Load registers the named congestion control ("hera" or "hera-paper") with
 // parameters p. p.Variant must match the name (use hera.ForVariant for the
@@ -65,8 +72,8 @@ func Load(name string, p hera.Params) error {
 	if err := p.Validate(); err != nil {
 		return err
 	}
-	if avail, err := Available(); err == nil && slices.Contains(avail, name) {
-		return fmt.Errorf("cc: %s is already registered (run xrealm cc unload first)", name)
+	if avail, err := Available(); err == nil && slices.Contains(avail, KernelName(name)) {
+		return fmt.Errorf("cc: %s is already registered (run xrealm cc unload first)", KernelName(name))
 	}
 	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
 	if err != nil {

@@ -149,6 +149,6 @@ struct tcp_congestion_ops hera_ops = {
 #if HERA_VARIANT == HERA_TUNED
 	.name = "hera",
 #else
-	.name = "hera-paper",
+	.name = "hera_paper", /* the kernel allows only [A-Za-z0-9_.] */
 #endif
 };

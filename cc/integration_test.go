@@ -1,0 +1,137 @@
+package cc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xrealm/xrealm/hera"
+	"github.com/xrealm/xrealm/netem"
+)
+
+func ip(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// TestKernelIntegration loads each congestion control, moves data over a
+// veth pair between two namespaces with TCP_CONGESTION set to it, checks the
+// kernel reports it for the socket, and unloads it.
+func TestKernelIntegration(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: loading a BPF congestion control needs root")
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("skipping: the kernel has no BTF (/sys/kernel/btf/vmlinux), so no struct_ops")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: iproute2's ip command is not installed")
+	}
+	nsA := fmt.Sprintf("xrealm-cctest-%d-a", os.Getpid())
+	nsB := fmt.Sprintf("xrealm-cctest-%d-b", os.Getpid())
+	ip(t, "netns", "add", nsA)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsA).Run() })
+	ip(t, "netns", "add", nsB)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsB).Run() })
+	ip(t, "-n", nsA, "link", "add", "xrcc0", "type", "veth", "peer", "name", "xrcc1", "netns", nsB)
+	ip(t, "-n", nsA, "addr", "add", "10.66.0.1/24", "dev", "xrcc0")
+	ip(t, "-n", nsB, "addr", "add", "10.66.0.2/24", "dev", "xrcc1")
+	ip(t, "-n", nsA, "link", "set", "xrcc0", "up")
+	ip(t, "-n", nsB, "link", "set", "xrcc1", "up")
+
+	for _, name := range Names {
+		t.Run(name, func(t *testing.T) {
+			kname := KernelName(name)
+			if avail, _ := Available(); slices.Contains(avail, kname) {
+				t.Skipf("skipping: %s is already registered by someone else; not touching it", name)
+			}
+			p, err := hera.ForVariant(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := Load(name, p); err != nil {
+				if errors.Is(err, ebpf.ErrNotSupported) {
+					t.Skipf("skipping: kernel lacks struct_ops support: %v", err)
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := Unload(name); err != nil {
+					t.Errorf("unload: %v", err)
+				}
+				if avail, _ := Available(); slices.Contains(avail, kname) {
+					t.Errorf("%s still available after unload: %v", kname, avail)
+				}
+			})
+			if avail, _ := Available(); !slices.Contains(avail, kname) {
+				t.Fatalf("%s not in tcp_available_congestion_control after load: %v", kname, avail)
+			}
+			var l net.Listener
+			if err := netem.InNamespace(nsA, func() (err error) { l, err = net.Listen("tcp", "10.66.0.1:0"); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			received := make(chan int64, 1)
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					received <- -1
+					return
+				}
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				received <- n
+			}()
+			var c net.Conn
+			d := net.Dialer{Control: SetCongestion(kname)}
+			if err := netem.InNamespace(nsB, func() (err error) {
+				c, err = d.DialContext(context.Background(), "tcp", l.Addr().String())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			const total = 32 << 20
+			buf := make([]byte, 1<<16)
+			for sent := 0; sent < total; sent += len(buf) {
+				if _, err := c.Write(buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rc, err := c.(syscall.Conn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Congestion(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != kname {
+				t.Errorf("kernel reports congestion control %q for the socket, want %q", got, kname)
+			}
+			info, err := TCPInfo(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s: snd_cwnd %d, rtt %d µs after %d MiB", name, info.Snd_cwnd, info.Rtt, total>>20)
+			if info.Snd_cwnd == 0 {
+				t.Errorf("snd_cwnd is 0")
+			}
+			c.Close()
+			if n := <-received; n != total {
+				t.Errorf("receiver got %d bytes, want %d", n, total)
+			}
+		})
+	}
+}

@@ -1,0 +1,70 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/xrealm/xrealm/cc"
+	"github.com/xrealm/xrealm/hera"
+)
+
+// runCC implements
+//
+//	xrealm cc load hera|hera-paper [flags]
+//	xrealm cc unload [hera|hera-paper]
+//
+// load registers Hera as a TCP congestion control (eBPF struct_ops); it stays
+// registered after the command exits until unload.
+func runCC(ctx context.Context, args []string) error {
+	usage := "usage: xrealm cc load hera|hera-paper [flags] | xrealm cc unload [hera|hera-paper]"
+	if len(args) == 0 {
+		return errors.New(usage)
+	}
+	switch args[0] {
+	case "load":
+		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+			return fmt.Errorf("cc load: name a congestion control (hera or hera-paper)\n%s", usage)
+		}
+		name := args[1]
+		p, err := hera.ForVariant(name)
+		if err != nil {
+			return err
+		}
+		fs := flag.NewFlagSet("cc load", flag.ContinueOnError)
+		fs.SetOutput(os.Stderr)
+		fs.DurationVar(&p.BucketWidth, "bucket", p.BucketWidth, "bucket width B (absolute RTT for hera-paper, queueing delay for hera)")
+		fs.IntVar(&p.Backlog, "backlog", p.Backlog, "backlog length N (RTT samples averaged)")
+		fs.IntVar(&p.Buckets, "buckets", p.Buckets, "number of histogram buckets X")
+		d := fs.Uint("delta-max", uint(p.DeltaMax), "step unit Δmax in segments")
+		hc := fs.Uint("hist-cap", uint(p.HistCap), "histogram total at which all buckets are halved")
+		mn := fs.Uint("min-cwnd", uint(p.MinCwnd), "lower window bound in segments")
+		mx := fs.Uint("max-cwnd", uint(p.MaxCwnd), "upper window bound in segments")
+		in := fs.Uint("init-cwnd", uint(p.InitCwnd), "initial window in segments")
+		ds := fs.Uint("decrease-shift", uint(p.DecreaseShift), "hera: decrease unit is at least cwnd>>shift (0: off)")
+		lb := fs.Uint("loss-beta", uint(p.LossBetaPermille), "hera: window multiplier on loss, per mille (0: no loss response)")
+		fs.DurationVar(&p.MinRTTWindow, "min-rtt-window", p.MinRTTWindow, "hera: how long a minimum RTT sample stays valid")
+		if err := fs.Parse(args[2:]); err != nil {
+			return err
+		}
+		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
+		p.DecreaseShift, p.LossBetaPermille = uint32(*ds), uint32(*lb)
+		if err := cc.Load(name, p); err != nil {
+			return err
+		}
+		fmt.Printf("%s registered as TCP congestion control %q (select it with TCP_CONGESTION or iperf3 -C %s)\n",
+			name, cc.KernelName(name), cc.KernelName(name))
+		return nil
+	case "unload":
+		name := ""
+		if len(args) > 1 {
+			name = args[1]
+		}
+		return cc.Unload(name)
+	default:
+		return fmt.Errorf("cc: unknown subcommand %q\n%s", args[0], usage)
+	}
+}
