@@ -187,3 +187,35 @@ func TestNewLinkRejects(t *testing.T) {
 		}
 	}
 }
+
+func TestLogRoundTrip(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := LinkConfig{Trace: ConstantTrace(1), QueuePackets: 1, Log: &buf}
+	_, l := run(t, cfg, []uint64{0, 0, 5000}, 1500, 20000)
+	l.Flush()
+	var recs []LogRecord
+	if err := parseLog("test", &buf, func(r LogRecord) { recs = append(recs, r) }); err != nil {
+		t.Fatal(err)
+	}
+	want := []LogRecord{{Enq: 0, Deq: 1000, Bytes: 1500}, {Enq: 0, Bytes: 1500, Dropped: true, Reason: "tail"}, {Enq: 5000, Deq: 5000, Bytes: 1500}}
+	if len(recs) != len(want) {
+		t.Fatalf("got %+v", recs)
+	}
+	// The log is written in event order: the drop comes first.
+	got := map[LogRecord]bool{}
+	for _, r := range recs {
+		got[r] = true
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("missing %+v in %+v", w, recs)
+		}
+	}
+}
+
+func TestCapacity(t *testing.T) {
+	tr := ConstantTrace(2)
+	if got := tr.Capacity(500*time.Millisecond, 1500*time.Millisecond); got != 2000*MTU {
+		t.Fatalf("Capacity(0.5s, 1.5s) = %d, want %d", got, 2000*MTU)
+	}
+}

@@ -123,3 +123,14 @@ func (t *Trace) firstAtOrAfter(usec uint64) uint64 {
 	}
 	return k
 }
+
+// Capacity returns how many bytes the link can deliver between from and to
+// (measured from the link's start).
+func (t *Trace) Capacity(from, to time.Duration) int64 {
+	if to <= from {
+		return 0
+	}
+	a := t.firstAtOrAfter(uint64(from / time.Microsecond))
+	b := t.firstAtOrAfter(uint64(to / time.Microsecond))
+	return int64(b-a) * MTU
+}
