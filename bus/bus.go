@@ -21,7 +21,7 @@ import (
 
 // Config configures the embedded NATS server.
 type Config struct {
-	DataDir string // JetStream state goes in DataDir/jetstream
+	DataDir string // NATS keeps JetStream state in DataDir/jetstream
 	Name    string // server name, unique in a cluster
 
 	NATSAddr   string      // host:port for NATS clients; "" = no TCP listener
@@ -58,7 +58,7 @@ func Start(cfg Config) (*Bus, error) {
 	opts := &server.Options{
 		ServerName: cfg.Name,
 		JetStream:  true,
-		StoreDir:   filepath.Join(cfg.DataDir, "jetstream"),
+		StoreDir:   cfg.DataDir, // NATS keeps its state in DataDir/jetstream
 		NoSigs:     true,
 		MaxPayload: int32(cfg.MaxPayload),
 	}

@@ -1,0 +1,237 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/xrealm/xrealm/auth"
+)
+
+// Config configures the routes.
+type Config struct {
+	Realm      string
+	PublicHost string // host name clients use for MQTT and persistence, e.g. "localhost"
+	Access     *Access
+	Settings   *auth.SettingsStore
+	TokenTTL   time.Duration // lifetime of tokens from /user/v2/mqtt_auth
+	Logger     *slog.Logger
+}
+
+// API serves the routes of this package.
+type API struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New creates the API.
+func New(cfg Config) *API {
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = 12 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &API{cfg: cfg, log: cfg.Logger}
+}
+
+// Register adds the routes to mux.
+func (a *API) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /conf/defaults.json", a.defaults)
+	mux.HandleFunc("POST /user/v2/mqtt_auth", a.mqttAuth)
+	mux.HandleFunc("GET /scenes/{ns}/{scene}/settings", a.getSettings)
+	mux.HandleFunc("PUT /scenes/{ns}/{scene}/settings", a.putSettings)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+// defaults serves what ARENA clients read at start. arena-py 1.6.0 needs
+// mqttHost, persistHost, persistPath and latencyTopic.
+func (a *API) defaults(w http.ResponseWriter, r *http.Request) {
+	host := a.cfg.PublicHost
+	if host == "" {
+		host = r.Host
+		if i := strings.LastIndexByte(host, ':'); i > 0 && !strings.HasSuffix(host, "]") {
+			host = host[:i]
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ARENADefaults": map[string]any{
+		"realm":             a.cfg.Realm,
+		"mqttHost":          host,
+		"mqttPath":          []string{"/mqtt/"},
+		"persistHost":       host,
+		"persistPath":       "/persist/",
+		"latencyTopic":      "$NETWORK/latency",
+		"namespace":         auth.PublicNamespace,
+		"sceneName":         "default",
+		"userName":          "Anonymous",
+		"graphTopic":        "$NETWORK",
+		"defaultVRMRig":     "",
+		"camHeight":         1.6,
+		"disableVideo":      true,
+		"ATLASurl":          "",
+		"headModelPath":     "",
+		"jitsiHost":         "",
+		"supportDevFolders": false,
+	}})
+}
+
+// mqttAuth issues a token for one scene, as ARENA's /user/v2/mqtt_auth
+// does. It takes ARENA's form fields: username, id_auth ("anonymous" for an
+// anonymous user), realm, scene ("ns/scene"), userclient, camid, handleftid,
+// handrightid. A caller that sends a valid token (Bearer or cookie) is
+// signed in as that token's user; otherwise the request is anonymous and
+// allowed only where the scene allows anonymous users.
+func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed form: "+err.Error())
+		return
+	}
+	f := r.PostForm
+	realm := f.Get("realm")
+	if realm == "" {
+		realm = a.cfg.Realm
+	}
+	if realm != a.cfg.Realm {
+		writeError(w, http.StatusBadRequest, "unknown realm "+quote(realm)+"; this server serves "+quote(a.cfg.Realm))
+		return
+	}
+	ns, scene, ok := strings.Cut(f.Get("scene"), "/")
+	if !ok || ns == "" || scene == "" || strings.Contains(scene, "/") {
+		writeError(w, http.StatusBadRequest, "scene must be \"namespace/scene\", got "+quote(f.Get("scene")))
+		return
+	}
+	user, anonymous := "", true
+	if tok := RequestToken(r); tok != "" && f.Get("id_auth") != "anonymous" {
+		cl, err := a.cfg.Access.Keys.Verify(tok)
+		if err != nil {
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+		// A token issued to an anonymous user stays anonymous.
+		user, anonymous = cl.Subject, strings.HasPrefix(cl.Subject, "anonymous-")
+	}
+	if user == "" {
+		user = anonymousName(f.Get("username"))
+	}
+	st, err := a.cfg.Settings.Get(r.Context(), ns, scene)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	role, err := st.RoleFor(user, anonymous)
+	if err != nil {
+		a.log.Warn("token request denied", "user", user, "scene", ns+"/"+scene, "reason", err)
+		writeError(w, http.StatusForbidden, err.Error())
+		return
+	}
+	userClient := f.Get("userclient")
+	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, role, userClient), a.cfg.TokenTTL)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: false, SameSite: http.SameSiteLaxMode, MaxAge: int(a.cfg.TokenTTL.Seconds())})
+	a.log.Info("token issued", "user", user, "scene", ns+"/"+scene, "role", role, "anonymous", anonymous)
+	writeJSON(w, http.StatusOK, map[string]any{
+		"username": user,
+		"token":    token,
+		"role":     role,
+		"ids": map[string]string{
+			"userid":      user,
+			"userclient":  userClient,
+			"camid":       f.Get("camid"),
+			"handleftid":  f.Get("handleftid"),
+			"handrightid": f.Get("handrightid"),
+		},
+	})
+}
+
+func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// anonymousName keeps a client's chosen display name but marks it
+// anonymous, so that it can never equal a signed-in user's name.
+func anonymousName(want string) string {
+	clean := strings.Map(func(r rune) rune {
+		if r == '/' || r == '+' || r == '#' || r == '.' || r < ' ' {
+			return -1
+		}
+		return r
+	}, want)
+	if len(clean) > 64 {
+		clean = clean[:64]
+	}
+	if clean == "" {
+		b := make([]byte, 4)
+		rand.Read(b)
+		clean = hex.EncodeToString(b)
+	}
+	return "anonymous-" + strings.TrimPrefix(clean, "anonymous-")
+}
+
+// getSettings returns a scene's settings to anyone who may read it.
+func (a *API) getSettings(w http.ResponseWriter, r *http.Request) {
+	ns, scene := r.PathValue("ns"), r.PathValue("scene")
+	if err := a.cfg.Access.Scene(r, ns, scene, false); err != nil {
+		writeError(w, statusOf(err), err.Error())
+		return
+	}
+	st, err := a.cfg.Settings.Get(r.Context(), ns, scene)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// putSettings replaces a scene's settings; only the namespace's owner (the
+// user named like the namespace) may.
+func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
+	ns, scene := r.PathValue("ns"), r.PathValue("scene")
+	cl, err := a.cfg.Access.Keys.Verify(RequestToken(r))
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	if cl.Subject != ns {
+		writeError(w, http.StatusForbidden, "only user "+quote(ns)+" may change the settings of scenes in namespace "+quote(ns))
+		return
+	}
+	var st auth.Settings
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		writeError(w, http.StatusBadRequest, "malformed settings: "+err.Error())
+		return
+	}
+	st.Namespace, st.Scene = ns, scene
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	if err := a.cfg.Settings.Put(ctx, st); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func statusOf(err error) int {
+	var hs interface{ HTTPStatus() int }
+	if errors.As(err, &hs) {
+		return hs.HTTPStatus()
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,6 @@
+// Package httpapi serves xrealm's HTTP routes: the ARENA configuration that
+// clients read at start (/conf/defaults.json), the token endpoint
+// (/user/v2/mqtt_auth), scene settings, health and Prometheus metrics. It
+// also resolves the token of a request (Bearer header or mqtt_token
+// cookie) for every other route, such as /persist/.
+package httpapi

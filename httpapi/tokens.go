@@ -1,0 +1,111 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/topic"
+)
+
+// CookieName is the cookie that carries a token, as in ARENA.
+const CookieName = "mqtt_token"
+
+// RequestToken returns the token a request carries, from an
+// "Authorization: Bearer" header or the mqtt_token cookie; "" if none.
+func RequestToken(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
+			return strings.TrimSpace(t)
+		}
+	}
+	if c, err := r.Cookie(CookieName); err == nil {
+		return c.Value
+	}
+	return ""
+}
+
+// ErrUnauthenticated is returned for a request whose token is missing where
+// one is needed, or invalid.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrForbidden is returned when a valid token does not allow the action.
+var ErrForbidden = errors.New("forbidden")
+
+// Access decides scene access for HTTP routes with the same rules as the
+// bus: a token's rights, or the scene's settings for a request without one.
+type Access struct {
+	Realm    string
+	Keys     *auth.Keys
+	Settings interface {
+		Get(ctx context.Context, ns, scene string) (auth.Settings, error)
+	}
+	Insecure bool
+}
+
+// Scene reports whether r may read (write=false) or write scene ns/scene.
+// The error says why not; it wraps ErrUnauthenticated or ErrForbidden.
+func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
+	if a.Insecure {
+		return nil
+	}
+	tok := RequestToken(r)
+	if tok == "" {
+		if write {
+			return wrap(ErrUnauthenticated, "writing a scene needs a token (Bearer header or mqtt_token cookie)")
+		}
+		st, err := a.Settings.Get(r.Context(), ns, scene)
+		if err != nil {
+			return err
+		}
+		if _, err := st.RoleFor("", true); err != nil {
+			return wrap(ErrUnauthenticated, "scene "+ns+"/"+scene+" is not readable without a token")
+		}
+		return nil
+	}
+	cl, err := a.Keys.Verify(tok)
+	if err != nil {
+		return wrap(ErrUnauthenticated, err.Error())
+	}
+	base := a.Realm + "/s/" + ns + "/" + scene
+	r2 := cl.Rights()
+	if write {
+		if !coversAll(r2.Publ, base+"/o/+/+") {
+			return wrap(ErrForbidden, "token of "+cl.Subject+" may not write scene "+ns+"/"+scene)
+		}
+		return nil
+	}
+	if !r2.CanSubscribe(topic.SceneFilter(a.Realm, ns, scene)) {
+		return wrap(ErrForbidden, "token of "+cl.Subject+" may not read scene "+ns+"/"+scene)
+	}
+	return nil
+}
+
+func coversAll(filters []string, f string) bool {
+	for _, p := range filters {
+		if topic.Covers(p, f) {
+			return true
+		}
+	}
+	return false
+}
+
+type wrapped struct {
+	kind error
+	msg  string
+}
+
+func (w wrapped) Error() string { return w.msg }
+func (w wrapped) Unwrap() error { return w.kind }
+
+func wrap(kind error, msg string) error { return wrapped{kind, msg} }
+
+// HTTPStatus is the status a handler answers with for this error.
+func (w wrapped) HTTPStatus() int {
+	if errors.Is(w.kind, ErrUnauthenticated) {
+		return http.StatusUnauthorized
+	}
+	return http.StatusForbidden
+}

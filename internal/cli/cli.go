@@ -1,0 +1,96 @@
+// Package cli implements the xrealm command line: one binary with a
+// subcommand per capability. cmd/xrealm only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+type command struct {
+	run   func(ctx context.Context, args []string) error
+	usage string
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"serve": {runServe, "run an xrealm node (everything embedded; data in ./data)"},
+		"token": {runToken, "print a signed token for a user and scene"},
+		"cc":    {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
+		"netem": {runNetem, "run a command behind a trace-driven emulated link"},
+		"bench": {runBench, "run a benchmark: cc"},
+	}
+}
+
+// Main runs the command line and returns the process exit code.
+func Main(args []string, stderr io.Writer) int {
+	cmds := commands()
+	if len(args) < 1 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr, cmds)
+		if len(args) < 1 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "xrealm: unknown command %q\n\n", args[0])
+		usage(stderr, cmds)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "xrealm %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer, cmds map[string]command) {
+	fmt.Fprintln(w, "usage: xrealm <command> [flags]   (xrealm <command> -h for its flags)")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, cmds[n].usage)
+	}
+}
+
+// runBench dispatches `xrealm bench <name>`.
+func runBench(ctx context.Context, args []string) error {
+	benches := map[string]func(context.Context, []string) error{
+		"cc": runBenchCC,
+	}
+	if len(args) < 1 {
+		return fmt.Errorf("which benchmark? one of: %s", strings.Join(keys(benches), ", "))
+	}
+	b, ok := benches[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown benchmark %q; one of: %s", args[0], strings.Join(keys(benches), ", "))
+	}
+	return b(ctx, args[1:])
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

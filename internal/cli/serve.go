@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xrealm/xrealm/server"
+)
+
+func runServe(ctx context.Context, args []string) error {
+	cfg := server.Defaults()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	configFile := fs.String("config", "", "JSON config file whose keys are these flags' names, e.g. {\"http-addr\": \":80\"}; flags given on the command line win")
+	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (JetStream state, keys, TLS certificate)")
+	fs.StringVar(&cfg.Realm, "realm", cfg.Realm, "ARENA realm served")
+	fs.StringVar(&cfg.PublicHost, "public-host", cfg.PublicHost, "host name clients reach this server by, sent in /conf/defaults.json")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP address (REST, /metrics, MQTT over WebSocket at /mqtt); empty = off")
+	fs.StringVar(&cfg.HTTPSAddr, "https-addr", cfg.HTTPSAddr, "HTTPS address; empty = off")
+	fs.StringVar(&cfg.MQTTAddr, "mqtt-addr", cfg.MQTTAddr, "MQTT over TCP address; empty = off")
+	fs.StringVar(&cfg.MQTTSAddr, "mqtts-addr", cfg.MQTTSAddr, "MQTT over TLS address; empty = off")
+	fs.StringVar(&cfg.MQTTWSAddr, "mqtt-ws-addr", cfg.MQTTWSAddr, "MQTT over WebSocket address; empty = off")
+	fs.StringVar(&cfg.NATSAddr, "nats-addr", cfg.NATSAddr, "NATS client address; empty = off")
+	fs.StringVar(&cfg.NATSWSAddr, "nats-ws-addr", cfg.NATSWSAddr, "NATS over WebSocket address; empty = off")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (default: self-signed, generated into the data directory)")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
+	fs.StringVar(&cfg.Name, "name", "", "node name, unique in a cluster (default: host name)")
+	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
+	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes")
+	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
+	fs.IntVar(&cfg.Replicas, "replicas", 0, "JetStream replicas for scene state (default 1 alone, 3 in a cluster)")
+	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused")
+	fs.DurationVar(&cfg.Writer.Linger, "write-linger", 0, "after a busy write, wait this long to batch the next (0 = off)")
+	fs.IntVar(&cfg.Writer.MaxFrames, "queue-frames", 4096, "per-connection outgoing queue bound, in messages")
+	fs.DurationVar(&cfg.TokenTTL, "token-ttl", cfg.TokenTTL, "lifetime of tokens issued by /user/v2/mqtt_auth")
+	fs.BoolVar(&cfg.Insecure, "insecure", false, "DEVELOPMENT ONLY: no authentication at all")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	logFormat := fs.String("log-format", "text", "text or json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *configFile != "" {
+		if err := applyConfigFile(fs, *configFile); err != nil {
+			return err
+		}
+	}
+	if *routes != "" {
+		cfg.Routes = strings.Split(*routes, ",")
+	}
+	log, err := newLogger(*logLevel, *logFormat)
+	if err != nil {
+		return err
+	}
+	srv, err := server.Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}
+
+// applyConfigFile sets every flag named in the JSON file that was not given
+// on the command line.
+func applyConfigFile(fs *flag.FlagSet, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("config file %s: %w", path, err)
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for k, v := range m {
+		if fs.Lookup(k) == nil || k == "config" {
+			return fmt.Errorf("config file %s: unknown setting %q", path, k)
+		}
+		if given[k] {
+			continue
+		}
+		var s string
+		switch v := v.(type) {
+		case string:
+			s = v
+		case bool:
+			s = strconv.FormatBool(v)
+		case float64:
+			s = strconv.FormatFloat(v, 'f', -1, 64)
+		default:
+			return fmt.Errorf("config file %s: setting %q has a value of unsupported type", path, k)
+		}
+		if err := fs.Set(k, s); err != nil {
+			return fmt.Errorf("config file %s: setting %q: %w", path, k, err)
+		}
+	}
+	return nil
+}
+
+func newLogger(level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: %w", level, err)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, errors.New("log format must be text or json, got " + strconv.Quote(format))
+}

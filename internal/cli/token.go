@@ -1,0 +1,50 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/xrealm/xrealm/auth"
+)
+
+func runToken(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("token", flag.ContinueOnError)
+	user := fs.String("user", "", "user name (the token's sub; the MQTT user name)")
+	scene := fs.String("scene", "", "scene as namespace/scene")
+	role := fs.String("role", "viewer", "editor or viewer")
+	ttl := fs.Duration("ttl", time.Hour, "lifetime")
+	data := fs.String("data", "./data", "data directory of the server (holds the signing key)")
+	realm := fs.String("realm", "realm", "realm")
+	client := fs.String("userclient", "", "limit a viewer's own topics to this client id (default: any)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *user == "" {
+		return fmt.Errorf("--user is required")
+	}
+	ns, sc, ok := strings.Cut(*scene, "/")
+	if !ok || ns == "" || sc == "" || strings.Contains(sc, "/") {
+		return fmt.Errorf("--scene must be namespace/scene, got %q", *scene)
+	}
+	r, ok := auth.ParseRole(*role)
+	if !ok {
+		return fmt.Errorf("--role must be editor or viewer, got %q", *role)
+	}
+	if *ttl <= 0 {
+		return fmt.Errorf("--ttl must be positive, got %s", *ttl)
+	}
+	keys, err := auth.LoadOrCreateKeys(*data)
+	if err != nil {
+		return err
+	}
+	tok, err := keys.Issue(*user, auth.SceneRights(*realm, ns, sc, r, *client), *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stdout, tok)
+	return nil
+}

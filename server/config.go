@@ -1,0 +1,93 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/xrealm/xrealm/fanout"
+)
+
+// Config is everything `xrealm serve` can be told. Addresses are host:port;
+// an empty address turns that listener off.
+type Config struct {
+	DataDir    string
+	Realm      string
+	PublicHost string // host name put in /conf/defaults.json
+
+	HTTPAddr   string // REST, health, /metrics, MQTT over WebSocket at /mqtt
+	HTTPSAddr  string // the same routes over TLS
+	MQTTAddr   string
+	MQTTSAddr  string
+	MQTTWSAddr string
+	NATSAddr   string
+	NATSWSAddr string
+
+	TLSCert, TLSKey string // empty: a self-signed certificate in DataDir/tls
+
+	Name        string // node name, unique in a cluster
+	ClusterName string
+	ClusterAddr string
+	Routes      []string
+	Replicas    int // JetStream replicas; 0 = 1 alone, 3 in a cluster
+
+	MaxPayload int
+	Writer     fanout.Options
+	TokenTTL   time.Duration
+
+	// Insecure turns off all authentication (benchmarks and development).
+	Insecure bool
+}
+
+// Defaults returns the configuration of `xrealm serve` with no flags.
+func Defaults() Config {
+	return Config{
+		DataDir:     "./data",
+		Realm:       "realm",
+		PublicHost:  "localhost",
+		HTTPAddr:    ":8080",
+		HTTPSAddr:   ":8443",
+		MQTTAddr:    ":1883",
+		MQTTSAddr:   ":8883",
+		MQTTWSAddr:  ":9001",
+		NATSAddr:    ":4222",
+		NATSWSAddr:  ":4223",
+		ClusterAddr: ":6222",
+		MaxPayload:  1 << 20,
+		TokenTTL:    12 * time.Hour,
+	}
+}
+
+func (c *Config) nodeName() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	h, _ := os.Hostname()
+	return h
+}
+
+func (c *Config) replicas() int {
+	switch {
+	case c.Replicas > 0:
+		return c.Replicas
+	case c.ClusterName != "":
+		return 3
+	}
+	return 1
+}
+
+func (c *Config) validate() error {
+	if c.DataDir == "" {
+		return fmt.Errorf("config: data directory is empty")
+	}
+	if c.Realm == "" {
+		return fmt.Errorf("config: realm is empty")
+	}
+	if c.MaxPayload <= 0 {
+		return fmt.Errorf("config: max payload %d must be positive", c.MaxPayload)
+	}
+	if c.ClusterName != "" && c.Name == "" {
+		return fmt.Errorf("config: a cluster node needs a unique --name")
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+// Package server composes xrealm's parts into the program `xrealm serve`
+// runs: the embedded NATS bus with JetStream, the signing keys and scene
+// settings, the persistence store, the MQTT front end on TCP, TLS and
+// WebSocket, and the HTTP and HTTPS routes.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/httpapi"
+	"github.com/xrealm/xrealm/mqtt"
+	"github.com/xrealm/xrealm/persist"
+	"github.com/xrealm/xrealm/tlscert"
+)
+
+// Server is a running xrealm node.
+type Server struct {
+	cfg  Config
+	log  *slog.Logger
+	bus  *bus.Bus
+	ncs  []*nats.Conn
+	mqtt *mqtt.Server
+	http []*http.Server
+	lns  []net.Listener
+	wg   sync.WaitGroup
+
+	Keys     *auth.Keys
+	Store    *persist.Store
+	Settings *auth.SettingsStore
+	Registry *prometheus.Registry
+	Mux      *http.ServeMux
+
+	stopStore context.CancelFunc
+}
+
+// Start starts a node and returns once every listener accepts connections
+// and the persistence store is ready.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	if cfg.Insecure {
+		log.Warn("AUTHENTICATION IS OFF (--insecure): anyone can read and write every scene. Use only for benchmarks and development.")
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if s.Keys, err = auth.LoadOrCreateKeys(cfg.DataDir); err != nil {
+		return nil, err
+	}
+	var tlsConf *tls.Config
+	if cfg.HTTPSAddr != "" || cfg.MQTTSAddr != "" {
+		if tlsConf, err = tlscert.Load(cfg.TLSCert, cfg.TLSKey, cfg.DataDir, []string{cfg.PublicHost}); err != nil {
+			return nil, err
+		}
+	}
+
+	s.Registry = prometheus.NewRegistry()
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	if s.bus, err = bus.Start(bus.Config{
+		DataDir: cfg.DataDir, Name: cfg.nodeName(),
+		NATSAddr: cfg.NATSAddr, NATSWSAddr: cfg.NATSWSAddr,
+		ClusterName: cfg.ClusterName, ClusterAddr: cfg.ClusterAddr, Routes: cfg.Routes,
+		MaxPayload: cfg.MaxPayload, Verifier: s.Keys, Insecure: cfg.Insecure,
+		Logger: log,
+	}); err != nil {
+		return nil, err
+	}
+	svc, err := s.connect("xrealm-services")
+	if err != nil {
+		return nil, err
+	}
+	front, err := s.connect("xrealm-mqtt", nats.NoEcho())
+	if err != nil {
+		return nil, err
+	}
+	js, err := s.bus.JetStream(ctx, svc)
+	if err != nil {
+		return nil, err
+	}
+	replicas := cfg.replicas()
+	if err := retry(ctx, log, "open scene settings", func() error {
+		s.Settings, err = auth.OpenSettings(ctx, js, replicas)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := retry(ctx, log, "open persistence store", func() error {
+		s.Store, err = persist.Open(ctx, persist.Config{JS: js, NC: svc, Replicas: replicas, Realms: []string{cfg.Realm}, Logger: log})
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	storeCtx, stop := context.WithCancel(context.Background())
+	s.stopStore = stop
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.Store.Run(storeCtx); err != nil && !errors.Is(err, context.Canceled) {
+			log.Error("persistence applier stopped", "err", err)
+		}
+	}()
+
+	frontJS, err := s.bus.JetStream(ctx, front)
+	if err != nil {
+		return nil, err
+	}
+	if s.mqtt, err = mqtt.NewServer(mqtt.Config{
+		NC: front, JS: frontJS, Realm: cfg.Realm, Verifier: s.Keys, Insecure: cfg.Insecure,
+		MaxPayload: cfg.MaxPayload, Writer: cfg.Writer, Logger: log.With("component", "mqtt"),
+		Metrics: mqtt.NewMetrics(s.Registry),
+	}); err != nil {
+		return nil, err
+	}
+
+	access := &httpapi.Access{Realm: cfg.Realm, Keys: s.Keys, Settings: s.Settings, Insecure: cfg.Insecure}
+	s.Mux = http.NewServeMux()
+	httpapi.New(httpapi.Config{Realm: cfg.Realm, PublicHost: cfg.PublicHost, Access: access, Settings: s.Settings, TokenTTL: cfg.TokenTTL, Logger: log}).Register(s.Mux)
+	s.Mux.Handle("/persist/", s.Store.Handler(access.Scene))
+	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"status":"ok","node":%q,"mqtt_connections":%d}`+"\n", cfg.nodeName(), s.mqtt.Connections())
+	})
+	s.Mux.Handle("/mqtt", s.mqtt.WebSocketHandler("ws"))
+	s.Mux.Handle("/mqtt/", s.mqtt.WebSocketHandler("ws"))
+
+	// Listeners: bind all first so that a port in use fails the start.
+	type serveFn func(net.Listener) error
+	var starts []func()
+	listen := func(addr, what string, tlsc *tls.Config, serve serveFn) error {
+		if addr == "" {
+			return nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("%s listener on %s: %w", what, addr, err)
+		}
+		if tlsc != nil {
+			l = tls.NewListener(l, tlsc)
+		}
+		s.lns = append(s.lns, l)
+		log.Info("listening", "what", what, "addr", l.Addr().String())
+		starts = append(starts, func() {
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+					log.Error("listener stopped", "what", what, "err", err)
+				}
+			}()
+		})
+		return nil
+	}
+	httpServe := func(h http.Handler) serveFn {
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		s.http = append(s.http, hs)
+		return hs.Serve
+	}
+	mqttServe := func(transport string) serveFn {
+		return func(l net.Listener) error { return s.mqtt.Serve(l, transport) }
+	}
+	if err := errors.Join(
+		listen(cfg.HTTPAddr, "http", nil, httpServe(s.Mux)),
+		listen(cfg.HTTPSAddr, "https", tlsConf, httpServe(s.Mux)),
+		listen(cfg.MQTTAddr, "mqtt", nil, mqttServe("tcp")),
+		listen(cfg.MQTTSAddr, "mqtts", tlsConf, mqttServe("tls")),
+		listen(cfg.MQTTWSAddr, "mqtt-ws", nil, httpServe(s.mqtt.WebSocketHandler("ws"))),
+	); err != nil {
+		return nil, err
+	}
+	for _, f := range starts {
+		f()
+	}
+	log.Info("xrealm is ready", "node", cfg.nodeName(), "realm", cfg.Realm, "data", cfg.DataDir, "replicas", replicas, "cluster", cfg.ClusterName)
+	return s, nil
+}
+
+func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := s.bus.Connect(name, opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.ncs = append(s.ncs, nc)
+	return nc, nil
+}
+
+// retry runs f until it succeeds or ctx ends; in a cluster, JetStream
+// assets cannot be created until enough peers have joined.
+func retry(ctx context.Context, log *slog.Logger, what string, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if attempt%5 == 1 {
+			log.Info("retrying", "what", what, "attempt", attempt, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// Addrs returns the bound address of each listener, in the order
+// http, https, mqtt, mqtts, mqtt-ws (skipping those turned off).
+func (s *Server) Addrs() []net.Addr {
+	var out []net.Addr
+	for _, l := range s.lns {
+		out = append(out, l.Addr())
+	}
+	return out
+}
+
+// Shutdown stops the node gracefully: listeners first, then connections,
+// the persistence applier and finally the bus, which flushes JetStream.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, hs := range s.http {
+		if err := hs.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.mqtt != nil {
+		if err := s.mqtt.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.Close()
+	return errors.Join(errs...)
+}
+
+// Close stops everything at once.
+func (s *Server) Close() {
+	for _, l := range s.lns {
+		l.Close()
+	}
+	for _, hs := range s.http {
+		hs.Close()
+	}
+	if s.stopStore != nil {
+		s.stopStore()
+	}
+	for _, nc := range s.ncs {
+		nc.Close()
+	}
+	s.wg.Wait()
+	if s.bus != nil {
+		s.bus.Shutdown()
+	}
+}
