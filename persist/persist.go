@@ -87,7 +87,7 @@ type Config struct {
 	// "*.s.*.*.o.*.*" because it overlaps its own API ($JS.>), so the
 	// stream names each realm.
 	Realms []string
-	Logger   *slog.Logger
+	Logger *slog.Logger
 	// Registerer, if not nil, receives the gauge xrealm_persisted_objects
 	// and the counters xrealm_persist_applied_total and
 	// xrealm_persist_invalid_total.
