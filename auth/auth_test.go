@@ -111,9 +111,9 @@ func TestSceneRights(t *testing.T) {
 func TestIsClientEvent(t *testing.T) {
 	for in, want := range map[string]bool{
 		`{"object_id":"b","action":"clientEvent","type":"mousedown"}`: true,
-		`{"object_id":"b","action":"create"}`:                        false,
-		`{"action":`:                                                 false,
-		`[]`:                                                         false,
+		`{"object_id":"b","action":"create"}`:                         false,
+		`{"action":`:                                                  false,
+		`[]`:                                                          false,
 	} {
 		if got := IsClientEvent([]byte(in)); got != want {
 			t.Errorf("IsClientEvent(%s) = %v", in, got)

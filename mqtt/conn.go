@@ -315,7 +315,7 @@ func (c *conn) publish(p *packets.PublishPacket) {
 func (c *conn) route(name string, payload []byte, qos byte) bool {
 	c.s.hub.publishLocal(name, payload)
 	subj := topic.ToSubject(name)
-	if qos > 0 && c.s.cfg.JS != nil && isObjectSubject(subj) {
+	if qos > 0 && c.s.cfg.JS != nil && isObjectSubject(subj, c.s.cfg.Realm) {
 		ctx, cancel := context.WithTimeout(context.Background(), durableTimeout)
 		defer cancel()
 		if _, err := c.s.cfg.JS.Publish(ctx, subj, payload); err != nil {
@@ -332,9 +332,9 @@ func (c *conn) route(name string, payload []byte, qos byte) bool {
 }
 
 // isObjectSubject reports whether subj is a non-private object message,
-// {realm}.s.{ns}.{scene}.o.{userClient}.{id}: the subjects the persistence
-// stream stores.
-func isObjectSubject(subj string) bool {
+// {realm}.s.{ns}.{scene}.o.{userClient}.{id} of the given realm: the
+// subjects the persistence stream stores.
+func isObjectSubject(subj, realm string) bool {
 	var tok [8]string
 	n := 0
 	for n < 8 {
@@ -351,7 +351,7 @@ func isObjectSubject(subj string) bool {
 			return false
 		}
 	}
-	return n == 7 && tok[1] == "s" && tok[4] == "o"
+	return n == 7 && tok[0] == realm && tok[1] == "s" && tok[4] == "o"
 }
 
 func (c *conn) subscribe(p *packets.SubscribePacket) {

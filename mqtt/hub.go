@@ -19,10 +19,10 @@ type Hub struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	scenes map[string]*sceneSub             // by NATS subject
-	all    atomic.Pointer[[]*sceneSub]      // snapshot for local publishes
-	seq    atomic.Uint64                    // message sequence for de-duplication
-	onMsgs func(delivered int)              // metrics hook
+	scenes map[string]*sceneSub        // by NATS subject
+	all    atomic.Pointer[[]*sceneSub] // snapshot for local publishes
+	seq    atomic.Uint64               // message sequence for de-duplication
+	onMsgs func(delivered int)         // metrics hook
 }
 
 // sceneSub is one NATS subscription and the local filters it serves.

@@ -26,7 +26,11 @@ type Config struct {
 	// NC is an in-process NATS connection with echo off (nats.NoEcho()).
 	NC *nats.Conn
 	// JS publishes persisted object messages durably; nil = plain publish.
-	JS       jetstream.JetStream
+	JS jetstream.JetStream
+	// Realm is the realm whose object messages the persistence stream
+	// stores; QoS 1 object messages of this realm are acknowledged only
+	// after JetStream stored them.
+	Realm    string
 	Verifier TokenVerifier
 	// Insecure accepts every connection with full rights (benchmarks only).
 	Insecure   bool
