@@ -18,7 +18,7 @@ func topicSubject(t string) string { return topic.ToSubject(t) }
 // once its effect is in the bucket, and nothing after it is delivered
 // before.
 func (s *Store) runApplier(ctx context.Context) error {
-	it, err := s.consumer.Messages(jetstream.PullPriorityGroup(PriorityGroup))
+	it, err := s.consumer.Messages(jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("consuming %s/%s: %w", StreamName, ConsumerName, err)
 	}
@@ -49,6 +49,21 @@ func (s *Store) runApplier(ctx context.Context) error {
 // applyRetrying applies msg until it succeeds or ctx is done, telling the
 // server the message is still in progress while it retries.
 func (s *Store) applyRetrying(ctx context.Context, msg jetstream.Msg) error {
+	// Keep the message ours while a long apply runs.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
 	delay := 50 * time.Millisecond
 	for {
 		err := s.apply(ctx, msg.Subject(), msg.Data())
@@ -59,7 +74,6 @@ func (s *Store) applyRetrying(ctx context.Context, msg jetstream.Msg) error {
 			return ctx.Err()
 		}
 		s.log.Warn("persist: applying message failed, retrying", "subject", msg.Subject(), "err", err, "delay", delay)
-		_ = msg.InProgress()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

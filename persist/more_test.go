@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -258,4 +259,40 @@ func TestHTTP(t *testing.T) {
 		t.Fatalf("cloned t2 = %+v", o)
 	}
 	e.waitObject("ns", "new", "t1", nil)
+}
+
+// TestCrashMidApply stands for a node that took a message and died before
+// acknowledging it: the message must still be applied, before any later one.
+func TestCrashMidApply(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, dir, false)
+	e.pub(tp+"x", `{"object_id":"x","action":"create","persist":true,"data":{"v":1}}`)
+	e.pub(tp+"x", `{"object_id":"x","action":"delete"}`)
+
+	// A pinned client takes the first message and never acks it.
+	batch, err := e.store.consumer.Fetch(1, jetstream.FetchMaxWait(2*time.Second), jetstream.FetchPriorityGroup(PriorityGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got int
+	for m := range batch.Messages() {
+		got++
+		if !strings.Contains(string(m.Data()), `"create"`) {
+			t.Fatalf("first message = %s", m.Data())
+		}
+	}
+	if got != 1 {
+		t.Fatalf("fetched %d messages (%v)", got, batch.Error())
+	}
+	e.stop()
+
+	e2 := newEnv(t, dir, true)
+	// Applied in order: created, then deleted; never left standing.
+	eventually(t, "both messages applied", func() bool {
+		info, err := e2.store.consumer.Info(context.Background())
+		return err == nil && info.AckFloor.Stream >= 2
+	})
+	if _, err := e2.get("ns", "sc", "x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("x = %v, want deleted", err)
+	}
 }

@@ -55,11 +55,15 @@ const (
 	// stream, should no applier run at all.
 	streamMaxAge = 7 * 24 * time.Hour
 	// ackWait is how long the server waits for an ack before delivering
-	// a message again; a long apply extends it with InProgress.
-	ackWait = 10 * time.Second
+	// a message again; a long apply extends it with InProgress. After a
+	// crash, the message in flight is applied again after at most this.
+	ackWait = 5 * time.Second
+	// pullExpiry is the lifetime of one pull request; an idle applier
+	// renews its request this often, which keeps it pinned.
+	pullExpiry = 4 * time.Second
 	// pinnedTTL is how long a pinned applier may stay silent before the
-	// server pins another node's applier.
-	pinnedTTL = 10 * time.Second
+	// server pins another node's applier; more than pullExpiry.
+	pinnedTTL = 6 * time.Second
 	// maxKeyLen keeps KV subjects well inside NATS's control-line limit.
 	maxKeyLen = 1024
 )
