@@ -138,7 +138,6 @@ type Store struct {
 
 	mu      sync.Mutex
 	expires map[string]time.Time // key -> expireAt (zero: none), from the KV watcher
-	synced  bool                 // the watcher has seen every existing key
 }
 
 // Open creates or updates the stream, its consumer and the KV bucket, and

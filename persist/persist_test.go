@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
@@ -279,6 +280,31 @@ func TestCreateUpdateSemantics(t *testing.T) {
 	}
 	if got := counterValue(t, e.store.invalid); got != 0 {
 		t.Errorf("invalid counter = %v, want 0", got)
+	}
+	if got := counterValue(t, e.store.applied); got < 5 {
+		t.Errorf("applied counter = %v, want at least 5", got)
+	}
+	eventually(t, "gauge xrealm_persisted_objects = 1", func() bool {
+		mfs, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "xrealm_persisted_objects" {
+				return mf.GetMetric()[0].GetGauge().GetValue() == 1 // box
+			}
+		}
+		return false
+	})
+}
+
+func TestOpenRejectsBadRealm(t *testing.T) {
+	e := newEnv(t, "", false)
+	for _, realm := range []string{"*", "a.b", ""} {
+		_, err := Open(context.Background(), Config{JS: e.js, Realms: []string{realm}})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%q", realm)) {
+			t.Errorf("Open with realm %q: %v", realm, err)
+		}
 	}
 }
 

@@ -25,7 +25,6 @@ func (s *Store) runSweeper(ctx context.Context) error {
 	defer w.Stop()
 	s.mu.Lock()
 	clear(s.expires)
-	s.synced = false
 	s.mu.Unlock()
 
 	tick := time.NewTicker(sweepEvery)
@@ -49,8 +48,7 @@ func (s *Store) track(e jetstream.KeyValueEntry) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e == nil {
-		s.synced = true
-		return
+		return // end of the initial values
 	}
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.expires, e.Key())
