@@ -100,7 +100,7 @@ func (c *conn) serve() {
 		var tooLarge errTooLarge
 		if errors.As(err, &tooLarge) {
 			m.Oversized.Inc()
-			c.log.Warn("PUBLISH refused: payload too large", "client", c.clientID, "user", c.user, "size", tooLarge.size, "limit", tooLarge.limit)
+			c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit)
 			continue
 		}
 		if err != nil {
@@ -198,6 +198,8 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 		}
 		c.user, c.rights, expires = cl.Subject, cl.Rights(), cl.ExpiresAt.Time
 	}
+	c.subs = map[string]byte{}
+	c.pubOK = map[string]bool{}
 	if cc.WillFlag {
 		if err := topic.ValidName(cc.WillTopic); err != nil || !c.mayPublish(cc.WillTopic, cc.WillMessage) {
 			c.log.Warn("last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", cc.WillTopic)
@@ -207,8 +209,6 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 		}
 	}
 	c.log = c.log.With("client", c.clientID, "user", c.user)
-	c.subs = map[string]byte{}
-	c.pubOK = map[string]bool{}
 	c.w = fanout.NewWriter(c.nc, c.s.cfg.Writer, func(err error) { c.close("write failed: " + err.Error()) })
 	if !c.s.register(c) {
 		return refuse(packets.ErrRefusedServerUnavailable, "unavailable", "server shutting down")

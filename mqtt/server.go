@@ -192,3 +192,17 @@ func randomClientID() string {
 	rand.Read(b)
 	return "xrealm-" + hex.EncodeToString(b)
 }
+
+// Kick closes the connection of clientID, as a network failure would: its
+// last will, if any, is published. It reports whether such a client was
+// connected.
+func (s *Server) Kick(clientID, reason string) bool {
+	s.mu.Lock()
+	c := s.clients[clientID]
+	s.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	c.close(reason)
+	return true
+}

@@ -1,0 +1,469 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/xrealm/xrealm/auth"
+)
+
+type testNode struct {
+	*Server
+	httpURL, mqttURL, wsURL string
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startNode(t *testing.T, mod func(*Config)) *testNode {
+	t.Helper()
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.HTTPAddr, cfg.MQTTAddr, cfg.MQTTWSAddr = freePort(t), freePort(t), freePort(t)
+	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", ""
+	cfg.MaxPayload = 64 << 10
+	if mod != nil {
+		mod(&cfg)
+	}
+	level := slog.LevelWarn
+	if os.Getenv("XREALM_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return &testNode{Server: s, httpURL: "http://" + cfg.HTTPAddr, mqttURL: "tcp://" + cfg.MQTTAddr, wsURL: "ws://" + cfg.MQTTWSAddr + "/mqtt"}
+}
+
+func (n *testNode) token(t *testing.T, user, scene string, role auth.Role, ttl time.Duration) string {
+	t.Helper()
+	ns, sc, _ := strings.Cut(scene, "/")
+	tok, err := n.Keys.Issue(user, auth.SceneRights("realm", ns, sc, role, ""), ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// inbox collects messages a client receives.
+type inbox struct {
+	mu   sync.Mutex
+	msgs []paho.Message
+	ch   chan struct{}
+}
+
+func newInbox() *inbox { return &inbox{ch: make(chan struct{}, 1)} }
+
+func (b *inbox) handler(_ paho.Client, m paho.Message) {
+	b.mu.Lock()
+	b.msgs = append(b.msgs, m)
+	b.mu.Unlock()
+	select {
+	case b.ch <- struct{}{}:
+	default:
+	}
+}
+
+// wait returns the first message whose topic has the given suffix.
+func (b *inbox) wait(t *testing.T, topicSuffix string, d time.Duration) paho.Message {
+	t.Helper()
+	deadline := time.After(d)
+	for {
+		b.mu.Lock()
+		for _, m := range b.msgs {
+			if strings.HasSuffix(m.Topic(), topicSuffix) {
+				b.mu.Unlock()
+				return m
+			}
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.ch:
+		case <-deadline:
+			t.Fatalf("no message on *%s within %s", topicSuffix, d)
+		}
+	}
+}
+
+func (b *inbox) has(topicSuffix string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range b.msgs {
+		if strings.HasSuffix(m.Topic(), topicSuffix) {
+			return true
+		}
+	}
+	return false
+}
+
+func connect(t *testing.T, url, user, token string) (paho.Client, error) {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("%s-%d", user, time.Now().UnixNano())).
+		SetUsername(user).SetPassword(token).SetAutoReconnect(false).SetConnectRetry(false).SetConnectTimeout(5 * time.Second)
+	c := paho.NewClient(o)
+	tk := c.Connect()
+	if !tk.WaitTimeout(5 * time.Second) {
+		return nil, fmt.Errorf("connect timed out")
+	}
+	if err := tk.Error(); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { c.Disconnect(100) })
+	return c, nil
+}
+
+func mustConnect(t *testing.T, url, user, token string) paho.Client {
+	t.Helper()
+	c, err := connect(t, url, user, token)
+	if err != nil {
+		t.Fatalf("connect %s: %v", user, err)
+	}
+	return c
+}
+
+func subscribe(t *testing.T, c paho.Client, filter string, b *inbox) byte {
+	t.Helper()
+	tk := c.Subscribe(filter, 1, b.handler)
+	if !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+		t.Fatalf("subscribe %s: %v", filter, tk.Error())
+	}
+	return tk.(*paho.SubscribeToken).Result()[filter]
+}
+
+func publish(t *testing.T, c paho.Client, topic string, qos byte, payload string) {
+	t.Helper()
+	tk := c.Publish(topic, qos, false, payload)
+	if !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+		t.Fatalf("publish %s: %v", topic, tk.Error())
+	}
+}
+
+func getJSON(t *testing.T, url, token string, v any) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if v != nil && resp.StatusCode == 200 {
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("GET %s: %v in %s", url, err, b)
+		}
+	}
+	return resp.StatusCode
+}
+
+type object struct {
+	ObjectID   string         `json:"object_id"`
+	Type       string         `json:"type"`
+	Attributes map[string]any `json:"attributes"`
+}
+
+// waitObjects polls GET /persist until cond holds.
+func waitObjects(t *testing.T, n *testNode, scene, token string, cond func([]object) bool) []object {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var objs []object
+		getJSON(t, n.httpURL+"/persist/"+scene, token, &objs)
+		if cond(objs) {
+			return objs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("persisted objects of %s never met the condition; last: %+v", scene, objs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func byID(objs []object, id string) *object {
+	for i := range objs {
+		if objs[i].ObjectID == id {
+			return &objs[i]
+		}
+	}
+	return nil
+}
+
+const base = "realm/s/lab/room1"
+
+func TestPubSubPersistAndRights(t *testing.T) {
+	n := startNode(t, nil)
+	edTok := n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour)
+	vwTok := n.token(t, "vi", "lab/room1", auth.RoleViewer, time.Hour)
+	ed := mustConnect(t, n.mqttURL, "ed", edTok)
+	vw := mustConnect(t, n.mqttURL, "vi", vwTok)
+	vin, ein := newInbox(), newInbox()
+	if q := subscribe(t, vw, base+"/+/+/+", vin); q != 1 {
+		t.Fatalf("viewer subscription granted %d", q)
+	}
+	subscribe(t, ed, base+"/#", ein)
+	if q := subscribe(t, vw, "realm/s/lab/other/#", vin); q != 0x80 {
+		t.Fatalf("viewer subscription to another scene granted %d, want 0x80", q)
+	}
+
+	// A persisted create at QoS 1 is delivered and stored.
+	publish(t, ed, base+"/o/ed-1/box1", 1, `{"object_id":"box1","action":"create","type":"object","persist":true,"data":{"object_type":"box","position":{"x":1,"y":2,"z":3},"color":"#ff0000"}}`)
+	vin.wait(t, "/o/ed-1/box1", 5*time.Second)
+	// QoS 1 was acknowledged after JetStream stored it; the KV follows.
+	objs := waitObjects(t, n, "lab/room1", vwTok, func(o []object) bool { return byID(o, "box1") != nil })
+	if got := byID(objs, "box1").Attributes["color"]; got != "#ff0000" {
+		t.Fatalf("color = %v", got)
+	}
+	// Update merges, null removes.
+	publish(t, ed, base+"/o/ed-1/box1", 1, `{"object_id":"box1","action":"update","type":"object","persist":true,"data":{"color":null,"scale":{"x":2,"y":2,"z":2}}}`)
+	waitObjects(t, n, "lab/room1", vwTok, func(o []object) bool {
+		b := byID(o, "box1")
+		_, hasColor := b.Attributes["color"]
+		return b != nil && !hasColor && b.Attributes["scale"] != nil && b.Attributes["position"] != nil
+	})
+
+	// Viewers may move their camera and click, but not edit.
+	publish(t, vw, base+"/u/vi-1/camera_vi", 0, `{"object_id":"camera_vi","action":"update","type":"object","data":{"position":{"x":0,"y":1.6,"z":0}}}`)
+	ein.wait(t, "/u/vi-1/camera_vi", 5*time.Second)
+	publish(t, vw, base+"/o/vi-1/box1", 0, `{"object_id":"box1","action":"clientEvent","type":"mousedown","data":{"source":"camera_vi"}}`)
+	ein.wait(t, "/o/vi-1/box1", 5*time.Second)
+	publish(t, vw, base+"/o/vi-1/evil", 1, `{"object_id":"evil","action":"create","type":"object","persist":true,"data":{"object_type":"box"}}`)
+	publish(t, vw, base+"/o/vi-1/box1", 1, `{"object_id":"box1","action":"delete"}`)
+
+	// Invalid messages from an editor: not persisted, nobody disconnected.
+	publish(t, ed, base+"/o/ed-1/bad1", 1, `{"object_id":"bad1","action":"create",`)
+	publish(t, ed, base+"/o/ed-1/bad2", 1, `{"object_id":"not-bad2","action":"create","persist":true,"data":{}}`)
+	publish(t, ed, base+"/o/ed-1/bad3", 1, `{"object_id":"bad3","action":"explode","persist":true,"data":{}}`)
+	publish(t, ed, base+"/o/ed-1/box2", 1, `{"object_id":"box2","action":"create","type":"object","persist":true,"data":{"object_type":"sphere"}}`)
+	objs = waitObjects(t, n, "lab/room1", vwTok, func(o []object) bool { return byID(o, "box2") != nil })
+	for _, id := range []string{"evil", "bad1", "bad2", "not-bad2", "bad3"} {
+		if byID(objs, id) != nil {
+			t.Errorf("object %s was persisted", id)
+		}
+	}
+	if byID(objs, "box1") == nil {
+		t.Error("a viewer deleted box1")
+	}
+	if ein.has("/o/vi-1/evil") {
+		t.Error("the viewer's create reached other clients")
+	}
+	if !ed.IsConnectionOpen() || !vw.IsConnectionOpen() {
+		t.Fatal("a client was disconnected")
+	}
+
+	// Payloads over the limit are refused; the sender stays connected.
+	publish(t, ed, base+"/o/ed-1/big", 0, `{"object_id":"big","action":"create","data":{"pad":"`+strings.Repeat("x", 70<<10)+`"}}`)
+	publish(t, ed, base+"/o/ed-1/after", 0, `{"object_id":"after","action":"clientEvent"}`)
+	vin.wait(t, "/o/ed-1/after", 5*time.Second)
+	if vin.has("/o/ed-1/big") {
+		t.Error("oversized payload was delivered")
+	}
+
+	// REST needs rights: no token on a private scene, wrong scene.
+	otherTok := n.token(t, "ot", "lab/other", auth.RoleEditor, time.Hour)
+	if code := getJSON(t, n.httpURL+"/persist/lab/room1", otherTok, nil); code != 403 {
+		t.Errorf("GET with another scene's token: %d, want 403", code)
+	}
+	req, _ := http.NewRequest("DELETE", n.httpURL+"/persist/lab/room1", nil)
+	req.Header.Set("Authorization", "Bearer "+vwTok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 {
+		t.Errorf("viewer DELETE scene: %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestConnectRefusals(t *testing.T) {
+	n := startNode(t, nil)
+	good := n.token(t, "ann", "lab/room1", auth.RoleEditor, time.Hour)
+	expired := n.token(t, "ann", "lab/room1", auth.RoleEditor, -time.Minute)
+	for name, tc := range map[string][2]string{
+		"expired":   {"ann", expired},
+		"wrongUser": {"bob", good},
+		"noToken":   {"ann", ""},
+		"garbage":   {"ann", "not-a-jwt"},
+	} {
+		if _, err := connect(t, n.mqttURL, tc[0], tc[1]); err == nil {
+			t.Errorf("%s: connected, want refused", name)
+		}
+	}
+}
+
+func TestTokenExpiryDisconnects(t *testing.T) {
+	n := startNode(t, nil)
+	lost := make(chan struct{})
+	o := paho.NewClientOptions().AddBroker(n.mqttURL).SetClientID("short").SetUsername("sam").
+		SetPassword(n.token(t, "sam", "lab/room1", auth.RoleEditor, 1500*time.Millisecond)).SetAutoReconnect(false).
+		SetConnectionLostHandler(func(paho.Client, error) { close(lost) })
+	c := paho.NewClient(o)
+	if tk := c.Connect(); !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+		t.Fatal(tk.Error())
+	}
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("connection stayed open after its token expired")
+	}
+}
+
+func TestWebSocketAndLastWill(t *testing.T) {
+	n := startNode(t, nil)
+	tok := n.token(t, "web", "lab/room1", auth.RoleViewer, time.Hour)
+	watcher := mustConnect(t, n.mqttURL, "ed", n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour))
+	in := newInbox()
+	subscribe(t, watcher, base+"/#", in)
+
+	o := paho.NewClientOptions().AddBroker(n.wsURL).SetClientID("web-1").SetUsername("web").SetPassword(tok).
+		SetAutoReconnect(false).SetWill(base+"/x/web-1/web", `{"object_id":"web","action":"leave"}`, 0, false)
+	ws := paho.NewClient(o)
+	if tk := ws.Connect(); !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+		t.Fatalf("WebSocket connect: %v", tk.Error())
+	}
+	publish(t, ws, base+"/x/web-1/web", 0, `{"object_id":"web","action":"join"}`)
+	in.wait(t, "/x/web-1/web", 5*time.Second)
+	// Kill the connection without DISCONNECT: the will is published.
+	in.mu.Lock()
+	in.msgs = nil
+	in.mu.Unlock()
+	if !n.mqtt.Kick("web-1", "test") {
+		t.Fatal("web-1 is not connected")
+	}
+	m := in.wait(t, "/x/web-1/web", 5*time.Second)
+	if !strings.Contains(string(m.Payload()), "leave") {
+		t.Fatalf("will payload = %s", m.Payload())
+	}
+}
+
+// A client that never reads must not slow down the others: its queue
+// fills, stale poses are coalesced, and a reading client gets everything.
+func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.Writer.MaxFrames = 256 })
+	tok := n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour)
+	raw, err := net.Dial("tcp", strings.TrimPrefix(n.mqttURL, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	raw.(*net.TCPConn).SetReadBuffer(4096)
+	writeRaw(t, raw, connectPacket("stalled", "ed", tok))
+	writeRaw(t, raw, subscribePacket(base+"/#"))
+
+	pub := mustConnect(t, n.mqttURL, "ed", tok)
+	sub := mustConnect(t, n.mqttURL, "ed", tok)
+	var got sync.WaitGroup
+	const total = 3000
+	got.Add(total)
+	tk := sub.Subscribe(base+"/u/+/+", 0, func(_ paho.Client, m paho.Message) {
+		if strings.HasSuffix(m.Topic(), "/cam") {
+			got.Done()
+		}
+	})
+	if !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+		t.Fatal(tk.Error())
+	}
+	time.Sleep(100 * time.Millisecond) // the stalled client's SUBSCRIBE is in
+	payload := `{"object_id":"cam","action":"update","data":{"pad":"` + strings.Repeat("p", 4000) + `"}}`
+	for i := 0; i < total; i++ {
+		pub.Publish(base+"/u/ed-1/cam", 0, false, payload)
+		if i%100 == 99 {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	done := make(chan struct{})
+	go func() { got.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reading client did not get every pose while another client stalled")
+	}
+	var metrics string
+	resp, err := http.Get(n.httpURL + "/metrics")
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		metrics = string(b)
+	}
+	if !strings.Contains(metrics, "xrealm_mqtt_coalesced_total ") || strings.Contains(metrics, "xrealm_mqtt_coalesced_total 0\n") {
+		t.Errorf("no coalescing counted for the stalled client: %s", grepLine(metrics, "xrealm_mqtt_"))
+	}
+}
+
+func writeRaw(t *testing.T, c net.Conn, b []byte) {
+	t.Helper()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mqttString(s string) []byte { return append([]byte{byte(len(s) >> 8), byte(len(s))}, s...) }
+
+func withHeader(typ byte, body []byte) []byte {
+	out := []byte{typ}
+	n := len(body)
+	for {
+		b := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			b |= 0x80
+		}
+		out = append(out, b)
+		if n == 0 {
+			break
+		}
+	}
+	return append(out, body...)
+}
+
+func connectPacket(id, user, pass string) []byte {
+	body := append(mqttString("MQTT"), 4, 0xC2, 0, 60)
+	body = append(body, mqttString(id)...)
+	body = append(body, mqttString(user)...)
+	body = append(body, mqttString(pass)...)
+	return withHeader(0x10, body)
+}
+
+func subscribePacket(filter string) []byte {
+	body := append([]byte{0, 1}, mqttString(filter)...)
+	return withHeader(0x82, append(body, 0))
+}
+
+func grepLine(text, prefix string) string {
+	var out []string
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
+}
