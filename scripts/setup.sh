@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Installs what xrealm and its tests need on a fresh machine, from the
+# package registries only (apt, the Go module proxy, PyPI, npm). Safe to run
+# again: it installs only what is missing.
+#
+#   scripts/setup.sh          # server only: builds bin/xrealm
+#   scripts/setup.sh --test   # plus the test tools: mosquitto, Python venv, ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_test=0
+[[ "${1:-}" == "--test" ]] && want_test=1
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+apt_install() {
+	local missing=()
+	for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+	((${#missing[@]})) || return 0
+	if [[ $(id -u) -ne 0 ]]; then
+		say "missing Debian packages: ${missing[*]} (run as root, or install them yourself)"
+		return 1
+	fi
+	say "apt-get install ${missing[*]}"
+	apt-get update -q >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+}
+
+if ! command -v go >/dev/null; then
+	say "Go is not installed. Install Go 1.26 or newer (https://go.dev/dl) and run again."
+	exit 1
+fi
+
+# The web client, when present, is built before the server that serves it.
+if [[ -f web/package.json ]]; then
+	command -v npm >/dev/null || apt_install nodejs npm
+	if [[ ! -d web/node_modules ]]; then
+		say "npm ci (web)"
+		(cd web && npm ci --no-audit --no-fund --loglevel=error)
+	fi
+	say "building the web client"
+	(cd web && npm run build --silent)
+fi
+
+say "building bin/xrealm"
+go build -o bin/xrealm ./cmd/xrealm
+
+if ((want_test)); then
+	apt_install mosquitto python3-venv iproute2
+	if [[ ! -x .venv/bin/python ]]; then
+		say "creating .venv"
+		python3 -m venv .venv
+	fi
+	if ! .venv/bin/python -c 'import arena, paho, pytest' 2>/dev/null || [[ tests/requirements.txt -nt .venv/.installed ]]; then
+		say "pip install -r tests/requirements.txt"
+		.venv/bin/pip install -q --disable-pip-version-check -r tests/requirements.txt
+		touch .venv/.installed
+	fi
+	if [[ -x scripts/setup-cc.sh && $(id -u) -eq 0 ]]; then
+		scripts/setup-cc.sh >/dev/null
+	fi
+fi
+say "ready"
