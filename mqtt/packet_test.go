@@ -1,0 +1,130 @@
+package mqtt
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+func newReader(b []byte, maxPublish int) *reader {
+	return &reader{r: bufio.NewReader(bytes.NewReader(b)), maxPublish: maxPublish}
+}
+
+func TestReadPacketMalformed(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      []byte
+		wantErr string
+	}{
+		{"empty", nil, "EOF"},
+		{"length longer than 4 bytes", []byte{0x30, 0xff, 0xff, 0xff, 0xff, 0x01}, "malformed remaining length"},
+		{"truncated body", []byte{0x30, 0x0a, 0x00}, "EOF"},
+		{"unknown packet type", []byte{0xf0, 0x00}, "unsupported packet type"},
+		{"QoS 3", []byte{0x36, 0x02, 0x00, 0x00}, "QoS 3"},
+		{"huge SUBSCRIBE", []byte{0x82, 0xff, 0xff, 0xff, 0x7f}, "exceeds"},
+		{"publish topic longer than body", []byte{0x30, 0x03, 0x00, 0x09, 'a'}, "malformed PUBLISH"},
+	}
+	for _, tt := range tests {
+		_, err := newReader(tt.in, 1024).readPacket()
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: err = %v, want containing %q", tt.name, err, tt.wantErr)
+		}
+	}
+}
+
+func TestReadPacketOversizedPublishIsSkipped(t *testing.T) {
+	big := encodePublish("a/b", bytes.Repeat([]byte("x"), 5000), 0, 0)
+	small := encodePublish("a/c", []byte("ok"), 0, 0)
+	rd := newReader(append(big, small...), 1000)
+	_, err := rd.readPacket()
+	var tl errTooLarge
+	if !errors.As(err, &tl) {
+		t.Fatalf("err = %v, want errTooLarge", err)
+	}
+	cp, err := rd.readPacket()
+	if err != nil {
+		t.Fatalf("the packet after an oversized one: %v", err)
+	}
+	if p := cp.(*packets.PublishPacket); p.TopicName != "a/c" || string(p.Payload) != "ok" {
+		t.Fatalf("got %s", p)
+	}
+}
+
+func TestReadPacketRoundTrip(t *testing.T) {
+	var stream []byte
+	stream = append(stream, encodePublish("realm/s/ns/sc/o/uc/box", []byte(`{"a":1}`), 1, 7)...)
+	stream = append(stream, encode(&packets.PingreqPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pingreq}})...)
+	rd := newReader(stream, 1<<20)
+	cp, err := rd.readPacket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := cp.(*packets.PublishPacket)
+	if p.TopicName != "realm/s/ns/sc/o/uc/box" || p.Qos != 1 || p.MessageID != 7 || string(p.Payload) != `{"a":1}` {
+		t.Fatalf("got %s", p)
+	}
+	// The body buffer is reused; the payload must not alias it.
+	if _, err := rd.readPacket(); err != nil {
+		t.Fatal(err)
+	}
+	if string(p.Payload) != `{"a":1}` {
+		t.Fatal("payload changed after the next read")
+	}
+}
+
+func TestIsObjectSubject(t *testing.T) {
+	for subj, want := range map[string]bool{
+		"realm.s.ns.sc.o.uc.box":    true,
+		"realm.s.ns.sc.o.uc.box.to": false,
+		"realm.s.ns.sc.u.uc.cam":    false,
+		"other.s.ns.sc.o.uc.box":    false,
+		"realm.s.ns.sc.o.uc":        false,
+		"realm.d.ns.sc.o.uc.box":    false,
+	} {
+		if got := isObjectSubject(subj, "realm"); got != want {
+			t.Errorf("isObjectSubject(%q) = %v, want %v", subj, got, want)
+		}
+	}
+}
+
+func TestCoalesceKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"realm/s/ns/sc/u/uc/cam": "realm/s/ns/sc/u/uc/cam",
+		"realm/s/ns/sc/o/uc/box": "",
+		"realm/s/ns/sc/u":        "",
+		"a/b":                    "",
+	} {
+		if got := coalesceKey(in); got != want {
+			t.Errorf("coalesceKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// FuzzReadPacket feeds arbitrary bytes to the packet reader: it must return
+// packets or errors, never panic, and never allocate beyond its limits.
+func FuzzReadPacket(f *testing.F) {
+	f.Add(encodePublish("a/b", []byte("x"), 1, 1))
+	f.Add([]byte{0x10, 0x0c, 0x00, 0x04, 'M', 'Q', 'T', 'T', 0x04, 0x02, 0x00, 0x3c, 0x00, 0x00})
+	f.Add([]byte{0x82, 0x06, 0x00, 0x01, 0x00, 0x01, '#', 0x00})
+	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rd := newReader(b, 4096)
+		for i := 0; i < 16; i++ {
+			cp, err := rd.readPacket()
+			if err != nil {
+				var tl errTooLarge
+				if errors.As(err, &tl) {
+					continue
+				}
+				return
+			}
+			if p, ok := cp.(*packets.PublishPacket); ok && len(p.Payload) > 4096 {
+				t.Fatalf("payload of %d bytes passed a 4096 limit", len(p.Payload))
+			}
+		}
+	})
+}
