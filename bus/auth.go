@@ -22,6 +22,7 @@ type authenticator struct {
 	secret string
 	verify TokenVerifier
 	log    *slog.Logger
+	onDeny func()
 }
 
 func (a *authenticator) Check(c server.ClientAuthentication) bool {
@@ -32,6 +33,9 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	}
 	deny := func(reason string) bool {
 		a.log.Warn("NATS client refused", "remote", c.RemoteAddress(), "user", o.Username, "reason", reason)
+		if a.onDeny != nil {
+			a.onDeny()
+		}
 		return false
 	}
 	if a.verify == nil {

@@ -35,6 +35,7 @@ type Config struct {
 
 	Verifier TokenVerifier // checks client tokens; nil = clients need the internal secret
 	Insecure bool          // no client authentication at all (benchmarks, dev)
+	OnDeny   func()        // called for each refused client, e.g. to count it
 	Logger   *slog.Logger
 }
 
@@ -86,7 +87,7 @@ func Start(cfg Config) (*Bus, error) {
 		}
 	}
 	if !cfg.Insecure {
-		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger}
+		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger, onDeny: cfg.OnDeny}
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {

@@ -20,7 +20,12 @@ type Frame struct {
 type Options struct {
 	MaxFrames int           // queue bound in frames (default 4096)
 	MaxBytes  int           // queue bound in bytes (default 8 MiB)
-	Linger    time.Duration // after a batch of more than one frame, wait this long to gather the next (0 = never)
+	// Linger spaces writes on a busy connection: a frame that arrives less
+	// than Linger after the previous write waits until Linger has passed,
+	// gathering whatever else arrives meanwhile into the same write. A frame
+	// for a connection that wrote nothing for Linger goes out at once, so an
+	// idle connection sees no added delay. 0 = write whenever frames wait.
+	Linger time.Duration
 	// WriteTimeout closes a connection whose writes make no progress for this
 	// long (default 30s).
 	WriteTimeout time.Duration
@@ -130,7 +135,13 @@ func (w *Writer) replaceLocked(f Frame) bool {
 func (w *Writer) loop(onError func(error)) {
 	defer close(w.done)
 	var buf []byte
+	var last time.Time
 	for range w.wake {
+		if w.opt.Linger > 0 {
+			if wait := w.opt.Linger - time.Since(last); wait > 0 {
+				time.Sleep(wait)
+			}
+		}
 		for {
 			w.mu.Lock()
 			batch := w.queue
@@ -167,11 +178,12 @@ func (w *Writer) loop(onError func(error)) {
 					w.batches.Add(1)
 				}
 			}
+			last = time.Now()
 			if cap(buf) > 1<<20 {
 				buf = nil // do not keep a large burst's buffer forever
 			}
-			if n > 1 && w.opt.Linger > 0 && !closed {
-				time.Sleep(w.opt.Linger)
+			if w.opt.Linger > 0 && !closed {
+				break // the next frame waits for the linger interval
 			}
 		}
 	}

@@ -157,3 +157,19 @@ func BenchmarkEnqueue(b *testing.B) {
 	}
 	w.Close()
 }
+
+func TestWriterLingerBatchesSteadyTraffic(t *testing.T) {
+	c := &pipeConn{}
+	w := NewWriter(c, Options{Linger: 20 * time.Millisecond}, nil)
+	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+	waitFor(t, func() bool { return w.Stats().Written == 1 })
+	for i := 0; i < 10; i++ { // steady traffic inside one linger interval
+		w.Enqueue(Frame{Bytes: []byte("b")})
+		time.Sleep(time.Millisecond)
+	}
+	waitFor(t, func() bool { return w.Stats().Written == 11 })
+	w.Close()
+	if s := w.Stats(); s.Batches > 3 {
+		t.Fatalf("%d writes for 11 frames with a 20ms linger, want at most 3", s.Batches)
+	}
+}

@@ -83,7 +83,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	s.Registry = prometheus.NewRegistry()
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	natsDenials := prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_nats_auth_denials_total", Help: "NATS client connections refused by token authentication."})
+	s.Registry.MustRegister(natsDenials)
 	if s.bus, err = bus.Start(bus.Config{
+		OnDeny: natsDenials.Inc,
 		DataDir: cfg.DataDir, Name: cfg.nodeName(),
 		NATSAddr: cfg.NATSAddr, NATSWSAddr: cfg.NATSWSAddr,
 		ClusterName: cfg.ClusterName, ClusterAddr: cfg.ClusterAddr, Routes: cfg.Routes,
@@ -112,7 +115,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		return nil, err
 	}
 	if err := retry(ctx, log, "open persistence store", func() error {
-		s.Store, err = persist.Open(ctx, persist.Config{JS: js, NC: svc, Replicas: replicas, Realms: []string{cfg.Realm}, Logger: log})
+		s.Store, err = persist.Open(ctx, persist.Config{JS: js, NC: svc, Replicas: replicas, Realms: []string{cfg.Realm}, Logger: log, Registerer: s.Registry})
 		return err
 	}); err != nil {
 		return nil, err
