@@ -18,8 +18,8 @@ type Frame struct {
 
 // Options bound a Writer's queue.
 type Options struct {
-	MaxFrames int           // queue bound in frames (default 4096)
-	MaxBytes  int           // queue bound in bytes (default 8 MiB)
+	MaxFrames int // queue bound in frames (default 4096)
+	MaxBytes  int // queue bound in bytes (default 8 MiB)
 	// Linger spaces writes on a busy connection: a frame that arrives less
 	// than Linger after the previous write waits until Linger has passed,
 	// gathering whatever else arrives meanwhile into the same write. A frame

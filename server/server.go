@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	natsDenials := prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_nats_auth_denials_total", Help: "NATS client connections refused by token authentication."})
 	s.Registry.MustRegister(natsDenials)
 	if s.bus, err = bus.Start(bus.Config{
-		OnDeny: natsDenials.Inc,
+		OnDeny:  natsDenials.Inc,
 		DataDir: cfg.DataDir, Name: cfg.nodeName(),
 		NATSAddr: cfg.NATSAddr, NATSWSAddr: cfg.NATSWSAddr,
 		ClusterName: cfg.ClusterName, ClusterAddr: cfg.ClusterAddr, Routes: cfg.Routes,
