@@ -1,0 +1,354 @@
+package bots
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// FleetConfig describes N bots.
+type FleetConfig struct {
+	Transport Transport
+	Users     int
+	Realm     string   // "" = "realm"
+	Scenes    []string // "namespace/scene"; bot i joins Scenes[i%len]; none = public/bench
+	Rate      float64  // poses per second per bot; 0 = 10; negative = never send
+	Behaviour Spec
+	Seed      uint64
+	// Prefix starts user names and client ids: {prefix}{i}; "" = "bot".
+	Prefix string
+	// Parallel bounds how many bots connect at once; 0 = 16.
+	Parallel int
+	Log      *slog.Logger
+}
+
+// Fleet is a set of connected bots.
+type Fleet struct {
+	cfg    FleetConfig
+	acc    *Accounts
+	bots   []*bot
+	scenes map[string]int // members per scene
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	lost   atomic.Int64
+	// JoinTimes holds each bot's connect-and-subscribe time.
+	JoinTimes []time.Duration
+}
+
+type bot struct {
+	id    Identity
+	beh   Behaviour
+	link  Link
+	meter *Meter
+	peers *peerTable // nil unless the behaviour watches peers
+}
+
+// StartFleet connects every bot, then starts them sending. It fails, with
+// every bot disconnected, if any bot cannot join.
+func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
+	if cfg.Transport == nil {
+		return nil, errors.New("fleet: no transport")
+	}
+	if cfg.Users < 0 {
+		return nil, fmt.Errorf("fleet: negative number of users %d", cfg.Users)
+	}
+	if cfg.Realm == "" {
+		cfg.Realm = "realm"
+	}
+	if len(cfg.Scenes) == 0 {
+		cfg.Scenes = []string{"public/bench"}
+	}
+	if cfg.Rate == 0 {
+		cfg.Rate = 10
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "bot"
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 16
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	for _, s := range cfg.Scenes {
+		ns, sc, ok := strings.Cut(s, "/")
+		if !ok || ns == "" || sc == "" || strings.ContainsAny(sc, "/+#") || strings.ContainsAny(ns, "+#") {
+			return nil, fmt.Errorf("fleet: scene %q is not namespace/scene", s)
+		}
+	}
+	f := &Fleet{cfg: cfg, acc: NewAccounts(), scenes: map[string]int{}, JoinTimes: make([]time.Duration, cfg.Users)}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	for i := 0; i < cfg.Users; i++ {
+		scene := cfg.Scenes[i%len(cfg.Scenes)]
+		ns, sc, _ := strings.Cut(scene, "/")
+		name := fmt.Sprintf("%s%d", cfg.Prefix, i)
+		b := &bot{
+			id:    Identity{Index: i, Realm: cfg.Realm, Namespace: ns, Scene: sc, User: name, UserClient: name, ObjectID: "camera_" + name + "_" + name},
+			meter: f.acc.NewMeter(),
+		}
+		beh, err := cfg.Behaviour.New(i, rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())))
+		if err != nil {
+			return nil, err
+		}
+		b.beh = beh
+		if pw, ok := beh.(PeerWatcher); ok && pw.WantsPeers() {
+			b.peers = &peerTable{self: b.id.ObjectID, m: map[string]*peerState{}}
+		}
+		f.bots = append(f.bots, b)
+		f.scenes[scene]++
+	}
+
+	sem := make(chan struct{}, cfg.Parallel)
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, b := range f.bots {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			t0 := time.Now()
+			link, err := cfg.Transport.Join(ctx, b.id, b.receive, b.peers != nil)
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+				return
+			}
+			f.JoinTimes[b.id.Index] = time.Since(t0)
+			b.link = link
+		}()
+		mu.Lock()
+		failed := len(errs) > 0
+		mu.Unlock()
+		if failed {
+			break
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		f.closeLinks()
+		return nil, fmt.Errorf("fleet: %d bots could not join; first: %w", len(errs), errs[0])
+	}
+
+	runCtx, cancel := context.WithCancel(context.Background())
+	f.cancel = cancel
+	if cfg.Rate > 0 {
+		period := time.Duration(float64(time.Second) / cfg.Rate)
+		for _, b := range f.bots {
+			phase := time.Duration(rng.Int64N(int64(period)))
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				f.send(runCtx, b, period, phase)
+			}()
+		}
+	}
+	for _, b := range f.bots {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			select {
+			case <-b.link.Done():
+				if runCtx.Err() == nil {
+					f.lost.Add(1)
+					cfg.Log.Warn("bot disconnected", "bot", b.id.User)
+				}
+			case <-runCtx.Done():
+			}
+		}()
+	}
+	return f, nil
+}
+
+func (b *bot) receive(r *Received) {
+	b.meter.Received(r.SentNanos, r.RecvNanos, r.Size)
+	if b.peers != nil && r.HasPos {
+		b.peers.update(r.From, r.Pos, r.RecvNanos)
+	}
+}
+
+// send paces one bot: a pose every period on an absolute schedule,
+// skipping ticks it is too late for rather than bursting.
+func (f *Fleet) send(ctx context.Context, b *bot, period, phase time.Duration) {
+	t := time.NewTimer(phase)
+	defer t.Stop()
+	next := time.Now().Add(phase)
+	last := time.Now()
+	var peers []Peer
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.link.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if b.peers != nil {
+			peers = b.peers.snapshot(peers[:0], now.UnixNano())
+		}
+		pose := b.beh.Step(now.Sub(last), peers)
+		last = now
+		ts := time.Now().UnixNano()
+		if err := b.link.SendPose(pose, ts); err != nil {
+			return
+		}
+		b.meter.Sent(ts)
+		next = next.Add(period)
+		if d := time.Until(next); d > -period {
+			t.Reset(max(d, 0))
+		} else {
+			next = time.Now().Add(period)
+			t.Reset(period)
+		}
+	}
+}
+
+// Accounts returns the fleet's accounts.
+func (f *Fleet) Accounts() *Accounts { return f.acc }
+
+// Users returns the number of bots.
+func (f *Fleet) Users() int { return len(f.bots) }
+
+// Connected returns the number of bots whose connection is up.
+func (f *Fleet) Connected() int {
+	n := 0
+	for _, b := range f.bots {
+		select {
+		case <-b.link.Done():
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// Result is what a measurement window saw.
+type Result struct {
+	Users, Scenes int
+	Duration      time.Duration
+	Sent          int64 // poses sent in the window
+	Expected      int64 // deliveries they should make: each to every member of its scene
+	Delivered     int64
+	Bytes         int64 // payload bytes delivered
+	Latency       *hdrhistogram.Histogram
+	Disconnected  int64 // bots that lost their connection so far
+}
+
+// Ratio returns Delivered/Expected.
+func (r Result) Ratio() float64 {
+	if r.Expected == 0 {
+		return 0
+	}
+	return float64(r.Delivered) / float64(r.Expected)
+}
+
+// PerSecond returns delivered messages per second.
+func (r Result) PerSecond() float64 { return float64(r.Delivered) / r.Duration.Seconds() }
+
+// Measure counts the messages sent in the next d and, after waiting drain
+// more for those still in flight, their deliveries and latencies.
+func (f *Fleet) Measure(ctx context.Context, d, drain time.Duration) (Result, error) {
+	from := time.Now()
+	f.acc.OpenWindow(from, from.Add(d))
+	select {
+	case <-time.After(d + drain):
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	return f.Collect(d), nil
+}
+
+// Collect sums the current window; d is its length.
+func (f *Fleet) Collect(d time.Duration) Result {
+	r := Result{Users: len(f.bots), Scenes: len(f.scenes), Duration: d, Latency: NewHistogram(), Disconnected: f.lost.Load()}
+	for _, b := range f.bots {
+		c := b.meter.Window(r.Latency)
+		r.Sent += c.Sent
+		r.Expected += c.Sent * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
+		r.Delivered += c.Received
+		r.Bytes += c.Bytes
+	}
+	return r
+}
+
+// Close stops the bots and disconnects them.
+func (f *Fleet) Close() error {
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.closeLinks()
+	f.wg.Wait()
+	return nil
+}
+
+func (f *Fleet) closeLinks() {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, b := range f.bots {
+		if b.link == nil {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			b.link.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+// peerTable holds the peers a bot has seen lately.
+type peerTable struct {
+	self string
+	mu   sync.Mutex
+	m    map[string]*peerState
+}
+
+type peerState struct {
+	pos, vel Vec3
+	at       int64 // ns
+}
+
+// peerTTL is how long a peer that sends nothing more stays visible.
+const peerTTL = 2 * time.Second
+
+func (t *peerTable) update(from []byte, pos Vec3, now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if string(from) == t.self {
+		return
+	}
+	p := t.m[string(from)]
+	if p == nil {
+		t.m[string(from)] = &peerState{pos: pos, at: now}
+		return
+	}
+	if dt := float64(now-p.at) / 1e9; dt > 0.01 {
+		p.vel = pos.Sub(p.pos).Scale(1 / dt)
+		p.pos, p.at = pos, now
+	}
+}
+
+func (t *peerTable) snapshot(out []Peer, now int64) []Peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, p := range t.m {
+		if now-p.at > int64(peerTTL) {
+			delete(t.m, id)
+			continue
+		}
+		out = append(out, Peer{ID: id, Pos: p.pos, Vel: p.vel})
+	}
+	return out
+}

@@ -1,0 +1,431 @@
+package bots
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/gorilla/websocket"
+)
+
+// MQTTConfig configures one MQTT 3.1.1 client connection.
+type MQTTConfig struct {
+	// Addr is host:port for MQTT over TCP, or a ws:// URL (for example
+	// ws://127.0.0.1:8080/mqtt) for MQTT over WebSocket.
+	Addr     string
+	ClientID string
+	Username string // empty: no user name
+	Password string // empty: no password (the xrealm token otherwise)
+	// Keepalive is sent in CONNECT; a PINGREQ goes out when nothing else
+	// was written for half of it. 0 means 60 s.
+	Keepalive time.Duration
+	// OnPublish receives every PUBLISH, on the connection's read
+	// goroutine. topic and payload are valid only during the call.
+	OnPublish func(topic, payload []byte)
+	// ReadBuffer is the size of the read buffer; 0 means 64 KiB.
+	ReadBuffer int
+}
+
+// MQTTClient is a lean MQTT 3.1.1 client: clean session, QoS 0 publishes,
+// one read goroutine, writes made by the caller under a mutex.
+type MQTTClient struct {
+	cfg  MQTTConfig
+	nc   net.Conn
+	br   *bufio.Reader
+	done chan struct{}
+
+	wmu       sync.Mutex
+	wbuf      []byte
+	lastWrite atomic.Int64
+	nextID    atomic.Uint32
+
+	pmu     sync.Mutex
+	pending map[uint16]chan []byte // SUBACK return codes by packet id
+
+	errMu sync.Mutex
+	err   error
+}
+
+// DialMQTT connects, sends CONNECT and waits for the CONNACK.
+func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
+	if cfg.Keepalive == 0 {
+		cfg.Keepalive = 60 * time.Second
+	}
+	if cfg.ReadBuffer == 0 {
+		cfg.ReadBuffer = 64 << 10
+	}
+	nc, err := dialStream(ctx, cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &MQTTClient{cfg: cfg, nc: nc, br: bufio.NewReaderSize(nc, cfg.ReadBuffer), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	} else {
+		nc.SetDeadline(time.Now().Add(15 * time.Second))
+	}
+	cp := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
+	cp.ProtocolName, cp.ProtocolVersion = "MQTT", 4
+	cp.CleanSession = true
+	cp.ClientIdentifier = cfg.ClientID
+	cp.Keepalive = uint16(cfg.Keepalive / time.Second)
+	if cfg.Username != "" {
+		cp.UsernameFlag, cp.Username = true, cfg.Username
+	}
+	if cfg.Password != "" {
+		cp.PasswordFlag, cp.Password = true, []byte(cfg.Password)
+	}
+	if err := c.writePacket(cp); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("mqtt %s: send CONNECT: %w", cfg.Addr, err)
+	}
+	typ, body, err := c.readRaw()
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("mqtt %s: waiting for CONNACK: %w", cfg.Addr, err)
+	}
+	if typ>>4 != packets.Connack || len(body) < 2 {
+		nc.Close()
+		return nil, fmt.Errorf("mqtt %s: expected CONNACK, got packet type %d", cfg.Addr, typ>>4)
+	}
+	if rc := body[1]; rc != packets.Accepted {
+		nc.Close()
+		return nil, fmt.Errorf("mqtt %s: connection refused: %s", cfg.Addr, packets.ConnackReturnCodes[rc])
+	}
+	c.br.Discard(len(body))
+	nc.SetDeadline(time.Time{})
+	go c.readLoop()
+	go c.keepalive()
+	return c, nil
+}
+
+func dialStream(ctx context.Context, addr string) (net.Conn, error) {
+	if strings.HasPrefix(addr, "ws://") || strings.HasPrefix(addr, "wss://") {
+		d := websocket.Dialer{Subprotocols: []string{"mqtt"}, ReadBufferSize: 64 << 10, WriteBufferSize: 16 << 10, HandshakeTimeout: 15 * time.Second}
+		ws, _, err := d.DialContext(ctx, addr, nil)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt over websocket %s: %w", addr, err)
+		}
+		return &wsStream{ws: ws}, nil
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("mqtt %s: %w", addr, err)
+	}
+	return nc, nil
+}
+
+// Done is closed when the connection has ended.
+func (c *MQTTClient) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection ended, once Done is closed.
+func (c *MQTTClient) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+func (c *MQTTClient) fail(err error) {
+	c.errMu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.errMu.Unlock()
+	c.nc.Close()
+}
+
+// Subscribe subscribes to filters at QoS 0 and waits for the SUBACK. It
+// fails if the server refused any filter.
+func (c *MQTTClient) Subscribe(ctx context.Context, filters ...string) error {
+	sp := packets.NewControlPacket(packets.Subscribe).(*packets.SubscribePacket)
+	sp.MessageID = c.packetID()
+	sp.Topics = filters
+	sp.Qoss = make([]byte, len(filters))
+	ch := make(chan []byte, 1)
+	c.pmu.Lock()
+	c.pending[sp.MessageID] = ch
+	c.pmu.Unlock()
+	defer func() {
+		c.pmu.Lock()
+		delete(c.pending, sp.MessageID)
+		c.pmu.Unlock()
+	}()
+	if err := c.writePacket(sp); err != nil {
+		return fmt.Errorf("mqtt subscribe %v: %w", filters, err)
+	}
+	select {
+	case codes := <-ch:
+		for i, rc := range codes {
+			if rc == 0x80 && i < len(filters) {
+				return fmt.Errorf("mqtt subscribe: server refused filter %q", filters[i])
+			}
+		}
+		return nil
+	case <-c.done:
+		return fmt.Errorf("mqtt subscribe %v: connection ended: %v", filters, c.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("mqtt subscribe %v: %w", filters, ctx.Err())
+	}
+}
+
+func (c *MQTTClient) packetID() uint16 {
+	for {
+		if id := uint16(c.nextID.Add(1)); id != 0 {
+			return id
+		}
+	}
+}
+
+// Publish sends a QoS 0 PUBLISH. It is safe for concurrent use; the
+// packet is written with one write call.
+func (c *MQTTClient) Publish(topic string, payload []byte) error {
+	c.wmu.Lock()
+	b := appendPublishHeader(c.wbuf[:0], topic, len(payload))
+	b = append(b, payload...)
+	c.wbuf = b
+	_, err := c.nc.Write(b)
+	c.wmu.Unlock()
+	c.lastWrite.Store(time.Now().UnixNano())
+	if err != nil {
+		err = fmt.Errorf("mqtt publish %s: %w", topic, err)
+		c.fail(err)
+	}
+	return err
+}
+
+// appendPublishHeader appends the fixed header, topic and no packet id of
+// a QoS 0 PUBLISH whose payload of n bytes follows.
+func appendPublishHeader(b []byte, topic string, n int) []byte {
+	b = append(b, packets.Publish<<4)
+	rem := 2 + len(topic) + n
+	for {
+		d := byte(rem % 128)
+		rem /= 128
+		if rem > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if rem == 0 {
+			break
+		}
+	}
+	b = append(b, byte(len(topic)>>8), byte(len(topic)))
+	return append(b, topic...)
+}
+
+func (c *MQTTClient) writePacket(cp packets.ControlPacket) error {
+	var buf bytes.Buffer
+	if err := cp.Write(&buf); err != nil {
+		return err
+	}
+	c.wmu.Lock()
+	_, err := c.nc.Write(buf.Bytes())
+	c.wmu.Unlock()
+	c.lastWrite.Store(time.Now().UnixNano())
+	return err
+}
+
+// Close sends DISCONNECT and closes the connection.
+func (c *MQTTClient) Close() error {
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.writePacket(packets.NewControlPacket(packets.Disconnect))
+	c.fail(errors.New("closed by the client"))
+	<-c.done
+	return nil
+}
+
+func (c *MQTTClient) keepalive() {
+	half := c.cfg.Keepalive / 2
+	t := time.NewTicker(half)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-t.C:
+			if time.Since(time.Unix(0, c.lastWrite.Load())) >= half {
+				if err := c.writePacket(packets.NewControlPacket(packets.Pingreq)); err != nil {
+					c.fail(err)
+					return
+				}
+			}
+		}
+	}
+}
+
+// readRaw reads one packet's first byte and body. The body is valid until
+// c.br.Discard(len(body)) (or the next read) and must be discarded by the
+// caller when it fits the buffer; larger bodies are copied.
+func (c *MQTTClient) readRaw() (byte, []byte, error) {
+	first, err := c.br.ReadByte()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, mult := 0, 1
+	for i := 0; ; i++ {
+		d, err := c.br.ReadByte()
+		if err != nil {
+			return 0, nil, err
+		}
+		n += int(d&0x7f) * mult
+		if d&0x80 == 0 {
+			break
+		}
+		if i == 3 {
+			return 0, nil, errors.New("malformed remaining length")
+		}
+		mult *= 128
+	}
+	if n <= c.br.Size() {
+		body, err := c.br.Peek(n)
+		return first, body, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(c.br, body); err != nil {
+		return 0, nil, err
+	}
+	return first, body, nil
+}
+
+func (c *MQTTClient) readLoop() {
+	defer close(c.done)
+	for {
+		first, body, err := c.readRaw()
+		if err != nil {
+			c.fail(fmt.Errorf("mqtt %s: read: %w", c.cfg.Addr, err))
+			return
+		}
+		n := len(body)
+		if err := c.handle(first, body); err != nil {
+			c.fail(fmt.Errorf("mqtt %s: %w", c.cfg.Addr, err))
+			return
+		}
+		if n <= c.br.Size() {
+			c.br.Discard(n)
+		}
+	}
+}
+
+func (c *MQTTClient) handle(first byte, body []byte) error {
+	switch first >> 4 {
+	case packets.Publish:
+		if len(body) < 2 {
+			return errors.New("short PUBLISH")
+		}
+		tl := int(body[0])<<8 | int(body[1])
+		if 2+tl > len(body) {
+			return errors.New("PUBLISH topic overruns the packet")
+		}
+		topic := body[2 : 2+tl]
+		rest := body[2+tl:]
+		qos := (first >> 1) & 3
+		var id uint16
+		if qos > 0 {
+			if len(rest) < 2 {
+				return errors.New("PUBLISH without packet id")
+			}
+			id = uint16(rest[0])<<8 | uint16(rest[1])
+			rest = rest[2:]
+		}
+		if c.cfg.OnPublish != nil {
+			c.cfg.OnPublish(topic, rest)
+		}
+		if qos == 1 {
+			ack := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
+			ack.MessageID = id
+			return c.writePacket(ack)
+		}
+		if qos == 2 {
+			rec := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
+			rec.MessageID = id
+			return c.writePacket(rec)
+		}
+	case packets.Suback, packets.Pubrel:
+		cp, err := packets.NewControlPacketWithHeader(packets.FixedHeader{MessageType: first >> 4, Qos: (first >> 1) & 3, RemainingLength: len(body)})
+		if err != nil {
+			return err
+		}
+		if err := cp.Unpack(bytes.NewReader(body)); err != nil {
+			return fmt.Errorf("decode %s: %w", packets.PacketNames[first>>4], err)
+		}
+		switch p := cp.(type) {
+		case *packets.SubackPacket:
+			c.pmu.Lock()
+			ch := c.pending[p.MessageID]
+			c.pmu.Unlock()
+			if ch != nil {
+				ch <- p.ReturnCodes
+			}
+		case *packets.PubrelPacket:
+			comp := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
+			comp.MessageID = p.MessageID
+			return c.writePacket(comp)
+		}
+	}
+	// PINGRESP, PUBACK, UNSUBACK...: nothing to do.
+	return nil
+}
+
+// wsStream presents a WebSocket as a byte stream for MQTT: each Write is
+// one binary message; reads run across message boundaries.
+type wsStream struct {
+	ws *websocket.Conn
+	r  io.Reader
+}
+
+func (c *wsStream) Read(p []byte) (int, error) {
+	for {
+		if c.r == nil {
+			typ, r, err := c.ws.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			if typ != websocket.BinaryMessage {
+				continue
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(p)
+		if err == io.EOF {
+			c.r = nil
+			if n > 0 {
+				return n, nil
+			}
+			continue
+		}
+		return n, err
+	}
+}
+
+// Write is called with MQTTClient.wmu held, so never concurrently.
+func (c *wsStream) Write(p []byte) (int, error) {
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *wsStream) Close() error                       { return c.ws.Close() }
+func (c *wsStream) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
+func (c *wsStream) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
+func (c *wsStream) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
+func (c *wsStream) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+func (c *wsStream) SetDeadline(t time.Time) error {
+	c.ws.SetReadDeadline(t)
+	return c.ws.SetWriteDeadline(t)
+}

@@ -1,0 +1,170 @@
+package bots
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Trace is a recorded pose trace.
+//
+// Its file format is text, one sample a line:
+//
+//	# comment
+//	t x y z qx qy qz qw
+//
+// t is seconds since the start of the recording and increases strictly
+// from line to line; x y z is the position in metres and qx qy qz qw the
+// rotation quaternion, as ARENA sends them. Fields are separated by
+// spaces or tabs; blank lines and lines starting with # are ignored.
+type Trace struct {
+	Samples []TraceSample
+}
+
+// TraceSample is one pose of a trace.
+type TraceSample struct {
+	T    float64 // seconds
+	Pose Pose
+}
+
+// Duration returns the time the trace covers.
+func (t *Trace) Duration() time.Duration {
+	if len(t.Samples) == 0 {
+		return 0
+	}
+	return time.Duration((t.Samples[len(t.Samples)-1].T - t.Samples[0].T) * float64(time.Second))
+}
+
+// ReadTraceFile reads a trace file.
+func ReadTraceFile(path string) (*Trace, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("pose trace: %w", err)
+	}
+	defer f.Close()
+	t, err := ReadTrace(f)
+	if err != nil {
+		return nil, fmt.Errorf("pose trace %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// ReadTrace parses a trace (see Trace for the format).
+func ReadTrace(r io.Reader) (*Trace, error) {
+	sc := bufio.NewScanner(r)
+	var t Trace
+	for line := 1; sc.Scan(); line++ {
+		s := strings.TrimSpace(sc.Text())
+		if s == "" || s[0] == '#' {
+			continue
+		}
+		f := strings.Fields(s)
+		if len(f) != 8 {
+			return nil, fmt.Errorf("line %d: %d fields, want 8 (t x y z qx qy qz qw)", line, len(f))
+		}
+		var v [8]float64
+		for i, x := range f {
+			var err error
+			if v[i], err = strconv.ParseFloat(x, 64); err != nil || math.IsNaN(v[i]) || math.IsInf(v[i], 0) {
+				return nil, fmt.Errorf("line %d: field %d %q is not a finite number", line, i+1, x)
+			}
+		}
+		if n := len(t.Samples); n > 0 && v[0] <= t.Samples[n-1].T {
+			return nil, fmt.Errorf("line %d: time %g does not increase (previous %g)", line, v[0], t.Samples[n-1].T)
+		}
+		t.Samples = append(t.Samples, TraceSample{T: v[0], Pose: Pose{Pos: Vec3{v[1], v[2], v[3]}, Rot: Quat{v[4], v[5], v[6], v[7]}}})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(t.Samples) == 0 {
+		return nil, fmt.Errorf("no samples")
+	}
+	return &t, nil
+}
+
+// WriteTo writes the trace in its file format.
+func (t *Trace) WriteTo(w io.Writer) (int64, error) {
+	bw := bufio.NewWriter(w)
+	var n int64
+	c, _ := fmt.Fprintln(bw, "# xrealm pose trace: t x y z qx qy qz qw")
+	n += int64(c)
+	for _, s := range t.Samples {
+		p := s.Pose
+		c, _ = fmt.Fprintf(bw, "%.3f %.3f %.3f %.3f %.4f %.4f %.4f %.4f\n", s.T, p.Pos.X, p.Pos.Y, p.Pos.Z, p.Rot.X, p.Rot.Y, p.Rot.Z, p.Rot.W)
+		n += int64(c)
+	}
+	return n, bw.Flush()
+}
+
+// Record runs a behaviour alone for n steps of dt and returns its trace;
+// it makes synthetic traces for replay.
+func Record(b Behaviour, dt time.Duration, n int) *Trace {
+	t := &Trace{Samples: make([]TraceSample, 0, n)}
+	for i := 0; i < n; i++ {
+		p := b.Step(dt, nil)
+		t.Samples = append(t.Samples, TraceSample{T: float64(i) * dt.Seconds(), Pose: p})
+	}
+	return t
+}
+
+// Replay plays a trace, looping, interpolating between samples.
+type Replay struct {
+	tr    *Trace
+	now   float64 // seconds into the trace
+	i     int     // sample at or before now
+	start float64
+	dur   float64
+}
+
+// NewReplay plays tr starting phase seconds into it.
+func NewReplay(tr *Trace, phase float64) *Replay {
+	r := &Replay{tr: tr, start: tr.Samples[0].T, dur: tr.Duration().Seconds()}
+	if r.dur > 0 {
+		r.now = math.Mod(phase, r.dur)
+	}
+	return r
+}
+
+// Step advances the replay clock by dt.
+func (r *Replay) Step(dt time.Duration, _ []Peer) Pose {
+	s := r.tr.Samples
+	if len(s) == 1 || r.dur <= 0 {
+		return s[0].Pose
+	}
+	r.now += dt.Seconds()
+	if r.now >= r.dur {
+		r.now = math.Mod(r.now, r.dur)
+		r.i = 0
+	}
+	t := r.start + r.now
+	for r.i+1 < len(s) && s[r.i+1].T <= t {
+		r.i++
+	}
+	if r.i+1 >= len(s) {
+		return s[r.i].Pose
+	}
+	a, b := s[r.i], s[r.i+1]
+	k := (t - a.T) / (b.T - a.T)
+	return Pose{
+		Pos: a.Pose.Pos.Add(b.Pose.Pos.Sub(a.Pose.Pos).Scale(k)),
+		Rot: nlerp(a.Pose.Rot, b.Pose.Rot, k),
+	}
+}
+
+func nlerp(a, b Quat, k float64) Quat {
+	if a.X*b.X+a.Y*b.Y+a.Z*b.Z+a.W*b.W < 0 {
+		b = Quat{-b.X, -b.Y, -b.Z, -b.W}
+	}
+	q := Quat{a.X + (b.X-a.X)*k, a.Y + (b.Y-a.Y)*k, a.Z + (b.Z-a.Z)*k, a.W + (b.W-a.W)*k}
+	n := math.Sqrt(q.X*q.X + q.Y*q.Y + q.Z*q.Z + q.W*q.W)
+	if n == 0 {
+		return NoRotation
+	}
+	return Quat{q.X / n, q.Y / n, q.Z / n, q.W / n}
+}

@@ -1,0 +1,111 @@
+package bots
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Identity names a bot.
+type Identity struct {
+	Index      int
+	Realm      string
+	Namespace  string
+	Scene      string
+	User       string // user name asked for
+	UserClient string // ARENA userClient: the client's id within the scene
+	ObjectID   string // its camera's object id
+}
+
+// SceneBase returns {realm}/s/{ns}/{scene}.
+func (id Identity) SceneBase() string {
+	return id.Realm + "/s/" + id.Namespace + "/" + id.Scene
+}
+
+// Received is one message a bot got. From is valid only during the
+// callback.
+type Received struct {
+	From      []byte // sender's object id
+	SentNanos int64  // 0: the message carried no timestamp
+	RecvNanos int64
+	Size      int // payload bytes
+	Pos       Vec3
+	HasPos    bool // decoded only when asked for
+}
+
+// Transport connects bots to a server with some protocol.
+type Transport interface {
+	// Join connects one bot and subscribes it to its scene as a browser
+	// would. recv is called on the transport's read goroutine for every
+	// message received; decodePos asks the transport to decode positions.
+	Join(ctx context.Context, id Identity, recv func(*Received), decodePos bool) (Link, error)
+}
+
+// Link is one bot's connection.
+type Link interface {
+	// SendPose sends the bot's pose stamped with sentNanos.
+	SendPose(p Pose, sentNanos int64) error
+	// Close disconnects.
+	Close() error
+	// Done is closed when the connection ends.
+	Done() <-chan struct{}
+}
+
+// MQTTTransport carries ARENA pose messages over MQTT, as ARENA's browser
+// client does: it publishes its camera on
+// {realm}/s/{ns}/{scene}/u/{userClient}/{camera id} and subscribes to
+// {realm}/s/{ns}/{scene}/+/+/+.
+type MQTTTransport struct {
+	Addr        string      // host:port, or ws://host:port/mqtt
+	Tokens      TokenSource // nil: connect without credentials
+	PayloadSize int         // poses are padded to this many bytes; 0 = 310
+	Keepalive   time.Duration
+}
+
+// Join connects and subscribes one bot.
+func (t *MQTTTransport) Join(ctx context.Context, id Identity, recv func(*Received), decodePos bool) (Link, error) {
+	user, pass := id.User, ""
+	if t.Tokens != nil {
+		var err error
+		if user, pass, err = t.Tokens.Token(ctx, id); err != nil {
+			return nil, fmt.Errorf("bot %d: %w", id.Index, err)
+		}
+	}
+	onPub := func(topic, payload []byte) {
+		r := Received{From: ObjectIDOfTopic(topic), SentNanos: SentNanos(payload), RecvNanos: time.Now().UnixNano(), Size: len(payload)}
+		if decodePos {
+			r.Pos, r.HasPos = PositionOf(payload)
+		}
+		recv(&r)
+	}
+	c, err := DialMQTT(ctx, MQTTConfig{Addr: t.Addr, ClientID: id.UserClient, Username: user, Password: pass, Keepalive: t.Keepalive, OnPublish: onPub})
+	if err != nil {
+		return nil, fmt.Errorf("bot %d: %w", id.Index, err)
+	}
+	base := id.SceneBase()
+	if err := c.Subscribe(ctx, base+"/+/+/+"); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("bot %d: %w", id.Index, err)
+	}
+	size := t.PayloadSize
+	if size == 0 {
+		size = 310
+	}
+	return &mqttLink{c: c, topic: base + "/u/" + id.UserClient + "/" + id.ObjectID, objectID: id.ObjectID, size: size}, nil
+}
+
+type mqttLink struct {
+	c        *MQTTClient
+	topic    string
+	objectID string
+	size     int
+	buf      []byte // used by SendPose only, from the bot's sender goroutine
+}
+
+func (l *mqttLink) SendPose(p Pose, sentNanos int64) error {
+	l.buf = AppendPose(l.buf[:0], l.objectID, p, sentNanos, l.size)
+	return l.c.Publish(l.topic, l.buf)
+}
+
+func (l *mqttLink) Close() error          { return l.c.Close() }
+func (l *mqttLink) Done() <-chan struct{} { return l.c.Done() }
