@@ -27,6 +27,7 @@ func commands() map[string]command {
 		"cc":    {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
 		"netem": {runNetem, "run a command behind a trace-driven emulated link"},
 		"bench": {runBench, "run a benchmark: cc"},
+		"bots":  {runBots, "run synthetic users against a server, with live progress"},
 	}
 }
 

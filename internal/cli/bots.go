@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/bots"
+)
+
+// runBots implements `xrealm bots`: N synthetic users against a server,
+// with a progress line every interval.
+func runBots(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bots", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")
+	tokenURL := fs.String("token-url", "http://127.0.0.1:8080", "get tokens from this server's POST /user/v2/mqtt_auth (anonymous viewers)")
+	dataDir := fs.String("data", "", "sign tokens with the keys in this server data directory instead of asking --token-url")
+	noAuth := fs.Bool("no-auth", false, "connect without tokens (xrealm --insecure, Mosquitto)")
+	users := fs.Int("users", 10, "number of bots")
+	ns := fs.String("namespace", auth.PublicNamespace, "scene namespace")
+	scene := fs.String("scene", "bots", "scene name; with --scenes N > 1, scenes are {scene}0 ... {scene}N-1")
+	nScenes := fs.Int("scenes", 1, "spread the bots over this many scenes")
+	realm := fs.String("realm", "realm", "realm")
+	rate := fs.Float64("rate", 10, "poses per second per bot")
+	size := fs.Int("size", 310, "pose message size in bytes (padded)")
+	behaviour := fs.String("behaviour", "randomwalk", "static, randomwalk, boids or replay")
+	trace := fs.String("trace", "", "pose trace file for --behaviour replay (lines: t x y z qx qy qz qw)")
+	area := fs.String("area", "-10,10,-10,10", "area the bots keep to: minX,maxX,minZ,maxZ in metres")
+	speed := fs.Float64("speed", 3, "walking speed (randomwalk) or top speed (boids), m/s")
+	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
+	every := fs.Duration("progress", time.Second, "progress line interval")
+	parallel := fs.Int("parallel", 16, "bots connecting at once")
+	seed := fs.Uint64("seed", 1, "random seed")
+	prefix := fs.String("prefix", "bot", "user names and client ids are {prefix}{i}")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *users < 1 || *nScenes < 1 {
+		return fmt.Errorf("--users (%d) and --scenes (%d) must be at least 1", *users, *nScenes)
+	}
+	a, err := parseArea(*area)
+	if err != nil {
+		return err
+	}
+	spec := bots.Spec{Name: *behaviour, Area: a, Speed: *speed}
+	if *trace != "" {
+		if spec.Trace, err = bots.ReadTraceFile(*trace); err != nil {
+			return err
+		}
+	}
+	tr := &bots.MQTTTransport{Addr: *addr, PayloadSize: *size}
+	switch {
+	case *noAuth:
+	case *dataDir != "":
+		keys, err := auth.LoadOrCreateKeys(*dataDir)
+		if err != nil {
+			return err
+		}
+		tr.Tokens = &bots.KeyTokens{Keys: keys}
+	default:
+		tr.Tokens = &bots.HTTPTokens{BaseURL: *tokenURL}
+	}
+	scenes := []string{*ns + "/" + *scene}
+	if *nScenes > 1 {
+		scenes = scenes[:0]
+		for i := 0; i < *nScenes; i++ {
+			scenes = append(scenes, fmt.Sprintf("%s/%s%d", *ns, *scene, i))
+		}
+	}
+	log, err := newLogger("warn", "text")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "connecting %d bots (%s) to %s in %d scene(s)...\n", *users, *behaviour, *addr, len(scenes))
+	t0 := time.Now()
+	fleet, err := bots.StartFleet(ctx, bots.FleetConfig{
+		Transport: tr, Users: *users, Realm: *realm, Scenes: scenes, Rate: *rate,
+		Behaviour: spec, Seed: *seed, Prefix: *prefix, Parallel: *parallel, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer fleet.Close()
+	fmt.Fprintf(os.Stderr, "%d bots connected in %s\n", fleet.Users(), time.Since(t0).Round(time.Millisecond))
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	return botsProgress(ctx, os.Stdout, fleet, *every)
+}
+
+// botsProgress prints a progress line every interval until ctx ends.
+func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	start := time.Now()
+	prev, _ := fleet.Accounts().Live()
+	prevT := start
+	for {
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(ctx.Err(), context.Canceled) {
+				return nil
+			}
+			return ctx.Err()
+		case now := <-tick.C:
+			tot, h := fleet.Accounts().Live()
+			dt := now.Sub(prevT).Seconds()
+			fmt.Fprintf(w, "%6.0fs  users %d/%d  sent %7.0f/s  received %8.0f/s  %6.2f MB/s  latency p50 %s p99 %s max %s\n",
+				now.Sub(start).Seconds(), fleet.Connected(), fleet.Users(),
+				float64(tot.Sent-prev.Sent)/dt, float64(tot.Received-prev.Received)/dt, float64(tot.Bytes-prev.Bytes)/dt/1e6,
+				fmtDur(bots.Quantile(h, 50)), fmtDur(bots.Quantile(h, 99)), fmtDur(time.Duration(h.Max())*time.Microsecond))
+			prev, prevT = tot, now
+		}
+	}
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+	case d >= time.Millisecond:
+		return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) + "ms"
+	}
+	return strconv.FormatInt(d.Microseconds(), 10) + "µs"
+}
+
+func parseArea(s string) (bots.Area, error) {
+	f := strings.Split(s, ",")
+	if len(f) != 4 {
+		return bots.Area{}, fmt.Errorf("--area %q: want minX,maxX,minZ,maxZ", s)
+	}
+	var v [4]float64
+	for i, x := range f {
+		var err error
+		if v[i], err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
+			return bots.Area{}, fmt.Errorf("--area %q: %q is not a number", s, x)
+		}
+	}
+	if v[0] >= v[1] || v[2] >= v[3] {
+		return bots.Area{}, fmt.Errorf("--area %q: min must be below max", s)
+	}
+	return bots.Area{MinX: v[0], MaxX: v[1], MinZ: v[2], MaxZ: v[3], Height: 1.6}, nil
+}
