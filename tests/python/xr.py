@@ -222,6 +222,9 @@ def copy_keys(src_data, dst_data):
     shutil.copytree(os.path.join(src_data, "keys"), os.path.join(dst_data, "keys"), dirs_exist_ok=True)
 
 
+V5_TO_V311_CONNACK = {0x84: 1, 0x85: 2, 0x88: 3, 0x86: 4, 0x87: 5}
+
+
 class Client:
     """A synchronous paho-mqtt 3.1.1 client that records what it receives."""
 
@@ -267,7 +270,9 @@ class Client:
             if not self.cond.wait_for(lambda: self.connack is not None, timeout):
                 raise AssertionError("no CONNACK")
         rc = self.connack
-        return rc.value if hasattr(rc, "value") else int(rc)
+        rc = rc.value if hasattr(rc, "value") else int(rc)
+        # paho 2 reports MQTT 3.1.1 CONNACK codes as MQTT 5 reason codes.
+        return V5_TO_V311_CONNACK.get(rc, rc)
 
     def subscribe(self, flt, qos=1, timeout=10):
         """Subscribes; returns the SUBACK code (granted QoS, or 0x80)."""
