@@ -1,0 +1,42 @@
+"""kill -9 durability: a persisted create acknowledged at QoS 1 survives a
+SIGKILL of the server and a restart on the same data dir."""
+
+import json
+
+import xr
+
+N = 50
+
+
+def test_acked_creates_survive_kill9(xrealm_factory, tmp_path):
+    data = tmp_path / "data"
+    srv = xrealm_factory(name="dur", data_dir=str(data))
+    tok = srv.token("lab", "lab/durable", "editor")
+    c = xr.connect(srv.mqtt_port, "lab", tok)
+    base = "realm/s/lab/durable/o/writer-1"
+    # Fire all N without waiting, then wait for every PUBACK.
+    infos = []
+    for i in range(N):
+        oid = f"obj{i:03d}"
+        msg = xr.obj_msg(oid, object_type="box", position={"x": i, "y": 0, "z": 0}, index=i)
+        infos.append(c.c.publish(f"{base}/{oid}", json.dumps(msg), qos=1))
+    # A few updates and a delete, also acknowledged before the kill.
+    infos.append(c.c.publish(f"{base}/obj000", json.dumps({"object_id": "obj000", "action": "update", "persist": True, "data": {"color": "#abcdef"}}), qos=1))
+    infos.append(c.c.publish(f"{base}/obj049", json.dumps({"object_id": "obj049", "action": "delete"}), qos=1))
+    for info in infos:
+        info.wait_for_publish(15)
+        assert info.is_published(), f"message {info.mid} was not acknowledged"
+    srv.kill9()  # immediately after the last PUBACK
+    c.close()
+    assert srv.returncodes[-1] == -9
+
+    srv.start()
+    want = {f"obj{i:03d}" for i in range(N - 1)}
+    objs = srv.wait_objects("lab", "durable", tok, lambda o: want <= o.keys() and o.get("obj000", {}).get("attributes", {}).get("color") == "#abcdef",
+                            timeout=20, what=f"{N - 1} acknowledged objects after kill -9 and restart")
+    assert "obj049" not in objs, "an acknowledged delete was lost"
+    for i in range(N - 1):
+        a = objs[f"obj{i:03d}"]["attributes"]
+        assert a["index"] == i and a["position"] == {"x": i, "y": 0, "z": 0} and a["object_type"] == "box", a
+    assert objs["obj000"]["attributes"]["index"] == 0, "the update replaced instead of merging"
+    assert set(objs) == want, f"unexpected objects: {set(objs) - want}"
