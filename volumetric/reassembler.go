@@ -1,0 +1,170 @@
+package volumetric
+
+import (
+	"time"
+)
+
+// Description is one reassembled, still encoded, description of a frame.
+type Description struct {
+	Client      uint32
+	Frame       uint32
+	Description uint8
+	CaptureUs   uint64
+	Data        []byte
+	// First and Done are when the first and the last fragment arrived.
+	First, Done time.Time
+}
+
+// ReassemblerStats counts what a reassembler did.
+type ReassemblerStats struct {
+	Complete   uint64 // descriptions completed
+	Expired    uint64 // incomplete descriptions dropped at their deadline
+	Late       uint64 // fragments of descriptions already completed or expired
+	Duplicates uint64 // fragments received twice
+}
+
+type fragKey struct {
+	client uint32
+	frame  uint32
+	desc   uint8
+}
+
+type pending struct {
+	h     Header
+	frags [][]byte
+	have  int
+	first time.Time
+}
+
+// Reassembler rebuilds encoded descriptions from fragments, in any order,
+// and drops a description that is not complete within its deadline. It is
+// not safe for concurrent use; time is passed in so that tests and replays
+// do not depend on the wall clock.
+type Reassembler struct {
+	deadline time.Duration
+	pending  map[fragKey]*pending
+	// done remembers recently finished keys so that late fragments are
+	// counted rather than starting a new, never-completing entry.
+	done  map[fragKey]time.Time
+	stats ReassemblerStats
+}
+
+// NewReassembler returns a reassembler that gives each description deadline
+// from its first fragment to complete.
+func NewReassembler(deadline time.Duration) *Reassembler {
+	return &Reassembler{deadline: deadline, pending: map[fragKey]*pending{}, done: map[fragKey]time.Time{}}
+}
+
+// Push adds one RTP payload received at now. It returns the description it
+// completes, if any.
+func (r *Reassembler) Push(now time.Time, payload []byte) (*Description, error) {
+	h, data, err := ParseHeader(payload)
+	if err != nil {
+		return nil, err
+	}
+	k := fragKey{h.Client, h.Frame, h.Description}
+	if _, ok := r.done[k]; ok {
+		r.stats.Late++
+		return nil, nil
+	}
+	p := r.pending[k]
+	if p == nil {
+		p = &pending{h: h, frags: make([][]byte, h.Count), first: now}
+		r.pending[k] = p
+	}
+	if int(h.Count) != len(p.frags) {
+		return nil, nil // inconsistent count: ignore this fragment
+	}
+	if p.frags[h.Fragment] != nil {
+		r.stats.Duplicates++
+		return nil, nil
+	}
+	p.frags[h.Fragment] = append([]byte(nil), data...)
+	p.have++
+	if p.have < len(p.frags) {
+		return nil, nil
+	}
+	delete(r.pending, k)
+	r.done[k] = now
+	r.stats.Complete++
+	n := 0
+	for _, f := range p.frags {
+		n += len(f)
+	}
+	buf := make([]byte, 0, n)
+	for _, f := range p.frags {
+		buf = append(buf, f...)
+	}
+	return &Description{Client: h.Client, Frame: h.Frame, Description: h.Description, CaptureUs: h.CaptureUs, Data: buf, First: p.first, Done: now}, nil
+}
+
+// Expire drops the incomplete descriptions whose deadline passed at now and
+// forgets finished ones older than twice the deadline. It returns how many
+// were dropped.
+func (r *Reassembler) Expire(now time.Time) int {
+	dropped := 0
+	for k, p := range r.pending {
+		if now.Sub(p.first) > r.deadline {
+			delete(r.pending, k)
+			r.done[k] = now
+			r.stats.Expired++
+			dropped++
+		}
+	}
+	for k, t := range r.done {
+		if now.Sub(t) > 2*r.deadline {
+			delete(r.done, k)
+		}
+	}
+	return dropped
+}
+
+// Pending is the number of incomplete descriptions held.
+func (r *Reassembler) Pending() int { return len(r.pending) }
+
+// Stats returns the counters.
+func (r *Reassembler) Stats() ReassemblerStats { return r.stats }
+
+// Merger collects the decoded descriptions of each frame of each client
+// and merges them when all wanted descriptions arrived or when the frame is
+// given up.
+type Merger struct {
+	frames map[[2]uint32]*[Descriptions]Cloud
+}
+
+// NewMerger returns an empty merger.
+func NewMerger() *Merger { return &Merger{frames: map[[2]uint32]*[Descriptions]Cloud{}} }
+
+// Add stores a decoded description. It returns the merged cloud when every
+// description in want is present.
+func (m *Merger) Add(client, frame uint32, desc uint8, c Cloud, want [Descriptions]bool) (Cloud, bool) {
+	if int(desc) >= Descriptions {
+		return nil, false
+	}
+	k := [2]uint32{client, frame}
+	f := m.frames[k]
+	if f == nil {
+		f = new([Descriptions]Cloud)
+		m.frames[k] = f
+	}
+	f[desc] = c
+	for d := 0; d < Descriptions; d++ {
+		if want[d] && f[d] == nil {
+			return nil, false
+		}
+	}
+	delete(m.frames, k)
+	return Merge(f[:]...), true
+}
+
+// Flush merges and removes whatever arrived of a frame, for a frame whose
+// deadline passed with some descriptions missing.
+func (m *Merger) Flush(client, frame uint32) Cloud {
+	k := [2]uint32{client, frame}
+	f := m.frames[k]
+	if f == nil {
+		return nil
+	}
+	delete(m.frames, k)
+	return Merge(f[:]...)
+}
