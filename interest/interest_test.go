@@ -1,0 +1,205 @@
+package interest
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+)
+
+func TestCellOfAndCentre(t *testing.T) {
+	g := Grid{Size: 20}
+	for _, c := range []Cell{{0, 0}, {1, 0}, {0, 1}, {-3, 2}, {5, -7}} {
+		if got := g.CellOf(g.Centre(c)); got != c {
+			t.Errorf("CellOf(Centre(%v)) = %v", c, got)
+		}
+	}
+	// Points just inside a cell's inner radius stay in it.
+	inner := 20 * math.Sqrt(3) / 2 * 0.99
+	for a := 0.0; a < 2*math.Pi; a += 0.3 {
+		p := Vec3{X: inner * math.Cos(a), Z: inner * math.Sin(a)}
+		if got := g.CellOf(p); got != (Cell{}) {
+			t.Errorf("CellOf(%v) = %v, want origin cell", p, got)
+		}
+	}
+}
+
+func TestRing(t *testing.T) {
+	for r := 0; r <= 3; r++ {
+		cells := Ring(Cell{2, -1}, r)
+		if len(cells) != 3*r*(r+1)+1 {
+			t.Fatalf("radius %d: %d cells", r, len(cells))
+		}
+		if cells[0] != (Cell{2, -1}) {
+			t.Fatalf("first cell %v", cells[0])
+		}
+		seen := map[Cell]bool{}
+		for _, c := range cells {
+			if seen[c] || Distance(c, Cell{2, -1}) > r {
+				t.Fatalf("radius %d: bad or repeated cell %v", r, c)
+			}
+			seen[c] = true
+		}
+	}
+}
+
+func TestCellRoomID(t *testing.T) {
+	shard := [16]byte{1, 2, 3}
+	a := CellRoomID(shard, Cell{1, 2})
+	if a != CellRoomID(shard, Cell{1, 2}) {
+		t.Fatal("not deterministic")
+	}
+	if a == CellRoomID(shard, Cell{2, 1}) || a == CellRoomID([16]byte{9}, Cell{1, 2}) {
+		t.Fatal("different cells or shards share an id")
+	}
+	if a[6]>>4 != 5 || a[8]>>6 != 2 {
+		t.Fatalf("not an RFC 4122 v5 UUID: %s", FormatUUID(a))
+	}
+	if s := FormatUUID(a); len(s) != 36 || s[14] != '5' {
+		t.Fatalf("FormatUUID = %s", s)
+	}
+}
+
+func bruteKNN(pos map[string]Vec3, obs string, k int) []string {
+	type d struct {
+		id string
+		d  float64
+	}
+	var ds []d
+	for id, p := range pos {
+		if id != obs {
+			dx, dz := pos[obs].X-p.X, pos[obs].Z-p.Z
+			ds = append(ds, d{id, dx*dx + dz*dz})
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].d < ds[j].d })
+	var out []string
+	for i := 0; i < k && i < len(ds); i++ {
+		out = append(out, ds[i].id)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestKNNMatchesBruteForce(t *testing.T) {
+	r := rand.New(rand.NewSource(7))
+	for _, n := range []int{1, 2, 5, 21, 300} {
+		k := NewKNN(KNNConfig{K: 20, Hysteresis: -1})
+		pos := map[string]Vec3{}
+		for i := 0; i < n; i++ {
+			id := string(rune('A'+i%26)) + string(rune('a'+i/26%26)) + string(rune('0'+i/676))
+			p := Vec3{X: r.Float64() * 200, Y: r.Float64() * 2, Z: r.Float64() * 200}
+			pos[id] = p
+			k.Set(id, p)
+		}
+		k.Recompute(time.Now())
+		for obs := range pos {
+			got := k.Members(obs)
+			sort.Strings(got)
+			if want := bruteKNN(pos, obs, 20); !slices.Equal(got, want) {
+				t.Fatalf("n=%d observer %s: got %v, want %v", n, obs, got, want)
+			}
+		}
+	}
+}
+
+func TestKNNChangesAndHysteresis(t *testing.T) {
+	k := NewKNN(KNNConfig{K: 1, Hysteresis: 500 * time.Millisecond})
+	t0 := time.Unix(1000, 0)
+	k.Set("a", Vec3{})
+	k.Set("b", Vec3{X: 1})
+	k.Set("c", Vec3{X: 10})
+	ch := k.Recompute(t0)
+	if len(ch) != 3 {
+		t.Fatalf("first recompute: %d changes, want one per observer", len(ch))
+	}
+	if !k.Interested("a", "b") || k.Interested("a", "c") || !k.Interested("c", "b") {
+		t.Fatal("wrong initial sets")
+	}
+	// Asymmetric: c's nearest is b, b's nearest is a.
+	if k.Interested("b", "c") {
+		t.Fatal("sets are not asymmetric")
+	}
+	// c moves next to a: a's nearest becomes c, but b stays for the
+	// hysteresis period.
+	k.Set("c", Vec3{X: -0.5})
+	ch = k.Recompute(t0.Add(100 * time.Millisecond))
+	if !k.Interested("a", "b") || !k.Interested("a", "c") {
+		t.Fatal("b left a's set before the hysteresis period")
+	}
+	if !hasChange(ch, "a", "c", true) {
+		t.Fatalf("a not told that c entered: %+v", ch)
+	}
+	ch = k.Recompute(t0.Add(400 * time.Millisecond))
+	if !k.Interested("a", "b") {
+		t.Fatal("b left after 300ms of a 500ms hysteresis")
+	}
+	if hasChange(ch, "a", "b", false) {
+		t.Fatal("left reported early")
+	}
+	ch = k.Recompute(t0.Add(650 * time.Millisecond))
+	if k.Interested("a", "b") || !hasChange(ch, "a", "b", false) {
+		t.Fatalf("b still in a's set after the hysteresis period: %+v", ch)
+	}
+	// Nothing moves: no changes.
+	if ch := k.Recompute(t0.Add(time.Second)); len(ch) != 0 {
+		t.Fatalf("changes without movement: %+v", ch)
+	}
+	// A removed peer leaves at once.
+	k.Remove("c")
+	ch = k.Recompute(t0.Add(1100 * time.Millisecond))
+	if k.Interested("a", "c") || !hasChange(ch, "a", "c", false) {
+		t.Fatalf("removed peer still in a set: %+v", ch)
+	}
+	if len(k.Members("c")) != 0 {
+		t.Fatal("removed observer keeps a set")
+	}
+}
+
+func hasChange(chs []Change, obs, id string, entered bool) bool {
+	for _, c := range chs {
+		if c.Observer != obs {
+			continue
+		}
+		list := c.Left
+		if entered {
+			list = c.Entered
+		}
+		if slices.Contains(list, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkKNNRecompute10k: 10,000 peers in a 1 km square, each walking at
+// 3 m/s, recomputed at 5 Hz (0.6 m per step); k = 20.
+func BenchmarkKNNRecompute10k(b *testing.B) {
+	r := rand.New(rand.NewSource(1))
+	k := NewKNN(KNNConfig{K: 20})
+	const n = 10000
+	pos := make([]Vec3, n)
+	dir := make([]float64, n)
+	ids := make([]string, n)
+	for i := range pos {
+		pos[i] = Vec3{X: r.Float64() * 1000, Z: r.Float64() * 1000}
+		dir[i] = r.Float64() * 2 * math.Pi
+		ids[i] = fmt.Sprintf("peer-%d", i)
+		k.Set(ids[i], pos[i])
+	}
+	now := time.Now()
+	k.Recompute(now)
+	b.ResetTimer()
+	for it := 0; it < b.N; it++ {
+		for i := range pos {
+			pos[i].X += 0.6 * math.Cos(dir[i])
+			pos[i].Z += 0.6 * math.Sin(dir[i])
+			k.Set(ids[i], pos[i])
+		}
+		now = now.Add(200 * time.Millisecond)
+		k.Recompute(now)
+	}
+}
