@@ -1,0 +1,240 @@
+// Package allocator turns a subscriber's bandwidth estimate into a
+// forwarding decision: which publishers' tracks to forward (track
+// selection) or which combination of a point cloud's multiple descriptions
+// (MDC layers), prioritised by the subscriber's interest in each publisher.
+//
+// It is pure computation with no I/O: the SFU calls Allocate whenever the
+// estimate or the set of tracks changes and gates its down tracks by the
+// result, which never renegotiates.
+package allocator
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Mode selects how the budget is spent.
+type Mode int
+
+const (
+	// TrackSelection forwards the subset of tracks that fits the budget,
+	// by interest and then by fairness (tracks left out longest first).
+	TrackSelection Mode = iota
+	// Layers forwards, per publisher, the combination of descriptions that
+	// fits: the base description {0} for as many publishers as possible,
+	// then upgrades ({0,1}, {0,2}, {0,1,2}) to the most interesting ones.
+	Layers
+)
+
+func (m Mode) String() string {
+	switch m {
+	case TrackSelection:
+		return "track-selection"
+	case Layers:
+		return "layers"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// ParseMode parses "track-selection" or "layers".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "track-selection", "tracks":
+		return TrackSelection, nil
+	case "layers", "mdc":
+		return Layers, nil
+	}
+	return 0, fmt.Errorf("allocator: unknown mode %q (want track-selection or layers)", s)
+}
+
+// Set is a set of description (layer) indices as a bit mask; bit i is
+// description i.
+type Set uint8
+
+// Has reports whether d is in s.
+func (s Set) Has(d int) bool { return s&(1<<d) != 0 }
+
+func (s Set) String() string {
+	out := "{"
+	for d := 0; d < 8; d++ {
+		if s.Has(d) {
+			if len(out) > 1 {
+				out += ","
+			}
+			out += fmt.Sprint(d)
+		}
+	}
+	return out + "}"
+}
+
+// Combos are the description combinations of the Layers mode in order of
+// preference: {15%}, {15,25}, {15,60}, {15,25,60}.
+var Combos = []Set{0b001, 0b011, 0b101, 0b111}
+
+// Demand is one publisher as seen by one subscriber.
+type Demand struct {
+	// ID names the publisher (or, in TrackSelection, the track).
+	ID string
+	// Interest ranks publishers: higher is forwarded first. See Interest.
+	Interest float64
+	// Rates are the bitrates (bit/s) of the descriptions; TrackSelection
+	// uses the sum of all of them as the track's rate.
+	Rates []float64
+}
+
+func (d Demand) rate(s Set) float64 {
+	var r float64
+	for i, x := range d.Rates {
+		if s.Has(i) {
+			r += x
+		}
+	}
+	return r
+}
+
+// Decision maps publisher IDs to what to forward; a missing or empty set
+// means nothing.
+type Decision map[string]Set
+
+// Allocator keeps the fairness state of one subscriber between calls. It is
+// not safe for concurrent use.
+type Allocator struct {
+	Mode Mode
+	// starved is, per ID, the number of consecutive allocations that left
+	// it out (positive) or forwarded it (negative); ties in interest go to
+	// the highest value, so equally interesting tracks take turns.
+	starved map[string]int
+}
+
+// New returns an allocator in the given mode.
+func New(m Mode) *Allocator { return &Allocator{Mode: m, starved: map[string]int{}} }
+
+// Allocate spends budget (bit/s) on demands and returns the decision and the
+// bitrate it uses.
+func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float64) {
+	order := make([]Demand, len(demands))
+	copy(order, demands)
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].Interest != order[j].Interest {
+			return order[i].Interest > order[j].Interest
+		}
+		if si, sj := a.starved[order[i].ID], a.starved[order[j].ID]; si != sj {
+			return si > sj
+		}
+		return order[i].ID < order[j].ID
+	})
+	dec := Decision{}
+	used := 0.0
+	switch a.Mode {
+	case TrackSelection:
+		for _, d := range order {
+			full := Set(1<<len(d.Rates) - 1)
+			r := d.rate(full)
+			if used+r <= budget {
+				dec[d.ID] = full
+				used += r
+			}
+		}
+	case Layers:
+		// Pass 1: the base description for as many as fit, by interest.
+		for _, d := range order {
+			if len(d.Rates) == 0 {
+				continue
+			}
+			if r := d.rate(Combos[0]); used+r <= budget {
+				dec[d.ID] = Combos[0]
+				used += r
+			}
+		}
+		// Pass 2: by interest, the best combination that fits.
+		for _, d := range order {
+			cur, ok := dec[d.ID]
+			if !ok {
+				continue
+			}
+			for k := len(Combos) - 1; k > 0; k-- {
+				c := Combos[k]
+				if int(bitsLen(c)) > len(d.Rates) || c == cur {
+					continue
+				}
+				extra := d.rate(c) - d.rate(cur)
+				if extra > 0 && used+extra <= budget {
+					dec[d.ID] = c
+					used += extra
+					break
+				}
+			}
+		}
+	}
+	for _, d := range demands {
+		switch s := a.starved[d.ID]; {
+		case dec[d.ID] == 0 && s < 0, dec[d.ID] != 0 && s > 0:
+			a.starved[d.ID] = 0
+		}
+		if dec[d.ID] == 0 {
+			a.starved[d.ID]++
+		} else {
+			a.starved[d.ID]--
+		}
+	}
+	for id := range a.starved {
+		found := false
+		for _, d := range demands {
+			if d.ID == id {
+				found = true
+				break
+			}
+		}
+		if !found {
+			delete(a.starved, id)
+		}
+	}
+	return dec, used
+}
+
+func bitsLen(s Set) int {
+	n := 0
+	for s != 0 {
+		n++
+		s >>= 1
+	}
+	return n
+}
+
+// Vec3 is a position or direction in scene coordinates (metres).
+type Vec3 [3]float64
+
+func (a Vec3) sub(b Vec3) Vec3    { return Vec3{a[0] - b[0], a[1] - b[1], a[2] - b[2]} }
+func (a Vec3) dot(b Vec3) float64 { return a[0]*b[0] + a[1]*b[1] + a[2]*b[2] }
+func (a Vec3) norm() float64      { return math.Sqrt(a.dot(a)) }
+
+// Pose is a subscriber's camera: where it is, where it looks, and its
+// horizontal field of view in radians.
+type Pose struct {
+	Position Vec3
+	Forward  Vec3
+	FOV      float64
+}
+
+// Interest scores a publisher at pos for a viewer at pose: 1/(1+distance),
+// times 1 if the publisher is inside the field of view and 0.25 if not, so
+// that a visible publisher ranks above an invisible one at the same
+// distance, and a near invisible one can still outrank a far visible one.
+func Interest(pose Pose, pos Vec3) float64 {
+	d := pos.sub(pose.Position)
+	dist := d.norm()
+	score := 1 / (1 + dist)
+	if pose.FOV <= 0 || dist == 0 {
+		return score
+	}
+	f := pose.Forward.norm()
+	if f == 0 {
+		return score
+	}
+	cos := d.dot(pose.Forward) / (dist * f)
+	if cos >= math.Cos(pose.FOV/2) {
+		return score
+	}
+	return 0.25 * score
+}
