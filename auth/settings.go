@@ -19,6 +19,32 @@ type Settings struct {
 	PublicRead     bool     `json:"public_read"`
 	PublicWrite    bool     `json:"public_write"`
 	AnonymousUsers bool     `json:"anonymous_users"`
+	// Interest, when set, makes user (pose) messages reach only the
+	// subscribers interested in their sender.
+	Interest *InterestSettings `json:"interest,omitempty"`
+}
+
+// InterestSettings configure interest management of a scene.
+type InterestSettings struct {
+	Mode         string  `json:"mode"`                    // "knn" or "grid"
+	K            int     `json:"k,omitempty"`             // knn: set size (default 20)
+	RateHz       float64 `json:"rate_hz,omitempty"`       // recompute rate (default 5)
+	HysteresisMs int     `json:"hysteresis_ms,omitempty"` // knn: removal hysteresis (default 500)
+	CellSize     float64 `json:"cell_size,omitempty"`     // grid: hex size in metres (default 20)
+	Radius       int     `json:"radius,omitempty"`        // grid: observed rings (default 1)
+}
+
+// Validate checks the settings.
+func (i *InterestSettings) Validate() error {
+	switch {
+	case i.Mode != "knn" && i.Mode != "grid":
+		return fmt.Errorf("interest mode %q: want knn or grid", i.Mode)
+	case i.K < 0, i.RateHz < 0, i.HysteresisMs < 0, i.CellSize < 0, i.Radius < 0:
+		return errors.New("interest settings must not be negative")
+	case i.RateHz > 100:
+		return fmt.Errorf("interest rate %g Hz is above 100 Hz", i.RateHz)
+	}
+	return nil
 }
 
 // DefaultSettings returns the settings of a scene nobody has configured:

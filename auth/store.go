@@ -67,6 +67,11 @@ func (s *SettingsStore) Put(ctx context.Context, st Settings) error {
 	if err != nil {
 		return err
 	}
+	if st.Interest != nil {
+		if err := st.Interest.Validate(); err != nil {
+			return fmt.Errorf("settings of %s/%s: %w", st.Namespace, st.Scene, err)
+		}
+	}
 	b, err := json.Marshal(st)
 	if err != nil {
 		return err

@@ -41,6 +41,7 @@ type conn struct {
 	pubOK   map[string]bool // publish-right cache by topic; read loop only
 	nextID  atomic.Uint32
 	lastSeq atomic.Uint64
+	self    atomic.Pointer[string] // userClient of this client's own user messages
 	denies  int
 
 	will     *packets.PublishPacket
@@ -231,6 +232,7 @@ func (c *conn) cleanup() {
 		c.s.hub.remove(c, f)
 	}
 	c.s.unregister(c)
+	c.s.hub.leave(c.observer())
 	if c.will != nil && !c.graceful {
 		c.route(c.will.TopicName, c.will.Payload, 0)
 	}
@@ -303,8 +305,29 @@ func (c *conn) publish(p *packets.PublishPacket) {
 		ack()
 		return
 	}
+	c.noteSelf(p.TopicName)
 	if c.route(p.TopicName, p.Payload, p.Qos) {
 		ack()
+	}
+}
+
+// observer returns the id under which interest policies know this client:
+// the userClient of its own user (pose) messages, "" before it sent one.
+func (c *conn) observer() string {
+	if p := c.self.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// noteSelf records the userClient of the client's own user messages.
+func (c *conn) noteSelf(name string) {
+	if c.self.Load() != nil {
+		return
+	}
+	if t, err := topic.ParseScene(name); err == nil && t.MsgType == topic.MsgUser {
+		uc := t.UserClient
+		c.self.Store(&uc)
 	}
 }
 

@@ -1,12 +1,15 @@
 package mqtt
 
 import (
+	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/xrealm/xrealm/interest"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -23,6 +26,8 @@ type Hub struct {
 	all    atomic.Pointer[[]*sceneSub] // snapshot for local publishes
 	seq    atomic.Uint64               // message sequence for de-duplication
 	onMsgs func(delivered int)         // metrics hook
+
+	interestFor func(ns, scene string) (interest.Policy, time.Duration)
 }
 
 // sceneSub is one NATS subscription and the local filters it serves.
@@ -32,6 +37,11 @@ type sceneSub struct {
 	sub     *nats.Subscription
 	groups  atomic.Pointer[[]*group] // copy-on-write snapshot
 	byKey   map[string]*group        // guarded by Hub.mu
+
+	// policy, when not nil, filters user (pose) messages per receiver. It
+	// is set once, when the subscription is created for a single scene.
+	policy interest.Policy
+	stop   chan struct{}
 }
 
 // group is the local subscribers with one identical filter.
@@ -73,6 +83,7 @@ func (h *Hub) add(c *conn, filter string, qos byte) error {
 		}
 		sub.SetPendingLimits(-1, 256<<20)
 		s.sub = sub
+		h.startInterest(s)
 		h.scenes[subj] = s
 		h.snapshotScenesLocked()
 	}
@@ -108,6 +119,9 @@ func (h *Hub) remove(c *conn, filter string) {
 	}
 	s.snapshotGroups()
 	if len(s.byKey) == 0 {
+		if s.stop != nil {
+			close(s.stop)
+		}
 		s.sub.Unsubscribe()
 		delete(h.scenes, subj)
 		h.snapshotScenesLocked()
@@ -163,6 +177,10 @@ func (h *Hub) publishLocal(name string, payload []byte) {
 func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
 	seq := h.seq.Add(1)
 	n := 0
+	sender := ""
+	if s.policy != nil {
+		sender = s.observe(m)
+	}
 	for _, g := range *s.groups.Load() {
 		if !topic.Match(g.filter, m.topic) {
 			continue
@@ -170,6 +188,9 @@ func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
 		for _, mb := range g.snap {
 			// A connection whose filters overlap gets one copy.
 			if mb.c.lastSeq.Swap(seq) == seq {
+				continue
+			}
+			if sender != "" && !s.policy.Interested(mb.c.observer(), sender) {
 				continue
 			}
 			if mb.c.deliver(m, mb.qos) {
@@ -225,4 +246,67 @@ func coalesceKey(name string) string {
 		}
 	}
 	return ""
+}
+
+// startInterest gives a single-scene subscription the scene's interest
+// policy, if it has one, and starts its recompute loop.
+func (h *Hub) startInterest(s *sceneSub) {
+	if h.interestFor == nil {
+		return
+	}
+	lv := strings.Split(s.filter, "/") // {realm}/s/{ns}/{scene}/#
+	if len(lv) != 5 || lv[1] != "s" || lv[4] != "#" || lv[2] == "+" || lv[3] == "+" || lv[2] == "#" {
+		return
+	}
+	pol, period := h.interestFor(lv[2], lv[3])
+	if pol == nil {
+		return
+	}
+	if period <= 0 {
+		period = 200 * time.Millisecond
+	}
+	s.policy, s.stop = pol, make(chan struct{})
+	h.log.Info("interest management on", "scene", lv[2]+"/"+lv[3], "period", period)
+	go func(stop <-chan struct{}) {
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-t.C:
+				pol.Tick(now)
+			}
+		}
+	}(s.stop)
+}
+
+// observe returns the sender of a user (pose) message and records its
+// position; "" for other messages, which are not filtered.
+func (s *sceneSub) observe(m *outMsg) string {
+	t, err := topic.ParseScene(m.topic)
+	if err != nil || t.MsgType != topic.MsgUser || t.ToUID != "" {
+		return ""
+	}
+	var msg struct {
+		Data struct {
+			Position *interest.Vec3 `json:"position"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(m.payload, &msg) == nil && msg.Data.Position != nil {
+		s.policy.Set(t.UserClient, *msg.Data.Position, time.Now())
+	}
+	return t.UserClient
+}
+
+// leave removes a departed client from every interest policy of this node.
+func (h *Hub) leave(userClient string) {
+	if userClient == "" {
+		return
+	}
+	for _, s := range *h.all.Load() {
+		if s.policy != nil {
+			s.policy.Remove(userClient)
+		}
+	}
 }

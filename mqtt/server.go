@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/interest"
 )
 
 // TokenVerifier checks an xrealm token; *auth.Keys is one.
@@ -38,6 +39,10 @@ type Config struct {
 	Writer     fanout.Options
 	Logger     *slog.Logger
 	Metrics    *Metrics // may be nil
+	// SceneInterest, if set, returns the interest policy of a scene and its
+	// recompute period, or nil for a scene without interest management.
+	// It is asked when this node starts serving the scene.
+	SceneInterest func(ns, scene string) (interest.Policy, time.Duration)
 }
 
 // Server is the MQTT front end of one node.
@@ -74,6 +79,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, clients: map[string]*conn{}, conns: map[*conn]struct{}{}}
 	s.hub = NewHub(cfg.NC, cfg.Logger, func(n int) { s.m.MessagesOut.Add(float64(n)) })
+	s.hub.interestFor = cfg.SceneInterest
 	return s, nil
 }
 

@@ -137,7 +137,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if s.mqtt, err = mqtt.NewServer(mqtt.Config{
 		NC: front, JS: frontJS, Realm: cfg.Realm, Verifier: s.Keys, Insecure: cfg.Insecure,
 		MaxPayload: cfg.MaxPayload, Writer: cfg.Writer, Logger: log.With("component", "mqtt"),
-		Metrics: mqtt.NewMetrics(s.Registry),
+		Metrics:       mqtt.NewMetrics(s.Registry),
+		SceneInterest: s.sceneInterest,
 	}); err != nil {
 		return nil, err
 	}

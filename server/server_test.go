@@ -467,3 +467,64 @@ func grepLine(text, prefix string) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// In a scene with kNN interest, pose messages reach only the receivers
+// that have the sender among their k nearest; object messages reach all.
+func TestSceneInterestFiltersPoses(t *testing.T) {
+	n := startNode(t, nil)
+	ctx := context.Background()
+	st := auth.DefaultSettings("lab", "crowd")
+	st.Interest = &auth.InterestSettings{Mode: "knn", K: 1, RateHz: 20, HysteresisMs: 1}
+	if err := n.Settings.Put(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	const crowd = "realm/s/lab/crowd"
+	tok := n.token(t, "ed", "lab/crowd", auth.RoleEditor, time.Hour)
+	type peer struct {
+		c  paho.Client
+		in *inbox
+		x  float64
+	}
+	peers := map[string]*peer{"a": {x: 0}, "b": {x: 1}, "c": {x: 100}}
+	for _, p := range peers {
+		p.c = mustConnect(t, n.mqttURL, "ed", tok)
+		p.in = newInbox()
+		subscribe(t, p.c, crowd+"/+/+/+", p.in)
+	}
+	pose := func(id string, x float64, seq int) string {
+		return fmt.Sprintf(`{"object_id":"cam-%s","action":"update","type":"object","data":{"object_type":"camera","seq":%d,"position":{"x":%g,"y":1.6,"z":0}}}`, id, seq, x)
+	}
+	// Everyone publishes poses until the sets settle.
+	deadline := time.Now().Add(10 * time.Second)
+	for seq := 0; ; seq++ {
+		for id, p := range peers {
+			publish(t, p.c, crowd+"/u/"+id+"/cam-"+id, 0, pose(id, p.x, seq))
+		}
+		time.Sleep(100 * time.Millisecond)
+		if seq >= 5 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, p := range peers {
+		p.in.mu.Lock()
+		p.in.msgs = nil
+		p.in.mu.Unlock()
+	}
+	for id, p := range peers {
+		publish(t, p.c, crowd+"/u/"+id+"/cam-"+id, 0, pose(id, p.x, 99))
+	}
+	publish(t, peers["c"].c, crowd+"/o/c/box", 0, `{"object_id":"box","action":"clientEvent"}`)
+	// a's nearest is b; c's nearest is b; b's nearest is a.
+	peers["a"].in.wait(t, "/u/b/cam-b", 5*time.Second)
+	peers["c"].in.wait(t, "/u/b/cam-b", 5*time.Second)
+	peers["b"].in.wait(t, "/u/a/cam-a", 5*time.Second)
+	for _, p := range peers {
+		p.in.wait(t, "/o/c/box", 5*time.Second) // objects reach everyone
+	}
+	if peers["a"].in.has("/u/c/cam-c") || peers["b"].in.has("/u/c/cam-c") {
+		t.Error("c's pose reached a peer that does not have c among its nearest")
+	}
+	if peers["c"].in.has("/u/a/cam-a") {
+		t.Error("a's pose reached c, whose nearest is b")
+	}
+}
