@@ -24,9 +24,14 @@ const (
 	devName    = "netem0"
 )
 
-// LateThreshold is how late a packet may leave the emulator before the run
-// counts as one the machine could not keep up with.
-const LateThreshold = 2 * time.Millisecond
+// LateThreshold is how late a packet may leave the emulator before it
+// counts as late. A run in which more than LateFraction of the packets in a
+// direction are late, or in which the kernel dropped packets before the
+// emulator read them, is one the machine could not keep up with.
+const (
+	LateThreshold = 5 * time.Millisecond
+	LateFraction  = 0.01
+)
 
 // Config configures an Emulator.
 type Config struct {
@@ -197,7 +202,7 @@ func (r Report) KeptUp() error {
 		if tot == 0 {
 			continue
 		}
-		if d.r.KernelDrops > 0 || float64(d.r.Late) > 0.001*float64(tot) {
+		if d.r.KernelDrops > 0 || float64(d.r.Late) > LateFraction*float64(tot) {
 			return fmt.Errorf("netem: the machine could not keep up on the %s: %d of %d packets left more than %v late (worst %v), %d dropped by the kernel before the emulator read them; results of this run are not valid",
 				d.name, d.r.Late, tot, LateThreshold, d.r.MaxLate, d.r.KernelDrops)
 		}

@@ -1,0 +1,332 @@
+// Package benchcc runs the Hera evaluation: bulk TCP flows of several
+// congestion controls through the trace-driven emulator (package netem),
+// measuring throughput, link utilisation and one-way queueing delay from the
+// emulator's per-packet log, and Jain's fairness index among competing flows.
+package benchcc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/xrealm/xrealm/cc"
+	"github.com/xrealm/xrealm/hera"
+	"github.com/xrealm/xrealm/netem"
+)
+
+// Config is one benchmark campaign.
+type Config struct {
+	Traces       []string // trace files; each is used for both directions
+	Algos        []string // congestion controls by xrealm name (cubic, bbr, reno, hera, hera-paper)
+	Duration     time.Duration
+	Seeds        []uint64
+	Delay        time.Duration
+	QueuePackets int
+	Flows        int // competing flows per run; 1 for the throughput/delay runs
+	OutDir       string
+	Logger       *slog.Logger
+}
+
+// Result is one run.
+type Result struct {
+	Trace          string    `json:"trace"`
+	Algo           string    `json:"algo"`
+	Seed           uint64    `json:"seed"`
+	Flows          int       `json:"flows"`
+	DurationS      float64   `json:"duration_s"`
+	ThroughputMbps float64   `json:"throughput_mbps"` // delivered by the link, IP bytes
+	CapacityMbps   float64   `json:"capacity_mbps"`
+	Utilisation    float64   `json:"utilisation"`
+	MeanQDelayMs   float64   `json:"mean_qdelay_ms"`
+	P95QDelayMs    float64   `json:"p95_qdelay_ms"`
+	Drops          uint64    `json:"drops"`
+	GoodputMbps    []float64 `json:"goodput_mbps"` // per flow, at the receiver
+	JainMean       float64   `json:"jain_mean,omitempty"`
+	JainSeries     []float64 `json:"jain_series,omitempty"` // per second
+	Valid          bool      `json:"valid"`
+	Invalid        string    `json:"invalid,omitempty"`
+}
+
+// Run runs every trace × algorithm × seed and appends results to
+// OutDir/results.jsonl. It loads hera and hera-paper when needed and
+// unloads what it loaded.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Flows < 1 {
+		cfg.Flows = 1
+	}
+	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
+		return nil, fmt.Errorf("benchcc: create %s: %w", cfg.OutDir, err)
+	}
+	for _, a := range cfg.Algos {
+		if a != "hera" && a != "hera-paper" {
+			continue
+		}
+		avail, _ := cc.Available()
+		if slices.Contains(avail, cc.KernelName(a)) {
+			continue
+		}
+		p, _ := hera.ForVariant(a)
+		if err := cc.Load(a, p); err != nil {
+			return nil, err
+		}
+		defer cc.Unload(a)
+	}
+	out, err := os.OpenFile(filepath.Join(cfg.OutDir, "results.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("benchcc: open results: %w", err)
+	}
+	defer out.Close()
+	var results []Result
+	for _, tp := range cfg.Traces {
+		tr, err := netem.LoadTrace(tp)
+		if err != nil {
+			return results, err
+		}
+		for _, seed := range cfg.Seeds {
+			for _, algo := range cfg.Algos {
+				if ctx.Err() != nil {
+					return results, ctx.Err()
+				}
+				r, err := runOne(ctx, cfg, tr, filepath.Base(tp), algo, seed)
+				if err != nil {
+					return results, err
+				}
+				cfg.Logger.Info("benchcc: run", "trace", r.Trace, "algo", algo, "seed", seed, "flows", r.Flows,
+					"mbps", round2(r.ThroughputMbps), "util", round2(r.Utilisation), "p95_ms", round2(r.P95QDelayMs),
+					"jain", round2(r.JainMean), "valid", r.Valid, "invalid", r.Invalid)
+				b, _ := json.Marshal(r)
+				out.Write(append(b, '\n'))
+				results = append(results, r)
+			}
+		}
+	}
+	return results, nil
+}
+
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
+
+func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string, seed uint64) (Result, error) {
+	res := Result{Trace: name, Algo: algo, Seed: seed, Flows: cfg.Flows, DurationS: cfg.Duration.Seconds()}
+	logDir, err := os.MkdirTemp("", "xrealm-benchcc-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(logDir)
+	e, err := netem.Start(ctx, netem.Config{
+		Up: tr, Down: tr, Delay: cfg.Delay, QueuePackets: cfg.QueuePackets,
+		Seed: seed, LogDir: logDir, Logger: cfg.Logger,
+	})
+	if err != nil {
+		return res, err
+	}
+	defer e.Close()
+	linkStart := time.Now()
+
+	// Receivers in the client namespace; senders in the host namespace
+	// (data flows on the downlink, host→client).
+	var ln net.Listener
+	if err := netem.InNamespace(e.ClientNS, func() (err error) { ln, err = net.Listen("tcp", netem.ClientAddr+":5201"); return err }); err != nil {
+		return res, err
+	}
+	defer ln.Close()
+	const bin = 250 * time.Millisecond
+	nbins := int(cfg.Duration/bin) + 8
+	counts := make([][]int64, cfg.Flows)
+	for i := range counts {
+		counts[i] = make([]int64, nbins)
+	}
+	flowStart := time.Now()
+	var wg sync.WaitGroup
+	var connsMu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for i := 0; i < cfg.Flows; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// The sender's first bytes carry its flow index.
+			var id [1]byte
+			if _, err := io.ReadFull(c, id[:]); err != nil || int(id[0]) >= cfg.Flows {
+				c.Close()
+				continue
+			}
+			connsMu.Lock()
+			conns = append(conns, c)
+			connsMu.Unlock()
+			wg.Add(1)
+			go func(c net.Conn, bins []int64) {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 1<<16)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if k := int(time.Since(flowStart) / bin); k >= 0 && k < len(bins) {
+							bins[k] += int64(n)
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}(c, counts[id[0]])
+		}
+	}()
+	kname := algo
+	if algo == "hera" || algo == "hera-paper" {
+		kname = cc.KernelName(algo)
+	}
+	deadline := flowStart.Add(cfg.Duration)
+	var swg sync.WaitGroup
+	errs := make(chan error, cfg.Flows)
+	for i := 0; i < cfg.Flows; i++ {
+		var c net.Conn
+		d := net.Dialer{Control: cc.SetCongestion(kname)}
+		if err := netem.InNamespace(e.HostNS, func() (err error) {
+			c, err = d.DialContext(ctx, "tcp", netem.ClientAddr+":5201")
+			return err
+		}); err != nil {
+			return res, fmt.Errorf("benchcc: connect flow %d with %s: %w", i, algo, err)
+		}
+		swg.Add(1)
+		go func(i int, c net.Conn) {
+			defer swg.Done()
+			defer c.Close()
+			buf := make([]byte, 1<<16)
+			buf[0] = byte(i)
+			c.SetWriteDeadline(deadline)
+			if _, err := c.Write(buf[:1]); err != nil {
+				errs <- err
+				return
+			}
+			for time.Now().Before(deadline) {
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}(i, c)
+	}
+	swg.Wait()
+	time.Sleep(200 * time.Millisecond)
+	ln.Close()
+	// Receivers may never see a FIN once the link is gone; close them.
+	connsMu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	connsMu.Unlock()
+	if err := e.Close(); err != nil {
+		return res, err
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return res, fmt.Errorf("benchcc: flow with %s: %w", algo, err)
+	default:
+	}
+	rep := e.Report()
+	res.Valid = true
+	if err := rep.KeptUp(); err != nil {
+		res.Valid, res.Invalid = false, err.Error()
+	}
+	res.Drops = rep.Down.TailDrops + rep.Down.LossDrops
+
+	// Measure from 2 s after the flows start to the end of sending.
+	off := flowStart.Sub(linkStart)
+	from, to := off+2*time.Second, off+cfg.Duration
+	if cfg.Duration <= 4*time.Second {
+		from = off + cfg.Duration/4
+	}
+	fromUs, toUs := uint64(from/time.Microsecond), uint64(to/time.Microsecond)
+	var delays []float64
+	var delivered int64
+	err = netem.ReadLog(filepath.Join(logDir, "downlink.log"), func(r netem.LogRecord) {
+		if r.Dropped || r.Deq < fromUs || r.Deq >= toUs {
+			return
+		}
+		delivered += int64(r.Bytes)
+		delays = append(delays, float64(r.Deq-r.Enq)/1000)
+	})
+	if err != nil {
+		return res, err
+	}
+	win := (to - from).Seconds()
+	res.ThroughputMbps = float64(delivered) * 8 / win / 1e6
+	res.CapacityMbps = float64(tr.Capacity(from, to)) * 8 / win / 1e6
+	if res.CapacityMbps > 0 {
+		res.Utilisation = res.ThroughputMbps / res.CapacityMbps
+	}
+	res.MeanQDelayMs, res.P95QDelayMs = meanP95(delays)
+
+	// Per-flow goodput and Jain's index per second over the same window.
+	b0, b1 := int((2*time.Second)/bin), int(cfg.Duration/bin)
+	if cfg.Duration <= 4*time.Second {
+		b0 = int(cfg.Duration / 4 / bin)
+	}
+	for _, bins := range counts {
+		var s int64
+		for _, v := range bins[b0:b1] {
+			s += v
+		}
+		res.GoodputMbps = append(res.GoodputMbps, float64(s)*8/win/1e6)
+	}
+	if cfg.Flows > 1 {
+		per := int(time.Second / bin)
+		for k := b0; k+per <= b1; k += per {
+			x := make([]float64, cfg.Flows)
+			for f := range counts {
+				for _, v := range counts[f][k : k+per] {
+					x[f] += float64(v)
+				}
+			}
+			res.JainSeries = append(res.JainSeries, Jain(x))
+		}
+		var s float64
+		for _, j := range res.JainSeries {
+			s += j
+		}
+		if n := len(res.JainSeries); n > 0 {
+			res.JainMean = s / float64(n)
+		}
+	}
+	return res, nil
+}
+
+// Jain is Jain's fairness index (Σx)² / (n·Σx²), 1 for equal shares.
+func Jain(x []float64) float64 {
+	var s, s2 float64
+	for _, v := range x {
+		s += v
+		s2 += v * v
+	}
+	if s2 == 0 {
+		return 0
+	}
+	return s * s / (float64(len(x)) * s2)
+}
+
+func meanP95(v []float64) (mean, p95 float64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	sort.Float64s(v)
+	return s / float64(len(v)), v[int(math.Ceil(0.95*float64(len(v))))-1]
+}

@@ -1,0 +1,149 @@
+package benchcc
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// ReadResults reads a results.jsonl file.
+func ReadResults(path string) ([]Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("benchcc: open results: %w", err)
+	}
+	defer f.Close()
+	var rs []Result
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r Result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("benchcc: parse %s: %w", path, err)
+		}
+		rs = append(rs, r)
+	}
+	return rs, sc.Err()
+}
+
+type key struct{ trace, algo string }
+
+type agg struct {
+	n                           int
+	mbps, util, mean, p95, jain float64
+	invalid                     int
+}
+
+// Summarise writes Markdown tables: per trace and algorithm, the mean over
+// seeds of throughput, utilisation and queueing delay; and the target check
+// of hera against bbr. Invalid runs (emulator could not keep up) are
+// counted but left out of the means.
+func Summarise(w io.Writer, rs []Result) {
+	single := map[key]*agg{}
+	multi := map[key]*agg{}
+	var traces, algos []string
+	for _, r := range rs {
+		m := single
+		if r.Flows > 1 {
+			m = multi
+		}
+		k := key{r.Trace, r.Algo}
+		a := m[k]
+		if a == nil {
+			a = &agg{}
+			m[k] = a
+		}
+		if !slices.Contains(traces, r.Trace) {
+			traces = append(traces, r.Trace)
+		}
+		if !slices.Contains(algos, r.Algo) {
+			algos = append(algos, r.Algo)
+		}
+		if !r.Valid {
+			a.invalid++
+			continue
+		}
+		a.n++
+		a.mbps += r.ThroughputMbps
+		a.util += r.Utilisation
+		a.mean += r.MeanQDelayMs
+		a.p95 += r.P95QDelayMs
+		a.jain += r.JainMean
+	}
+	sort.Strings(traces)
+	for _, m := range []map[key]*agg{single, multi} {
+		for _, a := range m {
+			if a.n > 0 {
+				f := float64(a.n)
+				a.mbps, a.util, a.mean, a.p95, a.jain = a.mbps/f, a.util/f, a.mean/f, a.p95/f, a.jain/f
+			}
+		}
+	}
+	if len(single) > 0 {
+		fmt.Fprintln(w, "| trace | algorithm | runs | throughput (Mbit/s) | utilisation | mean queueing delay (ms) | p95 queueing delay (ms) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		for _, t := range traces {
+			for _, al := range algos {
+				a := single[key{t, al}]
+				if a == nil {
+					continue
+				}
+				inv := ""
+				if a.invalid > 0 {
+					inv = fmt.Sprintf(" (+%d invalid)", a.invalid)
+				}
+				fmt.Fprintf(w, "| %s | %s | %d%s | %.1f | %.2f | %.1f | %.1f |\n", t, al, a.n, inv, a.mbps, a.util, a.mean, a.p95)
+			}
+		}
+		fmt.Fprintln(w)
+		for _, h := range []string{"hera", "hera-paper"} {
+			pass, total := 0, 0
+			var lines []string
+			for _, t := range traces {
+				hh, bb := single[key{t, h}], single[key{t, "bbr"}]
+				if hh == nil || bb == nil || hh.n == 0 || bb.n == 0 {
+					continue
+				}
+				total++
+				dr, tr := hh.p95/bb.p95, hh.mbps/bb.mbps
+				ok := dr <= 0.5 && tr >= 0.9
+				if ok {
+					pass++
+				}
+				lines = append(lines, fmt.Sprintf("| %s | %.2f | %.2f | %v |", t, dr, tr, ok))
+			}
+			if total == 0 {
+				continue
+			}
+			fmt.Fprintf(w, "Target check for %s against bbr (p95 delay ratio ≤ 0.5 and throughput ratio ≥ 0.9): %d of %d traces.\n\n", h, pass, total)
+			fmt.Fprintln(w, "| trace | p95 delay ratio | throughput ratio | meets target |")
+			fmt.Fprintln(w, "|---|---|---|---|")
+			fmt.Fprintln(w, strings.Join(lines, "\n"))
+			fmt.Fprintln(w)
+		}
+	}
+	if len(multi) > 0 {
+		fmt.Fprintln(w, "| trace | algorithm | runs | flows | total throughput (Mbit/s) | mean Jain index (1 s windows) | p95 queueing delay (ms) |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
+		flows := map[key]int{}
+		for _, r := range rs {
+			if r.Flows > 1 {
+				flows[key{r.Trace, r.Algo}] = r.Flows
+			}
+		}
+		for _, t := range traces {
+			for _, al := range algos {
+				a := multi[key{t, al}]
+				if a == nil {
+					continue
+				}
+				fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %.3f | %.1f |\n", t, al, a.n, flows[key{t, al}], a.mbps, a.jain, a.p95)
+			}
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	benchcc "github.com/xrealm/xrealm/bench/cc"
+)
+
+// benchCCDefaultTraces are the paper's 14 scenarios, relative to the traces
+// directory.
+var benchCCDefaultTraces = []string{
+	"mmwave/UMa_a", "mmwave/UMa_b", "mmwave/UMa_c", "mmwave/UMa_d", "mmwave/UMa_e", "mmwave/UMa_f",
+	"mmwave/RMa_a", "mmwave/RMa_b", "mmwave/RMa_c", "mmwave/RMa_d", "mmwave/RMa_e", "mmwave/RMa_f",
+	"mmwave/humanmotion", "cellular/highwayGold",
+}
+
+// runBenchCC implements `xrealm bench cc`: the Hera evaluation over the
+// trace-driven emulator. With --summary it only prints tables from an
+// existing results file.
+func runBenchCC(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench cc", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	dir := fs.String("traces-dir", "../shared/traces", "directory holding the mmwave/ and cellular/ trace folders")
+	traces := fs.String("traces", strings.Join(benchCCDefaultTraces, ","), "comma-separated traces, relative to --traces-dir")
+	algos := fs.String("algos", "cubic,bbr,reno,hera,hera-paper", "comma-separated congestion controls")
+	dur := fs.Duration("duration", 60*time.Second, "length of each run")
+	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (one run per seed)")
+	delay := fs.Duration("delay", 10*time.Millisecond, "one-way delay of the emulated link")
+	queue := fs.Int("queue-packets", 1000, "drop-tail queue limit in packets")
+	flows := fs.Int("flows", 1, "competing flows of the same algorithm per run (6 for the fairness experiment)")
+	out := fs.String("out", "bench/cc/out", "output directory (results.jsonl is appended to)")
+	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *summary != "" {
+		rs, err := benchcc.ReadResults(*summary)
+		if err != nil {
+			return err
+		}
+		benchcc.Summarise(os.Stdout, rs)
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("bench cc: needs root (network namespaces, TUN devices, BPF congestion control)")
+	}
+	cfg := benchcc.Config{
+		Algos: strings.Split(*algos, ","), Duration: *dur, Delay: *delay,
+		QueuePackets: *queue, Flows: *flows, OutDir: *out,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	for _, t := range strings.Split(*traces, ",") {
+		cfg.Traces = append(cfg.Traces, filepath.Join(*dir, t))
+	}
+	for _, s := range strings.Split(*seeds, ",") {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("bench cc: seed %q: %w", s, err)
+		}
+		cfg.Seeds = append(cfg.Seeds, v)
+	}
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rs, err := benchcc.Run(ctx, cfg)
+	benchcc.Summarise(os.Stdout, rs)
+	return err
+}
