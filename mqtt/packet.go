@@ -74,7 +74,7 @@ func (rd *reader) readPacket() (packets.ControlPacket, error) {
 	if _, err := io.ReadFull(rd.r, body); err != nil {
 		return nil, err
 	}
-	if err := cp.Unpack(bytes.NewReader(body)); err != nil {
+	if err := cp.Unpack(bodyReader{bytes.NewReader(body)}); err != nil {
 		return nil, fmt.Errorf("malformed %s packet: %w", packets.PacketNames[typ], err)
 	}
 	if p, ok := cp.(*packets.PublishPacket); ok && p.Payload != nil && len(p.Payload) > rd.maxPublish {
@@ -84,6 +84,18 @@ func (rd *reader) readPacket() (packets.ControlPacket, error) {
 }
 
 var errBadLength = errors.New("malformed remaining length")
+
+// bodyReader reads a packet body. A zero-length read succeeds even at the
+// end of the body: Paho unpacks an empty PUBLISH payload with such a read,
+// and bytes.Reader would answer it with io.EOF.
+type bodyReader struct{ r *bytes.Reader }
+
+func (b bodyReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	return b.r.Read(p)
+}
 
 func readVarint(r io.ByteReader) (int, error) {
 	var v, mult int = 0, 1

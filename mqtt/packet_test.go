@@ -76,6 +76,19 @@ func TestReadPacketRoundTrip(t *testing.T) {
 	}
 }
 
+// arena-py publishes an empty QoS 2 message to $NETWORK/latency.
+func TestReadPacketEmptyPayload(t *testing.T) {
+	for _, qos := range []byte{0, 1, 2} {
+		cp, err := newReader(encodePublish("$NETWORK/latency", nil, qos, 3), 1024).readPacket()
+		if err != nil {
+			t.Fatalf("QoS %d empty PUBLISH: %v", qos, err)
+		}
+		if p := cp.(*packets.PublishPacket); p.TopicName != "$NETWORK/latency" || len(p.Payload) != 0 {
+			t.Fatalf("got %s", p)
+		}
+	}
+}
+
 func TestIsObjectSubject(t *testing.T) {
 	for subj, want := range map[string]bool{
 		"realm.s.ns.sc.o.uc.box":    true,
