@@ -1,0 +1,249 @@
+// Package downtrack forwards one source track to one subscriber.
+//
+// A DownTrack is a webrtc.TrackLocal bound to a transceiver that was
+// negotiated once. Gating it on or off (SetActive) is how the SFU follows
+// the allocator without renegotiating: an inactive down track drops packets
+// and, when it resumes, continues its own sequence numbers so that the
+// subscriber sees no gap. NACKs from the subscriber are answered from the
+// source track's shared retransmission buffer (package buffer): the down
+// track keeps only its sequence-number offset, not a copy of the packets.
+package downtrack
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/buffer"
+)
+
+// Config describes a down track.
+type Config struct {
+	// ID and StreamID are the track and stream IDs the subscriber sees.
+	ID, StreamID string
+	// Codec is the source's codec; Bind picks the negotiated codec with
+	// the same MIME type.
+	Codec webrtc.RTPCodecCapability
+	// Buffer is the source track's shared retransmission buffer; nil
+	// disables retransmission.
+	Buffer *buffer.Buffer
+	// OnKeyframeRequest is called on a PLI or FIR from the subscriber and
+	// when the track resumes; it should ask the publisher for a keyframe.
+	OnKeyframeRequest func()
+}
+
+// Stats are a down track's counters.
+type Stats struct {
+	Packets, Bytes   uint64 // forwarded
+	Dropped          uint64 // not forwarded while inactive
+	NACKs            uint64 // sequence numbers the subscriber asked for
+	Retransmits      uint64 // of those, answered from the buffer
+	RetransmitMisses uint64 // of those, no longer in the buffer
+	KeyframeRequests uint64
+}
+
+// DownTrack is a TrackLocal that forwards one source to one subscriber.
+type DownTrack struct {
+	cfg  Config
+	kind webrtc.RTPCodecType
+
+	mu     sync.Mutex
+	writer webrtc.TrackLocalWriter
+	ssrc   uint32
+	pt     uint8
+	// sequence munging: out = src + offset
+	started bool
+	resync  bool
+	offset  uint16
+	lastOut uint16
+
+	active atomic.Bool
+
+	packets, bytes, dropped, nacks, rtx, misses, kfr atomic.Uint64
+}
+
+// ErrNoCodec reports that the subscriber did not negotiate the codec.
+var ErrNoCodec = errors.New("downtrack: codec not negotiated")
+
+// New returns an active down track.
+func New(cfg Config) (*DownTrack, error) {
+	var kind webrtc.RTPCodecType
+	switch mt := strings.ToLower(cfg.Codec.MimeType); {
+	case strings.HasPrefix(mt, "audio/"):
+		kind = webrtc.RTPCodecTypeAudio
+	case strings.HasPrefix(mt, "video/"):
+		kind = webrtc.RTPCodecTypeVideo
+	default:
+		return nil, fmt.Errorf("downtrack: MIME type %q is neither audio/ nor video/", cfg.Codec.MimeType)
+	}
+	d := &DownTrack{cfg: cfg, kind: kind}
+	d.active.Store(true)
+	return d, nil
+}
+
+// ID implements webrtc.TrackLocal.
+func (d *DownTrack) ID() string { return d.cfg.ID }
+
+// StreamID implements webrtc.TrackLocal.
+func (d *DownTrack) StreamID() string { return d.cfg.StreamID }
+
+// RID implements webrtc.TrackLocal; down tracks are not simulcast.
+func (d *DownTrack) RID() string { return "" }
+
+// Kind implements webrtc.TrackLocal.
+func (d *DownTrack) Kind() webrtc.RTPCodecType { return d.kind }
+
+// Bind implements webrtc.TrackLocal.
+func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
+	for _, c := range ctx.CodecParameters() {
+		if strings.EqualFold(c.MimeType, d.cfg.Codec.MimeType) {
+			d.mu.Lock()
+			d.writer = ctx.WriteStream()
+			d.ssrc = uint32(ctx.SSRC())
+			d.pt = uint8(c.PayloadType)
+			d.mu.Unlock()
+			return c, nil
+		}
+	}
+	return webrtc.RTPCodecParameters{}, fmt.Errorf("%w: %s for track %s", ErrNoCodec, d.cfg.Codec.MimeType, d.cfg.ID)
+}
+
+// Unbind implements webrtc.TrackLocal.
+func (d *DownTrack) Unbind(webrtc.TrackLocalContext) error {
+	d.mu.Lock()
+	d.writer = nil
+	d.mu.Unlock()
+	return nil
+}
+
+// SetActive gates forwarding. Resuming asks for a keyframe.
+func (d *DownTrack) SetActive(on bool) {
+	if d.active.Swap(on) == on {
+		return
+	}
+	if !on {
+		d.mu.Lock()
+		d.resync = true
+		d.mu.Unlock()
+		return
+	}
+	d.keyframe()
+}
+
+// Active reports whether the track forwards.
+func (d *DownTrack) Active() bool { return d.active.Load() }
+
+// WriteRTP forwards one packet of the source. The header is copied, not
+// modified. Header extensions are dropped: their IDs were negotiated with
+// the publisher, and the subscriber's interceptors add their own
+// (transport-wide sequence numbers for TWCC).
+func (d *DownTrack) WriteRTP(h *rtp.Header, payload []byte) error {
+	if !d.active.Load() {
+		d.dropped.Add(1)
+		return nil
+	}
+	d.mu.Lock()
+	w := d.writer
+	if w == nil {
+		d.mu.Unlock()
+		return nil
+	}
+	switch {
+	case !d.started:
+		d.offset = 0
+		d.started = true
+	case d.resync:
+		d.offset = d.lastOut + 1 - h.SequenceNumber
+	}
+	d.resync = false
+	out := h.SequenceNumber + d.offset
+	if int16(out-d.lastOut) > 0 || d.packets.Load() == 0 {
+		d.lastOut = out
+	}
+	hdr := rtp.Header{Version: 2, Marker: h.Marker, PayloadType: d.pt, SequenceNumber: out, Timestamp: h.Timestamp, SSRC: d.ssrc}
+	d.mu.Unlock()
+	if _, err := w.WriteRTP(&hdr, payload); err != nil {
+		return fmt.Errorf("downtrack %s: %w", d.cfg.ID, err)
+	}
+	d.packets.Add(1)
+	d.bytes.Add(uint64(len(payload) + 12))
+	return nil
+}
+
+// HandleRTCP acts on the subscriber's feedback for this track: NACKs are
+// answered from the shared buffer, PLI and FIR become keyframe requests.
+func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
+	for _, p := range pkts {
+		switch p := p.(type) {
+		case *rtcp.TransportLayerNack:
+			for _, pair := range p.Nacks {
+				for _, seq := range pair.PacketList() {
+					d.nacks.Add(1)
+					d.retransmit(seq)
+				}
+			}
+		case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
+			d.keyframe()
+		}
+	}
+}
+
+// ReadRTCP reads the subscriber's RTCP for this track from sender until it
+// is closed, and handles it. Run it in its own goroutine.
+func (d *DownTrack) ReadRTCP(sender *webrtc.RTPSender) {
+	for {
+		pkts, _, err := sender.ReadRTCP()
+		if err != nil {
+			return
+		}
+		d.HandleRTCP(pkts)
+	}
+}
+
+var pktPool = sync.Pool{New: func() any { b := make([]byte, buffer.MaxPacket); return &b }}
+
+func (d *DownTrack) retransmit(out uint16) {
+	d.mu.Lock()
+	w, off, ssrc, pt := d.writer, d.offset, d.ssrc, d.pt
+	d.mu.Unlock()
+	if d.cfg.Buffer == nil || w == nil {
+		d.misses.Add(1)
+		return
+	}
+	bp := pktPool.Get().(*[]byte)
+	defer pktPool.Put(bp)
+	n, ok := d.cfg.Buffer.Get(out-off, *bp)
+	if !ok {
+		d.misses.Add(1)
+		return
+	}
+	var pkt rtp.Packet
+	if err := pkt.Unmarshal((*bp)[:n]); err != nil {
+		d.misses.Add(1)
+		return
+	}
+	hdr := rtp.Header{Version: 2, Marker: pkt.Marker, PayloadType: pt, SequenceNumber: out, Timestamp: pkt.Timestamp, SSRC: ssrc}
+	if _, err := w.WriteRTP(&hdr, pkt.Payload); err == nil {
+		d.rtx.Add(1)
+		d.bytes.Add(uint64(len(pkt.Payload) + 12))
+	}
+}
+
+func (d *DownTrack) keyframe() {
+	d.kfr.Add(1)
+	if d.cfg.OnKeyframeRequest != nil {
+		d.cfg.OnKeyframeRequest()
+	}
+}
+
+// Stats returns the counters.
+func (d *DownTrack) Stats() Stats {
+	return Stats{Packets: d.packets.Load(), Bytes: d.bytes.Load(), Dropped: d.dropped.Load(), NACKs: d.nacks.Load(),
+		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), KeyframeRequests: d.kfr.Load()}
+}

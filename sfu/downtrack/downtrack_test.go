@@ -1,0 +1,134 @@
+package downtrack
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/pion/interceptor"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/buffer"
+)
+
+type sent struct {
+	seq     uint16
+	payload string
+}
+
+type fakeWriter struct {
+	mu  sync.Mutex
+	out []sent
+}
+
+func (w *fakeWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
+	w.mu.Lock()
+	w.out = append(w.out, sent{h.SequenceNumber, string(p)})
+	w.mu.Unlock()
+	return len(p), nil
+}
+func (w *fakeWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+type fakeCtx struct{ w *fakeWriter }
+
+func (c fakeCtx) CodecParameters() []webrtc.RTPCodecParameters {
+	return []webrtc.RTPCodecParameters{{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96}}
+}
+func (c fakeCtx) HeaderExtensions() []webrtc.RTPHeaderExtensionParameter { return nil }
+func (c fakeCtx) SSRC() webrtc.SSRC                                       { return 1234 }
+func (c fakeCtx) SSRCRetransmission() webrtc.SSRC                         { return 0 }
+func (c fakeCtx) SSRCForwardErrorCorrection() webrtc.SSRC                 { return 0 }
+func (c fakeCtx) WriteStream() webrtc.TrackLocalWriter                    { return c.w }
+func (c fakeCtx) ID() string                                              { return "ctx" }
+func (c fakeCtx) RTCPReader() interceptor.RTCPReader                      { return nil }
+
+// source feeds packets to the shared buffer and the down tracks, as the
+// SFU's track reader does.
+func source(t testing.TB, buf *buffer.Buffer, seq uint16, payload string, dts ...*DownTrack) {
+	pkt := rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq, SSRC: 99, PayloadType: 100}, Payload: []byte(payload)}
+	raw, _ := pkt.Marshal()
+	if err := buf.Write(seq, raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dts {
+		if err := d.WriteRTP(&pkt.Header, pkt.Payload); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestGateAndNACK(t *testing.T) {
+	buf, _ := buffer.New(64)
+	kf := 0
+	d, err := New(Config{ID: "v", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, Buffer: buf, OnKeyframeRequest: func() { kf++ }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &fakeWriter{}
+	if _, err := d.Bind(fakeCtx{w}); err != nil {
+		t.Fatal(err)
+	}
+	source(t, buf, 1000, "a", d)
+	source(t, buf, 1001, "b", d)
+	d.SetActive(false)
+	source(t, buf, 1002, "c", d)
+	source(t, buf, 1003, "d", d)
+	d.SetActive(true)
+	source(t, buf, 1004, "e", d)
+	source(t, buf, 1005, "f", d)
+	want := []sent{{1000, "a"}, {1001, "b"}, {1002, "e"}, {1003, "f"}}
+	if fmt.Sprint(w.out) != fmt.Sprint(want) {
+		t.Fatalf("sent %v, want %v (contiguous after the gap)", w.out, want)
+	}
+	if kf != 1 {
+		t.Errorf("%d keyframe requests on resume, want 1", kf)
+	}
+	// the subscriber lost its 1003 ("f") and an unknown one
+	w.out = nil
+	d.HandleRTCP([]rtcp.Packet{&rtcp.TransportLayerNack{Nacks: []rtcp.NackPair{{PacketID: 1003}, {PacketID: 5000}}}})
+	if fmt.Sprint(w.out) != fmt.Sprint([]sent{{1003, "f"}}) {
+		t.Fatalf("retransmitted %v, want [{1003 f}]", w.out)
+	}
+	st := d.Stats()
+	if st.NACKs != 2 || st.Retransmits != 1 || st.RetransmitMisses != 1 || st.Dropped != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, err := New(Config{Codec: webrtc.RTPCodecCapability{MimeType: "application/x"}}); err == nil {
+		t.Error("New with a non-media MIME type succeeded")
+	}
+	d2, _ := New(Config{ID: "o", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus}})
+	if _, err := d2.Bind(fakeCtx{w}); err == nil {
+		t.Error("Bind without the codec succeeded")
+	}
+}
+
+// BenchmarkMemoryPerSubscriber measures the heap that subscribers add to
+// one source track: the retransmission buffer is shared, so the bytes per
+// subscriber stay flat and small as subscribers are added.
+func BenchmarkMemoryPerSubscriber(b *testing.B) {
+	for _, subs := range []int{1, 10, 100, 1000} {
+		b.Run(fmt.Sprintf("subs=%d", subs), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				buf, _ := buffer.New(1024)
+				dts := make([]*DownTrack, subs)
+				for k := range dts {
+					dts[k], _ = New(Config{ID: "v", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, Buffer: buf})
+					dts[k].Bind(fakeCtx{&fakeWriter{}})
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				total := float64(after.HeapAlloc - before.HeapAlloc)
+				b.ReportMetric(float64(buf.Bytes()), "buffer-B")
+				b.ReportMetric((total-float64(buf.Bytes()))/float64(subs), "B/subscriber")
+				b.ReportMetric(float64(subs*buf.Bytes()), "per-sub-buffers-B")
+				runtime.KeepAlive(dts)
+			}
+		})
+	}
+}
