@@ -27,12 +27,12 @@ type part struct {
 
 // figure is a human-sized (about 1.8 m) figure made of ellipsoids.
 var figure = []part{
-	{cx: 0, cy: 1.65, cz: 0, rx: 0.10, ry: 0.12, rz: 0.11, weight: 0.08, r: 224, g: 172, b: 105},                                        // head
-	{cx: 0, cy: 1.25, cz: 0, rx: 0.20, ry: 0.30, rz: 0.12, weight: 0.30, r: 40, g: 90, b: 200},                                          // torso
+	{cx: 0, cy: 1.65, cz: 0, rx: 0.10, ry: 0.12, rz: 0.11, weight: 0.08, r: 224, g: 172, b: 105},                                               // head
+	{cx: 0, cy: 1.25, cz: 0, rx: 0.20, ry: 0.30, rz: 0.12, weight: 0.30, r: 40, g: 90, b: 200},                                                 // torso
 	{cx: -0.28, cy: 1.15, cz: 0, rx: 0.06, ry: 0.30, rz: 0.06, swing: 0.5, pivotY: 1.45, phase: math.Pi, weight: 0.09, r: 224, g: 172, b: 105}, // left arm
-	{cx: 0.28, cy: 1.15, cz: 0, rx: 0.06, ry: 0.30, rz: 0.06, swing: 0.5, pivotY: 1.45, weight: 0.09, r: 224, g: 172, b: 105},                // right arm
-	{cx: -0.11, cy: 0.47, cz: 0, rx: 0.08, ry: 0.45, rz: 0.08, swing: 0.45, pivotY: 0.92, weight: 0.22, r: 50, g: 50, b: 60},                 // left leg
-	{cx: 0.11, cy: 0.47, cz: 0, rx: 0.08, ry: 0.45, rz: 0.08, swing: 0.45, pivotY: 0.92, phase: math.Pi, weight: 0.22, r: 50, g: 50, b: 60},  // right leg
+	{cx: 0.28, cy: 1.15, cz: 0, rx: 0.06, ry: 0.30, rz: 0.06, swing: 0.5, pivotY: 1.45, weight: 0.09, r: 224, g: 172, b: 105},                  // right arm
+	{cx: -0.11, cy: 0.47, cz: 0, rx: 0.08, ry: 0.45, rz: 0.08, swing: 0.45, pivotY: 0.92, weight: 0.22, r: 50, g: 50, b: 60},                   // left leg
+	{cx: 0.11, cy: 0.47, cz: 0, rx: 0.08, ry: 0.45, rz: 0.08, swing: 0.45, pivotY: 0.92, phase: math.Pi, weight: 0.22, r: 50, g: 50, b: 60},    // right leg
 }
 
 // Source generates the frames of a synthetic moving figure. It is

@@ -38,12 +38,12 @@ func (c fakeCtx) CodecParameters() []webrtc.RTPCodecParameters {
 	return []webrtc.RTPCodecParameters{{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96}}
 }
 func (c fakeCtx) HeaderExtensions() []webrtc.RTPHeaderExtensionParameter { return nil }
-func (c fakeCtx) SSRC() webrtc.SSRC                                       { return 1234 }
-func (c fakeCtx) SSRCRetransmission() webrtc.SSRC                         { return 0 }
-func (c fakeCtx) SSRCForwardErrorCorrection() webrtc.SSRC                 { return 0 }
-func (c fakeCtx) WriteStream() webrtc.TrackLocalWriter                    { return c.w }
-func (c fakeCtx) ID() string                                              { return "ctx" }
-func (c fakeCtx) RTCPReader() interceptor.RTCPReader                      { return nil }
+func (c fakeCtx) SSRC() webrtc.SSRC                                      { return 1234 }
+func (c fakeCtx) SSRCRetransmission() webrtc.SSRC                        { return 0 }
+func (c fakeCtx) SSRCForwardErrorCorrection() webrtc.SSRC                { return 0 }
+func (c fakeCtx) WriteStream() webrtc.TrackLocalWriter                   { return c.w }
+func (c fakeCtx) ID() string                                             { return "ctx" }
+func (c fakeCtx) RTCPReader() interceptor.RTCPReader                     { return nil }
 
 // source feeds packets to the shared buffer and the down tracks, as the
 // SFU's track reader does.
