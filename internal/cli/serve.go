@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
@@ -41,6 +44,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Writer.MaxFrames, "queue-frames", 4096, "per-connection outgoing queue bound, in messages")
 	fs.DurationVar(&cfg.TokenTTL, "token-ttl", cfg.TokenTTL, "lifetime of tokens issued by /user/v2/mqtt_auth")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "DEVELOPMENT ONLY: no authentication at all")
+	pprofAddr := fs.String("pprof-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty = off")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
 	if err := fs.Parse(args); err != nil {
@@ -60,6 +64,11 @@ func runServe(ctx context.Context, args []string) error {
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
 		return err
+	}
+	if *pprofAddr != "" {
+		if err := servePprof(*pprofAddr, log); err != nil {
+			return err
+		}
 	}
 	srv, err := server.Start(ctx, cfg, log)
 	if err != nil {
@@ -107,6 +116,23 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 			return fmt.Errorf("config file %s: setting %q: %w", path, k, err)
 		}
 	}
+	return nil
+}
+
+// servePprof serves net/http/pprof on its own listener, never on the
+// public HTTP port.
+func servePprof(addr string, log *slog.Logger) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("pprof listener on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	log.Warn("pprof profiles served", "addr", l.Addr().String())
+	go http.Serve(l, mux)
 	return nil
 }
 
