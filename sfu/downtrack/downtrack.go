@@ -28,13 +28,22 @@ type Config struct {
 	// ID and StreamID are the track and stream IDs the subscriber sees.
 	ID, StreamID string
 	// Codec is the source's codec; Bind picks the negotiated codec with
-	// the same MIME type.
+	// the same MIME type. A down track that is a pre-negotiated slot
+	// changes its source later with SetSource.
 	Codec webrtc.RTPCodecCapability
 	// Buffer is the source track's shared retransmission buffer; nil
 	// disables retransmission.
 	Buffer *buffer.Buffer
 	// OnKeyframeRequest is called on a PLI or FIR from the subscriber and
 	// when the track resumes; it should ask the publisher for a keyframe.
+	OnKeyframeRequest func()
+}
+
+// Source is what a down track forwards from: the source's codec, its shared
+// buffer and how to ask its publisher for a keyframe.
+type Source struct {
+	Codec             webrtc.RTPCodecCapability
+	Buffer            *buffer.Buffer
 	OnKeyframeRequest func()
 }
 
@@ -57,6 +66,11 @@ type DownTrack struct {
 	writer webrtc.TrackLocalWriter
 	ssrc   uint32
 	pt     uint8
+	pts    map[string]uint8 // negotiated payload type by lower-case MIME type
+	src    Source
+	// timestamp munging across source switches: out = src + tsOffset
+	tsOffset, lastTS uint32
+	switched         bool
 	// sequence munging: out = src + offset
 	started bool
 	resync  bool
@@ -82,7 +96,7 @@ func New(cfg Config) (*DownTrack, error) {
 	default:
 		return nil, fmt.Errorf("downtrack: MIME type %q is neither audio/ nor video/", cfg.Codec.MimeType)
 	}
-	d := &DownTrack{cfg: cfg, kind: kind}
+	d := &DownTrack{cfg: cfg, kind: kind, src: Source{Codec: cfg.Codec, Buffer: cfg.Buffer, OnKeyframeRequest: cfg.OnKeyframeRequest}}
 	d.active.Store(true)
 	return d, nil
 }
@@ -101,17 +115,45 @@ func (d *DownTrack) Kind() webrtc.RTPCodecType { return d.kind }
 
 // Bind implements webrtc.TrackLocal.
 func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
+	pts := map[string]uint8{}
+	for _, c := range ctx.CodecParameters() {
+		if _, ok := pts[strings.ToLower(c.MimeType)]; !ok {
+			pts[strings.ToLower(c.MimeType)] = uint8(c.PayloadType)
+		}
+	}
 	for _, c := range ctx.CodecParameters() {
 		if strings.EqualFold(c.MimeType, d.cfg.Codec.MimeType) {
 			d.mu.Lock()
 			d.writer = ctx.WriteStream()
 			d.ssrc = uint32(ctx.SSRC())
 			d.pt = uint8(c.PayloadType)
+			d.pts = pts
 			d.mu.Unlock()
 			return c, nil
 		}
 	}
 	return webrtc.RTPCodecParameters{}, fmt.Errorf("%w: %s for track %s", ErrNoCodec, d.cfg.Codec.MimeType, d.cfg.ID)
+}
+
+// SetSource switches the down track to another source without
+// renegotiation: the source's codec must be one the subscriber negotiated
+// on this transceiver. Sequence numbers and timestamps continue.
+func (d *DownTrack) SetSource(src Source) error {
+	d.mu.Lock()
+	pt, ok := d.pts[strings.ToLower(src.Codec.MimeType)]
+	if d.pts != nil && !ok {
+		d.mu.Unlock()
+		return fmt.Errorf("%w: %s on slot %s", ErrNoCodec, src.Codec.MimeType, d.cfg.ID)
+	}
+	if d.pts != nil {
+		d.pt = pt
+	}
+	d.src = src
+	d.resync = true
+	d.switched = true
+	d.mu.Unlock()
+	d.keyframe()
+	return nil
 }
 
 // Unbind implements webrtc.TrackLocal.
@@ -161,12 +203,17 @@ func (d *DownTrack) WriteRTP(h *rtp.Header, payload []byte) error {
 	case d.resync:
 		d.offset = d.lastOut + 1 - h.SequenceNumber
 	}
-	d.resync = false
+	if d.switched && d.packets.Load() > 0 {
+		d.tsOffset = d.lastTS + 3000 - h.Timestamp
+	}
+	d.resync, d.switched = false, false
 	out := h.SequenceNumber + d.offset
+	ts := h.Timestamp + d.tsOffset
 	if int16(out-d.lastOut) > 0 || d.packets.Load() == 0 {
 		d.lastOut = out
+		d.lastTS = ts
 	}
-	hdr := rtp.Header{Version: 2, Marker: h.Marker, PayloadType: d.pt, SequenceNumber: out, Timestamp: h.Timestamp, SSRC: d.ssrc}
+	hdr := rtp.Header{Version: 2, Marker: h.Marker, PayloadType: d.pt, SequenceNumber: out, Timestamp: ts, SSRC: d.ssrc}
 	d.mu.Unlock()
 	if _, err := w.WriteRTP(&hdr, payload); err != nil {
 		return fmt.Errorf("downtrack %s: %w", d.cfg.ID, err)
@@ -210,15 +257,15 @@ var pktPool = sync.Pool{New: func() any { b := make([]byte, buffer.MaxPacket); r
 
 func (d *DownTrack) retransmit(out uint16) {
 	d.mu.Lock()
-	w, off, ssrc, pt := d.writer, d.offset, d.ssrc, d.pt
+	w, off, ssrc, pt, buf, tsOff := d.writer, d.offset, d.ssrc, d.pt, d.src.Buffer, d.tsOffset
 	d.mu.Unlock()
-	if d.cfg.Buffer == nil || w == nil {
+	if buf == nil || w == nil {
 		d.misses.Add(1)
 		return
 	}
 	bp := pktPool.Get().(*[]byte)
 	defer pktPool.Put(bp)
-	n, ok := d.cfg.Buffer.Get(out-off, *bp)
+	n, ok := buf.Get(out-off, *bp)
 	if !ok {
 		d.misses.Add(1)
 		return
@@ -228,7 +275,7 @@ func (d *DownTrack) retransmit(out uint16) {
 		d.misses.Add(1)
 		return
 	}
-	hdr := rtp.Header{Version: 2, Marker: pkt.Marker, PayloadType: pt, SequenceNumber: out, Timestamp: pkt.Timestamp, SSRC: ssrc}
+	hdr := rtp.Header{Version: 2, Marker: pkt.Marker, PayloadType: pt, SequenceNumber: out, Timestamp: pkt.Timestamp + tsOff, SSRC: ssrc}
 	if _, err := w.WriteRTP(&hdr, pkt.Payload); err == nil {
 		d.rtx.Add(1)
 		d.bytes.Add(uint64(len(pkt.Payload) + 12))
@@ -237,8 +284,11 @@ func (d *DownTrack) retransmit(out uint16) {
 
 func (d *DownTrack) keyframe() {
 	d.kfr.Add(1)
-	if d.cfg.OnKeyframeRequest != nil {
-		d.cfg.OnKeyframeRequest()
+	d.mu.Lock()
+	f := d.src.OnKeyframeRequest
+	d.mu.Unlock()
+	if f != nil {
+		f()
 	}
 }
 
