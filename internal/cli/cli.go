@@ -75,7 +75,8 @@ func usage(w io.Writer, cmds map[string]command) {
 // runBench dispatches `xrealm bench <name>`.
 func runBench(ctx context.Context, args []string) error {
 	benches := map[string]func(context.Context, []string) error{
-		"cc": runBenchCC,
+		"cc":  runBenchCC,
+		"bus": runBenchBus,
 	}
 	if len(args) < 1 {
 		return fmt.Errorf("which benchmark? one of: %s", strings.Join(keys(benches), ", "))

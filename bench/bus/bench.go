@@ -1,0 +1,476 @@
+// Package benchbus runs the scene-bus benchmarks of `xrealm bench bus`:
+// the ARENA load experiments, side by side with Mosquitto. It starts the
+// systems under test itself (xrealm as a child `xrealm serve`, Mosquitto
+// with a generated configuration), drives both with the same generator
+// (package bots), measures the brokers' CPU and memory from /proc, and
+// writes RESULTS.md with tables and SVG plots.
+package benchbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"slices"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/xrealm/xrealm/bots"
+)
+
+// Config is one run of the benchmark.
+type Config struct {
+	Out         string   // directory for RESULTS.md, results.json and the plots
+	Experiments []string // ramp, isolation, security, interaction, generator
+	Systems     []string // xrealm, mosquitto (the ramp and isolation experiments)
+
+	XrealmCmd []string // the xrealm executable (and leading args); "serve ..." follows
+	XrealmEnv []string
+	Mosquitto string // mosquitto executable; "" = not run
+	Python    string // python with arena-py, for the arena-py agent; "" = not run
+
+	Rate      float64 // poses per second per user
+	Size      int     // pose size in bytes
+	Behaviour string
+	Warmup    time.Duration
+	Step      time.Duration // measurement window of each step
+	Drain     time.Duration // wait after a window for messages in flight
+
+	Ramp           []int // users per step of the broker-load ramp
+	IsolationScene []int // numbers of scenes
+	IsolationRamp  []int // users per step of each isolation ramp
+	SecurityUsers  []int
+	SecurityRepeat int
+	InteractionBG  []int // background users
+	Clicks         int   // clicks per interaction run
+	GeneratorUsers int   // users for the generator comparison
+
+	// Stop a system's ramp when p99 exceeds MaxP99 or the delivery ratio
+	// falls below MinRatio.
+	MaxP99   time.Duration
+	MinRatio float64
+
+	Command string // the command line, for the results
+	Log     *slog.Logger
+}
+
+// Defaults returns the full benchmark's configuration.
+func Defaults() Config {
+	return Config{
+		Out:            "bench/bus",
+		Experiments:    []string{"ramp", "isolation", "security", "interaction", "generator"},
+		Systems:        []string{"mosquitto", "xrealm"},
+		Rate:           10,
+		Size:           310,
+		Behaviour:      "randomwalk",
+		Warmup:         2 * time.Second,
+		Step:           10 * time.Second,
+		Drain:          time.Second,
+		Ramp:           seq(20, 20, 400),
+		IsolationScene: []int{1, 2, 5, 10},
+		IsolationRamp:  seq(50, 50, 800),
+		SecurityUsers:  []int{60, 120, 180},
+		SecurityRepeat: 2,
+		InteractionBG:  []int{0, 50, 100},
+		Clicks:         100,
+		GeneratorUsers: 80,
+		MaxP99:         100 * time.Millisecond,
+		MinRatio:       0.99,
+	}
+}
+
+func seq(from, step, to int) []int {
+	var out []int
+	for n := from; n <= to; n += step {
+		out = append(out, n)
+	}
+	return out
+}
+
+// Row is one measured step: one system, one load.
+type Row struct {
+	Experiment string  `json:"experiment"`
+	System     string  `json:"system"`
+	Generator  string  `json:"generator,omitempty"`
+	Users      int     `json:"users"`
+	Scenes     int     `json:"scenes"`
+	Seconds    float64 `json:"seconds"`
+	Sent       int64   `json:"sent"`
+	Expected   int64   `json:"expected"`
+	Delivered  int64   `json:"delivered"`
+	Ratio      float64 `json:"ratio"`
+	PerSec     float64 `json:"deliveries_per_s"`
+	BytesPerS  float64 `json:"bytes_per_s"`
+	P50ms      float64 `json:"p50_ms"`
+	P90ms      float64 `json:"p90_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	BrokerCPU  float64 `json:"broker_cpu_cores"`
+	BrokerRSS  float64 `json:"broker_rss_mb"`
+	GenCPU     float64 `json:"generator_cpu_cores"`
+	OtherCPU   float64 `json:"other_cpu_cores"` // the rest of the machine: other engineers' builds
+	PerCPUSec  float64 `json:"deliveries_per_broker_cpu_s"`
+	GenUsPer   float64 `json:"generator_cpu_us_per_delivery"`
+	BrokerUs   float64 `json:"broker_cpu_us_per_delivery"`
+	JoinMeanMs float64 `json:"join_mean_ms"`
+	JoinP99ms  float64 `json:"join_p99_ms"`
+	Load1      float64 `json:"load1"`
+	Lost       int64   `json:"disconnected"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// OK reports whether the step met the ramp's limits.
+func (r Row) OK(maxP99 time.Duration, minRatio float64) bool {
+	return r.Error == "" && r.Lost == 0 && r.Ratio >= minRatio && r.P99ms <= float64(maxP99)/1e6
+}
+
+// Interaction is one click-to-update measurement.
+type Interaction struct {
+	System     string  `json:"system"`
+	Agent      string  `json:"agent"`
+	Background int     `json:"background_users"`
+	Clicks     int     `json:"clicks"`
+	Answered   int     `json:"answered"`
+	P50ms      float64 `json:"p50_ms"`
+	P90ms      float64 `json:"p90_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	MaxMs      float64 `json:"max_ms"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// Results is everything one run measured.
+type Results struct {
+	Started     time.Time     `json:"started"`
+	Finished    time.Time     `json:"finished"`
+	Command     string        `json:"command"`
+	Machine     Machine       `json:"machine"`
+	Config      ConfigSummary `json:"config"`
+	Rows        []Row         `json:"rows"`
+	Interaction []Interaction `json:"interaction"`
+	Notes       []string      `json:"notes"`
+}
+
+// ConfigSummary is the part of Config the results show.
+type ConfigSummary struct {
+	Rate      float64 `json:"rate_hz"`
+	Size      int     `json:"size_bytes"`
+	Behaviour string  `json:"behaviour"`
+	Warmup    string  `json:"warmup"`
+	Step      string  `json:"step"`
+	Drain     string  `json:"drain"`
+	MaxP99    string  `json:"max_p99"`
+	MinRatio  float64 `json:"min_ratio"`
+}
+
+// Run runs the configured experiments and writes the results to cfg.Out.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Out == "" {
+		return nil, errors.New("bench bus: no output directory")
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp("", "xrealm-bench-bus-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	res := &Results{
+		Started: time.Now(), Command: cfg.Command, Machine: describeMachine(cfg),
+		Config: ConfigSummary{Rate: cfg.Rate, Size: cfg.Size, Behaviour: cfg.Behaviour, Warmup: cfg.Warmup.String(),
+			Step: cfg.Step.String(), Drain: cfg.Drain.String(), MaxP99: cfg.MaxP99.String(), MinRatio: cfg.MinRatio},
+	}
+	b := &runner{cfg: cfg, work: work, res: res, log: cfg.Log}
+	defer b.stopAll()
+	for _, e := range cfg.Experiments {
+		var err error
+		switch e {
+		case "ramp":
+			err = b.ramp(ctx, "ramp", 1, cfg.Ramp)
+		case "isolation":
+			for _, s := range cfg.IsolationScene {
+				if err = b.ramp(ctx, "isolation", s, cfg.IsolationRamp); err != nil {
+					break
+				}
+			}
+		case "security":
+			err = b.security(ctx)
+		case "interaction":
+			err = b.interaction(ctx)
+		case "generator":
+			err = b.generator(ctx)
+		default:
+			err = fmt.Errorf("unknown experiment %q (want ramp, isolation, security, interaction, generator)", e)
+		}
+		if err != nil {
+			return res, err
+		}
+		// Write what we have after every experiment, so that a long run
+		// stopped half way still leaves results.
+		res.Finished = time.Now()
+		if err := Write(cfg.Out, res); err != nil {
+			return res, err
+		}
+	}
+	res.Finished = time.Now()
+	return res, Write(cfg.Out, res)
+}
+
+type runner struct {
+	cfg     Config
+	work    string
+	res     *Results
+	log     *slog.Logger
+	systems map[string]*System
+}
+
+func (b *runner) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	b.log.Warn(s)
+	b.res.Notes = append(b.res.Notes, s)
+}
+
+// system returns a running system by name, starting it on first use.
+func (b *runner) system(ctx context.Context, name string) (*System, error) {
+	if b.systems == nil {
+		b.systems = map[string]*System{}
+	}
+	if s := b.systems[name]; s != nil && s.Alive() {
+		return s, nil
+	} else if s != nil {
+		b.note("%s had exited; restarted it. Its log ended with: %s", name, s.LogTail(500))
+	}
+	var s *System
+	var err error
+	switch name {
+	case "xrealm", "xrealm-insecure":
+		s, err = StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Insecure: name == "xrealm-insecure", Name: name})
+	case "mosquitto":
+		if b.cfg.Mosquitto == "" {
+			return nil, errNoMosquitto
+		}
+		s, err = StartMosquitto(ctx, b.work, b.cfg.Mosquitto)
+	default:
+		err = fmt.Errorf("unknown system %q (want xrealm, xrealm-insecure or mosquitto)", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b.systems[name] = s
+	return s, nil
+}
+
+var errNoMosquitto = errors.New("mosquitto is not installed (apt-get install mosquitto)")
+
+func (b *runner) stopAll() {
+	for _, s := range b.systems {
+		s.Stop()
+	}
+}
+
+// available returns the systems of cfg.Systems that can run.
+func (b *runner) available() []string {
+	var out []string
+	for _, s := range b.cfg.Systems {
+		if s == "mosquitto" && b.cfg.Mosquitto == "" {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// ramp raises the users in the given number of scenes step by step, the
+// systems side by side at each step, until each system misses the limits.
+func (b *runner) ramp(ctx context.Context, experiment string, scenes int, users []int) error {
+	going := b.available()
+	for _, n := range users {
+		if len(going) == 0 {
+			break
+		}
+		if n < scenes {
+			continue
+		}
+		var still []string
+		for _, name := range going {
+			sys, err := b.system(ctx, name)
+			if err != nil {
+				return err
+			}
+			row := b.step(ctx, experiment, sys, n, scenes, sys.Transport(b.cfg.Size), "bots")
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.res.Rows = append(b.res.Rows, row)
+			if row.OK(b.cfg.MaxP99, b.cfg.MinRatio) {
+				still = append(still, name)
+			}
+		}
+		going = still
+	}
+	return nil
+}
+
+// step runs one fleet against one system and measures it.
+func (b *runner) step(ctx context.Context, experiment string, sys *System, users, scenes int, tr bots.Transport, gen string) Row {
+	row := Row{Experiment: experiment, System: sys.Name, Generator: gen, Users: users, Scenes: scenes, Load1: loadAvg()}
+	b.log.Info("step", "experiment", experiment, "system", sys.Name, "users", users, "scenes", scenes, "generator", gen)
+	names := make([]string, scenes)
+	for i := range names {
+		names[i] = "public/bench" + strconv.Itoa(i)
+	}
+	// Fresh scene names for every step, so that no step sees another's
+	// stragglers.
+	stamp := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	for i := range names {
+		names[i] += "x" + stamp
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	fleet, err := bots.StartFleet(sctx, bots.FleetConfig{
+		Transport: tr, Users: users, Scenes: names, Rate: b.cfg.Rate,
+		Behaviour: bots.Spec{Name: b.cfg.Behaviour}, Seed: uint64(users), Prefix: "u" + stamp + "n", Log: b.log,
+	})
+	if err != nil {
+		row.Error = err.Error()
+		b.log.Warn("step failed", "system", sys.Name, "users", users, "err", err)
+		return row
+	}
+	defer func() {
+		fleet.Close()
+		time.Sleep(300 * time.Millisecond) // let the broker clean up
+	}()
+	joins := slices.Clone(fleet.JoinTimes)
+	sort.Slice(joins, func(i, j int) bool { return joins[i] < joins[j] })
+	var sum time.Duration
+	for _, d := range joins {
+		sum += d
+	}
+	if len(joins) > 0 {
+		row.JoinMeanMs = ms(sum / time.Duration(len(joins)))
+		row.JoinP99ms = ms(joins[min(len(joins)-1, len(joins)*99/100)])
+	}
+	select {
+	case <-time.After(b.cfg.Warmup):
+	case <-ctx.Done():
+		return row
+	}
+	from := time.Now()
+	fleet.Accounts().OpenWindow(from, from.Add(b.cfg.Step))
+	c0, err0 := sampleCPU(sys.PID())
+	select {
+	case <-time.After(b.cfg.Step):
+	case <-ctx.Done():
+		return row
+	}
+	c1, err1 := sampleCPU(sys.PID())
+	rss, _, _ := procMem(strconv.Itoa(sys.PID()))
+	select {
+	case <-time.After(b.cfg.Drain):
+	case <-ctx.Done():
+		return row
+	}
+	r := fleet.Collect(b.cfg.Step)
+	if err := errors.Join(err0, err1); err != nil {
+		row.Error = err.Error()
+	}
+	wall := c1.at.Sub(c0.at).Seconds()
+	row.Seconds = b.cfg.Step.Seconds()
+	row.Sent, row.Expected, row.Delivered = r.Sent, r.Expected, r.Delivered
+	row.Ratio = r.Ratio()
+	row.PerSec = r.PerSecond()
+	row.BytesPerS = float64(r.Bytes) / r.Duration.Seconds()
+	row.P50ms = ms(bots.Quantile(r.Latency, 50))
+	row.P90ms = ms(bots.Quantile(r.Latency, 90))
+	row.P99ms = ms(bots.Quantile(r.Latency, 99))
+	row.MaxMs = float64(r.Latency.Max()) / 1000
+	row.Lost = r.Disconnected
+	row.BrokerCPU = (c1.broker - c0.broker).Seconds() / wall
+	row.GenCPU = (c1.self - c0.self).Seconds() / wall
+	row.OtherCPU = math.Max(0, (c1.machine-c0.machine).Seconds()/wall-row.BrokerCPU-row.GenCPU)
+	row.BrokerRSS = float64(rss) / (1 << 20)
+	// Deliveries in the window over the CPU used in it (deliveries made
+	// during the drain are few: the drain only waits for stragglers).
+	if cpu := (c1.broker - c0.broker).Seconds(); cpu > 0 {
+		row.PerCPUSec = float64(r.Delivered) / cpu
+	}
+	if r.Delivered > 0 {
+		row.GenUsPer = (c1.self - c0.self).Seconds() * 1e6 / float64(r.Delivered)
+		row.BrokerUs = (c1.broker - c0.broker).Seconds() * 1e6 / float64(r.Delivered)
+	}
+	if !sys.Alive() {
+		row.Error = "broker exited during the step"
+	}
+	b.log.Info("step done", "system", sys.Name, "users", users, "scenes", scenes, "per_s", int(row.PerSec),
+		"ratio", fmt.Sprintf("%.4f", row.Ratio), "p50_ms", row.P50ms, "p99_ms", row.P99ms,
+		"broker_cpu", fmt.Sprintf("%.2f", row.BrokerCPU), "gen_cpu", fmt.Sprintf("%.2f", row.GenCPU), "other_cpu", fmt.Sprintf("%.2f", row.OtherCPU))
+	return row
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// security compares xrealm with and without authentication, side by side,
+// alternating which runs first.
+func (b *runner) security(ctx context.Context) error {
+	pair := []string{"xrealm", "xrealm-insecure"}
+	for rep := 0; rep < max(1, b.cfg.SecurityRepeat); rep++ {
+		for _, n := range b.cfg.SecurityUsers {
+			for _, name := range pair {
+				sys, err := b.system(ctx, name)
+				if err != nil {
+					return err
+				}
+				row := b.step(ctx, "security", sys, n, 1, sys.Transport(b.cfg.Size), "bots")
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				b.res.Rows = append(b.res.Rows, row)
+			}
+			slices.Reverse(pair)
+		}
+	}
+	return nil
+}
+
+// generator compares the CPU the bots' lean client spends per delivery
+// with a generator built on the Eclipse Paho Go client, against the same
+// broker and load.
+func (b *runner) generator(ctx context.Context) error {
+	name := "mosquitto"
+	if b.cfg.Mosquitto == "" {
+		name = "xrealm-insecure"
+	}
+	sys, err := b.system(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, gen := range []string{"bots", "paho"} {
+		var tr bots.Transport = sys.Transport(b.cfg.Size)
+		if gen == "paho" {
+			tr = &pahoTransport{addr: sys.MQTTAddr, size: b.cfg.Size}
+		}
+		row := b.step(ctx, "generator", sys, b.cfg.GeneratorUsers, 1, tr, gen)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		b.res.Rows = append(b.res.Rows, row)
+	}
+	return nil
+}
+
+// LookMosquitto returns the mosquitto executable, or "" if there is none.
+func LookMosquitto() string {
+	for _, p := range []string{"mosquitto", "/usr/sbin/mosquitto"} {
+		if bin, err := exec.LookPath(p); err == nil {
+			return bin
+		}
+	}
+	return ""
+}

@@ -1,0 +1,377 @@
+package benchbus
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/bots"
+)
+
+// targetID is the object the clicker clicks and the agent updates.
+const targetID = "bench_target"
+
+// ClickAgent is a scene program written with the bots' MQTT client: it
+// subscribes to the scene's object messages and answers every clientEvent
+// on its target by updating the target (a new colour).
+type ClickAgent struct {
+	c       *bots.MQTTClient
+	base    string
+	topic   string
+	answers int
+}
+
+// StartClickAgent connects an agent to scene ns/name of realm on addr.
+func StartClickAgent(ctx context.Context, addr string, tokens bots.TokenSource, realm, ns, name string) (*ClickAgent, error) {
+	id := bots.Identity{Realm: realm, Namespace: ns, Scene: name, User: ns, UserClient: "agent-go"}
+	user, pass := id.User, ""
+	if tokens != nil {
+		var err error
+		if user, pass, err = tokens.Token(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	a := &ClickAgent{base: id.SceneBase(), topic: id.SceneBase() + "/o/" + id.UserClient + "/" + targetID}
+	var err error
+	a.c, err = bots.DialMQTT(ctx, bots.MQTTConfig{Addr: addr, ClientID: id.UserClient, Username: user, Password: pass, OnPublish: a.onMessage})
+	if err != nil {
+		return nil, fmt.Errorf("click agent: %w", err)
+	}
+	if err := a.c.Subscribe(ctx, a.base+"/o/+/+"); err != nil {
+		a.c.Close()
+		return nil, fmt.Errorf("click agent: %w", err)
+	}
+	create := `{"object_id":"` + targetID + `","action":"create","type":"object","persist":true,"data":{"object_type":"box","position":{"x":0,"y":1.6,"z":-3},"color":"#000000","clickable":true}}`
+	if err := a.c.Publish(a.topic, []byte(create)); err != nil {
+		a.c.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// onMessage runs on the client's read goroutine, as an ARENA program's
+// event handler would: decode the message, react to clicks on the target.
+func (a *ClickAgent) onMessage(topic, payload []byte) {
+	if !bytes.HasSuffix(topic, []byte("/"+targetID)) {
+		return
+	}
+	var m struct {
+		ObjectID string `json:"object_id"`
+		Action   string `json:"action"`
+		Type     string `json:"type"`
+	}
+	if json.Unmarshal(payload, &m) != nil || m.Action != "clientEvent" || m.ObjectID != targetID || m.Type != "mousedown" {
+		return
+	}
+	a.answers++
+	color := fmt.Sprintf("#%06x", (a.answers*2654435761)&0xffffff)
+	upd := `{"object_id":"` + targetID + `","action":"update","type":"object","persist":true,"data":{"color":"` + color + `"}}`
+	a.c.Publish(a.topic, []byte(upd))
+}
+
+// Close disconnects the agent.
+func (a *ClickAgent) Close() error { return a.c.Close() }
+
+// clicker clicks the target and times the update that answers each click,
+// at the clicking client.
+type clicker struct {
+	c       *bots.MQTTClient
+	topic   string
+	updates chan int64
+}
+
+func startClicker(ctx context.Context, addr string, tokens bots.TokenSource, realm, ns, name string) (*clicker, error) {
+	id := bots.Identity{Realm: realm, Namespace: ns, Scene: name, User: "clicker", UserClient: "clicker"}
+	user, pass := id.User, ""
+	if tokens != nil {
+		var err error
+		if user, pass, err = tokens.Token(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	k := &clicker{topic: id.SceneBase() + "/o/" + id.UserClient + "/" + targetID, updates: make(chan int64, 16)}
+	suffix := []byte("/" + targetID)
+	onPub := func(topic, payload []byte) {
+		// The answer: an update of the target, from anyone but us.
+		if bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action":"update"`)) ||
+			bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action": "update"`)) {
+			select {
+			case k.updates <- time.Now().UnixNano():
+			default:
+			}
+		}
+	}
+	var err error
+	k.c, err = bots.DialMQTT(ctx, bots.MQTTConfig{Addr: addr, ClientID: id.UserClient, Username: user, Password: pass, OnPublish: onPub})
+	if err != nil {
+		return nil, fmt.Errorf("clicker: %w", err)
+	}
+	// Subscribed as a browser is: to the whole scene, background poses too.
+	if err := k.c.Subscribe(ctx, id.SceneBase()+"/+/+/+"); err != nil {
+		k.c.Close()
+		return nil, fmt.Errorf("clicker: %w", err)
+	}
+	return k, nil
+}
+
+// run clicks n times, one click at a time, and returns the latencies of
+// the answered ones.
+func (k *clicker) run(ctx context.Context, n int, gap, timeout time.Duration) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		for len(k.updates) > 0 { // an answer that came too late for its click
+			<-k.updates
+		}
+		click := fmt.Sprintf(`{"object_id":%q,"action":"clientEvent","type":"mousedown","data":{"target":%q,"source":"camera_clicker_clicker","clickPos":{"x":0,"y":1.6,"z":0},"position":{"x":0,"y":1.6,"z":-3}}}`, targetID, targetID)
+		t0 := time.Now()
+		if err := k.c.Publish(k.topic, []byte(click)); err != nil {
+			return out, err
+		}
+		select {
+		case at := <-k.updates:
+			out = append(out, time.Duration(at-t0.UnixNano()))
+		case <-time.After(timeout):
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+		select {
+		case <-time.After(gap):
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// interaction measures click-to-update latency with the Go agent on every
+// system, then with an arena-py agent on xrealm.
+func (b *runner) interaction(ctx context.Context) error {
+	systems := []string{"xrealm"}
+	if b.cfg.Mosquitto != "" && slices_contains(b.cfg.Systems, "mosquitto") {
+		systems = append(systems, "mosquitto")
+	}
+	for _, bg := range b.cfg.InteractionBG {
+		for _, name := range systems {
+			sys, err := b.system(ctx, name)
+			if err != nil {
+				return err
+			}
+			b.res.Interaction = append(b.res.Interaction, b.clickRun(ctx, sys, "go (bots client)", bg))
+		}
+	}
+	if b.cfg.Python != "" {
+		for _, bg := range b.cfg.InteractionBG {
+			b.res.Interaction = append(b.res.Interaction, b.arenaPyRun(ctx, bg))
+		}
+	}
+	return ctx.Err()
+}
+
+func slices_contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// clickRun measures one system with the Go agent and bg background users.
+func (b *runner) clickRun(ctx context.Context, sys *System, agent string, bg int) Interaction {
+	it := Interaction{System: sys.Name, Agent: agent, Background: bg, Clicks: b.cfg.Clicks}
+	ns, name := "lab", "click"+strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	b.log.Info("interaction", "system", sys.Name, "agent", agent, "background", bg)
+	a, err := StartClickAgent(ctx, sys.MQTTAddr, sys.Tokens(auth.RoleEditor), "realm", ns, name)
+	if err != nil {
+		it.Error = err.Error()
+		return it
+	}
+	defer a.Close()
+	return b.clicks(ctx, sys, it, ns, name, bg)
+}
+
+// clicks runs the background users and the clicker against an agent
+// already in scene ns/name.
+func (b *runner) clicks(ctx context.Context, sys *System, it Interaction, ns, name string, bg int) Interaction {
+	if bg > 0 {
+		var tr bots.Transport = sys.Transport(b.cfg.Size)
+		if t := sys.Tokens(auth.RoleViewer); t != nil {
+			tr = &bots.MQTTTransport{Addr: sys.MQTTAddr, PayloadSize: b.cfg.Size, Tokens: t}
+		}
+		fleet, err := bots.StartFleet(ctx, bots.FleetConfig{Transport: tr, Users: bg, Scenes: []string{ns + "/" + name}, Rate: b.cfg.Rate,
+			Behaviour: bots.Spec{Name: b.cfg.Behaviour}, Prefix: "bg" + name, Log: b.log})
+		if err != nil {
+			it.Error = err.Error()
+			return it
+		}
+		defer fleet.Close()
+	}
+	k, err := startClicker(ctx, sys.MQTTAddr, sys.Tokens(auth.RoleViewer), "realm", ns, name)
+	if err != nil {
+		it.Error = err.Error()
+		return it
+	}
+	defer k.c.Close()
+	time.Sleep(b.cfg.Warmup)
+	lat, err := k.run(ctx, it.Clicks, 100*time.Millisecond, 2*time.Second)
+	if err != nil {
+		it.Error = err.Error()
+	}
+	h := bots.NewHistogram()
+	for _, d := range lat {
+		h.RecordValue(max(1, d.Microseconds()))
+	}
+	it.Answered = len(lat)
+	it.P50ms, it.P90ms, it.P99ms = ms(bots.Quantile(h, 50)), ms(bots.Quantile(h, 90)), ms(bots.Quantile(h, 99))
+	it.MaxMs = float64(h.Max()) / 1000
+	if it.Answered == 0 && it.Error == "" {
+		it.Error = "no click was answered"
+	}
+	return it
+}
+
+// arenaPyProgram is an ordinary arena-py program: a clickable box that
+// changes colour on every mousedown.
+const arenaPyProgram = `
+import sys
+from arena import Scene, Box, Position, Color
+
+scene = Scene(host="localhost", namespace=sys.argv[1], scene=sys.argv[2])
+state = {"n": 0}
+
+def on_click(scn, evt, msg):
+    if evt.type != "mousedown":
+        return
+    state["n"] += 1
+    n = state["n"]
+    scn.update_object(box, color=Color((n * 37) % 256, (n * 91) % 256, (n * 13) % 256))
+
+box = Box(object_id="` + targetID + `", position=Position(0, 1.6, -3), color=Color(0, 0, 0),
+          persist=True, clickable=True, evt_handler=on_click)
+
+@scene.run_once
+def setup():
+    scene.add_object(box)
+    print("READY", flush=True)
+
+scene.run_tasks()
+`
+
+// arenaPyRun measures click-to-update latency with the agent written with
+// arena-py (the real client from PyPI). arena-py insists on HTTPS at
+// localhost:443 and MQTT/TLS at localhost:8883, so this xrealm listens
+// there; a lock file shared with the Python tests keeps two runs apart.
+func (b *runner) arenaPyRun(ctx context.Context, bg int) Interaction {
+	it := Interaction{System: "xrealm", Agent: "arena-py", Background: bg, Clicks: b.cfg.Clicks}
+	b.log.Info("interaction", "system", "xrealm", "agent", "arena-py", "background", bg)
+	lock, err := os.OpenFile("/tmp/xrealm-tests-443-8883.lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		it.Error = err.Error()
+		return it
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		it.Error = err.Error()
+		return it
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	sys, err := StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Name: "xrealm-arenapy",
+		HTTPSAddr: "127.0.0.1:443", MQTTSAddr: "127.0.0.1:8883"})
+	if err != nil {
+		it.Error = "start xrealm on 443/8883: " + err.Error()
+		return it
+	}
+	defer sys.Stop()
+	ns, name := "lab", "arenapy"+strconv.Itoa(bg)
+	tok, err := sys.Keys.Issue(ns, auth.SceneRights("realm", ns, name, auth.RoleEditor, ""), time.Hour)
+	if err != nil {
+		it.Error = err.Error()
+		return it
+	}
+	dir := filepath.Join(b.work, "arenapy"+strconv.Itoa(bg))
+	home := filepath.Join(dir, "home")
+	os.MkdirAll(filepath.Join(home, ".arena", "python"), 0o755)
+	// arena-py checks PyPI for a newer version at most daily: say it just did.
+	os.WriteFile(filepath.Join(home, ".arena", "python", ".arena_package_settings"),
+		[]byte(fmt.Sprintf(`{"version_check": {"last_check": %d, "latest_version": "1.6.0"}}`, time.Now().Unix())), 0o644)
+	script := filepath.Join(dir, "agent.py")
+	os.WriteFile(script, []byte(arenaPyProgram), 0o644)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(pctx, b.cfg.Python, "-u", script, ns, name)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ARENA_") && !strings.HasPrefix(kv, "MQTTH=") && !strings.HasPrefix(kv, "REALM=") &&
+			!strings.HasPrefix(kv, "NAMESPACE=") && !strings.HasPrefix(kv, "SCENE=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "HOME="+home, "MQTTH=localhost", "ARENA_USERNAME="+ns, "ARENA_PASSWORD="+tok, "PYTHONWARNINGS=ignore")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		it.Error = err.Error()
+		return it
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		it.Error = "start arena-py agent: " + err.Error()
+		return it
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	lines := make(chan string, 256)
+	var tail []string
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		close(lines)
+	}()
+	ready := time.After(60 * time.Second)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				it.Error = "arena-py agent exited before it was ready: " + strings.Join(tail, " | ")
+				return it
+			}
+			tail = append(tail, l)
+			if len(tail) > 8 {
+				tail = tail[1:]
+			}
+			if strings.HasPrefix(l, "READY") {
+				break wait
+			}
+		case <-ready:
+			it.Error = "arena-py agent not ready within 60 s: " + strings.Join(tail, " | ")
+			return it
+		}
+	}
+	var exited atomic.Bool
+	go func() {
+		for range lines {
+		}
+		exited.Store(true) // its output ended: the program is gone
+	}()
+	res := b.clicks(ctx, sys, it, ns, name, bg)
+	if exited.Load() {
+		res.Error = strings.TrimSpace(res.Error + " (the arena-py agent exited during the run; last output: " + strings.Join(tail, " | ") + ")")
+	}
+	return res
+}
+

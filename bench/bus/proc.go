@@ -1,0 +1,130 @@
+package benchbus
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTick is the unit of the CPU times in /proc: USER_HZ, 100 on every
+// Linux architecture Go runs on.
+const clockTick = 10 * time.Millisecond
+
+// procCPU returns the user plus system CPU time a process has used, from
+// /proc/{pid}/stat ("self" for this process).
+func procCPU(pid string) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("cpu of process %s: %w", pid, err)
+	}
+	// The command name (field 2) is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("cpu of process %s: malformed stat %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// After the name: state(3) ... utime(14) stime(15), so indexes 11, 12.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu of process %s: short stat", pid)
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("cpu of process %s: malformed utime/stime %q %q", pid, f[11], f[12])
+	}
+	return time.Duration(u+s) * clockTick, nil
+}
+
+// procMem returns a process's resident set and its peak, in bytes, from
+// /proc/{pid}/status.
+func procMem(pid string) (rss, peak int64, err error) {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, 0, fmt.Errorf("memory of process %s: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) < 1 {
+			continue
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("memory of process %s: %s %q", pid, k, v)
+		}
+		if k == "VmRSS" {
+			rss = kb << 10
+		} else {
+			peak = kb << 10
+		}
+	}
+	return rss, peak, nil
+}
+
+// machineBusy returns the CPU time all cores have spent not idle, from
+// /proc/stat, to tell how much else ran on the machine.
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for i, x := range f[1:] {
+		v, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: field %q", x)
+		}
+		// user nice system idle iowait irq softirq steal guest guest_nice:
+		// idle and iowait are not busy; guest time is already in user.
+		switch i {
+		case 3, 4, 8, 9:
+			continue
+		}
+		busy += v
+	}
+	return time.Duration(busy) * clockTick, nil
+}
+
+// loadAvg returns the 1-minute load average.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// cpuSample is the CPU counters of interest at one instant.
+type cpuSample struct {
+	at                   time.Time
+	broker, self, machine time.Duration
+}
+
+func sampleCPU(pid int) (cpuSample, error) {
+	s := cpuSample{at: time.Now()}
+	var err error
+	if s.broker, err = procCPU(strconv.Itoa(pid)); err != nil {
+		return s, err
+	}
+	if s.self, err = procCPU("self"); err != nil {
+		return s, err
+	}
+	s.machine, err = machineBusy()
+	return s, err
+}

@@ -1,0 +1,490 @@
+package benchbus
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	CPU       string  `json:"cpu"`
+	Cores     int     `json:"cores"`
+	MemoryGiB float64 `json:"memory_gib"`
+	Kernel    string  `json:"kernel"`
+	Go        string  `json:"go"`
+	Mosquitto string  `json:"mosquitto"`
+	ArenaPy   string  `json:"arena_py"`
+	Commit    string  `json:"commit"`
+	Load1     float64 `json:"load1_at_start"`
+}
+
+func describeMachine(cfg Config) Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version(), Load1: loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		var kb float64
+		fmt.Sscanf(string(b), "MemTotal: %f kB", &kb)
+		m.MemoryGiB = math.Round(kb/(1<<20)*10) / 10
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if cfg.Mosquitto != "" {
+		m.Mosquitto = versionOf(cfg.Mosquitto, "-h")
+	}
+	if cfg.Python != "" {
+		m.ArenaPy = versionOf(cfg.Python, "-c", "import importlib.metadata as m; print('arena-py', m.version('arena-py'))")
+	}
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// Write writes RESULTS.md, results.json and the plots into dir.
+func Write(dir string, r *Results) error {
+	j, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), j, 0o644); err != nil {
+		return err
+	}
+	plots, err := writePlots(dir, r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "RESULTS.md"), []byte(Markdown(r, plots)), 0o644)
+}
+
+// ReadResults reads a results.json written by Write.
+func ReadResults(path string) (*Results, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Results
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &r, nil
+}
+
+func rowsOf(r *Results, experiment string, scenes int) []Row {
+	var out []Row
+	for _, row := range r.Rows {
+		if row.Experiment == experiment && (scenes == 0 || row.Scenes == scenes) {
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+func systemsOf(rows []Row) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !seen[r.System] {
+			seen[r.System] = true
+			out = append(out, r.System)
+		}
+	}
+	return out
+}
+
+// capacity returns the most users a system held with every step up to it
+// within p99 ≤ maxP99 and the ratio ≥ minRatio; capped is true when even
+// the largest step measured held (the capacity is at least that).
+func capacity(rows []Row, system string, maxP99 time.Duration, minRatio float64) (users int, capped bool) {
+	var rs []Row
+	for _, r := range rows {
+		if r.System == system {
+			rs = append(rs, r)
+		}
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Users < rs[j].Users })
+	for i, r := range rs {
+		if !r.OK(maxP99, minRatio) {
+			return users, false
+		}
+		users = r.Users
+		if i == len(rs)-1 {
+			capped = true
+		}
+	}
+	return users, capped
+}
+
+func fmtCap(n int, capped bool) string {
+	if n == 0 {
+		return "0 (none held)"
+	}
+	if capped {
+		return fmt.Sprintf("≥ %d", n)
+	}
+	return fmt.Sprint(n)
+}
+
+func rowAt(rows []Row, system string, users int) (Row, bool) {
+	for _, r := range rows {
+		if r.System == system && r.Users == users && r.Error == "" {
+			return r, true
+		}
+	}
+	return Row{}, false
+}
+
+func writePlots(dir string, r *Results) ([]string, error) {
+	var files []string
+	ramp := rowsOf(r, "ramp", 1)
+	if len(ramp) > 0 {
+		mk := func(file, title, ylabel string, logY bool, hline float64, hl string, f func(Row) float64) error {
+			c := chart{Title: title, XLabel: "users in one scene (10 Hz poses each)", YLabel: ylabel, LogY: logY, HLine: hline, HLineLabel: hl}
+			for _, sys := range systemsOf(ramp) {
+				s := series{Name: sys}
+				for _, row := range ramp {
+					if row.System == sys && row.Error == "" {
+						s.X = append(s.X, float64(row.Users))
+						s.Y = append(s.Y, f(row))
+					}
+				}
+				c.Series = append(c.Series, s)
+			}
+			files = append(files, file)
+			return c.write(filepath.Join(dir, file))
+		}
+		if err := mk("ramp-latency.svg", "One-way latency p99 (p50 dotted in the table) vs users", "p99 latency, ms (log)", true, 100, "100 ms limit", func(r Row) float64 { return r.P99ms }); err != nil {
+			return nil, err
+		}
+		if err := mk("ramp-deliveries.svg", "Deliveries per second vs users", "deliveries/s", false, 0, "", func(r Row) float64 { return r.PerSec }); err != nil {
+			return nil, err
+		}
+		if err := mk("ramp-cpu.svg", "Broker CPU vs users", "broker CPU, cores", false, 0, "", func(r Row) float64 { return r.BrokerCPU }); err != nil {
+			return nil, err
+		}
+		if err := mk("ramp-efficiency.svg", "Deliveries per broker CPU-second vs users", "deliveries / broker CPU-s", false, 0, "", func(r Row) float64 { return r.PerCPUSec }); err != nil {
+			return nil, err
+		}
+	}
+	iso := rowsOf(r, "isolation", 0)
+	if len(iso) > 0 {
+		c := chart{Title: "Scene isolation: p99 latency vs users", XLabel: "users (spread evenly over the scenes)", YLabel: "p99 latency, ms (log)", LogY: true, HLine: 100, HLineLabel: "100 ms limit"}
+		type key struct {
+			sys    string
+			scenes int
+		}
+		var keys []key
+		seen := map[key]bool{}
+		for _, row := range iso {
+			k := key{row.System, row.Scenes}
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].sys != keys[j].sys {
+				return keys[i].sys < keys[j].sys
+			}
+			return keys[i].scenes < keys[j].scenes
+		})
+		for _, k := range keys {
+			s := series{Name: fmt.Sprintf("%s, %d scene(s)", k.sys, k.scenes)}
+			for _, row := range iso {
+				if row.System == k.sys && row.Scenes == k.scenes && row.Error == "" {
+					s.X = append(s.X, float64(row.Users))
+					s.Y = append(s.Y, row.P99ms)
+				}
+			}
+			c.Series = append(c.Series, s)
+		}
+		files = append(files, "isolation-latency.svg")
+		if err := c.write(filepath.Join(dir, "isolation-latency.svg")); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+// Markdown renders the results.
+func Markdown(r *Results, plots []string) string {
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
+	maxP99, _ := time.ParseDuration(r.Config.MaxP99)
+	minRatio := r.Config.MinRatio
+	p("# Scene-bus benchmark: xrealm and Mosquitto, side by side\n\n")
+	p("Generated by `xrealm bench bus` on %s (%s); rerunning the command below regenerates this file, `results.json` and the plots. Findings and profiles are in [NOTES.md](NOTES.md).\n\n",
+		r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Finished.Sub(r.Started).Round(time.Second))
+	p("## Command\n\n```\n%s\n```\n\n", r.Command)
+	m := r.Machine
+	p("## Machine\n\n")
+	p("| | |\n|---|---|\n| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| kernel | %s |\n| Go | %s |\n| Mosquitto | %s |\n| arena-py | %s |\n| xrealm commit | %s |\n| load average (1 min) at start | %.2f |\n\n",
+		m.CPU, m.Cores, m.MemoryGiB, m.Kernel, m.Go, orNone(m.Mosquitto), orNone(m.ArenaPy), orNone(m.Commit), m.Load1)
+	var other, n float64
+	for _, row := range r.Rows {
+		if row.Error == "" {
+			other += row.OtherCPU
+			n++
+		}
+	}
+	if n > 0 {
+		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n)
+	}
+	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`. Each step: %s warm-up, %s measured (messages *sent* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%.\n\n",
+		r.Config.Size, r.Config.Rate, r.Config.Behaviour, r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio)
+
+	targets(&b, r, maxP99, minRatio)
+
+	ramp := rowsOf(r, "ramp", 1)
+	if len(ramp) > 0 {
+		p("## Broker load: N users in one scene\n\n")
+		for _, sys := range systemsOf(ramp) {
+			c, capped := capacity(ramp, sys, maxP99, minRatio)
+			c50, capped50 := capacity(ramp, sys, 50*time.Millisecond, minRatio)
+			p("- **%s**: capacity %s users at p99 ≤ %s, %s users at p99 ≤ 50 ms.\n", sys, fmtCap(c, capped), r.Config.MaxP99, fmtCap(c50, capped50))
+		}
+		p("\n")
+		rowTable(&b, ramp, false)
+		for _, f := range plots {
+			if strings.HasPrefix(f, "ramp-") {
+				p("![%s](%s)\n", f, f)
+			}
+		}
+		p("\n")
+	}
+	iso := rowsOf(r, "isolation", 0)
+	if len(iso) > 0 {
+		p("## Scene isolation: users spread over several scenes\n\n")
+		var scenes []int
+		seen := map[int]bool{}
+		for _, row := range iso {
+			if !seen[row.Scenes] {
+				seen[row.Scenes] = true
+				scenes = append(scenes, row.Scenes)
+			}
+		}
+		sort.Ints(scenes)
+		syss := systemsOf(iso)
+		p("Capacity (users held at p99 ≤ %s and ratio ≥ %.0f%%):\n\n| scenes |", r.Config.MaxP99, 100*minRatio)
+		for _, s := range syss {
+			p(" %s |", s)
+		}
+		p("\n|---|")
+		for range syss {
+			p("---|")
+		}
+		p("\n")
+		for _, sc := range scenes {
+			p("| %d |", sc)
+			for _, s := range syss {
+				c, capped := capacity(rowsOf(r, "isolation", sc), s, maxP99, minRatio)
+				p(" %s |", fmtCap(c, capped))
+			}
+			p("\n")
+		}
+		p("\n")
+		rowTable(&b, iso, true)
+		for _, f := range plots {
+			if strings.HasPrefix(f, "isolation-") {
+				p("![%s](%s)\n", f, f)
+			}
+		}
+		p("\n")
+	}
+	sec := rowsOf(r, "security", 0)
+	if len(sec) > 0 {
+		p("## Security overhead: xrealm with tokens and ACLs vs `--insecure`\n\n")
+		p("Same steps, alternating which runs first. *join* is the time from dialling to the SUBACK of the scene subscription (token request, CONNECT with token verification, SUBSCRIBE with its ACL check); *broker µs/delivery* is the publish-and-fan-out cost.\n\n")
+		p("| users | system | deliveries/s | ratio | p50 ms | p99 ms | broker CPU | broker µs/delivery | deliveries/broker CPU-s | join mean ms | join p99 ms | other CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, row := range sec {
+			p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f |%s\n", row.Users, row.System, row.PerSec, row.Ratio, row.P50ms, row.P99ms, row.BrokerCPU, row.BrokerUs, row.PerCPUSec, row.JoinMeanMs, row.JoinP99ms, row.OtherCPU, errCell(row))
+		}
+		p("\n")
+		users := map[int]bool{}
+		var us []int
+		for _, row := range sec {
+			if !users[row.Users] {
+				users[row.Users] = true
+				us = append(us, row.Users)
+			}
+		}
+		sort.Ints(us)
+		p("| users | secure deliveries/CPU-s | insecure deliveries/CPU-s | cost of enforcement | secure deliveries/s | insecure deliveries/s |\n|---|---|---|---|---|---|\n")
+		for _, u := range us {
+			s, i := meanOf(sec, "xrealm", u), meanOf(sec, "xrealm-insecure", u)
+			p("| %d | %.0f | %.0f | %+.1f%% | %.0f | %.0f |\n", u, s.PerCPUSec, i.PerCPUSec, 100*(1-s.PerCPUSec/i.PerCPUSec), s.PerSec, i.PerSec)
+		}
+		p("\n")
+	}
+	if len(r.Interaction) > 0 {
+		p("## Interaction latency: click to update\n\n")
+		p("A clicking client publishes a `clientEvent` (mousedown) on an object; an agent subscribed to the scene answers each click by updating the object (a new colour, persisted); the clicker times from its click to receiving the update. One click at a time, 100 ms apart. The background users publish and receive poses in the same scene, and the clicker receives them too, as a browser would.\n\n")
+		p("| system | agent | background users | clicks answered | p50 ms | p90 ms | p99 ms | max ms | error |\n|---|---|---|---|---|---|---|---|---|\n")
+		for _, it := range r.Interaction {
+			p("| %s | %s | %d | %d/%d | %.2f | %.2f | %.2f | %.2f | %s |\n", it.System, it.Agent, it.Background, it.Answered, it.Clicks, it.P50ms, it.P90ms, it.P99ms, it.MaxMs, it.Error)
+		}
+		p("\n")
+	}
+	gen := rowsOf(r, "generator", 0)
+	if len(gen) > 0 {
+		p("## The generator\n\n")
+		p("The bots' own MQTT client against a generator built on the Eclipse Paho Go client (default options), same broker, same load. *generator µs/delivery* is the generator process's CPU per message received.\n\n")
+		p("| generator | system | users | deliveries/s | ratio | p50 ms | p99 ms | generator CPU | generator µs/delivery | broker µs/delivery |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, row := range gen {
+			p("| %s | %s | %d | %.0f | %.4f | %.2f | %.2f | %.2f | %.2f | %.2f |%s\n", row.Generator, row.System, row.Users, row.PerSec, row.Ratio, row.P50ms, row.P99ms, row.GenCPU, row.GenUsPer, row.BrokerUs, errCell(row))
+		}
+		p("\n")
+	}
+	if len(r.Notes) > 0 {
+		p("## Run notes\n\n")
+		for _, n := range r.Notes {
+			p("- %s\n", n)
+		}
+		p("\n")
+	}
+	return b.String()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(not used)"
+	}
+	return s
+}
+
+func errCell(r Row) string {
+	if r.Error == "" {
+		return ""
+	}
+	return " error: " + strings.ReplaceAll(r.Error, "|", "/")
+}
+
+func meanOf(rows []Row, system string, users int) Row {
+	var m Row
+	n := 0.0
+	for _, r := range rows {
+		if r.System == system && r.Users == users && r.Error == "" {
+			m.PerCPUSec += r.PerCPUSec
+			m.PerSec += r.PerSec
+			n++
+		}
+	}
+	if n > 0 {
+		m.PerCPUSec /= n
+		m.PerSec /= n
+	}
+	return m
+}
+
+func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	if withScenes {
+		p("| scenes ")
+	}
+	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU | broker RSS MB | deliveries/broker CPU-s | generator CPU | other CPU | load1 |\n")
+	if withScenes {
+		p("|---")
+	}
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		if withScenes {
+			p("| %d ", r.Scenes)
+		}
+		p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f |%s\n",
+			r.Users, r.System, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, r.GenCPU, r.OtherCPU, r.Load1, errCell(r))
+	}
+	p("\n")
+}
+
+// targets writes the issue's targets against what was measured.
+func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio float64) {
+	p := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	type line struct{ target, need, got, verdict string }
+	var lines []line
+	verdict := func(ok, known bool) string {
+		switch {
+		case !known:
+			return "not measured"
+		case ok:
+			return "**met**"
+		}
+		return "**missed**"
+	}
+	ramp := rowsOf(r, "ramp", 1)
+	mosq100, mosqCapped := capacity(ramp, "mosquitto", maxP99, minRatio)
+	x50, xCapped := capacity(ramp, "xrealm", 50*time.Millisecond, minRatio)
+	haveRamp := len(ramp) > 0 && mosq100 > 0 && x50 > 0
+	lines = append(lines, line{"Capacity, one scene", "xrealm users at p99 ≤ 50 ms ≥ 1.5 × Mosquitto's users (p99 ≤ " + r.Config.MaxP99 + ")",
+		fmt.Sprintf("xrealm %s vs Mosquitto %s: %.2f×", fmtCap(x50, xCapped), fmtCap(mosq100, mosqCapped), float64(x50)/math.Max(1, float64(mosq100))),
+		verdict(float64(x50) >= 1.5*float64(mosq100) && !mosqCapped, haveRamp && !mosqCapped)})
+	xr, okx := rowAt(ramp, "xrealm", 120)
+	mr, okm := rowAt(ramp, "mosquitto", 120)
+	lines = append(lines, line{"Efficiency at 120 users", "xrealm deliveries per broker CPU-s ≥ 1.5 × Mosquitto's",
+		fmt.Sprintf("xrealm %.0f vs Mosquitto %.0f: %.2f×", xr.PerCPUSec, mr.PerCPUSec, xr.PerCPUSec/math.Max(1, mr.PerCPUSec)),
+		verdict(xr.PerCPUSec >= 1.5*mr.PerCPUSec, okx && okm)})
+	lines = append(lines, line{"Latency at 120 users", "xrealm p99 ≤ 20 ms",
+		fmt.Sprintf("p99 %.1f ms (p50 %.2f ms; Mosquitto p99 %.1f ms, p50 %.2f ms)", xr.P99ms, xr.P50ms, mr.P99ms, mr.P50ms), verdict(xr.P99ms <= 20, okx)})
+	iso1, c1 := capacity(rowsOf(r, "isolation", 1), "xrealm", maxP99, minRatio)
+	iso5, c5 := capacity(rowsOf(r, "isolation", 5), "xrealm", maxP99, minRatio)
+	lines = append(lines, line{"Isolation", "xrealm capacity with 5 scenes ≥ 2 × with 1 scene",
+		fmt.Sprintf("%s vs %s users: %.2f×", fmtCap(iso5, c5), fmtCap(iso1, c1), float64(iso5)/math.Max(1, float64(iso1))),
+		verdict(float64(iso5) >= 2*float64(iso1), iso1 > 0 && iso5 > 0 && (!c1 || float64(iso5) >= 2*float64(iso1)))})
+	sec := rowsOf(r, "security", 0)
+	if len(sec) > 0 {
+		worst, worstU := -1e9, 0
+		for _, row := range sec {
+			s, i := meanOf(sec, "xrealm", row.Users), meanOf(sec, "xrealm-insecure", row.Users)
+			if i.PerCPUSec > 0 {
+				if c := 1 - s.PerCPUSec/i.PerCPUSec; c > worst {
+					worst, worstU = c, row.Users
+				}
+			}
+		}
+		lines = append(lines, line{"ACL", "enforcement costs ≤ 5% throughput (deliveries per broker CPU-s)",
+			fmt.Sprintf("worst %+.1f%% (at %d users)", 100*worst, worstU), verdict(worst <= 0.05, worstU > 0)})
+	} else {
+		lines = append(lines, line{"ACL", "enforcement costs ≤ 5% throughput", "", verdict(false, false)})
+	}
+	var click *Interaction
+	for i, it := range r.Interaction {
+		if it.System == "xrealm" && it.Background == 100 && strings.HasPrefix(it.Agent, "go") && it.Answered > 0 {
+			click = &r.Interaction[i]
+		}
+	}
+	if click != nil {
+		lines = append(lines, line{"Interaction", "median click-to-update ≤ 2 ms with 100 background users", fmt.Sprintf("%.2f ms (Go agent; p99 %.2f ms)", click.P50ms, click.P99ms), verdict(click.P50ms <= 2, true)})
+	} else {
+		lines = append(lines, line{"Interaction", "median click-to-update ≤ 2 ms with 100 background users", "", verdict(false, false)})
+	}
+	gen := rowsOf(r, "generator", 0)
+	var bu, pu float64
+	for _, row := range gen {
+		if row.Generator == "bots" {
+			bu = row.GenUsPer
+		} else if row.Generator == "paho" {
+			pu = row.GenUsPer
+		}
+	}
+	lines = append(lines, line{"Lean generator", "generator CPU per delivery ≤ ½ of a paho-based client's",
+		fmt.Sprintf("%.2f µs vs paho %.2f µs: %.2f×", bu, pu, bu/math.Max(1e-9, pu)), verdict(bu <= pu/2, bu > 0 && pu > 0)})
+	p("## Targets (issue 3)\n\n| target | required | measured | verdict |\n|---|---|---|---|\n")
+	for _, l := range lines {
+		p("| %s | %s | %s | %s |\n", l.target, l.need, l.got, l.verdict)
+	}
+	p("\n")
+}

@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	benchbus "github.com/xrealm/xrealm/bench/bus"
+)
+
+// runBenchBus implements `xrealm bench bus`: the scene-bus experiments,
+// xrealm side by side with Mosquitto.
+func runBenchBus(ctx context.Context, args []string) error {
+	d := benchbus.Defaults()
+	fs := flag.NewFlagSet("bench bus", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	out := fs.String("out", d.Out, "directory for RESULTS.md, results.json and the plots")
+	exps := fs.String("experiments", strings.Join(d.Experiments, ","), "comma-separated: ramp, isolation, security, interaction, generator")
+	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems for the ramp and isolation: xrealm, mosquitto")
+	xbin := fs.String("xrealm", "", "xrealm executable to benchmark (default: this one)")
+	mosq := fs.String("mosquitto", benchbus.LookMosquitto(), "mosquitto executable (\"\": Mosquitto not run)")
+	python := fs.String("python", defaultPython(), "python with arena-py for the arena-py agent (\"\": not run)")
+	fs.Float64Var(&d.Rate, "rate", d.Rate, "poses per second per user")
+	fs.IntVar(&d.Size, "size", d.Size, "pose size in bytes")
+	fs.StringVar(&d.Behaviour, "behaviour", d.Behaviour, "static, randomwalk or boids")
+	fs.DurationVar(&d.Warmup, "warmup", d.Warmup, "warm-up before each measurement")
+	fs.DurationVar(&d.Step, "step", d.Step, "measurement window of each step")
+	fs.DurationVar(&d.Drain, "drain", d.Drain, "wait after each window for messages in flight")
+	ramp := fs.String("ramp", "20:20:400", "users per ramp step: from:step:to, or a comma-separated list")
+	isoScenes := fs.String("isolation-scenes", "1,2,5,10", "numbers of scenes for the isolation experiment")
+	isoRamp := fs.String("isolation-ramp", "50:50:800", "users per isolation step: from:step:to or a list")
+	secUsers := fs.String("security-users", "60,120,180", "users per security step")
+	fs.IntVar(&d.SecurityRepeat, "security-repeat", d.SecurityRepeat, "repetitions of the security steps")
+	bg := fs.String("interaction-bg", "0,50,100", "background users for the interaction experiment")
+	fs.IntVar(&d.Clicks, "clicks", d.Clicks, "clicks per interaction run")
+	fs.IntVar(&d.GeneratorUsers, "generator-users", d.GeneratorUsers, "users for the generator comparison")
+	fs.DurationVar(&d.MaxP99, "max-p99", d.MaxP99, "a ramp stops at the first step with a higher p99")
+	fs.Float64Var(&d.MinRatio, "min-ratio", d.MinRatio, "a ramp stops at the first step with a lower delivery ratio")
+	summary := fs.Bool("summary", false, "only regenerate RESULTS.md and the plots from --out/results.json")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *summary {
+		r, err := benchbus.ReadResults(filepath.Join(*out, "results.json"))
+		if err != nil {
+			return err
+		}
+		return benchbus.Write(*out, r)
+	}
+	var err error
+	d.Out, d.Mosquitto, d.Python = *out, *mosq, *python
+	d.Experiments, d.Systems = splitList(*exps), splitList(*systems)
+	if d.Ramp, err = parseInts("--ramp", *ramp); err != nil {
+		return err
+	}
+	if d.IsolationScene, err = parseInts("--isolation-scenes", *isoScenes); err != nil {
+		return err
+	}
+	if d.IsolationRamp, err = parseInts("--isolation-ramp", *isoRamp); err != nil {
+		return err
+	}
+	if d.SecurityUsers, err = parseInts("--security-users", *secUsers); err != nil {
+		return err
+	}
+	if d.InteractionBG, err = parseInts("--interaction-bg", *bg); err != nil {
+		return err
+	}
+	if *xbin == "" {
+		if *xbin, err = os.Executable(); err != nil {
+			return fmt.Errorf("find the xrealm executable: %w", err)
+		}
+	}
+	d.XrealmCmd = []string{*xbin}
+	if d.Mosquitto == "" {
+		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto)")
+	}
+	d.Command = "xrealm bench bus " + strings.Join(args, " ")
+	log, err := newLogger("info", "text")
+	if err != nil {
+		return err
+	}
+	d.Log = log
+	start := time.Now()
+	if _, err := benchbus.Run(ctx, d); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "results in %s (%s)\n", filepath.Join(d.Out, "RESULTS.md"), time.Since(start).Round(time.Second))
+	return nil
+}
+
+func defaultPython() string {
+	for _, p := range []string{".venv/bin/python"} {
+		if _, err := os.Stat(p); err == nil {
+			if exec.Command(p, "-c", "import arena").Run() == nil {
+				abs, _ := filepath.Abs(p)
+				return abs
+			}
+		}
+	}
+	return ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parseInts parses "a,b,c" or "from:step:to".
+func parseInts(flagName, s string) ([]int, error) {
+	if f := strings.Split(s, ":"); len(f) == 3 {
+		var v [3]int
+		for i, x := range f {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil {
+				return nil, fmt.Errorf("%s %q: %q is not a number", flagName, s, x)
+			}
+			v[i] = n
+		}
+		if v[1] <= 0 || v[0] > v[2] {
+			return nil, fmt.Errorf("%s %q: want from:step:to with step > 0 and from ≤ to", flagName, s)
+		}
+		var out []int
+		for n := v[0]; n <= v[2]; n += v[1] {
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	var out []int
+	for _, x := range splitList(s) {
+		n, err := strconv.Atoi(x)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%s %q: %q is not a non-negative number", flagName, s, x)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New(flagName + " is empty")
+	}
+	return out, nil
+}
