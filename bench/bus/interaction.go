@@ -374,4 +374,3 @@ wait:
 	}
 	return res
 }
-

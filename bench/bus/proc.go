@@ -112,7 +112,7 @@ func loadAvg() float64 {
 
 // cpuSample is the CPU counters of interest at one instant.
 type cpuSample struct {
-	at                   time.Time
+	at                    time.Time
 	broker, self, machine time.Duration
 }
 

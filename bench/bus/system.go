@@ -256,4 +256,3 @@ func versionOf(bin string, args ...string) string {
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return line
 }
-
