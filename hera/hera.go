@@ -103,17 +103,20 @@ func PaperParams() Params {
 }
 
 // DefaultParams returns xrealm's tuned defaults ("hera"): queueing-delay
-// buckets of 2 ms with X = 6, so the window grows while the mean queueing
-// delay is under 6 ms, and a backlog of N = 2 samples (one per RTT), since a
-// mean over 10 RTTs lags so much that the window oscillates.
+// buckets of 5 ms with X = 6, so the window grows while the mean queueing
+// delay is under 15 ms; a backlog of N = 2 samples (one per RTT), since a
+// mean over 10 RTTs lags so much that the window oscillates; and a histogram
+// cap of 64, so that after an outage the histogram forgets the high-delay
+// buckets within tens of RTTs instead of thousands (α, and so the increase,
+// stays tiny while old high buckets dominate).
 func DefaultParams() Params {
 	return Params{
 		Variant:          Tuned,
-		BucketWidth:      2 * time.Millisecond,
+		BucketWidth:      5 * time.Millisecond,
 		Backlog:          2,
 		Buckets:          6,
 		DeltaMax:         10,
-		HistCap:          10000,
+		HistCap:          64,
 		MinCwnd:          4,
 		MaxCwnd:          20000,
 		InitCwnd:         10,
@@ -184,6 +187,7 @@ type Flow struct {
 	minRTT    uint32 // µs, 0 = none yet
 	minStamp  uint64 // µs
 	nextAt    uint64 // µs; the rule runs on the first valid sample at or after this time
+	roundMin  uint32 // Tuned: smallest valid sample since the last update, 0 = none
 	lastMean  uint32
 	lastBkt   int
 }
@@ -231,7 +235,9 @@ func (f *Flow) Params() Params { return f.p }
 // sample still counts toward slow start. It returns the new window.
 //
 // The Hera rule runs at most once per RTT: on the first valid sample at or
-// after the time of the previous update plus that update's sample.
+// after the time of the previous update plus that update's sample. The
+// Paper variant pushes that sample into the backlog; Tuned pushes the
+// smallest valid sample seen since the previous update.
 func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 	valid := rttUs > 0 && rttUs <= int64(MaxValidRTT/time.Microsecond)
 	if valid && f.p.Variant == Tuned {
@@ -249,11 +255,20 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 			f.slowStart = false
 		}
 	}
+	if valid && f.p.Variant == Tuned && (f.roundMin == 0 || uint32(rttUs) < f.roundMin) {
+		f.roundMin = uint32(rttUs)
+	}
 	if !valid || nowUs < f.nextAt {
 		return f.cwnd
 	}
 	r := uint32(rttUs)
 	f.nextAt = nowUs + uint64(r)
+	if f.p.Variant == Tuned {
+		// The smallest sample of the round: a link outage delays every
+		// packet in flight, and the round's minimum filters that out better
+		// than whichever sample happens to open the gate.
+		r, f.roundMin = f.roundMin, 0
+	}
 	f.push(r)
 	mean := uint32(f.sum / uint64(f.n))
 	f.lastMean = mean

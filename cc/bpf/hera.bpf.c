@@ -26,11 +26,11 @@
 char _license[] SEC("license") = "GPL";
 
 const volatile __u32 p_variant = HERA_VARIANT;
-const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 2000 : 15000;
+const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 5000 : 15000;
 const volatile __u32 p_backlog = HERA_VARIANT == HERA_TUNED ? 2 : 10;
 const volatile __u32 p_buckets = 6;
 const volatile __u32 p_delta_max = 10;
-const volatile __u32 p_hist_cap = 10000;
+const volatile __u32 p_hist_cap = HERA_VARIANT == HERA_TUNED ? 64 : 10000;
 const volatile __u32 p_min_cwnd = HERA_VARIANT == HERA_TUNED ? 4 : 20;
 const volatile __u32 p_max_cwnd = HERA_VARIANT == HERA_TUNED ? 20000 : 8000;
 const volatile __u32 p_init_cwnd = 10;

@@ -47,6 +47,8 @@ struct hera_state {
 	__u32 min_rtt;
 	__u32 slow_start;
 	__u32 last_bucket;
+	__u32 round_min;
+	__u32 pad;
 };
 
 static HERA_INLINE __u32 hera_clamp(__u32 v, __u32 lo, __u32 hi)
@@ -81,6 +83,8 @@ static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_param
 	st->min_rtt = 0;
 	st->slow_start = p->variant == HERA_TUNED;
 	st->last_bucket = 0xffffffffu;
+	st->round_min = 0;
+	st->pad = 0;
 }
 
 /* hera_on_ack is hera.(*Flow).OnAck. */
@@ -104,12 +108,19 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 				     (__u64)p->bucket_us * (p->buckets / 2) / 2)
 			st->slow_start = 0;
 	}
+	if (valid && p->variant == HERA_TUNED && (st->round_min == 0 || r < st->round_min))
+		st->round_min = r;
 	if (!valid || now_us < st->next_at)
 		return st->cwnd;
 	if (p->backlog == 0 || p->bucket_us == 0 || p->buckets < 2)
 		return st->cwnd;
 
 	st->next_at = now_us + r;
+	if (p->variant == HERA_TUNED) {
+		/* push the round's smallest sample (see hera.go) */
+		r = st->round_min;
+		st->round_min = 0;
+	}
 	/* push into the ring of exactly p->backlog slots */
 	idx = st->head & (HERA_MAX_BACKLOG - 1);
 	if (st->n >= p->backlog)
