@@ -55,6 +55,9 @@ func Defaults() Config {
 		ClusterAddr: ":6222",
 		MaxPayload:  1 << 20,
 		TokenTTL:    12 * time.Hour,
+		// A connection busy with steady traffic writes at most every 2ms;
+		// an idle one writes at once. See fanout.Options.Linger.
+		Writer: fanout.Options{Linger: 2 * time.Millisecond, MaxFrames: 4096},
 	}
 }
 
