@@ -53,6 +53,8 @@ type Result struct {
 	GoodputMbps    []float64 `json:"goodput_mbps"` // per flow, at the receiver
 	JainMean       float64   `json:"jain_mean,omitempty"`
 	JainSeries     []float64 `json:"jain_series,omitempty"` // per second
+	UpLate         uint64    `json:"up_late"`
+	DownLate       uint64    `json:"down_late"`
 	Valid          bool      `json:"valid"`
 	Invalid        string    `json:"invalid,omitempty"`
 }
@@ -244,6 +246,7 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 		res.Valid, res.Invalid = false, err.Error()
 	}
 	res.Drops = rep.Down.TailDrops + rep.Down.LossDrops
+	res.UpLate, res.DownLate = rep.Up.Late, rep.Down.Late
 
 	// Measure from 2 s after the flows start to the end of sending.
 	off := flowStart.Sub(linkStart)
