@@ -44,6 +44,11 @@ func runBenchBus(ctx context.Context, args []string) error {
 	fs.DurationVar(&d.MaxP99, "max-p99", d.MaxP99, "a ramp stops at the first step with a higher p99")
 	fs.Float64Var(&d.MinRatio, "min-ratio", d.MinRatio, "a ramp stops at the first step with a lower delivery ratio")
 	summary := fs.Bool("summary", false, "only regenerate RESULTS.md and the plots from --out/results.json")
+	profile := fs.String("profile", "", "instead of the benchmark: run xrealm in this process under the CPU profiler with --profile-users bots (a child process) and write the profile here")
+	profUsers := fs.Int("profile-users", 120, "users for --profile")
+	profScenes := fs.Int("profile-scenes", 1, "scenes for --profile")
+	profDur := fs.Duration("profile-duration", 20*time.Second, "profiled time for --profile")
+	profInsecure := fs.Bool("profile-insecure", false, "profile xrealm --insecure")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,6 +63,18 @@ func runBenchBus(ctx context.Context, args []string) error {
 		return benchbus.Write(*out, r)
 	}
 	var err error
+	if *profile != "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		log, err := newLogger("info", "text")
+		if err != nil {
+			return err
+		}
+		return benchbus.Profile(ctx, benchbus.ProfileConfig{BotsCmd: []string{self}, Users: *profUsers, Scenes: *profScenes, Rate: d.Rate,
+			Size: d.Size, Duration: *profDur, Insecure: *profInsecure, Out: *profile, Log: log})
+	}
 	d.Out, d.Mosquitto, d.Python = *out, *mosq, *python
 	d.Experiments, d.Systems = splitList(*exps), splitList(*systems)
 	if d.Ramp, err = parseInts("--ramp", *ramp); err != nil {
