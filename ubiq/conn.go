@@ -1,0 +1,563 @@
+package ubiq
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/interest"
+)
+
+const (
+	requestTimeout = 5 * time.Second
+	maxObserved    = 64
+)
+
+// frameSource reads whole frames from a transport.
+type frameSource interface {
+	next() ([]byte, error)
+}
+
+type streamSource struct {
+	r   *bufio.Reader
+	max int
+}
+
+func (s *streamSource) next() ([]byte, error) { return ReadFrame(s.r, s.max) }
+
+// conn is one Ubiq peer connection.
+type conn struct {
+	s         *Server
+	nc        net.Conn
+	src       frameSource
+	transport string
+	log       *slog.Logger
+	w         *fanout.Writer
+	session   string
+	started   time.Time
+
+	lastServer atomic.Int64 // unix nanos of the last message to the server
+	id         atomic.Pointer[string]
+
+	// Owned by the read loop.
+	me       memberRecord
+	memberAs string // uuid of the member key written for room
+	obsName  string // name of the observer keys, fixed at the first SetObserved
+	clientID NetworkId
+	room     *room
+	observed map[string]*room
+	busBuf   []byte
+
+	visMu    sync.Mutex
+	vis      map[string]int       // peer uuid -> rooms that show it
+	removing map[string]time.Time // peers whose PeerRemoved waits out the grace period
+	timer    *time.Timer
+
+	closeOnce sync.Once
+	reason    atomic.Pointer[string]
+}
+
+func (c *conn) uuid() string {
+	if p := c.id.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// close ends the connection; the read loop then cleans up.
+func (c *conn) close(reason string) {
+	c.closeOnce.Do(func() {
+		c.reason.Store(&reason)
+		c.nc.Close()
+	})
+}
+
+func (c *conn) serve() {
+	defer c.nc.Close()
+	c.w = fanout.NewWriter(c.nc, c.s.cfg.Writer, func(err error) { c.close("write failed: " + err.Error()) })
+	c.vis = map[string]int{}
+	c.removing = map[string]time.Time{}
+	c.observed = map[string]*room{}
+	c.lastServer.Store(time.Now().UnixNano())
+	if !c.s.register(c) {
+		c.w.Close()
+		return
+	}
+	m := c.s.m
+	m.connections.Inc()
+	defer m.connections.Dec()
+	defer c.cleanup()
+	for {
+		f, err := c.src.next()
+		if err != nil {
+			c.readError(err)
+			return
+		}
+		m.messagesIn.Inc()
+		m.bytesIn.Add(float64(len(f)))
+		if IDOf(f) == ServerID {
+			c.lastServer.Store(time.Now().UnixNano())
+			c.request(f[HeaderSize:])
+			continue
+		}
+		c.relay(f)
+	}
+}
+
+func (c *conn) readError(err error) {
+	var fe *FrameError
+	switch {
+	case c.reason.Load() != nil:
+		c.log.Info("Ubiq connection closed", "peer", c.uuid(), "reason", *c.reason.Load())
+	case errors.As(err, &fe):
+		c.s.m.malformed.Inc()
+		c.log.Warn("Ubiq connection closed: malformed frame", "peer", c.uuid(), "err", err)
+	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		c.log.Info("Ubiq connection closed by peer", "peer", c.uuid())
+	default:
+		c.log.Info("Ubiq connection closed on a read error", "peer", c.uuid(), "err", err)
+	}
+}
+
+// cleanup leaves the room and the observed rooms.
+func (c *conn) cleanup() {
+	c.s.unregister(c)
+	c.close("connection ended")
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	if c.room != nil {
+		c.leave(ctx, c.room)
+		c.room = nil
+	}
+	for id, r := range c.observed {
+		c.unobserve(ctx, id, r)
+	}
+	c.w.Close()
+	c.visMu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.visMu.Unlock()
+}
+
+// relay forwards a frame to the sender's room, here and on other nodes.
+func (c *conn) relay(f []byte) {
+	r := c.room
+	if r == nil {
+		return // not in a room: Ubiq drops it too
+	}
+	id := c.uuid()
+	c.s.delivered(r.dispatch(id, c, f))
+	c.busBuf = append(appendBus(c.busBuf[:0], busFrame, id), f...)
+	if err := c.s.cfg.NC.Publish(r.subj, c.busBuf); err != nil {
+		c.log.Warn("bus publish failed", "room", r.id, "err", err)
+	}
+	if cap(c.busBuf) > 1<<20 {
+		c.busBuf = nil
+	}
+}
+
+// deliver queues a relayed frame and reports whether it was queued.
+func (c *conn) deliver(f fanout.Frame) bool {
+	switch c.w.Enqueue(f) {
+	case fanout.Queued:
+		return true
+	case fanout.Coalesced:
+		c.s.m.coalesced.Inc()
+		return true
+	}
+	c.s.m.dropped.Inc()
+	return false
+}
+
+// sendServer queues a server message to the peer's RoomClient.
+func (c *conn) sendServer(msg []byte) {
+	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg)})
+}
+
+// clientIDFor returns where server messages go. It is read by room
+// goroutines too, hence the lock.
+func (c *conn) clientIDFor() NetworkId {
+	c.visMu.Lock()
+	defer c.visMu.Unlock()
+	return c.clientID
+}
+
+func (c *conn) setClientID(id NetworkId) {
+	c.visMu.Lock()
+	c.clientID = id
+	c.visMu.Unlock()
+}
+
+// see counts one more room that shows peer p; the first sends PeerAdded.
+func (c *conn) see(p PeerInfo) {
+	c.visMu.Lock()
+	defer c.visMu.Unlock()
+	n := c.vis[p.UUID]
+	c.vis[p.UUID] = n + 1
+	if n > 0 {
+		return
+	}
+	if _, ok := c.removing[p.UUID]; ok {
+		delete(c.removing, p.UUID) // it came back within the grace period
+		return
+	}
+	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, EncodeRequest("PeerAdded", struct {
+		Peer PeerInfo `json:"peer"`
+	}{p}))})
+}
+
+// unsee counts one room less that shows peer id; when none is left,
+// PeerRemoved follows after the grace period unless a room shows it again.
+func (c *conn) unsee(id string) {
+	c.visMu.Lock()
+	defer c.visMu.Unlock()
+	n := c.vis[id]
+	if n <= 0 {
+		return
+	}
+	if n > 1 {
+		c.vis[id] = n - 1
+		return
+	}
+	delete(c.vis, id)
+	grace := c.s.cfg.RemoveGrace
+	if grace <= 0 {
+		c.sendRemovedLocked(id)
+		return
+	}
+	c.removing[id] = time.Now().Add(grace)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(grace, c.flushRemovals)
+	} else if len(c.removing) == 1 {
+		c.timer.Reset(grace)
+	}
+}
+
+func (c *conn) sendRemovedLocked(id string) {
+	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, EncodeRequest("PeerRemoved", struct {
+		UUID string `json:"uuid"`
+	}{id}))})
+}
+
+func (c *conn) flushRemovals() {
+	c.visMu.Lock()
+	defer c.visMu.Unlock()
+	now := time.Now()
+	var next time.Time
+	for id, at := range c.removing {
+		if !at.After(now) {
+			delete(c.removing, id)
+			c.sendRemovedLocked(id)
+		} else if next.IsZero() || at.Before(next) {
+			next = at
+		}
+	}
+	if !next.IsZero() {
+		c.timer.Reset(time.Until(next))
+	}
+}
+
+// request handles a message to the room server.
+func (c *conn) request(payload []byte) {
+	var req Request
+	if err := json.Unmarshal(payload, &req); err != nil {
+		c.log.Info("Ubiq server message is not JSON {type,args}", "peer", c.uuid(), "err", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.s.ctx, requestTimeout)
+	defer cancel()
+	args := []byte(req.Args)
+	bad := func(err error) {
+		c.log.Info("Ubiq server message has bad arguments", "type", req.Type, "peer", c.uuid(), "err", err)
+	}
+	switch req.Type {
+	case "Join":
+		var a JoinArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		c.join(ctx, a)
+	case "AppendPeerProperties":
+		var a PropertiesArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		c.appendPeerProperties(ctx, a.Keys, a.Values)
+	case "AppendRoomProperties":
+		var a PropertiesArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		if c.room == nil {
+			return
+		}
+		ck, _, err := c.s.store.appendRoomProps(ctx, c.room.id, a.Keys, a.Values)
+		if err != nil {
+			c.log.Warn("append room properties failed", "room", c.room.id, "err", err)
+		} else if len(ck) == 0 {
+			// Nothing changed: Ubiq still answers, with an empty update.
+			c.sendServer(EncodeRequest("RoomPropertiesAppended", PropertiesArgs{Keys: []string{}, Values: []string{}}))
+		}
+	case "DiscoverRooms":
+		var a DiscoverArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		c.setClientID(a.ClientID)
+		rooms, err := c.s.store.discover(ctx, a.JoinCode)
+		if err != nil {
+			c.log.Warn("discover rooms failed", "err", err)
+			rooms = []RoomInfo{}
+		}
+		c.sendServer(EncodeRequest("Rooms", RoomsArgs{Rooms: rooms, Version: "0.0.4", Request: a}))
+	case "SetBlob":
+		var a SetBlobArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		if c.room != nil {
+			if err := c.s.store.setBlob(ctx, c.room.id, a.UUID, a.Blob); err != nil {
+				c.log.Warn("set blob failed", "room", c.room.id, "err", err)
+			}
+		}
+	case "GetBlob":
+		var a GetBlobArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		c.setClientID(a.ClientID)
+		blob := ""
+		if c.room != nil {
+			var err error
+			if blob, err = c.s.store.getBlob(ctx, c.room.id, a.UUID); err != nil {
+				c.log.Warn("get blob failed", "room", c.room.id, "err", err)
+			}
+		}
+		c.sendServer(EncodeRequest("Blob", BlobArgs{UUID: a.UUID, Blob: blob}))
+	case "Ping":
+		var a ClientArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		c.setClientID(a.ClientID)
+		c.sendServer(EncodeRequest("Ping", struct {
+			SessionID string `json:"sessionId"`
+		}{c.session}))
+	case "SetObserved":
+		var a SetObservedArgs
+		if err := json.Unmarshal(args, &a); err != nil {
+			bad(err)
+			return
+		}
+		c.setObserved(ctx, a.Rooms)
+	default:
+		c.log.Info("unknown Ubiq server message", "type", req.Type, "peer", c.uuid())
+	}
+}
+
+func (c *conn) reject(a JoinArgs, reason string) {
+	c.log.Info("Ubiq join rejected", "peer", c.uuid(), "reason", reason)
+	c.sendServer(EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a}))
+}
+
+func (c *conn) join(ctx context.Context, a JoinArgs) {
+	// The Join always carries the peer's identity and the RoomClient's id.
+	c.setClientID(a.Peer.ClientID)
+	c.me.UUID = a.Peer.UUID
+	c.me.SceneID, c.me.ClientID = a.Peer.SceneID, a.Peer.ClientID
+	id := c.me.UUID
+	c.id.Store(&id)
+	pk, pv := c.takePosition(a.Peer.Keys, a.Peer.Values)
+	c.me.Props.appendAll(pk, pv)
+
+	var target string
+	var rec *roomRecord
+	var err error
+	switch {
+	case a.UUID != "":
+		if !validUUID(a.UUID) {
+			c.reject(a, "Could not join room with uuid "+a.UUID+". We require an RFC4122 uuid.")
+			return
+		}
+		target = a.UUID
+		rec, err = c.s.store.createRoom(ctx, target, a.Name, a.Publish)
+	case a.JoinCode != "":
+		target, err = c.s.store.roomByCode(ctx, a.JoinCode)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			c.reject(a, "Could not join room with code "+a.JoinCode+". No such room exists.")
+			return
+		}
+		if err == nil {
+			rec, _, err = c.s.store.getRoom(ctx, target)
+		}
+	default:
+		target = newUUID()
+		rec, err = c.s.store.createRoom(ctx, target, a.Name, a.Publish)
+	}
+	if err != nil {
+		c.log.Warn("Ubiq join failed", "peer", id, "err", err)
+		c.reject(a, "Could not join the room: "+err.Error())
+		return
+	}
+	if c.room != nil && c.room.id == target {
+		return // already there
+	}
+	r, err := c.s.acquire(target)
+	if err != nil {
+		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
+		c.reject(a, "Could not join the room: "+err.Error())
+		return
+	}
+	rev, err := c.s.store.putMember(ctx, target, &c.me)
+	if err != nil {
+		c.s.release(r)
+		c.reject(a, "Could not join the room: "+err.Error())
+		return
+	}
+	// A room emptied and removed between our lookup and our key comes back.
+	if _, _, err := c.s.store.getRoom(ctx, target); errors.Is(err, jetstream.ErrKeyNotFound) {
+		c.s.store.createRoom(ctx, target, rec.Name, rec.Publish)
+	}
+	old, oldAs := c.room, c.memberAs
+	c.room, c.memberAs = r, id
+	r.cmdAttachMember(c, rev)
+	if old != nil {
+		c.leaveAs(ctx, old, oldAs)
+	}
+	c.log.Info("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name)
+}
+
+// leave takes the peer out of room r as a member.
+func (c *conn) leave(ctx context.Context, r *room) { c.leaveAs(ctx, r, c.memberAs) }
+
+func (c *conn) leaveAs(ctx context.Context, r *room, as string) {
+	if err := c.s.store.deleteMember(ctx, r.id, as); err != nil {
+		c.log.Warn("leave room failed", "room", r.id, "err", err)
+	}
+	r.cmdDetachMember(c)
+	c.s.release(r)
+	c.s.removeIfEmpty(r.id)
+}
+
+// takePosition removes PositionKey from a property append, feeding the
+// position to the peer's room instead.
+func (c *conn) takePosition(keys, values []string) ([]string, []string) {
+	for i, k := range keys {
+		if k != PositionKey || i >= len(values) {
+			continue
+		}
+		if p, ok := parsePosition(values[i]); ok {
+			c.setPosition(p)
+		}
+		keys = append(keys[:i:i], keys[i+1:]...)
+		values = append(values[:i:i], values[i+1:]...)
+		return c.takePosition(keys, values)
+	}
+	return keys, values
+}
+
+func (c *conn) setPosition(p interest.Vec3) {
+	r := c.room
+	if r == nil {
+		return
+	}
+	id := c.uuid()
+	r.position(id, p)
+	c.busBuf = appendPosition(appendBus(c.busBuf[:0], busPosition, id), p)
+	c.s.cfg.NC.Publish(r.subj, c.busBuf)
+}
+
+func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) {
+	keys, values = c.takePosition(keys, values)
+	ck, _ := c.me.Props.appendAll(keys, values)
+	if len(ck) == 0 || c.room == nil {
+		return
+	}
+	if _, err := c.s.store.putMember(ctx, c.room.id, &c.me); err != nil {
+		c.log.Warn("append peer properties failed", "room", c.room.id, "err", err)
+	}
+}
+
+// setObserved replaces the observed rooms: new rooms are attached before
+// old ones are released, so that a peer seen through both never
+// disappears.
+func (c *conn) setObserved(ctx context.Context, rooms []string) {
+	want := map[string]bool{}
+	var list []string
+	for _, id := range rooms {
+		if !validUUID(id) || want[id] || len(want) >= maxObserved {
+			continue
+		}
+		want[id] = true
+		list = append(list, id)
+	}
+	for _, id := range list {
+		if c.observed[id] != nil {
+			continue
+		}
+		if _, err := c.s.store.createRoom(ctx, id, "", false); err != nil {
+			c.log.Warn("observe room failed", "room", id, "err", err)
+			continue
+		}
+		if err := c.s.store.putObserver(ctx, id, c.uuidOrSession()); err != nil {
+			c.log.Warn("observe room failed", "room", id, "err", err)
+			continue
+		}
+		r, err := c.s.acquire(id)
+		if err != nil {
+			c.log.Warn("observe room failed", "room", id, "err", err)
+			c.s.store.deleteObserver(ctx, id, c.uuidOrSession())
+			continue
+		}
+		r.attachObserver(c)
+		c.observed[id] = r
+	}
+	for id, r := range c.observed {
+		if !want[id] {
+			c.unobserve(ctx, id, r)
+		}
+	}
+	now := make([]string, 0, len(c.observed))
+	for _, id := range list {
+		if c.observed[id] != nil {
+			now = append(now, id)
+		}
+	}
+	c.sendServer(EncodeRequest("Observed", ObservedArgs{Rooms: now}))
+}
+
+func (c *conn) unobserve(ctx context.Context, id string, r *room) {
+	delete(c.observed, id)
+	c.s.store.deleteObserver(ctx, id, c.uuidOrSession())
+	r.detachObserver(c)
+	c.s.release(r)
+	c.s.removeIfEmpty(id)
+}
+
+// uuidOrSession names the peer in observer keys even before Join.
+func (c *conn) uuidOrSession() string {
+	if c.obsName == "" {
+		c.obsName = c.uuid()
+		if c.obsName == "" {
+			c.obsName = c.session
+		}
+	}
+	return c.obsName
+}

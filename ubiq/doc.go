@@ -1,0 +1,26 @@
+// Package ubiq is xrealm's Ubiq-compatible room server: the wire protocol
+// of UCL's Ubiq (https://ubiq.online) over TCP, WebSocket and secure
+// WebSocket, with rooms shared by every node of an xrealm cluster.
+//
+// A frame is [int32 LE length][8-byte NetworkId][payload], where length
+// counts the NetworkId and the payload. Frames addressed to the room server
+// (NetworkId a=0, b=1) carry JSON requests {type, args} whose args is itself
+// a JSON string; every other frame is relayed unchanged to the sender's
+// room. docs/ubiq.md describes the protocol in full.
+//
+// Room state (room info and properties, members and their properties,
+// observers, join codes, blobs) lives in a JetStream key-value bucket, so
+// that every node sees the same rooms; each node watches the keys of the
+// rooms its connections are in and turns changes into PeerAdded,
+// PeerRemoved and property notifications. Relayed frames travel on one
+// core NATS subject per room: a node holds one subscription per room that
+// has local members or observers and fans out locally through per
+// connection fanout.Writers, which batch while a connection is busy and
+// coalesce stale frames for the same object when its queue is full.
+//
+// Beyond Ubiq, a peer may observe rooms it is not a member of
+// (SetObserved, for hex-grid areas of interest), and a room may restrict
+// delivery to each peer's k nearest neighbours (the room property
+// xrealm.interest), with positions taken from the peer property
+// xrealm.position.
+package ubiq

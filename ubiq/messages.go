@@ -1,0 +1,208 @@
+package ubiq
+
+import "encoding/json"
+
+// Request is a message to or from the room server: Type names it and Args
+// holds its arguments as a JSON-encoded string.
+type Request struct {
+	Type string `json:"type"`
+	Args string `json:"args"`
+}
+
+// PeerInfo describes a peer, as PeerAdded and Join carry it. Keys and
+// Values are parallel lists of its properties.
+type PeerInfo struct {
+	UUID     string    `json:"uuid"`
+	SceneID  NetworkId `json:"sceneid"`
+	ClientID NetworkId `json:"clientid"`
+	Keys     []string  `json:"keys"`
+	Values   []string  `json:"values"`
+}
+
+// RoomInfo describes a room, as SetRoom and Rooms carry it.
+type RoomInfo struct {
+	UUID     string   `json:"uuid"`
+	JoinCode string   `json:"joincode"`
+	Publish  bool     `json:"publish"`
+	Name     string   `json:"name"`
+	Keys     []string `json:"keys"`
+	Values   []string `json:"values"`
+}
+
+// JoinArgs are the arguments of Join: by UUID, by join code, or neither to
+// create a room called Name.
+type JoinArgs struct {
+	JoinCode string   `json:"joincode,omitempty"`
+	UUID     string   `json:"uuid,omitempty"`
+	Name     string   `json:"name,omitempty"`
+	Publish  bool     `json:"publish"`
+	Peer     PeerInfo `json:"peer"`
+}
+
+// PropertiesArgs are the arguments of AppendPeerProperties and
+// AppendRoomProperties, and of RoomPropertiesAppended.
+type PropertiesArgs struct {
+	Keys   []string `json:"keys"`
+	Values []string `json:"values"`
+}
+
+// PeerPropertiesArgs are the arguments of PeerPropertiesAppended.
+type PeerPropertiesArgs struct {
+	UUID   string   `json:"uuid"`
+	Keys   []string `json:"keys"`
+	Values []string `json:"values"`
+}
+
+// ClientArgs are requests that only name the sender's RoomClient (Ping).
+type ClientArgs struct {
+	ClientID NetworkId `json:"clientid"`
+}
+
+// DiscoverArgs are the arguments of DiscoverRooms.
+type DiscoverArgs struct {
+	ClientID NetworkId `json:"clientid"`
+	JoinCode string    `json:"joincode"`
+}
+
+// RoomsArgs answer DiscoverRooms.
+type RoomsArgs struct {
+	Rooms   []RoomInfo   `json:"rooms"`
+	Version string       `json:"version"`
+	Request DiscoverArgs `json:"request"`
+}
+
+// SetBlobArgs store a blob in the sender's room.
+type SetBlobArgs struct {
+	UUID string `json:"uuid"`
+	Blob string `json:"blob"`
+}
+
+// GetBlobArgs ask for a blob of the sender's room.
+type GetBlobArgs struct {
+	ClientID NetworkId `json:"clientid"`
+	UUID     string    `json:"uuid"`
+}
+
+// BlobArgs answer GetBlob ("" when there is no such blob).
+type BlobArgs struct {
+	UUID string `json:"uuid"`
+	Blob string `json:"blob"`
+}
+
+// SetObservedArgs replace the set of rooms a peer observes (an xrealm
+// extension for areas of interest).
+type SetObservedArgs struct {
+	Rooms []string `json:"rooms"`
+}
+
+// ObservedArgs acknowledge SetObserved with the rooms now observed.
+type ObservedArgs struct {
+	Rooms []string `json:"rooms"`
+}
+
+// RejectedArgs refuse a Join.
+type RejectedArgs struct {
+	Reason   string   `json:"reason"`
+	JoinArgs JoinArgs `json:"joinArgs"`
+}
+
+// EncodeRequest returns the JSON of a server message of type typ.
+func EncodeRequest(typ string, args any) []byte {
+	a, err := json.Marshal(args)
+	if err != nil {
+		panic("ubiq: encode " + typ + ": " + err.Error()) // only our own types are encoded
+	}
+	b, _ := json.Marshal(Request{Type: typ, Args: string(a)})
+	return b
+}
+
+// props is an ordered property dictionary with Ubiq's append semantics: an
+// empty value deletes its key, and only keys whose value changed are
+// reported.
+type props struct {
+	Keys   []string `json:"k,omitempty"`
+	Values []string `json:"v,omitempty"`
+}
+
+func (p *props) get(k string) (string, bool) {
+	for i, key := range p.Keys {
+		if key == k {
+			return p.Values[i], true
+		}
+	}
+	return "", false
+}
+
+func (p *props) set(k, v string) bool {
+	for i, key := range p.Keys {
+		if key == k {
+			if v == "" {
+				p.Keys = append(p.Keys[:i], p.Keys[i+1:]...)
+				p.Values = append(p.Values[:i], p.Values[i+1:]...)
+				return true
+			}
+			if p.Values[i] == v {
+				return false
+			}
+			p.Values[i] = v
+			return true
+		}
+	}
+	if v == "" {
+		return false
+	}
+	p.Keys = append(p.Keys, k)
+	p.Values = append(p.Values, v)
+	return true
+}
+
+// appendAll applies keys and values (extra keys without a value are
+// ignored) and returns the changed keys with their new values ("" for a
+// deleted key), each key once, last value winning.
+func (p *props) appendAll(keys, values []string) (ck, cv []string) {
+	changed := map[string]bool{}
+	var order []string
+	for i, k := range keys {
+		if i >= len(values) {
+			break
+		}
+		if p.set(k, values[i]) && !changed[k] {
+			changed[k] = true
+			order = append(order, k)
+		}
+	}
+	for _, k := range order {
+		v, _ := p.get(k)
+		ck = append(ck, k)
+		cv = append(cv, v)
+	}
+	return ck, cv
+}
+
+func (p props) clone() props {
+	return props{Keys: append([]string(nil), p.Keys...), Values: append([]string(nil), p.Values...)}
+}
+
+// diff returns the keys whose values differ from old to p ("" = deleted).
+func (p props) diff(old props) (ck, cv []string) {
+	for i, k := range p.Keys {
+		if v, ok := old.get(k); !ok || v != p.Values[i] {
+			ck = append(ck, k)
+			cv = append(cv, p.Values[i])
+		}
+	}
+	for _, k := range old.Keys {
+		if _, ok := p.get(k); !ok {
+			ck = append(ck, k)
+			cv = append(cv, "")
+		}
+	}
+	return ck, cv
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

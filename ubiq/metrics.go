@@ -1,0 +1,83 @@
+package ubiq
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the Ubiq front end's Prometheus metrics. Besides totals, it
+// reports each open connection's writer counters (labelled by peer uuid
+// and remote address) while the connection lasts.
+type metrics struct {
+	s           *Server
+	connections prometheus.Gauge
+	rooms       prometheus.Gauge
+	messagesIn  prometheus.Counter
+	bytesIn     prometheus.Counter
+	messagesOut prometheus.Counter
+	dropped     prometheus.Counter
+	coalesced   prometheus.Counter
+	malformed   prometheus.Counter
+	timeouts    prometheus.Counter
+
+	connDropped, connCoalesced, connWritten, connQueued *prometheus.Desc
+}
+
+func newMetrics(s *Server) *metrics {
+	labels := []string{"peer", "remote", "transport"}
+	return &metrics{
+		s:           s,
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_connections", Help: "Open Ubiq connections."}),
+		rooms:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_active_rooms", Help: "Rooms with local members or observers on this node."}),
+		messagesIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_in_total", Help: "Frames received from Ubiq peers."}),
+		bytesIn:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_bytes_in_total", Help: "Bytes of frames received from Ubiq peers."}),
+		messagesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_out_total", Help: "Relayed frames queued to Ubiq peers."}),
+		dropped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dropped_total", Help: "Relayed frames dropped because a connection's queue was full."}),
+		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames for the same object replaced by newer ones in a full queue."}),
+		malformed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_malformed_total", Help: "Connections closed for a malformed frame header."}),
+		timeouts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_timeouts_total", Help: "Peers dropped for being silent to the server."}),
+
+		connDropped:   prometheus.NewDesc("xrealm_ubiq_connection_dropped_total", "Frames dropped by this connection's full queue.", labels, nil),
+		connCoalesced: prometheus.NewDesc("xrealm_ubiq_connection_coalesced_total", "Stale frames replaced in this connection's full queue.", labels, nil),
+		connWritten:   prometheus.NewDesc("xrealm_ubiq_connection_written_total", "Frames written to this connection.", labels, nil),
+		connQueued:    prometheus.NewDesc("xrealm_ubiq_connection_queued", "Frames waiting in this connection's queue.", labels, nil),
+	}
+}
+
+func (m *metrics) plain() []prometheus.Collector {
+	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.coalesced, m.malformed, m.timeouts}
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range m.plain() {
+		c.Describe(ch)
+	}
+	ch <- m.connDropped
+	ch <- m.connCoalesced
+	ch <- m.connWritten
+	ch <- m.connQueued
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range m.plain() {
+		c.Collect(ch)
+	}
+	m.s.mu.Lock()
+	conns := make([]*conn, 0, len(m.s.conns))
+	for c := range m.s.conns {
+		conns = append(conns, c)
+	}
+	m.s.mu.Unlock()
+	seen := map[[3]string]bool{}
+	for _, c := range conns {
+		l := [3]string{c.uuid(), c.nc.RemoteAddr().String(), c.transport}
+		if seen[l] {
+			continue
+		}
+		seen[l] = true
+		st := c.w.Stats()
+		ch <- prometheus.MustNewConstMetric(m.connDropped, prometheus.CounterValue, float64(st.Dropped), l[:]...)
+		ch <- prometheus.MustNewConstMetric(m.connCoalesced, prometheus.CounterValue, float64(st.Coalesced), l[:]...)
+		ch <- prometheus.MustNewConstMetric(m.connWritten, prometheus.CounterValue, float64(st.Written), l[:]...)
+		ch <- prometheus.MustNewConstMetric(m.connQueued, prometheus.GaugeValue, float64(st.Queued), l[:]...)
+	}
+}

@@ -1,0 +1,602 @@
+package ubiq
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/interest"
+)
+
+// Bus payloads on a room's subject start with a kind byte, then the
+// sender's uuid as [1-byte length][bytes], then the body.
+const (
+	busFrame    = 'm' // body: a whole Ubiq frame
+	busPosition = 'p' // body: three float64 LE (x, y, z)
+)
+
+// InterestKey is the room property that configures interest management:
+// JSON {"mode":"knn","k":20,"rate":5,"hysteresis_ms":500}; absent or
+// mode "all" means every member receives every message.
+const InterestKey = "xrealm.interest"
+
+// PositionKey is the peer property that carries a peer's position for
+// k-nearest-neighbour rooms: "x,y,z" or a JSON array [x,y,z]. The server
+// keeps it as soft state: it is neither stored with the peer's other
+// properties nor sent to the other peers.
+const PositionKey = "xrealm.position"
+
+// interestConfig is a room's parsed InterestKey.
+type interestConfig struct {
+	Mode         string  `json:"mode"`
+	K            int     `json:"k"`
+	Rate         float64 `json:"rate"`
+	HysteresisMS float64 `json:"hysteresis_ms"`
+}
+
+func parseInterest(s string) interestConfig {
+	var ic interestConfig
+	if s == "" || json.Unmarshal([]byte(s), &ic) != nil || ic.Mode != "knn" {
+		return interestConfig{Mode: "all"}
+	}
+	if ic.K <= 0 {
+		ic.K = 20
+	}
+	if ic.Rate <= 0 {
+		ic.Rate = 5
+	}
+	ic.Rate = math.Min(ic.Rate, 100)
+	if ic.HysteresisMS == 0 {
+		ic.HysteresisMS = 500
+	}
+	return ic
+}
+
+// audience is an immutable snapshot of who on this node receives a room's
+// messages.
+type audience struct {
+	knn      bool
+	all      []*conn            // !knn: every local member and observer
+	obs      []*conn            // knn: local observers, who get everything
+	bySender map[string][]*conn // knn: local members whose set holds the sender
+}
+
+// attachment is how a local connection takes part in a room.
+type attachment struct {
+	member, observer bool
+	granted          map[string]bool // peers this room told the connection about
+}
+
+type memberState struct {
+	rec memberRecord
+	rev uint64
+}
+
+// room is a room that has local members or observers on this node: one
+// key watch, one bus subscription and one goroutine that owns the view.
+type room struct {
+	s    *Server
+	id   string
+	subj string
+	refs int // guarded by Server.mu
+
+	ready chan struct{}
+	err   error
+	cmds  chan func()
+	stopc chan struct{}
+	aud   atomic.Pointer[audience]
+
+	posMu   sync.Mutex
+	posNext map[string]interest.Vec3
+	knnOn   atomic.Bool // positions matter: the room uses kNN interest
+
+	// Owned by the room goroutine.
+	rec      *roomRecord
+	rev      uint64
+	members  map[string]*memberState // by key token
+	local    map[*conn]*attachment
+	pending  map[*conn]uint64 // member attachments waiting for their key
+	ic       interestConfig
+	knn      *interest.KNN
+	placed   map[string]interest.Vec3 // positions of members, by uuid
+	ticker   *time.Ticker
+	tickC    <-chan time.Time
+	sub      *nats.Subscription
+	watcher  jetstream.KeyWatcher
+	prefix   string
+	audDirty bool
+}
+
+func newRoom(s *Server, id string) *room {
+	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}),
+		posNext: map[string]interest.Vec3{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
+		pending: map[*conn]uint64{}, placed: map[string]interest.Vec3{}, prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
+	r.aud.Store(&audience{})
+	return r
+}
+
+// start subscribes, loads the room's keys and runs the goroutine.
+func (r *room) start() {
+	defer close(r.ready)
+	sub, err := r.s.cfg.NC.Subscribe(r.subj, r.fromBus)
+	if err != nil {
+		r.err = err
+		return
+	}
+	sub.SetPendingLimits(-1, 256<<20)
+	r.sub = sub
+	w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
+	if err != nil {
+		sub.Unsubscribe()
+		r.err = err
+		return
+	}
+	r.watcher = w
+	for e := range w.Updates() {
+		if e == nil {
+			break
+		}
+		r.onEntry(e)
+	}
+	go r.loop()
+}
+
+func (r *room) loop() {
+	defer func() {
+		r.sub.Unsubscribe()
+		r.watcher.Stop()
+		if r.ticker != nil {
+			r.ticker.Stop()
+		}
+	}()
+	updates := r.watcher.Updates()
+	for {
+		select {
+		case e, ok := <-updates:
+			if !ok {
+				r.s.log.Warn("room watch ended", "room", r.id)
+				updates = nil
+				continue
+			}
+			if e != nil {
+				r.onEntry(e)
+			}
+		case f := <-r.cmds:
+			if f == nil {
+				return
+			}
+			f()
+		case now := <-r.tickC:
+			r.tick(now)
+		}
+		if r.audDirty {
+			r.rebuild()
+		}
+	}
+}
+
+// do runs f on the room goroutine and waits for it.
+func (r *room) do(f func()) {
+	done := make(chan struct{})
+	r.cmds <- func() { f(); close(done) }
+	<-done
+}
+
+// stop ends the goroutine after the commands queued before.
+func (r *room) stop() { r.cmds <- nil }
+
+func (r *room) onEntry(e jetstream.KeyValueEntry) {
+	r.rev = e.Revision()
+	key := e.Key()
+	if !strings.HasPrefix(key, r.prefix) {
+		return
+	}
+	rest := key[len(r.prefix):]
+	deleted := e.Operation() != jetstream.KeyValuePut
+	switch {
+	case rest == "i":
+		if deleted {
+			return // members keep the room they have; a new joiner recreates it
+		}
+		var rec roomRecord
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			return
+		}
+		old := r.rec
+		r.rec = &rec
+		if old != nil {
+			if ck, cv := rec.Props.diff(old.Props); len(ck) > 0 {
+				msg := EncodeRequest("RoomPropertiesAppended", PropertiesArgs{Keys: ck, Values: cv})
+				for c, a := range r.local {
+					if a.member {
+						c.sendServer(msg)
+					}
+				}
+			}
+		}
+		v, _ := rec.Props.get(InterestKey)
+		if ic := parseInterest(v); ic != r.ic {
+			r.setInterest(ic)
+		}
+	case strings.HasPrefix(rest, "m."):
+		tok := rest[2:]
+		if deleted {
+			if m := r.members[tok]; m != nil {
+				r.removeMember(tok, m)
+			}
+			break
+		}
+		var rec memberRecord
+		if json.Unmarshal(e.Value(), &rec) != nil {
+			return
+		}
+		if m := r.members[tok]; m != nil {
+			old := m.rec
+			m.rec, m.rev = rec, e.Revision()
+			if ck, cv := rec.Props.diff(old.Props); len(ck) > 0 {
+				msg := EncodeRequest("PeerPropertiesAppended", PeerPropertiesArgs{UUID: rec.UUID, Keys: ck, Values: cv})
+				for c, a := range r.local {
+					if a.granted[rec.UUID] {
+						c.sendServer(msg)
+					}
+				}
+			}
+		} else {
+			r.addMember(tok, &memberState{rec: rec, rev: e.Revision()})
+		}
+	}
+	for c, rev := range r.pending {
+		if m := r.members[keyToken(c.uuid())]; m != nil && m.rev >= rev {
+			delete(r.pending, c)
+			r.attachMember(c)
+		}
+	}
+}
+
+func (r *room) addMember(tok string, m *memberState) {
+	r.members[tok] = m
+	id := m.rec.UUID
+	if v, ok := m.rec.Props.get(PositionKey); ok {
+		if p, ok := parsePosition(v); ok {
+			r.placed[id] = p
+			if r.knn != nil {
+				r.knn.Set(id, p)
+			}
+		}
+	}
+	r.posMu.Lock()
+	if p, ok := r.posNext[id]; ok {
+		delete(r.posNext, id)
+		r.placed[id] = p
+		if r.knn != nil {
+			r.knn.Set(id, p)
+		}
+	}
+	r.posMu.Unlock()
+	for c, a := range r.local {
+		if c.uuid() != id && r.wants(c, a, id) {
+			r.grant(c, a, id)
+		}
+	}
+}
+
+func (r *room) removeMember(tok string, m *memberState) {
+	delete(r.members, tok)
+	id := m.rec.UUID
+	delete(r.placed, id)
+	if r.knn != nil {
+		r.knn.Remove(id)
+	}
+	for c, a := range r.local {
+		if a.granted[id] {
+			r.ungrant(c, a, id)
+		}
+	}
+}
+
+// wants reports whether the connection should know about member id.
+func (r *room) wants(c *conn, a *attachment, id string) bool {
+	if c.uuid() == id {
+		return false
+	}
+	if a.observer || r.knn == nil {
+		return a.member || a.observer
+	}
+	return a.member && r.knn.Interested(c.uuid(), id)
+}
+
+func (r *room) grant(c *conn, a *attachment, id string) {
+	m := r.members[keyToken(id)]
+	if m == nil || a.granted[id] {
+		return
+	}
+	a.granted[id] = true
+	c.see(m.rec.info())
+	if r.knn != nil {
+		r.audDirty = true
+	}
+}
+
+func (r *room) ungrant(c *conn, a *attachment, id string) {
+	if !a.granted[id] {
+		return
+	}
+	delete(a.granted, id)
+	c.unsee(id)
+	if r.knn != nil {
+		r.audDirty = true
+	}
+}
+
+// reconcile makes a connection's grants match what it should know:
+// additions first, so that a peer known before and after never disappears.
+func (r *room) reconcile(c *conn, a *attachment) {
+	for _, m := range r.members {
+		if r.wants(c, a, m.rec.UUID) {
+			r.grant(c, a, m.rec.UUID)
+		}
+	}
+	for id := range a.granted {
+		if !r.wants(c, a, id) {
+			r.ungrant(c, a, id)
+		}
+	}
+	if !a.member && !a.observer {
+		delete(r.local, c)
+	}
+	r.audDirty = true
+}
+
+func (r *room) attachment(c *conn) *attachment {
+	a := r.local[c]
+	if a == nil {
+		a = &attachment{granted: map[string]bool{}}
+		r.local[c] = a
+	}
+	return a
+}
+
+// cmdAttachMember makes c a local member once its member key at rev (or
+// later) has been seen, then sends it SetRoom and the peers it should know.
+func (r *room) cmdAttachMember(c *conn, rev uint64) {
+	r.cmds <- func() {
+		if m := r.members[keyToken(c.uuid())]; m != nil && m.rev >= rev {
+			r.attachMember(c)
+			return
+		}
+		r.pending[c] = rev
+	}
+}
+
+func (r *room) attachMember(c *conn) {
+	a := r.attachment(c)
+	a.member = true
+	info := RoomInfo{UUID: r.id, Keys: []string{}, Values: []string{}}
+	if r.rec != nil {
+		info = r.rec.info()
+	}
+	c.sendServer(EncodeRequest("SetRoom", struct {
+		Room RoomInfo `json:"room"`
+	}{info}))
+	r.reconcile(c, a)
+}
+
+func (r *room) cmdDetachMember(c *conn) {
+	r.cmds <- func() {
+		delete(r.pending, c)
+		if a := r.local[c]; a != nil {
+			a.member = false
+			r.reconcile(c, a)
+		}
+	}
+}
+
+// attachObserver and detachObserver wait until done, so that a
+// SetObserved adds every new room before it removes any old one.
+func (r *room) attachObserver(c *conn) {
+	r.do(func() {
+		a := r.attachment(c)
+		a.observer = true
+		r.reconcile(c, a)
+	})
+}
+
+func (r *room) detachObserver(c *conn) {
+	r.do(func() {
+		if a := r.local[c]; a != nil {
+			a.observer = false
+			r.reconcile(c, a)
+		}
+	})
+}
+
+// setInterest switches the room's interest policy.
+func (r *room) setInterest(ic interestConfig) {
+	r.ic = ic
+	if r.ticker != nil {
+		r.ticker.Stop()
+		r.ticker, r.tickC = nil, nil
+	}
+	r.knn = nil
+	r.knnOn.Store(ic.Mode == "knn")
+	if ic.Mode == "knn" {
+		r.knn = interest.NewKNN(interest.KNNConfig{K: ic.K, Hysteresis: time.Duration(ic.HysteresisMS * float64(time.Millisecond))})
+		for id, p := range r.placed {
+			r.knn.Set(id, p)
+		}
+		r.knn.Recompute(time.Now())
+		r.ticker = time.NewTicker(time.Duration(float64(time.Second) / ic.Rate))
+		r.tickC = r.ticker.C
+	}
+	for c, a := range r.local {
+		r.reconcile(c, a)
+	}
+	r.audDirty = true
+}
+
+// position records a position from a local or remote peer; the goroutine
+// applies it at its next recompute.
+func (r *room) position(id string, p interest.Vec3) {
+	if !r.knnOn.Load() {
+		return
+	}
+	r.posMu.Lock()
+	if len(r.posNext) < 1<<16 {
+		r.posNext[id] = p
+	}
+	r.posMu.Unlock()
+}
+
+func (r *room) tick(now time.Time) {
+	if r.knn == nil {
+		return
+	}
+	r.posMu.Lock()
+	for id, p := range r.posNext {
+		if r.members[keyToken(id)] != nil {
+			r.placed[id] = p
+			r.knn.Set(id, p)
+			delete(r.posNext, id)
+		}
+	}
+	r.posMu.Unlock()
+	changes := r.knn.Recompute(now)
+	if len(changes) == 0 {
+		return
+	}
+	byID := make(map[string]*conn, len(r.local))
+	for c, a := range r.local {
+		if a.member {
+			byID[c.uuid()] = c
+		}
+	}
+	for _, ch := range changes {
+		c := byID[ch.Observer]
+		if c == nil {
+			continue
+		}
+		a := r.local[c]
+		if a.observer {
+			continue // observers know everyone
+		}
+		for _, id := range ch.Entered {
+			r.grant(c, a, id)
+		}
+		for _, id := range ch.Left {
+			r.ungrant(c, a, id)
+		}
+	}
+}
+
+// rebuild publishes a new audience snapshot.
+func (r *room) rebuild() {
+	r.audDirty = false
+	a := &audience{knn: r.knn != nil}
+	if !a.knn {
+		for c := range r.local {
+			a.all = append(a.all, c)
+		}
+		r.aud.Store(a)
+		return
+	}
+	a.bySender = map[string][]*conn{}
+	for c, at := range r.local {
+		if at.observer {
+			a.obs = append(a.obs, c)
+			continue
+		}
+		for id := range at.granted {
+			a.bySender[id] = append(a.bySender[id], c)
+		}
+	}
+	r.aud.Store(a)
+}
+
+// dispatch delivers a frame from sender (from, if local) to this node's
+// audience and returns the number of connections it was queued for.
+func (r *room) dispatch(sender string, from *conn, frame []byte) int {
+	a := r.aud.Load()
+	f := fanout.Frame{Bytes: frame, Key: string(frame[4:12])}
+	n := 0
+	if !a.knn {
+		for _, c := range a.all {
+			if c != from && c.deliver(f) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range a.obs {
+		if c != from && c.deliver(f) {
+			n++
+		}
+	}
+	for _, c := range a.bySender[sender] {
+		if c.deliver(f) {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *room) fromBus(m *nats.Msg) {
+	d := m.Data
+	if len(d) < 2 || len(d) < 2+int(d[1]) {
+		return
+	}
+	sender := string(d[2 : 2+int(d[1])])
+	body := d[2+int(d[1]):]
+	switch d[0] {
+	case busFrame:
+		if len(body) >= HeaderSize {
+			r.s.delivered(r.dispatch(sender, nil, body))
+		}
+	case busPosition:
+		if len(body) == 24 {
+			r.position(sender, interest.Vec3{
+				X: math.Float64frombits(binary.LittleEndian.Uint64(body)),
+				Y: math.Float64frombits(binary.LittleEndian.Uint64(body[8:])),
+				Z: math.Float64frombits(binary.LittleEndian.Uint64(body[16:])),
+			})
+		}
+	}
+}
+
+// appendBus appends a bus payload header for sender.
+func appendBus(b []byte, kind byte, sender string) []byte {
+	if len(sender) > 255 {
+		sender = sender[:255]
+	}
+	b = append(b, kind, byte(len(sender)))
+	return append(b, sender...)
+}
+
+func appendPosition(b []byte, p interest.Vec3) []byte {
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.X))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Y))
+	return binary.LittleEndian.AppendUint64(b, math.Float64bits(p.Z))
+}
+
+// parsePosition reads "x,y,z", "x y z" or "[x,y,z]".
+func parsePosition(s string) (interest.Vec3, bool) {
+	s = strings.TrimSpace(s)
+	s = strings.TrimPrefix(strings.TrimSuffix(s, "]"), "[")
+	f := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })
+	if len(f) != 3 {
+		return interest.Vec3{}, false
+	}
+	var v [3]float64
+	for i, x := range f {
+		if err := json.Unmarshal([]byte(x), &v[i]); err != nil || math.IsNaN(v[i]) || math.IsInf(v[i], 0) {
+			return interest.Vec3{}, false
+		}
+	}
+	return interest.Vec3{X: v[0], Y: v[1], Z: v[2]}, true
+}

@@ -1,0 +1,387 @@
+package ubiq
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/xrealm/xrealm/fanout"
+)
+
+// ICEServer is a STUN or TURN server offered to peers in every room's
+// ice-servers property, for their WebRTC connections.
+type ICEServer struct {
+	URI      string `json:"uri"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// DefaultICEServers are Ubiq's defaults.
+var DefaultICEServers = []ICEServer{{URI: "stun:stun.l.google.com:19302"}}
+
+// Config configures a Server.
+type Config struct {
+	// NC is an in-process NATS connection with echo off (nats.NoEcho()).
+	NC *nats.Conn
+	// JS holds the room state bucket.
+	JS jetstream.JetStream
+	// TLS is the certificate for secure WebSocket (ServeWebSocket with
+	// secure set).
+	TLS *tls.Config
+	// ICEServers go into every new room's ice-servers property; nil =
+	// DefaultICEServers, empty non-nil = none.
+	ICEServers []ICEServer
+	Bucket     string // key-value bucket for room state; "" = "ubiq-rooms"
+	Replicas   int    // bucket replicas; 0 = 1
+	MaxFrame   int    // largest frame payload; 0 = DefaultMaxFrame
+	// PeerTimeout drops peers that send nothing to the server for this
+	// long (Ubiq: 10s; its clients ping every second).
+	PeerTimeout time.Duration
+	// RemoveGrace delays PeerRemoved so that a peer that moves from one
+	// visible room to another is not removed and added again; 0 = 250ms,
+	// negative = none.
+	RemoveGrace time.Duration
+	Writer      fanout.Options
+	Logger      *slog.Logger
+	Registerer  prometheus.Registerer // nil = metrics not registered
+}
+
+// Server is the Ubiq room server of one node.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics
+	kv     jetstream.KeyValue
+	store  *store
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	rooms  map[string]*room
+	conns  map[*conn]struct{}
+	lns    []net.Listener
+	https  []*http.Server
+	closed bool
+	wg     sync.WaitGroup // connections and background removals
+	swept  chan struct{}
+}
+
+// NewServer creates the room bucket if needed and returns a server.
+func NewServer(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.NC == nil || cfg.JS == nil {
+		return nil, errors.New("ubiq: Config.NC and Config.JS are required")
+	}
+	if cfg.Bucket == "" {
+		cfg.Bucket = "ubiq-rooms"
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.PeerTimeout <= 0 {
+		cfg.PeerTimeout = 10 * time.Second
+	}
+	if cfg.RemoveGrace == 0 {
+		cfg.RemoveGrace = 250 * time.Millisecond
+	}
+	if cfg.ICEServers == nil {
+		cfg.ICEServers = DefaultICEServers
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	kv, err := openStore(ctx, cfg.JS, cfg.Bucket, cfg.Replicas, cfg.MaxFrame+1024)
+	if err != nil {
+		return nil, err
+	}
+	iceProp := iceProperty(cfg.ICEServers)
+	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}}
+	s.store = &store{kv: kv, newProps: func() props {
+		var p props
+		if iceProp != "" {
+			p.set("ice-servers", iceProp)
+		}
+		return p
+	}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.m = newMetrics(s)
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.m); err != nil {
+			return nil, fmt.Errorf("ubiq metrics: %w", err)
+		}
+	}
+	s.swept = make(chan struct{})
+	go s.sweep()
+	return s, nil
+}
+
+// iceProperty is the ice-servers room property, in the form Ubiq's
+// clients read: {"servers":[{uri,username,password,...}]}.
+func iceProperty(servers []ICEServer) string {
+	if len(servers) == 0 {
+		return ""
+	}
+	type entry struct {
+		ICEServer
+		TimeoutSeconds int `json:"timeoutSeconds"`
+		RefreshSeconds int `json:"refreshSeconds"`
+	}
+	out := struct {
+		Servers []entry `json:"servers"`
+	}{}
+	for _, s := range servers {
+		out.Servers = append(out.Servers, entry{ICEServer: s})
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
+
+// sweep drops silent peers and purges old delete markers.
+func (s *Server) sweep() {
+	defer close(s.swept)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	purge := time.Now()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case now := <-t.C:
+			limit := now.Add(-s.cfg.PeerTimeout).UnixNano()
+			s.mu.Lock()
+			var silent []*conn
+			for c := range s.conns {
+				if c.lastServer.Load() < limit {
+					silent = append(silent, c)
+				}
+			}
+			s.mu.Unlock()
+			for _, c := range silent {
+				s.m.timeouts.Inc()
+				c.close(fmt.Sprintf("silent to the server for %v", s.cfg.PeerTimeout))
+			}
+			if now.Sub(purge) > 10*time.Minute {
+				purge = now
+				ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+				if err := s.store.purgeMarkers(ctx); err != nil {
+					s.log.Info("purge of old room delete markers failed", "err", err)
+				}
+				cancel()
+			}
+		}
+	}
+}
+
+// acquire returns the active room id, starting it if needed.
+func (s *Server) acquire(id string) (*room, error) {
+	s.mu.Lock()
+	r := s.rooms[id]
+	if r == nil {
+		r = newRoom(s, id)
+		s.rooms[id] = r
+		s.m.rooms.Inc()
+		s.mu.Unlock()
+		r.start()
+		s.mu.Lock()
+	}
+	r.refs++
+	s.mu.Unlock()
+	<-r.ready
+	if r.err != nil {
+		s.mu.Lock()
+		r.refs--
+		if s.rooms[id] == r {
+			delete(s.rooms, id)
+			s.m.rooms.Dec()
+		}
+		s.mu.Unlock()
+		return nil, fmt.Errorf("activate room %s: %w", id, r.err)
+	}
+	return r, nil
+}
+
+// release drops one reference to r, stopping it with the last.
+func (s *Server) release(r *room) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r.refs--
+	if r.refs == 0 && s.rooms[r.id] == r {
+		delete(s.rooms, r.id)
+		s.m.rooms.Dec()
+		r.stop()
+	}
+}
+
+// removeIfEmpty deletes a room's state in the background once nobody is
+// in it.
+func (s *Server) removeIfEmpty(id string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
+		defer cancel()
+		if ok, err := s.store.removeIfEmpty(ctx, id); err != nil {
+			s.log.Info("removing an empty room failed", "room", id, "err", err)
+		} else if ok {
+			s.log.Debug("removed empty room", "room", id)
+		}
+	}()
+}
+
+func (s *Server) delivered(n int) {
+	if n > 0 {
+		s.m.messagesOut.Add(float64(n))
+	}
+}
+
+func (s *Server) register(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) unregister(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Serve accepts Ubiq TCP connections on l until l is closed or Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return errors.New("ubiq: server closed")
+	}
+	s.lns = append(s.lns, l)
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := l.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(delay*2, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			return err
+		}
+		delay = 0
+		s.ServeConn(nc)
+	}
+}
+
+// ServeConn serves one Ubiq stream connection (TCP or TLS) in a new
+// goroutine.
+func (s *Server) ServeConn(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	s.serve(nc, &streamSource{r: bufio.NewReaderSize(nc, 32<<10), max: s.cfg.MaxFrame}, "tcp")
+}
+
+func (s *Server) serve(nc net.Conn, src frameSource, transport string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		c := &conn{s: s, nc: nc, src: src, transport: transport, session: newUUID(), started: time.Now(),
+			log: s.log.With("remote", nc.RemoteAddr().String(), "transport", transport)}
+		c.serve()
+	}()
+}
+
+// ServeWebSocket serves Ubiq over WebSocket on l, over TLS with Config.TLS
+// when secure, until l is closed or Shutdown.
+func (s *Server) ServeWebSocket(l net.Listener, secure bool) error {
+	if secure {
+		if s.cfg.TLS == nil {
+			l.Close()
+			return errors.New("ubiq: secure WebSocket needs Config.TLS")
+		}
+		l = tls.NewListener(l, s.cfg.TLS)
+	}
+	hs := &http.Server{Handler: s.WebSocketHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.Close()
+		return errors.New("ubiq: server closed")
+	}
+	s.https = append(s.https, hs)
+	s.mu.Unlock()
+	err := hs.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Connections returns the number of open connections.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// Shutdown stops accepting, closes every connection and waits for them
+// (and their room departures) until ctx is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, l := range s.lns {
+		l.Close()
+	}
+	hss := s.https
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, hs := range hss {
+		hs.Close()
+	}
+	for _, c := range conns {
+		c.close("server shutting down")
+	}
+	done := make(chan struct{})
+	go func() {
+		// Connections leave their rooms before the background work stops.
+		s.wg.Wait()
+		s.cancel()
+		<-s.swept
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.cancel()
+		return ctx.Err()
+	}
+}

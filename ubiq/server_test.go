@@ -1,0 +1,352 @@
+package ubiq
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/tlscert"
+)
+
+func TestPingBeforeJoin(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	p := dialPeer(t, ts.tcp)
+	p.request("Ping", ClientArgs{ClientID: p.clientID})
+	m := p.expect("Ping")
+	if m.to != p.clientID {
+		t.Fatalf("Ping answered to %v, want the client id %v", m.to, p.clientID)
+	}
+	var a struct {
+		SessionID string `json:"sessionId"`
+	}
+	m.decode(t, &a)
+	if !validUUID(a.SessionID) {
+		t.Fatalf("sessionId %q", a.SessionID)
+	}
+}
+
+func TestJoinByUUIDAndJoinCode(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	a, b := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	id := newUUID()
+	ra := a.join(JoinArgs{UUID: id, Name: "My Room", Peer: a.info([]string{"k"}, []string{"va"})})
+	if ra.UUID != id || ra.Name != "My Room" || ra.Publish || len(ra.JoinCode) != 3 {
+		t.Fatalf("SetRoom %+v", ra)
+	}
+	ice, _ := (&props{Keys: ra.Keys, Values: ra.Values}).get("ice-servers")
+	if !strings.Contains(ice, `"uri":"stun:stun.l.google.com:19302"`) {
+		t.Fatalf("ice-servers property %q", ice)
+	}
+	rb := b.join(JoinArgs{JoinCode: ra.JoinCode, Name: "My Room"})
+	if rb.UUID != id {
+		t.Fatalf("join by code %s reached room %s, want %s", ra.JoinCode, rb.UUID, id)
+	}
+	var added struct {
+		Peer PeerInfo `json:"peer"`
+	}
+	a.expect("PeerAdded").decode(t, &added)
+	if added.Peer.UUID != b.uuid || added.Peer.ClientID != b.clientID || added.Peer.SceneID != b.sceneID {
+		t.Fatalf("A got PeerAdded %+v", added.Peer)
+	}
+	b.expect("PeerAdded").decode(t, &added)
+	if added.Peer.UUID != a.uuid || len(added.Peer.Keys) != 1 || added.Peer.Keys[0] != "k" || added.Peer.Values[0] != "va" {
+		t.Fatalf("B got PeerAdded %+v, want A with k=va", added.Peer)
+	}
+
+	// Relay: the frame arrives unchanged, and not back at its sender.
+	obj := NetworkId{A: 77, B: 88}
+	a.c.Send(obj, []byte("hello from a"))
+	if f := b.frame(); !bytes.Equal(f.frame, NewFrame(obj, []byte("hello from a"))) {
+		t.Fatalf("B got % x", f.frame)
+	}
+	for _, m := range a.barrier() {
+		if m.typ == "" {
+			t.Fatalf("A got its own frame back")
+		}
+	}
+
+	// A join code that does not exist is rejected.
+	c := dialPeer(t, ts.tcp)
+	c.request("Join", JoinArgs{JoinCode: "!!!", Peer: c.info(nil, nil)})
+	var rej RejectedArgs
+	c.expect("Rejected").decode(t, &rej)
+	if rej.JoinArgs.JoinCode != "!!!" || rej.Reason == "" {
+		t.Fatalf("Rejected %+v", rej)
+	}
+	c.request("Join", JoinArgs{UUID: "not-a-uuid", Peer: c.info(nil, nil)})
+	c.expect("Rejected")
+
+	// Leaving: B disconnects and A is told.
+	b.c.Close()
+	var removed struct {
+		UUID string `json:"uuid"`
+	}
+	a.expect("PeerRemoved").decode(t, &removed)
+	if removed.UUID != b.uuid {
+		t.Fatalf("PeerRemoved %q, want %q", removed.UUID, b.uuid)
+	}
+}
+
+func TestCreateRoomFromName(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	p := dialPeer(t, ts.tcp)
+	r := p.join(JoinArgs{Name: "Unit Test Room A", Publish: false})
+	if !validUUID(r.UUID) || r.Name != "Unit Test Room A" || r.Publish || len(r.JoinCode) != 3 {
+		t.Fatalf("SetRoom %+v", r)
+	}
+	// The raw args carry joincode and publish:false explicitly.
+	p2 := dialPeer(t, ts.tcp)
+	p2.request("Join", JoinArgs{Name: "Another", Peer: p2.info(nil, nil)})
+	m := p2.expect("SetRoom")
+	if !strings.Contains(m.args, `"publish":false`) || !strings.Contains(m.args, `"joincode":"`) {
+		t.Fatalf("SetRoom args %s", m.args)
+	}
+	// Discover by join code finds it even though it is not published;
+	// without a code only published rooms are listed.
+	pub := dialPeer(t, ts.tcp)
+	pr := pub.join(JoinArgs{Name: "Published", Publish: true})
+	p.request("DiscoverRooms", DiscoverArgs{ClientID: p.clientID, JoinCode: r.JoinCode})
+	var rooms RoomsArgs
+	p.expect("Rooms").decode(t, &rooms)
+	if len(rooms.Rooms) != 1 || rooms.Rooms[0].UUID != r.UUID || rooms.Request.JoinCode != r.JoinCode {
+		t.Fatalf("Rooms %+v", rooms)
+	}
+	p.request("DiscoverRooms", DiscoverArgs{ClientID: p.clientID})
+	p.expect("Rooms").decode(t, &rooms)
+	if len(rooms.Rooms) != 1 || rooms.Rooms[0].UUID != pr.UUID {
+		t.Fatalf("published rooms %+v, want only %s", rooms.Rooms, pr.UUID)
+	}
+}
+
+func TestRoomPropertiesEchoAndLateJoiner(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	id := newUUID()
+	var ps []*peer
+	for range 3 {
+		p := dialPeer(t, ts.tcp)
+		p.join(JoinArgs{UUID: id})
+		ps = append(ps, p)
+	}
+	const key, value = "ubiq.unittests.property1", "R9Cy7IS8rDXjqPdYyuJ3"
+	ps[1].request("AppendRoomProperties", PropertiesArgs{Keys: []string{key}, Values: []string{value}})
+	for i, p := range ps { // the sender too
+		var a PropertiesArgs
+		p.expect("RoomPropertiesAppended").decode(t, &a)
+		if len(a.Keys) != 1 || a.Keys[0] != key || a.Values[0] != value {
+			t.Fatalf("peer %d got %+v", i, a)
+		}
+	}
+	late := dialPeer(t, ts.tcp)
+	r := late.join(JoinArgs{UUID: id})
+	if v, _ := (&props{Keys: r.Keys, Values: r.Values}).get(key); v != value {
+		t.Fatalf("late joiner's SetRoom has %s=%q", key, v)
+	}
+	if n := countType(append(late.seen, late.barrier()...), "RoomPropertiesAppended"); n != 0 {
+		t.Fatalf("late joiner got %d RoomPropertiesAppended", n)
+	}
+	// An empty value deletes the property.
+	ps[0].request("AppendRoomProperties", PropertiesArgs{Keys: []string{key}, Values: []string{""}})
+	var a PropertiesArgs
+	late.expect("RoomPropertiesAppended").decode(t, &a)
+	if len(a.Keys) != 1 || a.Values[0] != "" {
+		t.Fatalf("deletion sent as %+v", a)
+	}
+}
+
+func TestPeerProperties(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	id := newUUID()
+	const key = "ubiq.unittests.property1"
+	a, b := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	// Set before Join, then merged with the Join's own properties.
+	a.request("AppendPeerProperties", PropertiesArgs{Keys: []string{key}, Values: []string{"Mw4oumCWHIaM2gwC7WyJ"}})
+	a.join(JoinArgs{UUID: id, Peer: a.info([]string{"other"}, []string{"x"})})
+	b.join(JoinArgs{UUID: id})
+	var added struct {
+		Peer PeerInfo `json:"peer"`
+	}
+	b.expect("PeerAdded").decode(t, &added)
+	got := props{Keys: added.Peer.Keys, Values: added.Peer.Values}
+	if v, _ := got.get(key); v != "Mw4oumCWHIaM2gwC7WyJ" {
+		t.Fatalf("PeerAdded of A has %v / %v", added.Peer.Keys, added.Peer.Values)
+	}
+	if v, _ := got.get("other"); v != "x" {
+		t.Fatalf("Join's own properties lost: %v", added.Peer)
+	}
+	a.expect("PeerAdded").decode(t, &added)
+	if len(added.Peer.Keys) != 0 {
+		t.Fatalf("B has properties %v", added.Peer.Keys)
+	}
+	b.request("AppendPeerProperties", PropertiesArgs{Keys: []string{key}, Values: []string{"klPteFvLrmR6MOhgn1TM"}})
+	var upd PeerPropertiesArgs
+	a.expect("PeerPropertiesAppended").decode(t, &upd)
+	if upd.UUID != b.uuid || upd.Keys[0] != key || upd.Values[0] != "klPteFvLrmR6MOhgn1TM" {
+		t.Fatalf("PeerPropertiesAppended %+v", upd)
+	}
+	// No echo to the sender.
+	if n := countType(append(b.seen, b.barrier()...), "PeerPropertiesAppended"); n != 0 {
+		t.Fatalf("sender got %d PeerPropertiesAppended", n)
+	}
+}
+
+func TestBlobs(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	p := dialPeer(t, ts.tcp)
+	p.join(JoinArgs{UUID: newUUID()})
+	p.request("SetBlob", SetBlobArgs{UUID: "blob-1", Blob: "some data"})
+	p.request("GetBlob", GetBlobArgs{ClientID: p.clientID, UUID: "blob-1"})
+	var b BlobArgs
+	p.expect("Blob").decode(t, &b)
+	if b.UUID != "blob-1" || b.Blob != "some data" {
+		t.Fatalf("Blob %+v", b)
+	}
+	p.request("GetBlob", GetBlobArgs{ClientID: p.clientID, UUID: "missing"})
+	p.expect("Blob").decode(t, &b)
+	if b.Blob != "" {
+		t.Fatalf("missing blob = %q", b.Blob)
+	}
+}
+
+func TestMalformedHeaderClosesOnlyThatConnection(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	bystander := dialPeer(t, ts.tcp)
+	bystander.join(JoinArgs{UUID: newUUID()})
+	for _, tc := range []struct {
+		name string
+		in   []byte
+	}{
+		{"negative length", append(binary.LittleEndian.AppendUint32(nil, uint32(0xa4000004)), make([]byte, 6)...)},
+		{"zero length", binary.LittleEndian.AppendUint32(nil, 0)},
+		{"length 11", append(binary.LittleEndian.AppendUint32(nil, 11), make([]byte, 11)...)},
+		{"huge length", binary.LittleEndian.AppendUint32(nil, 1<<30)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, err := net.Dial("tcp", ts.tcp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			nc.Write(tc.in)
+			nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if n, err := nc.Read(make([]byte, 1)); err == nil {
+				t.Fatalf("connection still open (read %d bytes)", n)
+			} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("server did not close the connection")
+			}
+			// Others are unaffected and new connections work.
+			bystander.barrier()
+			p := dialPeer(t, ts.tcp)
+			p.barrier()
+		})
+	}
+}
+
+func TestWebSocket(t *testing.T) {
+	dir := t.TempDir()
+	tlsConf, err := tlscert.Load("", "", dir, []string{"localhost", "127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := startServer(t, nil, func(c *Config) { c.TLS = tlsConf })
+	id := newUUID()
+	ws := dialPeer(t, ts.ws)
+	wss := dialPeer(t, ts.wss, ClientOptions{TLS: insecureTLS()})
+	tcp := dialPeer(t, ts.tcp)
+	ws.barrier()
+	wss.barrier()
+	for _, p := range []*peer{ws, wss, tcp} {
+		p.join(JoinArgs{UUID: id})
+	}
+	// Frames cross transports in both directions; the writer batches, but
+	// each WebSocket message must still hold one whole frame (the client
+	// checks with ParseFrame).
+	for i := range 50 {
+		tcp.c.Send(NetworkId{A: 5, B: uint32(i)}, []byte("to websockets"))
+	}
+	for _, p := range []*peer{ws, wss} {
+		for i := range 50 {
+			if f := p.frame(); IDOf(f.frame).B != uint32(i) {
+				t.Fatalf("frame %d has id %v", i, IDOf(f.frame))
+			}
+		}
+	}
+	ws.c.Send(NetworkId{A: 6, B: 6}, []byte("from a websocket"))
+	if f := tcp.frame(); !bytes.Equal(f.frame[HeaderSize:], []byte("from a websocket")) {
+		t.Fatalf("tcp got %q", f.frame[HeaderSize:])
+	}
+	// A message that is not exactly one frame closes that connection.
+	bad := dialPeer(t, ts.ws)
+	bad.barrier()
+	f := NewFrame(ServerID, []byte(`{"type":"Ping","args":"{}"}`))
+	bad.c.WriteRaw(append(f, f...))
+	select {
+	case <-bad.c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("WebSocket with two frames in a message stayed open")
+	}
+	ws.barrier()
+}
+
+func TestSilentPeerDropped(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.PeerTimeout = 1500 * time.Millisecond })
+	id := newUUID()
+	quiet, talker := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	quiet.join(JoinArgs{UUID: id})
+	talker.join(JoinArgs{UUID: id})
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+				talker.c.Request("Ping", ClientArgs{ClientID: talker.clientID})
+			}
+		}
+	}()
+	var removed struct {
+		UUID string `json:"uuid"`
+	}
+	talker.expect("PeerRemoved").decode(t, &removed)
+	if removed.UUID != quiet.uuid {
+		t.Fatalf("removed %s", removed.UUID)
+	}
+	select {
+	case <-quiet.c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("silent peer's connection stayed open")
+	}
+	if talker.c.Err() != nil {
+		t.Fatal("pinging peer was dropped")
+	}
+}
+
+func TestEmptyRoomRemoved(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	p := dialPeer(t, ts.tcp)
+	r := p.join(JoinArgs{Name: "temporary"})
+	p.c.Close()
+	ctx := context.Background()
+	eventually(t, "the empty room to be removed", func() bool {
+		_, _, err := ts.s.store.getRoom(ctx, r.UUID)
+		return err != nil
+	})
+	q := dialPeer(t, ts.tcp)
+	q.request("Join", JoinArgs{JoinCode: r.JoinCode, Peer: q.info(nil, nil)})
+	q.expect("Rejected")
+}
+
+func TestMetricsPerConnection(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	p := dialPeer(t, ts.tcp)
+	p.join(JoinArgs{UUID: newUUID()})
+	out := collect(t, ts.s)
+	if !strings.Contains(out, `xrealm_ubiq_connection_dropped_total{peer="`+p.uuid+`"`) {
+		t.Fatalf("no per-connection drop counter for %s in:\n%s", p.uuid, out)
+	}
+}

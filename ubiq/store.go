@@ -1,0 +1,340 @@
+package ubiq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Room state in the key-value bucket:
+//
+//	r.{room}.i         roomRecord: name, join code, publish, properties
+//	r.{room}.m.{peer}  memberRecord: the member's PeerInfo and properties
+//	r.{room}.o.{peer}  observer marker (value: the peer's uuid)
+//	c.{code}           join code -> room uuid
+//	b.{room}.{blob}    blob
+//
+// Peer and blob names that are not plain tokens are escaped by keyToken.
+
+// roomRecord is a room's stored info.
+type roomRecord struct {
+	UUID     string `json:"uuid"`
+	JoinCode string `json:"joincode"`
+	Publish  bool   `json:"publish"`
+	Name     string `json:"name"`
+	Props    props  `json:"props"`
+}
+
+func (r *roomRecord) info() RoomInfo {
+	return RoomInfo{UUID: r.UUID, JoinCode: r.JoinCode, Publish: r.Publish, Name: r.Name, Keys: nonNil(r.Props.Keys), Values: nonNil(r.Props.Values)}
+}
+
+// memberRecord is a member's stored info.
+type memberRecord struct {
+	UUID     string    `json:"uuid"`
+	SceneID  NetworkId `json:"sceneid"`
+	ClientID NetworkId `json:"clientid"`
+	Props    props     `json:"props"`
+}
+
+func (m *memberRecord) info() PeerInfo {
+	return PeerInfo{UUID: m.UUID, SceneID: m.SceneID, ClientID: m.ClientID, Keys: nonNil(m.Props.Keys), Values: nonNil(m.Props.Values)}
+}
+
+// keyToken returns s if it is a plain key token, else an escaped form that
+// cannot collide with one ('=' never occurs in a plain token).
+func keyToken(s string) string {
+	if s != "" && len(s) <= 128 && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_')
+	}) < 0 {
+		return s
+	}
+	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
+}
+
+func infoKey(room string) string           { return "r." + room + ".i" }
+func memberKey(room, peer string) string   { return "r." + room + ".m." + keyToken(peer) }
+func observerKey(room, peer string) string { return "r." + room + ".o." + keyToken(peer) }
+func codeKey(code string) string           { return "c." + code }
+func blobKey(room, blob string) string     { return "b." + room + "." + keyToken(blob) }
+
+// validUUID reports whether s is a UUID in its canonical 36-character
+// form (any version), as Ubiq requires of room ids.
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// newUUID returns a random RFC 4122 version 4 UUID.
+func newUUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+const joinCodeChars = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// newJoinCode returns a random three-character join code.
+func newJoinCode() string {
+	var b [3]byte
+	rand.Read(b[:])
+	for i := range b {
+		b[i] = joinCodeChars[int(b[i])%len(joinCodeChars)]
+	}
+	return string(b[:])
+}
+
+// store reads and writes room state.
+type store struct {
+	kv       jetstream.KeyValue
+	newProps func() props // properties of a new room
+}
+
+// openStore creates or binds the bucket.
+func openStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int, maxValue int) (jetstream.KeyValue, error) {
+	cfg := jetstream.KeyValueConfig{
+		Bucket:       bucket,
+		Description:  "xrealm Ubiq rooms: info, members, observers, join codes, blobs",
+		History:      1,
+		Storage:      jetstream.MemoryStorage,
+		Replicas:     replicas,
+		MaxValueSize: int32(maxValue),
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ubiq room bucket %q: %w", bucket, err)
+	}
+	return kv, nil
+}
+
+// getRoom returns a room's record and its revision.
+func (s *store) getRoom(ctx context.Context, room string) (*roomRecord, uint64, error) {
+	e, err := s.kv.Get(ctx, infoKey(room))
+	if err != nil {
+		return nil, 0, err
+	}
+	var r roomRecord
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return nil, 0, fmt.Errorf("room %s: corrupt record: %w", room, err)
+	}
+	return &r, e.Revision(), nil
+}
+
+// createRoom creates room uuid unless it exists, and returns its record.
+func (s *store) createRoom(ctx context.Context, uuid, name string, publish bool) (*roomRecord, error) {
+	if r, _, err := s.getRoom(ctx, uuid); err == nil {
+		return r, nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, err
+	}
+	var code string
+	for i := 0; ; i++ {
+		code = newJoinCode()
+		_, err := s.kv.Create(ctx, codeKey(code), []byte(uuid))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) || i >= 64 {
+			return nil, fmt.Errorf("reserve a join code for room %s: %w", uuid, err)
+		}
+	}
+	if name == "" {
+		name = uuid
+	}
+	rec := &roomRecord{UUID: uuid, JoinCode: code, Publish: publish, Name: name, Props: s.newProps()}
+	b, _ := json.Marshal(rec)
+	if _, err := s.kv.Create(ctx, infoKey(uuid), b); err != nil {
+		s.kv.Delete(ctx, codeKey(code))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			r, _, err := s.getRoom(ctx, uuid)
+			return r, err
+		}
+		return nil, fmt.Errorf("create room %s: %w", uuid, err)
+	}
+	return rec, nil
+}
+
+// roomByCode returns the uuid of the room with a join code.
+func (s *store) roomByCode(ctx context.Context, code string) (string, error) {
+	if len(code) != 3 || strings.Trim(code, joinCodeChars) != "" {
+		return "", jetstream.ErrKeyNotFound
+	}
+	e, err := s.kv.Get(ctx, codeKey(code))
+	if err != nil {
+		return "", err
+	}
+	room := string(e.Value())
+	if _, _, err := s.getRoom(ctx, room); err != nil {
+		return "", err
+	}
+	return room, nil
+}
+
+func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (uint64, error) {
+	b, _ := json.Marshal(m)
+	return s.kv.Put(ctx, memberKey(room, m.UUID), b)
+}
+
+func (s *store) deleteMember(ctx context.Context, room, peer string) error {
+	return s.kv.Delete(ctx, memberKey(room, peer))
+}
+
+func (s *store) putObserver(ctx context.Context, room, peer string) error {
+	_, err := s.kv.Put(ctx, observerKey(room, peer), []byte(peer))
+	return err
+}
+
+func (s *store) deleteObserver(ctx context.Context, room, peer string) error {
+	return s.kv.Delete(ctx, observerKey(room, peer))
+}
+
+// appendRoomProps applies an append to a room's properties with a
+// compare-and-set loop, and returns the keys that changed.
+func (s *store) appendRoomProps(ctx context.Context, room string, keys, values []string) ([]string, []string, error) {
+	for {
+		r, rev, err := s.getRoom(ctx, room)
+		if err != nil {
+			return nil, nil, err
+		}
+		ck, cv := r.Props.appendAll(keys, values)
+		if len(ck) == 0 {
+			return nil, nil, nil
+		}
+		b, _ := json.Marshal(r)
+		if _, err := s.kv.Update(ctx, infoKey(room), b, rev); err == nil {
+			return ck, cv, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) && !strings.Contains(err.Error(), "wrong last sequence") {
+			return nil, nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+	}
+}
+
+// removeIfEmpty deletes a room, its join code and its blobs when it has
+// no members and no observers left.
+func (s *store) removeIfEmpty(ctx context.Context, room string) (bool, error) {
+	r, rev, err := s.getRoom(ctx, room)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	if n, err := s.countKeys(ctx, "r."+room+".m.*", "r."+room+".o.*"); err != nil || n > 0 {
+		return false, err
+	}
+	if err := s.kv.Delete(ctx, infoKey(room), jetstream.LastRevision(rev)); err != nil {
+		return false, nil // changed meanwhile: someone is using it
+	}
+	if e, err := s.kv.Get(ctx, codeKey(r.JoinCode)); err == nil && string(e.Value()) == room {
+		s.kv.Purge(ctx, codeKey(r.JoinCode), jetstream.LastRevision(e.Revision()))
+	}
+	if keys, err := s.listKeys(ctx, "b."+room+".*"); err == nil {
+		for _, k := range keys {
+			s.kv.Purge(ctx, k)
+		}
+	}
+	return true, nil
+}
+
+func (s *store) listKeys(ctx context.Context, filters ...string) ([]string, error) {
+	l, err := s.kv.ListKeysFiltered(ctx, filters...)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer l.Stop()
+	var out []string
+	for k := range l.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func (s *store) countKeys(ctx context.Context, filters ...string) (int, error) {
+	keys, err := s.listKeys(ctx, filters...)
+	return len(keys), err
+}
+
+// discover returns the room with a join code, or every published room.
+func (s *store) discover(ctx context.Context, code string) ([]RoomInfo, error) {
+	out := []RoomInfo{}
+	if code != "" {
+		room, err := s.roomByCode(ctx, code)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		r, _, err := s.getRoom(ctx, room)
+		if err != nil {
+			return out, nil
+		}
+		return append(out, r.info()), nil
+	}
+	keys, err := s.listKeys(ctx, "r.*.i")
+	if err != nil {
+		return nil, err
+	}
+	for _, k := range keys {
+		e, err := s.kv.Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		var r roomRecord
+		if json.Unmarshal(e.Value(), &r) == nil && r.Publish {
+			out = append(out, r.info())
+		}
+	}
+	return out, nil
+}
+
+func (s *store) setBlob(ctx context.Context, room, id, blob string) error {
+	_, err := s.kv.Put(ctx, blobKey(room, id), []byte(blob))
+	return err
+}
+
+func (s *store) getBlob(ctx context.Context, room, id string) (string, error) {
+	e, err := s.kv.Get(ctx, blobKey(room, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return string(e.Value()), nil
+}
+
+// purgeMarkers removes old delete markers so that rooms that came and went
+// do not accumulate.
+func (s *store) purgeMarkers(ctx context.Context) error {
+	return s.kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(10*time.Minute))
+}

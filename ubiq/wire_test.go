@@ -1,0 +1,149 @@
+package ubiq
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		id      NetworkId
+		payload []byte
+	}{
+		{"server", ServerID, []byte(`{"type":"Ping","args":"{}"}`)},
+		{"object", NetworkId{A: 0xdeadbeef, B: 42}, bytes.Repeat([]byte{7}, 500)},
+		{"minimal", NetworkId{A: 1, B: 2}, []byte("abcd")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFrame(tc.id, tc.payload)
+			if got := int(binary.LittleEndian.Uint32(f)); got != len(tc.payload)+8 {
+				t.Fatalf("length field %d, want payload+8 = %d", got, len(tc.payload)+8)
+			}
+			if tc.id == ServerID && !bytes.Equal(f[4:12], []byte{0, 0, 0, 0, 1, 0, 0, 0}) {
+				t.Fatalf("server id bytes % x", f[4:12])
+			}
+			got, err := ReadFrame(bytes.NewReader(f), 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, f) || IDOf(got) != tc.id {
+				t.Fatalf("read back %x, want %x", got, f)
+			}
+			if err := ParseFrame(f, 1<<20); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestFrameErrors(t *testing.T) {
+	hdr := func(n int32) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(n)) }
+	var fe *FrameError
+	for _, tc := range []struct {
+		name  string
+		in    []byte
+		frame bool // want a *FrameError
+	}{
+		{"negative", append(hdr(-1543503868), make([]byte, 6)...), true},
+		{"zero", hdr(0), true},
+		{"eleven", append(hdr(11), make([]byte, 11)...), true},
+		{"too large", hdr(1<<20 + 9), true},
+		{"truncated", append(hdr(20), make([]byte, 5)...), false},
+		{"empty", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadFrame(bytes.NewReader(tc.in), 1<<20)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if errors.As(err, &fe) != tc.frame {
+				t.Fatalf("error %v: FrameError = %v, want %v", err, !tc.frame, tc.frame)
+			}
+			if !tc.frame && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("error %v, want EOF", err)
+			}
+		})
+	}
+	// A WebSocket message must be exactly one frame.
+	f := NewFrame(NetworkId{A: 1, B: 1}, []byte("hello"))
+	for _, msg := range [][]byte{f[:len(f)-1], append(append([]byte{}, f...), 0), append(append([]byte{}, f...), f...), {1, 2}} {
+		if ParseFrame(msg, 1<<20) == nil {
+			t.Errorf("ParseFrame(% x) accepted", msg)
+		}
+	}
+}
+
+func TestSplitFrames(t *testing.T) {
+	var b []byte
+	for i := range 5 {
+		b = AppendFrame(b, NetworkId{A: uint32(i), B: 3}, bytes.Repeat([]byte{byte(i)}, i+4))
+	}
+	var n int
+	used, err := SplitFrames(b, func(f []byte) error {
+		if IDOf(f).A != uint32(n) || len(f) != HeaderSize+n+4 {
+			t.Errorf("frame %d: id %v len %d", n, IDOf(f), len(f))
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != 5 || used != len(b) {
+		t.Fatalf("split %d frames, used %d of %d, err %v", n, used, len(b), err)
+	}
+}
+
+func FuzzReadFrame(f *testing.F) {
+	f.Add(NewFrame(ServerID, []byte(`{"type":"Ping","args":"{\"clientid\":{\"a\":1,\"b\":2}}"}`)))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3})
+	f.Add([]byte{12, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		r := bytes.NewReader(in)
+		total := 0
+		for {
+			fr, err := ReadFrame(r, 1<<16)
+			if err != nil {
+				break
+			}
+			n := int(binary.LittleEndian.Uint32(fr))
+			if n < MinLength || n > 1<<16+8 || len(fr) != n+4 {
+				t.Fatalf("accepted frame with length field %d and %d bytes", n, len(fr))
+			}
+			if ParseFrame(fr, 1<<16) != nil {
+				t.Fatalf("ReadFrame accepted what ParseFrame refuses: % x", fr)
+			}
+			total += len(fr)
+		}
+		if total > len(in) {
+			t.Fatalf("read %d bytes from %d", total, len(in))
+		}
+	})
+}
+
+func TestProps(t *testing.T) {
+	var p props
+	ck, cv := p.appendAll([]string{"a", "b", "a", "c"}, []string{"1", "2", "3"})
+	if len(ck) != 2 || ck[0] != "a" || cv[0] != "3" || ck[1] != "b" {
+		t.Fatalf("changed %v %v", ck, cv)
+	}
+	if ck, _ := p.appendAll([]string{"a"}, []string{"3"}); len(ck) != 0 {
+		t.Fatalf("unchanged value reported: %v", ck)
+	}
+	ck, cv = p.appendAll([]string{"a", "zz"}, []string{"", ""})
+	if len(ck) != 1 || ck[0] != "a" || cv[0] != "" {
+		t.Fatalf("delete reported %v %v", ck, cv)
+	}
+	if _, ok := p.get("a"); ok {
+		t.Fatal("empty value did not delete")
+	}
+}
+
+func TestParsePosition(t *testing.T) {
+	for in, ok := range map[string]bool{"1,2,3": true, "[1.5, -2, 3e2]": true, "1 2 3": true, "1,2": false, "a,b,c": false, "NaN,1,1": false} {
+		if _, got := parsePosition(in); got != ok {
+			t.Errorf("parsePosition(%q) ok = %v", in, got)
+		}
+	}
+}

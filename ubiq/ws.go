@@ -1,0 +1,83 @@
+package ubiq
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// WebSocketHandler serves Ubiq over WebSocket on any path: every binary
+// message is one whole frame, length field included, both ways.
+func (s *Server) WebSocketHandler() http.Handler {
+	up := websocket.Upgrader{
+		CheckOrigin:     func(*http.Request) bool { return true }, // Ubiq has no cookies to protect
+		ReadBufferSize:  32 << 10,
+		WriteBufferSize: 32 << 10,
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !websocket.IsWebSocketUpgrade(r) {
+			w.WriteHeader(http.StatusOK)
+			io.WriteString(w, "This is xrealm's Ubiq WebSocket endpoint. Connect with a Ubiq client.\n")
+			return
+		}
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			s.log.Info("Ubiq WebSocket upgrade failed", "remote", r.RemoteAddr, "err", err)
+			return
+		}
+		ws.SetReadLimit(int64(s.cfg.MaxFrame) + HeaderSize)
+		transport := "ws"
+		if r.TLS != nil {
+			transport = "wss"
+		}
+		c := &wsConn{ws: ws, max: s.cfg.MaxFrame}
+		s.serve(c, c, transport)
+	})
+}
+
+// wsConn is a WebSocket carrying one frame per binary message. As a
+// net.Conn for the connection's writer, Write splits a batch of frames
+// into one message each.
+type wsConn struct {
+	ws  *websocket.Conn
+	max int
+}
+
+func (c *wsConn) next() ([]byte, error) {
+	for {
+		typ, msg, err := c.ws.ReadMessage()
+		if err != nil {
+			return nil, err
+		}
+		if typ != websocket.BinaryMessage {
+			continue
+		}
+		if err := ParseFrame(msg, c.max); err != nil {
+			return nil, err
+		}
+		return msg, nil
+	}
+}
+
+// Write is called by the connection's writer goroutine only.
+func (c *wsConn) Write(p []byte) (int, error) {
+	n, err := SplitFrames(p, func(f []byte) error { return c.ws.WriteMessage(websocket.BinaryMessage, f) })
+	if err != nil {
+		return n, err
+	}
+	return len(p), nil
+}
+
+func (c *wsConn) Read([]byte) (int, error)            { return 0, io.EOF }
+func (c *wsConn) Close() error                       { return c.ws.Close() }
+func (c *wsConn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
+func (c *wsConn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
+func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
+func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
+func (c *wsConn) SetDeadline(t time.Time) error {
+	c.ws.SetReadDeadline(t)
+	return c.ws.SetWriteDeadline(t)
+}
