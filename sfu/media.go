@@ -1,0 +1,119 @@
+package sfu
+
+import (
+	"fmt"
+	"github.com/pion/ice/v4"
+	"net"
+
+	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/cc"
+	"github.com/pion/interceptor/pkg/nack"
+	"github.com/pion/interceptor/pkg/report"
+	"github.com/pion/interceptor/pkg/twcc"
+	"github.com/pion/sdp/v3"
+	"github.com/pion/webrtc/v4"
+)
+
+// MimeTypePointCloud is the codec of point-cloud tracks: RTP payloads that
+// start with a volumetric.Header. Clients that send or receive point clouds
+// register it (RegisterCodecs does).
+const MimeTypePointCloud = "video/x-xrealm-pointcloud"
+
+// Codecs the SFU negotiates, with fixed payload types.
+var codecs = []struct {
+	kind webrtc.RTPCodecType
+	p    webrtc.RTPCodecParameters
+}{
+	{webrtc.RTPCodecTypeAudio, webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus, ClockRate: 48000, Channels: 2, SDPFmtpLine: "minptime=10;useinbandfec=1"}, PayloadType: 111}},
+	{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000, RTCPFeedback: videoFeedback}, PayloadType: 96}},
+	{webrtc.RTPCodecTypeVideo, webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: MimeTypePointCloud, ClockRate: 90000, RTCPFeedback: []webrtc.RTCPFeedback{{Type: "nack"}, {Type: "transport-cc"}}}, PayloadType: 125}},
+}
+
+var videoFeedback = []webrtc.RTCPFeedback{{Type: "goog-remb"}, {Type: "ccm", Parameter: "fir"}, {Type: "nack"}, {Type: "nack", Parameter: "pli"}, {Type: "transport-cc"}}
+
+// RegisterCodecs registers Opus, VP8 and the point-cloud codec on m.
+func RegisterCodecs(m *webrtc.MediaEngine) error {
+	for _, c := range codecs {
+		if err := m.RegisterCodec(c.p, c.kind); err != nil {
+			return fmt.Errorf("sfu: register %s: %w", c.p.MimeType, err)
+		}
+	}
+	for _, k := range []webrtc.RTPCodecType{webrtc.RTPCodecTypeAudio, webrtc.RTPCodecTypeVideo} {
+		if err := m.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.TransportCCURI}, k); err != nil {
+			return fmt.Errorf("sfu: register transport-cc: %w", err)
+		}
+	}
+	return nil
+}
+
+// newPeerAPI builds the API of one client PeerConnection: NACK generation
+// towards the publisher (no NACK responder: down tracks answer from the
+// shared buffer), receiver and sender reports, TWCC feedback for the
+// publisher's estimator, and TWCC sequence numbers plus the send-side
+// estimator for what the node sends. onEstimator receives the estimator.
+func (n *Node) newPeerAPI(onEstimator func(cc.BandwidthEstimator)) (*webrtc.API, error) {
+	m := &webrtc.MediaEngine{}
+	if err := RegisterCodecs(m); err != nil {
+		return nil, err
+	}
+	reg := &interceptor.Registry{}
+	gen, err := nack.NewGeneratorInterceptor()
+	if err != nil {
+		return nil, err
+	}
+	reg.Add(gen)
+	rr, err := report.NewReceiverInterceptor()
+	if err != nil {
+		return nil, err
+	}
+	reg.Add(rr)
+	sr, err := report.NewSenderInterceptor()
+	if err != nil {
+		return nil, err
+	}
+	reg.Add(sr)
+	tw, err := twcc.NewSenderInterceptor()
+	if err != nil {
+		return nil, err
+	}
+	reg.Add(tw)
+	hx, err := twcc.NewHeaderExtensionInterceptor()
+	if err != nil {
+		return nil, err
+	}
+	reg.Add(hx)
+	if onEstimator != nil {
+		ccf, err := cc.NewInterceptor(n.cfg.Estimator)
+		if err != nil {
+			return nil, err
+		}
+		ccf.OnNewPeerConnection(func(_ string, e cc.BandwidthEstimator) { onEstimator(e) })
+		reg.Add(ccf)
+	}
+	return webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.settingEngine())), nil
+}
+
+// settingEngine restricts ICE to the configured addresses and ports.
+func (n *Node) settingEngine() webrtc.SettingEngine {
+	return NewSettingEngine(n.cfg.ICEAddresses, n.cfg.UDPPortMin, n.cfg.UDPPortMax)
+}
+
+// NewSettingEngine returns a setting engine that uses UDP over IPv4 on the
+// given local addresses only (all when empty), without mDNS.
+func NewSettingEngine(addrs []string, portMin, portMax uint16) webrtc.SettingEngine {
+	se := webrtc.SettingEngine{}
+	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+	se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	if len(addrs) > 0 {
+		allowed := map[string]bool{}
+		for _, a := range addrs {
+			allowed[a] = true
+		}
+		se.SetIPFilter(func(ip net.IP) bool { return allowed[ip.String()] })
+		se.SetIncludeLoopbackCandidate(true)
+	}
+	if portMin > 0 && portMax >= portMin {
+		_ = se.SetEphemeralUDPPortRange(portMin, portMax)
+	}
+	return se
+}

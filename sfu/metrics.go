@@ -1,0 +1,110 @@
+package sfu
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// collector reports a node's state when scraped, so that forwarding pays
+// for atomic counters only.
+type collector struct{ n *Node }
+
+var (
+	descClients    = prometheus.NewDesc("xrealm_sfu_clients", "Clients connected to the SFU node.", []string{"node"}, nil)
+	descSources    = prometheus.NewDesc("xrealm_sfu_sources", "Source tracks on the node, published here (local) or relayed from another node.", []string{"node", "origin"}, nil)
+	descLinks      = prometheus.NewDesc("xrealm_sfu_relay_links", "Open relay links to other nodes.", []string{"node"}, nil)
+	descSrcBytes   = prometheus.NewDesc("xrealm_sfu_source_bytes_total", "RTP bytes received per source track.", []string{"node", "track", "origin"}, nil)
+	descSrcPackets = prometheus.NewDesc("xrealm_sfu_source_packets_total", "RTP packets received per source track.", []string{"node", "track", "origin"}, nil)
+	descSrcRate    = prometheus.NewDesc("xrealm_sfu_source_bitrate_bps", "Measured bitrate per source track.", []string{"node", "track", "origin"}, nil)
+	descSrcRelays  = prometheus.NewDesc("xrealm_sfu_source_relays", "Nodes a local source track is relayed to.", []string{"node", "track"}, nil)
+	descRelayBytes = prometheus.NewDesc("xrealm_sfu_relay_bytes_total", "Bytes on relay links.", []string{"node", "peer", "dir"}, nil)
+	descRelayDrop  = prometheus.NewDesc("xrealm_sfu_relay_dropped_total", "Packets dropped on a full relay link.", []string{"node", "peer"}, nil)
+	descSubBytes   = prometheus.NewDesc("xrealm_sfu_subscriber_bytes_total", "Bytes sent per subscriber, retransmissions included.", []string{"node", "client"}, nil)
+	descSubPackets = prometheus.NewDesc("xrealm_sfu_subscriber_packets_total", "Packets forwarded per subscriber.", []string{"node", "client"}, nil)
+	descSubNACK    = prometheus.NewDesc("xrealm_sfu_subscriber_nacks_total", "Sequence numbers NACKed by the subscriber.", []string{"node", "client"}, nil)
+	descSubRTX     = prometheus.NewDesc("xrealm_sfu_subscriber_retransmits_total", "NACKs answered from the shared buffers.", []string{"node", "client"}, nil)
+	descSubMiss    = prometheus.NewDesc("xrealm_sfu_subscriber_retransmit_misses_total", "NACKs not answerable (packet no longer buffered): loss after recovery.", []string{"node", "client"}, nil)
+	descSubEst     = prometheus.NewDesc("xrealm_sfu_subscriber_estimate_bps", "Send-side bandwidth estimate per subscriber.", []string{"node", "client"}, nil)
+	descSubAlloc   = prometheus.NewDesc("xrealm_sfu_subscriber_allocated_bps", "Bitrate the allocator forwards to the subscriber (compare with the estimate).", []string{"node", "client"}, nil)
+	descSubSlots   = prometheus.NewDesc("xrealm_sfu_subscriber_active_slots", "Receive slots carrying a track.", []string{"node", "client"}, nil)
+)
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
+		descRelayBytes, descRelayDrop, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubSlots} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	n := c.n
+	id := n.cfg.ID
+	n.mu.Lock()
+	peers := n.peerList("")
+	local := make([]*source, 0, len(n.local))
+	for _, s := range n.local {
+		local = append(local, s)
+	}
+	relayed := make([]*source, 0, len(n.relayed))
+	for _, s := range n.relayed {
+		relayed = append(relayed, s)
+	}
+	links := 0
+	for peerID, ls := range n.links {
+		select {
+		case <-ls.done:
+			if l := ls.link; l != nil {
+				links++
+				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesIn.Load()), id, peerID, "in")
+				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesOut.Load()), id, peerID, "out")
+				ch <- prometheus.MustNewConstMetric(descRelayDrop, prometheus.CounterValue, float64(l.Dropped.Load()), id, peerID)
+			}
+		default:
+		}
+	}
+	n.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(len(peers)), id)
+	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(local)), id, "local")
+	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(relayed)), id, "relay")
+	ch <- prometheus.MustNewConstMetric(descLinks, prometheus.GaugeValue, float64(links), id)
+	for origin, list := range map[string][]*source{"local": local, "relay": relayed} {
+		for _, s := range list {
+			k := s.info.Key()
+			ch <- prometheus.MustNewConstMetric(descSrcBytes, prometheus.CounterValue, float64(s.bytes.Load()), id, k, origin)
+			ch <- prometheus.MustNewConstMetric(descSrcPackets, prometheus.CounterValue, float64(s.packets.Load()), id, k, origin)
+			ch <- prometheus.MustNewConstMetric(descSrcRate, prometheus.GaugeValue, float64(s.rate.Load()), id, k, origin)
+			if origin == "local" {
+				ch <- prometheus.MustNewConstMetric(descSrcRelays, prometheus.GaugeValue, float64(s.relayCount()), id, k)
+			}
+		}
+	}
+	for _, p := range peers {
+		var bytes, pkts, nacks, rtx, miss, active float64
+		p.mu.Lock()
+		for _, s := range p.slots {
+			st := s.dt.Stats()
+			bytes += float64(st.Bytes)
+			pkts += float64(st.Packets)
+			nacks += float64(st.NACKs)
+			rtx += float64(st.Retransmits)
+			miss += float64(st.RetransmitMisses)
+			if s.src != nil {
+				active++
+			}
+		}
+		alloc := p.allocated
+		p.mu.Unlock()
+		client := p.session + "/" + p.client
+		ch <- prometheus.MustNewConstMetric(descSubBytes, prometheus.CounterValue, bytes, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubPackets, prometheus.CounterValue, pkts, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubNACK, prometheus.CounterValue, nacks, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubRTX, prometheus.CounterValue, rtx, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubMiss, prometheus.CounterValue, miss, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubSlots, prometheus.GaugeValue, active, id, client)
+		if e := p.est.Load(); e != nil {
+			ch <- prometheus.MustNewConstMetric(descSubEst, prometheus.GaugeValue, float64(e.GetTargetBitrate()), id, client)
+		}
+		if alloc < 1e15 {
+			ch <- prometheus.MustNewConstMetric(descSubAlloc, prometheus.GaugeValue, alloc, id, client)
+		}
+	}
+}

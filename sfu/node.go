@@ -1,0 +1,576 @@
+package sfu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/relay"
+)
+
+// Node is one SFU.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+	api *webrtc.API // for relay links (data channels only)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	subs   []*nats.Subscription
+	mgr    *Manager
+
+	mu        sync.Mutex
+	peers     map[string]*peer      // "session/client"
+	local     map[string]*source    // published here, by key
+	relayed   map[string]*source    // relayed from another node, by key
+	directory map[string]TrackInfo  // every track of every session, by key
+	poses     map[string]*Pose      // "session/client"
+	links     map[string]*linkState // by peer node ID
+	closed    bool
+}
+
+type linkState struct {
+	once sync.Once
+	done chan struct{}
+	link *relay.Link
+	err  error
+}
+
+func (ls *linkState) finish(l *relay.Link, err error) {
+	ls.once.Do(func() {
+		ls.link, ls.err = l, err
+		close(ls.done)
+	})
+}
+
+// Start starts a node: it subscribes to its bus subjects, announces itself
+// and, with Config.Manager, runs the session manager.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID),
+		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
+		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
+	}
+	n.ctx, n.cancel = context.WithCancel(ctx)
+	n.api = webrtc.NewAPI(webrtc.WithSettingEngine(n.settingEngine()))
+	subs := []struct {
+		subj string
+		h    nats.MsgHandler
+	}{
+		{subjectSignal(cfg.ID), n.handleSignal},
+		{"sfu.node." + cfg.ID + ".relay", n.handleRelayOffer},
+		{"sfu.node." + cfg.ID + ".link", n.handleLinkRequest},
+		{"sfu.tracks.*", n.handleTrackEvent},
+		{"sfu.poses.*", n.handlePose},
+		{subjectSync, func(*nats.Msg) { n.announceAll() }},
+	}
+	for _, s := range subs {
+		sub, err := cfg.NC.Subscribe(s.subj, s.h)
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("sfu: subscribe %s: %w", s.subj, err)
+		}
+		n.subs = append(n.subs, sub)
+	}
+	if cfg.Manager {
+		m, err := StartManager(cfg.NC, cfg.Logger)
+		if err != nil {
+			n.Close()
+			return nil, err
+		}
+		n.mgr = m
+	}
+	if err := cfg.NC.Flush(); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("sfu: bus: %w", err)
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(&collector{n: n}); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("sfu: metrics: %w", err)
+		}
+	}
+	_ = cfg.NC.Publish(subjectSync, nil) // learn the tracks that exist
+	n.heartbeat()
+	n.wg.Add(1)
+	go n.loop()
+	n.log.Info("sfu node started", "site", cfg.Site, "manager", cfg.Manager)
+	return n, nil
+}
+
+// ID is the node's ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// Close stops the node and closes every connection.
+func (n *Node) Close() {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	peers := make([]*peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		peers = append(peers, p)
+	}
+	links := n.links
+	n.links = map[string]*linkState{}
+	n.mu.Unlock()
+	for _, s := range n.subs {
+		_ = s.Unsubscribe()
+	}
+	if n.mgr != nil {
+		n.mgr.Close()
+	}
+	n.cancel()
+	for _, p := range peers {
+		p.close()
+	}
+	for _, ls := range links {
+		select {
+		case <-ls.done:
+			if ls.link != nil {
+				ls.link.Close()
+			}
+		default:
+		}
+	}
+	n.wg.Wait()
+}
+
+func (n *Node) loop() {
+	defer n.wg.Done()
+	hb := time.NewTicker(n.cfg.Heartbeat)
+	al := time.NewTicker(n.cfg.AllocateEvery)
+	defer hb.Stop()
+	defer al.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-hb.C:
+			n.heartbeat()
+		case now := <-al.C:
+			n.mu.Lock()
+			for _, s := range n.local {
+				s.measure(now)
+			}
+			for _, s := range n.relayed {
+				s.measure(now)
+			}
+			peers := n.peerList("")
+			n.mu.Unlock()
+			for _, p := range peers {
+				p.reconcile()
+			}
+		}
+	}
+}
+
+// peerList returns the peers of a session ("" for all); n.mu must be held.
+func (n *Node) peerList(session string) []*peer {
+	out := []*peer{}
+	for _, p := range n.peers {
+		if session == "" || p.session == session {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (n *Node) heartbeat() {
+	n.mu.Lock()
+	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL}
+	n.mu.Unlock()
+	b, _ := json.Marshal(hb)
+	_ = n.cfg.NC.Publish(subjectNodes, b)
+}
+
+// --- track directory -------------------------------------------------------
+
+func (n *Node) announce(op string, t TrackInfo) {
+	b, _ := json.Marshal(TrackEvent{Op: op, Track: t})
+	_ = n.cfg.NC.Publish("sfu.tracks."+t.Session, b)
+}
+
+func (n *Node) announceAll() {
+	n.mu.Lock()
+	infos := make([]TrackInfo, 0, len(n.local))
+	for _, s := range n.local {
+		infos = append(infos, s.info)
+	}
+	n.mu.Unlock()
+	for _, t := range infos {
+		n.announce("add", t)
+	}
+}
+
+func (n *Node) handleTrackEvent(m *nats.Msg) {
+	var ev TrackEvent
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Track.Session == "" {
+		return
+	}
+	key := ev.Track.Key()
+	n.mu.Lock()
+	switch ev.Op {
+	case "add":
+		if old, ok := n.directory[key]; ok && old == ev.Track {
+			n.mu.Unlock()
+			return
+		}
+		n.directory[key] = ev.Track
+	case "remove":
+		if _, ok := n.directory[key]; !ok {
+			n.mu.Unlock()
+			return
+		}
+		delete(n.directory, key)
+	default:
+		n.mu.Unlock()
+		return
+	}
+	peers := n.peerList(ev.Track.Session)
+	n.mu.Unlock()
+	for _, p := range peers {
+		go p.reconcile()
+	}
+}
+
+func (n *Node) handlePose(m *nats.Msg) {
+	var pm PoseMessage
+	if json.Unmarshal(m.Data, &pm) != nil || pm.Session == "" || pm.Client == "" {
+		return
+	}
+	n.mu.Lock()
+	n.poses[pm.Session+"/"+pm.Client] = &pm.Pose
+	n.mu.Unlock()
+}
+
+// sessionTracks returns the directory entries of a session; n.mu must not
+// be held.
+func (n *Node) sessionTracks(session string) []TrackInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := []TrackInfo{}
+	for _, t := range n.directory {
+		if t.Session == session {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func (n *Node) addLocal(s *source) {
+	n.mu.Lock()
+	n.local[s.info.Key()] = s
+	n.directory[s.info.Key()] = s.info
+	n.mu.Unlock()
+	n.announce("add", s.info)
+}
+
+func (n *Node) removeLocal(s *source) {
+	n.mu.Lock()
+	if n.local[s.info.Key()] == s {
+		delete(n.local, s.info.Key())
+		delete(n.directory, s.info.Key())
+	}
+	peers := n.peerList(s.info.Session)
+	n.mu.Unlock()
+	n.announce("remove", s.info)
+	for _, p := range peers {
+		go p.reconcile()
+	}
+}
+
+// --- sources for subscribers -------------------------------------------------
+
+// acquire returns the source of a track for a local subscriber: the local
+// one, or a relayed one, subscribing to the origin node if this is the
+// first local subscriber.
+func (n *Node) acquire(t TrackInfo) *source {
+	key := t.Key()
+	n.mu.Lock()
+	if s := n.local[key]; s != nil {
+		n.mu.Unlock()
+		return s
+	}
+	if t.Node == n.cfg.ID {
+		n.mu.Unlock()
+		return nil // announced here but already gone
+	}
+	if s := n.relayed[key]; s != nil {
+		n.mu.Unlock()
+		return s
+	}
+	origin := t.Node
+	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
+	n.relayed[key] = s
+	n.mu.Unlock()
+	n.sendControl(origin, relay.Control{Op: "sub", Track: key})
+	return s
+}
+
+// release is called when a subscriber stops using s; relayed sources with
+// no subscriber left are unsubscribed at the origin.
+func (n *Node) release(s *source, remaining int) {
+	if remaining > 0 || s.info.Node == n.cfg.ID {
+		return
+	}
+	key := s.info.Key()
+	n.mu.Lock()
+	if n.relayed[key] != s {
+		n.mu.Unlock()
+		return
+	}
+	delete(n.relayed, key)
+	n.mu.Unlock()
+	n.sendControl(s.info.Node, relay.Control{Op: "unsub", Track: key})
+}
+
+// sendControl sends a control message to another node, linking first if
+// needed; it does not block the caller.
+func (n *Node) sendControl(node string, c relay.Control) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		l, err := n.link(node)
+		if err != nil {
+			n.log.Warn("relay control not sent", "peer", node, "op", c.Op, "track", c.Track, "err", err)
+			return
+		}
+		if err := l.SendControl(c); err != nil {
+			n.log.Warn("relay control not sent", "peer", node, "op", c.Op, "track", c.Track, "err", err)
+		}
+	}()
+}
+
+// --- relay links ---------------------------------------------------------------
+
+var errClosed = errors.New("sfu: node closed")
+
+// link returns the link to node, creating it if needed. The node with the
+// lower ID always offers; the other asks it to.
+func (n *Node) link(peerID string) (*relay.Link, error) {
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return nil, errClosed
+	}
+	ls := n.links[peerID]
+	start := ls == nil
+	if start {
+		ls = &linkState{done: make(chan struct{})}
+		n.links[peerID] = ls
+	}
+	n.mu.Unlock()
+	if start {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.establish(peerID, ls)
+		}()
+	}
+	select {
+	case <-ls.done:
+	case <-time.After(15 * time.Second):
+		n.dropLink(peerID, ls)
+		return nil, fmt.Errorf("sfu: link to node %s: timed out", peerID)
+	case <-n.ctx.Done():
+		return nil, errClosed
+	}
+	if ls.err != nil {
+		n.dropLink(peerID, ls)
+		return nil, ls.err
+	}
+	select {
+	case <-ls.link.Ready():
+		return ls.link, nil
+	case <-time.After(15 * time.Second):
+		n.dropLink(peerID, ls)
+		ls.link.Close()
+		return nil, fmt.Errorf("sfu: link to node %s: data channels did not open", peerID)
+	case <-n.ctx.Done():
+		return nil, errClosed
+	}
+}
+
+func (n *Node) dropLink(peerID string, ls *linkState) {
+	n.mu.Lock()
+	if n.links[peerID] == ls {
+		delete(n.links, peerID)
+	}
+	n.mu.Unlock()
+}
+
+func (n *Node) establish(peerID string, ls *linkState) {
+	ctx, cancel := context.WithTimeout(n.ctx, 15*time.Second)
+	defer cancel()
+	if !relay.Offerer(n.cfg.ID, peerID) {
+		// Ask the offerer to dial; its offer arrives in handleRelayOffer,
+		// which completes ls.
+		b, _ := json.Marshal(LinkRequest{From: n.cfg.ID})
+		if _, err := n.cfg.NC.RequestWithContext(ctx, "sfu.node."+peerID+".link", b); err != nil {
+			ls.finish(nil, fmt.Errorf("sfu: ask node %s to link: %w", peerID, err))
+		}
+		return
+	}
+	l, offer, err := relay.Dial(n.api, webrtc.Configuration{}, peerID, (*relayHandler)(n))
+	if err != nil {
+		ls.finish(nil, err)
+		return
+	}
+	b, _ := json.Marshal(LinkOffer{From: n.cfg.ID, SDP: offer})
+	msg, err := n.cfg.NC.RequestWithContext(ctx, "sfu.node."+peerID+".relay", b)
+	if err != nil {
+		l.Close()
+		ls.finish(nil, fmt.Errorf("sfu: relay offer to node %s: %w", peerID, err))
+		return
+	}
+	var ans LinkOffer
+	if err := json.Unmarshal(msg.Data, &ans); err != nil || ans.Error != "" {
+		l.Close()
+		ls.finish(nil, fmt.Errorf("sfu: relay answer from node %s: %v %s", peerID, err, ans.Error))
+		return
+	}
+	if err := l.Accept(ans.SDP); err != nil {
+		l.Close()
+		ls.finish(nil, err)
+		return
+	}
+	ls.finish(l, nil)
+}
+
+func (n *Node) handleLinkRequest(m *nats.Msg) {
+	var req LinkRequest
+	if json.Unmarshal(m.Data, &req) != nil || validName("node", req.From) != nil {
+		return
+	}
+	go func() {
+		_, err := n.link(req.From)
+		reply := LinkOffer{}
+		if err != nil {
+			reply.Error = err.Error()
+		}
+		b, _ := json.Marshal(reply)
+		_ = m.Respond(b)
+	}()
+}
+
+func (n *Node) handleRelayOffer(m *nats.Msg) {
+	var off LinkOffer
+	respond := func(o LinkOffer) { b, _ := json.Marshal(o); _ = m.Respond(b) }
+	if err := json.Unmarshal(m.Data, &off); err != nil || validName("node", off.From) != nil {
+		respond(LinkOffer{Error: "bad relay offer"})
+		return
+	}
+	if !relay.Offerer(off.From, n.cfg.ID) {
+		respond(LinkOffer{Error: fmt.Sprintf("node %s must not offer to node %s", off.From, n.cfg.ID)})
+		return
+	}
+	l, ans, err := relay.Answer(n.api, webrtc.Configuration{}, off.From, off.SDP, (*relayHandler)(n))
+	if err != nil {
+		respond(LinkOffer{Error: err.Error()})
+		return
+	}
+	n.mu.Lock()
+	ls := n.links[off.From]
+	if ls == nil {
+		ls = &linkState{done: make(chan struct{})}
+		n.links[off.From] = ls
+	} else {
+		select {
+		case <-ls.done: // a previous link: replace it
+			if ls.link != nil {
+				old := ls.link
+				defer old.Close()
+			}
+			ls = &linkState{done: make(chan struct{})}
+			n.links[off.From] = ls
+		default:
+		}
+	}
+	n.mu.Unlock()
+	ls.finish(l, nil)
+	respond(LinkOffer{From: n.cfg.ID, SDP: ans})
+}
+
+// relayHandler handles what arrives on relay links.
+type relayHandler Node
+
+func (h *relayHandler) OnControl(l *relay.Link, c relay.Control) {
+	n := (*Node)(h)
+	n.mu.Lock()
+	s := n.local[c.Track]
+	n.mu.Unlock()
+	if s == nil {
+		return
+	}
+	switch c.Op {
+	case "sub":
+		s.addRelay(l.Peer, l.SendMedia)
+		s.keyframe()
+	case "unsub":
+		s.removeRelay(l.Peer)
+	case "pli":
+		s.keyframe()
+	case "nack":
+		buf := make([]byte, 1500)
+		for _, seq := range c.Seqs {
+			if k, ok := s.buf.Get(seq, buf); ok {
+				_ = l.SendMedia(c.Track, buf[:k])
+			}
+		}
+	}
+}
+
+func (h *relayHandler) OnMedia(_ *relay.Link, track string, pkt []byte) {
+	n := (*Node)(h)
+	n.mu.Lock()
+	s := n.relayed[track]
+	n.mu.Unlock()
+	if s != nil {
+		s.write(pkt)
+	}
+}
+
+func (h *relayHandler) OnClose(l *relay.Link) {
+	n := (*Node)(h)
+	n.mu.Lock()
+	if ls := n.links[l.Peer]; ls != nil {
+		select {
+		case <-ls.done:
+			if ls.link == l {
+				delete(n.links, l.Peer)
+			}
+		default:
+		}
+	}
+	var orphans []*source
+	for k, s := range n.relayed {
+		if s.info.Node == l.Peer {
+			delete(n.relayed, k)
+			orphans = append(orphans, s)
+		}
+	}
+	for _, s := range n.local {
+		s.removeRelay(l.Peer)
+	}
+	peers := n.peerList("")
+	n.mu.Unlock()
+	if len(orphans) > 0 {
+		for _, p := range peers {
+			p.dropSources(orphans)
+		}
+	}
+}

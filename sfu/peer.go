@@ -1,0 +1,354 @@
+package sfu
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pion/interceptor/pkg/cc"
+	"github.com/pion/rtcp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/allocator"
+	"github.com/xrealm/xrealm/sfu/downtrack"
+)
+
+// Nominal bitrates for tracks not measured yet.
+const (
+	nominalAudio      = 64_000
+	nominalVideo      = 1_500_000
+	nominalPointCloud = 10_000_000
+)
+
+// peer is one client's PeerConnection on this node: its publications and
+// its pre-negotiated receive slots.
+type peer struct {
+	n               *Node
+	session, client string
+	pc              *webrtc.PeerConnection
+	est             atomic.Pointer[estimatorBox]
+
+	mu        sync.Mutex
+	closed    bool
+	slots     []*slot
+	published []*source
+	alloc     *allocator.Allocator
+	budget    float64 // bit/s of the last allocation
+	allocated float64
+}
+
+type estimatorBox struct{ cc.BandwidthEstimator }
+
+type slot struct {
+	kind   webrtc.RTPCodecType
+	mid    string
+	dt     *downtrack.DownTrack
+	src    *source
+	sender *webrtc.RTPSender
+}
+
+// join creates the peer of a client from its offer and returns the answer.
+// The offer must carry the client's send-only tracks and the receive-only
+// transceivers (slots) it wants; there is no renegotiation afterwards.
+func (n *Node) join(session, client, offer string) (string, error) {
+	key := session + "/" + client
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return "", errClosed
+	}
+	if n.peers[key] != nil {
+		n.mu.Unlock()
+		return "", fmt.Errorf("sfu: client %s already connected (one offer per connection: pre-negotiate receive slots)", key)
+	}
+	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode)}
+	n.peers[key] = p
+	n.mu.Unlock()
+	sdp, err := p.start(offer)
+	if err != nil {
+		p.close()
+		return "", fmt.Errorf("sfu: client %s: %w", key, err)
+	}
+	go p.reconcile()
+	return sdp, nil
+}
+
+func (p *peer) start(offer string) (string, error) {
+	api, err := p.n.newPeerAPI(func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) })
+	if err != nil {
+		return "", err
+	}
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return "", err
+	}
+	p.pc = pc
+	pc.OnTrack(p.onTrack)
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
+			p.close()
+		}
+	})
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+		return "", err
+	}
+	// Remote receive-only m-lines became send-only transceivers without a
+	// sender: bind one slot down track to each.
+	for _, t := range pc.GetTransceivers() {
+		if t.Direction() != webrtc.RTPTransceiverDirectionSendonly || t.Sender() != nil {
+			continue
+		}
+		codec := webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}
+		if t.Kind() == webrtc.RTPCodecTypeAudio {
+			codec = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus}
+		}
+		dt, err := downtrack.New(downtrack.Config{ID: "slot-" + t.Mid(), StreamID: "xrealm-" + t.Mid(), Codec: codec})
+		if err != nil {
+			return "", err
+		}
+		dt.SetActive(false)
+		sender, err := pc.AddTrack(dt)
+		if err != nil {
+			return "", fmt.Errorf("slot %s: %w", t.Mid(), err)
+		}
+		s := &slot{kind: t.Kind(), dt: dt, sender: sender}
+		for _, t2 := range pc.GetTransceivers() {
+			if t2.Sender() == sender {
+				s.mid = t2.Mid()
+			}
+		}
+		p.slots = append(p.slots, s)
+		go dt.ReadRTCP(sender)
+	}
+	ans, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return "", err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(ans); err != nil {
+		return "", err
+	}
+	<-gathered
+	return pc.LocalDescription().SDP, nil
+}
+
+func (p *peer) onTrack(track *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+	info := TrackInfo{Session: p.session, Client: p.client, Track: track.ID(), Kind: track.Kind().String(), Mime: track.Codec().MimeType, Node: p.n.cfg.ID}
+	if validName("track", info.Track) != nil {
+		info.Track = fmt.Sprintf("t%d", track.SSRC())
+	}
+	ssrc := uint32(track.SSRC())
+	s := newSource(info, func() {
+		_ = p.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
+	})
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.published = append(p.published, s)
+	p.mu.Unlock()
+	p.n.addLocal(s)
+	buf := make([]byte, 1500)
+	for {
+		k, _, err := track.Read(buf)
+		if err != nil {
+			break
+		}
+		s.write(buf[:k])
+	}
+	p.n.removeLocal(s)
+}
+
+// reconcile re-runs the allocation and assigns slots accordingly.
+func (p *peer) reconcile() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	tracks := p.n.sessionTracks(p.session)
+	sort.Slice(tracks, func(i, j int) bool { return tracks[i].Key() < tracks[j].Key() })
+	budget := math.Inf(1)
+	if e := p.est.Load(); e != nil {
+		budget = float64(e.GetTargetBitrate())
+	}
+	p.n.mu.Lock()
+	myPose := p.n.poses[p.session+"/"+p.client]
+	rateOf := func(t TrackInfo) float64 {
+		if s := p.n.local[t.Key()]; s != nil && s.rate.Load() > 0 {
+			return float64(s.rate.Load())
+		}
+		if s := p.n.relayed[t.Key()]; s != nil && s.rate.Load() > 0 {
+			return float64(s.rate.Load())
+		}
+		switch {
+		case t.PointCloud():
+			return nominalPointCloud * []float64{0.15, 0.25, 0.60}[max(t.Description(), 0)]
+		case t.Kind == "audio":
+			return nominalAudio
+		}
+		return nominalVideo
+	}
+	// Audio and video are forwarded whenever a slot is free; point-cloud
+	// descriptions go through the allocator, grouped by publisher.
+	want := map[string]TrackInfo{}
+	groups := map[string]*allocator.Demand{}
+	members := map[string][]TrackInfo{}
+	var avRate float64
+	for _, t := range tracks {
+		if t.Client == p.client {
+			continue
+		}
+		if !t.PointCloud() || t.Description() < 0 {
+			want[t.Key()] = t
+			avRate += rateOf(t)
+			continue
+		}
+		d := groups[t.Client]
+		if d == nil {
+			interest := 1.0
+			if pub := p.n.poses[p.session+"/"+t.Client]; myPose != nil && pub != nil {
+				interest = allocator.Interest(allocator.Pose{Position: myPose.Position, Forward: myPose.Forward, FOV: myPose.FOV}, pub.Position)
+			}
+			d = &allocator.Demand{ID: t.Client, Interest: interest, Rates: make([]float64, 3)}
+			groups[t.Client] = d
+		}
+		d.Rates[t.Description()] = rateOf(t)
+		members[t.Client] = append(members[t.Client], t)
+	}
+	p.n.mu.Unlock()
+	demands := make([]allocator.Demand, 0, len(groups))
+	for _, d := range groups {
+		// a description not announced yet cannot be forwarded
+		for i := range d.Rates {
+			if d.Rates[i] == 0 {
+				d.Rates[i] = math.Inf(1)
+			}
+		}
+		demands = append(demands, *d)
+	}
+	dec, used := p.alloc.Allocate(budget-avRate, demands)
+	p.budget, p.allocated = budget, used+avRate
+	for client, ts := range members {
+		for _, t := range ts {
+			if dec[client].Has(t.Description()) {
+				want[t.Key()] = t
+			}
+		}
+	}
+	changed := false
+	// release slots whose track is no longer wanted
+	for _, s := range p.slots {
+		if s.src != nil {
+			if _, ok := want[s.src.info.Key()]; !ok {
+				p.unassign(s)
+				changed = true
+			} else {
+				delete(want, s.src.info.Key())
+			}
+		}
+	}
+	keys := make([]string, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		t := want[k]
+		kind := webrtc.NewRTPCodecType(t.Kind)
+		for _, s := range p.slots {
+			if s.src == nil && s.kind == kind {
+				if p.assign(s, t) {
+					changed = true
+				}
+				break
+			}
+		}
+	}
+	if changed {
+		p.notify()
+	}
+}
+
+func (p *peer) assign(s *slot, t TrackInfo) bool {
+	src := p.n.acquire(t)
+	if src == nil {
+		return false
+	}
+	if err := s.dt.SetSource(downtrack.Source{Codec: src.codec, Buffer: src.buf, OnKeyframeRequest: src.keyframe}); err != nil {
+		p.n.log.Warn("slot cannot carry track", "client", p.client, "slot", s.mid, "track", t.Key(), "err", err)
+		p.n.release(src, src.removeDown(s.dt))
+		return false
+	}
+	s.src = src
+	src.addDown(s.dt)
+	s.dt.SetActive(true)
+	return true
+}
+
+func (p *peer) unassign(s *slot) {
+	s.dt.SetActive(false)
+	src := s.src
+	s.src = nil
+	p.n.release(src, src.removeDown(s.dt))
+}
+
+// dropSources frees the slots fed by sources that disappeared (a relay
+// link closed); the next reconcile subscribes again.
+func (p *peer) dropSources(gone []*source) {
+	p.mu.Lock()
+	for _, s := range p.slots {
+		for _, g := range gone {
+			if s.src == g {
+				s.dt.SetActive(false)
+				g.removeDown(s.dt)
+				s.src = nil
+			}
+		}
+	}
+	p.mu.Unlock()
+	go p.reconcile()
+}
+
+// notify tells the client what each slot carries; p.mu must be held.
+func (p *peer) notify() {
+	ev := Event{Op: "slots"}
+	for _, s := range p.slots {
+		st := SlotStatus{Mid: s.mid}
+		if s.src != nil {
+			info := s.src.info
+			st.Track = &info
+		}
+		ev.Slots = append(ev.Slots, st)
+	}
+	b, _ := json.Marshal(ev)
+	_ = p.n.cfg.NC.Publish(subjectEvents(p.session, p.client), b)
+}
+
+func (p *peer) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	for _, s := range p.slots {
+		if s.src != nil {
+			p.unassign(s)
+		}
+	}
+	p.mu.Unlock()
+	key := p.session + "/" + p.client
+	p.n.mu.Lock()
+	if p.n.peers[key] == p {
+		delete(p.n.peers, key)
+	}
+	p.n.mu.Unlock()
+	if p.pc != nil {
+		go p.pc.Close() // ends the publications' read loops, which unannounce them
+	}
+}

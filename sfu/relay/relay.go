@@ -1,0 +1,243 @@
+// Package relay links two SFU nodes.
+//
+// A Link is one WebRTC PeerConnection between two nodes, negotiated exactly
+// once when the link is created and never again, so that no renegotiation
+// can race. It carries two data channels:
+//
+//   - "ctl" (ordered, reliable): JSON control messages, Sub and Unsub of a
+//     track, NACKs and keyframe requests travelling back to the origin;
+//   - "media" (unordered, no retransmission): one RTP packet per message,
+//     prefixed with the track's key, so that adding or removing a relayed
+//     track needs no new transceiver and no SDP.
+//
+// Which node offers is fixed by the node IDs (the lower offers; see Offerer),
+// and the offer/answer itself travels over the bus; the sfu package does
+// that part.
+package relay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pion/webrtc/v4"
+)
+
+// Offerer reports whether node a creates the offer of the link to node b:
+// the one with the lower ID does, comparing numerically when both are
+// integers and as strings otherwise.
+func Offerer(a, b string) bool {
+	ai, errA := strconv.ParseUint(a, 10, 64)
+	bi, errB := strconv.ParseUint(b, 10, 64)
+	if errA == nil && errB == nil {
+		return ai < bi
+	}
+	return a < b
+}
+
+// Control is a message on the ctl channel.
+type Control struct {
+	Op    string   `json:"op"` // "sub", "unsub", "nack", "pli"
+	Track string   `json:"track"`
+	Seqs  []uint16 `json:"seqs,omitempty"`
+}
+
+// Handler receives what arrives on a link.
+type Handler interface {
+	// OnControl is called for each control message, in order.
+	OnControl(l *Link, c Control)
+	// OnMedia is called for each RTP packet; pkt is valid only during the
+	// call.
+	OnMedia(l *Link, track string, pkt []byte)
+	// OnClose is called once when the link fails or closes.
+	OnClose(l *Link)
+}
+
+// Link is one node-to-node connection.
+type Link struct {
+	Peer string // the other node's ID
+	pc   *webrtc.PeerConnection
+	h    Handler
+
+	ctl, media *webrtc.DataChannel
+	ready      chan struct{}
+	opened     atomic.Int32
+	closeOnce  sync.Once
+
+	BytesIn, BytesOut, PacketsIn, PacketsOut, Dropped atomic.Uint64
+}
+
+// ErrNotReady reports a send before both channels opened.
+var ErrNotReady = errors.New("relay: link not ready")
+
+func newLink(peer string, pc *webrtc.PeerConnection, h Handler) *Link {
+	l := &Link{Peer: peer, pc: pc, h: h, ready: make(chan struct{})}
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
+			l.Close()
+		}
+	})
+	return l
+}
+
+func (l *Link) attach(dc *webrtc.DataChannel) {
+	switch dc.Label() {
+	case "ctl":
+		l.ctl = dc
+		dc.OnMessage(func(m webrtc.DataChannelMessage) {
+			var c Control
+			if json.Unmarshal(m.Data, &c) == nil {
+				l.h.OnControl(l, c)
+			}
+		})
+	case "media":
+		l.media = dc
+		dc.OnMessage(func(m webrtc.DataChannelMessage) {
+			d := m.Data
+			if len(d) < 1 || len(d) < 1+int(d[0]) {
+				return
+			}
+			l.BytesIn.Add(uint64(len(d)))
+			l.PacketsIn.Add(1)
+			l.h.OnMedia(l, string(d[1:1+int(d[0])]), d[1+int(d[0]):])
+		})
+	default:
+		return
+	}
+	dc.OnOpen(func() {
+		if l.opened.Add(1) == 2 {
+			close(l.ready)
+		}
+	})
+	dc.OnClose(l.Close)
+}
+
+// Ready is closed when both channels are open.
+func (l *Link) Ready() <-chan struct{} { return l.ready }
+
+// Dial creates the offering side of a link. Send the returned offer to the
+// peer and pass its answer to Accept.
+func Dial(api *webrtc.API, cfg webrtc.Configuration, peer string, h Handler) (*Link, string, error) {
+	pc, err := api.NewPeerConnection(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
+	}
+	l := newLink(peer, pc, h)
+	ordered := true
+	ctl, err := pc.CreateDataChannel("ctl", &webrtc.DataChannelInit{Ordered: &ordered})
+	if err != nil {
+		pc.Close()
+		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
+	}
+	unordered, zero := false, uint16(0)
+	media, err := pc.CreateDataChannel("media", &webrtc.DataChannelInit{Ordered: &unordered, MaxRetransmits: &zero})
+	if err != nil {
+		pc.Close()
+		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
+	}
+	l.attach(ctl)
+	l.attach(media)
+	offer, err := pc.CreateOffer(nil)
+	if err == nil {
+		err = setLocal(pc, offer)
+	}
+	if err != nil {
+		pc.Close()
+		return nil, "", fmt.Errorf("relay offer to %s: %w", peer, err)
+	}
+	return l, pc.LocalDescription().SDP, nil
+}
+
+// Accept applies the peer's answer to a dialled link.
+func (l *Link) Accept(answer string) error {
+	if err := l.pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: answer}); err != nil {
+		return fmt.Errorf("relay answer from %s: %w", l.Peer, err)
+	}
+	return nil
+}
+
+// Answer creates the answering side of a link from the peer's offer.
+func Answer(api *webrtc.API, cfg webrtc.Configuration, peer, offer string, h Handler) (*Link, string, error) {
+	pc, err := api.NewPeerConnection(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("relay from %s: %w", peer, err)
+	}
+	l := newLink(peer, pc, h)
+	pc.OnDataChannel(l.attach)
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+		pc.Close()
+		return nil, "", fmt.Errorf("relay offer from %s: %w", peer, err)
+	}
+	ans, err := pc.CreateAnswer(nil)
+	if err == nil {
+		err = setLocal(pc, ans)
+	}
+	if err != nil {
+		pc.Close()
+		return nil, "", fmt.Errorf("relay answer to %s: %w", peer, err)
+	}
+	return l, pc.LocalDescription().SDP, nil
+}
+
+// setLocal sets the local description and waits for ICE gathering, so that
+// the description carries every candidate (no trickle on node links).
+func setLocal(pc *webrtc.PeerConnection, d webrtc.SessionDescription) error {
+	done := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(d); err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// SendControl sends a control message.
+func (l *Link) SendControl(c Control) error {
+	select {
+	case <-l.ready:
+	default:
+		return ErrNotReady
+	}
+	b, _ := json.Marshal(c)
+	return l.ctl.Send(b)
+}
+
+// SendMedia sends one RTP packet of track. Packets are dropped, and
+// counted, while the channel's send buffer holds more than 4 MiB, so that a
+// slow link loses packets instead of adding delay.
+func (l *Link) SendMedia(track string, pkt []byte) error {
+	select {
+	case <-l.ready:
+	default:
+		return ErrNotReady
+	}
+	if len(track) > 255 {
+		return fmt.Errorf("relay: track key %q longer than 255 bytes", track)
+	}
+	if l.media.BufferedAmount() > 4<<20 {
+		l.Dropped.Add(1)
+		return nil
+	}
+	b := make([]byte, 1+len(track)+len(pkt))
+	b[0] = byte(len(track))
+	copy(b[1:], track)
+	copy(b[1+len(track):], pkt)
+	if err := l.media.Send(b); err != nil {
+		return err
+	}
+	l.BytesOut.Add(uint64(len(b)))
+	l.PacketsOut.Add(1)
+	return nil
+}
+
+// Close closes the link once and tells the handler.
+func (l *Link) Close() {
+	l.closeOnce.Do(func() {
+		go func() {
+			l.pc.Close()
+			l.h.OnClose(l)
+		}()
+	})
+}

@@ -1,0 +1,247 @@
+package sfu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/gorilla/websocket"
+	"github.com/nats-io/nats.go"
+)
+
+// Bus subjects; see docs/sfu.md.
+const (
+	subjectJoin  = "sfu.join"  // request: JoinRequest → Assignment
+	subjectNodes = "sfu.nodes" // publish: NodeInfo heartbeats
+	subjectSync  = "sfu.sync"  // publish: every node re-announces its tracks
+)
+
+func subjectSignal(node string) string { return "sfu.node." + node + ".signal" }
+
+// subjectEvents is where a node publishes events for one client.
+func subjectEvents(session, client string) string { return "sfu.client." + session + "." + client }
+
+// JoinRequest asks the manager for a node.
+type JoinRequest struct {
+	Session string `json:"session"`
+	Client  string `json:"client"`
+	Site    string `json:"site"`
+}
+
+// Assignment is the manager's answer.
+type Assignment struct {
+	Node      string `json:"node"`
+	Site      string `json:"site"`
+	Signal    string `json:"signal"`              // bus subject for Signal messages
+	WebSocket string `json:"websocket,omitempty"` // the node's WebSocket URL, if it has one
+	Error     string `json:"error,omitempty"`
+}
+
+// NodeInfo is a node's heartbeat.
+type NodeInfo struct {
+	ID        string `json:"id"`
+	Site      string `json:"site"`
+	Clients   int    `json:"clients"`
+	Signal    string `json:"signal"`
+	WebSocket string `json:"websocket,omitempty"`
+}
+
+// Signal is a client's message to its node, over the bus (request/reply)
+// or the WebSocket.
+type Signal struct {
+	Op      string `json:"op"` // "offer", "pose", "leave"
+	Session string `json:"session"`
+	Client  string `json:"client"`
+	SDP     string `json:"sdp,omitempty"`
+	Pose    *Pose  `json:"pose,omitempty"`
+}
+
+// Reply answers a Signal.
+type Reply struct {
+	Op    string `json:"op"` // "answer", "ok", "error"
+	SDP   string `json:"sdp,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Event is pushed to a client (subject sfu.client.<session>.<client>, or
+// the WebSocket): which track each pre-negotiated receive slot carries now.
+type Event struct {
+	Op    string       `json:"op"` // "slots"
+	Slots []SlotStatus `json:"slots"`
+}
+
+// SlotStatus is one receive slot, by the transceiver's mid; Track is nil
+// when the slot is idle.
+type SlotStatus struct {
+	Mid   string     `json:"mid"`
+	Track *TrackInfo `json:"track,omitempty"`
+}
+
+// Pose is a client's camera in the scene, used to rank publishers.
+type Pose struct {
+	Position [3]float64 `json:"position"`
+	Forward  [3]float64 `json:"forward"`
+	FOV      float64    `json:"fov"` // radians
+}
+
+// PoseMessage is published on sfu.poses.<session>.
+type PoseMessage struct {
+	Session string `json:"session"`
+	Client  string `json:"client"`
+	Pose    Pose   `json:"pose"`
+}
+
+// TrackEvent is published on sfu.tracks.<session>.
+type TrackEvent struct {
+	Op    string    `json:"op"` // "add", "remove"
+	Track TrackInfo `json:"track"`
+}
+
+// LinkRequest asks the lower-ID node to dial a relay link.
+type LinkRequest struct {
+	From string `json:"from"`
+}
+
+// LinkOffer carries a relay link's offer or answer.
+type LinkOffer struct {
+	From  string `json:"from"`
+	SDP   string `json:"sdp,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+func (n *Node) handleSignal(m *nats.Msg) {
+	var s Signal
+	if err := json.Unmarshal(m.Data, &s); err != nil {
+		b, _ := json.Marshal(Reply{Op: "error", Error: "bad signal: " + err.Error()})
+		_ = m.Respond(b)
+		return
+	}
+	go func() {
+		b, _ := json.Marshal(n.Signal(s))
+		_ = m.Respond(b)
+	}()
+}
+
+// Signal handles one client message and returns the reply.
+func (n *Node) Signal(s Signal) Reply {
+	if err := validName("session", s.Session); err != nil {
+		return Reply{Op: "error", Error: err.Error()}
+	}
+	if err := validName("client", s.Client); err != nil {
+		return Reply{Op: "error", Error: err.Error()}
+	}
+	key := s.Session + "/" + s.Client
+	switch s.Op {
+	case "offer":
+		sdp, err := n.join(s.Session, s.Client, s.SDP)
+		if err != nil {
+			return Reply{Op: "error", Error: err.Error()}
+		}
+		return Reply{Op: "answer", SDP: sdp}
+	case "pose":
+		if s.Pose == nil {
+			return Reply{Op: "error", Error: "pose: missing pose"}
+		}
+		b, _ := json.Marshal(PoseMessage{Session: s.Session, Client: s.Client, Pose: *s.Pose})
+		_ = n.cfg.NC.Publish("sfu.poses."+s.Session, b)
+		return Reply{Op: "ok"}
+	case "leave":
+		n.mu.Lock()
+		p := n.peers[key]
+		n.mu.Unlock()
+		if p != nil {
+			p.close()
+		}
+		return Reply{Op: "ok"}
+	}
+	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
+}
+
+var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10, CheckOrigin: func(*http.Request) bool { return true }}
+
+// Handler serves WebSocket signalling (mount it at /sfu/ws). A client sends
+// Signal messages as JSON text frames, each with its session and client,
+// and receives Reply messages in order, interleaved with Event messages
+// for it. The first offer may go to any node's handler: it asks the
+// manager for the client's node (query parameter site=) and forwards the
+// signals there over the bus, so a browser needs one WebSocket only.
+func (n *Node) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		site := r.URL.Query().Get("site")
+		conn, err := upgrader.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		var wmu sync.Mutex
+		send := func(v any) error {
+			wmu.Lock()
+			defer wmu.Unlock()
+			return conn.WriteJSON(v)
+		}
+		var (
+			target string
+			evSub  *nats.Subscription
+		)
+		defer func() {
+			if evSub != nil {
+				_ = evSub.Unsubscribe()
+			}
+		}()
+		for {
+			var s Signal
+			if err := conn.ReadJSON(&s); err != nil {
+				if target != "" && s.Session != "" {
+					n.forward(target, Signal{Op: "leave", Session: s.Session, Client: s.Client})
+				}
+				return
+			}
+			if target == "" {
+				if err := validName("session", s.Session); err != nil {
+					_ = send(Reply{Op: "error", Error: err.Error()})
+					continue
+				}
+				if err := validName("client", s.Client); err != nil {
+					_ = send(Reply{Op: "error", Error: err.Error()})
+					continue
+				}
+				a, err := RequestJoin(r.Context(), n.cfg.NC, JoinRequest{Session: s.Session, Client: s.Client, Site: site})
+				if err != nil {
+					_ = send(Reply{Op: "error", Error: err.Error()})
+					continue
+				}
+				target = a.Signal
+				evSub, _ = n.cfg.NC.Subscribe(subjectEvents(s.Session, s.Client), func(m *nats.Msg) {
+					var ev Event
+					if json.Unmarshal(m.Data, &ev) == nil {
+						_ = send(ev)
+					}
+				})
+			}
+			if err := send(n.forward(target, s)); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// forward sends a signal to a node over the bus.
+func (n *Node) forward(subject string, s Signal) Reply {
+	if subject == subjectSignal(n.cfg.ID) {
+		return n.Signal(s)
+	}
+	b, _ := json.Marshal(s)
+	m, err := n.cfg.NC.Request(subject, b, 20e9)
+	if err != nil {
+		return Reply{Op: "error", Error: err.Error()}
+	}
+	var rep Reply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return Reply{Op: "error", Error: err.Error()}
+	}
+	return rep
+}
+
+var errNoNode = errors.New("sfu: no SFU node is available")

@@ -1,0 +1,151 @@
+package sfu
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/buffer"
+	"github.com/xrealm/xrealm/sfu/downtrack"
+)
+
+// TrackInfo describes a published track. Key() identifies it on the bus
+// and on relay links.
+type TrackInfo struct {
+	Session string `json:"session"`
+	Client  string `json:"client"`
+	Track   string `json:"track"`
+	Kind    string `json:"kind"` // "audio" or "video"
+	Mime    string `json:"mime"`
+	Node    string `json:"node"` // where the publisher is connected
+}
+
+// Key is "session/client/track".
+func (t TrackInfo) Key() string { return t.Session + "/" + t.Client + "/" + t.Track }
+
+// PointCloud reports whether the track carries point-cloud descriptions.
+func (t TrackInfo) PointCloud() bool { return strings.EqualFold(t.Mime, MimeTypePointCloud) }
+
+// Description is the MDC description index of a point-cloud track named
+// "pc<i>" (pc0, pc1, pc2), or -1.
+func (t TrackInfo) Description() int {
+	if len(t.Track) == 3 && strings.HasPrefix(t.Track, "pc") && t.Track[2] >= '0' && t.Track[2] <= '2' {
+		return int(t.Track[2] - '0')
+	}
+	return -1
+}
+
+// source is one track on this node: published by a local client or
+// relayed from another node. It owns the track's one retransmission
+// buffer and fans packets out to local down tracks and remote nodes.
+type source struct {
+	info  TrackInfo
+	codec webrtc.RTPCodecCapability
+	buf   *buffer.Buffer
+
+	keyframe func() // asks the publisher (or the origin node) for a keyframe
+
+	mu     sync.RWMutex
+	downs  map[*downtrack.DownTrack]struct{}
+	relays map[string]func(key string, pkt []byte) error // node ID → send
+
+	bytes   atomic.Uint64
+	packets atomic.Uint64
+	rate    atomic.Uint64 // bit/s over the last measurement window
+	winAt   time.Time
+	winB    uint64
+}
+
+func newSource(info TrackInfo, keyframe func()) *source {
+	buf, _ := buffer.New(1024)
+	return &source{
+		info: info, codec: webrtc.RTPCodecCapability{MimeType: info.Mime}, buf: buf, keyframe: keyframe,
+		downs: map[*downtrack.DownTrack]struct{}{}, relays: map[string]func(string, []byte) error{},
+	}
+}
+
+// write handles one raw RTP packet of the source.
+func (s *source) write(raw []byte) {
+	var h rtp.Header
+	n, err := h.Unmarshal(raw)
+	if err != nil {
+		return
+	}
+	s.bytes.Add(uint64(len(raw)))
+	s.packets.Add(1)
+	_ = s.buf.Write(h.SequenceNumber, raw)
+	payload := raw[n:]
+	if h.Padding && len(payload) > 0 {
+		p := int(payload[len(payload)-1])
+		if p <= len(payload) {
+			payload = payload[:len(payload)-p]
+		}
+	}
+	key := s.info.Key()
+	s.mu.RLock()
+	for d := range s.downs {
+		_ = d.WriteRTP(&h, payload)
+	}
+	for _, send := range s.relays {
+		_ = send(key, raw)
+	}
+	s.mu.RUnlock()
+}
+
+// measure updates the bitrate over the time since the last call.
+func (s *source) measure(now time.Time) {
+	b := s.bytes.Load()
+	if !s.winAt.IsZero() {
+		if dt := now.Sub(s.winAt).Seconds(); dt > 0 {
+			s.rate.Store(uint64(float64(b-s.winB) * 8 / dt))
+		}
+	}
+	s.winAt, s.winB = now, b
+}
+
+func (s *source) addDown(d *downtrack.DownTrack) {
+	s.mu.Lock()
+	s.downs[d] = struct{}{}
+	s.mu.Unlock()
+}
+
+// removeDown removes d and reports how many down tracks and relays remain.
+func (s *source) removeDown(d *downtrack.DownTrack) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.downs, d)
+	return len(s.downs) + len(s.relays)
+}
+
+func (s *source) addRelay(node string, send func(string, []byte) error) {
+	s.mu.Lock()
+	s.relays[node] = send
+	s.mu.Unlock()
+}
+
+func (s *source) removeRelay(node string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.relays, node)
+	return len(s.downs) + len(s.relays)
+}
+
+func (s *source) relayCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.relays)
+}
+
+func (s *source) downstream() []*downtrack.DownTrack {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*downtrack.DownTrack, 0, len(s.downs))
+	for d := range s.downs {
+		out = append(out, d)
+	}
+	return out
+}
