@@ -1,0 +1,168 @@
+// Tokens. A user signs in by opening any page with ?token=<token>, a token
+// from `xrealm token --user NAME ...` (or another issuer the server
+// trusts). The page keeps it in localStorage ("xrealm.token") and removes
+// it from the address bar. For each scene, the client asks the token
+// endpoint for a scene token, sending the stored token as a Bearer header;
+// the server answers with a token whose role (editor or viewer) follows the
+// scene's settings for that user. Without a stored token the user is an
+// anonymous viewer. ?signout (or the Sign out button) forgets the token.
+
+import { jwtClaims, randomSuffix } from './protocol';
+
+const TOKEN_KEY = 'xrealm.token';
+const NAME_KEY = 'xrealm.displayName';
+
+export interface Defaults {
+  realm: string;
+  persistPath: string;
+  mqttPath: string[];
+  camHeight: number;
+}
+
+export interface SceneSession {
+  realm: string;
+  namespace: string;
+  scene: string;
+  username: string; // the token's sub: MQTT user name
+  token: string;
+  role: 'editor' | 'viewer';
+  userClient: string;
+  camid: string;
+  displayName: string;
+  signedIn: boolean;
+}
+
+export class AuthError extends Error {
+  constructor(message: string, readonly status: number) {
+    super(message);
+  }
+}
+
+/** Takes ?token= and ?signout from the address, then returns the stored token. */
+export function identityToken(): string | null {
+  const url = new URL(location.href);
+  let changed = false;
+  if (url.searchParams.has('signout')) {
+    localStorage.removeItem(TOKEN_KEY);
+    url.searchParams.delete('signout');
+    changed = true;
+  }
+  const t = url.searchParams.get('token');
+  if (t !== null) {
+    if (t.trim()) localStorage.setItem(TOKEN_KEY, t.trim());
+    else localStorage.removeItem(TOKEN_KEY);
+    url.searchParams.delete('token');
+    changed = true;
+  }
+  if (changed) history.replaceState(null, '', url.pathname + url.search + url.hash);
+  return localStorage.getItem(TOKEN_KEY);
+}
+
+export function setIdentityToken(t: string | null) {
+  if (t) localStorage.setItem(TOKEN_KEY, t);
+  else localStorage.removeItem(TOKEN_KEY);
+}
+
+/** The signed-in user's name, from the stored token, or null. */
+export function identity(): { user: string; expires: Date | null; expired: boolean } | null {
+  const t = localStorage.getItem(TOKEN_KEY);
+  if (!t) return null;
+  const c = jwtClaims(t);
+  if (!c?.sub) return null;
+  const expires = c.exp ? new Date(c.exp * 1000) : null;
+  return { user: c.sub, expires, expired: !!expires && expires.getTime() < Date.now() };
+}
+
+export function displayName(): string {
+  let n = localStorage.getItem(NAME_KEY);
+  if (!n) {
+    n = `Guest-${randomSuffix(4)}`;
+    localStorage.setItem(NAME_KEY, n);
+  }
+  return n;
+}
+
+export function setDisplayName(n: string) {
+  localStorage.setItem(NAME_KEY, n.slice(0, 40));
+}
+
+let defaultsCache: Promise<Defaults> | null = null;
+
+/** GET /conf/defaults.json. */
+export function defaults(): Promise<Defaults> {
+  defaultsCache ??= (async () => {
+    const res = await fetch('/conf/defaults.json', { credentials: 'omit' });
+    if (!res.ok) throw new Error(`GET /conf/defaults.json: HTTP ${res.status}`);
+    const j = await res.json();
+    const d = j?.ARENADefaults ?? {};
+    return {
+      realm: typeof d.realm === 'string' ? d.realm : 'realm',
+      persistPath: typeof d.persistPath === 'string' ? d.persistPath : '/persist/',
+      mqttPath: Array.isArray(d.mqttPath) ? d.mqttPath : ['/mqtt/'],
+      camHeight: typeof d.camHeight === 'number' ? d.camHeight : 1.6,
+    };
+  })();
+  defaultsCache.catch(() => (defaultsCache = null));
+  return defaultsCache;
+}
+
+async function errorText(res: Response): Promise<string> {
+  try {
+    const j = await res.json();
+    if (typeof j?.error === 'string') return j.error;
+  } catch {
+    /* not JSON */
+  }
+  return res.statusText || `HTTP ${res.status}`;
+}
+
+/**
+ * Asks POST /user/v2/mqtt_auth for a token for one scene. userClient is
+ * kept across reconnections so that rights tied to it stay valid.
+ */
+export async function sceneToken(ns: string, scene: string, userClient: string, camid: string): Promise<SceneSession> {
+  const d = await defaults();
+  const id = localStorage.getItem(TOKEN_KEY);
+  const name = displayName();
+  const form = new URLSearchParams({
+    username: name,
+    id_auth: id ? 'jwt' : 'anonymous',
+    realm: d.realm,
+    scene: `${ns}/${scene}`,
+    userclient: userClient,
+    camid,
+  });
+  const headers: Record<string, string> = { 'Content-Type': 'application/x-www-form-urlencoded' };
+  if (id) headers.Authorization = `Bearer ${id}`;
+  const res = await fetch('/user/v2/mqtt_auth', { method: 'POST', body: form, headers, credentials: 'same-origin' });
+  if (!res.ok) {
+    const why = await errorText(res);
+    if (res.status === 401 && id) {
+      throw new AuthError(`Your stored sign-in token was refused (${why}). Sign out to continue as a guest, or open the page with ?token=<a new token>.`, 401);
+    }
+    if (res.status === 403) throw new AuthError(`Access denied to ${ns}/${scene}: ${why}`, 403);
+    throw new AuthError(`Token request failed (HTTP ${res.status}): ${why}`, res.status);
+  }
+  const j = await res.json();
+  if (typeof j?.token !== 'string' || typeof j?.username !== 'string') {
+    throw new AuthError('Token endpoint answered without a token', 500);
+  }
+  return {
+    realm: d.realm, namespace: ns, scene,
+    username: j.username, token: j.token,
+    role: j.role === 'editor' ? 'editor' : 'viewer',
+    userClient, camid,
+    displayName: id ? (jwtClaims(id)?.sub ?? name) : name,
+    signedIn: !!id && !String(j.username).startsWith('anonymous-'),
+  };
+}
+
+/** GET under /persist/ with an explicit token (or none), never the cookie. */
+export async function persistGet<T>(path: string, token: string | null): Promise<T> {
+  const d = await defaults();
+  const headers: Record<string, string> = {};
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(d.persistPath.replace(/\/?$/, '/') + path, { headers, credentials: 'omit', cache: 'no-store' });
+  if (!res.ok) throw new AuthError(`GET ${d.persistPath}${path}: ${await errorText(res)}`, res.status);
+  return res.json() as Promise<T>;
+}

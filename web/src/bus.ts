@@ -1,0 +1,176 @@
+// The MQTT-over-WebSocket connection to xrealm: connects with a scene token
+// (user name = the token's sub, password = the token), keeps a last-will
+// presence message, reconnects with exponential backoff (asking for a fresh
+// token each time) and reports its status.
+
+import mqtt, { type MqttClient, type IClientOptions } from 'mqtt';
+import { sceneToken, type SceneSession, AuthError } from './auth';
+import { ProtocolError, parseMessage, parseTopic, type Message, type SceneTopic } from './protocol';
+
+export type Status =
+  | { state: 'connecting'; attempt: number }
+  | { state: 'connected' }
+  | { state: 'reconnecting'; inSeconds: number; attempt: number; reason: string }
+  | { state: 'failed'; reason: string };
+
+export interface BusHandlers {
+  /** Each connection (first and after every reconnect), once subscribed. */
+  onConnected(session: SceneSession, first: boolean): void | Promise<void>;
+  /** A valid message on the scene. */
+  onMessage(t: SceneTopic, m: Message): void;
+  onStatus(s: Status): void;
+  /** The connect message of this connection's presence, and its last will. */
+  presence(session: SceneSession): { join: [string, Message]; will: [string, Message] };
+}
+
+const MAX_BACKOFF_S = 30;
+
+export class Bus {
+  session: SceneSession | null = null;
+  private client: MqttClient | null = null;
+  private attempt = 0;
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private stopped = false;
+  private everConnected = false;
+  /** Invalid messages received (for tests and the debug console). */
+  invalid = 0;
+
+  constructor(
+    readonly ns: string,
+    readonly scene: string,
+    readonly userClient: string,
+    readonly camid: string,
+    private h: BusHandlers,
+  ) {}
+
+  start() {
+    this.connect();
+  }
+
+  get connected(): boolean {
+    return !!this.client?.connected;
+  }
+
+  private async connect() {
+    if (this.stopped) return;
+    this.attempt++;
+    this.h.onStatus({ state: 'connecting', attempt: this.attempt });
+    let session: SceneSession;
+    try {
+      session = await sceneToken(this.ns, this.scene, this.userClient, this.camid);
+    } catch (e) {
+      // A refusal (403, a bad stored token) will not heal by retrying.
+      if (e instanceof AuthError && (e.status === 403 || e.status === 401 || e.status === 400)) {
+        this.h.onStatus({ state: 'failed', reason: e.message });
+        return;
+      }
+      this.retry(`token request failed: ${(e as Error).message}`);
+      return;
+    }
+    if (this.stopped) return;
+    this.session = session;
+    const { join, will } = this.h.presence(session);
+    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/mqtt`;
+    const opts: IClientOptions = {
+      clientId: this.userClient,
+      username: session.username,
+      password: session.token,
+      protocolVersion: 4,
+      clean: true,
+      keepalive: 20,
+      reconnectPeriod: 0, // reconnection is ours: it needs a fresh token
+      connectTimeout: 10_000,
+      will: { topic: will[0], payload: JSON.stringify(will[1]) as unknown as Buffer, qos: 0, retain: false },
+    };
+    const c = mqtt.connect(url, opts);
+    this.client = c;
+    let opened = false;
+    c.on('connect', async () => {
+      opened = true;
+      this.attempt = 0;
+      const base = `${session.realm}/s/${session.namespace}/${session.scene}`;
+      try {
+        await c.subscribeAsync(`${base}/#`, { qos: 1 });
+      } catch (e) {
+        console.error('xrealm: subscribe failed', e);
+        c.end(true);
+        return;
+      }
+      this.publish(join[0], join[1]);
+      this.h.onStatus({ state: 'connected' });
+      const first = !this.everConnected;
+      this.everConnected = true;
+      await this.h.onConnected(session, first);
+    });
+    c.on('message', (topic, payload) => this.receive(topic, payload));
+    c.on('error', (err) => {
+      // Refused CONNECT (bad token) or a transport error; 'close' follows.
+      console.warn('xrealm: MQTT error:', err.message);
+    });
+    c.on('close', () => {
+      if (this.client !== c) return;
+      this.client = null;
+      c.removeAllListeners('message');
+      c.end(true);
+      this.retry(opened ? 'connection lost' : 'could not connect');
+    });
+  }
+
+  private retry(reason: string) {
+    if (this.stopped || this.timer) return;
+    const base = Math.min(MAX_BACKOFF_S, 2 ** Math.min(this.attempt, 5) / 2);
+    const delay = base * (0.75 + Math.random() * 0.5);
+    this.h.onStatus({ state: 'reconnecting', inSeconds: Math.round(delay), attempt: this.attempt, reason });
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.connect();
+    }, delay * 1000);
+  }
+
+  /** Drops the connection as a network failure would (no DISCONNECT, so the will fires). */
+  dropForTest() {
+    (this.client as unknown as { stream?: { destroy(): void } })?.stream?.destroy();
+  }
+
+  private receive(topic: string, payload: Uint8Array) {
+    let t: SceneTopic, m: Message;
+    try {
+      t = parseTopic(topic);
+      m = parseMessage(t, payload);
+    } catch (e) {
+      if (!(e instanceof ProtocolError)) throw e;
+      this.invalid++;
+      const text = new TextDecoder().decode(payload.slice(0, 200));
+      console.warn(`xrealm: ignored an invalid message on ${topic}: ${e.message}; payload ${JSON.stringify(text)}`);
+      return;
+    }
+    // Messages addressed to another client are not ours.
+    if (t.toUid && t.toUid !== this.userClient && t.toUid !== this.camid) return;
+    try {
+      this.h.onMessage(t, m);
+    } catch (e) {
+      this.invalid++;
+      console.warn(`xrealm: a message on ${topic} could not be applied:`, e);
+    }
+  }
+
+  /** Publishes a message; QoS 1 for persisted object messages. Resolves once sent (QoS 1: acknowledged). */
+  publish(topic: string, m: Message, qos: 0 | 1 = m.persist ? 1 : 0): Promise<void> {
+    const c = this.client;
+    if (!c?.connected) return Promise.reject(new Error('not connected'));
+    const payload = JSON.stringify({ ...m, timestamp: new Date().toISOString() });
+    return c.publishAsync(topic, payload, { qos }).then(() => undefined);
+  }
+
+  /** Leaves: sends the leave message (the will would say the same) and disconnects. */
+  stop(leave?: [string, Message]) {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    const c = this.client;
+    this.client = null;
+    if (c?.connected && leave) {
+      c.publish(leave[0], JSON.stringify(leave[1]), { qos: 0 });
+    }
+    c?.end(false);
+  }
+}

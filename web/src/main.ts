@@ -1,0 +1,35 @@
+// Entry point: picks the page from the path.
+//   /                          scene list
+//   /{namespace}/{scene}       viewer
+//   /{namespace}/{scene}/edit  editor
+import './style.css';
+import { defaults, identityToken } from './auth';
+import { showError } from './ui';
+
+async function main() {
+  identityToken(); // takes ?token= / ?signout from the address
+  const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
+  try {
+    if (parts.length === 0) {
+      const { startSceneList } = await import('./scenelist');
+      await startSceneList();
+      return;
+    }
+    if (parts.length === 2 || (parts.length === 3 && parts[2] === 'edit')) {
+      const d = await defaults();
+      const { startViewer } = await import('./viewer');
+      const v = await startViewer(parts[0], parts[1], parts[2] === 'edit' ? 'edit' : 'view', d.camHeight);
+      if (parts[2] === 'edit') {
+        const { startEditor } = await import('./editor');
+        startEditor(v);
+      }
+      return;
+    }
+    showError(`No page at ${location.pathname}. Scenes are at /namespace/scene.`, [{ label: 'Scene list', run: () => (location.href = '/') }]);
+  } catch (e) {
+    console.error(e);
+    showError(`xrealm could not start: ${(e as Error).message}`, [{ label: 'Reload', run: () => location.reload() }]);
+  }
+}
+
+main();

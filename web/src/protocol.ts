@@ -1,0 +1,300 @@
+// ARENA scene protocol as xrealm speaks it (docs/protocol.md): topics,
+// the message envelope, validity, and the deep merge used to apply
+// updates. Pure functions, no DOM: unit-tested in Node.
+
+export type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+export type JsonObject = { [k: string]: Json };
+
+export const ACTIONS = ['create', 'update', 'delete', 'clientEvent', 'join', 'leave'] as const;
+export type Action = (typeof ACTIONS)[number];
+
+export const MSG_TYPES = ['x', 'c', 'u', 'o', 'r', 'e', 'p', 'd'] as const;
+export type MsgType = (typeof MSG_TYPES)[number];
+
+/** A parsed scene topic {realm}/s/{ns}/{scene}/{msgType}/{userClient}/{id}[/{toUid}]. */
+export interface SceneTopic {
+  realm: string;
+  namespace: string;
+  scene: string;
+  msgType: MsgType;
+  userClient: string;
+  id: string;
+  toUid?: string;
+}
+
+/** The ARENA message envelope. */
+export interface Message {
+  object_id: string;
+  action: Action;
+  type?: string;
+  persist?: boolean;
+  ttl?: number;
+  private?: boolean;
+  overwrite?: boolean;
+  data?: JsonObject;
+  timestamp?: string;
+}
+
+/** A stored object as GET /persist/{ns}/{scene} returns it. */
+export interface StoredObject {
+  object_id: string;
+  type: string;
+  attributes: JsonObject;
+  [k: string]: unknown;
+}
+
+export class ProtocolError extends Error {}
+
+export function isObject(v: unknown): v is JsonObject {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+/** Parses a scene topic; throws ProtocolError naming the problem. */
+export function parseTopic(topic: string): SceneTopic {
+  const lv = topic.split('/');
+  if (lv.length < 7 || lv.length > 8) {
+    throw new ProtocolError(`topic ${JSON.stringify(topic)}: ${lv.length} levels, a scene topic has 7 or 8`);
+  }
+  if (lv[1] !== 's') throw new ProtocolError(`topic ${JSON.stringify(topic)}: not a scene topic`);
+  if (!(MSG_TYPES as readonly string[]).includes(lv[4])) {
+    throw new ProtocolError(`topic ${JSON.stringify(topic)}: unknown message type ${JSON.stringify(lv[4])}`);
+  }
+  for (const l of lv) {
+    if (l === '') throw new ProtocolError(`topic ${JSON.stringify(topic)}: empty level`);
+    if (/[+#]/.test(l)) throw new ProtocolError(`topic ${JSON.stringify(topic)}: wildcard in a level`);
+  }
+  const t: SceneTopic = {
+    realm: lv[0], namespace: lv[2], scene: lv[3], msgType: lv[4] as MsgType, userClient: lv[5], id: lv[6],
+  };
+  if (lv.length === 8) t.toUid = lv[7];
+  return t;
+}
+
+export function sceneBase(realm: string, ns: string, scene: string): string {
+  return `${realm}/s/${ns}/${scene}`;
+}
+
+export function topicFor(base: string, msgType: MsgType, userClient: string, id: string, toUid?: string): string {
+  return `${base}/${msgType}/${userClient}/${id}` + (toUid ? `/${toUid}` : '');
+}
+
+/** A name usable as a topic level and an object id: no '/', '+', '#', no spaces or control characters. */
+export function validId(id: unknown): id is string {
+  return typeof id === 'string' && id.length > 0 && id.length <= 200 && !/[/+#\s\u0000-\u001f]/.test(id);
+}
+
+/** A namespace or scene name the server accepts. */
+export function validSceneName(s: string): boolean {
+  return /^[A-Za-z0-9_-][A-Za-z0-9_@-]{0,63}$/.test(s);
+}
+
+/**
+ * Checks that payload, received on topic t, is a valid ARENA message, by
+ * the same rules as the server's scene.Parse: a JSON object with a known
+ * action whose object_id equals the topic's id level, and typed optional
+ * fields. Throws ProtocolError.
+ */
+export function parseMessage(t: SceneTopic | null, payload: string | Uint8Array): Message {
+  const text = typeof payload === 'string' ? payload : new TextDecoder().decode(payload);
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new ProtocolError(`malformed JSON: ${(e as Error).message}`);
+  }
+  return checkMessage(t, v);
+}
+
+export function checkMessage(t: SceneTopic | null, v: unknown): Message {
+  if (!isObject(v)) throw new ProtocolError('not a JSON object');
+  const m = v as Record<string, unknown>;
+  if (typeof m.object_id !== 'string' || m.object_id === '') throw new ProtocolError('object_id missing or not a string');
+  if (t && m.object_id !== t.id) {
+    throw new ProtocolError(`object_id ${JSON.stringify(m.object_id)} does not equal the topic id ${JSON.stringify(t.id)}`);
+  }
+  if (typeof m.action !== 'string' || !(ACTIONS as readonly string[]).includes(m.action)) {
+    throw new ProtocolError(`unknown action ${JSON.stringify(m.action)}`);
+  }
+  if (m.type != null && typeof m.type !== 'string') throw new ProtocolError('type is not a string');
+  for (const k of ['persist', 'private', 'overwrite']) {
+    if (m[k] != null && typeof m[k] !== 'boolean') throw new ProtocolError(`${k} is not true or false`);
+  }
+  if (m.ttl != null) {
+    const n = typeof m.ttl === 'string' ? Number(m.ttl) : m.ttl;
+    if (typeof n !== 'number' || !Number.isFinite(n) || n < 0) throw new ProtocolError('ttl is not a positive number');
+    m.ttl = n;
+  }
+  if (m.data != null && !isObject(m.data)) throw new ProtocolError('data is not a JSON object');
+  if (m.data === null) delete m.data;
+  return m as unknown as Message;
+}
+
+/**
+ * Applies delta to dst in place, as the server applies an update: a null
+ * value removes the key; where both hold an object, they merge recursively;
+ * anything else (scalars, arrays) replaces. Objects taken from delta are
+ * copied without their nulls.
+ */
+export function merge(dst: JsonObject, delta: JsonObject): JsonObject {
+  for (const [k, v] of Object.entries(delta)) {
+    if (v === null) {
+      delete dst[k];
+    } else if (isObject(v)) {
+      const cur = dst[k];
+      if (isObject(cur)) merge(cur, v);
+      else dst[k] = merge({}, v);
+    } else {
+      dst[k] = Array.isArray(v) ? structuredClone(v) : v;
+    }
+  }
+  return dst;
+}
+
+/** A deep copy of o without null members (what a create stores). */
+export function clean(o: JsonObject): JsonObject {
+  return merge({}, o);
+}
+
+/**
+ * Orders objects so that every parent comes before its children. Objects
+ * whose parent is missing keep their place after the others; cycles are
+ * broken (and reported through the callback).
+ */
+export function parentsFirst<T extends { object_id: string; parent?: string | null }>(
+  objs: T[], onCycle?: (id: string) => void,
+): T[] {
+  const byId = new Map(objs.map((o) => [o.object_id, o]));
+  const out: T[] = [];
+  const state = new Map<string, 1 | 2>(); // 1 visiting, 2 done
+  const visit = (o: T) => {
+    const s = state.get(o.object_id);
+    if (s === 2) return;
+    if (s === 1) {
+      onCycle?.(o.object_id);
+      return;
+    }
+    state.set(o.object_id, 1);
+    const p = o.parent ? byId.get(o.parent) : undefined;
+    if (p && p !== o) visit(p);
+    state.set(o.object_id, 2);
+    out.push(o);
+  };
+  objs.forEach(visit);
+  return out;
+}
+
+/** The parent id named by an object's attributes, if any. */
+export function parentOf(data: JsonObject | undefined): string | undefined {
+  const p = data?.parent;
+  return typeof p === 'string' && p !== '' ? p : undefined;
+}
+
+/** Ids of id's descendants among objs (by data.parent), deepest last. */
+export function descendants(id: string, objs: Iterable<{ id: string; data: JsonObject }>): string[] {
+  const children = new Map<string, string[]>();
+  for (const o of objs) {
+    const p = parentOf(o.data);
+    if (p) (children.get(p) ?? children.set(p, []).get(p)!).push(o.id);
+  }
+  const out: string[] = [];
+  const seen = new Set([id]);
+  const walk = (x: string) => {
+    for (const c of children.get(x) ?? []) {
+      if (seen.has(c)) continue;
+      seen.add(c);
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(id);
+  return out;
+}
+
+/**
+ * Reads an exported scene or any list of objects to import: an array of
+ * stored objects ({object_id, type, attributes}) or of ARENA messages
+ * ({object_id, type, data}). Returns the objects, parents first, or throws
+ * ProtocolError naming the first bad entry.
+ */
+export function parseImport(text: string): { object_id: string; type: string; data: JsonObject }[] {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new ProtocolError(`not JSON: ${(e as Error).message}`);
+  }
+  if (isObject(v) && Array.isArray(v.objects)) v = v.objects;
+  if (!Array.isArray(v)) throw new ProtocolError('expected a JSON array of objects');
+  const seen = new Set<string>();
+  const out = v.map((e, i) => {
+    if (!isObject(e)) throw new ProtocolError(`entry ${i}: not an object`);
+    if (!validId(e.object_id)) throw new ProtocolError(`entry ${i}: object_id missing or not a valid id`);
+    if (seen.has(e.object_id)) throw new ProtocolError(`entry ${i}: duplicate object_id ${JSON.stringify(e.object_id)}`);
+    seen.add(e.object_id);
+    const data = e.attributes ?? e.data;
+    if (!isObject(data)) throw new ProtocolError(`entry ${i} (${e.object_id}): attributes/data is not an object`);
+    if (e.type != null && typeof e.type !== 'string') throw new ProtocolError(`entry ${i} (${e.object_id}): type is not a string`);
+    return { object_id: e.object_id, type: (e.type as string) || 'object', data: clean(data), parent: parentOf(data) };
+  });
+  return parentsFirst(out).map(({ object_id, type, data }) => ({ object_id, type, data }));
+}
+
+/**
+ * Checks the raw JSON of one object as the editor sends it:
+ * {object_id, type, data}. Returns the parsed object or throws.
+ */
+export function parseObjectJSON(text: string): { object_id: string; type: string; data: JsonObject } {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new ProtocolError(`not JSON: ${(e as Error).message}`);
+  }
+  if (!isObject(v)) throw new ProtocolError('expected a JSON object {"object_id", "type", "data"}');
+  if (!validId(v.object_id)) throw new ProtocolError('object_id must be a non-empty string without "/", "+", "#" or spaces');
+  const type = v.type ?? 'object';
+  if (typeof type !== 'string') throw new ProtocolError('type must be a string');
+  const data = v.data ?? v.attributes;
+  if (!isObject(data)) throw new ProtocolError('data must be a JSON object');
+  if (type === 'object' && typeof data.object_type !== 'string') {
+    throw new ProtocolError('data.object_type must be a string (box, sphere, gltf-model, ...)');
+  }
+  if (data.parent != null && !validId(data.parent)) throw new ProtocolError('data.parent must be an object id');
+  if (data.parent === v.object_id) throw new ProtocolError('an object cannot be its own parent');
+  for (const k of ['position', 'scale']) {
+    if (data[k] != null) checkVec(data[k], k, ['x', 'y', 'z']);
+  }
+  if (data.rotation != null) checkVec(data.rotation, 'rotation', ['x', 'y', 'z']);
+  return { object_id: v.object_id, type, data };
+}
+
+function checkVec(v: Json, name: string, keys: string[]) {
+  if (!isObject(v)) throw new ProtocolError(`${name} must be an object {x, y, z}`);
+  for (const k of keys) {
+    if (typeof v[k] !== 'number' || !Number.isFinite(v[k] as number)) {
+      throw new ProtocolError(`${name}.${k} must be a number`);
+    }
+  }
+  if (v.w != null && typeof v.w !== 'number') throw new ProtocolError(`${name}.w must be a number`);
+}
+
+/** A random id suffix of n base-36 characters. */
+export function randomSuffix(n = 6): string {
+  const a = new Uint8Array(n);
+  crypto.getRandomValues(a);
+  return Array.from(a, (b) => (b % 36).toString(36)).join('');
+}
+
+/** Reads the claims of a JWT without checking it (the server does). */
+export function jwtClaims(token: string): { sub?: string; exp?: number; publ?: string[]; subs?: string[] } | null {
+  const parts = token.split('.');
+  if (parts.length !== 3) return null;
+  try {
+    const b64 = parts[1].replace(/-/g, '+').replace(/_/g, '/');
+    const json = atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4));
+    const c = JSON.parse(json);
+    return isObject(c) ? (c as ReturnType<typeof jwtClaims>) : null;
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,255 @@
+// The scene's objects: a model that applies create/update/delete by the
+// server's rules, and a renderer that keeps one A-Frame entity per object.
+
+import { AFRAME, THREE } from './aframe';
+import {
+  clean, descendants, isObject, merge, parentOf, parentsFirst,
+  type Json, type JsonObject, type Message, type StoredObject,
+} from './protocol';
+
+export interface SceneObject {
+  id: string;
+  type: string;
+  data: JsonObject;
+}
+
+export type ModelEvent = { kind: 'set'; obj: SceneObject; prev?: SceneObject } | { kind: 'delete'; id: string } | { kind: 'reset' };
+
+/** Objects of one scene, changed by bus messages with the server's rules. */
+export class SceneModel {
+  readonly objects = new Map<string, SceneObject>();
+  private listeners: ((e: ModelEvent) => void)[] = [];
+
+  on(f: (e: ModelEvent) => void) {
+    this.listeners.push(f);
+  }
+
+  private emit(e: ModelEvent) {
+    for (const f of this.listeners) f(e);
+  }
+
+  /**
+   * Applies an object message: create replaces (upsert); update merges
+   * (null removes a key) or, with overwrite, replaces; an update of an
+   * unknown object is ignored, as the server ignores it; delete removes the
+   * object and its descendants. Other actions do nothing here.
+   */
+  apply(m: Message) {
+    switch (m.action) {
+      case 'create':
+        this.set({ id: m.object_id, type: m.type || 'object', data: clean(m.data ?? {}) });
+        break;
+      case 'update': {
+        const cur = this.objects.get(m.object_id);
+        if (!cur) {
+          console.debug(`xrealm: update of unknown object ${m.object_id} ignored`);
+          return;
+        }
+        const next: SceneObject = m.overwrite
+          ? { id: cur.id, type: m.type || cur.type, data: clean(m.data ?? {}) }
+          : { id: cur.id, type: cur.type, data: merge(structuredClone(cur.data), m.data ?? {}) };
+        this.set(next, cur);
+        break;
+      }
+      case 'delete':
+        this.delete(m.object_id);
+        break;
+    }
+  }
+
+  private set(obj: SceneObject, prev = this.objects.get(obj.id)) {
+    if (parentOf(obj.data) === obj.id) delete obj.data.parent;
+    this.objects.set(obj.id, obj);
+    this.emit({ kind: 'set', obj, prev });
+  }
+
+  delete(id: string) {
+    if (!this.objects.has(id)) return;
+    const all = [id, ...descendants(id, this.objects.values())];
+    for (const x of all.reverse()) {
+      this.objects.delete(x);
+      this.emit({ kind: 'delete', id: x });
+    }
+  }
+
+  /** Replaces the whole state with a persisted snapshot, parents first. */
+  load(stored: StoredObject[]) {
+    for (const id of [...this.objects.keys()]) {
+      if (!stored.some((s) => s.object_id === id)) this.delete(id);
+    }
+    const list = parentsFirst(
+      stored
+        .filter((s) => typeof s?.object_id === 'string' && isObject(s.attributes))
+        .map((s) => ({ object_id: s.object_id, type: s.type || 'object', data: s.attributes, parent: parentOf(s.attributes) })),
+      (id) => console.warn(`xrealm: parent cycle through ${id}`),
+    );
+    for (const s of list) {
+      const cur = this.objects.get(s.object_id);
+      const obj = { id: s.object_id, type: s.type, data: clean(s.data) };
+      if (cur && JSON.stringify(cur.data) === JSON.stringify(obj.data) && cur.type === obj.type) continue;
+      this.set(obj, cur);
+    }
+  }
+
+  children(id: string | undefined): SceneObject[] {
+    return [...this.objects.values()].filter((o) => parentOf(o.data) === id);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Rendering
+
+const num = (v: Json | undefined, d: number) => (typeof v === 'number' && Number.isFinite(v) ? v : d);
+
+function vec3(v: Json | undefined, d: number): { x: number; y: number; z: number } {
+  if (isObject(v)) return { x: num(v.x, d), y: num(v.y, d), z: num(v.z, d) };
+  return { x: d, y: d, z: d };
+}
+
+/** ARENA rotation: {x,y,z,w} is a quaternion, {x,y,z} Euler degrees. Returns Euler degrees (A-Frame's YXZ order). */
+export function rotationDegrees(v: Json | undefined): { x: number; y: number; z: number } {
+  if (!isObject(v)) return { x: 0, y: 0, z: 0 };
+  if (typeof v.w === 'number') {
+    const q = new THREE.Quaternion(num(v.x, 0), num(v.y, 0), num(v.z, 0), num(v.w, 1));
+    if (q.lengthSq() === 0) return { x: 0, y: 0, z: 0 };
+    q.normalize();
+    const e = new THREE.Euler().setFromQuaternion(q, 'YXZ');
+    const deg = THREE.MathUtils.radToDeg;
+    return { x: deg(e.x), y: deg(e.y), z: deg(e.z) };
+  }
+  return vec3(v, 0);
+}
+
+const GEOMETRY_ALIASES: Record<string, string> = { cube: 'box', torusKnot: 'torusKnot', 'torus-knot': 'torusKnot' };
+const PRIMITIVES = new Set(['box', 'sphere', 'cylinder', 'cone', 'plane', 'circle', 'ring', 'torus', 'torusKnot',
+  'dodecahedron', 'icosahedron', 'octahedron', 'tetrahedron', 'triangle']);
+const LIGHT_KEYS = ['type', 'color', 'intensity', 'distance', 'decay', 'angle', 'penumbra', 'groundColor', 'castShadow', 'target'];
+const PASSTHROUGH = ['animation', 'shadow'];
+
+export function isClickable(data: JsonObject): boolean {
+  const c = data['click-listener'];
+  if (c === undefined || c === null || c === false) return false;
+  if (isObject(c)) return c.enabled !== false;
+  return c !== 'false';
+}
+
+/** The A-Frame components that render one object. */
+export function components(obj: SceneObject): Record<string, unknown> {
+  const d = obj.data;
+  const out: Record<string, unknown> = {};
+  const kind = typeof d.object_type === 'string' ? d.object_type : 'entity';
+  out.position = vec3(d.position, 0);
+  out.rotation = rotationDegrees(d.rotation);
+  out.scale = vec3(d.scale, 1);
+  if (d.visible === false) out.visible = false;
+
+  const material: Record<string, unknown> = isObject(d.material) ? { ...d.material } : {};
+  if (typeof d.color === 'string' && material.color === undefined) material.color = d.color;
+  if (typeof d.opacity === 'number' && material.opacity === undefined) material.opacity = d.opacity;
+  if (typeof material.opacity === 'number' && material.opacity < 1 && material.transparent === undefined) material.transparent = true;
+
+  const prim = GEOMETRY_ALIASES[kind] ?? kind;
+  if (PRIMITIVES.has(prim)) {
+    const g: Record<string, unknown> = { primitive: prim };
+    const schema = AFRAME.geometries[prim]?.schema ?? {};
+    for (const k of Object.keys(schema)) if (d[k] !== undefined && k !== 'primitive') g[k] = d[k];
+    if (isObject(d.geometry)) Object.assign(g, d.geometry, { primitive: prim });
+    out.geometry = g;
+    out.material = material;
+  } else if (kind === 'image') {
+    out.geometry = { primitive: 'plane', width: num(d.width, 1), height: num(d.height, 1) };
+    const src = typeof d.url === 'string' ? d.url : typeof d.src === 'string' ? d.src : '';
+    out.material = { shader: 'flat', side: 'double', transparent: true, ...material, src: src ? `url(${src})` : '' };
+  } else if (kind === 'gltf-model') {
+    const src = typeof d.url === 'string' ? d.url : typeof d.src === 'string' ? d.src : '';
+    if (src) out['gltf-model'] = `url(${src})`;
+  } else if (kind === 'text') {
+    const t = isObject(d.text) ? d.text : {};
+    const value = typeof d.value === 'string' ? d.value : typeof d.text === 'string' ? d.text : typeof t.value === 'string' ? t.value : '';
+    const color = typeof d.color === 'string' ? d.color : typeof t.color === 'string' ? t.color : typeof material.color === 'string' ? material.color : '#ffffff';
+    out['xr-text'] = {
+      value, color,
+      width: num(d.width, num(t.width as Json, 2)),
+      align: typeof d.align === 'string' ? d.align : typeof t.align === 'string' ? t.align : 'center',
+      background: typeof d.background === 'string' ? d.background : '',
+    };
+  } else if (kind === 'light') {
+    const src: JsonObject = isObject(d.light) ? d.light : d;
+    const l: Record<string, unknown> = {};
+    for (const k of LIGHT_KEYS) if (src[k] !== undefined && src[k] !== null && !isObject(src[k])) l[k] = src[k];
+    out.light = l;
+  } else if (kind !== 'entity' && kind !== 'camera') {
+    console.warn(`xrealm: object ${obj.id}: unknown object_type ${JSON.stringify(kind)}, shown as an empty entity`);
+  }
+  for (const k of PASSTHROUGH) if (isObject(d[k]) || typeof d[k] === 'string') out[k] = d[k];
+  return out;
+}
+
+type XrEl = HTMLElement & { setAttribute(n: string, v: unknown, clobber?: boolean): void; object3D: any; _xrComps?: Set<string> };
+
+/** Keeps one A-Frame entity per model object under root. */
+export class Renderer {
+  readonly els = new Map<string, XrEl>();
+  private orphans: HTMLElement;
+
+  constructor(private model: SceneModel, private root: HTMLElement) {
+    this.orphans = document.createElement('a-entity');
+    this.orphans.setAttribute('visible', 'false');
+    this.orphans.dataset.role = 'orphans';
+    root.appendChild(this.orphans);
+    model.on((e) => this.onChange(e));
+  }
+
+  private onChange(e: ModelEvent) {
+    if (e.kind === 'delete') {
+      const el = this.els.get(e.id);
+      this.els.delete(e.id);
+      if (el) {
+        // Children still in the model wait for a parent again.
+        for (const c of [...el.children]) if ((c as HTMLElement).dataset?.objectId) this.orphans.appendChild(c);
+        el.remove();
+      }
+      return;
+    }
+    if (e.kind === 'set') this.render(e.obj);
+  }
+
+  private render(obj: SceneObject) {
+    // Only scene objects are drawn; scene-options, programs, ... are not.
+    if (obj.type !== 'object') {
+      const old = this.els.get(obj.id);
+      if (old) {
+        old.remove();
+        this.els.delete(obj.id);
+      }
+      return;
+    }
+    let el = this.els.get(obj.id);
+    if (!el) {
+      el = document.createElement('a-entity') as XrEl;
+      el.dataset.objectId = obj.id;
+      this.els.set(obj.id, el);
+    }
+    const want = components(obj);
+    const prev = el._xrComps ?? new Set<string>();
+    for (const k of prev) if (!(k in want)) el.removeAttribute(k);
+    for (const [k, v] of Object.entries(want)) {
+      if (typeof v === 'object' && v !== null) el.setAttribute(k, v, true);
+      else el.setAttribute(k, v as string);
+    }
+    el._xrComps = new Set(Object.keys(want));
+    el.classList.toggle('clickable', isClickable(obj.data));
+    el.dataset.objectType = typeof obj.data.object_type === 'string' ? obj.data.object_type : 'entity';
+
+    const pid = parentOf(obj.data);
+    const parentEl = pid ? this.els.get(pid) : this.root;
+    const target = parentEl ?? this.orphans;
+    if (el.parentElement !== target) target.appendChild(el);
+    // Objects waiting for this one move in.
+    for (const c of [...this.orphans.children] as HTMLElement[]) {
+      const cid = c.dataset.objectId;
+      const co = cid ? this.model.objects.get(cid) : undefined;
+      if (co && parentOf(co.data) === obj.id) el.appendChild(c);
+    }
+  }
+}

@@ -1,0 +1,118 @@
+// The scene list at /: the scenes the user may read, and a form that
+// creates a scene in the signed-in user's namespace.
+
+import mqtt from 'mqtt';
+import { identity, persistGet, sceneToken, setIdentityToken } from './auth';
+import { randomSuffix, topicFor, validSceneName } from './protocol';
+import { h, showError, clearError } from './ui';
+
+async function listScenes(): Promise<string[]> {
+  const me = identity();
+  const token = localStorage.getItem('xrealm.token');
+  // Public scenes (no token), plus those the signed-in user's token may read.
+  const lists = await Promise.allSettled([
+    persistGet<string[]>('!allscenes', null),
+    me && !me.expired && token ? persistGet<string[]>('!allscenes', token) : Promise.resolve([]),
+  ]);
+  const out = new Set<string>();
+  const errors: string[] = [];
+  for (const l of lists) {
+    if (l.status === 'fulfilled' && Array.isArray(l.value)) l.value.forEach((s) => typeof s === 'string' && out.add(s));
+    else if (l.status === 'rejected') errors.push((l.reason as Error).message);
+  }
+  if (errors.length && out.size === 0) throw new Error(errors.join('; '));
+  return [...out].sort();
+}
+
+/**
+ * Creates a scene by storing its scene-options object: a scene exists in
+ * xrealm once it has a persisted object. Resolves when the server stored it.
+ */
+async function createScene(ns: string, scene: string): Promise<void> {
+  const userClient = `xr-${randomSuffix(8)}`;
+  const s = await sceneToken(ns, scene, userClient, `camera_${userClient}`);
+  if (s.role !== 'editor') throw new Error(`your token may not edit ${ns}/${scene} (role ${s.role})`);
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/mqtt`;
+  const c = mqtt.connect(url, { clientId: userClient, username: s.username, password: s.token, reconnectPeriod: 0, connectTimeout: 10_000 });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      c.once('connect', () => resolve());
+      c.once('error', reject);
+      c.once('close', () => reject(new Error('connection closed')));
+    });
+    const base = `${s.realm}/s/${ns}/${scene}`;
+    await c.publishAsync(topicFor(base, 'o', userClient, 'scene-options'), JSON.stringify({
+      object_id: 'scene-options', action: 'create', type: 'scene-options', persist: true,
+      data: { 'scene-options': { sceneHeadModels: [] }, 'env-presets': { preset: 'none' } },
+    }), { qos: 1 });
+  } finally {
+    c.end();
+  }
+}
+
+export async function startSceneList() {
+  document.title = 'Scenes · xrealm';
+  const app = document.getElementById('app')!;
+  const me = identity();
+  const list = h('ul', { id: 'scene-list', class: 'scene-list' }, h('li', {}, 'Loading…'));
+  const tokenInput = h('input', { id: 'token-input', placeholder: 'paste a token from `xrealm token`', size: 40 });
+  const signIn = me
+    ? h('p', { id: 'signed-in' }, `Signed in as `, h('b', {}, me.user),
+      me.expires ? ` (token ${me.expired ? 'expired' : 'valid until'} ${me.expires.toLocaleString()})` : '', ' ',
+      h('button', { onclick: () => { setIdentityToken(null); location.reload(); } }, 'Sign out'))
+    : h('form', {
+      id: 'sign-in',
+      onsubmit: (e: Event) => {
+        e.preventDefault();
+        if (tokenInput.value.trim()) {
+          setIdentityToken(tokenInput.value.trim());
+          location.reload();
+        }
+      },
+    }, 'You are a guest (anonymous viewer). To sign in, open any page with ', h('code', {}, '?token=<token>'),
+    ' or paste one: ', tokenInput, h('button', { type: 'submit' }, 'Sign in'));
+
+  const nameInput = h('input', { id: 'new-scene-name', placeholder: 'scene name', pattern: '[A-Za-z0-9_@-]+', required: true, size: 16 });
+  const createMsg = h('span', { id: 'new-scene-msg' });
+  const createForm = h('form', {
+    id: 'new-scene',
+    onsubmit: async (e: Event) => {
+      e.preventDefault();
+      const cur = identity();
+      if (!cur) return;
+      const name = nameInput.value.trim();
+      if (!validSceneName(name)) {
+        createMsg.textContent = 'Use letters, digits, "-", "_" or "@" (at most 64).';
+        return;
+      }
+      createMsg.textContent = 'Creating…';
+      try {
+        await createScene(cur.user, name);
+        location.href = `/${encodeURIComponent(cur.user)}/${encodeURIComponent(name)}/edit`;
+      } catch (err) {
+        createMsg.textContent = `Could not create ${cur.user}/${name}: ${(err as Error).message}`;
+      }
+    },
+  }, me ? `New scene in ${me.user}/ ` : '', nameInput, h('button', { type: 'submit', disabled: !me || me.expired }, 'Create scene'), createMsg);
+  if (!me) createForm.append(h('p', { class: 'hint' }, 'Sign in to create scenes in your namespace.'));
+
+  app.replaceChildren(h('main', { class: 'page' },
+    h('h1', {}, 'xrealm scenes'),
+    signIn,
+    h('section', {}, h('h2', {}, 'Create'), createForm),
+    h('section', {}, h('h2', {}, 'Scenes you can open'), list),
+    h('p', { class: 'hint' }, 'Any scene can be opened at /namespace/scene, also before it has objects; scenes in the "public" namespace are open to everyone.'),
+  ));
+  try {
+    const scenes = await listScenes();
+    clearError();
+    list.replaceChildren(...(scenes.length ? scenes.map((s) => {
+      const [ns, sc] = s.split('/');
+      const path = `/${encodeURIComponent(ns)}/${encodeURIComponent(sc)}`;
+      return h('li', { 'data-scene': s }, h('a', { href: path, class: 'scene-link' }, s), ' ', h('a', { href: `${path}/edit`, class: 'edit-link' }, 'edit'));
+    }) : [h('li', {}, 'No scenes yet.')]));
+  } catch (e) {
+    list.replaceChildren(h('li', {}, 'Could not list scenes.'));
+    showError(`Could not list scenes: ${(e as Error).message}`, [{ label: 'Retry', run: () => location.reload() }]);
+  }
+}

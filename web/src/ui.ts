@@ -1,0 +1,46 @@
+// Small DOM helpers. Text from the bus is always set as text, never as HTML.
+
+type Attrs = Record<string, string | number | boolean | ((e: Event) => void) | undefined>;
+
+export function h<K extends keyof HTMLElementTagNameMap>(
+  tag: K, attrs: Attrs = {}, ...children: (Node | string | null | undefined | false)[]
+): HTMLElementTagNameMap[K] {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === undefined || v === false) continue;
+    if (typeof v === 'function') el.addEventListener(k.replace(/^on/, ''), v);
+    else if (k === 'class') el.className = String(v);
+    else if (k in el && typeof v !== 'string') (el as any)[k] = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children) if (c !== null && c !== undefined && c !== false) el.append(c);
+  return el;
+}
+
+/** A message in the error banner at the top of the page. */
+export function showError(msg: string, actions: { label: string; run: () => void }[] = []) {
+  let box = document.getElementById('xr-error');
+  if (!box) {
+    box = h('div', { id: 'xr-error', role: 'alert' });
+    document.body.appendChild(box);
+  }
+  box.replaceChildren(h('span', {}, msg), ...actions.map((a) => h('button', { onclick: a.run }, a.label)));
+  box.hidden = false;
+}
+
+export function clearError() {
+  const box = document.getElementById('xr-error');
+  if (box) box.hidden = true;
+}
+
+/** A short message that goes away by itself. */
+export function toast(msg: string, kind: 'info' | 'error' = 'info') {
+  let box = document.getElementById('xr-toasts');
+  if (!box) {
+    box = h('div', { id: 'xr-toasts' });
+    document.body.appendChild(box);
+  }
+  const t = h('div', { class: `toast ${kind}` }, msg);
+  box.appendChild(t);
+  setTimeout(() => t.remove(), kind === 'error' ? 8000 : 3500);
+}

@@ -1,0 +1,151 @@
+// Test harness: Debian's Chromium (installed when missing), a real
+// `xrealm serve` on free loopback ports with a temporary data directory, and
+// helpers for tokens and Node MQTT clients.
+
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import mqtt, { type MqttClient } from 'mqtt';
+import { chromium, type Browser } from 'playwright-core';
+
+export const WEB_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const REPO_DIR = resolve(WEB_DIR, '..');
+export const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+
+/** Installs Debian's chromium package when the browser is missing (needs root). */
+export function ensureChromium() {
+  if (existsSync(CHROMIUM)) return;
+  if (process.getuid?.() !== 0) {
+    throw new Error(`${CHROMIUM} is missing; install Debian's chromium package (apt-get install chromium) or set CHROMIUM_PATH`);
+  }
+  console.log('[web tests] installing chromium with apt-get (once)…');
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  execFileSync('apt-get', ['update', '-q'], { stdio: 'ignore', env });
+  execFileSync('apt-get', ['install', '-y', '-q', 'chromium'], { stdio: ['ignore', 'ignore', 'inherit'], env });
+  if (!existsSync(CHROMIUM)) throw new Error(`apt-get install chromium did not provide ${CHROMIUM}`);
+}
+
+export function xrealmBin(): string {
+  const bin = process.env.XREALM_BIN || join(REPO_DIR, 'bin', 'xrealm');
+  if (!existsSync(bin)) throw new Error(`xrealm binary not found at ${bin}: run scripts/setup.sh or set XREALM_BIN`);
+  return bin;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.unref();
+    s.on('error', rej);
+    s.listen(0, '127.0.0.1', () => {
+      const a = s.address();
+      s.close(() => (typeof a === 'object' && a ? res(a.port) : rej(new Error('no port'))));
+    });
+  });
+}
+
+export interface XrealmServer {
+  url: string; // http://127.0.0.1:PORT
+  mqttURL: string; // mqtt://127.0.0.1:PORT
+  dataDir: string;
+  token(user: string, scene: string, role: 'editor' | 'viewer'): string;
+  log(): string;
+  stop(): Promise<void>;
+}
+
+/** Starts `xrealm serve` and waits until it answers. */
+export async function startServer(): Promise<XrealmServer> {
+  const bin = xrealmBin();
+  const dist = join(WEB_DIR, 'dist');
+  if (!existsSync(join(dist, 'index.html'))) throw new Error(`web client not built (${dist}): run npm run build`);
+  const dataDir = mkdtempSync(join(tmpdir(), 'xrealm-web-test-'));
+  const [http, mq] = [await freePort(), await freePort()];
+  const args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
+    '--https-addr', '', '--mqtts-addr', '', '--nats-addr', '', '--nats-ws-addr', '', '--mqtt-ws-addr', '',
+    '--name', 'webtest', '--log-level', 'info'];
+  const proc: ChildProcess = spawn(bin, args, { env: { ...process.env, XREALM_WEB_DIR: dist }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  proc.stdout!.on('data', (b) => (out += b));
+  proc.stderr!.on('data', (b) => (out += b));
+  let exited = false;
+  proc.on('exit', () => (exited = true));
+  const url = `http://127.0.0.1:${http}`;
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (exited) throw new Error(`xrealm serve exited:\n${out}`);
+    try {
+      const r = await fetch(`${url}/healthz`);
+      if (r.ok) break;
+    } catch {
+      /* not yet */
+    }
+    if (Date.now() > deadline) {
+      proc.kill('SIGKILL');
+      throw new Error(`xrealm serve did not answer within 30 s:\n${out}`);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const root = await fetch(`${url}/`);
+  if (!root.ok || !(await root.text()).includes('/assets/')) {
+    throw new Error(`xrealm serve does not serve the web client at / (HTTP ${root.status}); is webclient mounted in server/server.go?`);
+  }
+  return {
+    url,
+    mqttURL: `mqtt://127.0.0.1:${mq}`,
+    dataDir,
+    token: (user, scene, role) =>
+      execFileSync(bin, ['token', '--user', user, '--scene', scene, '--role', role, '--data', dataDir, '--ttl', '2h']).toString().trim(),
+    log: () => out,
+    stop: async () => {
+      if (!exited) {
+        proc.kill('SIGTERM');
+        await new Promise<void>((r) => {
+          const t = setTimeout(() => { proc.kill('SIGKILL'); r(); }, 10_000);
+          proc.on('exit', () => { clearTimeout(t); r(); });
+        });
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+export const CHROMIUM_ARGS = [
+  '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+  '--disable-component-update', '--disable-sync',
+  // WebGL without a GPU: SwiftShader, which newer Chromium only uses when asked.
+  '--use-angle=swiftshader', '--enable-unsafe-swiftshader',
+  // Several pages at once must all keep rendering.
+  '--disable-background-timer-throttling', '--disable-renderer-backgrounding', '--disable-backgrounding-occluded-windows',
+];
+
+export async function launchBrowser(): Promise<Browser> {
+  ensureChromium();
+  return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+}
+
+/** A Node MQTT client (the "third client"), connected with a token. */
+export async function mqttClient(srv: XrealmServer, user: string, token: string, clientId: string): Promise<MqttClient> {
+  const c = mqtt.connect(srv.mqttURL, { clientId, username: user, password: token, reconnectPeriod: 0, connectTimeout: 10_000 });
+  await new Promise<void>((res, rej) => {
+    c.once('connect', () => res());
+    c.once('error', rej);
+  });
+  return c;
+}
+
+export async function waitFor<T>(what: string, f: () => Promise<T | undefined | null | false> | T | undefined | null | false, timeoutMs = 15_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await f();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${last}` : ''}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

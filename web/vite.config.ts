@@ -1,0 +1,29 @@
+import { defineConfig } from 'vitest/config';
+
+// The client is served by `xrealm serve` at /, /{ns}/{scene} and
+// /{ns}/{scene}/edit, so assets must be addressed from the root.
+export default defineConfig({
+  base: '/',
+  build: {
+    outDir: 'dist',
+    emptyOutDir: true,
+    sourcemap: true,
+    chunkSizeWarningLimit: 4000,
+  },
+  server: {
+    // `npm run dev` against a local `xrealm serve` on :8080.
+    proxy: {
+      '/persist': 'http://localhost:8080',
+      '/conf': 'http://localhost:8080',
+      '/user': 'http://localhost:8080',
+      '/mqtt': { target: 'ws://localhost:8080', ws: true },
+    },
+  },
+  test: {
+    include: ['test/**/*.test.ts'],
+    globalSetup: ['test/global-setup.ts'],
+    testTimeout: 60_000,
+    hookTimeout: 120_000,
+    fileParallelism: false,
+  },
+});

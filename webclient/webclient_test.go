@@ -1,0 +1,86 @@
+package webclient
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func get(t *testing.T, h http.Handler, method, p string) (*http.Response, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(method, p, nil))
+	res := rec.Result()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func TestHandler(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "index.html"), []byte("<html>client</html>"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "assets"), 0o755)
+	os.WriteFile(filepath.Join(dir, "assets", "main-abc.js"), []byte("console.log(1)"), 0o644)
+	os.WriteFile(filepath.Join(dir, "favicon.svg"), []byte("<svg/>"), 0o644)
+	h := Handler(dir)
+
+	for _, p := range []string{"/", "/index.html", "/public/lobby", "/alice/lab/edit", "/alice/lab/"} {
+		res, body := get(t, h, "GET", p)
+		if res.StatusCode != 200 || body != "<html>client</html>" {
+			t.Errorf("GET %s: %d %q, want the index page", p, res.StatusCode, body)
+		}
+		if ct := res.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+			t.Errorf("GET %s: content type %q", p, ct)
+		}
+	}
+	res, body := get(t, h, "GET", "/assets/main-abc.js")
+	if res.StatusCode != 200 || body != "console.log(1)" || !strings.Contains(res.Header.Get("Cache-Control"), "immutable") {
+		t.Errorf("asset: %d %q %v", res.StatusCode, body, res.Header)
+	}
+	if res, _ := get(t, h, "GET", "/favicon.svg"); res.StatusCode != 200 {
+		t.Errorf("favicon: %d", res.StatusCode)
+	}
+	for _, p := range []string{"/assets/missing.js", "/a/b/c", "/a/b/c/d", "/only", "/x/y/view", "/../etc/passwd", "/assets/"} {
+		if res, body := get(t, h, "GET", p); res.StatusCode != 404 {
+			t.Errorf("GET %s: %d %q, want 404", p, res.StatusCode, body)
+		}
+	}
+	if res, _ := get(t, h, "POST", "/"); res.StatusCode != 405 {
+		t.Errorf("POST: %d, want 405", res.StatusCode)
+	}
+	if res, body := get(t, h, "HEAD", "/alice/lab"); res.StatusCode != 200 || body != "" {
+		t.Errorf("HEAD: %d %q", res.StatusCode, body)
+	}
+}
+
+func TestNotBuilt(t *testing.T) {
+	h := Handler(filepath.Join(t.TempDir(), "missing"))
+	res, body := get(t, h, "GET", "/public/lobby")
+	if res.StatusCode != 503 || !strings.Contains(body, "npm run build") {
+		t.Errorf("%d %q", res.StatusCode, body)
+	}
+}
+
+func TestMountedBehindOtherRoutes(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "index.html"), []byte("page"), 0o644)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/persist/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "persist") })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.Handle("/", Handler(dir))
+	for p, want := range map[string]string{"/persist/a/b": "persist", "/healthz": "ok", "/a/b": "page", "/": "page"} {
+		if _, body := get(t, mux, "GET", p); body != want {
+			t.Errorf("GET %s = %q, want %q", p, body, want)
+		}
+	}
+}
+
+func TestDirEnv(t *testing.T) {
+	t.Setenv(EnvDir, "/some/where")
+	if d := Dir(); d != "/some/where" {
+		t.Errorf("Dir() = %q", d)
+	}
+}
