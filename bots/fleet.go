@@ -258,10 +258,12 @@ func (r Result) PerSecond() float64 { return float64(r.Delivered) / r.Duration.S
 // Measure counts the messages sent in the next d and, after waiting drain
 // more for those still in flight, their deliveries and latencies.
 func (f *Fleet) Measure(ctx context.Context, d, drain time.Duration) (Result, error) {
-	from := time.Now()
+	// Open the window a little in the future, so that every sender sees
+	// it open before it stamps a message inside it.
+	from := time.Now().Add(50 * time.Millisecond)
 	f.acc.OpenWindow(from, from.Add(d))
 	select {
-	case <-time.After(d + drain):
+	case <-time.After(time.Until(from) + d + drain):
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}

@@ -56,7 +56,9 @@ func (a *Accounts) Meters() []*Meter {
 }
 
 // OpenWindow starts a measurement window of messages sent in [from, to),
-// clearing the previous window's counts.
+// clearing the previous window's counts. from should be a little in the
+// future: a message stamped at or after from but counted by its sender
+// before the window is open would be received but not counted as sent.
 func (a *Accounts) OpenWindow(from, to time.Time) {
 	for _, m := range a.Meters() {
 		m.mu.Lock()

@@ -120,6 +120,7 @@ type Row struct {
 	JoinP99ms  float64 `json:"join_p99_ms"`
 	Load1      float64 `json:"load1"`
 	Lost       int64   `json:"disconnected"`
+	Retry      bool    `json:"retry,omitempty"` // a second measurement after a miss
 	Error      string  `json:"error,omitempty"`
 }
 
@@ -309,6 +310,16 @@ func (b *runner) ramp(ctx context.Context, experiment string, scenes int, users 
 				return ctx.Err()
 			}
 			b.res.Rows = append(b.res.Rows, row)
+			if !row.OK(b.cfg.MaxP99, b.cfg.MinRatio) && row.Error == "" {
+				// The machine is shared: a step that misses is measured
+				// once more before the system is declared over its limit.
+				row = b.step(ctx, experiment, sys, n, scenes, sys.Transport(b.cfg.Size), "bots")
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				row.Retry = true
+				b.res.Rows = append(b.res.Rows, row)
+			}
 			if row.OK(b.cfg.MaxP99, b.cfg.MinRatio) {
 				still = append(still, name)
 			}
@@ -362,8 +373,11 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 	case <-ctx.Done():
 		return row
 	}
-	from := time.Now()
+	// The window opens a little in the future, so that every sender sees
+	// it open before it stamps a message inside it.
+	from := time.Now().Add(100 * time.Millisecond)
 	fleet.Accounts().OpenWindow(from, from.Add(b.cfg.Step))
+	time.Sleep(time.Until(from))
 	c0, err0 := sampleCPU(sys.PID())
 	select {
 	case <-time.After(b.cfg.Step):

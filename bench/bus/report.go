@@ -117,13 +117,23 @@ func capacity(rows []Row, system string, maxP99 time.Duration, minRatio float64)
 			rs = append(rs, r)
 		}
 	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].Users < rs[j].Users })
-	for i, r := range rs {
-		if !r.OK(maxP99, minRatio) {
+	// A load is held if any of its measurements (a miss is measured
+	// twice on a shared machine) met the limits.
+	held := map[int]bool{}
+	var ns []int
+	for _, r := range rs {
+		if _, seen := held[r.Users]; !seen {
+			ns = append(ns, r.Users)
+		}
+		held[r.Users] = held[r.Users] || r.OK(maxP99, minRatio)
+	}
+	sort.Ints(ns)
+	for i, n := range ns {
+		if !held[n] {
 			return users, false
 		}
-		users = r.Users
-		if i == len(rs)-1 {
+		users = n
+		if i == len(ns)-1 {
 			capped = true
 		}
 	}
@@ -245,7 +255,7 @@ func Markdown(r *Results, plots []string) string {
 	if n > 0 {
 		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n)
 	}
-	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`. Each step: %s warm-up, %s measured (messages *sent* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%.\n\n",
+	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`. Each step: %s warm-up, %s measured (messages *sent* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%; because the machine is shared, a step that misses is measured once more (marked *again*) and the load counts as held if either measurement met the limits.\n\n",
 		r.Config.Size, r.Config.Rate, r.Config.Behaviour, r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio)
 
 	targets(&b, r, maxP99, minRatio)
@@ -405,8 +415,12 @@ func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
 		if withScenes {
 			p("| %d ", r.Scenes)
 		}
+		sys := r.System
+		if r.Retry {
+			sys += " (again)"
+		}
 		p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f |%s\n",
-			r.Users, r.System, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, r.GenCPU, r.OtherCPU, r.Load1, errCell(r))
+			r.Users, sys, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, r.GenCPU, r.OtherCPU, r.Load1, errCell(r))
 	}
 	p("\n")
 }
