@@ -138,14 +138,6 @@ class Program:
                 self.proc.wait()
 
 
-EMPTY_PAYLOAD_BUG = (
-    "server bug: a PUBLISH with an empty payload (arena-py's QoS-2 $NETWORK/latency, sent at start and every 10 s) "
-    "closes the connection: mqtt/packet.go passes the io.EOF that paho's PublishPacket.Unpack returns for a zero-length "
-    "payload through as an error, logged as 'closed by client'; arena-py then disconnects and crashes in its on_disconnect"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=EMPTY_PAYLOAD_BUG)
 def test_arena_py_program(xrealm_factory, fixed_ports_lock, tmp_path, request):
     srv = xrealm_factory(name="arena", listeners=("http", "mqtt"),
                          fixed={"https": "127.0.0.1:443", "mqtts": "127.0.0.1:8883"})
