@@ -1,0 +1,230 @@
+package bwe
+
+import (
+	"testing"
+	"time"
+
+	"github.com/pion/interceptor"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+)
+
+func TestParseFeedback(t *testing.T) {
+	fb := &rtcp.TransportLayerCC{
+		Header:             rtcp.Header{Count: rtcp.FormatTCC, Type: rtcp.TypeTransportSpecificFeedback},
+		BaseSequenceNumber: 65534, // wraps
+		PacketStatusCount:  6,
+		ReferenceTime:      10, // 640 ms
+		FbPktCount:         3,
+		PacketChunks: []rtcp.PacketStatusChunk{
+			&rtcp.RunLengthChunk{Type: rtcp.TypeTCCRunLengthChunk, PacketStatusSymbol: rtcp.TypeTCCPacketReceivedSmallDelta, RunLength: 2},
+			&rtcp.StatusVectorChunk{Type: rtcp.TypeTCCStatusVectorChunk, SymbolSize: rtcp.TypeTCCSymbolSizeTwoBit, SymbolList: []uint16{
+				rtcp.TypeTCCPacketNotReceived, rtcp.TypeTCCPacketReceivedLargeDelta, rtcp.TypeTCCPacketNotReceived, rtcp.TypeTCCPacketReceivedSmallDelta,
+				rtcp.TypeTCCPacketNotReceived, rtcp.TypeTCCPacketNotReceived, rtcp.TypeTCCPacketNotReceived}},
+		},
+		RecvDeltas: []*rtcp.RecvDelta{
+			{Type: rtcp.TypeTCCPacketReceivedSmallDelta, Delta: 1000},
+			{Type: rtcp.TypeTCCPacketReceivedSmallDelta, Delta: 250},
+			{Type: rtcp.TypeTCCPacketReceivedLargeDelta, Delta: -2000},
+			{Type: rtcp.TypeTCCPacketReceivedSmallDelta, Delta: 63750},
+		},
+	}
+	// Round-trip through the wire format so the test covers what a peer sends.
+	fb.Header.Length = uint16(fb.MarshalSize()/4 - 1)
+	fb.Header.Padding = fb.MarshalSize() != int(fb.Len())
+	raw, err := fb.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkts, err := rtcp.Unmarshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseFeedback(pkts[0].(*rtcp.TransportLayerCC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := func(us int64) time.Duration { return 640*time.Millisecond + time.Duration(us)*time.Microsecond }
+	want := []PacketReport{
+		{65534, true, ms(1000)},
+		{65535, true, ms(1250)},
+		{0, false, 0},
+		{1, true, ms(-750)},
+		{2, false, 0},
+		{3, true, ms(63000)},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d reports %+v, want %d", len(got), got, len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("report %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParseFeedbackRejectsInconsistent(t *testing.T) {
+	tests := []struct {
+		name string
+		fb   rtcp.TransportLayerCC
+	}{
+		{"too few statuses", rtcp.TransportLayerCC{PacketStatusCount: 3, PacketChunks: []rtcp.PacketStatusChunk{
+			&rtcp.RunLengthChunk{PacketStatusSymbol: rtcp.TypeTCCPacketNotReceived, RunLength: 2}}}},
+		{"missing delta", rtcp.TransportLayerCC{PacketStatusCount: 1, PacketChunks: []rtcp.PacketStatusChunk{
+			&rtcp.RunLengthChunk{PacketStatusSymbol: rtcp.TypeTCCPacketReceivedSmallDelta, RunLength: 1}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := ParseFeedback(&tt.fb); err == nil {
+				t.Fatal("ParseFeedback succeeded")
+			}
+		})
+	}
+}
+
+// buildFeedback makes TWCC feedback for packets base..base+len(arr)-1;
+// arr[i] < 0 means lost, otherwise the arrival time in µs on the receiver's
+// clock.
+func buildFeedback(base uint16, arr []int64, count uint8) *rtcp.TransportLayerCC {
+	fb := &rtcp.TransportLayerCC{
+		Header:             rtcp.Header{Count: rtcp.FormatTCC, Type: rtcp.TypeTransportSpecificFeedback},
+		BaseSequenceNumber: base, PacketStatusCount: uint16(len(arr)), FbPktCount: count,
+	}
+	ref := int64(-1)
+	for _, a := range arr {
+		if a >= 0 {
+			ref = a / 64000
+			break
+		}
+	}
+	fb.ReferenceTime = uint32(max(ref, 0))
+	prev := max(ref, 0) * 64000
+	var syms []uint16
+	for _, a := range arr {
+		if a < 0 {
+			syms = append(syms, rtcp.TypeTCCPacketNotReceived)
+			continue
+		}
+		d := (a - prev) / 250 * 250
+		prev += d
+		typ := rtcp.TypeTCCPacketReceivedSmallDelta
+		if d < 0 || d > 255*250 {
+			typ = rtcp.TypeTCCPacketReceivedLargeDelta
+		}
+		syms = append(syms, typ)
+		fb.RecvDeltas = append(fb.RecvDeltas, &rtcp.RecvDelta{Type: typ, Delta: d})
+	}
+	for i := 0; i < len(syms); i += 7 {
+		chunk := syms[i:min(i+7, len(syms))]
+		fb.PacketChunks = append(fb.PacketChunks, &rtcp.StatusVectorChunk{Type: rtcp.TypeTCCStatusVectorChunk, SymbolSize: rtcp.TypeTCCSymbolSizeTwoBit, SymbolList: chunk})
+	}
+	return fb
+}
+
+// TestEstimatorOnSimulatedLink sends paced packets at the estimator's
+// target through a simulated bottleneck and returns TWCC feedback every
+// 50 ms; the target must settle near the capacity with a bounded queue.
+func TestEstimatorOnSimulatedLink(t *testing.T) {
+	tests := []struct {
+		name       string
+		bytesPerMs float64
+		oneWay     time.Duration
+	}{
+		{"4Mbit 20ms", 500, 20 * time.Millisecond},
+		{"1.5Mbit 50ms", 187.5, 50 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := time.Unix(1000, 0)
+			opts := DefaultOptions()
+			opts.Now = func() time.Time { return clock }
+			e, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const extID = 5
+			info := &interceptor.StreamInfo{RTPHeaderExtensions: []interceptor.RTPHeaderExtension{{URI: TransportCCURI, ID: extID}}}
+			type inflight struct {
+				seq  uint16
+				size int
+				dep  time.Time // leaves the bottleneck
+			}
+			var queue []inflight
+			var busyUntil time.Time
+			w := e.AddStream(info, interceptor.RTPWriterFunc(func(h *rtp.Header, p []byte, _ interceptor.Attributes) (int, error) {
+				b := h.GetExtension(extID)
+				var ext rtp.TransportCCExtension
+				ext.Unmarshal(b)
+				size := h.MarshalSize() + len(p)
+				start := clock
+				if busyUntil.After(start) {
+					start = busyUntil
+				}
+				busyUntil = start.Add(time.Duration(float64(size) / tt.bytesPerMs * float64(time.Millisecond)))
+				queue = append(queue, inflight{ext.TransportSequence, size, busyUntil})
+				return size, nil
+			}))
+			remoteOffset := int64(123_456_789) // µs; the receiver's clock is unrelated
+			var seq uint16
+			var credit float64
+			type pendingFB struct {
+				at time.Time
+				fb *rtcp.TransportLayerCC
+			}
+			var fbs []pendingFB
+			var arrivals []int64
+			var base uint16
+			var count uint8
+			var delivered float64
+			payload := make([]byte, 1100)
+			for step := 0; step < 30000; step++ { // 1 ms steps, 30 s
+				clock = clock.Add(time.Millisecond)
+				credit += float64(e.GetTargetBitrate()) / 8 / 1000
+				for credit >= 1200 {
+					credit -= 1200
+					h := &rtp.Header{Version: 2, SSRC: 1, SequenceNumber: seq}
+					ext, _ := (&rtp.TransportCCExtension{TransportSequence: seq}).Marshal()
+					h.SetExtension(extID, ext)
+					w.Write(h, payload, nil)
+					seq++
+				}
+				// Packets leaving the bottleneck arrive one way-delay later.
+				for len(queue) > 0 && !queue[0].dep.After(clock) {
+					p := queue[0]
+					queue = queue[1:]
+					arr := p.dep.Add(tt.oneWay)
+					if len(arrivals) == 0 {
+						base = p.seq
+					}
+					arrivals = append(arrivals, arr.Sub(time.Unix(1000, 0)).Microseconds()+remoteOffset)
+					if step > 20000 {
+						delivered += float64(p.size)
+					}
+				}
+				if step%50 == 0 && len(arrivals) > 0 {
+					fbs = append(fbs, pendingFB{clock.Add(tt.oneWay * 2), buildFeedback(base, arrivals, count)})
+					count++
+					arrivals = nil
+				}
+				for len(fbs) > 0 && !fbs[0].at.After(clock) {
+					if err := e.WriteRTCP([]rtcp.Packet{fbs[0].fb}, nil); err != nil {
+						t.Fatal(err)
+					}
+					fbs = fbs[1:]
+				}
+			}
+			rate := delivered / 10000 // bytes per ms over the last 10 s
+			qdelay := time.Duration(0)
+			if busyUntil.After(clock) {
+				qdelay = busyUntil.Sub(clock)
+			}
+			t.Logf("delivered %.0f B/ms of %.0f, queue at end %v, target %d bit/s, stats %v", rate, tt.bytesPerMs, qdelay, e.GetTargetBitrate(), e.GetStats())
+			if rate < 0.7*tt.bytesPerMs {
+				t.Errorf("delivered %.0f B/ms, want at least 70%% of %.0f", rate, tt.bytesPerMs)
+			}
+			if qdelay > 100*time.Millisecond {
+				t.Errorf("queue at the end %v, want under 100 ms", qdelay)
+			}
+		})
+	}
+}

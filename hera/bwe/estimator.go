@@ -1,0 +1,243 @@
+// Package bwe is a WebRTC send-side bandwidth estimator driven by the Hera
+// rule (package hera). It implements pion/interceptor's
+// cc.BandwidthEstimator, so a peer connection can use it instead of GCC: it
+// records the send time of every RTP packet carrying a transport-wide
+// sequence number and turns transport-wide feedback (parsed here from
+// pion/rtcp's TransportLayerCC) into delay samples for a hera.Flow, whose
+// window becomes a target bitrate.
+//
+// Mapping: one RTP packet is one segment. Each received packet gives the
+// sample minRTT + (oneway − min oneway), where oneway is arrival time minus
+// send time on unsynchronised clocks (the offset cancels) and minRTT is the
+// smallest time from sending a packet to receiving its feedback. The target
+// bitrate is cwnd · mean packet size / (minRTT + queueing delay).
+package bwe
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/cc"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+
+	"github.com/xrealm/xrealm/hera"
+)
+
+// TransportCCURI identifies the transport-wide sequence number extension.
+const TransportCCURI = "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01"
+
+// Options configure an Estimator.
+type Options struct {
+	Params         hera.Params
+	InitialBitrate int // bit/s
+	MinBitrate     int
+	MaxBitrate     int
+	// LossThreshold is the fraction of packets reported lost in one
+	// feedback that counts as a loss event (at most one per RTT).
+	LossThreshold float64
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// DefaultOptions returns the tuned Hera rule and 300 kbit/s to 50 Mbit/s.
+func DefaultOptions() Options {
+	p := hera.DefaultParams()
+	p.MinCwnd = 2
+	return Options{Params: p, InitialBitrate: 1_000_000, MinBitrate: 100_000, MaxBitrate: 50_000_000, LossThreshold: 0.1}
+}
+
+// NewFactory returns a factory for cc.NewInterceptor.
+func NewFactory(opts Options) cc.BandwidthEstimatorFactory {
+	return func() (cc.BandwidthEstimator, error) { return New(opts) }
+}
+
+type sent struct {
+	at   time.Time
+	size int
+	ok   bool
+}
+
+// Estimator implements cc.BandwidthEstimator with the Hera rule.
+type Estimator struct {
+	opts  Options
+	start time.Time
+
+	mu        sync.Mutex
+	flow      *hera.Flow
+	sent      [1 << 16]sent
+	target    int
+	avgSize   float64
+	minRTT    time.Duration // send → feedback, windowless minimum
+	minOneWay time.Duration
+	haveOW    bool
+	queue     time.Duration // latest sample's queueing delay
+	lossUntil time.Time
+	lossRate  float64
+	onChange  func(int)
+}
+
+var _ cc.BandwidthEstimator = (*Estimator)(nil)
+
+// New returns an Estimator.
+func New(opts Options) (*Estimator, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MinBitrate <= 0 || opts.MaxBitrate < opts.MinBitrate || opts.InitialBitrate < opts.MinBitrate || opts.InitialBitrate > opts.MaxBitrate {
+		return nil, fmt.Errorf("bwe: bitrates min %d, initial %d, max %d are inconsistent", opts.MinBitrate, opts.InitialBitrate, opts.MaxBitrate)
+	}
+	f, err := hera.NewFlow(opts.Params)
+	if err != nil {
+		return nil, err
+	}
+	return &Estimator{opts: opts, start: opts.Now(), flow: f, target: opts.InitialBitrate, avgSize: 1200}, nil
+}
+
+// AddStream wraps the stream's writer to record send times of packets that
+// carry a transport-wide sequence number.
+func (e *Estimator) AddStream(info *interceptor.StreamInfo, w interceptor.RTPWriter) interceptor.RTPWriter {
+	var id uint8
+	for _, ext := range info.RTPHeaderExtensions {
+		if ext.URI == TransportCCURI {
+			id = uint8(ext.ID)
+		}
+	}
+	return interceptor.RTPWriterFunc(func(h *rtp.Header, payload []byte, a interceptor.Attributes) (int, error) {
+		if id != 0 {
+			if b := h.GetExtension(id); len(b) >= 2 {
+				var ext rtp.TransportCCExtension
+				if err := ext.Unmarshal(b); err == nil {
+					e.OnSent(ext.TransportSequence, h.MarshalSize()+len(payload))
+				}
+			}
+		}
+		return w.Write(h, payload, a)
+	})
+}
+
+// OnSent records that the packet with transport-wide sequence number seq
+// and size bytes was sent now. AddStream calls it; it is exported for
+// transports that do not go through an interceptor.
+func (e *Estimator) OnSent(seq uint16, size int) {
+	now := e.opts.Now()
+	e.mu.Lock()
+	e.sent[seq] = sent{at: now, size: size, ok: true}
+	e.avgSize += (float64(size) - e.avgSize) / 16
+	e.mu.Unlock()
+}
+
+// WriteRTCP processes RTCP from the remote side; transport-wide feedback
+// updates the estimate, everything else is ignored.
+func (e *Estimator) WriteRTCP(pkts []rtcp.Packet, _ interceptor.Attributes) error {
+	for _, p := range pkts {
+		fb, ok := p.(*rtcp.TransportLayerCC)
+		if !ok {
+			continue
+		}
+		reps, err := ParseFeedback(fb)
+		if err != nil {
+			return err
+		}
+		e.onFeedback(reps)
+	}
+	return nil
+}
+
+func (e *Estimator) onFeedback(reps []PacketReport) {
+	now := e.opts.Now()
+	e.mu.Lock()
+	lost, known := 0, 0
+	var newest time.Time
+	for _, r := range reps {
+		s := e.sent[r.Seq]
+		if !s.ok {
+			continue
+		}
+		known++
+		if !r.Received {
+			lost++
+			continue
+		}
+		if s.at.After(newest) {
+			newest = s.at
+		}
+	}
+	if !newest.IsZero() {
+		if rtt := now.Sub(newest); e.minRTT == 0 || rtt < e.minRTT {
+			e.minRTT = max(rtt, time.Microsecond)
+		}
+	}
+	for _, r := range reps {
+		s := e.sent[r.Seq]
+		if !s.ok || !r.Received {
+			continue
+		}
+		e.sent[r.Seq].ok = false
+		ow := r.Arrival - s.at.Sub(e.start)
+		if !e.haveOW || ow < e.minOneWay {
+			e.minOneWay, e.haveOW = ow, true
+		}
+		e.queue = ow - e.minOneWay
+		sample := e.minRTT + e.queue
+		e.flow.OnAck(uint64(s.at.Sub(e.start)/time.Microsecond)+uint64(sample/time.Microsecond), int64(sample/time.Microsecond), 1)
+	}
+	if known > 0 {
+		e.lossRate = float64(lost) / float64(known)
+		if e.lossRate > e.opts.LossThreshold && now.After(e.lossUntil) {
+			e.flow.OnLoss()
+			e.lossUntil = now.Add(e.minRTT + e.queue)
+		}
+	}
+	old := e.target
+	e.target = e.bitrateLocked()
+	cb, nt := e.onChange, e.target
+	e.mu.Unlock()
+	if cb != nil && nt != old {
+		cb(nt)
+	}
+}
+
+func (e *Estimator) bitrateLocked() int {
+	if e.minRTT == 0 {
+		return e.target
+	}
+	rtt := (e.minRTT + e.queue).Seconds()
+	r := int(float64(e.flow.Cwnd()) * e.avgSize * 8 / rtt)
+	return min(max(r, e.opts.MinBitrate), e.opts.MaxBitrate)
+}
+
+// GetTargetBitrate returns the target bitrate in bit/s.
+func (e *Estimator) GetTargetBitrate() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.target
+}
+
+// OnTargetBitrateChange sets a function called when the target changes.
+func (e *Estimator) OnTargetBitrateChange(f func(bitrate int)) {
+	e.mu.Lock()
+	e.onChange = f
+	e.mu.Unlock()
+}
+
+// GetStats returns the estimator's state for diagnostics.
+func (e *Estimator) GetStats() map[string]any {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return map[string]any{
+		"estimator":     "hera",
+		"variant":       e.opts.Params.Variant.String(),
+		"targetBitrate": e.target,
+		"cwnd":          e.flow.Cwnd(),
+		"slowStart":     e.flow.InSlowStart(),
+		"minRTT":        e.minRTT,
+		"queueDelay":    e.queue,
+		"lossRate":      e.lossRate,
+	}
+}
+
+// Close releases nothing; it exists for the interface.
+func (e *Estimator) Close() error { return nil }
