@@ -1,0 +1,60 @@
+"""Plots for bench/cc: throughput against p95 queueing delay per trace (one
+point per run, like the Hera paper's figure), and Jain's index over time for
+the competing-flow runs. Usage: plot.py OUTDIR results.jsonl [...]"""
+import json
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+COLORS = {"cubic": "tab:blue", "bbr": "tab:orange", "reno": "tab:green", "hera": "tab:red", "hera-paper": "tab:purple"}
+
+
+def main():
+    out, files = sys.argv[1], sys.argv[2:]
+    runs = [json.loads(l) for f in files for l in open(f) if l.strip()]
+    single = [r for r in runs if r["flows"] == 1]
+    multi = [r for r in runs if r["flows"] > 1]
+    traces = sorted({r["trace"] for r in single})
+    if traces:
+        cols = min(3, len(traces))
+        rows = (len(traces) + cols - 1) // cols
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+        for ax, t in zip(axes.flat, traces):
+            for r in single:
+                if r["trace"] != t:
+                    continue
+                marker = "o" if r["valid"] else "x"
+                ax.scatter(r["p95_qdelay_ms"], r["throughput_mbps"], color=COLORS.get(r["algo"], "k"), marker=marker, s=40)
+            ax.set_title(t)
+            ax.set_xlabel("p95 one-way queueing delay (ms)")
+            ax.set_ylabel("throughput (Mbit/s)")
+            ax.invert_xaxis()  # better is up and to the right, as in the paper
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(traces):]:
+            ax.axis("off")
+        handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=a) for a, c in COLORS.items()]
+        handles.append(plt.Line2D([], [], marker="x", ls="", color="k", label="invalid run"))
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles))
+        fig.tight_layout(rect=(0, 0.06, 1, 1))
+        fig.savefig(f"{out}/scatter.png", dpi=110)
+    if multi:
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        for r in multi:
+            ax.plot(range(1, len(r["jain_series"]) + 1), r["jain_series"], color=COLORS.get(r["algo"], "k"),
+                    label=f'{r["algo"]} ({r["trace"]}, {r["flows"]} flows)')
+        ax.axhline(0.95, color="gray", ls="--", lw=1)
+        ax.set_xlabel("second (after 2 s warm-up)")
+        ax.set_ylabel("Jain's fairness index")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(f"{out}/jain.png", dpi=110)
+
+
+if __name__ == "__main__":
+    main()
