@@ -69,8 +69,14 @@ def xrealm(xrealm_factory):
 
 
 @pytest.fixture(scope="module")
-def xrealm_module(request, tmp_path_factory):
-    """One server shared by a module's tests (e.g. a parametrized matrix)."""
+def xrealm_module_factory(request, tmp_path_factory):
+    """xrealm_factory for servers shared by a module's tests."""
     factory, finish = _make_factory(request, str(tmp_path_factory.mktemp("xrmod")))
-    yield factory()
+    yield factory
     finish()
+
+
+@pytest.fixture(scope="module")
+def xrealm_module(xrealm_module_factory):
+    """One server shared by a module's tests (e.g. a parametrized matrix)."""
+    return xrealm_module_factory()
