@@ -50,6 +50,8 @@ func runBenchCC(ctx context.Context, args []string) error {
 			return err
 		}
 		benchcc.Summarise(os.Stdout, rs)
+		fmt.Println()
+		benchcc.RunsTable(os.Stdout, rs)
 		return nil
 	}
 	if os.Geteuid() != 0 {
