@@ -149,3 +149,17 @@ func RequestJoin(ctx context.Context, nc *nats.Conn, req JoinRequest) (Assignmen
 	}
 	return a, nil
 }
+
+// Nodes returns the IDs of the live nodes.
+func (m *Manager) Nodes() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for id, ns := range m.nodes {
+		if time.Since(ns.seen) < nodeTTL {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

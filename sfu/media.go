@@ -77,11 +77,9 @@ func (n *Node) newPeerAPI(onEstimator func(cc.BandwidthEstimator)) (*webrtc.API,
 		return nil, err
 	}
 	reg.Add(tw)
-	hx, err := twcc.NewHeaderExtensionInterceptor()
-	if err != nil {
-		return nil, err
-	}
-	reg.Add(hx)
+	// The estimator must come before the TWCC header extension in the
+	// registry: the last one added wraps the others and so stamps the
+	// transport-wide sequence number before the estimator records it.
 	if onEstimator != nil {
 		ccf, err := cc.NewInterceptor(n.cfg.Estimator)
 		if err != nil {
@@ -90,6 +88,11 @@ func (n *Node) newPeerAPI(onEstimator func(cc.BandwidthEstimator)) (*webrtc.API,
 		ccf.OnNewPeerConnection(func(_ string, e cc.BandwidthEstimator) { onEstimator(e) })
 		reg.Add(ccf)
 	}
+	hx, err := twcc.NewHeaderExtensionInterceptor()
+	if err != nil {
+		return nil, err
+	}
+	reg.Add(hx)
 	return webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.settingEngine())), nil
 }
 

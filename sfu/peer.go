@@ -223,12 +223,8 @@ func (p *peer) reconcile() {
 	p.n.mu.Unlock()
 	demands := make([]allocator.Demand, 0, len(groups))
 	for _, d := range groups {
-		// a description not announced yet cannot be forwarded
-		for i := range d.Rates {
-			if d.Rates[i] == 0 {
-				d.Rates[i] = math.Inf(1)
-			}
-		}
+		// a description not announced has rate 0: choosing it costs
+		// nothing and forwards nothing
 		demands = append(demands, *d)
 	}
 	dec, used := p.alloc.Allocate(budget-avRate, demands)

@@ -1,0 +1,192 @@
+package sfu
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/nack"
+	"github.com/pion/interceptor/pkg/report"
+	"github.com/pion/interceptor/pkg/twcc"
+	"github.com/pion/webrtc/v4"
+)
+
+// ClientConfig configures a Go client (tests, bots, benchmarks).
+type ClientConfig struct {
+	NC      *nats.Conn
+	Session string
+	Client  string
+	Site    string
+	// Publish lists the tracks to send: ID and codec MIME type. Point-cloud
+	// descriptions are "pc0", "pc1", "pc2" with MimeTypePointCloud.
+	Publish []PublishTrack
+	// AudioSlots and VideoSlots are the receive slots to pre-negotiate;
+	// point-cloud tracks use video slots.
+	AudioSlots, VideoSlots int
+	// ICEAddresses as in Config.
+	ICEAddresses []string
+	// OnTrack is called for each receive slot once media flows.
+	OnTrack func(*webrtc.TrackRemote, *webrtc.RTPReceiver)
+	// OnEvent is called for each slot event.
+	OnEvent func(Event)
+}
+
+// PublishTrack is a track a client sends.
+type PublishTrack struct {
+	ID   string
+	Mime string
+}
+
+// Client is a WebRTC client of the SFU that signals over the bus.
+type Client struct {
+	cfg    ClientConfig
+	Node   string
+	PC     *webrtc.PeerConnection
+	Tracks map[string]*webrtc.TrackLocalStaticRTP
+	signal string
+	evSub  *nats.Subscription
+}
+
+// Dial joins: it asks the manager for a node, offers, and waits for the
+// connection.
+func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	a, err := RequestJoin(ctx, cfg.NC, JoinRequest{Session: cfg.Session, Client: cfg.Client, Site: cfg.Site})
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, Node: a.Node, signal: a.Signal, Tracks: map[string]*webrtc.TrackLocalStaticRTP{}}
+	if cfg.OnEvent != nil {
+		c.evSub, err = cfg.NC.Subscribe(subjectEvents(cfg.Session, cfg.Client), func(m *nats.Msg) {
+			var ev Event
+			if json.Unmarshal(m.Data, &ev) == nil {
+				cfg.OnEvent(ev)
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sfu client: %w", err)
+		}
+	}
+	if err := c.connect(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Client) connect(ctx context.Context) error {
+	m := &webrtc.MediaEngine{}
+	if err := RegisterCodecs(m); err != nil {
+		return err
+	}
+	reg := &interceptor.Registry{}
+	gen, _ := nack.NewGeneratorInterceptor()
+	resp, _ := nack.NewResponderInterceptor()
+	rr, _ := report.NewReceiverInterceptor()
+	sr, _ := report.NewSenderInterceptor()
+	tw, _ := twcc.NewSenderInterceptor()
+	hx, _ := twcc.NewHeaderExtensionInterceptor()
+	for _, f := range []interceptor.Factory{gen, resp, rr, sr, tw, hx} {
+		reg.Add(f)
+	}
+	api := webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(NewSettingEngine(c.cfg.ICEAddresses, 0, 0)))
+	pc, err := api.NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		return fmt.Errorf("sfu client: %w", err)
+	}
+	c.PC = pc
+	for _, t := range c.cfg.Publish {
+		tr, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: t.Mime}, t.ID, c.cfg.Client)
+		if err != nil {
+			return fmt.Errorf("sfu client: track %s: %w", t.ID, err)
+		}
+		if _, err := pc.AddTransceiverFromTrack(tr, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+			return fmt.Errorf("sfu client: track %s: %w", t.ID, err)
+		}
+		c.Tracks[t.ID] = tr
+	}
+	for kind, n := range map[webrtc.RTPCodecType]int{webrtc.RTPCodecTypeAudio: c.cfg.AudioSlots, webrtc.RTPCodecTypeVideo: c.cfg.VideoSlots} {
+		for i := 0; i < n; i++ {
+			if _, err := pc.AddTransceiverFromKind(kind, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+				return fmt.Errorf("sfu client: slot: %w", err)
+			}
+		}
+	}
+	if c.cfg.OnTrack != nil {
+		pc.OnTrack(c.cfg.OnTrack)
+	}
+	connected := make(chan struct{})
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateConnected {
+			select {
+			case <-connected:
+			default:
+				close(connected)
+			}
+		}
+	})
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		return fmt.Errorf("sfu client: %w", err)
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		return fmt.Errorf("sfu client: %w", err)
+	}
+	<-gathered
+	rep, err := c.request(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: pc.LocalDescription().SDP})
+	if err != nil {
+		return err
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: rep.SDP}); err != nil {
+		return fmt.Errorf("sfu client: answer: %w", err)
+	}
+	select {
+	case <-connected:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sfu client %s: not connected: %w", c.cfg.Client, ctx.Err())
+	}
+}
+
+func (c *Client) request(ctx context.Context, s Signal) (Reply, error) {
+	b, _ := json.Marshal(s)
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+	}
+	m, err := c.cfg.NC.RequestWithContext(ctx, c.signal, b)
+	if err != nil {
+		return Reply{}, fmt.Errorf("sfu client %s: %s: %w", c.cfg.Client, s.Op, err)
+	}
+	var rep Reply
+	if err := json.Unmarshal(m.Data, &rep); err != nil {
+		return Reply{}, fmt.Errorf("sfu client %s: %s: %w", c.cfg.Client, s.Op, err)
+	}
+	if rep.Op == "error" {
+		return rep, fmt.Errorf("sfu client %s: %s: %s", c.cfg.Client, s.Op, rep.Error)
+	}
+	return rep, nil
+}
+
+// SetPose sends the client's camera pose.
+func (c *Client) SetPose(ctx context.Context, p Pose) error {
+	_, err := c.request(ctx, Signal{Op: "pose", Session: c.cfg.Session, Client: c.cfg.Client, Pose: &p})
+	return err
+}
+
+// Close leaves the session and closes the connection.
+func (c *Client) Close() {
+	if c.evSub != nil {
+		_ = c.evSub.Unsubscribe()
+	}
+	if c.PC != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _ = c.request(ctx, Signal{Op: "leave", Session: c.cfg.Session, Client: c.cfg.Client})
+		cancel()
+		_ = c.PC.Close()
+	}
+}

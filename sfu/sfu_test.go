@@ -1,0 +1,240 @@
+package sfu
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/volumetric"
+)
+
+var loopback = []string{"127.0.0.1"}
+
+type cluster struct {
+	b     *bus.Bus
+	nodes []*Node
+}
+
+func startCluster(t *testing.T, sites ...string) *cluster {
+	t.Helper()
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "sfu-test", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	c := &cluster{b: b}
+	for i, site := range sites {
+		nc := c.conn(t, fmt.Sprintf("node%d", i+1))
+		n, err := Start(context.Background(), Config{NC: nc, ID: fmt.Sprint(i + 1), Site: site, Manager: i == 0,
+			ICEAddresses: loopback, Registerer: prometheus.NewRegistry(), Heartbeat: 200 * time.Millisecond, AllocateEvery: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		c.nodes = append(c.nodes, n)
+	}
+	waitFor(t, "all nodes known to the manager", func() bool { return len(c.nodes[0].mgr.Nodes()) == len(sites) })
+	return c
+}
+
+func (c *cluster) conn(t *testing.T, name string) *nats.Conn {
+	nc, err := c.b.Connect(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// waitFor polls cond until it holds or 20 s pass: tests wait for
+// conditions, never for fixed delays.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// publishFrames sends synthetic encoded descriptions as point-cloud RTP
+// until ctx ends.
+func publishFrames(ctx context.Context, tr *webrtc.TrackLocalStaticRTP, client uint32, desc uint8, size int) {
+	rng := rand.New(rand.NewPCG(uint64(client), uint64(desc)))
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	seq := uint16(rng.Uint32())
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for frame := uint32(0); ; frame++ {
+		frags, _ := volumetric.Packetize(volumetric.Header{Client: client, Frame: frame, Description: desc, CaptureUs: uint64(time.Now().UnixMicro())}, data, 1200)
+		for i, f := range frags {
+			seq++
+			_ = tr.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq, Timestamp: frame * 3000, Marker: i == len(frags)-1}, Payload: f})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// receiver counts complete descriptions per publisher.
+type receiver struct {
+	mu       sync.Mutex
+	complete map[uint32]int
+}
+
+func newReceiver() *receiver { return &receiver{complete: map[uint32]int{}} }
+
+func (r *receiver) onTrack(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+	go func() {
+		re := volumetric.NewReassembler(500 * time.Millisecond)
+		for {
+			pkt, _, err := tr.ReadRTP()
+			if err != nil {
+				return
+			}
+			d, err := re.Push(time.Now(), pkt.Payload)
+			if err == nil && d != nil {
+				r.mu.Lock()
+				r.complete[d.Client]++
+				r.mu.Unlock()
+			}
+			re.Expire(time.Now())
+		}
+	}()
+}
+
+func (r *receiver) count(client uint32) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.complete[client]
+}
+
+func (n *Node) localRelays(key string) int {
+	n.mu.Lock()
+	s := n.local[key]
+	n.mu.Unlock()
+	if s == nil {
+		return -1
+	}
+	return s.relayCount()
+}
+
+func (n *Node) hasRelayed(key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.relayed[key] != nil
+}
+
+// TestCascade: a publisher on node 1 (site a) and a subscriber on node 2
+// (site b). The subscriber receives complete frames through the relay
+// link; when it leaves, node 1 stops relaying.
+func TestCascade(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if pub.Node != "1" {
+		t.Fatalf("publisher at site a assigned to node %s, want 1", pub.Node)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 20000)
+
+	rcv := newReceiver()
+	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "sub"), Session: "s1", Client: "bob", Site: "b", ICEAddresses: loopback,
+		VideoSlots: 3, OnTrack: rcv.onTrack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Node != "2" {
+		t.Fatalf("subscriber at site b assigned to node %s, want 2", sub.Node)
+	}
+	key := "s1/alice/pc0"
+	waitFor(t, "complete frames at the subscriber", func() bool { return rcv.count(7) >= 10 })
+	if !c.nodes[1].hasRelayed(key) || c.nodes[0].localRelays(key) != 1 {
+		t.Fatalf("relay state: node2 relayed=%v node1 relays=%d", c.nodes[1].hasRelayed(key), c.nodes[0].localRelays(key))
+	}
+	sub.Close()
+	waitFor(t, "node 1 to stop relaying after the subscriber left", func() bool { return c.nodes[0].localRelays(key) == 0 })
+	if c.nodes[1].hasRelayed(key) {
+		t.Fatal("node 2 still holds the relayed source")
+	}
+}
+
+// TestConcurrentJoins: six clients join three nodes at once, each
+// publishing one track and subscribing to all others. Every pair of nodes
+// ends with one link and every subscriber receives every publisher.
+func TestConcurrentJoins(t *testing.T) {
+	c := startCluster(t, "a", "b", "c")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	sites := []string{"a", "b", "c", "a", "b", "c"}
+	rcvs := make([]*receiver, len(sites))
+	clients := make([]*Client, len(sites))
+	errs := make(chan error, len(sites))
+	var wg sync.WaitGroup
+	for i, site := range sites {
+		rcvs[i] = newReceiver()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, fmt.Sprint("c", i)), Session: "s2", Client: fmt.Sprint("u", i), Site: site,
+				ICEAddresses: loopback, Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}, VideoSlots: len(sites) - 1, OnTrack: rcvs[i].onTrack})
+			if err != nil {
+				errs <- err
+				return
+			}
+			clients[i] = cl
+			go publishFrames(ctx, cl.Tracks["pc0"], uint32(i), 0, 5000)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, cl := range clients {
+			cl.Close()
+		}
+	}()
+	for i := range sites {
+		for j := range sites {
+			if i == j {
+				continue
+			}
+			waitFor(t, fmt.Sprintf("u%d to receive u%d", i, j), func() bool { return rcvs[i].count(uint32(j)) >= 3 })
+		}
+	}
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		links := len(n.links)
+		n.mu.Unlock()
+		if links != 2 {
+			t.Errorf("node %s has %d links, want 2", n.ID(), links)
+		}
+	}
+}
