@@ -27,6 +27,7 @@ func commands() map[string]command {
 		"cc":    {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
 		"netem": {runNetem, "run a command behind a trace-driven emulated link"},
 		"bench": {runBench, "run a benchmark: cc"},
+		"sfu":   {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
 		"bots":  {runBots, "run synthetic users against a server, with live progress"},
 	}
 }
