@@ -33,6 +33,7 @@ type peer struct {
 
 	mu        sync.Mutex
 	closed    bool
+	ready     bool // slots are bound; set once by start
 	slots     []*slot
 	published []*source
 	alloc     *allocator.Allocator
@@ -85,7 +86,9 @@ func (p *peer) start(offer string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	p.mu.Lock()
 	p.pc = pc
+	p.mu.Unlock()
 	pc.OnTrack(p.onTrack)
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
@@ -97,6 +100,7 @@ func (p *peer) start(offer string) (string, error) {
 	}
 	// Remote receive-only m-lines became send-only transceivers without a
 	// sender: bind one slot down track to each.
+	var slots []*slot
 	for _, t := range pc.GetTransceivers() {
 		if t.Direction() != webrtc.RTPTransceiverDirectionSendonly || t.Sender() != nil {
 			continue
@@ -120,9 +124,12 @@ func (p *peer) start(offer string) (string, error) {
 				s.mid = t2.Mid()
 			}
 		}
-		p.slots = append(p.slots, s)
+		slots = append(slots, s)
 		go dt.ReadRTCP(sender)
 	}
+	p.mu.Lock()
+	p.slots, p.ready = slots, true
+	p.mu.Unlock()
 	ans, err := pc.CreateAnswer(nil)
 	if err != nil {
 		return "", err
@@ -167,7 +174,7 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 func (p *peer) reconcile() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed {
+	if p.closed || !p.ready {
 		return
 	}
 	tracks := p.n.sessionTracks(p.session)
@@ -344,7 +351,10 @@ func (p *peer) close() {
 		delete(p.n.peers, key)
 	}
 	p.n.mu.Unlock()
-	if p.pc != nil {
-		go p.pc.Close() // ends the publications' read loops, which unannounce them
+	p.mu.Lock()
+	pc := p.pc
+	p.mu.Unlock()
+	if pc != nil {
+		go pc.Close() // ends the publications' read loops, which unannounce them
 	}
 }
