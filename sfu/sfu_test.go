@@ -208,7 +208,7 @@ func TestConcurrentJoins(t *testing.T) {
 				return
 			}
 			clients[i] = cl
-			go publishFrames(ctx, cl.Tracks["pc0"], uint32(i), 0, 5000)
+			go publishFrames(ctx, cl.Tracks["pc0"], uint32(i), 0, 1000) // 5 × 0.8 Mbit/s stays under the initial estimate
 		}()
 	}
 	wg.Wait()
