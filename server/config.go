@@ -26,6 +26,7 @@ type Config struct {
 	TLSCert, TLSKey string // empty: a self-signed certificate in DataDir/tls
 
 	Name        string // node name, unique in a cluster
+	Site        string // where this node runs; the SFU session manager prefers nodes at a client's site
 	ClusterName string
 	ClusterAddr string
 	Routes      []string
@@ -53,6 +54,7 @@ func Defaults() Config {
 		NATSAddr:    ":4222",
 		NATSWSAddr:  ":4223",
 		ClusterAddr: ":6222",
+		Site:        "default",
 		MaxPayload:  1 << 20,
 		TokenTTL:    12 * time.Hour,
 		// A connection busy with steady traffic writes at most every 2ms;

@@ -26,7 +26,9 @@ import (
 	"github.com/xrealm/xrealm/httpapi"
 	"github.com/xrealm/xrealm/mqtt"
 	"github.com/xrealm/xrealm/persist"
+	"github.com/xrealm/xrealm/sfu"
 	"github.com/xrealm/xrealm/tlscert"
+	"github.com/xrealm/xrealm/webclient"
 )
 
 // Server is a running xrealm node.
@@ -45,6 +47,7 @@ type Server struct {
 	Settings *auth.SettingsStore
 	Registry *prometheus.Registry
 	Mux      *http.ServeMux
+	SFU      *sfu.Node
 
 	stopStore context.CancelFunc
 }
@@ -155,6 +158,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	s.Mux.Handle("/mqtt", s.mqtt.WebSocketHandler("ws"))
 	s.Mux.Handle("/mqtt/", s.mqtt.WebSocketHandler("ws"))
 
+	sfuNC, err := s.connect("xrealm-sfu")
+	if err != nil {
+		return nil, err
+	}
+	if s.SFU, err = sfu.Start(ctx, sfu.Config{
+		NC: sfuNC, ID: sfuID(cfg.nodeName()), Site: cfg.Site, Manager: true,
+		Registerer: s.Registry, Logger: log.With("component", "sfu"),
+	}); err != nil {
+		return nil, fmt.Errorf("start SFU: %w", err)
+	}
+	s.Mux.Handle("/sfu/ws", s.SFU.Handler())
+	s.Mux.Handle("/", webclient.Handler(webclient.Dir()))
+
 	// Listeners: bind all first so that a port in use fails the start.
 	type serveFn func(net.Listener) error
 	var starts []func()
@@ -204,6 +220,23 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	log.Info("xrealm is ready", "node", cfg.nodeName(), "realm", cfg.Realm, "data", cfg.DataDir, "replicas", replicas, "cluster", cfg.ClusterName)
 	return s, nil
+}
+
+// sfuID turns a node name into an SFU node id (letters, digits, '-', '_').
+func sfuID(name string) string {
+	id := []byte(name)
+	for i, c := range id {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			id[i] = '-'
+		}
+	}
+	if len(id) == 0 {
+		return "xrealm"
+	}
+	if len(id) > 64 {
+		id = id[:64]
+	}
+	return string(id)
 }
 
 func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
@@ -269,6 +302,9 @@ func (s *Server) Close() {
 	}
 	for _, hs := range s.http {
 		hs.Close()
+	}
+	if s.SFU != nil {
+		s.SFU.Close()
 	}
 	if s.stopStore != nil {
 		s.stopStore()

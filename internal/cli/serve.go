@@ -35,6 +35,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (default: self-signed, generated into the data directory)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
 	fs.StringVar(&cfg.Name, "name", "", "node name, unique in a cluster (default: host name)")
+	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at (SFU assignment prefers a client's site)")
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
 	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
