@@ -100,3 +100,11 @@ func SceneRights(realm, ns, scene string, role Role, userClient string) Rights {
 	}
 	return Rights{}
 }
+
+// ServiceRights returns the rights of a service node that joins the bus
+// over NATS: publish and subscribe on its own subjects ("sfu/#" maps to the
+// NATS subjects "sfu.>"), and replies through NATS inboxes.
+func ServiceRights(service string) Rights {
+	own := service + "/#"
+	return Rights{Publ: []string{own}, Subs: []string{own, "_INBOX/#"}}
+}

@@ -70,6 +70,8 @@ func Permissions(r auth.Rights) *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{}},
 		Subscribe: &server.SubjectPermission{Allow: []string{}},
+		// A client may answer the requests it receives (one reply each).
+		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
 	}
 	for _, f := range r.Publ {
 		p.Publish.Allow = append(p.Publish.Allow, topic.ToSubject(f))

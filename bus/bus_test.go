@@ -119,3 +119,40 @@ func TestTokenExpiryClosesConnection(t *testing.T) {
 		t.Fatal("connection with an expired token stayed open")
 	}
 }
+
+// An SFU node joining over NATS with a service token may use sfu.> and
+// request/reply, and nothing else.
+func TestServiceToken(t *testing.T) {
+	b, keys := startBus(t)
+	internal, _ := b.Connect("svc")
+	defer internal.Close()
+	internal.Subscribe("sfu.manager.join", func(m *nats.Msg) { m.Respond([]byte("ok")) })
+	internal.Flush()
+	tok, _ := keys.Issue("sfu-2", auth.ServiceRights("sfu"), time.Hour)
+	nc, err := nats.Connect(b.ClientURL(), nats.Token(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if m, err := nc.Request("sfu.manager.join", nil, 2*time.Second); err != nil || string(m.Data) != "ok" {
+		t.Fatalf("request on sfu.>: %v", err)
+	}
+	// It answers requests addressed to it, through the requester's inbox.
+	nc.Subscribe("sfu.node.2.link", func(m *nats.Msg) { m.Respond([]byte("linked")) })
+	nc.Flush()
+	if m, err := internal.Request("sfu.node.2.link", nil, 2*time.Second); err != nil || string(m.Data) != "linked" {
+		t.Fatalf("reply from the service: %v", err)
+	}
+	errs := make(chan error, 1)
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+	nc.Publish("realm.s.ns.sc.o.uc.box", []byte("{}"))
+	nc.Flush()
+	select {
+	case err := <-errs:
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			t.Fatalf("unexpected error %v", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("service token could publish to a scene")
+	}
+}
