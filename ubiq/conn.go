@@ -366,6 +366,9 @@ func (c *conn) request(payload []byte) {
 			bad(err)
 			return
 		}
+		if a.ClientID != (NetworkId{}) {
+			c.setClientID(a.ClientID)
+		}
 		c.setObserved(ctx, a.Rooms)
 	default:
 		c.log.Info("unknown Ubiq server message", "type", req.Type, "peer", c.uuid())

@@ -217,13 +217,15 @@ func (p *peer) frame() msg {
 }
 
 // barrier pings the server and returns everything received before the
-// answer: the server answers in order on the connection.
+// answer, and what expect skipped earlier: the server answers in order on
+// the connection.
 func (p *peer) barrier() []msg {
 	p.t.Helper()
-	p.request("Ping", ClientArgs{ClientID: p.clientID})
-	p.seen = nil
-	p.expect("Ping")
 	out := p.seen
+	p.seen = nil
+	p.request("Ping", ClientArgs{ClientID: p.clientID})
+	p.expect("Ping")
+	out = append(out, p.seen...)
 	p.seen = nil
 	return out
 }

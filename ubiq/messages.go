@@ -92,7 +92,8 @@ type BlobArgs struct {
 // SetObservedArgs replace the set of rooms a peer observes (an xrealm
 // extension for areas of interest).
 type SetObservedArgs struct {
-	Rooms []string `json:"rooms"`
+	ClientID NetworkId `json:"clientid"` // may come before Join; zero = unchanged
+	Rooms    []string  `json:"rooms"`
 }
 
 // ObservedArgs acknowledge SetObserved with the rooms now observed.

@@ -1,0 +1,259 @@
+package ubiq
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/interest"
+)
+
+// peersIn collects PeerAdded/PeerRemoved from ms into set.
+func applyPeerEvents(t *testing.T, set map[string]bool, ms []msg) (removed []string) {
+	t.Helper()
+	for _, m := range ms {
+		switch m.typ {
+		case "PeerAdded":
+			var a struct {
+				Peer PeerInfo `json:"peer"`
+			}
+			m.decode(t, &a)
+			set[a.Peer.UUID] = true
+		case "PeerRemoved":
+			var a struct {
+				UUID string `json:"uuid"`
+			}
+			m.decode(t, &a)
+			delete(set, a.UUID)
+			removed = append(removed, a.UUID)
+		}
+	}
+	return removed
+}
+
+func TestSetObservedAtomic(t *testing.T) {
+	// No grace period: atomicity must come from the order of attachment.
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	shard := [16]byte{1, 2, 3}
+	var rooms []string
+	var members []*peer
+	for i := range 3 {
+		id := interest.FormatUUID(interest.CellRoomID(shard, interest.Cell{Q: i, R: -i}))
+		rooms = append(rooms, id)
+		m := dialPeer(t, ts.tcp)
+		m.join(JoinArgs{UUID: id})
+		members = append(members, m)
+	}
+	o := dialPeer(t, ts.tcp)
+	o.join(JoinArgs{UUID: newUUID()})
+	visible := map[string]bool{}
+	for step, set := range [][]int{{0, 1}, {1, 2}, {2}, {0, 1, 2}, {}} {
+		var ids []string
+		for _, i := range set {
+			ids = append(ids, rooms[i])
+		}
+		before := map[string]bool{}
+		for k := range visible {
+			before[k] = true
+		}
+		o.request("SetObserved", SetObservedArgs{Rooms: ids})
+		var ack ObservedArgs
+		o.expect("Observed").decode(t, &ack)
+		if len(ack.Rooms) != len(ids) {
+			t.Fatalf("step %d: observed %v, want %v", step, ack.Rooms, ids)
+		}
+		removed := applyPeerEvents(t, visible, o.barrier())
+		want := map[string]bool{}
+		for _, i := range set {
+			want[members[i].uuid] = true
+		}
+		if fmt.Sprint(visible) != fmt.Sprint(want) {
+			t.Fatalf("step %d: visible %v, want %v", step, visible, want)
+		}
+		for _, r := range removed {
+			if before[r] && want[r] {
+				t.Fatalf("step %d: %s was removed although observed before and after", step, r)
+			}
+		}
+		// Members of observed rooms reach the observer; others do not.
+		for i, m := range members {
+			m.c.Send(NetworkId{A: 900, B: uint32(i)}, []byte("cell"))
+		}
+		got := map[uint32]bool{}
+		for _, m := range o.barrier() {
+			if m.typ == "" {
+				got[IDOf(m.frame).B] = true
+			}
+		}
+		// Frames from other connections are not ordered with our Ping:
+		// wait for the expected ones, then check nothing else came.
+		for _, i := range set {
+			for !got[uint32(i)] {
+				got[IDOf(o.frame().frame).B] = true
+			}
+		}
+		for b := range got {
+			if !want[members[b].uuid] {
+				t.Fatalf("step %d: observer got a frame from unobserved room %d", step, b)
+			}
+		}
+	}
+}
+
+// TestMemberMovesBetweenObservedRooms checks that an observer of two
+// rooms does not see a member that moves from one to the other disappear.
+func TestMemberMovesBetweenObservedRooms(t *testing.T) {
+	ts := startServer(t, nil, nil) // default grace
+	a, b := newUUID(), newUUID()
+	o := dialPeer(t, ts.tcp)
+	o.request("SetObserved", SetObservedArgs{ClientID: o.clientID, Rooms: []string{a, b}})
+	o.expect("Observed")
+	x := dialPeer(t, ts.tcp)
+	x.join(JoinArgs{UUID: a})
+	o.expect("PeerAdded")
+	for range 5 {
+		x.join(JoinArgs{UUID: b})
+		x.join(JoinArgs{UUID: a})
+	}
+	x.c.Send(NetworkId{A: 1, B: 1}, []byte("still here"))
+	o.frame()
+	time.Sleep(2 * ts.s.cfg.RemoveGrace) // let any pending removal fire
+	ms := o.barrier()
+	if n := countType(ms, "PeerRemoved"); n != 0 {
+		t.Fatalf("observer saw the moving member removed %d times", n)
+	}
+}
+
+// TestKNNInterest places peers at random and checks, against brute force,
+// that each peer is told exactly about its k nearest and receives the
+// frames of exactly those peers.
+func TestKNNInterest(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	const n, k = 12, 3
+	id := newUUID()
+	rng := rand.New(rand.NewPCG(1, 2))
+	ps := make([]*peer, n)
+	pos := make([]interest.Vec3, n)
+	for i := range ps {
+		ps[i] = dialPeer(t, ts.tcp)
+		pos[i] = interest.Vec3{X: rng.Float64() * 100, Z: rng.Float64() * 100}
+	}
+	ps[0].join(JoinArgs{UUID: id})
+	ps[0].request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":3,"rate":50,"hysteresis_ms":1}`}})
+	ps[0].expect("RoomPropertiesAppended")
+	for i, p := range ps {
+		if i > 0 {
+			p.join(JoinArgs{UUID: id})
+		}
+		p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{fmt.Sprintf("%g,0,%g", pos[i].X, pos[i].Z)}})
+	}
+	byUUID := map[string]int{}
+	for i, p := range ps {
+		byUUID[p.uuid] = i
+	}
+	for i, p := range ps {
+		want := bruteKNN(pos, i, k)
+		got := map[string]bool{}
+		for len(got) < k {
+			var a struct {
+				Peer PeerInfo `json:"peer"`
+			}
+			p.expect("PeerAdded").decode(t, &a)
+			got[a.Peer.UUID] = true
+		}
+		var gotIdx []int
+		for u := range got {
+			gotIdx = append(gotIdx, byUUID[u])
+		}
+		sort.Ints(gotIdx)
+		if fmt.Sprint(gotIdx) != fmt.Sprint(want) {
+			t.Fatalf("peer %d told about %v, want its %d nearest %v", i, gotIdx, k, want)
+		}
+	}
+	// Frames follow the sets (asymmetric): j receives from i iff i is
+	// among j's nearest.
+	for i, p := range ps {
+		p.c.Send(NetworkId{A: 4242, B: uint32(i)}, []byte("pose"))
+	}
+	for j, p := range ps {
+		want := bruteKNN(pos, j, k)
+		got := map[int]bool{}
+		for len(got) < k {
+			got[int(IDOf(p.frame().frame).B)] = true
+		}
+		for _, m := range p.barrier() {
+			if m.typ == "" {
+				got[int(IDOf(m.frame).B)] = true
+			}
+		}
+		var gotIdx []int
+		for i := range got {
+			gotIdx = append(gotIdx, i)
+		}
+		sort.Ints(gotIdx)
+		if fmt.Sprint(gotIdx) != fmt.Sprint(want) {
+			t.Fatalf("peer %d received from %v, want %v", j, gotIdx, want)
+		}
+	}
+}
+
+// TestKNNHysteresis checks that a peer that leaves an observer's k nearest
+// stays in its set for the hysteresis period.
+func TestKNNHysteresis(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	id := newUUID()
+	o, near, far, mover := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp), dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	o.join(JoinArgs{UUID: id})
+	o.request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":1,"rate":50,"hysteresis_ms":60000}`}})
+	o.expect("RoomPropertiesAppended")
+	place := func(p *peer, x float64) {
+		p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{fmt.Sprintf("%g,0,0", x)}})
+	}
+	place(o, 0)
+	near.join(JoinArgs{UUID: id})
+	place(near, 1)
+	var a struct {
+		Peer PeerInfo `json:"peer"`
+	}
+	o.expect("PeerAdded").decode(t, &a)
+	if a.Peer.UUID != near.uuid {
+		t.Fatalf("first nearest %s, want near", a.Peer.UUID)
+	}
+	// near moves away and mover comes closer: mover enters, near stays.
+	far.join(JoinArgs{UUID: id})
+	place(far, 1000)
+	place(near, 500)
+	mover.join(JoinArgs{UUID: id})
+	place(mover, 0.5)
+	o.expect("PeerAdded").decode(t, &a)
+	if a.Peer.UUID != mover.uuid {
+		t.Fatalf("entered %s, want mover", a.Peer.UUID)
+	}
+	near.c.Send(NetworkId{A: 3, B: 3}, []byte("still in the set"))
+	if f := o.frame(); IDOf(f.frame) != (NetworkId{A: 3, B: 3}) {
+		t.Fatalf("frame %v", IDOf(f.frame))
+	}
+	if n := countType(o.barrier(), "PeerRemoved"); n != 0 {
+		t.Fatal("peer left the set before its hysteresis period")
+	}
+	// Leaving the room ends it at once.
+	near.c.Close()
+	o.expect("PeerRemoved")
+}
+
+func bruteKNN(pos []interest.Vec3, i, k int) []int {
+	idx := make([]int, 0, len(pos))
+	for j := range pos {
+		if j != i {
+			idx = append(idx, j)
+		}
+	}
+	d := func(j int) float64 { return math.Hypot(pos[j].X-pos[i].X, pos[j].Z-pos[i].Z) }
+	sort.Slice(idx, func(a, b int) bool { return d(idx[a]) < d(idx[b]) })
+	out := append([]int(nil), idx[:k]...)
+	sort.Ints(out)
+	return out
+}
