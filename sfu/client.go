@@ -20,6 +20,11 @@ type ClientConfig struct {
 	Session string
 	Client  string
 	Site    string
+	// Near are further preferred sites (JoinRequest.Near).
+	Near []string
+	// Estimator names the estimator the node uses towards this client
+	// ("gcc", "hera"); empty is the node's default.
+	Estimator string
 	// Publish lists the tracks to send: ID and codec MIME type. Point-cloud
 	// descriptions are "pc0", "pc1", "pc2" with MimeTypePointCloud.
 	Publish []PublishTrack
@@ -53,7 +58,7 @@ type Client struct {
 // Dial joins: it asks the manager for a node, offers, and waits for the
 // connection.
 func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	a, err := RequestJoin(ctx, cfg.NC, JoinRequest{Session: cfg.Session, Client: cfg.Client, Site: cfg.Site})
+	a, err := RequestJoin(ctx, cfg.NC, JoinRequest{Session: cfg.Session, Client: cfg.Client, Site: cfg.Site, Near: cfg.Near})
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +141,7 @@ func (c *Client) connect(ctx context.Context) error {
 		return fmt.Errorf("sfu client: %w", err)
 	}
 	<-gathered
-	rep, err := c.request(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: pc.LocalDescription().SDP})
+	rep, err := c.request(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: pc.LocalDescription().SDP, Estimator: c.cfg.Estimator})
 	if err != nil {
 		return err
 	}
@@ -175,6 +180,13 @@ func (c *Client) request(ctx context.Context, s Signal) (Reply, error) {
 // SetPose sends the client's camera pose.
 func (c *Client) SetPose(ctx context.Context, p Pose) error {
 	_, err := c.request(ctx, Signal{Op: "pose", Session: c.cfg.Session, Client: c.cfg.Client, Pose: &p})
+	return err
+}
+
+// ReportFrames sends the client's frame delivery report to its node, which
+// exports it on /metrics.
+func (c *Client) ReportFrames(ctx context.Context, r FrameReport) error {
+	_, err := c.request(ctx, Signal{Op: "stats", Session: c.cfg.Session, Client: c.cfg.Client, Frames: &r})
 	return err
 }
 

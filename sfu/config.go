@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sort"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/pion/interceptor/pkg/cc"
 	"github.com/prometheus/client_golang/prometheus"
 
+	herabwe "github.com/xrealm/xrealm/hera/bwe"
 	"github.com/xrealm/xrealm/sfu/allocator"
 	"github.com/xrealm/xrealm/sfu/bwe"
 )
@@ -35,6 +37,9 @@ type Config struct {
 	// bwe.NewFactory(bwe.Config{}) (GCC widened to 300 Mbit/s). Any
 	// cc.BandwidthEstimator fits, such as Hera's.
 	Estimator cc.BandwidthEstimatorFactory
+	// Estimators are the estimators a client may pick by name in its offer
+	// (Signal.Estimator), instead of Estimator; nil means DefaultEstimators().
+	Estimators map[string]cc.BandwidthEstimatorFactory
 	// Mode is the allocator mode for point-cloud tracks.
 	Mode allocator.Mode
 	// Registerer receives the node's metrics; nil means none.
@@ -54,6 +59,35 @@ type Config struct {
 	AllocateEvery time.Duration
 }
 
+// DefaultEstimators returns the estimators clients can choose by name:
+// "gcc" (pion's GCC widened to 300 Mbit/s, package bwe) and "hera" (the Hera
+// rule, package hera/bwe, with its range raised to 300 Mbit/s for
+// volumetric flows).
+func DefaultEstimators() map[string]cc.BandwidthEstimatorFactory {
+	h := herabwe.DefaultOptions()
+	h.MaxBitrate = 300_000_000
+	return map[string]cc.BandwidthEstimatorFactory{
+		"gcc":  bwe.NewFactory(bwe.Config{}),
+		"hera": herabwe.NewFactory(h),
+	}
+}
+
+// estimator returns the factory a client asked for; "" is Config.Estimator.
+func (c *Config) estimator(name string) (cc.BandwidthEstimatorFactory, error) {
+	if name == "" {
+		return c.Estimator, nil
+	}
+	if f, ok := c.Estimators[name]; ok {
+		return f, nil
+	}
+	names := make([]string, 0, len(c.Estimators))
+	for k := range c.Estimators {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("sfu: estimator %q unknown; one of %v", name, names)
+}
+
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 func (c *Config) validate() error {
@@ -71,6 +105,9 @@ func (c *Config) validate() error {
 	}
 	if c.Estimator == nil {
 		c.Estimator = bwe.NewFactory(bwe.Config{})
+	}
+	if c.Estimators == nil {
+		c.Estimators = DefaultEstimators()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

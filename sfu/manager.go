@@ -110,8 +110,8 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	}
 	sort.Slice(live, func(i, j int) bool {
 		a, b := live[i], live[j]
-		if sa, sb := a.info.Site == req.Site, b.info.Site == req.Site; sa != sb {
-			return sa
+		if ra, rb := siteRank(req, a.info.Site), siteRank(req, b.info.Site); ra != rb {
+			return ra < rb
 		}
 		if la, lb := a.info.Clients+a.pending, b.info.Clients+b.pending; la != lb {
 			return la < lb
@@ -122,6 +122,20 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	best.pending++
 	m.assigned[key] = best.info.ID
 	return assignment(best.info)
+}
+
+// siteRank is 0 for the client's site, i+1 for its i-th near site, and
+// after those for any other site.
+func siteRank(req JoinRequest, site string) int {
+	if site == req.Site {
+		return 0
+	}
+	for i, s := range req.Near {
+		if s == site {
+			return i + 1
+		}
+	}
+	return len(req.Near) + 1
 }
 
 func assignment(info NodeInfo) Assignment {

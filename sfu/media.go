@@ -51,7 +51,7 @@ func RegisterCodecs(m *webrtc.MediaEngine) error {
 // shared buffer), receiver and sender reports, TWCC feedback for the
 // publisher's estimator, and TWCC sequence numbers plus the send-side
 // estimator for what the node sends. onEstimator receives the estimator.
-func (n *Node) newPeerAPI(onEstimator func(cc.BandwidthEstimator)) (*webrtc.API, error) {
+func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.BandwidthEstimator)) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	if err := RegisterCodecs(m); err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func (n *Node) newPeerAPI(onEstimator func(cc.BandwidthEstimator)) (*webrtc.API,
 	// registry: the last one added wraps the others and so stamps the
 	// transport-wide sequence number before the estimator records it.
 	if onEstimator != nil {
-		ccf, err := cc.NewInterceptor(n.cfg.Estimator)
+		ccf, err := cc.NewInterceptor(est)
 		if err != nil {
 			return nil, err
 		}

@@ -1,7 +1,11 @@
 package sfu
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrealm/xrealm/volumetric"
 )
 
 // collector reports a node's state when scraped, so that forwarding pays
@@ -25,12 +29,20 @@ var (
 	descSubMiss    = prometheus.NewDesc("xrealm_sfu_subscriber_retransmit_misses_total", "NACKs not answerable (packet no longer buffered): loss after recovery.", []string{"node", "client"}, nil)
 	descSubEst     = prometheus.NewDesc("xrealm_sfu_subscriber_estimate_bps", "Send-side bandwidth estimate per subscriber.", []string{"node", "client"}, nil)
 	descSubAlloc   = prometheus.NewDesc("xrealm_sfu_subscriber_allocated_bps", "Bitrate the allocator forwards to the subscriber (compare with the estimate).", []string{"node", "client"}, nil)
+	descSrcFrames  = prometheus.NewDesc("xrealm_sfu_source_frame_completion_ratio", "Point-cloud descriptions complete at this node within 500 ms, over all seen (lost ones upstream lower it).", []string{"node", "track", "origin"}, nil)
+	descSrcLat     = prometheus.NewDesc("xrealm_sfu_source_frame_latency_seconds", "Capture to last fragment at this node, per point-cloud description (quantiles over the last 2048).", []string{"node", "track", "origin"}, nil)
+	descSubFrames  = prometheus.NewDesc("xrealm_sfu_subscriber_frame_completion_ratio", "Point-cloud descriptions the subscriber completed, over all it saw (reported by the client, op stats).", []string{"node", "client"}, nil)
+	descSubLat     = prometheus.NewDesc("xrealm_sfu_subscriber_frame_latency_seconds", "Capture to complete description at the subscriber (reported by the client, op stats).", []string{"node", "client"}, nil)
+	descSubFetch   = prometheus.NewDesc("xrealm_sfu_subscriber_fetches_total", "NACKs not in a relayed source's buffer, forwarded to the origin node.", []string{"node", "client"}, nil)
+	descFetch      = prometheus.NewDesc("xrealm_sfu_relay_nack_forwarded_total", "Sequence numbers this node asked origin nodes for (one request however many subscribers NACKed).", []string{"node"}, nil)
+	descFetchOK    = prometheus.NewDesc("xrealm_sfu_relay_nack_recovered_total", "Forwarded NACKs whose packet arrived from the origin.", []string{"node"}, nil)
 	descSubSlots   = prometheus.NewDesc("xrealm_sfu_subscriber_active_slots", "Receive slots carrying a track.", []string{"node", "client"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
-		descRelayBytes, descRelayDrop, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubSlots} {
+		descRelayBytes, descRelayDrop, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubSlots,
+		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
 }
@@ -66,6 +78,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(local)), id, "local")
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(relayed)), id, "relay")
 	ch <- prometheus.MustNewConstMetric(descLinks, prometheus.GaugeValue, float64(links), id)
+	now := time.Now()
+	var fetched, recovered float64
 	for origin, list := range map[string][]*source{"local": local, "relay": relayed} {
 		for _, s := range list {
 			k := s.info.Key()
@@ -75,10 +89,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			if origin == "local" {
 				ch <- prometheus.MustNewConstMetric(descSrcRelays, prometheus.GaugeValue, float64(s.relayCount()), id, k)
 			}
+			if s.frames != nil {
+				fs := s.frames.Stats(now)
+				ch <- prometheus.MustNewConstMetric(descSrcFrames, prometheus.GaugeValue, fs.CompletionRatio(), id, k, origin)
+				ch <- prometheus.MustNewConstSummary(descSrcLat, fs.N, fs.Sum.Seconds(),
+					map[float64]float64{0.5: fs.P50.Seconds(), 0.9: fs.P90.Seconds(), 0.99: fs.P99.Seconds()}, id, k, origin)
+			}
+			if s.fetch != nil {
+				fetched += float64(s.fetch.requested.Load())
+				recovered += float64(s.fetch.recovered.Load())
+			}
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(descFetch, prometheus.CounterValue, fetched, id)
+	ch <- prometheus.MustNewConstMetric(descFetchOK, prometheus.CounterValue, recovered, id)
 	for _, p := range peers {
-		var bytes, pkts, nacks, rtx, miss, active float64
+		var bytes, pkts, nacks, rtx, miss, fetches, active float64
 		p.mu.Lock()
 		for _, s := range p.slots {
 			st := s.dt.Stats()
@@ -87,6 +113,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			nacks += float64(st.NACKs)
 			rtx += float64(st.Retransmits)
 			miss += float64(st.RetransmitMisses)
+			fetches += float64(st.Fetches)
 			if s.src != nil {
 				active++
 			}
@@ -100,6 +127,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSubRTX, prometheus.CounterValue, rtx, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubMiss, prometheus.CounterValue, miss, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubSlots, prometheus.GaugeValue, active, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubFetch, prometheus.CounterValue, fetches, id, client)
+		if f := p.frames.Load(); f != nil {
+			fs := volumetric.FrameStats{Complete: f.Complete, Expired: f.Expired}
+			ch <- prometheus.MustNewConstMetric(descSubFrames, prometheus.GaugeValue, fs.CompletionRatio(), id, client)
+			ch <- prometheus.MustNewConstSummary(descSubLat, f.Count, f.SumMs/1000,
+				map[float64]float64{0.5: f.P50Ms / 1000, 0.9: f.P90Ms / 1000, 0.99: f.P99Ms / 1000}, id, client)
+		}
 		if e := p.est.Load(); e != nil {
 			ch <- prometheus.MustNewConstMetric(descSubEst, prometheus.GaugeValue, float64(e.GetTargetBitrate()), id, client)
 		}

@@ -315,6 +315,7 @@ func (n *Node) acquire(t TrackInfo) *source {
 	}
 	origin := t.Node
 	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
+	s.fetch = newFetcher(func(seqs []uint16) { n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs}) })
 	n.relayed[key] = s
 	n.mu.Unlock()
 	n.sendControl(origin, relay.Control{Op: "sub", Track: key})

@@ -30,6 +30,9 @@ type peer struct {
 	session, client string
 	pc              *webrtc.PeerConnection
 	est             atomic.Pointer[estimatorBox]
+	estName         string // as the client asked, "default" for Config.Estimator
+	estFactory      cc.BandwidthEstimatorFactory
+	frames          atomic.Pointer[FrameReport] // the client's last report
 
 	mu        sync.Mutex
 	closed    bool
@@ -54,7 +57,11 @@ type slot struct {
 // join creates the peer of a client from its offer and returns the answer.
 // The offer must carry the client's send-only tracks and the receive-only
 // transceivers (slots) it wants; there is no renegotiation afterwards.
-func (n *Node) join(session, client, offer string) (string, error) {
+func (n *Node) join(session, client, offer, estimator string) (string, error) {
+	est, err := n.cfg.estimator(estimator)
+	if err != nil {
+		return "", err
+	}
 	key := session + "/" + client
 	n.mu.Lock()
 	if n.closed {
@@ -65,7 +72,10 @@ func (n *Node) join(session, client, offer string) (string, error) {
 		n.mu.Unlock()
 		return "", fmt.Errorf("sfu: client %s already connected (one offer per connection: pre-negotiate receive slots)", key)
 	}
-	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode)}
+	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), estName: estimator, estFactory: est}
+	if p.estName == "" {
+		p.estName = "default"
+	}
 	n.peers[key] = p
 	n.mu.Unlock()
 	sdp, err := p.start(offer)
@@ -78,7 +88,7 @@ func (n *Node) join(session, client, offer string) (string, error) {
 }
 
 func (p *peer) start(offer string) (string, error) {
-	api, err := p.n.newPeerAPI(func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) })
+	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) })
 	if err != nil {
 		return "", err
 	}
@@ -282,7 +292,7 @@ func (p *peer) assign(s *slot, t TrackInfo) bool {
 	if src == nil {
 		return false
 	}
-	if err := s.dt.SetSource(downtrack.Source{Codec: src.codec, Buffer: src.buf, OnKeyframeRequest: src.keyframe}); err != nil {
+	if err := s.dt.SetSource(src.downSource()); err != nil {
 		p.n.log.Warn("slot cannot carry track", "client", p.client, "slot", s.mid, "track", t.Key(), "err", err)
 		p.n.release(src, src.removeDown(s.dt))
 		return false

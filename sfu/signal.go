@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
+
+	"github.com/xrealm/xrealm/volumetric"
 )
 
 // Bus subjects; see docs/sfu.md.
@@ -28,6 +31,9 @@ type JoinRequest struct {
 	Session string `json:"session"`
 	Client  string `json:"client"`
 	Site    string `json:"site"`
+	// Near lists further sites in order of preference, used when no node
+	// runs at Site (for example the sites with a direct link to it).
+	Near []string `json:"near,omitempty"`
 }
 
 // Assignment is the manager's answer.
@@ -51,11 +57,30 @@ type NodeInfo struct {
 // Signal is a client's message to its node, over the bus (request/reply)
 // or the WebSocket.
 type Signal struct {
-	Op      string `json:"op"` // "offer", "pose", "leave"
+	Op      string `json:"op"` // "offer", "pose", "stats", "leave"
 	Session string `json:"session"`
 	Client  string `json:"client"`
 	SDP     string `json:"sdp,omitempty"`
 	Pose    *Pose  `json:"pose,omitempty"`
+	// Estimator names the bandwidth estimator for what the node sends to
+	// this client (offer only): "gcc", "hera" (Config.Estimators); empty is
+	// the node's default.
+	Estimator string `json:"estimator,omitempty"`
+	// Frames is the client's frame delivery report (op "stats").
+	Frames *FrameReport `json:"frames,omitempty"`
+}
+
+// FrameReport is what a subscriber measured of the point-cloud
+// descriptions it received since it joined; the node exports it per
+// subscriber.
+type FrameReport struct {
+	Complete uint64  `json:"complete"` // descriptions completed
+	Expired  uint64  `json:"expired"`  // incomplete at their deadline
+	P50Ms    float64 `json:"p50_ms"`   // capture → complete latency quantiles
+	P90Ms    float64 `json:"p90_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	SumMs    float64 `json:"sum_ms"` // over all completed descriptions
+	Count    uint64  `json:"count"`
 }
 
 // Reply answers a Signal.
@@ -135,7 +160,7 @@ func (n *Node) Signal(s Signal) Reply {
 	key := s.Session + "/" + s.Client
 	switch s.Op {
 	case "offer":
-		sdp, err := n.join(s.Session, s.Client, s.SDP)
+		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator)
 		if err != nil {
 			return Reply{Op: "error", Error: err.Error()}
 		}
@@ -146,6 +171,19 @@ func (n *Node) Signal(s Signal) Reply {
 		}
 		b, _ := json.Marshal(PoseMessage{Session: s.Session, Client: s.Client, Pose: *s.Pose})
 		_ = n.cfg.NC.Publish("sfu.poses."+s.Session, b)
+		return Reply{Op: "ok"}
+	case "stats":
+		if s.Frames == nil {
+			return Reply{Op: "error", Error: "stats: missing frames"}
+		}
+		n.mu.Lock()
+		p := n.peers[key]
+		n.mu.Unlock()
+		if p == nil {
+			return Reply{Op: "error", Error: "stats: client " + key + " is not connected here"}
+		}
+		f := *s.Frames
+		p.frames.Store(&f)
 		return Reply{Op: "ok"}
 	case "leave":
 		n.mu.Lock()
@@ -245,3 +283,9 @@ func (n *Node) forward(subject string, s Signal) Reply {
 }
 
 var errNoNode = errors.New("sfu: no SFU node is available")
+
+// FrameReportOf converts a receiver's frame statistics into a report.
+func FrameReportOf(s volumetric.FrameStats) FrameReport {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return FrameReport{Complete: s.Complete, Expired: s.Expired, P50Ms: ms(s.P50), P90Ms: ms(s.P90), P99Ms: ms(s.P99), SumMs: ms(s.Sum), Count: s.N}
+}

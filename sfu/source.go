@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/xrealm/xrealm/sfu/buffer"
 	"github.com/xrealm/xrealm/sfu/downtrack"
+	"github.com/xrealm/xrealm/volumetric"
 )
 
 // TrackInfo describes a published track. Key() identifies it on the bus
@@ -48,6 +50,8 @@ type source struct {
 	buf   *buffer.Buffer
 
 	keyframe func() // asks the publisher (or the origin node) for a keyframe
+	frames   *volumetric.FrameTracker // point-cloud tracks only
+	fetch    *fetcher                 // relayed sources only: NACK misses go to the origin
 
 	mu     sync.RWMutex
 	downs  map[*downtrack.DownTrack]struct{}
@@ -62,10 +66,27 @@ type source struct {
 
 func newSource(info TrackInfo, keyframe func()) *source {
 	buf, _ := buffer.New(1024)
-	return &source{
+	s := &source{
 		info: info, codec: webrtc.RTPCodecCapability{MimeType: info.Mime}, buf: buf, keyframe: keyframe,
 		downs: map[*downtrack.DownTrack]struct{}{}, relays: map[string]func(string, []byte) error{},
 	}
+	if info.PointCloud() {
+		s.frames = volumetric.NewFrameTracker(frameDeadline, 2048)
+	}
+	return s
+}
+
+// frameDeadline is how long a point-cloud description may take to
+// complete at a node before it counts as lost.
+const frameDeadline = 500 * time.Millisecond
+
+// downSource is what a down track needs to forward from s.
+func (s *source) downSource() downtrack.Source {
+	ds := downtrack.Source{Codec: s.codec, Buffer: s.buf, OnKeyframeRequest: s.keyframe}
+	if s.fetch != nil {
+		ds.OnMiss = s.fetch.miss
+	}
+	return ds
 }
 
 // write handles one raw RTP packet of the source.
@@ -85,9 +106,20 @@ func (s *source) write(raw []byte) {
 			payload = payload[:len(payload)-p]
 		}
 	}
+	if s.frames != nil {
+		s.frames.Observe(time.Now(), payload)
+	}
+	var waiters []*downtrack.DownTrack
+	if s.fetch != nil {
+		waiters = s.fetch.arrived(h.SequenceNumber)
+	}
 	key := s.info.Key()
 	s.mu.RLock()
 	for d := range s.downs {
+		if slices.Contains(waiters, d) {
+			d.Resend(s.buf, h.SequenceNumber) // asked for it: a retransmission
+			continue
+		}
 		_ = d.WriteRTP(&h, payload)
 	}
 	for _, send := range s.relays {

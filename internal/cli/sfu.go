@@ -34,6 +34,7 @@ func runSFU(ctx context.Context, args []string) error {
 	ice := fs.String("ice-addrs", "", "comma-separated local IPs for ICE (default: all)")
 	ports := fs.String("udp-ports", "", "UDP port range for ICE, e.g. 50000-50100 (default: ephemeral)")
 	mode := fs.String("mode", "track-selection", "allocator mode for point clouds: track-selection or layers")
+	estimator := fs.String("estimator", "gcc", "default bandwidth estimator towards clients: gcc or hera (clients may pick their own in the offer)")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -54,7 +55,12 @@ func runSFU(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log}
+	ests := sfu.DefaultEstimators()
+	est, ok := ests[*estimator]
+	if !ok {
+		return fmt.Errorf("--estimator %q: want gcc or hera", *estimator)
+	}
+	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests}
 	if *ice != "" {
 		cfg.ICEAddresses = strings.Split(*ice, ",")
 	}

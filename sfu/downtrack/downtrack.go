@@ -45,6 +45,10 @@ type Source struct {
 	Codec             webrtc.RTPCodecCapability
 	Buffer            *buffer.Buffer
 	OnKeyframeRequest func()
+	// OnMiss, if set, is called with the source sequence number of a NACKed
+	// packet that is not in Buffer (a relayed source asks the origin node
+	// for it); whoever gets the packet later calls Resend.
+	OnMiss func(seq uint16, d *DownTrack)
 }
 
 // Stats are a down track's counters.
@@ -54,6 +58,7 @@ type Stats struct {
 	NACKs            uint64 // sequence numbers the subscriber asked for
 	Retransmits      uint64 // of those, answered from the buffer
 	RetransmitMisses uint64 // of those, no longer in the buffer
+	Fetches          uint64 // of those, asked from upstream (Source.OnMiss)
 	KeyframeRequests uint64
 }
 
@@ -79,7 +84,7 @@ type DownTrack struct {
 
 	active atomic.Bool
 
-	packets, bytes, dropped, nacks, rtx, misses, kfr atomic.Uint64
+	packets, bytes, dropped, nacks, rtx, misses, fetches, kfr atomic.Uint64
 }
 
 // ErrNoCodec reports that the subscriber did not negotiate the codec.
@@ -232,7 +237,7 @@ func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
 			for _, pair := range p.Nacks {
 				for _, seq := range pair.PacketList() {
 					d.nacks.Add(1)
-					d.retransmit(seq)
+					d.retransmit(seq, true)
 				}
 			}
 		case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
@@ -255,7 +260,9 @@ func (d *DownTrack) ReadRTCP(sender *webrtc.RTPSender) {
 
 var pktPool = sync.Pool{New: func() any { b := make([]byte, buffer.MaxPacket); return &b }}
 
-func (d *DownTrack) retransmit(out uint16) {
+// retransmit resends subscriber sequence number out from the buffer; on a
+// miss with fetch set it defers to Source.OnMiss.
+func (d *DownTrack) retransmit(out uint16, fetch bool) {
 	d.mu.Lock()
 	w, off, ssrc, pt, buf, tsOff := d.writer, d.offset, d.ssrc, d.pt, d.src.Buffer, d.tsOffset
 	d.mu.Unlock()
@@ -267,6 +274,14 @@ func (d *DownTrack) retransmit(out uint16) {
 	defer pktPool.Put(bp)
 	n, ok := buf.Get(out-off, *bp)
 	if !ok {
+		d.mu.Lock()
+		onMiss := d.src.OnMiss
+		d.mu.Unlock()
+		if onMiss != nil && fetch {
+			d.fetches.Add(1)
+			onMiss(out-off, d)
+			return
+		}
 		d.misses.Add(1)
 		return
 	}
@@ -282,6 +297,20 @@ func (d *DownTrack) retransmit(out uint16) {
 	}
 }
 
+// Resend sends the source packet with sequence number seq from buf again,
+// if buf is still the down track's source: it answers a NACK that
+// Source.OnMiss deferred, once the packet arrived.
+func (d *DownTrack) Resend(buf *buffer.Buffer, seq uint16) {
+	d.mu.Lock()
+	cur, off := d.src.Buffer, d.offset
+	d.mu.Unlock()
+	if cur != buf || buf == nil {
+		d.misses.Add(1)
+		return
+	}
+	d.retransmit(seq+off, false)
+}
+
 func (d *DownTrack) keyframe() {
 	d.kfr.Add(1)
 	d.mu.Lock()
@@ -295,5 +324,5 @@ func (d *DownTrack) keyframe() {
 // Stats returns the counters.
 func (d *DownTrack) Stats() Stats {
 	return Stats{Packets: d.packets.Load(), Bytes: d.bytes.Load(), Dropped: d.dropped.Load(), NACKs: d.nacks.Load(),
-		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), KeyframeRequests: d.kfr.Load()}
+		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), KeyframeRequests: d.kfr.Load()}
 }

@@ -1,0 +1,110 @@
+package sfu
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/pion/interceptor"
+	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/downtrack"
+)
+
+type recWriter struct {
+	mu   sync.Mutex
+	seqs []uint16
+}
+
+func (w *recWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
+	w.mu.Lock()
+	w.seqs = append(w.seqs, h.SequenceNumber)
+	w.mu.Unlock()
+	return len(p), nil
+}
+func (w *recWriter) Write(b []byte) (int, error) { return len(b), nil }
+
+func (w *recWriter) count(seq uint16) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	k := 0
+	for _, s := range w.seqs {
+		if s == seq {
+			k++
+		}
+	}
+	return k
+}
+
+type bindCtx struct{ w *recWriter }
+
+func (c bindCtx) CodecParameters() []webrtc.RTPCodecParameters {
+	return []webrtc.RTPCodecParameters{{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: MimeTypePointCloud, ClockRate: 90000}, PayloadType: 125}}
+}
+func (c bindCtx) HeaderExtensions() []webrtc.RTPHeaderExtensionParameter { return nil }
+func (c bindCtx) SSRC() webrtc.SSRC                                      { return 1 }
+func (c bindCtx) SSRCRetransmission() webrtc.SSRC                        { return 0 }
+func (c bindCtx) SSRCForwardErrorCorrection() webrtc.SSRC                { return 0 }
+func (c bindCtx) WriteStream() webrtc.TrackLocalWriter                   { return c.w }
+func (c bindCtx) ID() string                                             { return "ctx" }
+func (c bindCtx) RTCPReader() interceptor.RTCPReader                     { return nil }
+
+// TestRelayNACKForwarded: a packet lost on the relay link is missing from
+// the relayed source's buffer. Two subscribers NACK it; the origin is asked
+// once, and when it arrives each subscriber that asked gets it once as a
+// retransmission, while one that did not ask gets it as a late packet.
+func TestRelayNACKForwarded(t *testing.T) {
+	asked := make(chan []uint16, 4)
+	s := newSource(TrackInfo{Session: "s", Client: "a", Track: "pc0", Kind: "video", Mime: MimeTypePointCloud, Node: "1"}, func() {})
+	s.fetch = newFetcher(func(seqs []uint16) { asked <- seqs })
+	var ws []*recWriter
+	var dts []*downtrack.DownTrack
+	for i := 0; i < 3; i++ {
+		dt, err := downtrack.New(downtrack.Config{ID: "d", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: MimeTypePointCloud}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := &recWriter{}
+		if _, err := dt.Bind(bindCtx{w}); err != nil {
+			t.Fatal(err)
+		}
+		if err := dt.SetSource(s.downSource()); err != nil {
+			t.Fatal(err)
+		}
+		s.addDown(dt)
+		ws, dts = append(ws, w), append(dts, dt)
+	}
+	pkt := func(seq uint16) []byte {
+		b, _ := (&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq, PayloadType: 125}, Payload: []byte{1, 2, 3}}).Marshal()
+		return b
+	}
+	s.write(pkt(100))
+	s.write(pkt(101)) // 102 lost on the relay link
+	s.write(pkt(103))
+	nack := []rtcp.Packet{&rtcp.TransportLayerNack{Nacks: rtcp.NackPairsFromSequenceNumbers([]uint16{102})}}
+	dts[0].HandleRTCP(nack)
+	dts[1].HandleRTCP(nack)
+	if got := <-asked; len(got) != 1 || got[0] != 102 {
+		t.Fatalf("origin asked for %v, want [102]", got)
+	}
+	select {
+	case got := <-asked:
+		t.Fatalf("origin asked twice: %v", got)
+	default:
+	}
+	s.write(pkt(102)) // the origin's answer
+	for i, w := range ws {
+		if n := w.count(102); n != 1 {
+			t.Errorf("subscriber %d got packet 102 %d times, want 1", i, n)
+		}
+	}
+	for i := 0; i < 2; i++ {
+		if st := dts[i].Stats(); st.Retransmits != 1 || st.Fetches != 1 || st.RetransmitMisses != 0 {
+			t.Errorf("subscriber %d stats %+v, want 1 fetch answered as 1 retransmit", i, st)
+		}
+	}
+	if s.fetch.requested.Load() != 1 || s.fetch.recovered.Load() != 1 {
+		t.Errorf("fetcher requested %d recovered %d, want 1 and 1", s.fetch.requested.Load(), s.fetch.recovered.Load())
+	}
+}
