@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"sync"
@@ -32,7 +33,7 @@ func getBus(t *testing.T) *bus.Bus {
 			busErr = err
 			return
 		}
-		sharedBus, busErr = bus.Start(bus.Config{DataDir: dir, Name: "ubiq-test", Insecure: true, MaxPayload: 8 << 20})
+		sharedBus, busErr = bus.Start(bus.Config{DataDir: dir, Name: "ubiq-test", Insecure: true, MaxPayload: 8 << 20, Logger: slog.New(slog.DiscardHandler)})
 	})
 	if busErr != nil {
 		t.Fatal(busErr)
@@ -66,7 +67,7 @@ func startServer(t *testing.T, b *bus.Bus, mod func(*Config)) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{NC: nc, JS: js, Bucket: fmt.Sprintf("ubiq-test-%d", bucketSeq.Add(1))}
+	cfg := Config{NC: nc, JS: js, Bucket: fmt.Sprintf("ubiq-test-%d", bucketSeq.Add(1)), Logger: slog.New(slog.DiscardHandler)}
 	if mod != nil {
 		mod(&cfg)
 	}

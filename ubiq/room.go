@@ -211,6 +211,12 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		}
 		old := r.rec
 		r.rec = &rec
+		// Switch policy before telling anyone, so that a member reacting to
+		// the change (say, by sending its position) finds it in force.
+		v, _ := rec.Props.get(InterestKey)
+		if ic := parseInterest(v); ic != r.ic {
+			r.setInterest(ic)
+		}
 		if old != nil {
 			if ck, cv := rec.Props.diff(old.Props); len(ck) > 0 {
 				msg := EncodeRequest("RoomPropertiesAppended", PropertiesArgs{Keys: ck, Values: cv})
@@ -220,10 +226,6 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 					}
 				}
 			}
-		}
-		v, _ := rec.Props.get(InterestKey)
-		if ic := parseInterest(v); ic != r.ic {
-			r.setInterest(ic)
 		}
 	case strings.HasPrefix(rest, "m."):
 		tok := rest[2:]

@@ -71,7 +71,7 @@ func (c *wsConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *wsConn) Read([]byte) (int, error)            { return 0, io.EOF }
+func (c *wsConn) Read([]byte) (int, error)           { return 0, io.EOF }
 func (c *wsConn) Close() error                       { return c.ws.Close() }
 func (c *wsConn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
 func (c *wsConn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }

@@ -1,0 +1,183 @@
+package bots
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/xrealm/xrealm/interest"
+	"github.com/xrealm/xrealm/ubiq"
+)
+
+// Ubiq interest modes of UbiqTransport.
+const (
+	UbiqAll  = "all"  // one room, everyone receives everyone (Ubiq's relay)
+	UbiqKNN  = "knn"  // one room with server-side k-nearest-neighbour interest
+	UbiqGrid = "grid" // hex-grid cell rooms: member of one's cell, observer of the ring around it
+)
+
+// UbiqTransport carries poses over the Ubiq wire protocol: each bot is a
+// peer that joins a room and sends its pose, an ARENA-style JSON payload
+// carrying the send timestamp, to its avatar's NetworkId. It speaks the
+// room protocol directly (Join, Ping every second, AppendPeerProperties for
+// positions, SetObserved for grid cells) and works against any Ubiq room
+// server, including Ubiq's own for mode "all".
+type UbiqTransport struct {
+	Addr        string // host:port (TCP), or a ws:// or wss:// URL
+	Mode        string // UbiqAll (default), UbiqKNN or UbiqGrid
+	Room        string // room uuid for all and knn; "" = a fixed default
+	PayloadSize int    // poses are padded to this many bytes; 0 = 500
+
+	K             int           // knn: set size; 0 = 20
+	Recompute     float64       // knn: recomputes per second; 0 = 5
+	PositionEvery time.Duration // knn: position property period; 0 = 200ms
+
+	CellSize float64  // grid: hex cell size in metres; 0 = 20
+	Ring     int      // grid: rings of cells observed around one's own; 0 = 1
+	Shard    [16]byte // grid: namespace of the cell room ids
+}
+
+// DefaultUbiqRoom is the room bots join when none is given.
+const DefaultUbiqRoom = "7e1a0b5e-6c55-4d4e-9a55-0000000b0755"
+
+// Join connects one bot and, except in grid mode, joins its room.
+func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Received), decodePos bool) (Link, error) {
+	l := &ubiqLink{t: t, peer: fmt.Sprintf("b07b07b0-%04x-4000-8000-%012x", id.Index&0xffff, id.Index),
+		object:   ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xb07},
+		clientID: ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xc11e},
+		sceneID:  ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0x5ce},
+		objectID: id.ObjectID, joined: make(chan struct{})}
+	if l.objectID == "" {
+		l.objectID = "bot" + strconv.Itoa(id.Index)
+	}
+	onFrame := func(f []byte) {
+		if ubiq.IDOf(f) == l.clientID {
+			typ, _ := ubiq.DecodeServer(f[ubiq.HeaderSize:], nil)
+			if typ == "SetRoom" {
+				l.joinOnce.Do(func() { close(l.joined) })
+			}
+			return
+		}
+		payload := f[ubiq.HeaderSize:]
+		r := Received{From: f[4:12], SentNanos: SentNanos(payload), RecvNanos: time.Now().UnixNano(), Size: len(f)}
+		if decodePos {
+			r.Pos, r.HasPos = PositionOf(payload)
+		}
+		recv(&r)
+	}
+	c, err := ubiq.Dial(ctx, t.Addr, ubiq.ClientOptions{OnFrame: onFrame})
+	if err != nil {
+		return nil, fmt.Errorf("bot %d: %w", id.Index, err)
+	}
+	l.c = c
+	if t.Mode == UbiqGrid {
+		return l, nil // joins its cell with its first pose
+	}
+	room := t.Room
+	if room == "" {
+		room = DefaultUbiqRoom
+	}
+	if err := l.join(room); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if t.Mode == UbiqKNN {
+		k, rate := t.K, t.Recompute
+		if k == 0 {
+			k = 20
+		}
+		if rate == 0 {
+			rate = 5
+		}
+		cfg := fmt.Sprintf(`{"mode":"knn","k":%d,"rate":%g,"hysteresis_ms":500}`, k, rate)
+		c.Request("AppendRoomProperties", ubiq.PropertiesArgs{Keys: []string{ubiq.InterestKey}, Values: []string{cfg}})
+	}
+	select {
+	case <-l.joined:
+	case <-c.Done():
+		return nil, fmt.Errorf("bot %d: connection closed before SetRoom: %v", id.Index, c.Err())
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	}
+	return l, nil
+}
+
+type ubiqLink struct {
+	t                         *UbiqTransport
+	c                         *ubiq.Client
+	peer, objectID            string
+	object, clientID, sceneID ubiq.NetworkId
+	joined                    chan struct{}
+	joinOnce                  sync.Once
+
+	// Used by SendPose only, from the bot's sender goroutine.
+	buf      []byte
+	lastPing time.Time
+	lastPos  time.Time
+	cell     interest.Cell
+	inCell   bool
+}
+
+func (l *ubiqLink) join(room string) error {
+	return l.c.Request("Join", ubiq.JoinArgs{UUID: room, Name: "xrealm bench", Peer: ubiq.PeerInfo{
+		UUID: l.peer, SceneID: l.sceneID, ClientID: l.clientID, Keys: []string{}, Values: []string{}}})
+}
+
+func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
+	now := time.Unix(0, sentNanos)
+	if now.Sub(l.lastPing) >= time.Second {
+		l.lastPing = now
+		if err := l.c.Request("Ping", ubiq.ClientArgs{ClientID: l.clientID}); err != nil {
+			return err
+		}
+	}
+	switch l.t.Mode {
+	case UbiqKNN:
+		every := l.t.PositionEvery
+		if every == 0 {
+			every = 200 * time.Millisecond
+		}
+		if now.Sub(l.lastPos) >= every {
+			l.lastPos = now
+			v := strconv.FormatFloat(p.Pos.X, 'f', 2, 64) + "," + strconv.FormatFloat(p.Pos.Y, 'f', 2, 64) + "," + strconv.FormatFloat(p.Pos.Z, 'f', 2, 64)
+			if err := l.c.Request("AppendPeerProperties", ubiq.PropertiesArgs{Keys: []string{ubiq.PositionKey}, Values: []string{v}}); err != nil {
+				return err
+			}
+		}
+	case UbiqGrid:
+		size := l.t.CellSize
+		if size == 0 {
+			size = 20
+		}
+		ring := l.t.Ring
+		if ring == 0 {
+			ring = 1
+		}
+		cell := interest.Grid{Size: size}.CellOf(interest.Vec3{X: p.Pos.X, Y: p.Pos.Y, Z: p.Pos.Z})
+		if !l.inCell || cell != l.cell {
+			l.cell, l.inCell = cell, true
+			if err := l.join(interest.FormatUUID(interest.CellRoomID(l.t.Shard, cell))); err != nil {
+				return err
+			}
+			var rooms []string
+			for _, c := range interest.Ring(cell, ring)[1:] {
+				rooms = append(rooms, interest.FormatUUID(interest.CellRoomID(l.t.Shard, c)))
+			}
+			if err := l.c.Request("SetObserved", ubiq.SetObservedArgs{ClientID: l.clientID, Rooms: rooms}); err != nil {
+				return err
+			}
+		}
+	}
+	size := l.t.PayloadSize
+	if size == 0 {
+		size = 500
+	}
+	l.buf = AppendPose(l.buf[:0], l.objectID, p, sentNanos, size)
+	return l.c.Send(l.object, l.buf)
+}
+
+func (l *ubiqLink) Close() error          { return l.c.Close() }
+func (l *ubiqLink) Done() <-chan struct{} { return l.c.Done() }

@@ -1,0 +1,483 @@
+package cli
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/ubiq"
+)
+
+// runBenchRooms runs `xrealm bench rooms`: Ubiq-protocol bots join a room
+// server one after the other and the latency of their poses is measured
+// as the room grows, to find its capacity. `xrealm bench rooms serve`
+// runs just the room server (embedded bus and Ubiq listener), which the
+// bench starts as a child process unless --addr names another server.
+func runBenchRooms(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "serve" {
+		return runRoomsServe(ctx, args[1:])
+	}
+	fs := flag.NewFlagSet("bench rooms", flag.ContinueOnError)
+	addr := fs.String("addr", "", "Ubiq server to test (host:port or ws:// URL); empty = start `xrealm bench rooms serve` as a child")
+	serverPID := fs.Int("server-pid", 0, "pid of the server under test, for its CPU time (set automatically for the child)")
+	mode := fs.String("mode", bots.UbiqAll, "interest: all (baseline), knn or grid")
+	beh := fs.String("behaviour", "randomwalk", "bot behaviour: randomwalk, boids or static")
+	area := fs.Float64("area", 200, "side of the square the bots move in, metres")
+	rate := fs.Float64("rate", 60, "poses per second per bot")
+	size := fs.Int("size", 500, "pose payload size in bytes (padded)")
+	ramp := fs.Duration("ramp", 1500*time.Millisecond, "one more bot every this long")
+	maxBots := fs.Int("max", 300, "stop after this many bots")
+	window := fs.Duration("window", 5*time.Second, "measurement window")
+	stopMean := fs.Duration("stop-mean", 500*time.Millisecond, "stop once mean latency exceeds this")
+	k := fs.Int("k", 20, "knn: set size")
+	cell := fs.Float64("cell", 20, "grid: cell size, metres")
+	ring := fs.Int("ring", 1, "grid: observed rings")
+	out := fs.String("out", "", "write the windows as CSV to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.Default()
+	if *addr == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		*addr = l.Addr().String()
+		l.Close()
+		cmd := exec.CommandContext(ctx, exe, "bench", "rooms", "serve", "--listen", *addr)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+		*serverPID = cmd.Process.Pid
+		if err := waitListening(ctx, *addr); err != nil {
+			return err
+		}
+	}
+	half := *area / 2
+	spec := bots.Spec{Name: *beh, Area: bots.Area{MinX: -half, MaxX: half, MinZ: -half, MaxZ: half, Height: 1.6}}
+	tr := &bots.UbiqTransport{Addr: *addr, Mode: *mode, PayloadSize: *size, K: *k, CellSize: *cell, Ring: *ring,
+		Room: ubiqRoomFor(*mode)}
+	r := &roomsRun{spec: spec, tr: tr, rate: *rate, acc: bots.NewAccounts(), log: log, start: time.Now()}
+	defer r.stop()
+
+	var w *csv.Writer
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = csv.NewWriter(f)
+		defer w.Flush()
+		w.Write([]string{"t_s", "peers", "sent_per_s", "recv_per_s", "recv_bytes_per_s", "mean_ms", "p50_ms", "p99_ms", "max_ms",
+			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions"})
+	}
+	fmt.Printf("# xrealm bench rooms: mode=%s behaviour=%s rate=%gHz size=%dB ramp=%v window=%v addr=%s\n", *mode, *beh, *rate, *size, *ramp, *window, *addr)
+	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %6s %6s %7s %6s %6s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "srvCPU", "botCPU", "ext", "polar", "coll")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- r.rampUp(ctx, *ramp, *maxBots) }()
+
+	capP99, capMean := -1, -1
+	var lastTot bots.Totals
+	lastSrv, lastSelf := procCPU(*serverPID), selfCPU()
+	last := time.Now()
+	tick := time.NewTicker(*window)
+	defer tick.Stop()
+	r.acc.Live() // reset
+	full := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
+			full = true
+			errc = nil
+			continue
+		case <-tick.C:
+		}
+		now := time.Now()
+		dt := now.Sub(last).Seconds()
+		tot, h := r.acc.Live()
+		srv, self := procCPU(*serverPID), selfCPU()
+		peers := r.count()
+		ext, pol, coll := r.flock()
+		row := []float64{now.Sub(r.start).Seconds(), float64(peers), float64(tot.Sent-lastTot.Sent) / dt, float64(tot.Received-lastTot.Received) / dt,
+			float64(tot.Bytes-lastTot.Bytes) / dt, h.Mean() / 1000, float64(h.ValueAtQuantile(50)) / 1000, float64(h.ValueAtQuantile(99)) / 1000,
+			float64(h.Max()) / 1000, (srv - lastSrv) / dt, (self - lastSelf) / dt, ext, pol, coll}
+		lastTot, lastSrv, lastSelf, last = tot, srv, self, now
+		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f\n",
+			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[9], row[10], ext, pol, coll)
+		if w != nil {
+			rec := make([]string, len(row))
+			for i, v := range row {
+				rec[i] = strconv.FormatFloat(v, 'f', 3, 64)
+			}
+			w.Write(rec)
+			w.Flush()
+		}
+		if h.TotalCount() == 0 {
+			continue
+		}
+		if capP99 < 0 && row[7] > 100 {
+			capP99 = r.lastGood(peers)
+		}
+		if row[5] > float64(stopMean.Milliseconds()) {
+			capMean = r.lastGood(peers)
+			break
+		}
+		r.markGood(peers)
+		if full {
+			break
+		}
+	}
+	fmt.Printf("# capacity: p99<=100ms up to %s peers; mean<=%v up to %s peers (of %d started)\n",
+		capStr(capP99, r.count()), *stopMean, capStr(capMean, r.count()), r.count())
+	return nil
+}
+
+func capStr(c, n int) string {
+	if c < 0 {
+		return fmt.Sprintf(">=%d (not reached)", n)
+	}
+	return strconv.Itoa(c)
+}
+
+func ubiqRoomFor(mode string) string {
+	// Distinct rooms per mode, so that a server can be reused.
+	switch mode {
+	case bots.UbiqKNN:
+		return "7e1a0b5e-6c55-4d4e-9a55-00000000c0de"
+	}
+	return bots.DefaultUbiqRoom
+}
+
+func waitListening(ctx context.Context, addr string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("room server at %s did not start: %w", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// roomsRun is a growing set of bots.
+type roomsRun struct {
+	spec  bots.Spec
+	tr    *bots.UbiqTransport
+	rate  float64
+	acc   *bots.Accounts
+	log   *slog.Logger
+	start time.Time
+
+	mu    sync.Mutex
+	bs    []*roomBot
+	good  int // peers of the last window within both limits
+	wg    sync.WaitGroup
+	close atomic.Bool
+}
+
+type roomBot struct {
+	link  bots.Link
+	meter *bots.Meter
+	beh   bots.Behaviour
+	seen  *seenPeers // nil unless the behaviour watches peers
+	state atomic.Pointer[[2]bots.Vec3]
+}
+
+func (r *roomsRun) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.bs)
+}
+
+func (r *roomsRun) markGood(n int) { r.mu.Lock(); r.good = n; r.mu.Unlock() }
+func (r *roomsRun) lastGood(int) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.good
+}
+
+func (r *roomsRun) rampUp(ctx context.Context, every time.Duration, max int) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for i := 0; i < max; i++ {
+		if err := r.add(ctx, i); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+func (r *roomsRun) add(ctx context.Context, i int) error {
+	rng := rand.New(rand.NewPCG(uint64(i), 0xb075))
+	beh, err := r.spec.New(i, rng)
+	if err != nil {
+		return err
+	}
+	b := &roomBot{beh: beh, meter: r.acc.NewMeter()}
+	pw, watches := beh.(bots.PeerWatcher)
+	watches = watches && pw.WantsPeers()
+	if watches {
+		b.seen = &seenPeers{m: map[string]*seenPeer{}}
+	}
+	recv := func(m *bots.Received) {
+		b.meter.Received(m.SentNanos, m.RecvNanos, m.Size)
+		if b.seen != nil && m.HasPos {
+			b.seen.update(m.From, m.Pos, m.RecvNanos)
+		}
+	}
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	link, err := r.tr.Join(jctx, bots.Identity{Index: i, ObjectID: "bot" + strconv.Itoa(i)}, recv, watches)
+	if err != nil {
+		return err
+	}
+	b.link = link
+	r.mu.Lock()
+	r.bs = append(r.bs, b)
+	r.mu.Unlock()
+	r.wg.Add(1)
+	go r.send(ctx, b)
+	return nil
+}
+
+// send paces one bot on an absolute schedule, skipping late ticks.
+func (r *roomsRun) send(ctx context.Context, b *roomBot) {
+	defer r.wg.Done()
+	period := time.Duration(float64(time.Second) / r.rate)
+	next := time.Now().Add(time.Duration(rand.Int64N(int64(period))))
+	last := time.Now()
+	var peers []bots.Peer
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.link.Done():
+			if !r.close.Load() {
+				r.log.Warn("bot disconnected")
+			}
+			return
+		case <-time.After(time.Until(next)):
+		}
+		now := time.Now()
+		if b.seen != nil {
+			peers = b.seen.snapshot(peers[:0], now.UnixNano())
+		}
+		pose := b.beh.Step(now.Sub(last), peers)
+		if dt := now.Sub(last).Seconds(); dt > 0 {
+			if prev := b.state.Load(); prev != nil {
+				b.state.Store(&[2]bots.Vec3{pose.Pos, pose.Pos.Sub(prev[0]).Scale(1 / dt)})
+			} else {
+				b.state.Store(&[2]bots.Vec3{pose.Pos, {}})
+			}
+		}
+		last = now
+		ts := time.Now().UnixNano()
+		if err := b.link.SendPose(pose, ts); err != nil {
+			return
+		}
+		b.meter.Sent(ts)
+		next = next.Add(period)
+		if time.Until(next) < -period {
+			next = time.Now().Add(period)
+		}
+	}
+}
+
+// flock returns the extension (mean distance to the centroid, m), the
+// polarisation (length of the mean heading, 0..1) and the number of pairs
+// closer than 1 m.
+func (r *roomsRun) flock() (ext, pol float64, coll float64) {
+	r.mu.Lock()
+	var ps, vs []bots.Vec3
+	for _, b := range r.bs {
+		if s := b.state.Load(); s != nil {
+			ps = append(ps, s[0])
+			vs = append(vs, s[1])
+		}
+	}
+	r.mu.Unlock()
+	if len(ps) == 0 {
+		return 0, 0, 0
+	}
+	var c, h bots.Vec3
+	for i, p := range ps {
+		c = c.Add(p)
+		if l := vs[i].Len(); l > 0 {
+			h = h.Add(vs[i].Scale(1 / l))
+		}
+	}
+	c = c.Scale(1 / float64(len(ps)))
+	for i, p := range ps {
+		ext += p.Sub(c).Len()
+		for j := i + 1; j < len(ps); j++ {
+			if d := p.Sub(ps[j]); d.X*d.X+d.Z*d.Z < 1 {
+				coll++
+			}
+		}
+	}
+	return ext / float64(len(ps)), h.Len() / float64(len(ps)), coll
+}
+
+func (r *roomsRun) stop() {
+	r.close.Store(true)
+	r.mu.Lock()
+	bs := r.bs
+	r.mu.Unlock()
+	for _, b := range bs {
+		b.link.Close()
+	}
+}
+
+// seenPeers is what a boid knows of the others, from their poses.
+type seenPeers struct {
+	mu sync.Mutex
+	m  map[string]*seenPeer
+}
+
+type seenPeer struct {
+	pos, vel bots.Vec3
+	at       int64
+}
+
+func (s *seenPeers) update(from []byte, pos bots.Vec3, now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.m[string(from)]
+	if p == nil {
+		s.m[string(from)] = &seenPeer{pos: pos, at: now}
+		return
+	}
+	if dt := float64(now-p.at) / 1e9; dt > 0.01 {
+		p.vel = pos.Sub(p.pos).Scale(1 / dt)
+		p.pos, p.at = pos, now
+	}
+}
+
+func (s *seenPeers) snapshot(out []bots.Peer, now int64) []bots.Peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, p := range s.m {
+		if now-p.at > int64(2*time.Second) {
+			delete(s.m, id)
+			continue
+		}
+		out = append(out, bots.Peer{ID: id, Pos: p.pos, Vel: p.vel})
+	}
+	return out
+}
+
+// procCPU returns the user+system CPU seconds of process pid (0: none).
+func procCPU(pid int) float64 {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		s = s[i+2:]
+	}
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
+
+// runRoomsServe runs a bare room server: embedded bus and Ubiq on TCP.
+func runRoomsServe(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench rooms serve", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8009", "Ubiq TCP address")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	dir, err := os.MkdirTemp("", "xrealm-rooms-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b, err := bus.Start(bus.Config{DataDir: dir, Name: "rooms-bench", Insecure: true, MaxPayload: 8 << 20, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer b.Shutdown()
+	nc, err := b.Connect("xrealm-ubiq", nats.NoEcho())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := b.JetStream(ctx, nc)
+	if err != nil {
+		return err
+	}
+	s, err := ubiq.NewServer(ctx, ubiq.Config{NC: nc, JS: js, Logger: log})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := s.Serve(l); err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Error("ubiq listener stopped", "err", err)
+		}
+	}()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Shutdown(sctx)
+}
+
+
