@@ -78,6 +78,7 @@ func runBench(ctx context.Context, args []string) error {
 	benches := map[string]func(context.Context, []string) error{
 		"cc":  runBenchCC,
 		"bus": runBenchBus,
+		"rooms": runBenchRooms,
 	}
 	if len(args) < 1 {
 		return fmt.Errorf("which benchmark? one of: %s", strings.Join(keys(benches), ", "))
