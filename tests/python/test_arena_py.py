@@ -167,6 +167,8 @@ def test_arena_py_program(xrealm_factory, fixed_ports_lock, tmp_path, request):
     script.write_text(PROGRAM % {"ns": NS, "scene": SCENE})
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ARENA_", "MQTTH", "REALM", "NAMESPACE", "SCENE"))}
     env.update(HOME=str(home), MQTTH="localhost", ARENA_USERNAME=user, ARENA_PASSWORD=token, PYTHONWARNINGS="ignore")
+    # (PROGRAM_STATS_UPDATE_INTERVAL_MS cannot shorten the 5 s status interval:
+    # arena-py 1.6.0 divides the env string by 1000 and crashes.)
 
     prog = Program(str(script), env, str(tmp_path))
     try:
@@ -217,6 +219,12 @@ def test_arena_py_program(xrealm_factory, fixed_ports_lock, tmp_path, request):
             assert one.status_code == 200 and one.json()[0]["attributes"]["color"].lower() == "#00ff00"
             cyl = srv.get_persist(NS, SCENE, token, params={"type": "object"})
             assert {o["object_id"] for o in cyl.json()} == {"xr_box", "xr_pre"}
+
+            # Its program status (every 5 s on p/) reaches other clients, and
+            # it is still connected after its QoS 2 $NETWORK/latency publish.
+            t, payload, _ = ed.wait_any(lambda m: re.fullmatch(BASE + r"/p/(pyClient-\d+)/\1", m[0]) is not None,
+                                        timeout=12, what="arena-py program status on p/")
+            assert json.loads(payload)["object_id"] == t.rsplit("/", 1)[1]
 
             # arena-py stayed connected the whole time (it exits on disconnect).
             assert prog.proc.poll() is None, f"arena-py exited with {prog.proc.returncode}"

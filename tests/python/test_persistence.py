@@ -114,7 +114,8 @@ def test_clone_insecure(xrealm_factory):
     srv.wait_objects("lab", "src", None, lambda o: len(o) == 5)
     r = requests.post(f"{srv.http}/persist/lab/dst", json={"action": "clone", "namespace": "lab", "sceneId": "src"}, timeout=5)
     assert r.status_code == 200 and r.json()["objectsCloned"] == 5, r.text
-    o = srv.objects("lab", "dst")
+    # The clone goes through the stream: applied shortly after the answer.
+    o = srv.wait_objects("lab", "dst", None, lambda o: len(o) == 5, what="the cloned objects")
     assert {k: v["attributes"]["i"] for k, v in o.items()} == {f"o{i}": i for i in range(5)}
     r = requests.post(f"{srv.http}/persist/lab/dst", json={"action": "clone", "namespace": "lab", "sceneId": "src"}, timeout=5)
     assert r.status_code == 409, r.text
