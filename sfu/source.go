@@ -49,7 +49,7 @@ type source struct {
 	codec webrtc.RTPCodecCapability
 	buf   *buffer.Buffer
 
-	keyframe func() // asks the publisher (or the origin node) for a keyframe
+	keyframe func()                   // asks the publisher (or the origin node) for a keyframe
 	frames   *volumetric.FrameTracker // point-cloud tracks only
 	fetch    *fetcher                 // relayed sources only: NACK misses go to the origin
 

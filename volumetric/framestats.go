@@ -120,11 +120,13 @@ func NewFrameTracker(deadline time.Duration, window int) *FrameTracker {
 }
 
 // Observe accounts one RTP payload received at now. Payloads that are not
-// fragments are ignored; duplicates (retransmissions) count once.
-func (t *FrameTracker) Observe(now time.Time, payload []byte) {
+// fragments are ignored; duplicates (retransmissions) count once. When the
+// payload completes a description, Observe returns its header and latency
+// (capture to now) and true.
+func (t *FrameTracker) Observe(now time.Time, payload []byte) (Header, time.Duration, bool) {
 	h, _, err := ParseHeader(payload)
 	if err != nil {
-		return
+		return Header{}, 0, false
 	}
 	k := fragKey{h.Client, h.Frame, h.Description}
 	t.mu.Lock()
@@ -133,7 +135,7 @@ func (t *FrameTracker) Observe(now time.Time, payload []byte) {
 		t.sweep(now)
 	}
 	if _, ok := t.done[k]; ok {
-		return
+		return Header{}, 0, false
 	}
 	p := t.pending[k]
 	if p == nil {
@@ -142,12 +144,12 @@ func (t *FrameTracker) Observe(now time.Time, payload []byte) {
 	}
 	w, b := int(h.Fragment)/64, uint64(1)<<(h.Fragment%64)
 	if w >= len(p.seen) || p.seen[w]&b != 0 {
-		return
+		return Header{}, 0, false
 	}
 	p.seen[w] |= b
 	p.have++
 	if p.have < int(h.Count) {
-		return
+		return Header{}, 0, false
 	}
 	// Complete only if every bit in range is set (a count that changed
 	// between fragments never completes and expires instead).
@@ -156,12 +158,14 @@ func (t *FrameTracker) Observe(now time.Time, payload []byte) {
 		ones += bits.OnesCount64(x)
 	}
 	if ones != int(h.Count) {
-		return
+		return Header{}, 0, false
 	}
 	delete(t.pending, k)
 	t.done[k] = now
 	t.complete++
-	t.lat.Add(now.Sub(time.UnixMicro(int64(h.CaptureUs))))
+	lat := now.Sub(time.UnixMicro(int64(h.CaptureUs)))
+	t.lat.Add(lat)
+	return h, lat, true
 }
 
 // sweep expires overdue descriptions; t.mu must be held.
