@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,19 @@ type Config struct {
 	// LogDir, if set, receives uplink.log and downlink.log (see LinkConfig.Log).
 	LogDir string
 	Logger *slog.Logger
+	// NoRealtime keeps the forwarding threads at normal priority. By
+	// default each direction's thread asks for SCHED_FIFO priority
+	// RealtimePriority (needs root; ignored with a warning when refused) so
+	// that other load on the machine does not delay packets. For precise
+	// timing the process should also leave GOMAXPROCS above the number of
+	// its busy goroutines (xrealm netem and bench cc use NumCPU+2), so that
+	// a forwarding thread returning from poll finds a free P at once.
+	NoRealtime bool
 }
+
+// RealtimePriority is the SCHED_FIFO priority of the forwarding threads:
+// above ordinary threads, below the kernel's own real-time threads (50+).
+const RealtimePriority = 20
 
 // Emulator is a running emulated link between a client namespace and a host
 // namespace.
@@ -52,11 +65,12 @@ type Emulator struct {
 	ClientNS, HostNS string
 	cfg              Config
 	log              *slog.Logger
-	cancel           context.CancelFunc
 	wg               sync.WaitGroup
 	files            []io.Closer // TUN devices and namespaces
 	logs             []*os.File
 	up, down         *pump
+	wake             int // eventfd that wakes the pumps to stop
+	stop             atomic.Bool
 	closeOnce        sync.Once
 	closeErr         error
 	report           Report
@@ -80,7 +94,7 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 		cfg.Logger.Info("netem: removed stale namespaces", "names", removed)
 	}
 	id := fmt.Sprintf("%s%d-%d", nsPrefix, os.Getpid(), nsCounter.Add(1))
-	e = &Emulator{ClientNS: id + "-c", HostNS: id + "-h", cfg: cfg, log: cfg.Logger}
+	e = &Emulator{ClientNS: id + "-c", HostNS: id + "-h", cfg: cfg, log: cfg.Logger, wake: -1}
 	defer func() {
 		if err != nil {
 			e.teardown()
@@ -93,7 +107,7 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 		}
 		e.files = append(e.files, nsCloser(ns))
 	}
-	var ctun, htun *os.File
+	var ctun, htun *tunDev
 	if err := InNamespace(e.ClientNS, func() (err error) { ctun, err = openTUN(devName); return err }); err != nil {
 		return e, err
 	}
@@ -117,7 +131,7 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 			}
 		}
 	}
-	mk := func(name string, tr *Trace, seed uint64, in, out *os.File) (*pump, error) {
+	mk := func(name string, tr *Trace, seed uint64, in, out *tunDev) (*pump, error) {
 		lc := LinkConfig{Trace: tr, Delay: cfg.Delay, QueuePackets: cfg.QueuePackets, QueueBytes: cfg.QueueBytes, Loss: cfg.Loss, Seed: seed}
 		if cfg.LogDir != "" {
 			f, err := os.Create(filepath.Join(cfg.LogDir, name+".log"))
@@ -131,7 +145,7 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 		if err != nil {
 			return nil, err
 		}
-		return &pump{name: name, in: in, out: out, link: l}, nil
+		return &pump{name: name, in: in.fd, out: out.fd, link: l, realtime: !cfg.NoRealtime, log: e.log}, nil
 	}
 	if cfg.LogDir != "" {
 		if err := os.MkdirAll(cfg.LogDir, 0o755); err != nil {
@@ -144,15 +158,14 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 	if e.down, err = mk("downlink", cfg.Down, cfg.Seed+1, htun, ctun); err != nil {
 		return e, err
 	}
-	pctx, cancel := context.WithCancel(context.Background())
-	e.cancel = cancel
+	if e.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return e, fmt.Errorf("netem: eventfd: %w", err)
+	}
 	start := time.Now()
 	for _, p := range []*pump{e.up, e.down} {
-		p.start = start
-		p.ch = make(chan []*Packet, 1024)
-		e.wg.Add(2)
-		go func() { defer e.wg.Done(); p.read(pctx) }()
-		go func() { defer e.wg.Done(); p.run(pctx) }()
+		p.start, p.wake, p.stop = start, e.wake, &e.stop
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); p.run() }()
 	}
 	e.log.Info("netem: link up", "client_ns", e.ClientNS, "host_ns", e.HostNS,
 		"up_mbps", cfg.Up.MeanRate()/1e6, "down_mbps", cfg.Down.MeanRate()/1e6, "delay", cfg.Delay)
@@ -184,6 +197,12 @@ type DirectionReport struct {
 	KernelDrops uint64
 	// Elapsed is how long the link ran.
 	Elapsed time.Duration
+	// Reads and Writes count the system calls on the TUN devices; with
+	// segmentation offload one read carries up to 64 KB.
+	Reads, Writes uint64
+	// Realtime reports whether the forwarding thread ran at real-time
+	// priority.
+	Realtime bool
 }
 
 // Report summarises a run.
@@ -214,13 +233,14 @@ func (r Report) KeptUp() error {
 // namespaces. It is safe to call more than once.
 func (e *Emulator) Close() error {
 	e.closeOnce.Do(func() {
-		if e.cancel != nil {
-			e.cancel()
-		}
 		// Reading the kernel's drop counters needs the devices alive.
 		ck, hk := tunDrops(e.ClientNS), tunDrops(e.HostNS)
-		e.closeTUNs()
+		e.stop.Store(true)
+		if e.wake >= 0 {
+			unix.Write(e.wake, []byte{1, 0, 0, 0, 0, 0, 0, 0})
+		}
 		e.wg.Wait()
+		e.closeTUNs()
 		for _, p := range []*pump{e.up, e.down} {
 			if p == nil {
 				continue
@@ -269,6 +289,10 @@ func (e *Emulator) teardown() {
 		}
 	}
 	e.files, e.logs = nil, nil
+	if e.wake >= 0 {
+		unix.Close(e.wake)
+		e.wake = -1
+	}
 }
 
 // tunDrops reads how many packets the kernel dropped on the namespace's TUN
@@ -291,21 +315,28 @@ func tunDrops(ns string) uint64 {
 	return links[0].Stats64.TX.Dropped
 }
 
-// pump forwards one direction: a reader goroutine batches packets from the
-// input TUN, and run feeds them through the Link and writes them out when
-// their delay has passed.
+// pump forwards one direction on one OS thread: it reads every packet the
+// input TUN has, feeds the segments through the Link, writes out those whose
+// delay has passed (coalescing consecutive segments of one GSO packet into
+// one write), and sleeps in ppoll until the next departure, the next
+// service opportunity or the next arrival, whichever comes first.
 type pump struct {
-	name    string
-	in, out *os.File
-	link    *Link
-	start   time.Time
-	ch      chan []*Packet
+	name     string
+	in, out  int // TUN file descriptors
+	wake     int // eventfd written on stop
+	stop     *atomic.Bool
+	link     *Link
+	start    time.Time
+	realtime bool
+	log      *slog.Logger
+	isRT     bool
 
 	pending       []departure // FIFO: the delay is constant
 	late, maxLate uint64
+	reads, writes uint64
 	elapsed       time.Duration
-	free          [][]byte
-	freeMu        sync.Mutex
+	freeBufs      []*superPacket
+	freePkts      []*Packet
 }
 
 type departure struct {
@@ -315,127 +346,130 @@ type departure struct {
 
 func (p *pump) now() uint64 { return uint64(time.Since(p.start) / time.Microsecond) }
 
-func (p *pump) getBuf() []byte {
-	p.freeMu.Lock()
-	defer p.freeMu.Unlock()
-	if n := len(p.free); n > 0 {
-		b := p.free[n-1]
-		p.free = p.free[:n-1]
-		return b
+func (p *pump) getBuf() *superPacket {
+	if n := len(p.freeBufs); n > 0 {
+		sp := p.freeBufs[n-1]
+		p.freeBufs = p.freeBufs[:n-1]
+		return sp
 	}
-	return make([]byte, 65536)
+	return &superPacket{buf: make([]byte, readBufSize)}
 }
 
-func (p *pump) putBuf(b []byte) {
-	p.freeMu.Lock()
-	p.free = append(p.free, b[:cap(b)])
-	p.freeMu.Unlock()
+func (p *pump) putBuf(sp *superPacket) { p.freeBufs = append(p.freeBufs, sp) }
+
+func (p *pump) getPkt() *Packet {
+	if n := len(p.freePkts); n > 0 {
+		pk := p.freePkts[n-1]
+		p.freePkts = p.freePkts[:n-1]
+		return pk
+	}
+	return new(Packet)
 }
 
-// read moves packets from the input TUN to the channel, up to 64 per batch:
-// it keeps reading until the device is empty before handing a batch over.
-func (p *pump) read(ctx context.Context) {
-	rc, err := p.in.SyscallConn()
-	if err != nil {
-		return
-	}
-	for ctx.Err() == nil {
-		var batch []*Packet
-		var rerr error
-		err := rc.Read(func(fd uintptr) bool {
-			for len(batch) < 64 {
-				buf := p.getBuf()
-				n, err := unix.Read(int(fd), buf)
-				if err == unix.EAGAIN {
-					p.putBuf(buf)
-					return len(batch) > 0
-				}
-				if err != nil {
-					p.putBuf(buf)
-					rerr = err
-					return true
-				}
-				batch = append(batch, &Packet{Data: buf[:n], Enq: p.now()})
-			}
-			return true
-		})
-		if len(batch) > 0 {
-			select {
-			case p.ch <- batch:
-			case <-ctx.Done():
-				return
-			}
-		}
-		if err != nil || (rerr != nil && rerr != unix.EINTR) {
-			return
+// release drops a reference to pk's buffer and recycles both.
+func (p *pump) release1(pk *Packet) {
+	if sp := pk.sp; sp != nil {
+		if sp.refs--; sp.refs == 0 {
+			p.putBuf(sp)
 		}
 	}
+	*pk = Packet{}
+	p.freePkts = append(p.freePkts, pk)
 }
 
-func (p *pump) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	emit := func(pk *Packet, at uint64) { p.pending = append(p.pending, departure{pk, at}) }
-	rc, err := p.out.SyscallConn()
-	if err != nil {
-		return
+// setRealtime gives the calling thread SCHED_FIFO priority.
+func setRealtime() error {
+	return unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: RealtimePriority}, 0)
+}
+
+func (p *pump) run() {
+	// The thread is never unlocked: if it got a real-time priority, it must
+	// exit with this goroutine rather than run others.
+	runtime.LockOSThread()
+	if p.realtime {
+		if err := setRealtime(); err != nil {
+			p.log.Warn("netem: no real-time priority for the forwarding thread; timing may suffer under load", "direction", p.name, "err", err)
+		} else {
+			p.isRT = true
+		}
 	}
 	defer func() { p.elapsed = time.Since(p.start) }()
-	for {
+	emit := func(pk *Packet, at uint64) { p.pending = append(p.pending, departure{pk, at}) }
+	fds := []unix.PollFd{{Fd: int32(p.in), Events: unix.POLLIN}, {Fd: int32(p.wake), Events: unix.POLLIN}}
+	var ts unix.Timespec
+	for !p.stop.Load() {
+		if !p.readAll(emit) {
+			return
+		}
 		now := p.now()
 		p.link.Advance(now, emit)
-		p.release(rc, now)
-		var next uint64
-		have := false
-		if t, ok := p.link.NextService(); ok {
-			next, have = t, true
-		}
+		p.release(now)
+		next, have := p.link.NextService()
 		if len(p.pending) > 0 && (!have || p.pending[0].at < next) {
 			next, have = p.pending[0].at, true
 		}
+		var tsp *unix.Timespec
 		if have {
-			if next <= p.now() {
+			now = p.now()
+			if next <= now {
 				continue
 			}
-			timer.Reset(time.Duration(next-p.now()) * time.Microsecond)
+			ts = unix.NsecToTimespec(int64(next-now) * 1000)
+			tsp = &ts
 		}
-		select {
-		case <-ctx.Done():
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Ppoll(fds, tsp, nil); err != nil && err != unix.EINTR {
+			p.log.Error("netem: poll", "direction", p.name, "err", err)
 			return
-		case batch := <-p.ch:
-			p.accept(batch, emit)
-			for more := true; more; {
-				select {
-				case b := <-p.ch:
-					p.accept(b, emit)
-				default:
-					more = false
-				}
-			}
-		case <-timer.C:
-		}
-		if have && !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
 		}
 	}
 }
 
-func (p *pump) accept(batch []*Packet, emit func(*Packet, uint64)) {
-	for _, pk := range batch {
-		p.link.Advance(pk.Enq, emit)
-		if !p.link.Arrive(pk) {
-			p.putBuf(pk.Data)
+// readAll reads what the input device holds, up to 256 reads, and offers
+// every segment to the link. It reports false on a fatal read error.
+func (p *pump) readAll(emit func(*Packet, uint64)) bool {
+	for range 256 {
+		sp := p.getBuf()
+		n, err := unix.Read(p.in, sp.buf)
+		if err != nil {
+			p.putBuf(sp)
+			switch err {
+			case unix.EAGAIN:
+				return true
+			case unix.EINTR:
+				continue
+			}
+			p.log.Error("netem: read TUN", "direction", p.name, "err", err)
+			return false
+		}
+		p.reads++
+		if n <= vnetHdrLen {
+			p.putBuf(sp)
+			continue
+		}
+		sp.n = n
+		sp.parse()
+		enq := p.now()
+		p.link.Advance(enq, emit)
+		sp.refs = 1 // this loop's own reference, so that drops cannot free sp early
+		for i := range sp.nseg {
+			pk := p.getPkt()
+			pk.sp, pk.seg, pk.Enq, pk.Size = sp, i, enq, sp.segSize(i)
+			sp.refs++
+			if !p.link.Arrive(pk) {
+				p.release1(pk)
+			}
+		}
+		if sp.refs--; sp.refs == 0 {
+			p.putBuf(sp)
 		}
 	}
+	return true
 }
 
-// release writes every packet whose delivery time has come, in one batch.
-func (p *pump) release(rc interface {
-	Write(func(uintptr) bool) error
-}, now uint64) {
+// release writes every packet whose delivery time has come: consecutive
+// segments of one GSO packet go out as one write.
+func (p *pump) release(now uint64) {
 	n := 0
 	for n < len(p.pending) && p.pending[n].at <= now {
 		n++
@@ -444,19 +478,31 @@ func (p *pump) release(rc interface {
 		return
 	}
 	due := p.pending[:n]
-	rc.Write(func(fd uintptr) bool {
-		for _, d := range due {
-			unix.Write(int(fd), d.p.Data) // a dropped write is like a lost packet
+	for i := 0; i < n; {
+		sp := due[i].p.sp
+		j := i + 1
+		if sp.nseg > 1 {
+			for j < n && due[j].p.sp == sp && due[j].p.seg == due[j-1].p.seg+1 {
+				j++
+			}
 		}
-		return true
-	})
+		b := sp.run(due[i].p.seg, due[j-1].p.seg+1)
+		for {
+			_, err := unix.Write(p.out, b) // any other failure is like a lost packet
+			if err != unix.EINTR {
+				break
+			}
+		}
+		p.writes++
+		i = j
+	}
 	for _, d := range due {
 		lateness := now - d.at
 		if lateness > uint64(LateThreshold/time.Microsecond) {
 			p.late++
 		}
 		p.maxLate = max(p.maxLate, lateness)
-		p.putBuf(d.p.Data)
+		p.release1(d.p)
 	}
 	copy(p.pending, p.pending[n:])
 	clear(p.pending[len(p.pending)-n:])
@@ -470,5 +516,14 @@ func (p *pump) report(kernelDrops uint64) DirectionReport {
 		MaxLate:     time.Duration(p.maxLate) * time.Microsecond,
 		KernelDrops: kernelDrops,
 		Elapsed:     p.elapsed,
+		Reads:       p.reads,
+		Writes:      p.writes,
+		Realtime:    p.isRT,
 	}
 }
+
+// SuggestedGOMAXPROCS is the GOMAXPROCS a process running an emulator
+// should use: one P per CPU for its other goroutines plus one for each
+// forwarding thread, so that a forwarding thread returning from a system
+// call never waits for a P.
+func SuggestedGOMAXPROCS() int { return runtime.NumCPU() + 2 }

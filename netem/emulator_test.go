@@ -2,17 +2,17 @@ package netem
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
 )
 
 // requireRoot skips tests that create namespaces and TUN devices.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: creating network namespaces and TUN devices needs root")
@@ -194,4 +194,8 @@ func TestEmulatorRemovesNamespaces(t *testing.T) {
 	}
 }
 
-var _ = io.EOF
+func TestMain(m *testing.M) {
+	// As xrealm netem does: spare Ps for the forwarding threads.
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), SuggestedGOMAXPROCS()))
+	os.Exit(m.Run())
+}

@@ -5,17 +5,32 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"time"
 )
 
 // Packet is one IP packet travelling through a Link.
 type Packet struct {
+	// Data is the IP packet. The emulator's segments of a GSO super-packet
+	// leave it nil and set Size instead.
 	Data []byte
+	// Size is the packet's size on the wire in bytes; 0 means len(Data).
+	Size int
 	// Enq is when the packet reached the link, µs since the link's start.
 	Enq uint64
 	// Deq is when the packet left the queue, µs since start.
 	Deq uint64
 	rem int // bytes still to be served
+
+	sp  *superPacket // the emulator's read buffer this packet lives in
+	seg int          // segment index within sp
+}
+
+func (p *Packet) size() int {
+	if p.Size > 0 {
+		return p.Size
+	}
+	return len(p.Data)
 }
 
 // LinkConfig describes one direction of the emulated link.
@@ -53,6 +68,7 @@ type Link struct {
 	delayUs uint64
 	rng     *rand.Rand
 	log     *bufio.Writer
+	line    []byte // scratch for log lines
 
 	q      []*Packet // FIFO; q[qh:] are queued
 	qh     int
@@ -107,7 +123,7 @@ func (l *Link) Arrive(p *Packet) bool {
 		return false
 	}
 	if (l.cfg.QueuePackets > 0 && l.QueueLen() >= l.cfg.QueuePackets) ||
-		(l.cfg.QueueBytes > 0 && l.qBytes+len(p.Data) > l.cfg.QueueBytes) {
+		(l.cfg.QueueBytes > 0 && l.qBytes+p.size() > l.cfg.QueueBytes) {
 		l.stats.TailDrops++
 		l.logDrop(p, "tail")
 		return false
@@ -119,9 +135,9 @@ func (l *Link) Arrive(p *Packet) bool {
 			l.cursor = k
 		}
 	}
-	p.rem = len(p.Data)
+	p.rem = p.size()
 	l.q = append(l.q, p)
-	l.qBytes += len(p.Data)
+	l.qBytes += p.rem
 	return true
 }
 
@@ -166,12 +182,13 @@ func (l *Link) Advance(now uint64, out func(p *Packet, deliverAt uint64)) {
 			}
 			l.q[l.qh] = nil
 			l.qh++
-			l.qBytes -= len(head.Data)
+			sz := head.size()
+			l.qBytes -= sz
 			head.Deq = t
 			l.stats.Delivered++
-			l.stats.DeliveredBytes += uint64(len(head.Data))
+			l.stats.DeliveredBytes += uint64(sz)
 			if l.log != nil {
-				fmt.Fprintf(l.log, "%d %d %d\n", head.Enq, head.Deq, len(head.Data))
+				l.logLine(head.Enq, int64(head.Deq), sz, "")
 			}
 			out(head, t+l.delayUs)
 		}
@@ -188,8 +205,24 @@ func (l *Link) Advance(now uint64, out func(p *Packet, deliverAt uint64)) {
 
 func (l *Link) logDrop(p *Packet, why string) {
 	if l.log != nil {
-		fmt.Fprintf(l.log, "%d -1 %d %s\n", p.Enq, len(p.Data), why)
+		l.logLine(p.Enq, -1, p.size(), why)
 	}
+}
+
+// logLine writes "enq deq bytes[ why]" without allocating.
+func (l *Link) logLine(enq uint64, deq int64, size int, why string) {
+	b := strconv.AppendUint(l.line[:0], enq, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, deq, 10)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(size), 10)
+	if why != "" {
+		b = append(b, ' ')
+		b = append(b, why...)
+	}
+	b = append(b, '\n')
+	l.log.Write(b)
+	l.line = b
 }
 
 // Flush writes buffered log lines.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 
 	"github.com/xrealm/xrealm/netem"
@@ -17,7 +18,7 @@ import (
 // runNetem implements
 //
 //	xrealm netem --up TRACE --down TRACE [--delay 20ms] [--queue-packets N | --queue-bytes N]
-//	             [--loss P] [--seed S] [--log DIR] -- CMD ARGS...
+//	             [--loss P] [--seed S] [--log DIR] [--no-realtime] -- CMD ARGS...
 //
 // It runs CMD in an emulated client namespace whose traffic to the host
 // namespace passes through a trace-driven link.
@@ -31,6 +32,7 @@ func runNetem(ctx context.Context, args []string) error {
 	qb := fs.Int("queue-bytes", 0, "drop-tail queue limit in bytes (0: unbounded)")
 	loss := fs.Float64("loss", 0, "random loss probability per packet, in [0, 1)")
 	seed := fs.Uint64("seed", 1, "random seed for loss")
+	noRT := fs.Bool("no-realtime", false, "keep the forwarding threads at normal priority (default: SCHED_FIFO, see netem.RealtimePriority)")
 	logDir := fs.String("log", "", "write per-packet logs (uplink.log, downlink.log) to this `dir`")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: xrealm netem --up TRACE --down TRACE [flags] -- CMD ARGS...")
@@ -61,13 +63,14 @@ func runNetem(ctx context.Context, args []string) error {
 		}
 		cmdArgs = []string{sh}
 	}
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e, err := netem.Start(ctx, netem.Config{
 		Up: upT, Down: downT, Delay: *delay,
 		QueuePackets: *qp, QueueBytes: *qb, Loss: *loss, Seed: *seed,
-		LogDir: *logDir, Logger: logger,
+		LogDir: *logDir, Logger: logger, NoRealtime: *noRT,
 	})
 	if err != nil {
 		return err
@@ -98,7 +101,7 @@ func printNetemReport(w io.Writer, r netem.Report) {
 		if s := d.r.Elapsed.Seconds(); s > 0 {
 			mbps = float64(d.r.DeliveredBytes) * 8 / s / 1e6
 		}
-		fmt.Fprintf(w, "netem %s: %d packets delivered (%.2f Mbit/s mean over %v), %d tail drops, %d random losses, %d late, %d kernel drops\n",
-			d.name, d.r.Delivered, mbps, d.r.Elapsed.Round(1e6), d.r.TailDrops, d.r.LossDrops, d.r.Late, d.r.KernelDrops)
+		fmt.Fprintf(w, "netem %s: %d packets delivered (%.2f Mbit/s mean over %v), %d tail drops, %d random losses, %d late (worst %v), %d kernel drops, %d reads, %d writes, real-time %v\n",
+			d.name, d.r.Delivered, mbps, d.r.Elapsed.Round(1e6), d.r.TailDrops, d.r.LossDrops, d.r.Late, d.r.MaxLate, d.r.KernelDrops, d.r.Reads, d.r.Writes, d.r.Realtime)
 	}
 }
