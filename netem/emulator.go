@@ -67,7 +67,7 @@ type Emulator struct {
 	log              *slog.Logger
 	wg               sync.WaitGroup
 	files            []io.Closer // TUN devices and namespaces
-	logs             []*os.File
+	logs             []io.Closer // asynchronous writers before their files
 	up, down         *pump
 	wake             int // eventfd that wakes the pumps to stop
 	stop             atomic.Bool
@@ -138,8 +138,9 @@ func Start(ctx context.Context, cfg Config) (e *Emulator, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("netem: create %s log: %w", name, err)
 			}
-			lc.Log = f
-			e.logs = append(e.logs, f)
+			aw := newAsyncWriter(f)
+			lc.Log = aw
+			e.logs = append(e.logs, aw, f)
 		}
 		l, err := NewLink(lc)
 		if err != nil {
