@@ -37,7 +37,7 @@ function sceneMarkup(camHeight: number): string {
       <a-entity laser-controls="hand: left; model: false" raycaster="objects: .clickable; far: 200"></a-entity>
       <a-entity laser-controls="hand: right; model: false" raycaster="objects: .clickable; far: 200"></a-entity>
     </a-entity>
-    <a-entity id="xr-floor" geometry="primitive: circle; radius: 40" rotation="-90 0 0"
+    <a-entity id="xr-floor" geometry="primitive: plane; width: 80; height: 80; segmentsWidth: 40; segmentsHeight: 40" rotation="-90 0 0"
         material="color: #6f8f72; roughness: 1" hide-on-enter-ar></a-entity>
     <a-entity id="xr-objects"></a-entity>
     <a-entity id="xr-avatars"></a-entity>

@@ -1,0 +1,460 @@
+// End-to-end tests: Debian's Chromium (headless, driven by playwright-core)
+// against a real `xrealm serve`, with a Node MQTT client as the third party.
+import { copyFileSync, mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { MqttClient } from 'mqtt';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { REPO_DIR, launchBrowser, mqttClient, startServer, waitFor, type XrealmServer } from './harness';
+
+let srv: XrealmServer;
+let browser: Browser;
+let bot: MqttClient; // the third client: an editor of the public test scenes
+const pages: Page[] = [];
+const warnings = new Map<Page, string[]>();
+
+beforeAll(async () => {
+  srv = await startServer();
+  browser = await launchBrowser();
+  bot = await mqttClient(srv, 'bot', srv.token('bot', 'public/objects', 'editor'), 'pyClient-000001');
+}, 600_000);
+
+// Pages a test hands to the next one; every other page is closed after each
+// test, passed or failed, so that failures do not slow the rest down.
+const keep = new Set<Page>();
+afterEach(async () => {
+  for (const p of pages.splice(0)) {
+    if (keep.has(p)) pages.push(p);
+    else if (!p.isClosed()) await p.context().close();
+  }
+});
+
+afterAll(async () => {
+  bot?.end(true);
+  await browser?.close();
+  await srv?.stop();
+});
+
+/** Opens a page on path and waits until the scene is loaded. */
+async function open(path: string, opts: { width?: number; height?: number } = {}): Promise<Page> {
+  const ctx = await browser.newContext({ viewport: { width: opts.width ?? 640, height: opts.height ?? 400 } });
+  const page = await ctx.newPage();
+  pages.push(page);
+  const w: string[] = [];
+  warnings.set(page, w);
+  page.on('console', (m) => {
+    if (m.type() === 'warning' || m.type() === 'error') w.push(m.text());
+  });
+  page.on('pageerror', (e) => w.push(`pageerror: ${e.message}`));
+  await page.goto(srv.url + path);
+  if (path !== '/' && !path.startsWith('/?')) {
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+  }
+  return page;
+}
+
+async function close(page: Page) {
+  await page.context().close();
+}
+
+const session = (p: Page) => p.evaluate(() => (window as any).xrealm.session());
+
+/** World position of a DOM entity, read from its object3D. */
+const worldPos = (p: Page, selector: string) =>
+  p.evaluate((sel) => {
+    const el = document.querySelector(sel) as any;
+    if (!el?.object3D) return null;
+    el.object3D.updateMatrixWorld(true);
+    const v = el.object3D.getWorldPosition(new el.object3D.position.constructor());
+    return { x: v.x, y: v.y, z: v.z };
+  }, selector);
+
+async function persisted(ns: string, scene: string, token?: string): Promise<any[]> {
+  const r = await fetch(`${srv.url}/persist/${ns}/${scene}`, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+  expect(r.status).toBe(200);
+  return r.json();
+}
+
+function publish(scene: string, m: Record<string, unknown>, qos: 0 | 1 = 1) {
+  return bot.publishAsync(`realm/s/public/${scene}/o/pyClient-000001/${m.object_id}`, JSON.stringify(m), { qos });
+}
+
+/** Decodes a PNG screenshot in the browser and returns the share of pixels in a centred box that match. */
+async function pixelShare(p: Page, png: Buffer, match: 'red' | 'blue', box = 40): Promise<number> {
+  return p.evaluate(async ({ b64, match, box }) => {
+    const img = new Image();
+    img.src = `data:image/png;base64,${b64}`;
+    await img.decode();
+    const c = document.createElement('canvas');
+    c.width = img.width;
+    c.height = img.height;
+    const ctx = c.getContext('2d')!;
+    ctx.drawImage(img, 0, 0);
+    const d = ctx.getImageData(Math.floor(img.width / 2 - box / 2), Math.floor(img.height / 2 - box / 2), box, box).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      const [r, g, bl] = [d[i], d[i + 1], d[i + 2]];
+      if (match === 'red' ? r > 180 && g < 70 && bl < 70 : bl > 180 && r < 70 && g < 70) n++;
+    }
+    return n / (d.length / 4);
+  }, { b64: png.toString('base64'), match, box });
+}
+
+describe('presence', () => {
+  it('two pages see each other as moving avatars; leaving removes the avatar', async () => {
+    const a = await open('/public/meeting');
+    const b = await open('/public/meeting');
+    const [sa, sb] = [await session(a), await session(b)];
+    await waitFor('A sees B', () => a.$(`[data-avatar-for="${sb.userClient}"]`));
+    await waitFor('B sees A', () => b.$(`[data-avatar-for="${sa.userClient}"]`));
+    await waitFor('user list', async () => (await a.textContent('#xr-users'))?.includes(sb.displayName));
+    expect(await b.getAttribute(`[data-avatar-for="${sa.userClient}"]`, 'data-display-name')).toBe(sa.displayName);
+
+    const before = (await worldPos(a, `[data-avatar-for="${sb.userClient}"]`))!;
+    expect(Math.abs(before.y - 1.6)).toBeLessThan(0.05);
+    // B walks forward (-z) with the keyboard.
+    await b.click('#xr-scene-holder', { position: { x: 100, y: 300 } });
+    await b.keyboard.down('w');
+    await b.waitForTimeout(700);
+    await b.keyboard.up('w');
+    const moved = await waitFor('avatar moved', async () => {
+      const p = await worldPos(a, `[data-avatar-for="${sb.userClient}"]`);
+      return p && before.z - p.z > 0.3 ? p : null;
+    });
+    // Interpolated: it arrives where B's camera is.
+    await waitFor('avatar settles where B is', async () => {
+      const camB = (await worldPos(b, '#xr-camera'))!;
+      const p = (await worldPos(a, `[data-avatar-for="${sb.userClient}"]`))!;
+      return Math.abs(p.z - camB.z) < 0.05 && Math.abs(p.x - camB.x) < 0.05;
+    });
+    expect(moved.z).toBeLessThan(before.z);
+
+    // Leaving: the avatar goes at once (not after the ttl).
+    const t0 = Date.now();
+    await close(b);
+    await waitFor('avatar removed', async () => !(await a.$(`[data-avatar-for="${sb.userClient}"]`)), 4000);
+    expect(Date.now() - t0).toBeLessThan(4000);
+    expect(await a.textContent('#xr-users')).not.toContain(sb.displayName);
+    await close(a);
+  });
+
+  it('a dropped connection fires the last will, then the page reconnects and reloads the scene', async () => {
+    const watcher = await mqttClient(srv, 'bot', srv.token('bot', 'public/objects', 'editor'), 'watcher-1');
+    const seen: any[] = [];
+    watcher.on('message', (t, p) => t.includes('/x/') && seen.push(JSON.parse(p.toString())));
+    await watcher.subscribeAsync('realm/s/public/objects/x/#');
+    await publish('objects', { object_id: 'before-drop', action: 'create', type: 'object', persist: true, data: { object_type: 'box', position: { x: 3, y: 1, z: -5 } } });
+    const p = await open('/public/objects');
+    const s = await session(p);
+    await p.waitForSelector('[data-object-id="before-drop"]', { state: 'attached' });
+    // Cut the WebSocket, and refuse new ones for a while.
+    let blocked = true;
+    await p.routeWebSocket(/\/mqtt/, (ws) => {
+      if (blocked) ws.close();
+      else ws.connectToServer();
+    });
+    await p.evaluate(() => (window as any).xrealm.bus.dropForTest());
+    await waitFor('will', () => seen.find((m) => m.action === 'leave' && m.object_id === s.userClient));
+    await waitFor('reconnecting status', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'reconnecting');
+    expect(await p.textContent('#xr-status')).toMatch(/reconnecting in \d+s/);
+    // Meanwhile the scene changes.
+    await publish('objects', { object_id: 'during-drop', action: 'create', type: 'object', persist: true, data: { object_type: 'sphere', position: { x: -3, y: 1, z: -5 } } });
+    await publish('objects', { object_id: 'before-drop', action: 'delete', persist: true });
+    await waitFor('stored', async () => (await persisted('public', 'objects')).some((o) => o.object_id === 'during-drop'));
+    blocked = false;
+    await waitFor('reconnected', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'connected', 40_000);
+    await p.waitForSelector('[data-object-id="during-drop"]', { state: 'attached' });
+    await waitFor('deleted object gone', async () => !(await p.$('[data-object-id="before-drop"]')));
+    await publish('objects', { object_id: 'during-drop', action: 'delete', persist: true });
+    watcher.end(true);
+    await close(p);
+  }, 90_000);
+});
+
+describe('objects', () => {
+  it('a third client creates persisted objects; pages render them, and a later page too', async () => {
+    const a = await open('/public/objects');
+    const b = await open('/public/objects');
+    // A child before its parent, then the parent: the child waits for it.
+    await publish('objects', { object_id: 'hat', action: 'create', type: 'object', persist: true, data: { object_type: 'cone', parent: 'redbox', position: { x: 0, y: 0.8, z: 0 }, radiusBottom: 0.3, height: 0.5, color: '#0000ff' } });
+    await publish('objects', {
+      object_id: 'redbox', action: 'create', type: 'object', persist: true,
+      data: { object_type: 'box', position: { x: 0, y: 1.6, z: -2.5 }, rotation: { x: 0, y: 0, z: 0, w: 1 }, material: { color: '#ff0000', shader: 'flat' }, 'click-listener': true },
+    });
+    for (const p of [a, b]) {
+      await p.waitForSelector('[data-object-id="redbox"]', { state: 'attached' });
+      const geo = await p.evaluate(() => (document.querySelector('[data-object-id="redbox"]') as any).getAttribute('geometry'));
+      expect(geo.primitive).toBe('box');
+      const mat = await p.evaluate(() => (document.querySelector('[data-object-id="redbox"]') as any).getAttribute('material'));
+      expect(mat.color).toBe('#ff0000');
+      await waitFor('child under parent', () => p.$('[data-object-id="redbox"] > [data-object-id="hat"]'));
+      const hat = (await worldPos(p, '[data-object-id="hat"]'))!;
+      expect(hat.y).toBeCloseTo(2.4, 2);
+      await waitFor('red in the middle of the screenshot', async () => (await pixelShare(p, await p.screenshot(), 'red')) > 0.9);
+    }
+    // An update merges; null removes a key.
+    await publish('objects', { object_id: 'redbox', action: 'update', type: 'object', persist: true, data: { material: { color: '#0000ff' }, 'click-listener': null } });
+    await waitFor('blue', async () => (await pixelShare(a, await a.screenshot(), 'blue')) > 0.9);
+    expect(await a.evaluate(() => (document.querySelector('[data-object-id="redbox"]') as any).getAttribute('material').shader)).toBe('flat');
+    expect(await a.$eval('[data-object-id="redbox"]', (e) => e.classList.contains('clickable'))).toBe(false);
+    await publish('objects', { object_id: 'redbox', action: 'update', type: 'object', persist: true, data: { material: { color: '#ff0000' }, 'click-listener': true } });
+
+    // Invalid messages are ignored with a warning and break nothing.
+    const topic = 'realm/s/public/objects/o/pyClient-000001/';
+    await bot.publishAsync(topic + 'x1', '{not json', { qos: 0 });
+    await bot.publishAsync(topic + 'x2', JSON.stringify({ object_id: 'other', action: 'create', data: { object_type: 'box' } }), { qos: 0 });
+    await bot.publishAsync(topic + 'x3', JSON.stringify({ object_id: 'x3', action: 'create', type: 'object', data: { object_type: 'box', position: 'up' } }), { qos: 0 });
+    await publish('objects', { object_id: 'after-bad', action: 'create', type: 'object', data: { object_type: 'sphere', position: { x: 2, y: 1, z: -4 } } }, 0);
+    await a.waitForSelector('[data-object-id="after-bad"]', { state: 'attached' });
+    expect(await a.evaluate(() => (window as any).xrealm.bus.invalid)).toBeGreaterThanOrEqual(2);
+    expect(warnings.get(a)!.some((w) => w.includes('ignored an invalid message'))).toBe(true);
+    expect(await a.$('[data-object-id="other"]')).toBeNull();
+
+    // A page that loads later shows the persisted objects, parents first.
+    const c = await open('/public/objects');
+    await c.waitForSelector('[data-object-id="redbox"] > [data-object-id="hat"]', { state: 'attached' });
+    await waitFor('red in the later page', async () => (await pixelShare(c, await c.screenshot(), 'red')) > 0.9);
+    expect(await c.$('[data-object-id="after-bad"]')).toBeNull(); // it was not persisted
+    await close(c);
+    await close(b);
+    keep.add(a);
+    (globalThis as any).objectsPage = a;
+  });
+
+  it('clicking an object with click-listener publishes clientEvents', async () => {
+    const a: Page = (globalThis as any).objectsPage;
+    expect(a, 'needs the page of the previous test').toBeDefined();
+    keep.delete(a);
+    const s = await session(a);
+    const events: any[] = [];
+    const sub = await mqttClient(srv, 'bot', srv.token('bot', 'public/objects', 'viewer'), 'subscriber-1');
+    sub.on('message', (t, p) => {
+      const m = JSON.parse(p.toString());
+      if (m.action === 'clientEvent') events.push({ topic: t, ...m });
+    });
+    await sub.subscribeAsync('realm/s/public/objects/o/#');
+    await waitFor('clickable again', () => a.$('[data-object-id="redbox"].clickable'));
+    const vp = a.viewportSize()!;
+    await a.mouse.click(vp.width / 2, vp.height / 2);
+    const down = await waitFor('mousedown', () => events.find((e) => e.type === 'mousedown'));
+    const up = await waitFor('mouseup', () => events.find((e) => e.type === 'mouseup'));
+    expect(down.object_id).toBe('redbox');
+    expect(down.topic).toBe(`realm/s/public/objects/o/${s.userClient}/redbox`);
+    expect(down.data.source).toBe(s.camid);
+    expect(down.data.position.z).toBeCloseTo(-2, 1); // the box's front face
+    expect(down.data.clickPos.y).toBeCloseTo(1.6, 1);
+    expect(up.object_id).toBe('redbox');
+    // A click on empty sky sends nothing.
+    events.length = 0;
+    await a.mouse.click(40, 80);
+    await a.waitForTimeout(500);
+    expect(events).toHaveLength(0);
+    sub.end(true);
+    await close(a);
+  });
+});
+
+describe('chat', () => {
+  it('messages are sent and shown', async () => {
+    const a = await open('/public/meeting');
+    const b = await open('/public/meeting');
+    await a.fill('#xr-chat-input', 'hello from A <b>not bold</b>');
+    await a.press('#xr-chat-input', 'Enter');
+    await waitFor('chat shown in B', async () => (await b.textContent('#xr-chat-log'))?.includes('hello from A <b>not bold</b>'));
+    expect(await b.$('#xr-chat-log b b')).toBeNull();
+    await close(a);
+    await close(b);
+  });
+});
+
+describe('editor', () => {
+  it('creates, edits, duplicates and deletes objects; others and GET /persist see it', async () => {
+    const alice = srv.token('alice', 'alice/lab', 'editor');
+    const ed = await open(`/alice/lab/edit?token=${alice}`, { width: 1200, height: 800 });
+    expect(ed.url()).not.toContain('token='); // taken out of the address bar
+    await waitFor('editor role', async () => (await ed.getAttribute('#xr-who', 'data-role')) === 'editor');
+    expect(await ed.isVisible('#xr-readonly')).toBe(false);
+    const view = await open('/alice/lab');
+
+    // Create.
+    await ed.selectOption('#new-type', 'box');
+    await ed.fill('#new-id', 'crate');
+    await ed.click('#new-create');
+    await view.waitForSelector('[data-object-id="crate"]', { state: 'attached' });
+    await waitFor('crate stored', async () => (await persisted('alice', 'lab')).find((o) => o.object_id === 'crate'));
+    await ed.waitForSelector('#f-form');
+
+    // Edit with the form.
+    await ed.fill('#f-position-x', '2');
+    await ed.fill('#f-position-y', '0.5');
+    await ed.fill('#f-scale-y', '2');
+    await ed.fill('#f-color', '#00ff00');
+    await ed.click('#f-apply');
+    await waitFor('moved in the viewer', async () => Math.abs(((await worldPos(view, '[data-object-id="crate"]'))?.x ?? 0) - 2) < 1e-6);
+    const stored = await waitFor('stored edit', async () => (await persisted('alice', 'lab')).find((o) => o.object_id === 'crate' && o.attributes.position.x === 2));
+    expect(stored.attributes.material.color).toBe('#00ff00');
+    expect(stored.attributes.scale).toEqual({ x: 1, y: 2, z: 1 });
+
+    // Edit as JSON: invalid JSON is refused with a message, valid JSON replaces the object.
+    await ed.fill('#f-json', '{"object_id": "crate", "data": {"object_type": "box", "position": {"x": "two"}}}');
+    await ed.click('#f-apply-json');
+    expect(await ed.textContent('#f-json-error')).toMatch(/object_type|position/);
+    await ed.fill('#f-json', JSON.stringify({ object_id: 'crate', type: 'object', data: { object_type: 'cylinder', radius: 0.3, height: 1, position: { x: -1, y: 1, z: -3 }, material: { color: '#ffaa00' } } }));
+    await ed.click('#f-apply-json');
+    await waitFor('cylinder in the viewer', async () => (await view.evaluate(() => (document.querySelector('[data-object-id="crate"]') as any)?.getAttribute('geometry')?.primitive)) === 'cylinder');
+
+    // A child, then duplicate the parent with its child.
+    await ed.selectOption('#new-type', 'sphere');
+    await ed.fill('#new-id', 'ball');
+    await ed.click('#new-create');
+    await ed.waitForSelector('[data-tree-id="ball"] .tree-item.selected');
+    await ed.selectOption('#f-parent', 'crate');
+    await ed.click('#f-apply');
+    await view.waitForSelector('[data-object-id="crate"] > [data-object-id="ball"]', { state: 'attached' });
+    await ed.click('[data-tree-id="crate"] > .tree-item');
+    await ed.click('#f-duplicate');
+    const copies = await waitFor('copies stored', async () => {
+      const objs = await persisted('alice', 'lab');
+      const c = objs.filter((o) => o.object_id.startsWith('crate-copy-') || o.object_id.startsWith('ball-copy-'));
+      return c.length === 2 ? c : null;
+    });
+    const crateCopy = copies.find((o) => o.object_id.startsWith('crate-copy-'))!;
+    expect(copies.find((o) => o.object_id.startsWith('ball-copy-'))!.attributes.parent).toBe(crateCopy.object_id);
+    await view.waitForSelector(`[data-object-id="${crateCopy.object_id}"] > [data-object-id^="ball-copy-"]`, { state: 'attached' });
+
+    // Delete with cascade (two clicks).
+    await ed.click('[data-tree-id="crate"] > .tree-item');
+    await ed.click('#f-delete');
+    expect(await ed.textContent('#f-delete')).toContain('1 child');
+    await ed.click('#f-delete');
+    await waitFor('gone from the viewer', async () => !(await view.$('[data-object-id="crate"]')) && !(await view.$('[data-object-id="ball"]')));
+    await waitFor('gone from the store', async () => {
+      const ids = (await persisted('alice', 'lab')).map((o) => o.object_id);
+      return !ids.includes('crate') && !ids.includes('ball') && ids.includes(crateCopy.object_id);
+    });
+
+    // Export, then import into another scene... here: import renamed objects into this one.
+    const [download] = await Promise.all([ed.waitForEvent('download'), ed.click('#xr-export')]);
+    const exported = JSON.parse(readFileSync((await download.path())!, 'utf8'));
+    expect(exported.map((o: any) => o.object_id).sort()).toEqual(copies.map((o) => o.object_id).sort());
+    const renamed = exported.map((o: any) => ({
+      ...o, object_id: o.object_id.replace('-copy-', '-imported-'),
+      attributes: { ...o.attributes, ...(o.attributes.parent ? { parent: o.attributes.parent.replace('-copy-', '-imported-') } : {}) },
+    }));
+    await ed.setInputFiles('#xr-import-file', { name: 'scene.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(renamed)) });
+    await ed.click('#xr-import');
+    await view.waitForSelector('[data-object-id^="crate-imported-"] > [data-object-id^="ball-imported-"]', { state: 'attached' });
+    await waitFor('imported stored', async () => (await persisted('alice', 'lab')).filter((o) => o.object_id.includes('-imported-')).length === 2);
+    keep.add(ed);
+    (globalThis as any).editorPage = ed;
+    await close(view);
+  });
+
+  it('a viewer token cannot edit, in the UI or on the bus', async () => {
+    const ed: Page = (globalThis as any).editorPage;
+    expect(ed, 'needs the page of the previous test').toBeDefined();
+    keep.delete(ed);
+    const guest = await open('/alice/lab/edit');
+    await waitFor('viewer role', async () => (await guest.getAttribute('#xr-who', 'data-role')) === 'viewer');
+    expect(await guest.isVisible('#xr-readonly')).toBe(true);
+    expect(await guest.textContent('#xr-readonly')).toContain('Read-only');
+    expect(await guest.isDisabled('#new-create')).toBe(true);
+    expect(await guest.isDisabled('#xr-import')).toBe(true);
+    const some = (await persisted('alice', 'lab'))[0];
+    await guest.click(`[data-tree-id="${some.object_id}"] > .tree-item`);
+    expect(await guest.isDisabled('#f-delete')).toBe(true);
+    expect(await guest.isDisabled('#f-apply-json')).toBe(true);
+
+    // On the bus: the page's own connection, and a Node client with a viewer token.
+    await guest.evaluate(() => (window as any).xrealm.publishObject({ object_id: 'hack-page', action: 'create', type: 'object', persist: true, data: { object_type: 'box' } }));
+    await guest.evaluate((id) => (window as any).xrealm.publishObject({ object_id: id, action: 'delete', persist: true }), some.object_id);
+    const viewer = await mqttClient(srv, 'mallory', srv.token('mallory', 'alice/lab', 'viewer'), 'mallory-1');
+    await viewer.publishAsync('realm/s/alice/lab/o/mallory-1/hack-bus', JSON.stringify({ object_id: 'hack-bus', action: 'create', type: 'object', persist: true, data: { object_type: 'box' } }), { qos: 1 });
+    await viewer.publishAsync(`realm/s/alice/lab/o/mallory-1/${some.object_id}`, JSON.stringify({ object_id: some.object_id, action: 'update', persist: true, data: { position: { x: 99, y: 0, z: 0 } } }), { qos: 1 });
+    // A marker from the editor, sent after: once it is stored, the others were handled.
+    await ed.evaluate(() => (window as any).xrealm.publishObject({ object_id: 'marker', action: 'create', type: 'object', persist: true, data: { object_type: 'entity' } }));
+    const objs = await waitFor('marker stored', async () => {
+      const o = await persisted('alice', 'lab');
+      return o.some((x) => x.object_id === 'marker') ? o : null;
+    });
+    const ids = objs.map((o) => o.object_id);
+    expect(ids).not.toContain('hack-page');
+    expect(ids).not.toContain('hack-bus');
+    expect(ids).toContain(some.object_id);
+    expect(objs.find((o) => o.object_id === some.object_id).attributes.position.x).not.toBe(99);
+    expect(await ed.$('[data-object-id="hack-page"]')).toBeNull();
+    expect(await ed.$('[data-object-id="hack-bus"]')).toBeNull();
+    viewer.end(true);
+    await close(guest);
+    await close(ed);
+  });
+});
+
+describe('scene list', () => {
+  it('lists readable scenes and creates a scene in the user namespace', async () => {
+    const guest = await open('/');
+    await guest.waitForSelector('#scene-list [data-scene="public/objects"]');
+    expect(await guest.isDisabled('#new-scene button')).toBe(true);
+    await close(guest);
+
+    const bob = srv.token('bob', 'bob/home', 'editor');
+    const page = await open(`/?token=${bob}`);
+    await page.waitForSelector('#signed-in');
+    expect(await page.textContent('#signed-in')).toContain('bob');
+    await page.fill('#new-scene-name', 'garden');
+    await page.click('#new-scene button');
+    await page.waitForURL(/\/bob\/garden\/edit$/);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached' });
+    await waitFor('editor', async () => (await page.getAttribute('#xr-who', 'data-role')) === 'editor');
+    const r = await fetch(`${srv.url}/persist/!allscenes`);
+    expect(await r.json()).toContain('bob/garden');
+    await close(page);
+  });
+});
+
+describe('screenshot', () => {
+  it('shows a few objects and two avatars', async () => {
+    const scene = 'showroom';
+    const objs = [
+      { object_id: 'floor-mat', data: { object_type: 'circle', radius: 3, rotation: { x: -90, y: 0, z: 0 }, position: { x: 0, y: 0.01, z: -4 }, material: { color: '#e9d8a6' } } },
+      { object_id: 'crate', data: { object_type: 'box', position: { x: -1.6, y: 0.5, z: -4 }, material: { color: '#d62828' }, 'click-listener': true } },
+      { object_id: 'globe', data: { object_type: 'sphere', radius: 0.55, position: { x: 0, y: 1.1, z: -5 }, material: { color: '#0a9396' } } },
+      { object_id: 'tower', data: { object_type: 'cylinder', radius: 0.3, height: 1.6, position: { x: 1.8, y: 0.8, z: -4.5 }, material: { color: '#ee9b00' } } },
+      { object_id: 'tip', data: { object_type: 'cone', parent: 'tower', radiusBottom: 0.4, height: 0.6, position: { x: 0, y: 1.1, z: 0 }, material: { color: '#9b2226' } } },
+      { object_id: 'donut', data: { object_type: 'torus', radius: 0.4, radiusTubular: 0.1, position: { x: -0.2, y: 2.3, z: -4.5 }, rotation: { x: 0, y: 0.3826834, z: 0, w: 0.9238795 }, material: { color: '#005f73' } } },
+      { object_id: 'title', data: { object_type: 'text', value: 'xrealm showroom', color: '#001219', width: 2.4, position: { x: 0, y: 3.1, z: -5 } } },
+      { object_id: 'sun', data: { object_type: 'light', type: 'directional', intensity: 1.2, position: { x: 2, y: 4, z: 1 } } },
+      { object_id: 'ambient', data: { object_type: 'light', type: 'ambient', intensity: 0.6, color: '#ffffff' } },
+    ];
+    const showBot = await mqttClient(srv, 'bot', srv.token('bot', `public/${scene}`, 'editor'), 'pyClient-000002');
+    for (const o of objs) {
+      await showBot.publishAsync(`realm/s/public/${scene}/o/pyClient-000002/${o.object_id}`, JSON.stringify({ ...o, action: 'create', type: 'object', persist: true }), { qos: 1 });
+    }
+    showBot.end();
+    const main = await open(`/public/${scene}`, { width: 1280, height: 720 });
+    const others = [await open(`/public/${scene}`), await open(`/public/${scene}`)];
+    const poses = [[-2.6, 1.6, -2.2, 35], [2.8, 1.5, -1.8, -40]];
+    for (let i = 0; i < 2; i++) {
+      const [x, y, z, yaw] = poses[i];
+      await others[i].evaluate(({ x, y, z, yaw }) => {
+        const cam = document.querySelector('#xr-camera') as any;
+        cam.setAttribute('position', `${x} ${y} ${z}`);
+        cam.components['look-controls'].yawObject.rotation.y = (yaw * Math.PI) / 180;
+      }, { x, y, z, yaw });
+      const s = await session(others[i]);
+      await waitFor('avatar', () => main.$(`[data-avatar-for="${s.userClient}"]`));
+    }
+    await main.fill('#xr-chat-input', 'Welcome to the showroom!');
+    await main.press('#xr-chat-input', 'Enter');
+    await main.waitForSelector('#xr-chat-log .chat-line');
+    await main.waitForTimeout(1500);
+    const out = join(REPO_DIR, 'web', 'test-results', 'viewer.png');
+    mkdirSync(join(REPO_DIR, 'web', 'test-results'), { recursive: true });
+    await main.screenshot({ path: out });
+    if (process.env.XREALM_UPDATE_SCREENSHOT) {
+      mkdirSync(join(REPO_DIR, 'docs', 'img'), { recursive: true });
+      copyFileSync(out, join(REPO_DIR, 'docs', 'img', 'web-viewer.png'));
+    }
+    for (const p of [main, ...others]) await close(p);
+  });
+});
