@@ -62,10 +62,18 @@ func Start(cfg Config) (*Bus, error) {
 		NoSigs:     true,
 		MaxPayload: int32(cfg.MaxPayload),
 	}
-	if cfg.NATSAddr == "" {
+	switch {
+	case cfg.NATSAddr != "":
+		if opts.Host, opts.Port, err = splitHostPort(cfg.NATSAddr, "nats"); err != nil {
+			return nil, err
+		}
+	case cfg.ClusterName != "":
+		// nats-server starts routing only once its client listener is up:
+		// a cluster node without a NATS address listens on a random
+		// loopback port that nobody is told about.
+		opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+	default:
 		opts.DontListen = true
-	} else if opts.Host, opts.Port, err = splitHostPort(cfg.NATSAddr, "nats"); err != nil {
-		return nil, err
 	}
 	if cfg.NATSWSAddr != "" {
 		if opts.Websocket.Host, opts.Websocket.Port, err = splitHostPort(cfg.NATSWSAddr, "nats-ws"); err != nil {

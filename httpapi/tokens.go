@@ -46,41 +46,53 @@ type Access struct {
 }
 
 // Scene reports whether r may read (write=false) or write scene ns/scene.
-// The error says why not; it wraps ErrUnauthenticated or ErrForbidden.
+// A token's rights for the scene allow it; so does the role the scene's
+// settings give the token's user (or an anonymous caller), the same rule the
+// token endpoint applies: a token for one scene never reads less than no
+// token at all. The error says why not; it wraps ErrUnauthenticated or
+// ErrForbidden.
 func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
 	if a.Insecure {
 		return nil
 	}
-	tok := RequestToken(r)
-	if tok == "" {
-		if write {
-			return wrap(ErrUnauthenticated, "writing a scene needs a token (Bearer header or mqtt_token cookie)")
-		}
-		st, err := a.Settings.Get(r.Context(), ns, scene)
+	user, anonymous := "", true
+	if tok := RequestToken(r); tok != "" {
+		cl, err := a.Keys.Verify(tok)
 		if err != nil {
-			return err
+			return wrap(ErrUnauthenticated, err.Error())
 		}
-		if _, err := st.RoleFor("", true); err != nil {
-			return wrap(ErrUnauthenticated, "scene "+ns+"/"+scene+" is not readable without a token")
+		if tokenAllows(cl.Rights(), a.Realm, ns, scene, write) {
+			return nil
 		}
-		return nil
+		user, anonymous = cl.Subject, strings.HasPrefix(cl.Subject, "anonymous-")
 	}
-	cl, err := a.Keys.Verify(tok)
+	st, err := a.Settings.Get(r.Context(), ns, scene)
 	if err != nil {
-		return wrap(ErrUnauthenticated, err.Error())
+		return err
 	}
-	base := a.Realm + "/s/" + ns + "/" + scene
-	r2 := cl.Rights()
-	if write {
-		if !coversAll(r2.Publ, base+"/o/+/+") {
-			return wrap(ErrForbidden, "token of "+cl.Subject+" may not write scene "+ns+"/"+scene)
-		}
+	role, err := st.RoleFor(user, anonymous)
+	switch {
+	case err == nil && (!write || role == auth.RoleEditor):
 		return nil
+	case anonymous && user == "":
+		what := "reading"
+		if write {
+			what = "writing"
+		}
+		return wrap(ErrUnauthenticated, what+" scene "+ns+"/"+scene+" needs a token (Bearer header or mqtt_token cookie)")
+	case write:
+		return wrap(ErrForbidden, "user "+user+" may not write scene "+ns+"/"+scene)
 	}
-	if !r2.CanSubscribe(topic.SceneFilter(a.Realm, ns, scene)) {
-		return wrap(ErrForbidden, "token of "+cl.Subject+" may not read scene "+ns+"/"+scene)
+	return wrap(ErrForbidden, "user "+user+" may not read scene "+ns+"/"+scene)
+}
+
+// tokenAllows reports whether rights cover reading (subscribing to the
+// whole scene) or writing (publishing any object message) scene ns/scene.
+func tokenAllows(r auth.Rights, realm, ns, scene string, write bool) bool {
+	if write {
+		return coversAll(r.Publ, realm+"/s/"+ns+"/"+scene+"/o/+/+")
 	}
-	return nil
+	return r.CanSubscribe(topic.SceneFilter(realm, ns, scene))
 }
 
 func coversAll(filters []string, f string) bool {

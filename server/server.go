@@ -111,13 +111,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		return nil, err
 	}
 	replicas := cfg.replicas()
-	if err := retry(ctx, log, "open scene settings", func() error {
+	if err := retry(ctx, log, "open scene settings", func(ctx context.Context) error {
 		s.Settings, err = auth.OpenSettings(ctx, js, replicas)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	if err := retry(ctx, log, "open persistence store", func() error {
+	if err := retry(ctx, log, "open persistence store", func(ctx context.Context) error {
 		s.Store, err = persist.Open(ctx, persist.Config{JS: js, NC: svc, Replicas: replicas, Realms: []string{cfg.Realm}, Logger: log, Registerer: s.Registry})
 		return err
 	}); err != nil {
@@ -250,9 +250,11 @@ func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 
 // retry runs f until it succeeds or ctx ends; in a cluster, JetStream
 // assets cannot be created until enough peers have joined.
-func retry(ctx context.Context, log *slog.Logger, what string, f func() error) error {
+func retry(ctx context.Context, log *slog.Logger, what string, f func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		err := f()
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := f(actx)
+		cancel()
 		if err == nil {
 			return nil
 		}
@@ -262,7 +264,7 @@ func retry(ctx context.Context, log *slog.Logger, what string, f func() error) e
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-time.After(time.Second):
+		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
