@@ -42,14 +42,18 @@ func TestCoreMatchesVectors(t *testing.T) {
 				t.Fatal(err)
 			}
 			var in strings.Builder
-			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
+			shared := 0
+			if c.SharedPath {
+				shared = 1
+			}
+			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
 				p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
-				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond)
+				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond, shared)
 			for _, e := range c.Events {
 				if e.Loss {
-					in.WriteString("L\n")
+					fmt.Fprintf(&in, "L %d\n", e.Flow)
 				} else {
-					fmt.Fprintf(&in, "A %d %d %d\n", e.TUs, e.RTTUs, e.Acked)
+					fmt.Fprintf(&in, "A %d %d %d %d\n", e.Flow, e.TUs, e.RTTUs, e.Acked)
 				}
 			}
 			cmd := exec.Command(bin)
@@ -83,17 +87,35 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 	if out, err := exec.Command("cc", "-O2", "-o", bin, "bpf/hera_core_host.c").CombinedOutput(); err != nil {
 		t.Fatalf("cc: %v\n%s", err, out)
 	}
-	for _, p := range []hera.Params{hera.DefaultParams(), hera.PaperParams()} {
-		t.Run(p.Variant.String(), func(t *testing.T) {
-			f, err := hera.NewFlow(p)
-			if err != nil {
-				t.Fatal(err)
+	tests := []struct {
+		name   string
+		p      hera.Params
+		shared bool // three flows on one path
+	}{
+		{"hera", hera.DefaultParams(), false},
+		{"hera-paper", hera.PaperParams(), false},
+		{"hera-shared-path", hera.DefaultParams(), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.p
+			nflows, shared := 1, 0
+			var path *hera.Path
+			if tc.shared {
+				nflows, shared, path = 3, 1, &hera.Path{}
+			}
+			fs := make([]*hera.Flow, nflows)
+			for i := range fs {
+				var err error
+				if fs[i], err = hera.NewFlowOnPath(p, path); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var in strings.Builder
-			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
+			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
 				p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
-				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond)
-			want := []uint32{f.Cwnd()}
+				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond, shared)
+			want := []uint32{fs[0].Cwnd()}
 			x := uint64(12345)
 			var now uint64
 			for i := 0; i < 20000; i++ {
@@ -103,14 +125,15 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 				if (x>>8)%97 == 0 {
 					rtt = -1
 				}
+				fi := int(x>>30) % nflows
 				if (x>>12)%503 == 0 {
-					in.WriteString("L\n")
-					want = append(want, f.OnLoss())
+					fmt.Fprintf(&in, "L %d\n", fi)
+					want = append(want, fs[fi].OnLoss())
 					continue
 				}
 				acked := uint32((x >> 40) % 4)
-				fmt.Fprintf(&in, "A %d %d %d\n", now, rtt, acked)
-				want = append(want, f.OnAck(now, rtt, acked))
+				fmt.Fprintf(&in, "A %d %d %d %d\n", fi, now, rtt, acked)
+				want = append(want, fs[fi].OnAck(now, rtt, acked))
 			}
 			cmd := exec.Command(bin)
 			cmd.Stdin = strings.NewReader(in.String())

@@ -75,14 +75,17 @@ type Params struct {
 	MinCwnd, MaxCwnd uint32
 	// InitCwnd is the window before the first update.
 	InitCwnd uint32
-	// DecreaseShift (Tuned only): a decrease step is at least cwnd>>DecreaseShift
-	// segments per unit, so that decreases are proportional to the window
-	// (AIMD, which converges to a fair share). 0 disables it.
+	// DecreaseShift (Tuned only): the decrease unit is Δmax +
+	// cwnd/2^DecreaseShift segments instead of Δmax, so that decreases have
+	// a part proportional to the window while increases stay additive
+	// (AIMD, which converges to a fair share). 0 keeps the unit Δmax.
 	DecreaseShift uint32
 	// LossBetaPermille (Tuned only): on loss the window is multiplied by
 	// LossBetaPermille/1000. 0 disables the loss response.
 	LossBetaPermille uint32
-	// MinRTTWindow (Tuned only) is how long a minimum RTT sample stays valid.
+	// MinRTTWindow (Tuned only) is how long a minimum RTT sample stays
+	// valid; when it expires, the minimum over the samples seen since the
+	// previous expiry replaces it.
 	MinRTTWindow time.Duration
 }
 
@@ -120,7 +123,7 @@ func DefaultParams() Params {
 		MinCwnd:          4,
 		MaxCwnd:          20000,
 		InitCwnd:         10,
-		DecreaseShift:    4,
+		DecreaseShift:    3,
 		LossBetaPermille: 700,
 		MinRTTWindow:     10 * time.Second,
 	}
@@ -184,12 +187,58 @@ type Flow struct {
 
 	cwnd      uint32
 	slowStart bool
-	minRTT    uint32 // µs, 0 = none yet
-	minStamp  uint64 // µs
+	min       minFilter
+	path      *Path
 	nextAt    uint64 // µs; the rule runs on the first valid sample at or after this time
 	roundMin  uint32 // Tuned: smallest valid sample since the last update, 0 = none
 	lastMean  uint32
 	lastBkt   int
+}
+
+// minFilter is a windowed minimum of RTT samples (µs): when min has not
+// been refreshed for the window, it is replaced by cand, the minimum of the
+// samples since the previous replacement, and cand restarts from the
+// current sample; a sample thus stays the minimum for one to two windows. Taking the current sample instead
+// would, under a standing queue, ratchet the base RTT (and with it the
+// delay target) upward every window.
+type minFilter struct {
+	min, cand uint32 // 0 = none
+	stamp     uint64 // when min was last set
+}
+
+func (m *minFilter) update(nowUs uint64, r uint32, winUs uint64) {
+	if m.cand == 0 || r < m.cand {
+		m.cand = r
+	}
+	switch {
+	case m.min == 0 || r <= m.min:
+		m.min, m.stamp = r, nowUs
+	case nowUs-m.stamp > winUs:
+		m.min, m.stamp, m.cand = m.cand, nowUs, r
+	}
+}
+
+// Path is state shared by the flows of one network path (in the kernel, one
+// destination address): the path's windowed minimum RTT. A flow that starts
+// while others keep a queue standing would otherwise take base RTT + that
+// queue as its own base, aim at a delay target above everyone else's, and
+// take far more than its share. The zero value is ready to use. A Path is
+// not safe for concurrent use; the eBPF version tolerates racy updates.
+type Path struct {
+	min minFilter
+}
+
+// MinRTT is the path's windowed minimum RTT (0 before the first sample).
+func (p *Path) MinRTT() time.Duration { return time.Duration(p.min.min) * time.Microsecond }
+
+// NewFlowOnPath is NewFlow for a flow that shares path with other flows.
+// The Paper variant ignores path.
+func NewFlowOnPath(p Params, path *Path) (*Flow, error) {
+	f, err := NewFlow(p)
+	if err == nil && p.Variant == Tuned {
+		f.path = path
+	}
+	return f, err
 }
 
 // NewFlow returns the state of a new flow.
@@ -214,8 +263,18 @@ func (f *Flow) Cwnd() uint32 { return f.cwnd }
 // InSlowStart reports whether the flow is still in slow start.
 func (f *Flow) InSlowStart() bool { return f.slowStart }
 
-// MinRTT is the windowed minimum RTT (0 before the first valid sample).
-func (f *Flow) MinRTT() time.Duration { return time.Duration(f.minRTT) * time.Microsecond }
+// MinRTT is the base RTT the flow measures queueing delay from: its own
+// windowed minimum or, if lower, its path's (0 before the first valid
+// sample).
+func (f *Flow) MinRTT() time.Duration { return time.Duration(f.base()) * time.Microsecond }
+
+func (f *Flow) base() uint32 {
+	b := f.min.min
+	if f.path != nil && f.path.min.min != 0 && f.path.min.min < b {
+		b = f.path.min.min
+	}
+	return b
+}
 
 // Histogram returns a copy of the histogram's X buckets.
 func (f *Flow) Histogram() []uint32 {
@@ -242,16 +301,17 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 	valid := rttUs > 0 && rttUs <= int64(MaxValidRTT/time.Microsecond)
 	if valid && f.p.Variant == Tuned {
 		r := uint32(rttUs)
-		if f.minRTT == 0 || r <= f.minRTT || nowUs-f.minStamp > f.winUs {
-			f.minRTT = r
-			f.minStamp = nowUs
+		f.min.update(nowUs, r, f.winUs)
+		if f.path != nil {
+			f.path.min.update(nowUs, r, f.winUs)
 		}
 	}
+	minRTT := f.base()
 	if f.slowStart {
 		f.cwnd = clamp(satAdd(f.cwnd, acked), f.p.MinCwnd, f.p.MaxCwnd)
 		// Leave slow start once a sample shows half the target queueing delay.
 		half := f.bucketUs * uint64(f.p.Buckets/2) / 2
-		if valid && uint64(rttUs)-uint64(f.minRTT) >= half {
+		if valid && uint64(rttUs)-uint64(minRTT) >= half {
 			f.slowStart = false
 		}
 	}
@@ -274,8 +334,8 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 	f.lastMean = mean
 	v := uint64(mean)
 	if f.p.Variant == Tuned {
-		if mean > f.minRTT {
-			v = uint64(mean - f.minRTT)
+		if mean > minRTT {
+			v = uint64(mean - minRTT)
 		} else {
 			v = 0
 		}
@@ -300,11 +360,14 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 			step := cum * uint64(half-b) * uint64(f.p.DeltaMax) / total
 			f.cwnd = satAdd(f.cwnd, uint32(min(step, 1<<31)))
 		} else {
-			unit := uint64(f.p.DeltaMax)
+			// Tuned: unit = Δmax + cwnd/2^DecreaseShift, multiplied out so
+			// that small windows keep their proportional part.
+			num, den := uint64(f.p.DeltaMax), total
 			if f.p.Variant == Tuned && f.p.DecreaseShift > 0 {
-				unit = max(unit, uint64(f.cwnd>>f.p.DecreaseShift))
+				num = uint64(f.p.DeltaMax)<<f.p.DecreaseShift + uint64(f.cwnd)
+				den = total << f.p.DecreaseShift
 			}
-			step := cum * uint64(b-half+1) * unit / total
+			step := cum * uint64(b-half+1) * num / den
 			if step >= uint64(f.cwnd) {
 				f.cwnd = 0
 			} else {

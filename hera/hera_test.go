@@ -1,6 +1,7 @@
 package hera
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -19,16 +20,22 @@ func TestVectors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, err := NewFlow(p)
-			if err != nil {
-				t.Fatal(err)
+			var path *Path
+			if c.SharedPath {
+				path = &Path{}
+			}
+			fs := make([]*Flow, c.Flows())
+			for i := range fs {
+				if fs[i], err = NewFlowOnPath(p, path); err != nil {
+					t.Fatal(err)
+				}
 			}
 			for i, e := range c.Events {
 				var got uint32
 				if e.Loss {
-					got = f.OnLoss()
+					got = fs[e.Flow].OnLoss()
 				} else {
-					got = f.OnAck(e.TUs, e.RTTUs, e.Acked)
+					got = fs[e.Flow].OnAck(e.TUs, e.RTTUs, e.Acked)
 				}
 				if got != e.Cwnd {
 					t.Fatalf("event %d (%+v): cwnd = %d, want %d", i, e, got, e.Cwnd)
@@ -87,16 +94,22 @@ func TestForVariant(t *testing.T) {
 // base RTT, a queue of unbounded size, one ACK per segment. It returns the
 // mean queueing delay over the second half and the link utilisation.
 func simulate(t *testing.T, p Params, ratePerMs float64, base time.Duration, flows int) (qdelay time.Duration, util float64, shares []float64) {
+	return simulateStagger(t, p, ratePerMs, base, flows, 0)
+}
+
+// simulateStagger is simulate with flow i starting at i·stagger.
+func simulateStagger(t *testing.T, p Params, ratePerMs float64, base time.Duration, flows int, stagger time.Duration) (qdelay time.Duration, util float64, shares []float64) {
 	t.Helper()
 	fs := make([]*Flow, flows)
+	path := &Path{}
 	for i := range fs {
-		f, err := NewFlow(p)
+		f, err := NewFlowOnPath(p, path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		fs[i] = f
 	}
-	const steps = 20000 // ms
+	steps := 20000
 	baseUs := uint64(base / time.Microsecond)
 	queue := 0.0
 	delivered := make([]float64, flows)
@@ -108,16 +121,24 @@ func simulate(t *testing.T, p Params, ratePerMs float64, base time.Duration, flo
 		qd := queue / ratePerMs * 1000 // µs
 		rtt := int64(baseUs) + int64(qd)
 		// Each flow sends cwnd per RTT; the queue drains at the link rate.
+		active := func(i int) bool { return time.Duration(ms)*time.Millisecond >= time.Duration(i)*stagger }
 		var arrive float64
-		for _, f := range fs {
-			arrive += float64(f.Cwnd()) * 1000 / float64(rtt)
+		for i, f := range fs {
+			if active(i) {
+				arrive += float64(f.Cwnd()) * 1000 / float64(rtt)
+			}
 		}
 		out := min(queue+arrive, ratePerMs)
 		total := 0.0
-		for _, f := range fs {
-			total += float64(f.Cwnd())
+		for i, f := range fs {
+			if active(i) {
+				total += float64(f.Cwnd())
+			}
 		}
 		for i, f := range fs {
+			if !active(i) {
+				continue
+			}
 			share := out * float64(f.Cwnd()) / total
 			if ms >= steps/2 {
 				delivered[i] += share
@@ -225,4 +246,42 @@ func jain(x []float64) float64 {
 		s2 += v * v
 	}
 	return s * s / (float64(len(x)) * s2)
+}
+
+// TestTunedFairnessStaggered starts six flows one after another on a
+// shared path: proportional decrease and the shared path minimum RTT must
+// bring them to equal shares with the queueing delay near the target.
+func TestTunedFairnessStaggered(t *testing.T) {
+	tests := []struct {
+		rate    float64
+		base    time.Duration
+		stagger time.Duration
+		minJain float64
+	}{
+		{8.3, 20 * time.Millisecond, 50 * time.Millisecond, 0.95},
+		{8.3, 60 * time.Millisecond, 50 * time.Millisecond, 0.95},
+		{8.3, 20 * time.Millisecond, 2 * time.Second, 0.95},
+		{1.3, 20 * time.Millisecond, 2 * time.Second, 0.95},
+		{1.3, 60 * time.Millisecond, 50 * time.Millisecond, 0.95},
+	}
+	p := DefaultParams()
+	target := p.BucketWidth * time.Duration(p.Buckets/2)
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%.1fpkt/ms base %v stagger %v", tt.rate, tt.base, tt.stagger), func(t *testing.T) {
+			q, util, shares := simulateStagger(t, p, tt.rate, tt.base, 6, tt.stagger)
+			t.Logf("queueing delay %v, utilisation %.2f, Jain %.3f, shares %.3f", q, util, jain(shares), shares)
+			if j := jain(shares); j < tt.minJain {
+				t.Errorf("Jain's index %.3f, want >= %.2f", j, tt.minJain)
+			}
+			// At 16 Mbit/s six flows each adding Δmax = 10 segments per
+			// RTT overshoot a 26-segment path: allow three times the target.
+			maxQ := 2 * target
+			if tt.rate < 2 {
+				maxQ = 3 * target
+			}
+			if q > maxQ || util < 0.85 {
+				t.Errorf("queueing delay %v (want <= %v), utilisation %.2f (want >= 0.85)", q, maxQ, util)
+			}
+		})
+	}
 }

@@ -17,9 +17,11 @@ type VectorFile struct {
 
 // VectorCase is one named sequence.
 type VectorCase struct {
-	Name   string        `json:"name"`
-	Params VectorParams  `json:"params"`
-	Events []VectorEvent `json:"events"`
+	Name   string       `json:"name"`
+	Params VectorParams `json:"params"`
+	// SharedPath makes all the case's flows share one Path.
+	SharedPath bool          `json:"shared_path,omitempty"`
+	Events     []VectorEvent `json:"events"`
 }
 
 // VectorParams mirrors Params with integer microseconds.
@@ -40,11 +42,21 @@ type VectorParams struct {
 
 // VectorEvent is an ACK or, with Loss set, entry into loss recovery.
 type VectorEvent struct {
+	Flow  int    `json:"flow,omitempty"`
 	TUs   uint64 `json:"t_us"`
 	RTTUs int64  `json:"rtt_us"`
 	Acked uint32 `json:"acked"`
 	Loss  bool   `json:"loss,omitempty"`
 	Cwnd  uint32 `json:"cwnd"`
+}
+
+// Flows is the number of flows the case's events address.
+func (c VectorCase) Flows() int {
+	n := 1
+	for _, e := range c.Events {
+		n = max(n, e.Flow+1)
+	}
+	return n
 }
 
 // ToParams converts the vector's parameters.

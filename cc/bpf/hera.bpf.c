@@ -5,8 +5,10 @@
  * The rule itself is in hera_core.h (the C mirror of hera/hera.go). This file
  * wires it to the kernel: per-socket state lives in BPF_MAP_TYPE_SK_STORAGE
  * (the verifier rejects variable indexing into the socket's private
- * congestion-control area), the window is driven from cong_control with the
- * rate sample's RTT, and loss is reported through ssthresh.
+ * congestion-control area), the state shared by the flows to one
+ * destination (the path's minimum RTT) in an LRU hash map, the window is
+ * driven from cong_control with the rate sample's RTT, and loss is reported
+ * through ssthresh.
  *
  * Build with cc/gen.sh; HERA_VARIANT selects hera (1) or hera-paper (0).
  * Parameters are read-only globals that the Go loader sets before loading.
@@ -34,7 +36,7 @@ const volatile __u32 p_hist_cap = HERA_VARIANT == HERA_TUNED ? 64 : 10000;
 const volatile __u32 p_min_cwnd = HERA_VARIANT == HERA_TUNED ? 4 : 20;
 const volatile __u32 p_max_cwnd = HERA_VARIANT == HERA_TUNED ? 20000 : 8000;
 const volatile __u32 p_init_cwnd = 10;
-const volatile __u32 p_decrease_shift = HERA_VARIANT == HERA_TUNED ? 4 : 0;
+const volatile __u32 p_decrease_shift = HERA_VARIANT == HERA_TUNED ? 3 : 0;
 const volatile __u32 p_loss_beta_permille = HERA_VARIANT == HERA_TUNED ? 700 : 0;
 const volatile __u64 p_min_rtt_window_us = 10000000;
 
@@ -44,6 +46,41 @@ struct {
 	__type(key, int);
 	__type(value, struct hera_state);
 } hera_sk SEC(".maps");
+
+/* Path state shared by the flows to one destination (hera.Path). */
+struct hera_path_key {
+	__u32 family;
+	__u32 addr[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct hera_path_key);
+	__type(value, struct hera_path);
+} hera_paths SEC(".maps");
+
+static __always_inline struct hera_path *path_of(struct sock *sk)
+{
+	struct hera_path_key key = {};
+	struct hera_path zero = {};
+	struct hera_path *hp;
+
+	key.family = sk->__sk_common.skc_family;
+	if (key.family == 10 /* AF_INET6 */) {
+		key.addr[0] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[0];
+		key.addr[1] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[1];
+		key.addr[2] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[2];
+		key.addr[3] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[3];
+	} else {
+		key.addr[0] = sk->__sk_common.skc_daddr;
+	}
+	hp = bpf_map_lookup_elem(&hera_paths, &key);
+	if (hp)
+		return hp;
+	bpf_map_update_elem(&hera_paths, &key, &zero, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&hera_paths, &key);
+}
 
 static __always_inline void load_params(struct hera_params *p)
 {
@@ -93,7 +130,8 @@ void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const
 	if (!st)
 		return;
 	load_params(&p);
-	cwnd = hera_on_ack(st, &p, tp->tcp_mstamp, rs->rtt_us, rs->acked_sacked);
+	cwnd = hera_on_ack(st, &p, p.variant == HERA_TUNED ? path_of(sk) : 0, tp->tcp_mstamp,
+			   rs->rtt_us, rs->acked_sacked);
 	if (cwnd < 1)
 		cwnd = 1;
 	tp->snd_cwnd = cwnd;

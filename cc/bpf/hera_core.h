@@ -35,20 +35,30 @@ struct hera_params {
 	__u64 min_rtt_window_us;
 };
 
+/* A windowed minimum RTT (hera.minFilter). */
+struct hera_min {
+	__u32 min; /* µs, 0 = none */
+	__u32 cand;
+	__u64 stamp;
+};
+
+/* State shared by the flows of one path (hera.Path). */
+struct hera_path {
+	struct hera_min min;
+};
+
 struct hera_state {
 	__u32 backlog[HERA_MAX_BACKLOG];
 	__u32 hist[HERA_MAX_BUCKETS];
 	__u64 sum;
-	__u64 min_stamp;
+	struct hera_min min;
 	__u64 next_at;
 	__u32 head;
 	__u32 n;
 	__u32 cwnd;
-	__u32 min_rtt;
 	__u32 slow_start;
 	__u32 last_bucket;
 	__u32 round_min;
-	__u32 pad;
 };
 
 static HERA_INLINE __u32 hera_clamp(__u32 v, __u32 lo, __u32 hi)
@@ -75,36 +85,60 @@ static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_param
 	for (i = 0; i < HERA_MAX_BUCKETS; i++)
 		st->hist[i] = 0;
 	st->sum = 0;
-	st->min_stamp = 0;
+	st->min.min = 0;
+	st->min.cand = 0;
+	st->min.stamp = 0;
 	st->next_at = 0;
 	st->head = 0;
 	st->n = 0;
 	st->cwnd = p->init_cwnd;
-	st->min_rtt = 0;
 	st->slow_start = p->variant == HERA_TUNED;
 	st->last_bucket = 0xffffffffu;
 	st->round_min = 0;
-	st->pad = 0;
 }
 
-/* hera_on_ack is hera.(*Flow).OnAck. */
+/* hera_min_update is hera.(*minFilter).update. */
+static HERA_INLINE void hera_min_update(struct hera_min *m, __u64 now_us, __u32 r, __u64 win_us)
+{
+	if (m->cand == 0 || r < m->cand)
+		m->cand = r;
+	if (m->min == 0 || r <= m->min) {
+		m->min = r;
+		m->stamp = now_us;
+	} else if (now_us - m->stamp > win_us) {
+		m->min = m->cand;
+		m->stamp = now_us;
+		m->cand = r;
+	}
+}
+
+/*
+ * hera_on_ack is hera.(*Flow).OnAck. path is the state shared with the
+ * other flows of the same path (hera.Path), or NULL; the Paper variant
+ * ignores it. Updates of path from several CPUs may race: each field is
+ * written whole, and the worst outcome is a minimum missed for one sample.
+ */
 static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_params *p,
-				     __u64 now_us, __s64 rtt_us, __u32 acked)
+				     struct hera_path *path, __u64 now_us, __s64 rtt_us,
+				     __u32 acked)
 {
 	int valid = rtt_us > 0 && rtt_us <= HERA_MAX_VALID_RTT_US;
-	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx;
-	__u64 v, q, total = 0, cum = 0, step, unit;
+	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx, min_rtt;
+	__u64 v, q, total = 0, cum = 0, step, num, den;
 
+	if (p->variant != HERA_TUNED)
+		path = 0;
 	if (valid && p->variant == HERA_TUNED) {
-		if (st->min_rtt == 0 || r <= st->min_rtt ||
-		    now_us - st->min_stamp > p->min_rtt_window_us) {
-			st->min_rtt = r;
-			st->min_stamp = now_us;
-		}
+		hera_min_update(&st->min, now_us, r, p->min_rtt_window_us);
+		if (path)
+			hera_min_update(&path->min, now_us, r, p->min_rtt_window_us);
 	}
+	min_rtt = st->min.min;
+	if (path && path->min.min != 0 && path->min.min < min_rtt)
+		min_rtt = path->min.min;
 	if (st->slow_start) {
 		st->cwnd = hera_clamp(hera_sat_add(st->cwnd, acked), p->min_cwnd, p->max_cwnd);
-		if (valid && (__u64)r - (__u64)st->min_rtt >=
+		if (valid && (__u64)r - (__u64)min_rtt >=
 				     (__u64)p->bucket_us * (p->buckets / 2) / 2)
 			st->slow_start = 0;
 	}
@@ -134,7 +168,7 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 	mean = (__u32)(st->sum / st->n);
 	v = mean;
 	if (p->variant == HERA_TUNED)
-		v = mean > st->min_rtt ? mean - st->min_rtt : 0;
+		v = mean > min_rtt ? mean - min_rtt : 0;
 	x = p->buckets;
 	if (x > HERA_MAX_BUCKETS)
 		x = HERA_MAX_BUCKETS;
@@ -160,13 +194,14 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 				step = 0x80000000ULL;
 			st->cwnd = hera_sat_add(st->cwnd, (__u32)step);
 		} else {
-			unit = p->delta_max;
+			/* tuned: unit = delta_max + cwnd / 2^shift, multiplied out */
+			num = p->delta_max;
+			den = total;
 			if (p->variant == HERA_TUNED && p->decrease_shift > 0 && p->decrease_shift < 32) {
-				__u64 prop = st->cwnd >> p->decrease_shift;
-				if (prop > unit)
-					unit = prop;
+				num = ((__u64)p->delta_max << p->decrease_shift) + st->cwnd;
+				den = total << p->decrease_shift;
 			}
-			step = cum * (b - half + 1) * unit / total;
+			step = cum * (b - half + 1) * num / den;
 			if (step >= st->cwnd)
 				st->cwnd = 0;
 			else

@@ -2,9 +2,10 @@
 /*
  * Host harness for hera_core.h, used by cc/core_test.go. Reads commands on
  * stdin and prints the window after each:
- *   P variant bucket_us backlog buckets delta_max hist_cap min max init shift beta window_us
- *   A now_us rtt_us acked
- *   L
+ *   P variant bucket_us backlog buckets delta_max hist_cap min max init shift beta window_us shared
+ *   A flow now_us rtt_us acked
+ *   L flow
+ * P starts HOST_FLOWS fresh flows; with shared = 1 they share one path.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -16,34 +17,43 @@ typedef int64_t __s64;
 
 #include "hera_core.h"
 
+#define HOST_FLOWS 8
+
 int main(void)
 {
 	struct hera_params p = {0};
-	struct hera_state st = {0};
+	struct hera_state st[HOST_FLOWS];
+	struct hera_path path = {{0}};
+	struct hera_path *pp = 0;
 	char cmd[2];
 	unsigned long long now, win;
 	long long rtt;
-	unsigned acked;
+	unsigned acked, shared, flow, i;
 
 	while (scanf("%1s", cmd) == 1) {
 		switch (cmd[0]) {
 		case 'P':
-			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu", &p.variant, &p.bucket_us,
+			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u", &p.variant, &p.bucket_us,
 				  &p.backlog, &p.buckets, &p.delta_max, &p.hist_cap, &p.min_cwnd,
 				  &p.max_cwnd, &p.init_cwnd, &p.decrease_shift,
-				  &p.loss_beta_permille, &win) != 12)
+				  &p.loss_beta_permille, &win, &shared) != 13)
 				return 2;
 			p.min_rtt_window_us = win;
-			hera_init(&st, &p);
-			printf("%u\n", st.cwnd);
+			for (i = 0; i < HOST_FLOWS; i++)
+				hera_init(&st[i], &p);
+			path = (struct hera_path){{0}};
+			pp = shared ? &path : 0;
+			printf("%u\n", st[0].cwnd);
 			break;
 		case 'A':
-			if (scanf("%llu %lld %u", &now, &rtt, &acked) != 3)
+			if (scanf("%u %llu %lld %u", &flow, &now, &rtt, &acked) != 4 || flow >= HOST_FLOWS)
 				return 2;
-			printf("%u\n", hera_on_ack(&st, &p, now, rtt, acked));
+			printf("%u\n", hera_on_ack(&st[flow], &p, pp, now, rtt, acked));
 			break;
 		case 'L':
-			printf("%u\n", hera_on_loss(&st, &p));
+			if (scanf("%u", &flow) != 1 || flow >= HOST_FLOWS)
+				return 2;
+			printf("%u\n", hera_on_loss(&st[flow], &p));
 			break;
 		default:
 			return 2;
