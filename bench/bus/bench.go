@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/xrealm/xrealm/bots"
@@ -30,8 +31,10 @@ type Config struct {
 
 	XrealmCmd []string // the xrealm executable (and leading args); "serve ..." follows
 	XrealmEnv []string
-	Mosquitto string // mosquitto executable; "" = not run
-	Python    string // python with arena-py, for the arena-py agent; "" = not run
+	// XrealmFlags are added to `xrealm serve`'s flags.
+	XrealmFlags []string
+	Mosquitto   string // mosquitto executable; "" = not run
+	Python      string // python with arena-py, for the arena-py agent; "" = not run
 
 	Rate      float64 // poses per second per user
 	Size      int     // pose size in bytes
@@ -45,9 +48,14 @@ type Config struct {
 	IsolationRamp  []int // users per step of each isolation ramp
 	SecurityUsers  []int
 	SecurityRepeat int
-	InteractionBG  []int // background users
-	Clicks         int   // clicks per interaction run
-	GeneratorUsers int   // users for the generator comparison
+	// EfficiencyUsers is the load at which every system is measured
+	// (EfficiencyRepeat times, alternating), whether or not its ramp got
+	// that far: the efficiency and latency targets are stated there.
+	EfficiencyUsers  int
+	EfficiencyRepeat int
+	InteractionBG    []int // background users
+	Clicks           int   // clicks per interaction run
+	GeneratorUsers   int   // users for the generator comparison
 
 	// Stop a system's ramp when p99 exceeds MaxP99 or the delivery ratio
 	// falls below MinRatio.
@@ -61,25 +69,27 @@ type Config struct {
 // Defaults returns the full benchmark's configuration.
 func Defaults() Config {
 	return Config{
-		Out:            "bench/bus",
-		Experiments:    []string{"ramp", "isolation", "security", "interaction", "generator"},
-		Systems:        []string{"mosquitto", "xrealm"},
-		Rate:           10,
-		Size:           310,
-		Behaviour:      "randomwalk",
-		Warmup:         2 * time.Second,
-		Step:           10 * time.Second,
-		Drain:          time.Second,
-		Ramp:           seq(20, 20, 400),
-		IsolationScene: []int{1, 2, 5, 10},
-		IsolationRamp:  seq(50, 50, 800),
-		SecurityUsers:  []int{60, 120, 180},
-		SecurityRepeat: 2,
-		InteractionBG:  []int{0, 50, 100},
-		Clicks:         100,
-		GeneratorUsers: 80,
-		MaxP99:         100 * time.Millisecond,
-		MinRatio:       0.99,
+		Out:              "bench/bus",
+		Experiments:      []string{"ramp", "efficiency", "isolation", "security", "interaction", "generator"},
+		Systems:          []string{"mosquitto", "xrealm"},
+		Rate:             10,
+		Size:             310,
+		Behaviour:        "randomwalk",
+		Warmup:           2 * time.Second,
+		Step:             10 * time.Second,
+		Drain:            time.Second,
+		Ramp:             seq(20, 20, 400),
+		IsolationScene:   []int{1, 2, 5, 10},
+		IsolationRamp:    seq(50, 50, 800),
+		SecurityUsers:    []int{60, 120, 180},
+		SecurityRepeat:   2,
+		EfficiencyUsers:  120,
+		EfficiencyRepeat: 2,
+		InteractionBG:    []int{0, 50, 100},
+		Clicks:           100,
+		GeneratorUsers:   80,
+		MaxP99:           100 * time.Millisecond,
+		MinRatio:         0.99,
 	}
 }
 
@@ -201,6 +211,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 					break
 				}
 			}
+		case "efficiency":
+			err = b.efficiency(ctx)
 		case "security":
 			err = b.security(ctx)
 		case "interaction":
@@ -208,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		case "generator":
 			err = b.generator(ctx)
 		default:
-			err = fmt.Errorf("unknown experiment %q (want ramp, isolation, security, interaction, generator)", e)
+			err = fmt.Errorf("unknown experiment %q (want ramp, efficiency, isolation, security, interaction, generator)", e)
 		}
 		if err != nil {
 			return res, err
@@ -250,16 +262,25 @@ func (b *runner) system(ctx context.Context, name string) (*System, error) {
 	}
 	var s *System
 	var err error
-	switch name {
-	case "xrealm", "xrealm-insecure":
-		s, err = StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Insecure: name == "xrealm-insecure", Name: name})
-	case "mosquitto":
+	switch base, extra, variant := strings.Cut(name, ":"); {
+	case variant && (base == "xrealm" || base == "xrealm-insecure"):
+		// A variant: xrealm with more serve flags, e.g.
+		// "xrealm:--write-linger=2ms".
+		flags := append(append([]string(nil), b.cfg.XrealmFlags...), strings.Fields(extra)...)
+		s, err = StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Flags: flags,
+			Insecure: base == "xrealm-insecure", Name: fmt.Sprintf("%s-v%d", base, len(b.systems))})
+		if s != nil {
+			s.Name = base + " " + extra
+		}
+	case name == "xrealm", name == "xrealm-insecure":
+		s, err = StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Flags: b.cfg.XrealmFlags, Insecure: name == "xrealm-insecure", Name: name})
+	case name == "mosquitto":
 		if b.cfg.Mosquitto == "" {
 			return nil, errNoMosquitto
 		}
 		s, err = StartMosquitto(ctx, b.work, b.cfg.Mosquitto)
 	default:
-		err = fmt.Errorf("unknown system %q (want xrealm, xrealm-insecure or mosquitto)", name)
+		err = fmt.Errorf("unknown system %q (want xrealm, xrealm-insecure, mosquitto, or xrealm:FLAGS)", name)
 	}
 	if err != nil {
 		return nil, err
@@ -429,6 +450,27 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// efficiency measures every system at cfg.EfficiencyUsers in one scene,
+// alternating the order.
+func (b *runner) efficiency(ctx context.Context) error {
+	order := b.available()
+	for rep := 0; rep < max(1, b.cfg.EfficiencyRepeat); rep++ {
+		for _, name := range order {
+			sys, err := b.system(ctx, name)
+			if err != nil {
+				return err
+			}
+			row := b.step(ctx, "efficiency", sys, b.cfg.EfficiencyUsers, 1, sys.Transport(b.cfg.Size), "bots")
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			b.res.Rows = append(b.res.Rows, row)
+		}
+		slices.Reverse(order)
+	}
+	return nil
+}
 
 // security compares xrealm with and without authentication, side by side,
 // alternating which runs first.

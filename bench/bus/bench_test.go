@@ -49,6 +49,7 @@ func TestSmokeBench(t *testing.T) {
 	cfg.Ramp = []int{3, 6}
 	cfg.IsolationScene, cfg.IsolationRamp = []int{1, 2}, []int{4}
 	cfg.SecurityUsers, cfg.SecurityRepeat = []int{4}, 1
+	cfg.EfficiencyUsers, cfg.EfficiencyRepeat = 4, 1
 	cfg.InteractionBG, cfg.Clicks = []int{0, 3}, 3
 	cfg.GeneratorUsers = 3
 	cfg.Command = "go test ./bench/bus -run TestSmokeBench"
@@ -73,7 +74,7 @@ func TestSmokeBench(t *testing.T) {
 			t.Errorf("%s %s %d users: nothing delivered (%d of %d)", r.Experiment, r.System, r.Users, r.Delivered, r.Expected)
 		}
 	}
-	for exp, want := range map[string]int{"ramp": 2 * systems, "isolation": 2 * systems, "security": 2, "generator": 2} {
+	for exp, want := range map[string]int{"ramp": 2 * systems, "efficiency": systems, "isolation": 2 * systems, "security": 2, "generator": 2} {
 		if count[exp] != want {
 			t.Errorf("%s: %d rows, want %d", exp, count[exp], want)
 		}
@@ -94,7 +95,7 @@ func TestSmokeBench(t *testing.T) {
 	for _, want := range []string{
 		"## Command", "## Machine", "## Targets (issue 3)",
 		"## Broker load: N users in one scene", "| users | system | deliveries/s | ratio | p50 ms",
-		"## Scene isolation", "## Security overhead", "## Interaction latency", "## The generator",
+		"## Efficiency: every system at 4 users", "## Scene isolation", "## Security overhead", "## Interaction latency", "## The generator",
 		"![ramp-latency.svg](ramp-latency.svg)",
 	} {
 		if !strings.Contains(string(md), want) {

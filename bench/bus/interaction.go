@@ -286,7 +286,7 @@ func (b *runner) arenaPyRun(ctx context.Context, bg int) Interaction {
 		return it
 	}
 	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	sys, err := StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Name: "xrealm-arenapy",
+	sys, err := StartXrealm(ctx, b.work, XrealmOptions{Command: b.cfg.XrealmCmd, Env: b.cfg.XrealmEnv, Flags: b.cfg.XrealmFlags, Name: "xrealm-arenapy",
 		HTTPSAddr: "127.0.0.1:443", MQTTSAddr: "127.0.0.1:8883"})
 	if err != nil {
 		it.Error = "start xrealm on 443/8883: " + err.Error()

@@ -109,6 +109,7 @@ func freeAddr() (string, error) {
 type XrealmOptions struct {
 	Command  []string // the xrealm executable and any leading arguments; "serve" and flags follow
 	Env      []string // extra environment
+	Flags    []string // extra flags for serve
 	Insecure bool
 	Name     string
 	// Fixed listeners, for clients such as arena-py that insist on
@@ -144,6 +145,7 @@ func StartXrealm(ctx context.Context, dir string, o XrealmOptions) (*System, err
 	if o.Insecure {
 		args = append(args, "--insecure")
 	}
+	args = append(args, o.Flags...)
 	s := &System{Name: o.Name, Kind: "xrealm", MQTTAddr: mqttAddr, HTTPURL: "http://" + httpAddr, DataDir: data, Insecure: o.Insecure}
 	if err := s.start(dir, o.Command[0], args, o.Env); err != nil {
 		return nil, err

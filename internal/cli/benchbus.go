@@ -22,8 +22,8 @@ func runBenchBus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench bus", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	out := fs.String("out", d.Out, "directory for RESULTS.md, results.json and the plots")
-	exps := fs.String("experiments", strings.Join(d.Experiments, ","), "comma-separated: ramp, isolation, security, interaction, generator")
-	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems for the ramp and isolation: xrealm, mosquitto")
+	exps := fs.String("experiments", strings.Join(d.Experiments, ","), "comma-separated: ramp, efficiency, isolation, security, interaction, generator")
+	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems for the ramp, efficiency and isolation: xrealm, mosquitto, and xrealm variants as xrealm:SERVE-FLAGS (e.g. xrealm:--write-linger=2ms)")
 	xbin := fs.String("xrealm", "", "xrealm executable to benchmark (default: this one)")
 	mosq := fs.String("mosquitto", benchbus.LookMosquitto(), "mosquitto executable (\"\": Mosquitto not run)")
 	python := fs.String("python", defaultPython(), "python with arena-py for the arena-py agent (\"\": not run)")
@@ -38,11 +38,15 @@ func runBenchBus(ctx context.Context, args []string) error {
 	isoRamp := fs.String("isolation-ramp", "50:50:800", "users per isolation step: from:step:to or a list")
 	secUsers := fs.String("security-users", "60,120,180", "users per security step")
 	fs.IntVar(&d.SecurityRepeat, "security-repeat", d.SecurityRepeat, "repetitions of the security steps")
+	fs.IntVar(&d.EfficiencyUsers, "efficiency-users", d.EfficiencyUsers, "users at which every system is measured for the efficiency and latency targets")
+	fs.IntVar(&d.EfficiencyRepeat, "efficiency-repeat", d.EfficiencyRepeat, "repetitions of the efficiency step")
 	bg := fs.String("interaction-bg", "0,50,100", "background users for the interaction experiment")
 	fs.IntVar(&d.Clicks, "clicks", d.Clicks, "clicks per interaction run")
 	fs.IntVar(&d.GeneratorUsers, "generator-users", d.GeneratorUsers, "users for the generator comparison")
 	fs.DurationVar(&d.MaxP99, "max-p99", d.MaxP99, "a ramp stops at the first step with a higher p99")
 	fs.Float64Var(&d.MinRatio, "min-ratio", d.MinRatio, "a ramp stops at the first step with a lower delivery ratio")
+	xenv := fs.String("xrealm-env", "", "extra environment for the xrealm servers, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
+	xflags := fs.String("xrealm-flags", "", "extra flags for `xrealm serve`, space-separated (e.g. --write-linger=1ms)")
 	summary := fs.Bool("summary", false, "only regenerate RESULTS.md and the plots from --out/results.json")
 	profile := fs.String("profile", "", "instead of the benchmark: run xrealm in this process under the CPU profiler with --profile-users bots (a child process) and write the profile here")
 	profUsers := fs.Int("profile-users", 120, "users for --profile")
@@ -98,6 +102,8 @@ func runBenchBus(ctx context.Context, args []string) error {
 		}
 	}
 	d.XrealmCmd = []string{*xbin}
+	d.XrealmEnv = splitList(*xenv)
+	d.XrealmFlags = strings.Fields(*xflags)
 	if d.Mosquitto == "" {
 		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto)")
 	}
