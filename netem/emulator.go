@@ -50,7 +50,8 @@ type Config struct {
 	// RealtimePriority (needs root; ignored with a warning when refused) so
 	// that other load on the machine does not delay packets. For precise
 	// timing the process should also leave GOMAXPROCS above the number of
-	// its busy goroutines (xrealm netem and bench cc use NumCPU+2), so that
+	// its busy goroutines (xrealm netem and bench cc use
+	// SuggestedGOMAXPROCS), so that
 	// a forwarding thread returning from poll finds a free P at once.
 	NoRealtime bool
 }
@@ -524,7 +525,8 @@ func (p *pump) report(kernelDrops uint64) DirectionReport {
 }
 
 // SuggestedGOMAXPROCS is the GOMAXPROCS a process running an emulator
-// should use: one P per CPU for its other goroutines plus one for each
-// forwarding thread, so that a forwarding thread returning from a system
-// call never waits for a P.
-func SuggestedGOMAXPROCS() int { return runtime.NumCPU() + 2 }
+// should use: two Ps per CPU for its other goroutines (which spend much of
+// their time in socket system calls) plus one for each forwarding thread,
+// so that a forwarding thread returning from a system call finds an idle P
+// instead of waiting for a normal-priority thread to schedule it.
+func SuggestedGOMAXPROCS() int { return 2*runtime.NumCPU() + 2 }

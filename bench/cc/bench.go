@@ -33,30 +33,60 @@ type Config struct {
 	Delay        time.Duration
 	QueuePackets int
 	Flows        int // competing flows per run; 1 for the throughput/delay runs
-	OutDir       string
-	Logger       *slog.Logger
+	// QoE adds one app-level stream of the same algorithm next to the bulk
+	// flows: QoEFPS frames per second of QoERate/8/QoEFPS bytes each, like
+	// a video call sharing the link with a download (see QoEResult).
+	QoE     bool
+	QoERate float64 // bit/s; 0 means 20 Mbit/s
+	QoEFPS  int     // 0 means 60
+	OutDir  string
+	Logger  *slog.Logger
 }
 
 // Result is one run.
 type Result struct {
-	Trace          string    `json:"trace"`
-	Algo           string    `json:"algo"`
-	Seed           uint64    `json:"seed"`
-	Flows          int       `json:"flows"`
-	DurationS      float64   `json:"duration_s"`
-	ThroughputMbps float64   `json:"throughput_mbps"` // delivered by the link, IP bytes
-	CapacityMbps   float64   `json:"capacity_mbps"`
-	Utilisation    float64   `json:"utilisation"`
-	MeanQDelayMs   float64   `json:"mean_qdelay_ms"`
-	P95QDelayMs    float64   `json:"p95_qdelay_ms"`
-	Drops          uint64    `json:"drops"`
-	GoodputMbps    []float64 `json:"goodput_mbps"` // per flow, at the receiver
-	JainMean       float64   `json:"jain_mean,omitempty"`
-	JainSeries     []float64 `json:"jain_series,omitempty"` // per second
-	UpLate         uint64    `json:"up_late"`
-	DownLate       uint64    `json:"down_late"`
-	Valid          bool      `json:"valid"`
-	Invalid        string    `json:"invalid,omitempty"`
+	Trace          string     `json:"trace"`
+	Algo           string     `json:"algo"`
+	Seed           uint64     `json:"seed"`
+	Flows          int        `json:"flows"`
+	DurationS      float64    `json:"duration_s"`
+	ThroughputMbps float64    `json:"throughput_mbps"` // delivered by the link, IP bytes
+	CapacityMbps   float64    `json:"capacity_mbps"`
+	Utilisation    float64    `json:"utilisation"`
+	MeanQDelayMs   float64    `json:"mean_qdelay_ms"`
+	P95QDelayMs    float64    `json:"p95_qdelay_ms"`
+	Drops          uint64     `json:"drops"`
+	GoodputMbps    []float64  `json:"goodput_mbps"` // per flow, at the receiver
+	JainMean       float64    `json:"jain_mean,omitempty"`
+	JainSeries     []float64  `json:"jain_series,omitempty"` // per second
+	UpLate         uint64     `json:"up_late"`
+	DownLate       uint64     `json:"down_late"`
+	Valid          bool       `json:"valid"`
+	Invalid        string     `json:"invalid,omitempty"`
+	QoE            *QoEResult `json:"qoe,omitempty"`
+}
+
+// QoEResult describes the app-level stream of a run. A frame's latency is
+// from its scheduled send time (frame index / fps after the stream starts)
+// to the arrival of its last byte at the receiving application, so it
+// includes waiting in the sender's socket buffer as well as the network.
+// Frames are never skipped: a frame that cannot be written on time delays
+// the next ones, as in a stream without rate adaptation. Only frames
+// scheduled from 2 s to 1 s before the end count (those of the last second
+// may still be in flight when the run stops).
+type QoEResult struct {
+	TargetMbps      float64 `json:"target_mbps"`
+	FPS             int     `json:"fps"`
+	RateMbps        float64 `json:"rate_mbps"` // frame bytes delivered per second of the window
+	FramesScheduled int     `json:"frames_scheduled"`
+	FramesDelivered int     `json:"frames_delivered"`
+	LatMeanMs       float64 `json:"lat_mean_ms"`
+	LatP50Ms        float64 `json:"lat_p50_ms"`
+	LatP95Ms        float64 `json:"lat_p95_ms"`
+	LatP99Ms        float64 `json:"lat_p99_ms"`
+	Over100msPct    float64 `json:"over_100ms_pct"` // of scheduled frames: late or never delivered
+	// LatQuantilesMs are the latencies at quantiles 0.01, 0.02, ..., 1.00.
+	LatQuantilesMs []float64 `json:"lat_quantiles_ms"`
 }
 
 // Run runs every trace × algorithm × seed and appends results to
@@ -76,9 +106,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		if a != "hera" && a != "hera-paper" {
 			continue
 		}
+		// Always run the embedded build with its defaults, not whatever
+		// version or parameters an earlier `xrealm cc load` left behind.
 		avail, _ := cc.Available()
 		if slices.Contains(avail, cc.KernelName(a)) {
-			continue
+			cfg.Logger.Info("benchcc: reloading", "cc", a)
+			if err := cc.Unload(a); err != nil {
+				return nil, err
+			}
 		}
 		p, _ := hera.ForVariant(a)
 		if err := cc.Load(a, p); err != nil {
@@ -222,8 +257,17 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 			}
 		}(i, c)
 	}
+	var qoe *qoeStream
+	if cfg.QoE {
+		if qoe, err = startQoE(ctx, e, kname, flowStart, deadline, cfg); err != nil {
+			return res, err
+		}
+	}
 	swg.Wait()
 	time.Sleep(200 * time.Millisecond)
+	if qoe != nil {
+		qoe.close()
+	}
 	ln.Close()
 	// Receivers may never see a FIN once the link is gone; close them.
 	connsMu.Lock()
@@ -239,6 +283,9 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 	case err := <-errs:
 		return res, fmt.Errorf("benchcc: flow with %s: %w", algo, err)
 	default:
+	}
+	if qoe != nil {
+		qoe.wait()
 	}
 	rep := e.Report()
 	res.Valid = true
@@ -286,6 +333,15 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 			s += v
 		}
 		res.GoodputMbps = append(res.GoodputMbps, float64(s)*8/win/1e6)
+	}
+	if qoe != nil {
+		// Frames of the last second may still be in flight when the run
+		// stops; leave them out.
+		if cfg.Duration > 4*time.Second {
+			res.QoE = qoe.result(2*time.Second, cfg.Duration-time.Second)
+		} else {
+			res.QoE = qoe.result(cfg.Duration/4, cfg.Duration*3/4)
+		}
 	}
 	if cfg.Flows > 1 {
 		per := int(time.Second / bin)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestJain(t *testing.T) {
@@ -50,5 +51,38 @@ func TestSummariseTargetCheck(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestQoEResult(t *testing.T) {
+	start := time.Unix(1000, 0)
+	q := &qoeStream{start: start, period: 100 * time.Millisecond, frame: 125000, target: 10e6, fps: 10,
+		arrivals: map[uint32]time.Time{}, scheduled: 10}
+	// Frames 0..9 are scheduled every 100 ms; frame i arrives 10·(i+1) ms
+	// late, frame 7 never.
+	for i := range 10 {
+		if i != 7 {
+			q.arrivals[uint32(i)] = start.Add(time.Duration(i)*100*time.Millisecond + time.Duration(10*(i+1))*time.Millisecond)
+		}
+	}
+	r := q.result(200*time.Millisecond, time.Second) // frames 2..9
+	if r.FramesScheduled != 8 || r.FramesDelivered != 7 {
+		t.Fatalf("scheduled %d delivered %d, want 8 and 7", r.FramesScheduled, r.FramesDelivered)
+	}
+	// Latencies 30 40 50 60 70 90 100 ms: p50 60, p95 = p99 = 100, none
+	// over 100 ms, plus the lost frame: 1 of 8.
+	if r.LatP50Ms != 60 || r.LatP95Ms != 100 || r.LatP99Ms != 100 || math.Abs(r.Over100msPct-12.5) > 1e-9 {
+		t.Errorf("p50 %v p95 %v p99 %v over100 %v%%, want 60 100 100 12.5%%", r.LatP50Ms, r.LatP95Ms, r.LatP99Ms, r.Over100msPct)
+	}
+	if want := 7 * 125000 * 8 / 0.8 / 1e6; math.Abs(r.RateMbps-want) > 1e-9 {
+		t.Errorf("rate %v Mbit/s, want %v", r.RateMbps, want)
+	}
+	if len(r.LatQuantilesMs) != 100 || r.LatQuantilesMs[99] != 100 {
+		t.Errorf("quantiles %v", r.LatQuantilesMs)
+	}
+	var buf bytes.Buffer
+	QoETable(&buf, []Result{{Trace: "A", Algo: "hera", Flows: 1, QoE: r, Valid: true}})
+	if !strings.Contains(buf.String(), "| A | hera | 1 | 10, 10 | 8.8 | 7 / 8 |") {
+		t.Errorf("QoE table:\n%s", buf.String())
 	}
 }

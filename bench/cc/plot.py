@@ -1,6 +1,7 @@
 """Plots for bench/cc: throughput against p95 queueing delay per trace (one
 point per run, like the Hera paper's figure), and Jain's index over time for
-the competing-flow runs. Usage: plot.py OUTDIR results.jsonl [...]"""
+the competing-flow runs, and the frame-latency CDF of the app-level (QoE)
+streams. Usage: plot.py OUTDIR results.jsonl [...]"""
 import json
 import sys
 from collections import defaultdict
@@ -16,8 +17,9 @@ COLORS = {"cubic": "tab:blue", "bbr": "tab:orange", "reno": "tab:green", "hera":
 def main():
     out, files = sys.argv[1], sys.argv[2:]
     runs = [json.loads(l) for f in files for l in open(f) if l.strip()]
-    single = [r for r in runs if r["flows"] == 1]
-    multi = [r for r in runs if r["flows"] > 1]
+    qoe = [r for r in runs if r.get("qoe")]
+    single = [r for r in runs if r["flows"] == 1 and not r.get("qoe")]
+    multi = [r for r in runs if r["flows"] > 1 and not r.get("qoe")]
     traces = sorted({r["trace"] for r in single})
     if traces:
         cols = min(3, len(traces))
@@ -54,6 +56,30 @@ def main():
         ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(f"{out}/jain.png", dpi=110)
+
+    if qoe:
+        traces = sorted({r["trace"] for r in qoe})
+        fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
+        for ax, t in zip(axes.flat, traces):
+            for r in qoe:
+                q = r["qoe"]
+                if r["trace"] != t or not q.get("lat_quantiles_ms"):
+                    continue
+                # The CDF over delivered frames, scaled by the delivered share.
+                share = q["frames_delivered"] / max(1, q["frames_scheduled"])
+                ys = [share * k / 100 for k in range(1, 101)]
+                style = "-" if r["valid"] else ":"
+                ax.plot(q["lat_quantiles_ms"], ys, style, color=COLORS.get(r["algo"], "k"),
+                        label=f'{r["algo"]} ({q["rate_mbps"]:.1f} of {q["target_mbps"]:.0f} Mbit/s)')
+            ax.set_xscale("log")
+            ax.set_xlabel("frame latency (ms, log)")
+            ax.set_ylabel("fraction of frames")
+            ax.set_title(f"{t}: app stream + bulk flow")
+            ax.set_ylim(0, 1.02)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(f"{out}/qoe.png", dpi=110)
 
 
 if __name__ == "__main__":

@@ -42,12 +42,16 @@ type agg struct {
 // Summarise writes Markdown tables: per trace and algorithm, the mean over
 // seeds of throughput, utilisation and queueing delay; and the target check
 // of hera against bbr. Invalid runs (emulator could not keep up) are
-// counted but left out of the means.
+// counted but left out of the means. Runs with an app-level stream are left
+// to QoETable.
 func Summarise(w io.Writer, rs []Result) {
 	single := map[key]*agg{}
 	multi := map[key]*agg{}
 	var traces, algos []string
 	for _, r := range rs {
+		if r.QoE != nil {
+			continue // QoETable
+		}
 		m := single
 		if r.Flows > 1 {
 			m = multi
@@ -145,6 +149,30 @@ func Summarise(w io.Writer, rs []Result) {
 				fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %.3f | %.1f |\n", t, al, a.n, flows[key{t, al}], a.mbps, a.jain, a.p95)
 			}
 		}
+	}
+}
+
+// QoETable writes the app-level stream of every run that had one.
+func QoETable(w io.Writer, rs []Result) {
+	n := 0
+	for _, r := range rs {
+		if r.QoE != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	fmt.Fprintln(w, "| trace | algorithm | bulk flows | stream (Mbit/s, fps) | delivered (Mbit/s) | frames delivered | latency mean / p50 / p95 / p99 (ms) | frames > 100 ms or lost | bulk throughput (Mbit/s) | kept up |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rs {
+		q := r.QoE
+		if q == nil {
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.0f, %d | %.1f | %d / %d | %.0f / %.0f / %.0f / %.0f | %.1f%% | %.1f | %v |\n",
+			r.Trace, r.Algo, r.Flows, q.TargetMbps, q.FPS, q.RateMbps, q.FramesDelivered, q.FramesScheduled,
+			q.LatMeanMs, q.LatP50Ms, q.LatP95Ms, q.LatP99Ms, q.Over100msPct, r.ThroughputMbps, r.Valid)
 	}
 }
 

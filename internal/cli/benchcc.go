@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	benchcc "github.com/xrealm/xrealm/bench/cc"
+	"github.com/xrealm/xrealm/netem"
 )
 
 // benchCCDefaultTraces are the paper's 14 scenarios, relative to the traces
@@ -39,6 +41,9 @@ func runBenchCC(ctx context.Context, args []string) error {
 	delay := fs.Duration("delay", 10*time.Millisecond, "one-way delay of the emulated link")
 	queue := fs.Int("queue-packets", 1000, "drop-tail queue limit in packets")
 	flows := fs.Int("flows", 1, "competing flows of the same algorithm per run (6 for the fairness experiment)")
+	qoe := fs.Bool("qoe", false, "add one app-level stream of paced frames (video-like) of the same algorithm next to the bulk flows")
+	qoeRate := fs.Float64("qoe-mbps", 20, "bitrate of the --qoe stream in Mbit/s")
+	qoeFPS := fs.Int("qoe-fps", 60, "frames per second of the --qoe stream")
 	out := fs.String("out", "bench/cc/out", "output directory (results.jsonl is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
 	if err := fs.Parse(args); err != nil {
@@ -51,6 +56,8 @@ func runBenchCC(ctx context.Context, args []string) error {
 		}
 		benchcc.Summarise(os.Stdout, rs)
 		fmt.Println()
+		benchcc.QoETable(os.Stdout, rs)
+		fmt.Println()
 		benchcc.RunsTable(os.Stdout, rs)
 		return nil
 	}
@@ -60,6 +67,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	cfg := benchcc.Config{
 		Algos: strings.Split(*algos, ","), Duration: *dur, Delay: *delay,
 		QueuePackets: *queue, Flows: *flows, OutDir: *out,
+		QoE: *qoe, QoERate: *qoeRate * 1e6, QoEFPS: *qoeFPS,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	for _, t := range strings.Split(*traces, ",") {
@@ -72,6 +80,8 @@ func runBenchCC(ctx context.Context, args []string) error {
 		}
 		cfg.Seeds = append(cfg.Seeds, v)
 	}
+	// Spare Ps for the emulator's forwarding threads (see netem.Config).
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rs, err := benchcc.Run(ctx, cfg)
