@@ -22,6 +22,7 @@ import (
 
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/tlscert"
 	"github.com/xrealm/xrealm/ubiq"
 )
 
@@ -438,6 +439,8 @@ func selfCPU() float64 {
 func runRoomsServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench rooms serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8009", "Ubiq TCP address")
+	wsListen := fs.String("ws-listen", "", "Ubiq plain WebSocket address; empty = off")
+	wssListen := fs.String("wss-listen", "", "Ubiq secure WebSocket address (self-signed certificate); empty = off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -461,9 +464,28 @@ func runRoomsServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := ubiq.NewServer(ctx, ubiq.Config{NC: nc, JS: js, Logger: log})
+	cfg := ubiq.Config{NC: nc, JS: js, Logger: log}
+	if *wssListen != "" {
+		if cfg.TLS, err = tlscert.Load("", "", dir, []string{"localhost", "127.0.0.1"}); err != nil {
+			return err
+		}
+	}
+	s, err := ubiq.NewServer(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	for _, w := range []struct {
+		addr   string
+		secure bool
+	}{{*wsListen, false}, {*wssListen, true}} {
+		if w.addr == "" {
+			continue
+		}
+		wl, err := net.Listen("tcp", w.addr)
+		if err != nil {
+			return err
+		}
+		go s.ServeWebSocket(wl, w.secure)
 	}
 	l, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -479,5 +501,3 @@ func runRoomsServe(ctx context.Context, args []string) error {
 	defer cancel()
 	return s.Shutdown(sctx)
 }
-
-
