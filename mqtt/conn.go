@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,8 +21,8 @@ import (
 
 const (
 	connectTimeout  = 10 * time.Second
-	durableTimeout  = 5 * time.Second
-	maxLoggedDenies = 20 // per connection; later denials are counted only
+	durableTimeout  = 30 * time.Second // longest wait for JetStream to store a QoS 1 object message
+	maxLoggedDenies = 20               // per connection; later denials are counted only
 )
 
 // conn is one MQTT client connection.
@@ -339,10 +340,11 @@ func (c *conn) route(name string, payload []byte, qos byte) bool {
 	c.s.hub.publishLocal(name, payload)
 	subj := topic.ToSubject(name)
 	if qos > 0 && c.s.cfg.JS != nil && isObjectSubject(subj, c.s.cfg.Realm) {
-		ctx, cancel := context.WithTimeout(context.Background(), durableTimeout)
-		defer cancel()
-		if _, err := c.s.cfg.JS.Publish(ctx, subj, payload); err != nil {
-			c.log.Error("durable publish failed; not acknowledging", "topic", name, "err", err)
+		if err := c.publishDurable(subj, payload); err != nil {
+			// Without an acknowledgement the client resends only after it
+			// reconnects, so make it reconnect.
+			c.log.Error("durable publish failed; closing the connection so that the client resends", "topic", name, "err", err)
+			c.close("durable publish failed")
 			return false
 		}
 		c.s.m.PersistAcked.Inc()
@@ -352,6 +354,31 @@ func (c *conn) route(name string, payload []byte, qos byte) bool {
 		c.log.Error("bus publish failed", "topic", name, "err", err)
 	}
 	return true
+}
+
+// publishDurable publishes through JetStream until the stream stores the
+// message, retrying through a stream leader election (in a cluster, after
+// a node died) for up to durableTimeout. The connection's reader waits
+// meanwhile, which keeps this client's messages in order.
+func (c *conn) publishDurable(subj string, payload []byte) error {
+	deadline := time.Now().Add(durableTimeout)
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), min(5*time.Second, time.Until(deadline)))
+		_, err := c.s.cfg.JS.Publish(ctx, subj, payload)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().Add(delay).After(deadline) {
+			return fmt.Errorf("after %d attempts: %w", attempt, err)
+		}
+		if attempt == 1 {
+			c.log.Warn("durable publish not stored yet; retrying", "subject", subj, "err", err)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
+	}
 }
 
 // isObjectSubject reports whether subj is a non-private object message,

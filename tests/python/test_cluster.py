@@ -116,15 +116,8 @@ def test_three_node_cluster(cluster):
     n3.wait_objects("lab", "cluster", tok, lambda o: want | {"after"} <= o.keys(), timeout=30, what="n3 caught up after restart")
 
 
-NO_NATS_LISTENER_BUG = (
-    "server bug: with --nats-addr \"\" bus.Start sets NATS DontListen, and nats-server only starts routing after "
-    "the client accept loop (StartRouting waits on clientListenReady), so a cluster node never listens on "
-    "--cluster-addr, the cluster never forms, /healthz never answers, and SIGTERM is ignored until the 30 s "
-    "ReadyForConnections wait ends"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=NO_NATS_LISTENER_BUG)
+# Regression: nats-server starts routing only after its client listener is up,
+# so a cluster node with --nats-addr "" must still listen (on loopback).
 def test_cluster_without_nats_listener(tmp_path):
     """Cluster routes must not depend on the NATS client listener being on."""
     names = ["m1", "m2", "m3"]
