@@ -157,6 +157,9 @@ func (c *conn) relay(f []byte) {
 	}
 	id := c.uuid()
 	c.s.delivered(r.dispatch(id, c, f))
+	if r.others.Load() == 0 {
+		return // no other node has this room
+	}
 	c.busBuf = append(appendBus(c.busBuf[:0], busFrame, id), f...)
 	if err := c.s.cfg.NC.Publish(r.subj, c.busBuf); err != nil {
 		c.log.Warn("bus publish failed", "room", r.id, "err", err)
@@ -483,6 +486,9 @@ func (c *conn) setPosition(p interest.Vec3) {
 	}
 	id := c.uuid()
 	r.position(id, p)
+	if r.others.Load() == 0 {
+		return
+	}
 	c.busBuf = appendPosition(appendBus(c.busBuf[:0], busPosition, id), p)
 	c.s.cfg.NC.Publish(r.subj, c.busBuf)
 }

@@ -1,9 +1,11 @@
 package ubiq
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +95,10 @@ type room struct {
 	stopc chan struct{}
 	aud   atomic.Pointer[audience]
 
+	// others counts the other nodes that have this room active (their
+	// presence keys r.{room}.n.{node}); frames go on the bus only if some do.
+	others atomic.Int32
+
 	posMu   sync.Mutex
 	posNext map[string]interest.Vec3
 	knnOn   atomic.Bool // positions matter: the room uses kNN interest
@@ -106,18 +112,21 @@ type room struct {
 	ic       interestConfig
 	knn      *interest.KNN
 	placed   map[string]interest.Vec3 // positions of members, by uuid
+	nodes    map[string]bool          // other nodes present, by key token
 	ticker   *time.Ticker
 	tickC    <-chan time.Time
 	sub      *nats.Subscription
 	watcher  jetstream.KeyWatcher
 	prefix   string
+	self     string // this activation's presence name: node and sequence
 	audDirty bool
 }
 
 func newRoom(s *Server, id string) *room {
 	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}),
 		posNext: map[string]interest.Vec3{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
-		pending: map[*conn]uint64{}, placed: map[string]interest.Vec3{}, prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
+		pending: map[*conn]uint64{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
+		self: s.node + "-" + strconv.FormatUint(s.activations.Add(1), 10), prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
 	r.aud.Store(&audience{})
 	return r
 }
@@ -132,9 +141,17 @@ func (r *room) start() {
 	}
 	sub.SetPendingLimits(-1, 256<<20)
 	r.sub = sub
+	// Announce this node before reading the room, so that every node that
+	// sees our members has seen our presence first and publishes to us.
+	if _, err := r.s.kv.Put(r.s.ctx, r.prefix+"n."+r.self, []byte(r.s.node)); err != nil {
+		sub.Unsubscribe()
+		r.err = err
+		return
+	}
 	w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
 	if err != nil {
 		sub.Unsubscribe()
+		r.s.kv.Delete(r.s.ctx, r.prefix+"n."+r.self)
 		r.err = err
 		return
 	}
@@ -152,6 +169,9 @@ func (r *room) loop() {
 	defer func() {
 		r.sub.Unsubscribe()
 		r.watcher.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		r.s.kv.Delete(ctx, r.prefix+"n."+r.self)
+		cancel()
 		if r.ticker != nil {
 			r.ticker.Stop()
 		}
@@ -226,6 +246,15 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 					}
 				}
 			}
+		}
+	case strings.HasPrefix(rest, "n."):
+		if tok := rest[2:]; tok != r.self {
+			if deleted {
+				delete(r.nodes, tok)
+			} else {
+				r.nodes[tok] = true
+			}
+			r.others.Store(int32(len(r.nodes)))
 		}
 	case strings.HasPrefix(rest, "m."):
 		tok := rest[2:]

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,13 +60,15 @@ type Config struct {
 
 // Server is the Ubiq room server of one node.
 type Server struct {
-	cfg    Config
-	log    *slog.Logger
-	m      *metrics
-	kv     jetstream.KeyValue
-	store  *store
-	ctx    context.Context
-	cancel context.CancelFunc
+	cfg         Config
+	log         *slog.Logger
+	m           *metrics
+	kv          jetstream.KeyValue
+	store       *store
+	ctx         context.Context
+	cancel      context.CancelFunc
+	node        string // this server's name in room presence keys
+	activations atomic.Uint64
 
 	mu     sync.Mutex
 	rooms  map[string]*room
@@ -108,7 +111,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	iceProp := iceProperty(cfg.ICEServers)
-	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}, node: newUUID()}
 	s.store = &store{kv: kv, newProps: func() props {
 		var p props
 		if iceProp != "" {

@@ -18,6 +18,7 @@ import (
 //	r.{room}.i         roomRecord: name, join code, publish, properties
 //	r.{room}.m.{peer}  memberRecord: the member's PeerInfo and properties
 //	r.{room}.o.{peer}  observer marker (value: the peer's uuid)
+//	r.{room}.n.{node}  a node that has the room active (relays frames to it)
 //	c.{code}           join code -> room uuid
 //	b.{room}.{blob}    blob
 //
