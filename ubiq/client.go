@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -70,15 +72,38 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 func (c *Client) readTCP(max int) {
 	defer close(c.done)
 	r := bufio.NewReaderSize(c.nc, 64<<10)
+	var buf []byte // reused: OnFrame's slice is valid only during the call
 	for {
-		f, err := ReadFrame(r, max)
-		if err != nil {
-			c.err = err
-			c.nc.Close()
+		if cap(buf) < 4 {
+			buf = make([]byte, 0, 4096)
+		}
+		hdr := buf[:4]
+		if _, err := io.ReadFull(r, hdr); err != nil {
+			c.fail(err)
+			return
+		}
+		n := int32(binary.LittleEndian.Uint32(hdr))
+		if err := checkLength(n, max); err != nil {
+			c.fail(err)
+			return
+		}
+		if cap(buf) < 4+int(n) {
+			nb := make([]byte, 4+int(n))
+			copy(nb, hdr)
+			buf = nb
+		}
+		f := buf[:4+int(n)]
+		if _, err := io.ReadFull(r, f[4:]); err != nil {
+			c.fail(err)
 			return
 		}
 		c.onFrame(f)
 	}
+}
+
+func (c *Client) fail(err error) {
+	c.err = err
+	c.nc.Close()
 }
 
 func (c *Client) readWS(max int) {

@@ -288,6 +288,8 @@ func (r *roomsRun) send(ctx context.Context, b *roomBot) {
 	next := time.Now().Add(time.Duration(rand.Int64N(int64(period))))
 	last := time.Now()
 	var peers []bots.Peer
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -297,7 +299,7 @@ func (r *roomsRun) send(ctx context.Context, b *roomBot) {
 				r.log.Warn("bot disconnected")
 			}
 			return
-		case <-time.After(time.Until(next)):
+		case <-t.C:
 		}
 		now := time.Now()
 		if b.seen != nil {
@@ -321,6 +323,7 @@ func (r *roomsRun) send(ctx context.Context, b *roomBot) {
 		if time.Until(next) < -period {
 			next = time.Now().Add(period)
 		}
+		t.Reset(max(time.Until(next), 0))
 	}
 }
 
