@@ -89,11 +89,18 @@ def test_persistence_semantics(xrealm_factory):
         assert any(f"o/ed-1/{oid}:" in ln and "level=WARN" in ln for ln in log.splitlines()), \
             f"no log line says why {oid} was not persisted"
 
-    # Clone needs read rights on the source: a token for the target only is refused.
-    copy_tok = srv.token("lab", f"{NS}/copy", "editor")
+    # Clone needs write rights on the target: a viewer is refused; the
+    # namespace's owner (user "lab") may clone within its namespace.
+    viewer_tok = srv.token("vic", f"{NS}/copy", "viewer")
     r = requests.post(f"{srv.http}/persist/{NS}/copy", json={"action": "clone", "namespace": NS, "sceneId": SC},
-                      headers={"Authorization": f"Bearer {copy_tok}"}, timeout=5)
+                      headers={"Authorization": f"Bearer {viewer_tok}"}, timeout=5)
     assert r.status_code == 403, r.text
+    owner_tok = srv.token("lab", f"{NS}/other-scene", "editor")
+    n_src = len(srv.objects(NS, SC, tok))
+    r = requests.post(f"{srv.http}/persist/{NS}/copy", json={"action": "clone", "namespace": NS, "sceneId": SC},
+                      headers={"Authorization": f"Bearer {owner_tok}"}, timeout=5)
+    assert r.status_code == 200 and r.json()["objectsCloned"] == n_src, r.text
+    srv.wait_objects(NS, "copy", tok, lambda o: len(o) == n_src, what="the owner's clone")
     # DELETE of the scene by its editor empties it.
     r = requests.delete(f"{srv.http}/persist/{NS}/{SC}", headers={"Authorization": f"Bearer {tok}"}, timeout=5)
     assert r.status_code in (200, 204), r.text
