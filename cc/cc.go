@@ -57,54 +57,12 @@ func KernelName(name string) string { return strings.ReplaceAll(name, "-", "_") 
 // defaults). It fails if a congestion control of that name is already
 // registered.
 func Load(name string, p hera.Params) error {
-	var obj []byte
-	switch name {
-	case "hera":
-		obj = heraObj
-	case "hera-paper":
-		obj = heraPaperObj
-	default:
-		return fmt.Errorf("cc: unknown congestion control %q (want one of %v)", name, Names)
-	}
-	if p.Variant.String() != name {
-		return fmt.Errorf("cc: parameters are for %s, not %s", p.Variant, name)
-	}
-	if err := p.Validate(); err != nil {
-		return err
-	}
 	if avail, err := Available(); err == nil && slices.Contains(avail, KernelName(name)) {
 		return fmt.Errorf("cc: %s is already registered (run xrealm cc unload first)", KernelName(name))
 	}
-	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
+	coll, err := loadCollection(name, p)
 	if err != nil {
-		return fmt.Errorf("cc: parse embedded %s object: %w", name, err)
-	}
-	vars := map[string]any{
-		"p_variant":            uint32(p.Variant),
-		"p_bucket_us":          uint32(p.BucketWidth / time.Microsecond),
-		"p_backlog":            uint32(p.Backlog),
-		"p_buckets":            uint32(p.Buckets),
-		"p_delta_max":          p.DeltaMax,
-		"p_hist_cap":           p.HistCap,
-		"p_min_cwnd":           p.MinCwnd,
-		"p_max_cwnd":           p.MaxCwnd,
-		"p_init_cwnd":          p.InitCwnd,
-		"p_decrease_shift":     p.DecreaseShift,
-		"p_loss_beta_permille": p.LossBetaPermille,
-		"p_min_rtt_window_us":  uint64(p.MinRTTWindow / time.Microsecond),
-	}
-	for k, v := range vars {
-		vs, ok := spec.Variables[k]
-		if !ok {
-			return fmt.Errorf("cc: %s object has no parameter %s", name, k)
-		}
-		if err := vs.Set(v); err != nil {
-			return fmt.Errorf("cc: set %s = %v: %w", k, v, err)
-		}
-	}
-	coll, err := ebpf.NewCollection(spec)
-	if err != nil {
-		return fmt.Errorf("cc: load %s into the kernel: %w", name, err)
+		return err
 	}
 	defer coll.Close()
 	m, ok := coll.Maps["hera_ops"]
@@ -126,6 +84,59 @@ func Load(name string, p hera.Params) error {
 		return fmt.Errorf("cc: pin %s link: %w", name, err)
 	}
 	return nil
+}
+
+// loadCollection sets p in the embedded object for name and loads it into
+// the kernel (the verifier checks it) without registering it.
+func loadCollection(name string, p hera.Params) (*ebpf.Collection, error) {
+	var obj []byte
+	switch name {
+	case "hera":
+		obj = heraObj
+	case "hera-paper":
+		obj = heraPaperObj
+	default:
+		return nil, fmt.Errorf("cc: unknown congestion control %q (want one of %v)", name, Names)
+	}
+	if p.Variant.String() != name {
+		return nil, fmt.Errorf("cc: parameters are for %s, not %s", p.Variant, name)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	spec, err := ebpf.LoadCollectionSpecFromReader(bytes.NewReader(obj))
+	if err != nil {
+		return nil, fmt.Errorf("cc: parse embedded %s object: %w", name, err)
+	}
+	vars := map[string]any{
+		"p_variant":            uint32(p.Variant),
+		"p_bucket_us":          uint32(p.BucketWidth / time.Microsecond),
+		"p_backlog":            uint32(p.Backlog),
+		"p_buckets":            uint32(p.Buckets),
+		"p_delta_max":          p.DeltaMax,
+		"p_hist_cap":           p.HistCap,
+		"p_min_cwnd":           p.MinCwnd,
+		"p_max_cwnd":           p.MaxCwnd,
+		"p_init_cwnd":          p.InitCwnd,
+		"p_decrease_shift":     p.DecreaseShift,
+		"p_loss_beta_permille": p.LossBetaPermille,
+		"p_min_rtt_window_us":  uint64(p.MinRTTWindow / time.Microsecond),
+		"p_pacing":             boolU32(p.Pacing),
+	}
+	for k, v := range vars {
+		vs, ok := spec.Variables[k]
+		if !ok {
+			return nil, fmt.Errorf("cc: %s object has no parameter %s", name, k)
+		}
+		if err := vs.Set(v); err != nil {
+			return nil, fmt.Errorf("cc: set %s = %v: %w", k, v, err)
+		}
+	}
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
+		return nil, fmt.Errorf("cc: load %s into the kernel: %w", name, err)
+	}
+	return coll, nil
 }
 
 // Unload removes the named congestion control, or every one this package
@@ -185,4 +196,11 @@ func ensureBPFFS() error {
 		return fmt.Errorf("cc: mount the BPF file system at /sys/fs/bpf: %w", err)
 	}
 	return nil
+}
+
+func boolU32(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -135,3 +135,26 @@ func TestKernelIntegration(t *testing.T) {
 		})
 	}
 }
+
+// TestVerifierAcceptsObjects loads both embedded objects with their default
+// parameters into the kernel without registering them, so the verifier's
+// verdict is checked even while a benchmark keeps hera registered.
+func TestVerifierAcceptsObjects(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: loading BPF programs needs root")
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("skipping: the kernel has no BTF (/sys/kernel/btf/vmlinux), so no struct_ops")
+	}
+	for _, name := range Names {
+		p, err := hera.ForVariant(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		coll, err := loadCollection(name, p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		coll.Close()
+	}
+}

@@ -40,7 +40,9 @@ type Config struct {
 	QoERate float64 // bit/s; 0 means 20 Mbit/s
 	QoEFPS  int     // 0 means 60
 	OutDir  string
-	Logger  *slog.Logger
+	// HeraParams overrides the default parameters of "hera" when set.
+	HeraParams *hera.Params
+	Logger     *slog.Logger
 }
 
 // Result is one run.
@@ -116,6 +118,10 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 		}
 		p, _ := hera.ForVariant(a)
+		if a == "hera" && cfg.HeraParams != nil {
+			p = *cfg.HeraParams
+		}
+		cfg.Logger.Info("benchcc: loading", "cc", a, "params", fmt.Sprintf("%+v", p))
 		if err := cc.Load(a, p); err != nil {
 			return nil, err
 		}

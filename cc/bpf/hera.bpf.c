@@ -39,6 +39,7 @@ const volatile __u32 p_init_cwnd = 10;
 const volatile __u32 p_decrease_shift = HERA_VARIANT == HERA_TUNED ? 3 : 0;
 const volatile __u32 p_loss_beta_permille = HERA_VARIANT == HERA_TUNED ? 700 : 0;
 const volatile __u64 p_min_rtt_window_us = 10000000;
+const volatile __u32 p_pacing = HERA_VARIANT == HERA_TUNED;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -116,6 +117,9 @@ void BPF_PROG(bpf_hera_init, struct sock *sk)
 	load_params(&p);
 	hera_init(st, &p);
 	tcp_sk_of(sk)->snd_cwnd = st->cwnd;
+	/* Internal TCP pacing (no fq qdisc here): 1.2·cwnd/srtt, like BBR asks for. */
+	if (p_pacing && sk->sk_pacing_status == 0 /* SK_PACING_NONE */)
+		sk->sk_pacing_status = 1; /* SK_PACING_NEEDED */
 }
 
 SEC("struct_ops")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	benchcc "github.com/xrealm/xrealm/bench/cc"
+	"github.com/xrealm/xrealm/hera"
 	"github.com/xrealm/xrealm/netem"
 )
 
@@ -44,6 +45,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	qoe := fs.Bool("qoe", false, "add one app-level stream of paced frames (video-like) of the same algorithm next to the bulk flows")
 	qoeRate := fs.Float64("qoe-mbps", 20, "bitrate of the --qoe stream in Mbit/s")
 	qoeFPS := fs.Int("qoe-fps", 60, "frames per second of the --qoe stream")
+	heraArgs := fs.String("hera-args", "", "flags of `xrealm cc load hera` that change hera's parameters for this run, e.g. \"--bucket 4ms\"")
 	out := fs.String("out", "bench/cc/out", "output directory (results.jsonl is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
 	if err := fs.Parse(args); err != nil {
@@ -69,6 +71,19 @@ func runBenchCC(ctx context.Context, args []string) error {
 		QueuePackets: *queue, Flows: *flows, OutDir: *out,
 		QoE: *qoe, QoERate: *qoeRate * 1e6, QoEFPS: *qoeFPS,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	if *heraArgs != "" {
+		p := hera.DefaultParams()
+		hfs := flag.NewFlagSet("hera-args", flag.ContinueOnError)
+		done := heraFlags(hfs, &p)
+		if err := hfs.Parse(strings.Fields(*heraArgs)); err != nil {
+			return fmt.Errorf("bench cc: --hera-args: %w", err)
+		}
+		done()
+		if err := p.Validate(); err != nil {
+			return fmt.Errorf("bench cc: --hera-args: %w", err)
+		}
+		cfg.HeraParams = &p
 	}
 	for _, t := range strings.Split(*traces, ",") {
 		cfg.Traces = append(cfg.Traces, filepath.Join(*dir, t))

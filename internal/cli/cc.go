@@ -36,22 +36,11 @@ func runCC(ctx context.Context, args []string) error {
 		}
 		fs := flag.NewFlagSet("cc load", flag.ContinueOnError)
 		fs.SetOutput(os.Stderr)
-		fs.DurationVar(&p.BucketWidth, "bucket", p.BucketWidth, "bucket width B (absolute RTT for hera-paper, queueing delay for hera)")
-		fs.IntVar(&p.Backlog, "backlog", p.Backlog, "backlog length N (RTT samples averaged)")
-		fs.IntVar(&p.Buckets, "buckets", p.Buckets, "number of histogram buckets X")
-		d := fs.Uint("delta-max", uint(p.DeltaMax), "step unit Δmax in segments")
-		hc := fs.Uint("hist-cap", uint(p.HistCap), "histogram total at which all buckets are halved")
-		mn := fs.Uint("min-cwnd", uint(p.MinCwnd), "lower window bound in segments")
-		mx := fs.Uint("max-cwnd", uint(p.MaxCwnd), "upper window bound in segments")
-		in := fs.Uint("init-cwnd", uint(p.InitCwnd), "initial window in segments")
-		ds := fs.Uint("decrease-shift", uint(p.DecreaseShift), "hera: decrease unit is at least cwnd>>shift (0: off)")
-		lb := fs.Uint("loss-beta", uint(p.LossBetaPermille), "hera: window multiplier on loss, per mille (0: no loss response)")
-		fs.DurationVar(&p.MinRTTWindow, "min-rtt-window", p.MinRTTWindow, "hera: how long a minimum RTT sample stays valid")
+		done := heraFlags(fs, &p)
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
-		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
-		p.DecreaseShift, p.LossBetaPermille = uint32(*ds), uint32(*lb)
+		done()
 		if err := cc.Load(name, p); err != nil {
 			return err
 		}
@@ -66,5 +55,26 @@ func runCC(ctx context.Context, args []string) error {
 		return cc.Unload(name)
 	default:
 		return fmt.Errorf("cc: unknown subcommand %q\n%s", args[0], usage)
+	}
+}
+
+// heraFlags registers flags for every Hera parameter on fs, with p's values
+// as defaults; call the returned function after parsing to store them in p.
+func heraFlags(fs *flag.FlagSet, p *hera.Params) func() {
+	fs.DurationVar(&p.BucketWidth, "bucket", p.BucketWidth, "bucket width B (absolute RTT for hera-paper, queueing delay for hera)")
+	fs.IntVar(&p.Backlog, "backlog", p.Backlog, "backlog length N (RTT samples averaged)")
+	fs.IntVar(&p.Buckets, "buckets", p.Buckets, "number of histogram buckets X")
+	d := fs.Uint("delta-max", uint(p.DeltaMax), "step unit Δmax in segments")
+	hc := fs.Uint("hist-cap", uint(p.HistCap), "histogram total at which all buckets are halved")
+	mn := fs.Uint("min-cwnd", uint(p.MinCwnd), "lower window bound in segments")
+	mx := fs.Uint("max-cwnd", uint(p.MaxCwnd), "upper window bound in segments")
+	in := fs.Uint("init-cwnd", uint(p.InitCwnd), "initial window in segments")
+	ds := fs.Uint("decrease-shift", uint(p.DecreaseShift), "hera: decrease unit is Δmax + cwnd>>shift (0: Δmax only)")
+	lb := fs.Uint("loss-beta", uint(p.LossBetaPermille), "hera: window multiplier on loss, per mille (0: no loss response)")
+	fs.DurationVar(&p.MinRTTWindow, "min-rtt-window", p.MinRTTWindow, "hera: how long a minimum RTT sample stays valid")
+	fs.BoolVar(&p.Pacing, "pacing", p.Pacing, "ask the kernel to pace the flow at 1.2·cwnd/srtt")
+	return func() {
+		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
+		p.DecreaseShift, p.LossBetaPermille = uint32(*ds), uint32(*lb)
 	}
 }

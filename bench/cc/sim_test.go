@@ -1,0 +1,218 @@
+package benchcc
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/hera"
+	"github.com/xrealm/xrealm/netem"
+)
+
+// simResult is one simulated run.
+type simResult struct {
+	mbps, p95ms float64
+}
+
+// simulateHera runs window-based flows driven by hera.Flow over the
+// emulator's queueing model (netem.Link) on trace tr in both directions,
+// with the benchmark's settings (10 ms one-way delay, 1000-packet queues),
+// in 100 µs steps: one ACK per data packet, a loss noticed one RTT after
+// the drop and reported at most once per RTT. It is a fast stand-in for
+// the kernel runs when tuning the rule, not a substitute for them.
+func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Duration, flows int) (simResult, []float64) {
+	tb.Helper()
+	const delay = 10 * time.Millisecond
+	down, err := netem.NewLink(netem.LinkConfig{Trace: tr, Delay: delay, QueuePackets: 1000})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	up, err := netem.NewLink(netem.LinkConfig{Trace: tr, Delay: delay, QueuePackets: 1000})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	type meta struct {
+		flow   int
+		sentAt uint64
+	}
+	path := &hera.Path{}
+	fs := make([]*hera.Flow, flows)
+	inflight := make([]int, flows)
+	lossUntil := make([]uint64, flows)
+	srtt := make([]uint64, flows)
+	for i := range fs {
+		if fs[i], err = hera.NewFlowOnPath(p, path); err != nil {
+			tb.Fatal(err)
+		}
+		srtt[i] = 2 * uint64(delay/time.Microsecond)
+	}
+	info := map[*netem.Packet]meta{}
+	type ev struct {
+		at uint64
+		p  *netem.Packet
+	}
+	var atRecv, atSender []ev // FIFO each (constant delay)
+	type lossEv struct {
+		at   uint64
+		flow int
+	}
+	var losses []lossEv
+	from, to := uint64(2*time.Second/time.Microsecond), uint64(dur/time.Microsecond)
+	var delivered [16]float64
+	var qd []float64
+	for now := uint64(0); now < to; now += 100 {
+		down.Advance(now, func(pk *netem.Packet, at uint64) {
+			if pk.Deq >= from {
+				qd = append(qd, float64(pk.Deq-pk.Enq)/1000)
+			}
+			atRecv = append(atRecv, ev{at, pk})
+		})
+		for len(atRecv) > 0 && atRecv[0].at <= now {
+			pk := atRecv[0].p
+			atRecv = atRecv[1:]
+			m := info[pk]
+			if now >= from {
+				delivered[m.flow] += float64(pk.Size)
+			}
+			ack := &netem.Packet{Size: 52, Enq: now}
+			info[ack] = m
+			delete(info, pk)
+			up.Advance(now, func(a *netem.Packet, at uint64) { atSender = append(atSender, ev{at, a}) })
+			up.Arrive(ack)
+		}
+		up.Advance(now, func(a *netem.Packet, at uint64) { atSender = append(atSender, ev{at, a}) })
+		for len(atSender) > 0 && atSender[0].at <= now {
+			a := atSender[0].p
+			atSender = atSender[1:]
+			m := info[a]
+			delete(info, a)
+			rtt := now - m.sentAt
+			srtt[m.flow] = (7*srtt[m.flow] + rtt) / 8
+			inflight[m.flow]--
+			fs[m.flow].OnAck(now, int64(rtt), 1)
+		}
+		for len(losses) > 0 && losses[0].at <= now {
+			l := losses[0]
+			losses = losses[1:]
+			inflight[l.flow]--
+			if now >= lossUntil[l.flow] {
+				fs[l.flow].OnLoss()
+				lossUntil[l.flow] = now + srtt[l.flow]
+			}
+		}
+		for i, f := range fs {
+			for inflight[i] < int(f.Cwnd()) {
+				pk := &netem.Packet{Size: netem.MTU, Enq: now}
+				inflight[i]++
+				down.Advance(now, func(pk *netem.Packet, at uint64) {
+					if pk.Deq >= from {
+						qd = append(qd, float64(pk.Deq-pk.Enq)/1000)
+					}
+					atRecv = append(atRecv, ev{at, pk})
+				})
+				if down.Arrive(pk) {
+					info[pk] = meta{i, now}
+				} else {
+					losses = append(losses, lossEv{now + srtt[i], i})
+				}
+			}
+		}
+	}
+	win := float64(to-from) / 1e6
+	var tot float64
+	shares := make([]float64, flows)
+	for i := range flows {
+		tot += delivered[i]
+		shares[i] = delivered[i] * 8 / win / 1e6
+	}
+	sort.Float64s(qd)
+	r := simResult{mbps: tot * 8 / win / 1e6}
+	if len(qd) > 0 {
+		r.p95ms = qd[int(0.95*float64(len(qd)))]
+	}
+	return r, shares
+}
+
+// TestSimulatedTraces runs the tuned and published rules in simulation on
+// the benchmark's traces (set XREALM_SIM=1; needs ../shared/traces).
+func TestSimulatedTraces(t *testing.T) {
+	if os.Getenv("XREALM_SIM") == "" {
+		t.Skip("skipping: set XREALM_SIM=1 to simulate Hera on the benchmark traces")
+	}
+	dir := "../../../shared/traces"
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("skipping: no traces at %s", dir)
+	}
+	names := []string{"mmwave/UMa_a", "mmwave/UMa_b", "mmwave/UMa_c", "mmwave/UMa_d", "mmwave/RMa_a", "mmwave/RMa_d", "mmwave/humanmotion", "cellular/highwayGold"}
+	var b strings.Builder
+	for _, n := range names {
+		tr, err := netem.LoadTrace(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%-12s", filepath.Base(n))
+		for _, v := range []string{"hera", "hera-paper"} {
+			p, _ := hera.ForVariant(v)
+			r, _ := simulateHera(t, p, tr, 20*time.Second, 1)
+			fmt.Fprintf(&b, "  %s %6.1f Mbit/s p95 %6.1f ms", v, r.mbps, r.p95ms)
+		}
+		b.WriteString("\n")
+	}
+	t.Logf("\n%s", b.String())
+}
+
+// TestSimulatedSweep prints the tuned rule's simulated throughput and p95
+// queueing delay for parameter sets given in XREALM_SIM_SWEEP, e.g.
+// "B=5ms,X=6,s=3,cap=64,N=2;B=8ms,X=6,s=3,cap=64,N=2".
+func TestSimulatedSweep(t *testing.T) {
+	spec := os.Getenv("XREALM_SIM_SWEEP")
+	if spec == "" {
+		t.Skip("skipping: set XREALM_SIM_SWEEP to sweep parameters in simulation")
+	}
+	dir := "../../../shared/traces"
+	names := []string{"mmwave/UMa_a", "mmwave/UMa_b", "mmwave/UMa_c", "mmwave/UMa_e", "mmwave/RMa_a", "mmwave/RMa_d", "mmwave/humanmotion", "cellular/highwayGold"}
+	var trs []*netem.Trace
+	for _, n := range names {
+		tr, err := netem.LoadTrace(filepath.Join(dir, n))
+		if err != nil {
+			t.Skip(err)
+		}
+		trs = append(trs, tr)
+	}
+	for _, set := range strings.Split(spec, ";") {
+		p := hera.DefaultParams()
+		for _, kv := range strings.Split(set, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			var n int
+			fmt.Sscan(v, &n)
+			switch k {
+			case "B":
+				d, _ := time.ParseDuration(v)
+				p.BucketWidth = d
+			case "X":
+				p.Buckets = n
+			case "s":
+				p.DecreaseShift = uint32(n)
+			case "cap":
+				p.HistCap = uint32(n)
+			case "N":
+				p.Backlog = n
+			case "dmax":
+				p.DeltaMax = uint32(n)
+			case "beta":
+				p.LossBetaPermille = uint32(n)
+			}
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%-40s", set)
+		for i, tr := range trs {
+			r, _ := simulateHera(t, p, tr, 20*time.Second, 1)
+			fmt.Fprintf(&b, " %s %.0f/%.0f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
+		}
+		t.Log(b.String())
+	}
+}
