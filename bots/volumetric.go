@@ -11,6 +11,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/nats-io/nats.go"
 	"github.com/pion/rtp"
+	"github.com/pion/transport/v4"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/xrealm/xrealm/sfu"
@@ -30,7 +31,9 @@ type VolumetricConfig struct {
 	Estimator string
 	// ICEAddresses restricts ICE to these local IPs (a namespace's address).
 	ICEAddresses []string
-	Clip         *Clip
+	// Net, if set, is pion's network (sfu.NewDelayNet in the bench).
+	Net  transport.Net
+	Clip *Clip
 	// Publish lists the descriptions sent (0 is the 15 % base); none makes
 	// a pure receiver.
 	Publish []int
@@ -105,7 +108,7 @@ func DialVolumetric(ctx context.Context, cfg VolumetricConfig) (*VolumetricBot, 
 		pub = append(pub, sfu.PublishTrack{ID: fmt.Sprintf("pc%d", d), Mime: sfu.MimeTypePointCloud})
 	}
 	c, err := sfu.Dial(ctx, sfu.ClientConfig{NC: cfg.NC, Session: cfg.Session, Client: cfg.Client, Site: cfg.Site, Near: cfg.Near,
-		Estimator: cfg.Estimator, ICEAddresses: cfg.ICEAddresses, Publish: pub, VideoSlots: cfg.Slots, OnTrack: b.onTrack})
+		Estimator: cfg.Estimator, ICEAddresses: cfg.ICEAddresses, Net: cfg.Net, Publish: pub, VideoSlots: cfg.Slots, OnTrack: b.onTrack})
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pion/interceptor/pkg/nack"
 	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/interceptor/pkg/twcc"
+	"github.com/pion/transport/v4"
 	"github.com/pion/webrtc/v4"
 )
 
@@ -31,8 +32,9 @@ type ClientConfig struct {
 	// AudioSlots and VideoSlots are the receive slots to pre-negotiate;
 	// point-cloud tracks use video slots.
 	AudioSlots, VideoSlots int
-	// ICEAddresses as in Config.
+	// ICEAddresses and Net as in Config.
 	ICEAddresses []string
+	Net          transport.Net
 	// OnTrack is called for each receive slot once media flows.
 	OnTrack func(*webrtc.TrackRemote, *webrtc.RTPReceiver)
 	// OnEvent is called for each slot event.
@@ -96,7 +98,11 @@ func (c *Client) connect(ctx context.Context) error {
 	for _, f := range []interceptor.Factory{gen, resp, rr, sr, tw, hx} {
 		reg.Add(f)
 	}
-	api := webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(NewSettingEngine(c.cfg.ICEAddresses, 0, 0)))
+	se := NewSettingEngine(c.cfg.ICEAddresses, 0, 0)
+	if c.cfg.Net != nil {
+		se.SetNet(c.cfg.Net)
+	}
+	api := webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(se))
 	pc, err := api.NewPeerConnection(webrtc.Configuration{})
 	if err != nil {
 		return fmt.Errorf("sfu client: %w", err)

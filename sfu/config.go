@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/pion/interceptor/pkg/cc"
+	"github.com/pion/transport/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
 	herabwe "github.com/xrealm/xrealm/hera/bwe"
@@ -50,6 +51,9 @@ type Config struct {
 	// 127.0.0.1 in tests, a namespace's address in the bench); empty means
 	// all.
 	ICEAddresses []string
+	// Net, if set, is the network pion uses (for example NewDelayNet in
+	// the bench); nil means the host's.
+	Net transport.Net
 	// UDPPortMin/Max bound ICE ports; zero means ephemeral.
 	UDPPortMin, UDPPortMax uint16
 	// Heartbeat is how often the node announces itself; zero means 1 s.

@@ -2,8 +2,9 @@ package sfu
 
 import (
 	"fmt"
-	"github.com/pion/ice/v4"
 	"net"
+
+	"github.com/pion/ice/v4"
 
 	"github.com/pion/interceptor"
 	"github.com/pion/interceptor/pkg/cc"
@@ -98,7 +99,11 @@ func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.
 
 // settingEngine restricts ICE to the configured addresses and ports.
 func (n *Node) settingEngine() webrtc.SettingEngine {
-	return NewSettingEngine(n.cfg.ICEAddresses, n.cfg.UDPPortMin, n.cfg.UDPPortMax)
+	se := NewSettingEngine(n.cfg.ICEAddresses, n.cfg.UDPPortMin, n.cfg.UDPPortMax)
+	if n.cfg.Net != nil {
+		se.SetNet(n.cfg.Net)
+	}
+	return se
 }
 
 // NewSettingEngine returns a setting engine that uses UDP over IPv4 on the

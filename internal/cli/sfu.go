@@ -35,6 +35,7 @@ func runSFU(ctx context.Context, args []string) error {
 	ports := fs.String("udp-ports", "", "UDP port range for ICE, e.g. 50000-50100 (default: ephemeral)")
 	mode := fs.String("mode", "track-selection", "allocator mode for point clouds: track-selection or layers")
 	estimator := fs.String("estimator", "gcc", "default bandwidth estimator towards clients: gcc or hera (clients may pick their own in the offer)")
+	delays := fs.String("egress-delays", "", "emulated one-way delays of sent UDP packets by destination, CIDR=duration,... (the bench: no netem in its kernel)")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -61,6 +62,15 @@ func runSFU(ctx context.Context, args []string) error {
 		return fmt.Errorf("--estimator %q: want gcc or hera", *estimator)
 	}
 	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests}
+	if *delays != "" {
+		routes, err := sfu.ParseDelayRoutes(*delays)
+		if err != nil {
+			return fmt.Errorf("--egress-delays: %w", err)
+		}
+		if cfg.Net, err = sfu.NewDelayNet(routes); err != nil {
+			return err
+		}
+	}
 	if *ice != "" {
 		cfg.ICEAddresses = strings.Split(*ice, ",")
 	}

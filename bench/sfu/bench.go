@@ -1,0 +1,499 @@
+package benchsfu
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/xrealm/xrealm/bots"
+)
+
+// PaperFullRate is the bitrate of one full-quality stream in the paper's
+// setting: 100k points at 30 fps, Draco 11 bits, which this pipeline encodes
+// to about 137 KB per frame (docs/sfu.md).
+const PaperFullRate = 137_000 * 8 * 30
+
+// Config is one campaign.
+type Config struct {
+	Exe       string   // the xrealm binary, run inside the namespaces
+	Setups    []string // "central", "2sfu", "4sfu"
+	Users     []int
+	Scenarios []int // 1, 2
+	// PaperLinkRate is the paper-scale capacity of every link; the bench
+	// divides it by Scale.
+	PaperLinkRate float64
+	// Delays, one way, of c–s1..c–s4 and of the direct links s3–s1, s4–s2.
+	CentralDelays [4]time.Duration
+	DirectDelay   time.Duration
+	Queue         time.Duration
+	Warmup        time.Duration
+	Measure       time.Duration
+	Clip          bots.ClipConfig
+	ClipPath      string
+	Estimator     string
+	Out           string // results.jsonl, appended to
+	Log           *slog.Logger
+}
+
+// SFUStats is one SFU process in the window.
+type SFUStats struct {
+	Site   string  `json:"site"`
+	CPU    float64 `json:"cpu_pct"` // % of one core
+	RSSMiB float64 `json:"rss_mib"` // maximum sampled
+}
+
+// Result is one run.
+type Result struct {
+	Setup    string  `json:"setup"`
+	Scenario int     `json:"scenario"`
+	Users    int     `json:"users"`
+	Scale    float64 `json:"scale"`
+	LinkMbps float64 `json:"link_mbps"`
+	// Scenario 1: % of (receiver, publisher) pairs where the receiver
+	// completed at least half of the publisher's frames; and the mean
+	// share of frames completed.
+	PublishersPct float64 `json:"publishers_pct,omitempty"`
+	FramesPct     float64 `json:"frames_pct"`
+	// Scenario 2: % of the senders' points received.
+	PointsPct float64    `json:"points_pct,omitempty"`
+	P50ms     float64    `json:"p50_ms"`
+	P90ms     float64    `json:"p90_ms"`
+	P99ms     float64    `json:"p99_ms"`
+	LossPct   float64    `json:"loss_pct"`
+	SFUs      []SFUStats `json:"sfus"`
+	// Machine: load average at the window's end and the whole machine's
+	// CPU busy share during the window (other users included).
+	Load1       float64  `json:"load1"`
+	MachineBusy float64  `json:"machine_busy_pct"`
+	Errors      []string `json:"errors,omitempty"`
+	At          string   `json:"at"`
+}
+
+// sfuSites are the sites that run an SFU in each setup.
+func sfuSites(setup string) ([]string, error) {
+	switch setup {
+	case "central":
+		return []string{"c"}, nil
+	case "2sfu":
+		return []string{"s1", "s2"}, nil
+	case "4sfu":
+		return Sites, nil
+	}
+	return nil, fmt.Errorf("setup %q: want central, 2sfu or 4sfu", setup)
+}
+
+// near is where a site's clients go when it has no SFU: over its direct link.
+var near = map[string][]string{"s3": {"s1"}, "s4": {"s2"}}
+
+// Run runs every setup × scenario × user count and appends each result to
+// cfg.Out. The topology is created once and removed when Run returns.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	clip, err := bots.CachedClip(ctx, cfg.ClipPath, cfg.Clip)
+	if err != nil {
+		return nil, err
+	}
+	scale := PaperFullRate / clip.Bitrate(0, 1, 2)
+	rate := cfg.PaperLinkRate / scale
+	cfg.Log.Info("clip", "points", clip.Points, "fps", clip.FPS, "base_kbps", clip.Bitrate(0)/1e3, "full_kbps", clip.Bitrate(0, 1, 2)/1e3,
+		"scale", scale, "link_mbps", rate/1e6)
+	if err := Teardown(); err != nil { // leftovers of an interrupted run
+		return nil, err
+	}
+	topo := Topology{Queue: cfg.Queue}
+	for i, s := range Sites {
+		topo.Links = append(topo.Links, Link{A: "c", B: s, Rate: rate, Delay: cfg.CentralDelays[i]})
+	}
+	topo.Links = append(topo.Links, Link{A: "s3", B: "s1", Rate: rate, Delay: cfg.DirectDelay}, Link{A: "s4", B: "s2", Rate: rate, Delay: cfg.DirectDelay})
+	defer func() {
+		if err := Teardown(); err != nil {
+			cfg.Log.Error("teardown", "err", err)
+		}
+	}()
+	if err := topo.Setup(ctx); err != nil {
+		return nil, err
+	}
+	var out []Result
+	for _, sc := range cfg.Scenarios {
+		for _, setup := range cfg.Setups {
+			for _, n := range cfg.Users {
+				if ctx.Err() != nil {
+					return out, ctx.Err()
+				}
+				r, err := runOne(ctx, cfg, topo, clip, setup, sc, n)
+				r.Scale, r.LinkMbps = scale, rate/1e6
+				if err != nil {
+					r.Errors = append(r.Errors, err.Error())
+					cfg.Log.Error("run failed", "setup", setup, "scenario", sc, "users", n, "err", err)
+				}
+				cfg.Log.Info("run", "setup", setup, "scenario", sc, "users", n, "publishers_pct", r.PublishersPct, "points_pct", r.PointsPct,
+					"frames_pct", r.FramesPct, "p99_ms", r.P99ms, "loss_pct", r.LossPct, "load1", r.Load1, "busy", r.MachineBusy)
+				out = append(out, r)
+				if err := appendResult(cfg.Out, r); err != nil {
+					return out, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func appendResult(path string, r Result) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return json.NewEncoder(f).Encode(r)
+}
+
+// proc is a child process in a namespace.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+}
+
+func start(ctx context.Context, ns, name string, args ...string) (*proc, error) {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := os.CreateTemp("", "xrsfu-"+name+"-*.log")
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 16<<20)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	return p, nil
+}
+
+// expect waits for a line with the prefix.
+func (p *proc) expect(ctx context.Context, prefix string, within time.Duration) (string, error) {
+	t := time.NewTimer(within)
+	defer t.Stop()
+	for {
+		select {
+		case l, ok := <-p.lines:
+			if !ok {
+				return "", fmt.Errorf("%s exited before %q (stderr in %s)", p.name, prefix, p.cmd.Stderr.(*os.File).Name())
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l, nil
+			}
+		case <-t.C:
+			return "", fmt.Errorf("%s: no %q within %v", p.name, prefix, within)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+}
+
+func (p *proc) stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	_ = p.cmd.Wait()
+	f := p.cmd.Stderr.(*os.File)
+	f.Close()
+	os.Remove(f.Name())
+}
+
+func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, setup string, scenario, n int) (Result, error) {
+	r := Result{Setup: setup, Scenario: scenario, Users: n, At: time.Now().UTC().Format(time.RFC3339)}
+	sites, err := sfuSites(setup)
+	if err != nil {
+		return r, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var procs []*proc
+	defer func() {
+		for i := len(procs) - 1; i >= 0; i-- {
+			procs[i].stop()
+		}
+	}()
+	busURL := "nats://" + Addr("c") + ":4222"
+	bp, err := start(ctx, NS("c"), "bus", cfg.Exe, "bench", "sfu", "--role", "bus", "--listen", Addr("c")+":4222")
+	if err != nil {
+		return r, err
+	}
+	procs = append(procs, bp)
+	if _, err := bp.expect(ctx, "ready", 30*time.Second); err != nil {
+		return r, err
+	}
+	mode := "track-selection"
+	if scenario == 2 {
+		mode = "layers"
+	}
+	var sfus []*proc
+	for i, s := range sites {
+		p, err := start(ctx, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
+			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "error", "--egress-delays", topo.DelayRoutes(s))
+		if err != nil {
+			return r, err
+		}
+		procs = append(procs, p)
+		sfus = append(sfus, p)
+	}
+	want := make([]string, len(sites))
+	for i := range sites {
+		want[i] = strconv.Itoa(i + 1)
+	}
+	if _, err := bp.expect(ctx, "nodes "+strings.Join(want, ","), 30*time.Second); err != nil {
+		return r, err
+	}
+	var senders []string
+	if scenario == 2 {
+		for i := 1; i <= min(4, n); i++ {
+			senders = append(senders, strconv.Itoa(i)) // users 1..4: one per site
+		}
+	}
+	var botProcs []*proc
+	for si, s := range Sites {
+		var users []string
+		for u := si + 1; u <= n; u += len(Sites) {
+			users = append(users, strconv.Itoa(u))
+		}
+		if len(users) == 0 {
+			continue
+		}
+		args := []string{cfg.Exe, "bench", "sfu", "--role", "bots", "--bus", busURL, "--site", s, "--addr", Addr(s),
+			"--bot-users", strings.Join(users, ","), "--n", strconv.Itoa(n), "--clip", cfg.ClipPath, "--estimator", cfg.Estimator,
+			"--delays", topo.DelayRoutes(s)}
+		if nr := near[s]; len(nr) > 0 {
+			args = append(args, "--near", strings.Join(nr, ","))
+		}
+		if len(senders) > 0 {
+			args = append(args, "--senders", strings.Join(senders, ","))
+		}
+		p, err := start(ctx, NS(s), "bots-"+s, args...)
+		if err != nil {
+			return r, err
+		}
+		procs = append(procs, p)
+		botProcs = append(botProcs, p)
+	}
+	for _, p := range botProcs {
+		if _, err := p.expect(ctx, "connected", 3*time.Minute); err != nil {
+			return r, err
+		}
+	}
+	from := time.Now().Add(cfg.Warmup)
+	to := from.Add(cfg.Measure)
+	for _, p := range botProcs {
+		fmt.Fprintf(p.stdin, "window %d %d\n", from.UnixMicro(), to.UnixMicro())
+	}
+	// sample the SFU processes and the machine over the window
+	select {
+	case <-ctx.Done():
+		return r, ctx.Err()
+	case <-time.After(time.Until(from)):
+	}
+	cpu0 := make([]float64, len(sfus))
+	rss := make([]float64, len(sfus))
+	for i, p := range sfus {
+		cpu0[i], rss[i] = procUsage(p.cmd.Process.Pid)
+	}
+	busy0, total0 := machineCPU()
+	tick := time.NewTicker(time.Second)
+	for time.Now().Before(to) {
+		select {
+		case <-ctx.Done():
+			tick.Stop()
+			return r, ctx.Err()
+		case <-tick.C:
+		}
+		for i, p := range sfus {
+			_, m := procUsage(p.cmd.Process.Pid)
+			rss[i] = max(rss[i], m)
+		}
+	}
+	tick.Stop()
+	busy1, total1 := machineCPU()
+	if total1 > total0 {
+		r.MachineBusy = 100 * (busy1 - busy0) / (total1 - total0)
+	}
+	r.Load1 = load1()
+	for i, p := range sfus {
+		c1, m := procUsage(p.cmd.Process.Pid)
+		r.SFUs = append(r.SFUs, SFUStats{Site: sites[i], CPU: 100 * (c1 - cpu0[i]) / cfg.Measure.Seconds(), RSSMiB: max(rss[i], m)})
+	}
+	var results []BotResult
+	for _, p := range botProcs {
+		for {
+			l, err := p.expect(ctx, "", 30*time.Second)
+			if err != nil {
+				return r, err
+			}
+			if l == "done" {
+				break
+			}
+			if rest, ok := strings.CutPrefix(l, "result "); ok {
+				var br BotResult
+				if err := json.Unmarshal([]byte(rest), &br); err != nil {
+					return r, fmt.Errorf("%s: %w", p.name, err)
+				}
+				results = append(results, br)
+			}
+		}
+	}
+	summarise(&r, clip, results)
+	return r, nil
+}
+
+// summarise computes the run's metrics from the bots' results.
+func summarise(r *Result, clip *bots.Clip, results []BotResult) {
+	sent := map[uint32]uint64{}
+	full := map[uint32]bool{}
+	for _, b := range results {
+		if len(b.Publish) > 0 {
+			sent[b.ID] = b.Stats.Sent
+			full[b.ID] = len(b.Publish) == 3
+		}
+	}
+	hist := bots.NewHistogram()
+	var pairs, received, packets, expected float64
+	var frames, framesWant, points, pointsWant float64
+	for _, b := range results {
+		if b.Stats.Latency != nil {
+			hist.Merge(hdrhistogram.Import(b.Stats.Latency))
+		}
+		packets += float64(b.Stats.Packets)
+		expected += float64(b.Stats.Expected)
+		for p, s := range sent {
+			if p == b.ID || s == 0 {
+				continue
+			}
+			d := b.Stats.Descs[p]
+			pairs++
+			frames += float64(min(d[0], s))
+			framesWant += float64(s)
+			if float64(d[0]) >= 0.5*float64(s) {
+				received++
+			}
+			for k := range d {
+				points += float64(min(d[k], s)) * float64(clip.DescSizes[k])
+			}
+			if full[p] {
+				pointsWant += float64(s) * float64(clip.Points)
+			}
+		}
+	}
+	if pairs > 0 {
+		r.PublishersPct = 100 * received / pairs
+		r.FramesPct = 100 * frames / framesWant
+	}
+	if r.Scenario == 2 {
+		r.PublishersPct = 0
+		if pointsWant > 0 {
+			r.PointsPct = 100 * points / pointsWant
+		}
+	}
+	if expected > 0 {
+		r.LossPct = 100 * max(0, 1-packets/expected)
+	}
+	ms := func(q float64) float64 { return float64(hist.ValueAtQuantile(q)) / 1000 }
+	r.P50ms, r.P90ms, r.P99ms = ms(50), ms(90), ms(99)
+}
+
+// procUsage returns a process's CPU seconds and resident MiB.
+func procUsage(pid int) (cpu, rssMiB float64) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i > 0 {
+		f := strings.Fields(s[i+2:])
+		if len(f) > 21 {
+			ut, _ := strconv.ParseFloat(f[11], 64)
+			st, _ := strconv.ParseFloat(f[12], 64)
+			rss, _ := strconv.ParseFloat(f[21], 64)
+			cpu = (ut + st) / 100 // USER_HZ
+			rssMiB = rss * float64(os.Getpagesize()) / (1 << 20)
+		}
+	}
+	return cpu, rssMiB
+}
+
+// machineCPU returns busy and total jiffies of the whole machine.
+func machineCPU() (busy, total float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i, v := range f[1:] {
+		x, _ := strconv.ParseFloat(v, 64)
+		total += x
+		if i != 3 && i != 4 { // idle, iowait
+			busy += x
+		}
+	}
+	return busy, total
+}
+
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
+}
+
+// ReadResults reads a results.jsonl file.
+func ReadResults(path string) ([]Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []Result
+	dec := json.NewDecoder(f)
+	for {
+		var r Result
+		if err := dec.Decode(&r); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, r)
+	}
+}

@@ -1,0 +1,157 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	benchsfu "github.com/xrealm/xrealm/bench/sfu"
+	"github.com/xrealm/xrealm/bots"
+)
+
+// runBenchSFU runs the distributed-SFU evaluation (bench/sfu/RESULTS.md):
+//
+//	flock /tmp/xrealm-bench.lock xrealm bench sfu --users 8,16,32,48,64
+//
+// The same binary also runs the bench's child roles inside the namespaces
+// (--role bus|bots); they are not meant to be started by hand.
+func runBenchSFU(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench sfu", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	setups := fs.String("setups", "central,2sfu,4sfu", "SFU setups: central, 2sfu (sites 1, 2), 4sfu (one per site)")
+	users := fs.String("users", "8,16,24,32,40,48,56,64", "user counts")
+	scenarios := fs.String("scenarios", "1,2", "1: everyone sends the base description; 2: 4 senders × 3 descriptions")
+	linkRate := fs.Float64("paper-link-rate", 1e9, "link capacity at the paper's scale, bit/s (divided by the scale factor)")
+	delays := fs.String("delays", "10ms,10ms,15ms,15ms", "one-way delays of the links central–site 1..4")
+	direct := fs.Duration("direct-delay", 5*time.Millisecond, "one-way delay of the direct links site 3–1 and 4–2")
+	queue := fs.Duration("queue", 200*time.Millisecond, "queue of each link, as delay at its rate")
+	warmup := fs.Duration("warmup", 10*time.Second, "time from all bots connected to the measurement window")
+	measure := fs.Duration("measure", 20*time.Second, "measurement window")
+	points := fs.Int("points", 3000, "points per frame of the replayed clip (the paper: 100k)")
+	fps := fs.Float64("fps", 5, "frames per second of the replayed clip (the paper: 30)")
+	frames := fs.Int("frames", 20, "frames in the clip's loop")
+	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached")
+	estimator := fs.String("estimator", "gcc", "bandwidth estimator towards clients: gcc or hera")
+	out := fs.String("out", "bench/sfu/results.jsonl", "results file (appended to)")
+	summary := fs.String("summary", "", "print Markdown tables and write SVG plots next to this results.jsonl, then exit")
+	role := fs.String("role", "", "internal: bus or bots (a child process of the bench)")
+	listen := fs.String("listen", "", "internal (bus): NATS address")
+	busURL := fs.String("bus", "", "internal (bots): NATS URL")
+	site := fs.String("site", "", "internal (bots): site")
+	near := fs.String("near", "", "internal (bots): fallback sites")
+	addr := fs.String("addr", "", "internal (bots): the site's address")
+	botUsers := fs.String("bot-users", "", "internal (bots): user numbers")
+	n := fs.Int("n", 0, "internal (bots): users in the session")
+	senders := fs.String("senders", "", "internal (bots): scenario 2 senders")
+	clip := fs.String("clip", "", "internal (bots): clip file")
+	botDelays := fs.String("delays", "", "internal (bots): egress delay routes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	switch *role {
+	case "bus":
+		return benchsfu.RunBus(ctx, *listen, os.Stdout, log)
+	case "bots":
+		us, err := ints(*botUsers)
+		if err != nil {
+			return fmt.Errorf("--bot-users: %w", err)
+		}
+		ss, err := ints(*senders)
+		if err != nil {
+			return fmt.Errorf("--senders: %w", err)
+		}
+		var nr []string
+		if *near != "" {
+			nr = strings.Split(*near, ",")
+		}
+		return benchsfu.RunBots(ctx, benchsfu.BotsConfig{Bus: *busURL, Site: *site, Near: nr, Addr: *addr, Users: us, N: *n, Senders: ss,
+			ClipPath: *clip, Estimator: *estimator, Delays: *botDelays, Log: log}, os.Stdin, os.Stdout)
+	case "":
+	default:
+		return fmt.Errorf("--role %q: want bus or bots", *role)
+	}
+	if *summary != "" {
+		rs, err := benchsfu.ReadResults(*summary)
+		if err != nil {
+			return err
+		}
+		benchsfu.Tables(os.Stdout, rs)
+		return benchsfu.Plots(filepath.Dir(*summary), rs)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("bench sfu: needs root (network namespaces, veth, tc)")
+	}
+	exe, err := privateCopy()
+	if err != nil {
+		return err
+	}
+	defer os.Remove(exe)
+	cfg := benchsfu.Config{Exe: exe, Setups: strings.Split(*setups, ","), PaperLinkRate: *linkRate, DirectDelay: *direct, Queue: *queue,
+		Warmup: *warmup, Measure: *measure, Estimator: *estimator, Out: *out, Log: log,
+		Clip: bots.ClipConfig{Points: *points, Frames: *frames, FPS: *fps, Seed: 1}}
+	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
+	if cfg.Users, err = ints(*users); err != nil {
+		return fmt.Errorf("--users: %w", err)
+	}
+	if cfg.Scenarios, err = ints(*scenarios); err != nil {
+		return fmt.Errorf("--scenarios: %w", err)
+	}
+	ds := strings.Split(*delays, ",")
+	if len(ds) != 4 {
+		return fmt.Errorf("--delays %q: want 4 durations", *delays)
+	}
+	for i, d := range ds {
+		if cfg.CentralDelays[i], err = time.ParseDuration(d); err != nil {
+			return fmt.Errorf("--delays: %w", err)
+		}
+	}
+	rs, err := benchsfu.Run(ctx, cfg)
+	benchsfu.Tables(os.Stdout, rs)
+	return err
+}
+
+func ints(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not an integer", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// privateCopy copies the running binary to a temporary file, so that the
+// bench's children run this build even if bin/xrealm is rebuilt meanwhile.
+func privateCopy() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp("", "xrsfu-xrealm-*")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), os.Chmod(f.Name(), 0o755)
+}
