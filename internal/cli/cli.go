@@ -78,6 +78,7 @@ func runBench(ctx context.Context, args []string) error {
 	benches := map[string]func(context.Context, []string) error{
 		"cc":  runBenchCC,
 		"bus": runBenchBus,
+		"sfu": runBenchSFU,
 		"rooms": runBenchRooms,
 	}
 	if len(args) < 1 {
