@@ -53,9 +53,12 @@ type Config struct {
 	// visible room to another is not removed and added again; 0 = 250ms,
 	// negative = none.
 	RemoveGrace time.Duration
-	Writer      fanout.Options
-	Logger      *slog.Logger
-	Registerer  prometheus.Registerer // nil = metrics not registered
+	// Writer bounds each connection's queue. A zero Linger means 5ms: a
+	// busy connection then gets one write per 5ms instead of one per
+	// frame (an idle one is written at once); negative turns it off.
+	Writer     fanout.Options
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer // nil = metrics not registered
 }
 
 // Server is the Ubiq room server of one node.
@@ -99,6 +102,9 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.RemoveGrace == 0 {
 		cfg.RemoveGrace = 250 * time.Millisecond
+	}
+	if cfg.Writer.Linger == 0 {
+		cfg.Writer.Linger = 5 * time.Millisecond
 	}
 	if cfg.ICEServers == nil {
 		cfg.ICEServers = DefaultICEServers

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -444,8 +445,20 @@ func runRoomsServe(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8009", "Ubiq TCP address")
 	wsListen := fs.String("ws-listen", "", "Ubiq plain WebSocket address; empty = off")
 	wssListen := fs.String("wss-listen", "", "Ubiq secure WebSocket address (self-signed certificate); empty = off")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dir, err := os.MkdirTemp("", "xrealm-rooms-")
