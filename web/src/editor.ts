@@ -121,9 +121,10 @@ export function startEditor(v: Viewer) {
   };
 
   // --- detail
-  const num = (id: string, value: number, step = 0.1) => h('input', { id, type: 'number', step, value: String(r3(value)), class: 'num' });
-  const vecRow = (label: string, key: string, val: { x: number; y: number; z: number }, step = 0.1) =>
-    h('label', { class: 'vec' }, h('span', {}, label), num(`f-${key}-x`, val.x, step), num(`f-${key}-y`, val.y, step), num(`f-${key}-z`, val.z, step));
+  // step 'any': with a step, the browser would refuse values off the grid the current value starts.
+  const num = (id: string, value: number) => h('input', { id, type: 'number', step: 'any', value: String(r3(value)), class: 'num' });
+  const vecRow = (label: string, key: string, val: { x: number; y: number; z: number }) =>
+    h('label', { class: 'vec' }, h('span', {}, label), num(`f-${key}-x`, val.x), num(`f-${key}-y`, val.y), num(`f-${key}-z`, val.z));
   const readVec = (key: string) => ({
     x: Number((detail.querySelector(`#f-${key}-x`) as HTMLInputElement).value) || 0,
     y: Number((detail.querySelector(`#f-${key}-y`) as HTMLInputElement).value) || 0,
@@ -173,11 +174,11 @@ export function startEditor(v: Viewer) {
       o.type === 'object' ? h('div', {},
         h('label', {}, h('span', {}, 'parent'), parentSel),
         vecRow('position', 'position', pos),
-        vecRow('rotation°', 'rotation', rot, 5),
+        vecRow('rotation°', 'rotation', rot),
         vecRow('scale', 'scale', scale),
         h('label', {}, h('span', {}, 'color'), h('input', { id: 'f-color', type: 'color', value: color })),
         kind !== 'text' && kind !== 'light' && kind !== 'gltf-model' && kind !== 'entity'
-          ? h('label', {}, h('span', {}, 'opacity'), num('f-opacity', opacity, 0.05)) : null,
+          ? h('label', {}, h('span', {}, 'opacity'), num('f-opacity', opacity)) : null,
         kind === 'gltf-model' || kind === 'image'
           ? h('label', {}, h('span', {}, 'url'), h('input', { id: 'f-url', value: typeof d.url === 'string' ? d.url : '', size: 24 })) : null,
         kind === 'text' ? h('label', {}, h('span', {}, 'text'), h('input', { id: 'f-text', value: textValue, size: 24 })) : null,

@@ -25,14 +25,26 @@ export interface Viewer {
   onLoaded(f: () => void): void;
 }
 
+/**
+ * ?quality=low renders without antialiasing and at most 960 pixels wide or
+ * high: for weak devices and software rendering (headless tests).
+ */
+function rendererSettings(): string {
+  const low = new URLSearchParams(location.search).get('quality') === 'low';
+  return low ? 'antialias: false; maxCanvasWidth: 960; maxCanvasHeight: 960; colorManagement: true' : 'antialias: true; colorManagement: true';
+}
+
 function sceneMarkup(camHeight: number): string {
+  // Users start near the origin, spread out so that nobody stands inside another's avatar.
+  const x = (Math.random() * 3 - 1.5).toFixed(2);
+  const z = (0.5 + Math.random() * 1.5).toFixed(2);
   return `
-  <a-scene id="xr-scene" renderer="antialias: true; colorManagement: true" cursor="rayOrigin: mouse; fuse: false"
+  <a-scene id="xr-scene" renderer="${rendererSettings()}" cursor="rayOrigin: mouse; fuse: false"
       raycaster="objects: .clickable; far: 200" loading-screen="enabled: false" background="color: #a9cbe6"
       device-orientation-permission-ui="enabled: false" webxr="optionalFeatures: local-floor, hit-test"
       vr-mode-ui="enabled: true">
     <a-entity id="xr-rig">
-      <a-entity id="xr-camera" camera position="0 ${camHeight} 0" look-controls="pointerLockEnabled: false"
+      <a-entity id="xr-camera" camera position="${x} ${camHeight} ${z}" look-controls="pointerLockEnabled: false"
           wasd-controls="acceleration: 30" xr-camera-pose></a-entity>
       <a-entity laser-controls="hand: left; model: false" raycaster="objects: .clickable; far: 200"></a-entity>
       <a-entity laser-controls="hand: right; model: false" raycaster="objects: .clickable; far: 200"></a-entity>
