@@ -66,6 +66,20 @@ type Result struct {
 	Valid          bool       `json:"valid"`
 	Invalid        string     `json:"invalid,omitempty"`
 	QoE            *QoEResult `json:"qoe,omitempty"`
+	// Load1 is the machine's 1-minute load average when the run ended
+	// (other engineers share the machine).
+	Load1 float64 `json:"load1,omitempty"`
+}
+
+// load1 reads the 1-minute load average, 0 if unavailable.
+func load1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var v float64
+	fmt.Sscan(string(b), &v)
+	return v
 }
 
 // QoEResult describes the app-level stream of a run. A frame's latency is
@@ -294,6 +308,7 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 		qoe.wait()
 	}
 	rep := e.Report()
+	res.Load1 = load1()
 	res.Valid = true
 	if err := rep.KeptUp(); err != nil {
 		res.Valid, res.Invalid = false, err.Error()

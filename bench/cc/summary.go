@@ -179,10 +179,14 @@ func QoETable(w io.Writer, rs []Result) {
 // RunsTable writes every run, valid or not, with the emulator's lateness,
 // so that runs the strict keep-up check rejected can still be inspected.
 func RunsTable(w io.Writer, rs []Result) {
-	fmt.Fprintln(w, "| trace | algorithm | flows | throughput (Mbit/s) | utilisation | mean qdelay (ms) | p95 qdelay (ms) | late ACK-path pkts | late data-path pkts | kept up |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| trace | algorithm | flows | throughput (Mbit/s) | utilisation | mean qdelay (ms) | p95 qdelay (ms) | late ACK-path pkts | late data-path pkts | kept up | load |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
-		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d | %d | %v |\n",
-			r.Trace, r.Algo, r.Flows, r.ThroughputMbps, r.Utilisation, r.MeanQDelayMs, r.P95QDelayMs, r.UpLate, r.DownLate, r.Valid)
+		load := "–"
+		if r.Load1 > 0 {
+			load = fmt.Sprintf("%.1f", r.Load1)
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d | %d | %v | %s |\n",
+			r.Trace, r.Algo, r.Flows, r.ThroughputMbps, r.Utilisation, r.MeanQDelayMs, r.P95QDelayMs, r.UpLate, r.DownLate, r.Valid, load)
 	}
 }
