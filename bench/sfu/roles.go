@@ -143,7 +143,7 @@ func RunBots(ctx context.Context, cfg BotsConfig, in io.Reader, out io.Writer) e
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				b, err = bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: "bench", Client: fmt.Sprintf("u%d", u), ID: uint32(u),
 					Site: cfg.Site, Near: cfg.Near, Estimator: cfg.Estimator, ICEAddresses: []string{cfg.Addr}, Net: dn, Clip: clip,
-					Publish: publish, Slots: slots, Pose: pose, Logger: cfg.Log})
+					Publish: publish, Slots: slots, Pose: pose, MTU: 1400, Logger: cfg.Log})
 				cancel()
 				if err == nil || ctx.Err() != nil {
 					break
