@@ -472,7 +472,7 @@ describe('screenshot', () => {
     const main = await open(`/public/${scene}`, { width: 1280, height: 720, quality: 'high' });
     await placeCamera(main, 0, 1.6, 0.3);
     const others = [await open(`/public/${scene}`, { width: 320, height: 200 }), await open(`/public/${scene}`, { width: 320, height: 200 })];
-    const poses = [[-2.6, 1.6, -2.2, 35], [2.8, 1.5, -1.8, -40]];
+    const poses = [[-2.6, 1.6, -2.2, 35], [2.3, 1.5, -2.4, -40]];
     for (let i = 0; i < 2; i++) {
       const [x, y, z, yaw] = poses[i];
       await others[i].evaluate(({ x, y, z, yaw }) => {
