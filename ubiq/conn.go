@@ -48,14 +48,21 @@ type conn struct {
 	lastServer atomic.Int64 // unix nanos of the last message to the server
 	id         atomic.Pointer[string]
 
-	// Owned by the read loop.
+	// relayRoom is the room the read loop relays frames to: room, as the
+	// request goroutine last set it.
+	relayRoom atomic.Pointer[room]
+
+	// Owned by the request goroutine (requests to the server are handled
+	// apart from the read loop, so that slow room-state operations never
+	// hold up relayed frames).
+	room     *room
+	posBuf   []byte
 	me       memberRecord
 	memberAs string // uuid of the member key written for room
 	obsName  string // name of the observer keys, fixed at the first SetObserved
 	clientID NetworkId
-	room     *room
 	observed map[string]*room
-	busBuf   []byte
+	busBuf   []byte // read loop only
 
 	visMu    sync.Mutex
 	vis      map[string]int       // peer uuid -> rooms that show it
@@ -96,6 +103,15 @@ func (c *conn) serve() {
 	m.connections.Inc()
 	defer m.connections.Dec()
 	defer c.cleanup()
+	reqs := make(chan []byte, 256)
+	handled := make(chan struct{})
+	go func() {
+		defer close(handled)
+		for p := range reqs {
+			c.request(p)
+		}
+	}()
+	defer func() { close(reqs); <-handled }()
 	for {
 		f, err := c.src.next()
 		if err != nil {
@@ -106,7 +122,7 @@ func (c *conn) serve() {
 		m.bytesIn.Add(float64(len(f)))
 		if IDOf(f) == ServerID {
 			c.lastServer.Store(time.Now().UnixNano())
-			c.request(f[HeaderSize:])
+			reqs <- f[HeaderSize:]
 			continue
 		}
 		c.relay(f)
@@ -136,7 +152,7 @@ func (c *conn) cleanup() {
 	defer cancel()
 	if c.room != nil {
 		c.leave(ctx, c.room)
-		c.room = nil
+		c.setRoom(nil)
 	}
 	for id, r := range c.observed {
 		c.unobserve(ctx, id, r)
@@ -150,8 +166,13 @@ func (c *conn) cleanup() {
 }
 
 // relay forwards a frame to the sender's room, here and on other nodes.
+func (c *conn) setRoom(r *room) {
+	c.room = r
+	c.relayRoom.Store(r)
+}
+
 func (c *conn) relay(f []byte) {
-	r := c.room
+	r := c.relayRoom.Load()
 	if r == nil {
 		return // not in a room: Ubiq drops it too
 	}
@@ -442,7 +463,8 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		c.s.store.createRoom(ctx, target, rec.Name, rec.Publish)
 	}
 	old, oldAs := c.room, c.memberAs
-	c.room, c.memberAs = r, id
+	c.setRoom(r)
+	c.memberAs = id
 	r.cmdAttachMember(c, rev)
 	if old != nil {
 		c.leaveAs(ctx, old, oldAs)
@@ -489,8 +511,8 @@ func (c *conn) setPosition(p interest.Vec3) {
 	if r.others.Load() == 0 {
 		return
 	}
-	c.busBuf = appendPosition(appendBus(c.busBuf[:0], busPosition, id), p)
-	c.s.cfg.NC.Publish(r.subj, c.busBuf)
+	c.posBuf = appendPosition(appendBus(c.posBuf[:0], busPosition, id), p)
+	c.s.cfg.NC.Publish(r.subj, c.posBuf)
 }
 
 func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) {
@@ -517,32 +539,66 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 		want[id] = true
 		list = append(list, id)
 	}
-	for _, id := range list {
+	// Prepare the new rooms concurrently (state and activation are round
+	// trips to JetStream), then attach them in order, then let go of the
+	// old ones.
+	name := c.uuidOrSession()
+	ready := make([]*room, len(list))
+	var wg sync.WaitGroup
+	for i, id := range list {
 		if c.observed[id] != nil {
 			continue
 		}
-		if _, err := c.s.store.createRoom(ctx, id, "", false); err != nil {
-			c.log.Warn("observe room failed", "room", id, "err", err)
-			continue
-		}
-		if err := c.s.store.putObserver(ctx, id, c.uuidOrSession()); err != nil {
-			c.log.Warn("observe room failed", "room", id, "err", err)
-			continue
-		}
-		r, err := c.s.acquire(id)
-		if err != nil {
-			c.log.Warn("observe room failed", "room", id, "err", err)
-			c.s.store.deleteObserver(ctx, id, c.uuidOrSession())
-			continue
-		}
-		r.attachObserver(c)
-		c.observed[id] = r
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.s.store.createRoom(ctx, id, "", false); err != nil {
+				c.log.Warn("observe room failed", "room", id, "err", err)
+				return
+			}
+			if err := c.s.store.putObserver(ctx, id, name); err != nil {
+				c.log.Warn("observe room failed", "room", id, "err", err)
+				return
+			}
+			r, err := c.s.acquire(id)
+			if err != nil {
+				c.log.Warn("observe room failed", "room", id, "err", err)
+				c.s.store.deleteObserver(ctx, id, name)
+				return
+			}
+			ready[i] = r
+		}()
 	}
-	for id, r := range c.observed {
+	wg.Wait()
+	for i, id := range list {
+		if r := ready[i]; r != nil {
+			r.attachObserver(c)
+			c.observed[id] = r
+		}
+	}
+	var old []string
+	for id := range c.observed {
 		if !want[id] {
-			c.unobserve(ctx, id, r)
+			old = append(old, id)
 		}
 	}
+	for _, id := range old {
+		r := c.observed[id]
+		delete(c.observed, id)
+		r.detachObserver(c)
+		c.s.release(r)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Before answering, so that observing the room again later
+			// cannot be undone by this deletion.
+			if err := c.s.store.deleteObserver(ctx, id, name); err != nil {
+				c.log.Info("removing an observer failed", "room", id, "err", err)
+			}
+			c.s.removeIfEmpty(id)
+		}()
+	}
+	wg.Wait()
 	now := make([]string, 0, len(c.observed))
 	for _, id := range list {
 		if c.observed[id] != nil {

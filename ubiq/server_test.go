@@ -350,3 +350,21 @@ func TestMetricsPerConnection(t *testing.T) {
 		t.Fatalf("no per-connection drop counter for %s in:\n%s", p.uuid, out)
 	}
 }
+
+func TestObservedOnlyRoomRemoved(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	o := dialPeer(t, ts.tcp)
+	id := newUUID()
+	o.request("SetObserved", SetObservedArgs{ClientID: o.clientID, Rooms: []string{id}})
+	o.expect("Observed")
+	ctx := context.Background()
+	if _, _, err := ts.s.store.getRoom(ctx, id); err != nil {
+		t.Fatalf("observed room was not created on demand: %v", err)
+	}
+	o.request("SetObserved", SetObservedArgs{ClientID: o.clientID, Rooms: []string{}})
+	o.expect("Observed")
+	eventually(t, "the unobserved room to be removed", func() bool {
+		_, _, err := ts.s.store.getRoom(ctx, id)
+		return err != nil
+	})
+}
