@@ -290,7 +290,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		}
 		args := []string{cfg.Exe, "bench", "sfu", "--role", "bots", "--bus", busURL, "--site", s, "--addr", Addr(s),
 			"--bot-users", strings.Join(users, ","), "--n", strconv.Itoa(n), "--clip", cfg.ClipPath, "--estimator", cfg.Estimator,
-			"--delays", topo.DelayRoutes(s)}
+			"--bot-delays", topo.DelayRoutes(s)}
 		if nr := near[s]; len(nr) > 0 {
 			args = append(args, "--near", strings.Join(nr, ","))
 		}

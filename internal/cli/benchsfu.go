@@ -51,7 +51,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	n := fs.Int("n", 0, "internal (bots): users in the session")
 	senders := fs.String("senders", "", "internal (bots): scenario 2 senders")
 	clip := fs.String("clip", "", "internal (bots): clip file")
-	botDelays := fs.String("delays", "", "internal (bots): egress delay routes")
+	botDelays := fs.String("bot-delays", "", "internal (bots): egress delay routes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
