@@ -40,6 +40,11 @@ function defaultsFor(kind: string, url: string): JsonObject {
 
 const r3 = (v: number) => Math.round(v * 1000) / 1000;
 
+/** Runs an async UI action whose failures were already shown to the user. */
+const guard = <A extends unknown[]>(f: (...a: A) => Promise<void>) => (...a: A) => {
+  f(...a).catch((e) => console.debug('xrealm editor: action stopped:', e?.message ?? e));
+};
+
 export function startEditor(v: Viewer) {
   document.body.classList.add('editing');
   let selected: string | null = null;
@@ -157,7 +162,7 @@ export function startEditor(v: Viewer) {
     const delBtn = h('button', { id: 'f-delete', type: 'button', class: 'write danger' }, 'Delete');
     const n = descendants(o.id, v.model.objects.values()).length;
     let armed: ReturnType<typeof setTimeout> | null = null;
-    delBtn.addEventListener('click', async () => {
+    delBtn.addEventListener('click', guard(async () => {
       if (!armed) {
         delBtn.textContent = n ? `Delete ${o.id} and ${n} child object${n > 1 ? 's' : ''}? Click again` : `Delete ${o.id}? Click again`;
         armed = setTimeout(() => { armed = null; delBtn.textContent = 'Delete'; }, 4000);
@@ -167,7 +172,7 @@ export function startEditor(v: Viewer) {
       armed = null;
       await publish({ object_id: o.id, action: 'delete', persist: true }, 'Delete');
       toast(`Deleted ${o.id}${n ? ` and ${n} child object${n > 1 ? 's' : ''}` : ''}.`);
-    });
+    }));
 
     const form = h('form', { id: 'f-form' },
       h('p', {}, h('b', {}, o.id), ` · ${o.type}${kind ? ' · ' + kind : ''}`),
@@ -186,7 +191,7 @@ export function startEditor(v: Viewer) {
         h('div', { class: 'row' }, h('button', { id: 'f-apply', type: 'submit', class: 'write' }, 'Apply')),
       ) : h('p', { class: 'hint' }, 'Not a scene object: edit it as JSON.'),
     );
-    form.addEventListener('submit', async (e) => {
+    form.addEventListener('submit', guard(async (e) => {
       e.preventDefault();
       const delta: JsonObject = {
         position: readVec('position'),
@@ -214,10 +219,10 @@ export function startEditor(v: Viewer) {
         else delta.value = text.value;
       }
       await publish({ object_id: o.id, action: 'update', type: o.type, persist: true, data: delta }, 'Update');
-    });
+    }));
 
     const applyJson = h('button', { id: 'f-apply-json', type: 'button', class: 'write' }, 'Apply JSON');
-    applyJson.addEventListener('click', async () => {
+    applyJson.addEventListener('click', guard(async () => {
       let parsed;
       try {
         parsed = parseObjectJSON(jsonArea.value);
@@ -232,9 +237,9 @@ export function startEditor(v: Viewer) {
       // create replaces the stored object (an upsert), so the JSON is the whole object.
       await publish({ object_id: parsed.object_id, action: 'create', type: parsed.type, persist: true, data: parsed.data }, 'Save');
       if (parsed.object_id !== o.id) pendingSelect = parsed.object_id;
-    });
+    }));
     const dupBtn = h('button', { id: 'f-duplicate', type: 'button', class: 'write' }, 'Duplicate');
-    dupBtn.addEventListener('click', () => duplicate(o.id));
+    dupBtn.addEventListener('click', guard(() => duplicate(o.id)));
 
     detail.replaceChildren(form,
       h('details', { open: true }, h('summary', {}, 'Raw JSON'), jsonArea, jsonErr, h('div', { class: 'row' }, applyJson)),
@@ -268,7 +273,7 @@ export function startEditor(v: Viewer) {
     toast(`Duplicated ${id}${all.length > 1 ? ` with ${all.length - 1} child object(s)` : ''}.`);
   };
 
-  createForm.addEventListener('submit', async (e) => {
+  createForm.addEventListener('submit', guard(async (e) => {
     e.preventDefault();
     const kind = typeSel.value;
     const url = urlInput.value.trim();
@@ -298,9 +303,9 @@ export function startEditor(v: Viewer) {
     await publish({ object_id: id, action: 'create', type: 'object', persist: true, data }, 'Create');
     idInput.value = '';
     toast(`Created ${id}.`);
-  });
+  }));
 
-  exportBtn.addEventListener('click', async () => {
+  exportBtn.addEventListener('click', guard(async () => {
     const s = v.session();
     try {
       const objs = await persistGet<StoredObject[]>(`${encodeURIComponent(v.ns)}/${encodeURIComponent(v.scene)}`, s?.token ?? null);
@@ -314,9 +319,9 @@ export function startEditor(v: Viewer) {
     } catch (e) {
       toast(`Export failed: ${(e as Error).message}`, 'error');
     }
-  });
+  }));
 
-  importBtn.addEventListener('click', async () => {
+  importBtn.addEventListener('click', guard(async () => {
     const f = importFile.files?.[0];
     if (!f) {
       toast('Choose a JSON file first.', 'error');
@@ -336,7 +341,7 @@ export function startEditor(v: Viewer) {
     }
     importFile.value = '';
     toast(`Imported ${n} object${n === 1 ? '' : 's'}.`);
-  });
+  }));
 
   // --- follow the model
   let scheduled = false;
