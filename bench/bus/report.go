@@ -181,72 +181,105 @@ func bestAt(eff, ramp []Row, system string, users int) (Row, bool) {
 	return best, true
 }
 
+// points returns one point per user count of a system's rows: for a load
+// measured twice, the lower value when lower is better (latency, as a
+// load counts as held if either measurement held it), else the mean.
+func points(rows []Row, keep func(Row) bool, f func(Row) float64, lowerBetter bool) series {
+	var s series
+	idx := map[int]int{}
+	n := map[int]int{}
+	for _, r := range rows {
+		if r.Error != "" || !keep(r) {
+			continue
+		}
+		v := f(r)
+		i, ok := idx[r.Users]
+		if !ok {
+			idx[r.Users] = len(s.X)
+			s.X = append(s.X, float64(r.Users))
+			s.Y = append(s.Y, v)
+			n[r.Users] = 1
+			continue
+		}
+		if lowerBetter {
+			s.Y[i] = math.Min(s.Y[i], v)
+		} else {
+			s.Y[i] = (s.Y[i]*float64(n[r.Users]) + v) / float64(n[r.Users]+1)
+		}
+		n[r.Users]++
+	}
+	return s
+}
+
+// fileSafe turns a system name into a file name part:
+// "xrealm --write-linger=2ms" becomes "xrealm-write-linger-2ms".
+func fileSafe(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if dash && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			dash = false
+			continue
+		}
+		dash = true
+	}
+	return b.String()
+}
+
 func writePlots(dir string, r *Results) ([]string, error) {
 	var files []string
 	ramp := rowsOf(r, "ramp", 1)
 	if len(ramp) > 0 {
-		mk := func(file, title, ylabel string, logY bool, hline float64, hl string, f func(Row) float64) error {
+		mk := func(file, title, ylabel string, logY bool, hline float64, hl string, f func(Row) float64, lowerBetter bool) error {
 			c := chart{Title: title, XLabel: "users in one scene (10 Hz poses each)", YLabel: ylabel, LogY: logY, HLine: hline, HLineLabel: hl}
 			for _, sys := range systemsOf(ramp) {
-				s := series{Name: sys}
-				for _, row := range ramp {
-					if row.System == sys && row.Error == "" {
-						s.X = append(s.X, float64(row.Users))
-						s.Y = append(s.Y, f(row))
-					}
-				}
+				s := points(ramp, func(row Row) bool { return row.System == sys }, f, lowerBetter)
+				s.Name = sys
 				c.Series = append(c.Series, s)
 			}
 			files = append(files, file)
 			return c.write(filepath.Join(dir, file))
 		}
-		if err := mk("ramp-latency.svg", "One-way latency p99 (p50 dotted in the table) vs users", "p99 latency, ms (log)", true, 100, "100 ms limit", func(r Row) float64 { return r.P99ms }); err != nil {
+		if err := mk("ramp-latency.svg", "One-way latency p99 vs users", "p99 latency, ms (log)", true, 100, "100 ms limit", func(r Row) float64 { return r.P99ms }, true); err != nil {
 			return nil, err
 		}
-		if err := mk("ramp-deliveries.svg", "Deliveries per second vs users", "deliveries/s", false, 0, "", func(r Row) float64 { return r.PerSec }); err != nil {
+		if err := mk("ramp-latency-p50.svg", "One-way latency p50 vs users", "p50 latency, ms (log)", true, 0, "", func(r Row) float64 { return r.P50ms }, true); err != nil {
 			return nil, err
 		}
-		if err := mk("ramp-cpu.svg", "Broker CPU vs users", "broker CPU, cores", false, 0, "", func(r Row) float64 { return r.BrokerCPU }); err != nil {
+		if err := mk("ramp-deliveries.svg", "Deliveries per second vs users", "deliveries/s", false, 0, "", func(r Row) float64 { return r.PerSec }, false); err != nil {
 			return nil, err
 		}
-		if err := mk("ramp-efficiency.svg", "Deliveries per broker CPU-second vs users", "deliveries / broker CPU-s", false, 0, "", func(r Row) float64 { return r.PerCPUSec }); err != nil {
+		if err := mk("ramp-cpu.svg", "Broker CPU vs users", "broker CPU, cores", false, 0, "", func(r Row) float64 { return r.BrokerCPU }, false); err != nil {
+			return nil, err
+		}
+		if err := mk("ramp-efficiency.svg", "Deliveries per broker CPU-second vs users", "deliveries / broker CPU-s", false, 0, "", func(r Row) float64 { return r.PerCPUSec }, false); err != nil {
 			return nil, err
 		}
 	}
 	iso := rowsOf(r, "isolation", 0)
-	if len(iso) > 0 {
-		c := chart{Title: "Scene isolation: p99 latency vs users", XLabel: "users (spread evenly over the scenes)", YLabel: "p99 latency, ms (log)", LogY: true, HLine: 100, HLineLabel: "100 ms limit"}
-		type key struct {
-			sys    string
-			scenes int
-		}
-		var keys []key
-		seen := map[key]bool{}
+	for _, sys := range systemsOf(iso) {
+		c := chart{Title: "Scene isolation, " + sys + ": p99 latency vs users", XLabel: "users (spread evenly over the scenes)", YLabel: "p99 latency, ms (log)", LogY: true, HLine: 100, HLineLabel: "100 ms limit"}
+		var scenes []int
+		seen := map[int]bool{}
 		for _, row := range iso {
-			k := key{row.System, row.Scenes}
-			if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
+			if row.System == sys && !seen[row.Scenes] {
+				seen[row.Scenes] = true
+				scenes = append(scenes, row.Scenes)
 			}
 		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].sys != keys[j].sys {
-				return keys[i].sys < keys[j].sys
-			}
-			return keys[i].scenes < keys[j].scenes
-		})
-		for _, k := range keys {
-			s := series{Name: fmt.Sprintf("%s, %d scene(s)", k.sys, k.scenes)}
-			for _, row := range iso {
-				if row.System == k.sys && row.Scenes == k.scenes && row.Error == "" {
-					s.X = append(s.X, float64(row.Users))
-					s.Y = append(s.Y, row.P99ms)
-				}
-			}
+		sort.Ints(scenes)
+		for _, sc := range scenes {
+			s := points(iso, func(row Row) bool { return row.System == sys && row.Scenes == sc }, func(r Row) float64 { return r.P99ms }, true)
+			s.Name = fmt.Sprintf("%d scene(s)", sc)
 			c.Series = append(c.Series, s)
 		}
-		files = append(files, "isolation-latency.svg")
-		if err := c.write(filepath.Join(dir, "isolation-latency.svg")); err != nil {
+		file := "isolation-latency-" + fileSafe(sys) + ".svg"
+		files = append(files, file)
+		if err := c.write(filepath.Join(dir, file)); err != nil {
 			return nil, err
 		}
 	}

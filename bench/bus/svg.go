@@ -22,11 +22,17 @@ type chart struct {
 	HLineLabel            string
 }
 
-var palette = []string{"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
+var palette = []string{"#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#e7969c"}
 
 func (c chart) write(path string) error {
-	const W, H = 720, 420
-	const left, right, top, bottom = 70, 170, 40, 50
+	const H = 420
+	const left, top, bottom = 70, 40, 50
+	longest := 0
+	for _, s := range c.Series {
+		longest = max(longest, len([]rune(s.Name)))
+	}
+	right := 60 + 7*longest
+	W := 560 + right
 	pw, ph := float64(W-left-right), float64(H-top-bottom)
 	xmin, xmax, ymin, ymax := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
 	for _, s := range c.Series {
