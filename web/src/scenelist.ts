@@ -101,7 +101,7 @@ export async function startSceneList() {
     signIn,
     h('section', {}, h('h2', {}, 'Create'), createForm),
     h('section', {}, h('h2', {}, 'Scenes you can open'), list),
-    h('p', { class: 'hint' }, 'Any scene can be opened at /namespace/scene, also before it has objects; scenes in the "public" namespace are open to everyone.'),
+    h('p', { class: 'hint' }, 'Any scene you may read opens at /namespace/scene, also before it has objects, e.g. ', h('a', { href: '/public/lobby' }, '/public/lobby'), '.'),
   ));
   try {
     const scenes = await listScenes();
