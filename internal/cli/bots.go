@@ -53,6 +53,9 @@ func runBots(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if *behaviour == "replay" && *trace == "" {
+		return fmt.Errorf("--behaviour replay needs --trace FILE (lines: t x y z qx qy qz qw)")
+	}
 	spec := bots.Spec{Name: *behaviour, Area: a, Speed: *speed}
 	if *trace != "" {
 		if spec.Trace, err = bots.ReadTraceFile(*trace); err != nil {
