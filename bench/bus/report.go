@@ -561,9 +561,23 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 	}
 	lines = append(lines, line{"Lean generator", "generator CPU per delivery ≤ ½ of a paho-based client's",
 		fmt.Sprintf("%.2f µs vs paho %.2f µs: %.2f×", bu, pu, bu/math.Max(1e-9, pu)), verdict(bu <= pu/2, bu > 0 && pu > 0)})
+	// Capacity, tail latency and small differences need the CPU: when other
+	// work took a large share of the machine, their verdicts say so.
+	var other, n float64
+	for _, row := range r.Rows {
+		if row.Error == "" {
+			other += row.OtherCPU
+			n++
+		}
+	}
+	saturated := n > 0 && other/n > 0.5
 	p("## Targets (issue 3)\n\n| target | required | measured | verdict |\n|---|---|---|---|\n")
 	for _, l := range lines {
-		p("| %s | %s | %s | %s |\n", l.target, l.need, l.got, l.verdict)
+		v := l.verdict
+		if saturated && v == "**missed**" && l.target != "Lean generator" && !strings.HasPrefix(l.target, "Efficiency") {
+			v += fmt.Sprintf(" (inconclusive: other work used %.1f of %d cores)", other/n, r.Machine.Cores)
+		}
+		p("| %s | %s | %s | %s |\n", l.target, l.need, l.got, v)
 	}
 	p("\n")
 }
