@@ -135,7 +135,7 @@ func (w *Writer) replaceLocked(f Frame) bool {
 func (w *Writer) loop(onError func(error)) {
 	defer close(w.done)
 	var buf []byte
-	var last time.Time
+	var last, deadline time.Time
 	for range w.wake {
 		if w.opt.Linger > 0 {
 			if wait := w.opt.Linger - time.Since(last); wait > 0 {
@@ -167,7 +167,13 @@ func (w *Writer) loop(onError func(error)) {
 			}
 			w.mu.Unlock()
 			if w.err == nil {
-				w.conn.SetWriteDeadline(time.Now().Add(w.opt.WriteTimeout))
+				// A write that makes no progress for WriteTimeout fails. The
+				// deadline is moved only when half of it has passed: setting it
+				// on every batch costs more than the writes of a small batch.
+				if now := time.Now(); deadline.Sub(now) < w.opt.WriteTimeout/2 {
+					deadline = now.Add(w.opt.WriteTimeout)
+					w.conn.SetWriteDeadline(deadline)
+				}
 				if _, err := w.conn.Write(buf); err != nil {
 					w.err = err
 					if onError != nil {
