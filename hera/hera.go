@@ -85,9 +85,9 @@ type Params struct {
 	LossBetaPermille uint32
 	// Pacing asks the kernel to pace the flow (eBPF congestion control
 	// only; the Go state machine ignores it): the kernel's internal TCP
-	// pacing then spreads each window over the RTT at 1.2·cwnd/srtt instead
-	// of sending it in bursts of up to 64 KB, which on a 100 Mbit/s link add
-	// up to 5 ms of queueing on their own.
+	// pacing then spreads each window over the RTT at 1.2·cwnd/srtt (2× in
+	// slow start) instead of sending it in bursts of up to 64 KB, which on a
+	// 100 Mbit/s link add up to 5 ms of queueing on their own.
 	Pacing bool
 	// MinRTTWindow (Tuned only) is how long a minimum RTT sample stays
 	// valid; when it expires, the minimum over the samples seen since the

@@ -11,7 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"cubic": "tab:blue", "bbr": "tab:orange", "reno": "tab:green", "hera": "tab:red", "hera-paper": "tab:purple"}
+COLORS = {"cubic": "tab:blue", "bbr": "tab:orange", "reno": "tab:green", "hera": "tab:red", "hera-paper": "tab:purple",
+          "hera-nopacing": "tab:pink"}
 
 
 def main():

@@ -122,6 +122,24 @@ void BPF_PROG(bpf_hera_init, struct sock *sk)
 		sk->sk_pacing_status = 1; /* SK_PACING_NEEDED */
 }
 
+/*
+ * A congestion control with cong_control sets the pacing rate itself (the
+ * kernel's tcp_update_pacing_rate only runs for the others): the window
+ * per smoothed RTT, times 2 in slow start and 1.2 otherwise, the kernel's
+ * default ratios. Until the first RTT sample the rate stays unlimited.
+ */
+static __always_inline void set_pacing_rate(struct sock *sk, struct tcp_sock *tp, __u32 cwnd,
+					    __u32 slow_start)
+{
+	__u64 srtt_us = tp->srtt_us >> 3, rate;
+
+	if (srtt_us == 0)
+		return;
+	rate = (__u64)cwnd * tp->mss_cache * 1000000ULL / srtt_us;
+	rate = slow_start ? rate * 2 : rate * 6 / 5;
+	sk->sk_pacing_rate = rate;
+}
+
 SEC("struct_ops")
 void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const struct rate_sample *rs)
 {
@@ -139,6 +157,8 @@ void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const
 	if (cwnd < 1)
 		cwnd = 1;
 	tp->snd_cwnd = cwnd;
+	if (p.variant == HERA_TUNED && p_pacing)
+		set_pacing_rate(sk, tp, cwnd, st->slow_start);
 }
 
 SEC("struct_ops")
