@@ -94,15 +94,23 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 		cfg := fmt.Sprintf(`{"mode":"knn","k":%d,"rate":%g,"hysteresis_ms":500}`, k, rate)
 		c.Request("AppendRoomProperties", ubiq.PropertiesArgs{Keys: []string{ubiq.InterestKey}, Values: []string{cfg}})
 	}
-	select {
-	case <-l.joined:
-	case <-c.Done():
-		return nil, fmt.Errorf("bot %d: connection closed before SetRoom: %v", id.Index, c.Err())
-	case <-ctx.Done():
-		c.Close()
-		return nil, ctx.Err()
+	// Keep pinging while waiting, as Ubiq's clients do: the server drops
+	// peers that are silent to it for 10s.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-l.joined:
+			return l, nil
+		case <-tick.C:
+			c.Request("Ping", ubiq.ClientArgs{ClientID: l.clientID})
+		case <-c.Done():
+			return nil, fmt.Errorf("bot %d: connection closed before SetRoom: %v", id.Index, c.Err())
+		case <-ctx.Done():
+			c.Close()
+			return nil, ctx.Err()
+		}
 	}
-	return l, nil
 }
 
 type ubiqLink struct {
