@@ -30,6 +30,7 @@ func startXrealm(t *testing.T) (httpAddr, mqttAddr string, keys *server.Server) 
 	cfg.DataDir = t.TempDir()
 	cfg.HTTPAddr, cfg.MQTTAddr = freeAddr(t), freeAddr(t)
 	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.MQTTWSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", "", ""
+	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

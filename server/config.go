@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/ubiq"
 )
 
 // Config is everything `xrealm serve` can be told. Addresses are host:port;
@@ -22,6 +23,11 @@ type Config struct {
 	MQTTWSAddr string
 	NATSAddr   string
 	NATSWSAddr string
+
+	UbiqAddr       string           // Ubiq rooms over TCP (Ubiq's default :8009)
+	UbiqWSSAddr    string           // Ubiq over secure WebSocket, the server's certificate (:8010)
+	UbiqWSAddr     string           // Ubiq over plain WebSocket
+	UbiqICEServers []ubiq.ICEServer // ice-servers of new rooms; nil = Ubiq's default STUN server
 
 	TLSCert, TLSKey string // empty: a self-signed certificate in DataDir/tls
 
@@ -53,6 +59,8 @@ func Defaults() Config {
 		MQTTWSAddr:  ":9001",
 		NATSAddr:    ":4222",
 		NATSWSAddr:  ":4223",
+		UbiqAddr:    ":8009",
+		UbiqWSSAddr: ":8010",
 		ClusterAddr: ":6222",
 		Site:        "default",
 		MaxPayload:  1 << 20,

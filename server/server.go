@@ -28,6 +28,7 @@ import (
 	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/sfu"
 	"github.com/xrealm/xrealm/tlscert"
+	"github.com/xrealm/xrealm/ubiq"
 	"github.com/xrealm/xrealm/webclient"
 )
 
@@ -38,6 +39,7 @@ type Server struct {
 	bus  *bus.Bus
 	ncs  []*nats.Conn
 	mqtt *mqtt.Server
+	ubiq *ubiq.Server
 	http []*http.Server
 	lns  []net.Listener
 	wg   sync.WaitGroup
@@ -77,7 +79,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		return nil, err
 	}
 	var tlsConf *tls.Config
-	if cfg.HTTPSAddr != "" || cfg.MQTTSAddr != "" {
+	if cfg.HTTPSAddr != "" || cfg.MQTTSAddr != "" || cfg.UbiqWSSAddr != "" {
 		if tlsConf, err = tlscert.Load(cfg.TLSCert, cfg.TLSKey, cfg.DataDir, []string{cfg.PublicHost}); err != nil {
 			return nil, err
 		}
@@ -142,6 +144,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		MaxPayload: cfg.MaxPayload, Writer: cfg.Writer, Logger: log.With("component", "mqtt"),
 		Metrics:       mqtt.NewMetrics(s.Registry),
 		SceneInterest: s.sceneInterest,
+	}); err != nil {
+		return nil, err
+	}
+
+	ubiqNC, err := s.connect("xrealm-ubiq", nats.NoEcho())
+	if err != nil {
+		return nil, err
+	}
+	ubiqJS, err := s.bus.JetStream(ctx, ubiqNC)
+	if err != nil {
+		return nil, err
+	}
+	if err := retry(ctx, log, "open Ubiq room state", func(ctx context.Context) error {
+		s.ubiq, err = ubiq.NewServer(ctx, ubiq.Config{
+			NC: ubiqNC, JS: ubiqJS, TLS: tlsConf, ICEServers: cfg.UbiqICEServers, Replicas: replicas,
+			Writer: cfg.Writer, Logger: log.With("component", "ubiq"), Registerer: s.Registry,
+		})
+		return err
 	}); err != nil {
 		return nil, err
 	}
@@ -212,6 +232,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		listen(cfg.MQTTAddr, "mqtt", nil, mqttServe("tcp")),
 		listen(cfg.MQTTSAddr, "mqtts", tlsConf, mqttServe("tls")),
 		listen(cfg.MQTTWSAddr, "mqtt-ws", nil, httpServe(s.mqtt.WebSocketHandler("ws"))),
+		listen(cfg.UbiqAddr, "ubiq", nil, s.ubiq.Serve),
+		listen(cfg.UbiqWSAddr, "ubiq-ws", nil, httpServe(s.ubiq.WebSocketHandler())),
+		listen(cfg.UbiqWSSAddr, "ubiq-wss", tlsConf, httpServe(s.ubiq.WebSocketHandler())),
 	); err != nil {
 		return nil, err
 	}
@@ -290,6 +313,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.mqtt != nil {
 		if err := s.mqtt.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if s.ubiq != nil {
+		if err := s.ubiq.Shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}

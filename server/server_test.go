@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/ubiq"
 )
 
 type testNode struct {
@@ -39,6 +41,7 @@ func startNode(t *testing.T, mod func(*Config)) *testNode {
 	cfg.DataDir = t.TempDir()
 	cfg.HTTPAddr, cfg.MQTTAddr, cfg.MQTTWSAddr = freePort(t), freePort(t), freePort(t)
 	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", ""
+	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
 	cfg.MaxPayload = 64 << 10
 	if mod != nil {
 		mod(&cfg)
@@ -530,4 +533,40 @@ func TestSceneInterestFiltersPoses(t *testing.T) {
 	if peers["c"].in.has("/u/a/cam-a") {
 		t.Error("a's pose reached c, whose nearest is b")
 	}
+}
+
+// The Ubiq listeners of xrealm serve answer a Ping over TCP and over
+// secure WebSocket with the server's certificate.
+func TestUbiqListeners(t *testing.T) {
+	tcp, wss := freePort(t), freePort(t)
+	n := startNode(t, func(c *Config) { c.UbiqAddr, c.UbiqWSSAddr = tcp, wss })
+	for _, addr := range []string{tcp, "wss://" + wss} {
+		got := make(chan string, 4)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := ubiq.Dial(ctx, addr, ubiq.ClientOptions{
+			TLS: &tls.Config{InsecureSkipVerify: true},
+			OnFrame: func(frame []byte) {
+				if typ, err := ubiq.DecodeServer(frame[ubiq.HeaderSize:], nil); err == nil {
+					got <- typ
+				}
+			},
+		})
+		cancel()
+		if err != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		if err := c.Request("Ping", map[string]any{"clientid": map[string]int{"a": 7, "b": 9}}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case typ := <-got:
+			if typ != "Ping" {
+				t.Errorf("%s: answer %q, want Ping", addr, typ)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer to Ping", addr)
+		}
+		c.Close()
+	}
+	_ = n
 }

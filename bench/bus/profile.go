@@ -48,6 +48,7 @@ func Profile(ctx context.Context, pc ProfileConfig) error {
 		return err
 	}
 	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.MQTTWSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", "", ""
+	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
 	cfg.Insecure = pc.Insecure
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	srv, err := server.Start(ctx, cfg, quiet)

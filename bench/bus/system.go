@@ -141,7 +141,7 @@ func StartXrealm(ctx context.Context, dir string, o XrealmOptions) (*System, err
 	args := append(append([]string(nil), o.Command[1:]...), "serve",
 		"--data", data, "--http-addr", httpAddr, "--mqtt-addr", mqttAddr,
 		"--https-addr", o.HTTPSAddr, "--mqtts-addr", o.MQTTSAddr, "--mqtt-ws-addr", "",
-		"--nats-addr", "", "--nats-ws-addr", "", "--public-host", "localhost", "--log-level", "warn")
+		"--nats-addr", "", "--nats-ws-addr", "", "--ubiq-addr", "", "--ubiq-wss-addr", "", "--public-host", "localhost", "--log-level", "warn")
 	if o.Insecure {
 		args = append(args, "--insecure")
 	}

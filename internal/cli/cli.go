@@ -76,9 +76,9 @@ func usage(w io.Writer, cmds map[string]command) {
 // runBench dispatches `xrealm bench <name>`.
 func runBench(ctx context.Context, args []string) error {
 	benches := map[string]func(context.Context, []string) error{
-		"cc":  runBenchCC,
-		"bus": runBenchBus,
-		"sfu": runBenchSFU,
+		"cc":    runBenchCC,
+		"bus":   runBenchBus,
+		"sfu":   runBenchSFU,
 		"rooms": runBenchRooms,
 	}
 	if len(args) < 1 {

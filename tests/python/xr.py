@@ -62,7 +62,7 @@ class XRealm:
     HTTP and MQTT/TCP, which every test uses.
     """
 
-    LISTENERS = ("http", "https", "mqtt", "mqtts", "mqtt_ws", "nats", "nats_ws")
+    LISTENERS = ("http", "https", "mqtt", "mqtts", "mqtt_ws", "nats", "nats_ws", "ubiq", "ubiq_wss", "ubiq_ws")
 
     def __init__(self, data_dir, name="xr", listeners=("http", "mqtt"), fixed=None, extra=()):
         self.data_dir = str(data_dir)

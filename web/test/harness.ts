@@ -67,7 +67,7 @@ export async function startServer(): Promise<XrealmServer> {
   const dataDir = mkdtempSync(join(tmpdir(), 'xrealm-web-test-'));
   const [http, mq] = [await freePort(), await freePort()];
   const args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
-    '--https-addr', '', '--mqtts-addr', '', '--nats-addr', '', '--nats-ws-addr', '', '--mqtt-ws-addr', '',
+    '--https-addr', '', '--mqtts-addr', '', '--nats-addr', '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
     '--name', 'webtest', '--log-level', 'info'];
   const proc: ChildProcess = spawn(bin, args, { env: { ...process.env, XREALM_WEB_DIR: dist }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';

@@ -45,7 +45,7 @@ def sfu_nodes():
     try:
         bus = subprocess.Popen([binary, "serve", "--insecure", "--data", data, "--nats-addr", f"127.0.0.1:{nats_port}",
                                 "--http-addr", "", "--https-addr", "", "--mqtt-addr", "", "--mqtts-addr", "",
-                                "--mqtt-ws-addr", "", "--nats-ws-addr", ""],
+                                "--mqtt-ws-addr", "", "--nats-ws-addr", "", "--ubiq-addr", "", "--ubiq-wss-addr", ""],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(bus)
         wait_port(nats_port, bus)
