@@ -101,6 +101,10 @@ func Summarise(w io.Writer, rs []Result) {
 				if a.invalid > 0 {
 					inv = fmt.Sprintf(" (+%d invalid)", a.invalid)
 				}
+				if a.n == 0 {
+					fmt.Fprintf(w, "| %s | %s | 0%s | – | – | – | – |\n", t, al, inv)
+					continue
+				}
 				fmt.Fprintf(w, "| %s | %s | %d%s | %.1f | %.2f | %.1f | %.1f |\n", t, al, a.n, inv, a.mbps, a.util, a.mean, a.p95)
 			}
 		}
@@ -146,7 +150,15 @@ func Summarise(w io.Writer, rs []Result) {
 				if a == nil {
 					continue
 				}
-				fmt.Fprintf(w, "| %s | %s | %d | %d | %.1f | %.3f | %.1f |\n", t, al, a.n, flows[key{t, al}], a.mbps, a.jain, a.p95)
+				inv := ""
+				if a.invalid > 0 {
+					inv = fmt.Sprintf(" (+%d invalid)", a.invalid)
+				}
+				if a.n == 0 {
+					fmt.Fprintf(w, "| %s | %s | 0%s | %d | – | – | – |\n", t, al, inv, flows[key{t, al}])
+					continue
+				}
+				fmt.Fprintf(w, "| %s | %s | %d%s | %d | %.1f | %.3f | %.1f |\n", t, al, a.n, inv, flows[key{t, al}], a.mbps, a.jain, a.p95)
 			}
 		}
 	}
