@@ -203,6 +203,45 @@ describe('presence', () => {
   }, 90_000);
 });
 
+describe('interest management', () => {
+  it('in a kNN scene, a page draws only the avatars in its interest set', async () => {
+    // The owner of namespace "public" turns on kNN interest with k = 1.
+    const owner = srv.token('public', 'public/crowd', 'editor');
+    const r = await fetch(`${srv.url}/scenes/public/crowd/settings`, {
+      method: 'PUT',
+      headers: { Authorization: `Bearer ${owner}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ public_read: true, anonymous_users: true, editors: [], viewers: [],
+        interest: { mode: 'knn', k: 1, rate_hz: 10, hysteresis_ms: 100 } }),
+    });
+    expect(r.status).toBe(200);
+    const a = await open('/public/crowd', { quality: 'low' });
+    const b = await open('/public/crowd', { quality: 'low' });
+    const c = await open('/public/crowd', { quality: 'low' });
+    // A and B stand together; C is far away. A's nearest is B, B's is A,
+    // and C's is B.
+    await placeCamera(a, 0, 1.6, 0);
+    await placeCamera(b, 1, 1.6, 0);
+    await placeCamera(c, 50, 1.6, 0);
+    const [sa, sb, sc] = [await session(a), await session(b), await session(c)];
+    const avatar = (p: Page, s: { userClient: string }) => p.$(`[data-avatar-for="${s.userClient}"]`);
+    await waitFor('A draws B', () => avatar(a, sb));
+    await waitFor('B draws A', () => avatar(b, sa));
+    await waitFor('C draws B', () => avatar(c, sb));
+    // Avatars seen before the sets settled expire with their ttl; then each
+    // page draws only the senders in its set.
+    await waitFor('A stops drawing C', async () => !(await avatar(a, sc)), 20_000);
+    await waitFor('B stops drawing C', async () => !(await avatar(b, sc)), 20_000);
+    await waitFor('C stops drawing A', async () => !(await avatar(c, sa)), 20_000);
+    // C keeps sending a heartbeat pose every second: without filtering its
+    // avatar would be back on A and B within this wait.
+    await a.waitForTimeout(2500);
+    expect(await avatar(a, sc)).toBeNull();
+    expect(await avatar(b, sc)).toBeNull();
+    expect(await avatar(a, sb)).toBeTruthy();
+    expect(await avatar(c, sb)).toBeTruthy();
+  }, 90_000);
+});
+
 describe('objects', () => {
   it('a third client creates persisted objects; pages render them, and a later page too', async () => {
     const a = await open('/public/objects', { width: 640, height: 400 });
