@@ -96,27 +96,13 @@ func (s *Server) Serve(l net.Listener, transport string) error {
 	}
 	s.lns = append(s.lns, l)
 	s.mu.Unlock()
-	var delay time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(delay*2, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return nil
-			}
-			return err
-		}
-		delay = 0
-		s.ServeConn(nc, transport)
-	}
+	return fanout.Accept(l, s.isClosed, func(nc net.Conn) { s.ServeConn(nc, transport) })
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // ServeConn serves one client connection in a new goroutine.

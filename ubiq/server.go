@@ -282,27 +282,7 @@ func (s *Server) Serve(l net.Listener) error {
 	}
 	s.lns = append(s.lns, l)
 	s.mu.Unlock()
-	var delay time.Duration
-	for {
-		nc, err := l.Accept()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(delay*2, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return nil
-			}
-			return err
-		}
-		delay = 0
-		s.ServeConn(nc)
-	}
+	return fanout.Accept(l, s.isClosed, s.ServeConn)
 }
 
 // ServeConn serves one Ubiq stream connection (TCP or TLS) in a new
@@ -393,4 +373,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.cancel()
 		return ctx.Err()
 	}
+}
+
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
