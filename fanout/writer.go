@@ -14,6 +14,9 @@ type Frame struct {
 	// Key, when not empty, lets a newer frame with the same key replace this
 	// one while the queue is full.
 	Key string
+	// Urgent frames (interactions, acknowledgements) are written without
+	// waiting for the linger interval, together with whatever is queued.
+	Urgent bool
 }
 
 // Options bound a Writer's queue.
@@ -61,8 +64,9 @@ type Writer struct {
 	closed bool
 	err    error
 
-	wake chan struct{}
-	done chan struct{}
+	wake   chan struct{}
+	urgent chan struct{} // cuts a linger short
+	done   chan struct{}
 
 	dropped   atomic.Uint64
 	coalesced atomic.Uint64
@@ -74,7 +78,7 @@ type Writer struct {
 // called once when a write fails; the writer then discards further frames.
 func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
-	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
 	go w.loop(onError)
 	return w
 }
@@ -115,6 +119,12 @@ func (w *Writer) Enqueue(f Frame) Result {
 		default:
 		}
 	}
+	if f.Urgent {
+		select {
+		case w.urgent <- struct{}{}:
+		default:
+		}
+	}
 	w.mu.Unlock()
 	return Queued
 }
@@ -136,11 +146,25 @@ func (w *Writer) loop(onError func(error)) {
 	defer close(w.done)
 	var buf []byte
 	var last, deadline time.Time
+	var linger *time.Timer
 	for range w.wake {
 		if w.opt.Linger > 0 {
-			if wait := w.opt.Linger - time.Since(last); wait > 0 {
-				time.Sleep(wait)
+			if wait := w.opt.Linger - time.Since(last); wait > 0 && !w.queuedUrgent() {
+				if linger == nil {
+					linger = time.NewTimer(wait)
+				} else {
+					linger.Reset(wait)
+				}
+				select {
+				case <-linger.C:
+				case <-w.urgent:
+					linger.Stop()
+				}
 			}
+		}
+		select { // an urgent signal for frames about to be written is spent
+		case <-w.urgent:
+		default:
 		}
 		for {
 			w.mu.Lock()
@@ -195,6 +219,18 @@ func (w *Writer) loop(onError func(error)) {
 	}
 }
 
+// queuedUrgent reports whether an urgent frame waits in the queue.
+func (w *Writer) queuedUrgent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.queue {
+		if w.queue[i].Urgent {
+			return true
+		}
+	}
+	return false
+}
+
 // Close stops accepting frames, lets the writer send what is queued, and
 // waits for it to finish (bounded by the write timeout).
 func (w *Writer) Close() {
@@ -206,6 +242,10 @@ func (w *Writer) Close() {
 	}
 	w.closed = true
 	close(w.wake)
+	select { // do not wait out a linger
+	case w.urgent <- struct{}{}:
+	default:
+	}
 	w.mu.Unlock()
 	<-w.done
 }

@@ -173,3 +173,26 @@ func TestWriterLingerBatchesSteadyTraffic(t *testing.T) {
 		t.Fatalf("%d writes for 11 frames with a 20ms linger, want at most 3", s.Batches)
 	}
 }
+
+// An urgent frame does not wait for the linger interval of a busy
+// connection, and takes the queued frames with it.
+func TestWriterUrgentSkipsLinger(t *testing.T) {
+	c := &pipeConn{}
+	w := NewWriter(c, Options{Linger: time.Hour}, nil)
+	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+	waitFor(t, func() bool { return w.Stats().Written == 1 })
+	w.Enqueue(Frame{Bytes: []byte("b"), Key: "pose"}) // busy: would wait an hour
+	time.Sleep(20 * time.Millisecond)
+	if w.Stats().Written != 1 {
+		t.Fatal("a pose was written before the linger interval")
+	}
+	w.Enqueue(Frame{Bytes: []byte("c"), Urgent: true})
+	waitFor(t, func() bool { return w.Stats().Written == 3 })
+	if got := c.String(); got != "abc" {
+		t.Fatalf("wrote %q, want abc", got)
+	}
+	// An urgent frame queued while the writer is idle is not delayed either.
+	w.Enqueue(Frame{Bytes: []byte("d"), Urgent: true})
+	waitFor(t, func() bool { return w.Stats().Written == 4 })
+	w.Close()
+}

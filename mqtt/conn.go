@@ -241,9 +241,9 @@ func (c *conn) cleanup() {
 	c.w.Close()
 }
 
-// send queues a control packet.
+// send queues a control packet; acknowledgements do not wait.
 func (c *conn) send(cp packets.ControlPacket) {
-	c.w.Enqueue(fanout.Frame{Bytes: encode(cp)})
+	c.w.Enqueue(fanout.Frame{Bytes: encode(cp), Urgent: true})
 }
 
 // deny logs a refused action (the first few per connection) and counts it.
@@ -437,13 +437,15 @@ func (c *conn) deliver(m *outMsg, qos byte) bool {
 	var f fanout.Frame
 	if qos == 0 {
 		b := m.frameQoS0()
-		f = fanout.Frame{Bytes: b, Key: m.key}
+		// Poses (keyed) are the bulk traffic and may wait for the linger
+		// interval; everything else (object edits, clicks, chat) is urgent.
+		f = fanout.Frame{Bytes: b, Key: m.key, Urgent: m.key == ""}
 	} else {
 		id := uint16(c.nextID.Add(1))
 		if id == 0 {
 			id = uint16(c.nextID.Add(1))
 		}
-		f = fanout.Frame{Bytes: encodePublish(m.topic, m.payload, 1, id)}
+		f = fanout.Frame{Bytes: encodePublish(m.topic, m.payload, 1, id), Urgent: true}
 	}
 	switch c.w.Enqueue(f) {
 	case fanout.Queued:
