@@ -5,7 +5,10 @@
 // The writer never waits when the connection is idle: a frame queued to an
 // idle connection is written at once. While a write is in progress, frames
 // pile up and go out together in the next write, so a busy connection costs
-// one system call per batch instead of one per message. When the queue is
+// one system call per batch instead of one per message. With a linger
+// interval (Options.Linger), a connection with steady traffic writes at most
+// once per interval, but an urgent frame (an interaction or an
+// acknowledgement, Frame.Urgent) ends the wait at once. When the queue is
 // full, a frame with a coalescing key replaces the queued frame with the same
 // key (a newer pose of the same object), and otherwise it is dropped and
 // counted; the queue never grows without bound and a slow reader never slows
