@@ -53,9 +53,9 @@ type VolumetricConfig struct {
 // VolumetricStats is what a bot received in its measurement window.
 type VolumetricStats struct {
 	// Descs counts, per publisher ID, the descriptions captured in the
-	// window that completed.
+	// window that completed within the deadline from their capture.
 	Descs map[uint32][volumetric.Descriptions]uint64 `json:"descs"`
-	// Latency is capture → complete description, µs.
+	// Latency is capture → complete description, µs, late ones included.
 	Latency *hdrhistogram.Snapshot `json:"latency"`
 	// Packets is the number of distinct RTP packets that arrived in the
 	// window, Expected the sequence-number span they cover: loss after
@@ -172,10 +172,15 @@ func (b *VolumetricBot) onTrack(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 				b.expected += span
 			}
 			if done && int(h.Description) < volumetric.Descriptions && b.inWindow(time.UnixMicro(int64(h.CaptureUs))) {
-				c := b.descs[h.Client]
-				c[h.Description]++
-				b.descs[h.Client] = c
+				// every completion counts in the latency; only those within
+				// the deadline from capture count as delivered (a late
+				// retransmission is no use to a renderer)
 				_ = b.hist.RecordValue(max(lat.Microseconds(), 1))
+				if lat <= b.cfg.Deadline {
+					c := b.descs[h.Client]
+					c[h.Description]++
+					b.descs[h.Client] = c
+				}
 			}
 			b.mu.Unlock()
 		}

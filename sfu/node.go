@@ -166,11 +166,21 @@ func (n *Node) loop() {
 			for _, s := range n.local {
 				s.measure(now)
 			}
+			var resub []*source
 			for _, s := range n.relayed {
 				s.measure(now)
+				if s.stalled(now) {
+					resub = append(resub, s)
+				}
 			}
 			peers := n.peerList("")
 			n.mu.Unlock()
+			for _, s := range resub {
+				// the "sub" was lost (link not up in time) or the origin
+				// restarted: ask again; "sub" is idempotent at the origin
+				n.log.Debug("relayed track stalled, subscribing again", "track", s.info.Key())
+				n.sendControl(s.info.Node, relay.Control{Op: "sub", Track: s.info.Key()})
+			}
 			for _, p := range peers {
 				p.reconcile()
 			}
@@ -316,6 +326,7 @@ func (n *Node) acquire(t TrackInfo) *source {
 	origin := t.Node
 	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
 	s.fetch = newFetcher(func(seqs []uint16) { n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs}) })
+	s.subAt = time.Now()
 	n.relayed[key] = s
 	n.mu.Unlock()
 	n.sendControl(origin, relay.Control{Op: "sub", Track: key})

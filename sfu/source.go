@@ -60,6 +60,8 @@ type source struct {
 	bytes   atomic.Uint64
 	packets atomic.Uint64
 	rate    atomic.Uint64 // bit/s over the last measurement window
+	lastPkt atomic.Int64  // unix ns of the last packet
+	subAt   time.Time     // relayed: when "sub" was last sent (node loop only)
 	winAt   time.Time
 	winB    uint64
 }
@@ -98,6 +100,7 @@ func (s *source) write(raw []byte) {
 	}
 	s.bytes.Add(uint64(len(raw)))
 	s.packets.Add(1)
+	s.lastPkt.Store(time.Now().UnixNano())
 	_ = s.buf.Write(h.SequenceNumber, raw)
 	payload := raw[n:]
 	if h.Padding && len(payload) > 0 {
@@ -180,4 +183,22 @@ func (s *source) downstream() []*downtrack.DownTrack {
 		out = append(out, d)
 	}
 	return out
+}
+
+// stallAfter is how long a relayed source with subscribers may go without
+// packets before the node subscribes again.
+const stallAfter = 3 * time.Second
+
+// stalled reports, for a relayed source with local subscribers, that no
+// packet arrived for stallAfter since the last "sub"; it then restarts the
+// clock. Called from the node loop with n.mu held.
+func (s *source) stalled(now time.Time) bool {
+	if len(s.downstream()) == 0 || now.Sub(s.subAt) < stallAfter {
+		return false
+	}
+	if last := s.lastPkt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < stallAfter {
+		return false
+	}
+	s.subAt = now
+	return true
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -44,6 +45,7 @@ type Config struct {
 	ClipPath      string
 	Estimator     string
 	Out           string // results.jsonl, appended to
+	LogDir        string // the children's stderr, one file per process and run
 	Log           *slog.Logger
 }
 
@@ -166,7 +168,7 @@ type proc struct {
 	lines chan string
 }
 
-func start(ctx context.Context, ns, name string, args ...string) (*proc, error) {
+func start(ctx context.Context, logDir, ns, name string, args ...string) (*proc, error) {
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
@@ -178,7 +180,7 @@ func start(ctx context.Context, ns, name string, args ...string) (*proc, error) 
 	if err != nil {
 		return nil, err
 	}
-	stderr, err := os.CreateTemp("", "xrsfu-"+name+"-*.log")
+	stderr, err := os.Create(filepath.Join(logDir, name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -224,15 +226,17 @@ func (p *proc) stop() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	_ = p.cmd.Wait()
-	f := p.cmd.Stderr.(*os.File)
-	f.Close()
-	os.Remove(f.Name())
+	p.cmd.Stderr.(*os.File).Close()
 }
 
 func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, setup string, scenario, n int) (Result, error) {
 	r := Result{Setup: setup, Scenario: scenario, Users: n, At: time.Now().UTC().Format(time.RFC3339)}
 	sites, err := sfuSites(setup)
 	if err != nil {
+		return r, err
+	}
+	logDir := filepath.Join(cfg.LogDir, fmt.Sprintf("%s-s%d-n%d", setup, scenario, n))
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return r, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -244,7 +248,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		}
 	}()
 	busURL := "nats://" + Addr("c") + ":4222"
-	bp, err := start(ctx, NS("c"), "bus", cfg.Exe, "bench", "sfu", "--role", "bus", "--listen", Addr("c")+":4222")
+	bp, err := start(ctx, logDir, NS("c"), "bus", cfg.Exe, "bench", "sfu", "--role", "bus", "--listen", Addr("c")+":4222")
 	if err != nil {
 		return r, err
 	}
@@ -258,8 +262,8 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	}
 	var sfus []*proc
 	for i, s := range sites {
-		p, err := start(ctx, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
-			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "error", "--egress-delays", topo.DelayRoutes(s))
+		p, err := start(ctx, logDir, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
+			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "warn", "--egress-delays", topo.DelayRoutes(s))
 		if err != nil {
 			return r, err
 		}
@@ -297,7 +301,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		if len(senders) > 0 {
 			args = append(args, "--senders", strings.Join(senders, ","))
 		}
-		p, err := start(ctx, NS(s), "bots-"+s, args...)
+		p, err := start(ctx, logDir, NS(s), "bots-"+s, args...)
 		if err != nil {
 			return r, err
 		}

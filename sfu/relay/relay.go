@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pion/webrtc/v4"
 )
@@ -68,6 +69,30 @@ type Link struct {
 	closeOnce  sync.Once
 
 	BytesIn, BytesOut, PacketsIn, PacketsOut, Dropped atomic.Uint64
+
+	rateMu  sync.Mutex
+	rateAt  time.Time
+	rateB   uint64
+	rateBps float64 // bytes/s sent over the last window
+}
+
+// MaxQueue is how much sending time the media channel may buffer.
+const MaxQueue = 200 * time.Millisecond
+
+// maxBuffered is the send-buffer cap: MaxQueue at the rate measured over
+// the last half second, within [64 KiB, 4 MiB].
+func (l *Link) maxBuffered() uint64 {
+	now := time.Now()
+	l.rateMu.Lock()
+	defer l.rateMu.Unlock()
+	if dt := now.Sub(l.rateAt); dt >= 500*time.Millisecond {
+		b := l.BytesOut.Load()
+		if !l.rateAt.IsZero() {
+			l.rateBps = float64(b-l.rateB) / dt.Seconds()
+		}
+		l.rateAt, l.rateB = now, b
+	}
+	return uint64(min(max(l.rateBps*MaxQueue.Seconds(), 64<<10), 4<<20))
 }
 
 // ErrNotReady reports a send before both channels opened.
@@ -205,7 +230,8 @@ func (l *Link) SendControl(c Control) error {
 }
 
 // SendMedia sends one RTP packet of track. Packets are dropped, and
-// counted, while the channel's send buffer holds more than 4 MiB, so that a
+// counted, while the channel's send buffer holds more than MaxQueue of
+// sending at the link's recent rate (between 64 KiB and 4 MiB), so that a
 // slow link loses packets instead of adding delay.
 func (l *Link) SendMedia(track string, pkt []byte) error {
 	select {
@@ -216,7 +242,7 @@ func (l *Link) SendMedia(track string, pkt []byte) error {
 	if len(track) > 255 {
 		return fmt.Errorf("relay: track key %q longer than 255 bytes", track)
 	}
-	if l.media.BufferedAmount() > 4<<20 {
+	if l.media.BufferedAmount() > l.maxBuffered() {
 		l.Dropped.Add(1)
 		return nil
 	}
