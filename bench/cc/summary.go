@@ -112,7 +112,10 @@ func Summarise(w io.Writer, rs []Result) {
 			}
 		}
 		fmt.Fprintln(w)
-		for _, h := range []string{"hera", "hera-paper"} {
+		for _, h := range algos {
+			if !strings.HasPrefix(h, "hera") {
+				continue
+			}
 			pass, total := 0, 0
 			var lines []string
 			for _, t := range traces {
