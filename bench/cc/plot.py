@@ -45,19 +45,24 @@ def main():
         fig.tight_layout(rect=(0, 0.06, 1, 1))
         fig.savefig(f"{out}/scatter.png", dpi=110)
     if multi:
-        fig, ax = plt.subplots(figsize=(7, 3.6))
-        for r in multi:
-            ax.plot(range(1, len(r["jain_series"]) + 1), r["jain_series"], color=COLORS.get(r["algo"], "k"),
-                    label=f'{r["algo"]} ({r["trace"]}, {r["flows"]} flows)')
-        ax.axhline(0.95, color="gray", ls="--", lw=1)
-        ax.set_xlabel("second (after 2 s warm-up)")
-        ax.set_ylabel("Jain's fairness index")
-        ax.set_ylim(0, 1.02)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+        traces = sorted({r["trace"] for r in multi})
+        fig, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 3.6), squeeze=False)
+        for ax, t in zip(axes.flat, traces):
+            for r in multi:
+                if r["trace"] != t:
+                    continue
+                style = "-" if r["valid"] else ":"
+                ax.plot(range(1, len(r["jain_series"]) + 1), r["jain_series"], style, color=COLORS.get(r["algo"], "k"),
+                        label=f'{r["algo"]} ({r["flows"]} flows)')
+            ax.axhline(0.95, color="gray", ls="--", lw=1)
+            ax.set_title(t)
+            ax.set_xlabel("second (after 2 s warm-up)")
+            ax.set_ylabel("Jain's fairness index (1 s)")
+            ax.set_ylim(0, 1.02)
+            ax.legend(fontsize=7, loc="lower right")
+            ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(f"{out}/jain.png", dpi=110)
-
     if qoe:
         traces = sorted({r["trace"] for r in qoe})
         fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
