@@ -3,6 +3,7 @@ package sfu
 import (
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/pion/ice/v4"
 
@@ -103,6 +104,19 @@ func (n *Node) settingEngine() webrtc.SettingEngine {
 	if n.cfg.Net != nil {
 		se.SetNet(n.cfg.Net)
 	}
+	return se
+}
+
+// relaySettingEngine tunes SCTP for relay links, whose media channel is
+// partially reliable and already rate-controlled by the allocators: after
+// a loss, pion's defaults (RTO up to 60 s, congestion window down to one
+// MTU) stall the link for seconds while media keeps arriving; a short RTO
+// ceiling and a floor under the window keep it flowing.
+func (n *Node) relaySettingEngine() webrtc.SettingEngine {
+	se := n.settingEngine()
+	se.SetSCTPRTOMax(300 * time.Millisecond)
+	se.SetSCTPMinCwnd(128 << 10)
+	se.SetSCTPMaxReceiveBufferSize(4 << 20)
 	return se
 }
 

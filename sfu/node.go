@@ -63,7 +63,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
-	n.api = webrtc.NewAPI(webrtc.WithSettingEngine(n.settingEngine()))
+	n.api = webrtc.NewAPI(webrtc.WithSettingEngine(n.relaySettingEngine()))
 	subs := []struct {
 		subj string
 		h    nats.MsgHandler

@@ -263,7 +263,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	var sfus []*proc
 	for i, s := range sites {
 		p, err := start(ctx, logDir, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
-			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "warn", "--egress-delays", topo.DelayRoutes(s))
+			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", "5s", "--egress-delays", topo.DelayRoutes(s))
 		if err != nil {
 			return r, err
 		}

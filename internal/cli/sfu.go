@@ -36,6 +36,7 @@ func runSFU(ctx context.Context, args []string) error {
 	mode := fs.String("mode", "track-selection", "allocator mode for point clouds: track-selection or layers")
 	estimator := fs.String("estimator", "gcc", "default bandwidth estimator towards clients: gcc or hera (clients may pick their own in the offer)")
 	delays := fs.String("egress-delays", "", "emulated one-way delays of sent UDP packets by destination, CIDR=duration,... (the bench: no netem in its kernel)")
+	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
@@ -118,6 +119,45 @@ func runSFU(ctx context.Context, args []string) error {
 		defer srv.Close()
 		log.Info("sfu http", "addr", ln.Addr().String(), "websocket", cfg.WebSocketURL)
 	}
+	if *logStats > 0 {
+		go logNodeStats(ctx, log, reg, *logStats)
+	}
 	<-ctx.Done()
 	return nil
+}
+
+// logNodeStats logs sums and means of the node's metrics every period.
+func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fams, err := reg.Gather()
+		if err != nil {
+			continue
+		}
+		sum, cnt := map[string]float64{}, map[string]float64{}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+				sum[f.GetName()] += v
+				cnt[f.GetName()]++
+			}
+		}
+		mean := func(k string) float64 {
+			if cnt[k] == 0 {
+				return 0
+			}
+			return sum[k] / cnt[k]
+		}
+		log.Info("sfu stats", "clients", sum["xrealm_sfu_clients"], "sources", sum["xrealm_sfu_sources"],
+			"mean_estimate_kbps", mean("xrealm_sfu_subscriber_estimate_bps")/1e3, "mean_allocated_kbps", mean("xrealm_sfu_subscriber_allocated_bps")/1e3,
+			"active_slots", sum["xrealm_sfu_subscriber_active_slots"], "relay_dropped", sum["xrealm_sfu_relay_dropped_total"],
+			"nacks", sum["xrealm_sfu_subscriber_nacks_total"], "rtx", sum["xrealm_sfu_subscriber_retransmits_total"],
+			"nack_forwarded", sum["xrealm_sfu_relay_nack_forwarded_total"], "relay_links", sum["xrealm_sfu_relay_links"])
+	}
 }

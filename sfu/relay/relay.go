@@ -76,11 +76,12 @@ type Link struct {
 	rateBps float64 // bytes/s sent over the last window
 }
 
-// MaxQueue is how much sending time the media channel may buffer.
-const MaxQueue = 200 * time.Millisecond
+// MaxQueue is how much sending time the media channel may buffer (SCTP
+// counts unacknowledged bytes as buffered, so this includes a round trip).
+const MaxQueue = 500 * time.Millisecond
 
 // maxBuffered is the send-buffer cap: MaxQueue at the rate measured over
-// the last half second, within [64 KiB, 4 MiB].
+// the last half second, within [256 KiB, 4 MiB].
 func (l *Link) maxBuffered() uint64 {
 	now := time.Now()
 	l.rateMu.Lock()
@@ -92,7 +93,7 @@ func (l *Link) maxBuffered() uint64 {
 		}
 		l.rateAt, l.rateB = now, b
 	}
-	return uint64(min(max(l.rateBps*MaxQueue.Seconds(), 64<<10), 4<<20))
+	return uint64(min(max(l.rateBps*MaxQueue.Seconds(), 256<<10), 4<<20))
 }
 
 // ErrNotReady reports a send before both channels opened.
@@ -231,7 +232,7 @@ func (l *Link) SendControl(c Control) error {
 
 // SendMedia sends one RTP packet of track. Packets are dropped, and
 // counted, while the channel's send buffer holds more than MaxQueue of
-// sending at the link's recent rate (between 64 KiB and 4 MiB), so that a
+// sending at the link's recent rate (between 256 KiB and 4 MiB), so that a
 // slow link loses packets instead of adding delay.
 func (l *Link) SendMedia(track string, pkt []byte) error {
 	select {
