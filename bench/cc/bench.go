@@ -93,8 +93,8 @@ func load1() float64 {
 type QoEResult struct {
 	TargetMbps      float64 `json:"target_mbps"`
 	FPS             int     `json:"fps"`
-	RateMbps        float64 `json:"rate_mbps"` // frame bytes delivered per second of the window
-	FramesScheduled int     `json:"frames_scheduled"`
+	RateMbps        float64 `json:"rate_mbps"`        // frame bytes delivered per second of the window
+	FramesScheduled int     `json:"frames_scheduled"` // due in the window, reached by the sender or not
 	FramesDelivered int     `json:"frames_delivered"`
 	LatMeanMs       float64 `json:"lat_mean_ms"`
 	LatP50Ms        float64 `json:"lat_p50_ms"`

@@ -86,3 +86,17 @@ func TestQoEResult(t *testing.T) {
 		t.Errorf("QoE table:\n%s", buf.String())
 	}
 }
+
+func TestQoEResultCountsFramesNeverSent(t *testing.T) {
+	start := time.Unix(1000, 0)
+	// The sender reached only frames 0..4 of 10 before the end.
+	q := &qoeStream{start: start, end: start.Add(time.Second), period: 100 * time.Millisecond, frame: 1000,
+		target: 80e3, fps: 10, arrivals: map[uint32]time.Time{}, scheduled: 5}
+	for i := range 5 {
+		q.arrivals[uint32(i)] = start.Add(time.Duration(i)*100*time.Millisecond + 10*time.Millisecond)
+	}
+	r := q.result(0, time.Second)
+	if r.FramesScheduled != 10 || r.FramesDelivered != 5 || r.Over100msPct != 50 {
+		t.Errorf("scheduled %d delivered %d over100 %v%%, want 10, 5, 50%%", r.FramesScheduled, r.FramesDelivered, r.Over100msPct)
+	}
+}

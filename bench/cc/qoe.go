@@ -32,7 +32,8 @@ type qoeStream struct {
 	recv      net.Conn
 	mu        sync.Mutex
 	arrivals  map[uint32]time.Time
-	scheduled int
+	scheduled int       // frames the sender has reached
+	end       time.Time // no frame is scheduled at or after end
 	wg        sync.WaitGroup
 }
 
@@ -66,6 +67,7 @@ func startQoE(ctx context.Context, e *netem.Emulator, kname string, start, deadl
 	if start.After(q.start) {
 		q.start = start
 	}
+	q.end = deadline
 	q.wg.Add(2)
 	go func() {
 		defer q.wg.Done()
@@ -143,7 +145,13 @@ func (q *qoeStream) result(from, to time.Duration) *QoEResult {
 	defer q.mu.Unlock()
 	r := &QoEResult{TargetMbps: q.target / 1e6, FPS: q.fps}
 	var lat []float64
-	for i := 0; i < q.scheduled; i++ {
+	// Every frame due before the end counts, also those the sender never
+	// reached because earlier writes blocked: they are lost.
+	n := q.scheduled
+	if !q.end.IsZero() {
+		n = max(n, int((q.end.Sub(q.start)+q.period-1)/q.period))
+	}
+	for i := 0; i < n; i++ {
 		at := time.Duration(i) * q.period
 		if at < from || at >= to {
 			continue

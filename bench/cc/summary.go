@@ -181,7 +181,7 @@ func QoETable(w io.Writer, rs []Result) {
 	if n == 0 {
 		return
 	}
-	fmt.Fprintln(w, "| trace | algorithm | bulk flows | stream (Mbit/s, fps) | delivered (Mbit/s) | frames delivered | latency mean / p50 / p95 / p99 (ms) | frames > 100 ms or lost | bulk throughput (Mbit/s) | kept up |")
+	fmt.Fprintln(w, "| trace | algorithm | bulk flows | stream (Mbit/s, fps) | delivered (Mbit/s) | frames delivered | latency mean / p50 / p95 / p99 (ms) | frames > 100 ms or lost | link throughput, both flows (Mbit/s) | kept up |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		q := r.QoE
