@@ -65,9 +65,10 @@ func Defaults() Config {
 		Site:        "default",
 		MaxPayload:  1 << 20,
 		TokenTTL:    12 * time.Hour,
-		// A connection busy with steady traffic writes at most every 2ms;
-		// an idle one writes at once. See fanout.Options.Linger.
-		Writer: fanout.Options{Linger: 2 * time.Millisecond, MaxFrames: 4096},
+		// A connection busy with steady pose traffic writes at most every
+		// 5ms; an idle one, and any urgent frame (clicks, edits, acks),
+		// at once. See fanout.Options.Linger and bench/bus/NOTES.md.
+		Writer: fanout.Options{Linger: 5 * time.Millisecond, MaxFrames: 4096},
 	}
 }
 
