@@ -6,7 +6,7 @@
 //
 //   - "ctl" (ordered, reliable): JSON control messages, Sub and Unsub of a
 //     track, NACKs and keyframe requests travelling back to the origin;
-//   - "media" (unordered, no retransmission): one RTP packet per message,
+//   - "media" (unordered, retransmitted for at most MediaLifetime): one RTP packet per message,
 //     prefixed with the track's key, so that adding or removing a relayed
 //     track needs no new transceiver and no SDP.
 //
@@ -75,6 +75,9 @@ type Link struct {
 	rateB   uint64
 	rateBps float64 // bytes/s sent over the last window
 }
+
+// MediaLifetime is how long SCTP may retransmit a relayed packet.
+const MediaLifetime = 150 * time.Millisecond
 
 // MaxQueue is how much sending time the media channel may buffer (SCTP
 // counts unacknowledged bytes as buffered, so this includes a round trip).
@@ -158,8 +161,13 @@ func Dial(api *webrtc.API, cfg webrtc.Configuration, peer string, h Handler) (*L
 		pc.Close()
 		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
 	}
-	unordered, zero := false, uint16(0)
-	media, err := pc.CreateDataChannel("media", &webrtc.DataChannelInit{Ordered: &unordered, MaxRetransmits: &zero})
+	// Timed partial reliability: a lost packet may be retransmitted by SCTP
+	// for MediaLifetime and is abandoned after. With maxRetransmits 0
+	// instead, pion/sctp abandons every chunk at its first transmission,
+	// which sets off a FORWARD-TSN/SACK exchange per SACK (pion/sctp#505)
+	// and, in the bench, stalled relays for seconds at 48-64 users.
+	unordered, lifetime := false, uint16(MediaLifetime/time.Millisecond)
+	media, err := pc.CreateDataChannel("media", &webrtc.DataChannelInit{Ordered: &unordered, MaxPacketLifeTime: &lifetime})
 	if err != nil {
 		pc.Close()
 		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
