@@ -154,6 +154,9 @@ func svgLines(title, xlabel, ylabel string, names []string, series map[string][]
 		}
 	}
 	ymax = niceCeil(ymax * 1.05)
+	if strings.HasPrefix(ylabel, "%") {
+		ymax = 100
+	}
 	x := func(v float64) float64 { return L + v/xmax*(W-L-R) }
 	y := func(v float64) float64 { return H - B - v/ymax*(H-T-B) }
 	var b strings.Builder
