@@ -325,7 +325,11 @@ func (n *Node) acquire(t TrackInfo) *source {
 	}
 	origin := t.Node
 	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
-	s.fetch = newFetcher(func(seqs []uint16) { n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs}) })
+	s.fetch = newFetcher(func(seqs []uint16) {
+		if n.ctx.Err() == nil { // the batch timer may fire after Close
+			n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs})
+		}
+	})
 	s.subAt = time.Now()
 	n.relayed[key] = s
 	n.mu.Unlock()
