@@ -31,6 +31,7 @@ func BenchmarkEmulatorTCP(b *testing.B) {
 				b.ReportMetric(100*float64(rep.Up.Late)/float64(max(rep.Up.Delivered, 1)), "%late-ack")
 				b.ReportMetric(float64(d.MaxLate.Microseconds())/1000, "maxlate-ms")
 				b.ReportMetric(float64(d.KernelDrops+rep.Up.KernelDrops), "kerneldrops")
+				b.ReportMetric(float64(d.Reads+d.Writes+rep.Up.Reads+rep.Up.Writes)/dur.Seconds(), "tunsyscalls/s")
 			}
 		})
 	}
