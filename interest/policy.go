@@ -90,7 +90,7 @@ type knnPolicy struct {
 func NewKNNPolicy(cfg KNNConfig) Policy { return &knnPolicy{knn: NewKNN(cfg)} }
 
 func (p *knnPolicy) Set(id string, v Vec3, _ time.Time) { p.ps.set(id, v) }
-func (p *knnPolicy) Remove(id string)                  { p.ps.remove(id) }
+func (p *knnPolicy) Remove(id string)                   { p.ps.remove(id) }
 
 func (p *knnPolicy) Tick(now time.Time) {
 	moved, gone := p.ps.take(now)
@@ -131,7 +131,7 @@ func NewGridPolicy(g Grid, radius int) Policy {
 }
 
 func (p *gridPolicy) Set(id string, v Vec3, _ time.Time) { p.ps.set(id, v) }
-func (p *gridPolicy) Remove(id string)                  { p.ps.remove(id) }
+func (p *gridPolicy) Remove(id string)                   { p.ps.remove(id) }
 
 func (p *gridPolicy) Tick(now time.Time) {
 	moved, gone := p.ps.take(now)
