@@ -15,6 +15,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/gorilla/websocket"
+	"github.com/xrealm/xrealm/wsstream"
 )
 
 // MQTTConfig configures one MQTT 3.1.1 client connection.
@@ -115,7 +116,7 @@ func dialStream(ctx context.Context, addr string) (net.Conn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("mqtt over websocket %s: %w", addr, err)
 		}
-		return &wsStream{ws: ws}, nil
+		return wsstream.New(ws), nil
 	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", addr)
@@ -379,53 +380,4 @@ func (c *MQTTClient) handle(first byte, body []byte) error {
 	}
 	// PINGRESP, PUBACK, UNSUBACK...: nothing to do.
 	return nil
-}
-
-// wsStream presents a WebSocket as a byte stream for MQTT: each Write is
-// one binary message; reads run across message boundaries.
-type wsStream struct {
-	ws *websocket.Conn
-	r  io.Reader
-}
-
-func (c *wsStream) Read(p []byte) (int, error) {
-	for {
-		if c.r == nil {
-			typ, r, err := c.ws.NextReader()
-			if err != nil {
-				return 0, err
-			}
-			if typ != websocket.BinaryMessage {
-				continue
-			}
-			c.r = r
-		}
-		n, err := c.r.Read(p)
-		if err == io.EOF {
-			c.r = nil
-			if n > 0 {
-				return n, nil
-			}
-			continue
-		}
-		return n, err
-	}
-}
-
-// Write is called with MQTTClient.wmu held, so never concurrently.
-func (c *wsStream) Write(p []byte) (int, error) {
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (c *wsStream) Close() error                       { return c.ws.Close() }
-func (c *wsStream) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
-func (c *wsStream) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
-func (c *wsStream) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
-func (c *wsStream) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }
-func (c *wsStream) SetDeadline(t time.Time) error {
-	c.ws.SetReadDeadline(t)
-	return c.ws.SetWriteDeadline(t)
 }
