@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pion/interceptor/pkg/cc"
 	"github.com/pion/rtcp"
@@ -33,6 +34,8 @@ type peer struct {
 	estName         string // as the client asked, "default" for Config.Estimator
 	estFactory      cc.BandwidthEstimatorFactory
 	frames          atomic.Pointer[FrameReport] // the client's last report
+	pcSlots         int                         // data-channel slots asked for (Signal.PointClouds)
+	pcc             *pcChannel                  // the point-cloud data channel, if pcSlots > 0
 
 	mu        sync.Mutex
 	closed    bool
@@ -52,12 +55,20 @@ type slot struct {
 	dt     *downtrack.DownTrack
 	src    *source
 	sender *webrtc.RTPSender
+	dc     bool // a data-channel slot (datachannel.go)
+	noPC   bool // an RTP slot whose client did not negotiate point clouds
 }
 
 // join creates the peer of a client from its offer and returns the answer.
 // The offer must carry the client's send-only tracks and the receive-only
 // transceivers (slots) it wants; there is no renegotiation afterwards.
-func (n *Node) join(session, client, offer, estimator string) (string, error) {
+func (n *Node) join(session, client, offer, estimator string, pointClouds int) (string, error) {
+	if pointClouds < 0 || pointClouds > MaxPointCloudSlots {
+		return "", fmt.Errorf("sfu: pointclouds %d: want 0-%d", pointClouds, MaxPointCloudSlots)
+	}
+	if pointClouds > 0 && !offersApplication(offer) {
+		return "", fmt.Errorf("sfu: pointclouds %d without a data channel %q in the offer", pointClouds, PointCloudLabel)
+	}
 	est, err := n.cfg.estimator(estimator)
 	if err != nil {
 		return "", err
@@ -72,7 +83,10 @@ func (n *Node) join(session, client, offer, estimator string) (string, error) {
 		n.mu.Unlock()
 		return "", fmt.Errorf("sfu: client %s already connected (one offer per connection: pre-negotiate receive slots)", key)
 	}
-	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), estName: estimator, estFactory: est}
+	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), estName: estimator, estFactory: est, pcSlots: pointClouds}
+	if pointClouds > 0 {
+		p.pcc = newPCChannel()
+	}
 	if p.estName == "" {
 		p.estName = "default"
 	}
@@ -100,6 +114,13 @@ func (p *peer) start(offer string) (string, error) {
 	p.pc = pc
 	p.mu.Unlock()
 	pc.OnTrack(p.onTrack)
+	if p.pcc != nil {
+		pc.OnDataChannel(func(dc *webrtc.DataChannel) {
+			if dc.Label() == PointCloudLabel {
+				dc.OnOpen(func() { p.pcc.attach(dc) })
+			}
+		})
+	}
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
 			p.close()
@@ -128,7 +149,7 @@ func (p *peer) start(offer string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("slot %s: %w", t.Mid(), err)
 		}
-		s := &slot{kind: t.Kind(), dt: dt, sender: sender}
+		s := &slot{kind: t.Kind(), dt: dt, sender: sender, noPC: !negotiated(sender, MimeTypePointCloud)}
 		for _, t2 := range pc.GetTransceivers() {
 			if t2.Sender() == sender {
 				s.mid = t2.Mid()
@@ -136,6 +157,13 @@ func (p *peer) start(offer string) (string, error) {
 		}
 		slots = append(slots, s)
 		go dt.ReadRTCP(sender)
+	}
+	if p.pcc != nil {
+		dcs, err := newDCSlots(p.pcc, p.pcSlots)
+		if err != nil {
+			return "", err
+		}
+		slots = append(slots, dcs...)
 	}
 	p.mu.Lock()
 	p.slots, p.ready = slots, true
@@ -244,7 +272,12 @@ func (p *peer) reconcile() {
 		// nothing and forwards nothing
 		demands = append(demands, *d)
 	}
-	dec, used := p.alloc.Allocate(budget-avRate, demands)
+	pcBudget := budget - avRate
+	if p.pcc != nil {
+		// point clouds ride the data channel: its own estimate
+		pcBudget = p.pcc.estimate(time.Now())
+	}
+	dec, used := p.alloc.Allocate(pcBudget, demands)
 	p.budget, p.allocated = budget, used+avRate
 	for client, ts := range members {
 		for _, t := range ts {
@@ -274,7 +307,7 @@ func (p *peer) reconcile() {
 		t := want[k]
 		kind := webrtc.NewRTPCodecType(t.Kind)
 		for _, s := range p.slots {
-			if s.src == nil && s.kind == kind {
+			if s.src == nil && s.kind == kind && s.accepts(t) {
 				if p.assign(s, t) {
 					changed = true
 				}

@@ -66,6 +66,10 @@ type Signal struct {
 	// this client (offer only): "gcc", "hera" (Config.Estimators); empty is
 	// the node's default.
 	Estimator string `json:"estimator,omitempty"`
+	// PointClouds (offer only) is the number of point-cloud descriptions
+	// the client receives at once over its data channel PointCloudLabel
+	// instead of RTP slots (browsers; see datachannel.go); 0 means none.
+	PointClouds int `json:"pointclouds,omitempty"`
 	// Frames is the client's frame delivery report (op "stats").
 	Frames *FrameReport `json:"frames,omitempty"`
 }
@@ -160,7 +164,7 @@ func (n *Node) Signal(s Signal) Reply {
 	key := s.Session + "/" + s.Client
 	switch s.Op {
 	case "offer":
-		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator)
+		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator, s.PointClouds)
 		if err != nil {
 			return Reply{Op: "error", Error: err.Error()}
 		}
