@@ -122,6 +122,8 @@ func loadCollection(name string, p hera.Params) (*ebpf.Collection, error) {
 		"p_loss_beta_permille": p.LossBetaPermille,
 		"p_min_rtt_window_us":  uint64(p.MinRTTWindow / time.Microsecond),
 		"p_pacing":             boolU32(p.Pacing),
+		"p_floor_gain_eighths": p.FloorGainEighths,
+		"p_bdp_window_us":      uint64(p.BDPWindow / time.Microsecond),
 	}
 	for k, v := range vars {
 		vs, ok := spec.Variables[k]

@@ -46,9 +46,10 @@ func TestCoreMatchesVectors(t *testing.T) {
 			if c.SharedPath {
 				shared = 1
 			}
-			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
+			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
 				p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
-				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond, shared)
+				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond,
+				p.FloorGainEighths, p.BDPWindow/time.Microsecond, shared)
 			for _, e := range c.Events {
 				if e.Loss {
 					fmt.Fprintf(&in, "L %d\n", e.Flow)
@@ -112,9 +113,10 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 				}
 			}
 			var in strings.Builder
-			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
+			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
 				p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
-				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond, shared)
+				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond,
+				p.FloorGainEighths, p.BDPWindow/time.Microsecond, shared)
 			want := []uint32{fs[0].Cwnd()}
 			x := uint64(12345)
 			var now uint64

@@ -93,6 +93,21 @@ type Params struct {
 	// valid; when it expires, the minimum over the samples seen since the
 	// previous expiry replaces it.
 	MinRTTWindow time.Duration
+	// FloorGainEighths (Tuned only) keeps the window, outside slow start,
+	// at or above FloorGainEighths/8 of the largest delivered-BDP sample of
+	// the last BDPWindow: each round (one rule update to the next) gives
+	// the sample (segments acknowledged in the round)·minRTT/(round
+	// length), the window that carries the rate the link just delivered
+	// with no queue. On links whose capacity comes in bursts after gaps,
+	// the queueing delay a gap causes would otherwise cut the window below
+	// what the next burst can carry. With the gain at 8 the floor never
+	// adds queue on a steady link: a window at the floor delivers at most
+	// the rate it was measured at. 0 disables the floor.
+	FloorGainEighths uint32
+	// BDPWindow (Tuned only) is how long a delivered-BDP sample stays the
+	// floor's maximum; when it expires, the largest sample seen since the
+	// previous expiry replaces it.
+	BDPWindow time.Duration
 }
 
 // PaperParams returns the published defaults: B = 15 ms, N = 10, X = 6,
@@ -133,6 +148,8 @@ func DefaultParams() Params {
 		LossBetaPermille: 700,
 		MinRTTWindow:     10 * time.Second,
 		Pacing:           true,
+		FloorGainEighths: 8,
+		BDPWindow:        500 * time.Millisecond,
 	}
 }
 
@@ -171,6 +188,10 @@ func (p Params) Validate() error {
 		return fmt.Errorf("hera: decrease shift %d above 31", p.DecreaseShift)
 	case p.LossBetaPermille > 1000:
 		return fmt.Errorf("hera: loss beta %d‰ above 1000", p.LossBetaPermille)
+	case p.FloorGainEighths > 64:
+		return fmt.Errorf("hera: floor gain %d/8 above 8", p.FloorGainEighths)
+	case p.FloorGainEighths > 0 && p.BDPWindow < time.Microsecond:
+		return fmt.Errorf("hera: BDP window %v is below 1µs", p.BDPWindow)
 	}
 	return nil
 }
@@ -185,6 +206,7 @@ type Flow struct {
 	p        Params
 	bucketUs uint64
 	winUs    uint64
+	bdpWinUs uint64
 
 	backlog [MaxBacklog]uint32 // RTT samples in µs, a ring
 	head    int                // next slot to write, < Backlog
@@ -200,6 +222,32 @@ type Flow struct {
 	roundMin  uint32 // Tuned: smallest valid sample since the last update, 0 = none
 	lastMean  uint32
 	lastBkt   int
+
+	// Delivered-BDP floor (Tuned): segments acknowledged since the round
+	// started at roundStart, valid once rounds > 0.
+	roundStart uint64
+	roundAcked uint32
+	rounds     uint32
+	bdp        maxFilter
+}
+
+// maxFilter is minFilter's mirror image for the delivered-BDP samples
+// (segments): a sample stays the maximum for one to two windows.
+type maxFilter struct {
+	max, cand uint32
+	stamp     uint64
+}
+
+func (m *maxFilter) update(nowUs uint64, v uint32, winUs uint64) {
+	if v > m.cand {
+		m.cand = v
+	}
+	switch {
+	case v >= m.max:
+		m.max, m.stamp = v, nowUs
+	case nowUs-m.stamp > winUs:
+		m.max, m.stamp, m.cand = m.cand, nowUs, v
+	}
 }
 
 // minFilter is a windowed minimum of RTT samples (µs): when min has not
@@ -257,6 +305,7 @@ func NewFlow(p Params) (*Flow, error) {
 		p:         p,
 		bucketUs:  uint64(p.BucketWidth / time.Microsecond),
 		winUs:     uint64(p.MinRTTWindow / time.Microsecond),
+		bdpWinUs:  uint64(p.BDPWindow / time.Microsecond),
 		cwnd:      p.InitCwnd,
 		slowStart: p.Variant == Tuned,
 		lastBkt:   -1,
@@ -314,6 +363,9 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 		}
 	}
 	minRTT := f.base()
+	if f.p.Variant == Tuned {
+		f.roundAcked = satAdd(f.roundAcked, acked)
+	}
 	if f.slowStart {
 		f.cwnd = clamp(satAdd(f.cwnd, acked), f.p.MinCwnd, f.p.MaxCwnd)
 		// Leave slow start once a sample shows half the target queueing delay.
@@ -335,6 +387,9 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 		// packet in flight, and the round's minimum filters that out better
 		// than whichever sample happens to open the gate.
 		r, f.roundMin = f.roundMin, 0
+		if f.p.FloorGainEighths > 0 {
+			f.sampleBDP(nowUs, minRTT)
+		}
 	}
 	f.push(r)
 	mean := uint32(f.sum / uint64(f.n))
@@ -362,7 +417,7 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 		}
 	}
 	if !f.slowStart {
-		half := x / 2
+		half, prev := x/2, f.cwnd
 		if b < half {
 			step := cum * uint64(half-b) * uint64(f.p.DeltaMax) / total
 			f.cwnd = satAdd(f.cwnd, uint32(min(step, 1<<31)))
@@ -380,6 +435,9 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 			} else {
 				f.cwnd -= uint32(step)
 			}
+		}
+		if f.p.Variant == Tuned && f.p.FloorGainEighths > 0 {
+			f.cwnd = f.applyFloor(prev, b < half)
 		}
 		f.cwnd = clamp(f.cwnd, f.p.MinCwnd, f.p.MaxCwnd)
 	}
@@ -402,7 +460,38 @@ func (f *Flow) OnLoss() uint32 {
 	if f.p.LossBetaPermille > 0 {
 		f.cwnd = clamp(uint32(uint64(f.cwnd)*uint64(f.p.LossBetaPermille)/1000), f.p.MinCwnd, f.p.MaxCwnd)
 	}
+	// A loss says the link did not carry what the floor remembers.
+	f.bdp.max = min(f.bdp.max, f.cwnd)
+	f.bdp.cand = min(f.bdp.cand, f.cwnd)
 	return f.cwnd
+}
+
+// applyFloor keeps the window after a step from prev at or above the
+// delivered-BDP floor. A decrease may still go below the floor by
+// prev/2^(DecreaseShift+1), so that flows sharing a queue keep converging
+// (the proportional part of every decrease is what equalises them; a floor
+// that held each flow at its own past rate would freeze the shares).
+func (f *Flow) applyFloor(prev uint32, increased bool) uint32 {
+	floor := uint64(f.bdp.max) * uint64(f.p.FloorGainEighths) / 8
+	if !increased && f.p.DecreaseShift > 0 {
+		floor = min(floor, uint64(prev-prev>>(f.p.DecreaseShift+1)))
+	}
+	if uint64(f.cwnd) < floor {
+		return uint32(min(floor, 1<<31))
+	}
+	return f.cwnd
+}
+
+// sampleBDP closes the current round at nowUs: the segments it acknowledged
+// times minRTT over its length is the window that would carry the rate
+// just delivered with no queue.
+func (f *Flow) sampleBDP(nowUs uint64, minRTT uint32) {
+	if f.rounds > 0 && nowUs > f.roundStart {
+		bdp := uint64(f.roundAcked) * uint64(minRTT) / (nowUs - f.roundStart)
+		f.bdp.update(nowUs, uint32(min(bdp, 1<<31)), f.bdpWinUs)
+	}
+	f.roundStart, f.roundAcked = nowUs, 0
+	f.rounds = 1
 }
 
 func (f *Flow) push(r uint32) {

@@ -38,6 +38,8 @@ type VectorParams struct {
 	DecreaseShift    uint32 `json:"decrease_shift"`
 	LossBetaPermille uint32 `json:"loss_beta_permille"`
 	MinRTTWindowUs   int64  `json:"min_rtt_window_us"`
+	FloorGainEighths uint32 `json:"floor_gain_eighths,omitempty"`
+	BDPWindowUs      int64  `json:"bdp_window_us,omitempty"`
 }
 
 // VectorEvent is an ACK or, with Loss set, entry into loss recovery.
@@ -83,6 +85,8 @@ func (vp VectorParams) ToParams() (Params, error) {
 		DecreaseShift:    vp.DecreaseShift,
 		LossBetaPermille: vp.LossBetaPermille,
 		MinRTTWindow:     time.Duration(vp.MinRTTWindowUs) * time.Microsecond,
+		FloorGainEighths: vp.FloorGainEighths,
+		BDPWindow:        time.Duration(vp.BDPWindowUs) * time.Microsecond,
 	}
 	return p, p.Validate()
 }

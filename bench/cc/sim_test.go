@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 // simResult is one simulated run.
 type simResult struct {
 	mbps, p95ms float64
+	jain1s      float64 // mean Jain's index over 1 s windows (several flows)
 }
 
 // simulateHera runs window-based flows driven by hera.Flow over the
@@ -63,6 +65,7 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 	var losses []lossEv
 	from, to := uint64(2*time.Second/time.Microsecond), uint64(dur/time.Microsecond)
 	var delivered [16]float64
+	perSec := map[uint64][]float64{} // 1 s window -> bytes per flow
 	var qd []float64
 	for now := uint64(0); now < to; now += 100 {
 		down.Advance(now, func(pk *netem.Packet, at uint64) {
@@ -77,6 +80,11 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 			m := info[pk]
 			if now >= from {
 				delivered[m.flow] += float64(pk.Size)
+				w := now / 1e6
+				if perSec[w] == nil {
+					perSec[w] = make([]float64, flows)
+				}
+				perSec[w][m.flow] += float64(pk.Size)
 			}
 			ack := &netem.Packet{Size: 52, Enq: now}
 			info[ack] = m
@@ -131,6 +139,12 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 	}
 	sort.Float64s(qd)
 	r := simResult{mbps: tot * 8 / win / 1e6}
+	if flows > 1 && len(perSec) > 0 {
+		for _, v := range perSec {
+			r.jain1s += Jain(v)
+		}
+		r.jain1s /= float64(len(perSec))
+	}
 	if len(qd) > 0 {
 		r.p95ms = qd[int(0.95*float64(len(qd)))]
 	}
@@ -205,13 +219,28 @@ func TestSimulatedSweep(t *testing.T) {
 				p.DeltaMax = uint32(n)
 			case "beta":
 				p.LossBetaPermille = uint32(n)
+			case "fg":
+				p.FloorGainEighths = uint32(n)
+			case "bw":
+				d, _ := time.ParseDuration(v)
+				p.BDPWindow = d
 			}
+		}
+		dur, flows := 20*time.Second, 1
+		if n, err := strconv.Atoi(os.Getenv("XREALM_SIM_FLOWS")); err == nil {
+			flows = n
+		}
+		if d, err := time.ParseDuration(os.Getenv("XREALM_SIM_DUR")); err == nil {
+			dur = d
 		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "%-40s", set)
 		for i, tr := range trs {
-			r, _ := simulateHera(t, p, tr, 20*time.Second, 1)
+			r, _ := simulateHera(t, p, tr, dur, flows)
 			fmt.Fprintf(&b, " %s %.0f/%.0f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
+			if flows > 1 {
+				fmt.Fprintf(&b, "/J%.2f", r.jain1s)
+			}
 		}
 		t.Log(b.String())
 	}

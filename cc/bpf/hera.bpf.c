@@ -39,6 +39,8 @@ const volatile __u32 p_init_cwnd = 10;
 const volatile __u32 p_decrease_shift = HERA_VARIANT == HERA_TUNED ? 3 : 0;
 const volatile __u32 p_loss_beta_permille = HERA_VARIANT == HERA_TUNED ? 700 : 0;
 const volatile __u64 p_min_rtt_window_us = 10000000;
+const volatile __u32 p_floor_gain_eighths = HERA_VARIANT == HERA_TUNED ? 8 : 0;
+const volatile __u64 p_bdp_window_us = 500000;
 const volatile __u32 p_pacing = HERA_VARIANT == HERA_TUNED;
 
 struct {
@@ -96,8 +98,9 @@ static __always_inline void load_params(struct hera_params *p)
 	p->init_cwnd = p_init_cwnd;
 	p->decrease_shift = p_decrease_shift;
 	p->loss_beta_permille = p_loss_beta_permille;
-	p->pad = 0;
+	p->floor_gain_eighths = p_floor_gain_eighths;
 	p->min_rtt_window_us = p_min_rtt_window_us;
+	p->bdp_window_us = p_bdp_window_us;
 }
 
 static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)

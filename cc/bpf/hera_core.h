@@ -31,13 +31,21 @@ struct hera_params {
 	__u32 init_cwnd;
 	__u32 decrease_shift;
 	__u32 loss_beta_permille;
-	__u32 pad;
+	__u32 floor_gain_eighths;
 	__u64 min_rtt_window_us;
+	__u64 bdp_window_us;
 };
 
 /* A windowed minimum RTT (hera.minFilter). */
 struct hera_min {
 	__u32 min; /* µs, 0 = none */
+	__u32 cand;
+	__u64 stamp;
+};
+
+/* A windowed maximum of delivered-BDP samples (hera.maxFilter). */
+struct hera_max {
+	__u32 max; /* segments */
 	__u32 cand;
 	__u64 stamp;
 };
@@ -59,6 +67,11 @@ struct hera_state {
 	__u32 slow_start;
 	__u32 last_bucket;
 	__u32 round_min;
+	/* delivered-BDP floor (hera.Flow.sampleBDP) */
+	__u64 round_start;
+	__u32 round_acked;
+	__u32 rounds;
+	struct hera_max bdp;
 };
 
 static HERA_INLINE __u32 hera_clamp(__u32 v, __u32 lo, __u32 hi)
@@ -95,6 +108,12 @@ static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_param
 	st->slow_start = p->variant == HERA_TUNED;
 	st->last_bucket = 0xffffffffu;
 	st->round_min = 0;
+	st->round_start = 0;
+	st->round_acked = 0;
+	st->rounds = 0;
+	st->bdp.max = 0;
+	st->bdp.cand = 0;
+	st->bdp.stamp = 0;
 }
 
 /* hera_min_update is hera.(*minFilter).update. */
@@ -112,6 +131,38 @@ static HERA_INLINE void hera_min_update(struct hera_min *m, __u64 now_us, __u32 
 	}
 }
 
+/* hera_max_update is hera.(*maxFilter).update. */
+static HERA_INLINE void hera_max_update(struct hera_max *m, __u64 now_us, __u32 v, __u64 win_us)
+{
+	if (v > m->cand)
+		m->cand = v;
+	if (v >= m->max) {
+		m->max = v;
+		m->stamp = now_us;
+	} else if (now_us - m->stamp > win_us) {
+		m->max = m->cand;
+		m->stamp = now_us;
+		m->cand = v;
+	}
+}
+
+/* hera_sample_bdp is hera.(*Flow).sampleBDP. */
+static HERA_INLINE void hera_sample_bdp(struct hera_state *st, const struct hera_params *p,
+					__u64 now_us, __u32 min_rtt)
+{
+	__u64 bdp;
+
+	if (st->rounds > 0 && now_us > st->round_start) {
+		bdp = (__u64)st->round_acked * min_rtt / (now_us - st->round_start);
+		if (bdp > 0x80000000ULL)
+			bdp = 0x80000000ULL;
+		hera_max_update(&st->bdp, now_us, (__u32)bdp, p->bdp_window_us);
+	}
+	st->round_start = now_us;
+	st->round_acked = 0;
+	st->rounds = 1;
+}
+
 /*
  * hera_on_ack is hera.(*Flow).OnAck. path is the state shared with the
  * other flows of the same path (hera.Path), or NULL; the Paper variant
@@ -123,8 +174,8 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 				     __u32 acked)
 {
 	int valid = rtt_us > 0 && rtt_us <= HERA_MAX_VALID_RTT_US;
-	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx, min_rtt;
-	__u64 v, q, total = 0, cum = 0, step, num, den;
+	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx, min_rtt, prev;
+	__u64 v, q, total = 0, cum = 0, step, num, den, floor, cap;
 
 	if (p->variant != HERA_TUNED)
 		path = 0;
@@ -136,6 +187,8 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 	min_rtt = st->min.min;
 	if (path && path->min.min != 0 && path->min.min < min_rtt)
 		min_rtt = path->min.min;
+	if (p->variant == HERA_TUNED)
+		st->round_acked = hera_sat_add(st->round_acked, acked);
 	if (st->slow_start) {
 		st->cwnd = hera_clamp(hera_sat_add(st->cwnd, acked), p->min_cwnd, p->max_cwnd);
 		if (valid && (__u64)r - (__u64)min_rtt >=
@@ -154,6 +207,8 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 		/* push the round's smallest sample (see hera.go) */
 		r = st->round_min;
 		st->round_min = 0;
+		if (p->floor_gain_eighths > 0)
+			hera_sample_bdp(st, p, now_us, min_rtt);
 	}
 	/* push into the ring of exactly p->backlog slots */
 	idx = st->head & (HERA_MAX_BACKLOG - 1);
@@ -188,6 +243,7 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 	}
 	if (!st->slow_start) {
 		half = x / 2;
+		prev = st->cwnd;
 		if (b < half) {
 			step = cum * (half - b) * p->delta_max / total;
 			if (step > 0x80000000ULL)
@@ -207,6 +263,19 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 			else
 				st->cwnd -= (__u32)step;
 		}
+		if (p->variant == HERA_TUNED && p->floor_gain_eighths > 0) {
+			/* hera.(*Flow).applyFloor: a decrease may still go below the
+			 * floor by prev >> (shift + 1), so shared-queue flows converge */
+			floor = (__u64)st->bdp.max * p->floor_gain_eighths / 8;
+			if (b >= half && p->decrease_shift > 0) {
+				cap = p->decrease_shift >= 31 ? prev :
+					prev - (prev >> (p->decrease_shift + 1));
+				if (floor > cap)
+					floor = cap;
+			}
+			if (st->cwnd < floor)
+				st->cwnd = floor > 0x80000000ULL ? 0x80000000u : (__u32)floor;
+		}
 		st->cwnd = hera_clamp(st->cwnd, p->min_cwnd, p->max_cwnd);
 	}
 	if (total >= p->hist_cap) {
@@ -225,6 +294,11 @@ static HERA_INLINE __u32 hera_on_loss(struct hera_state *st, const struct hera_p
 	if (p->loss_beta_permille > 0)
 		st->cwnd = hera_clamp((__u32)((__u64)st->cwnd * p->loss_beta_permille / 1000),
 				      p->min_cwnd, p->max_cwnd);
+	/* a loss says the link did not carry what the floor remembers */
+	if (st->bdp.max > st->cwnd)
+		st->bdp.max = st->cwnd;
+	if (st->bdp.cand > st->cwnd)
+		st->bdp.cand = st->cwnd;
 	return st->cwnd;
 }
 

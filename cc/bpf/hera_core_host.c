@@ -2,7 +2,8 @@
 /*
  * Host harness for hera_core.h, used by cc/core_test.go. Reads commands on
  * stdin and prints the window after each:
- *   P variant bucket_us backlog buckets delta_max hist_cap min max init shift beta window_us shared
+ *   P variant bucket_us backlog buckets delta_max hist_cap min max init shift beta window_us
+ *     floor_gain bdp_window_us shared
  *   A flow now_us rtt_us acked
  *   L flow
  * P starts HOST_FLOWS fresh flows; with shared = 1 they share one path.
@@ -26,19 +27,21 @@ int main(void)
 	struct hera_path path = {{0}};
 	struct hera_path *pp = 0;
 	char cmd[2];
-	unsigned long long now, win;
+	unsigned long long now, win, bdp_win;
 	long long rtt;
 	unsigned acked, shared, flow, i;
 
 	while (scanf("%1s", cmd) == 1) {
 		switch (cmd[0]) {
 		case 'P':
-			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u", &p.variant, &p.bucket_us,
-				  &p.backlog, &p.buckets, &p.delta_max, &p.hist_cap, &p.min_cwnd,
-				  &p.max_cwnd, &p.init_cwnd, &p.decrease_shift,
-				  &p.loss_beta_permille, &win, &shared) != 13)
+			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u %llu %u", &p.variant,
+				  &p.bucket_us, &p.backlog, &p.buckets, &p.delta_max, &p.hist_cap,
+				  &p.min_cwnd, &p.max_cwnd, &p.init_cwnd, &p.decrease_shift,
+				  &p.loss_beta_permille, &win, &p.floor_gain_eighths, &bdp_win,
+				  &shared) != 15)
 				return 2;
 			p.min_rtt_window_us = win;
+			p.bdp_window_us = bdp_win;
 			for (i = 0; i < HOST_FLOWS; i++)
 				hera_init(&st[i], &p);
 			path = (struct hera_path){{0}};

@@ -46,6 +46,11 @@ type Options struct {
 func DefaultOptions() Options {
 	p := hera.DefaultParams()
 	p.MinCwnd = 2
+	// No delivered-BDP floor: the estimator feeds one synthetic ACK per
+	// packet in per-feedback batches, so a round's ACK count measures the
+	// feedback interval rather than the delivery rate (with the floor the
+	// 1.5 Mbit/s test link kept a 225 ms queue).
+	p.FloorGainEighths = 0
 	return Options{Params: p, InitialBitrate: 1_000_000, MinBitrate: 100_000, MaxBitrate: 50_000_000, LossThreshold: 0.1}
 }
 

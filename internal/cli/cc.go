@@ -73,8 +73,10 @@ func heraFlags(fs *flag.FlagSet, p *hera.Params) func() {
 	lb := fs.Uint("loss-beta", uint(p.LossBetaPermille), "hera: window multiplier on loss, per mille (0: no loss response)")
 	fs.DurationVar(&p.MinRTTWindow, "min-rtt-window", p.MinRTTWindow, "hera: how long a minimum RTT sample stays valid")
 	fs.BoolVar(&p.Pacing, "pacing", p.Pacing, "ask the kernel to pace the flow at 1.2·cwnd/srtt")
+	fg := fs.Uint("floor-gain", uint(p.FloorGainEighths), "hera: keep the window at or above gain/8 × the largest delivered BDP of the last --bdp-window (0: no floor)")
+	fs.DurationVar(&p.BDPWindow, "bdp-window", p.BDPWindow, "hera: how long a delivered-BDP sample stays the floor's maximum")
 	return func() {
 		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
-		p.DecreaseShift, p.LossBetaPermille = uint32(*ds), uint32(*lb)
+		p.DecreaseShift, p.LossBetaPermille, p.FloorGainEighths = uint32(*ds), uint32(*lb), uint32(*fg)
 	}
 }
