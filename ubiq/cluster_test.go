@@ -1,10 +1,16 @@
 package ubiq
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xrealm/xrealm/bus"
 )
@@ -108,5 +114,80 @@ func TestCrossNodeRoom(t *testing.T) {
 	b.expect("PeerRemoved").decode(t, &removed)
 	if removed.UUID != a.uuid {
 		t.Fatalf("PeerRemoved %s", removed.UUID)
+	}
+}
+
+// TestDeadNodeMembersRemoved: a peer on node 2 is in a room with a peer on
+// node 1; node 2 dies without cleaning up (its bus connection is cut, so
+// neither its departures nor its heartbeats reach the bus). Node 1 must
+// declare it dead, delete its member key and send PeerRemoved.
+func TestDeadNodeMembersRemoved(t *testing.T) {
+	bucket := fmt.Sprintf("ubiq-dead-%d", bucketSeq.Add(1))
+	const hb, timeout = 100 * time.Millisecond, 600 * time.Millisecond
+	mod := func(c *Config) { c.Bucket, c.NodeHeartbeat, c.NodeTimeout = bucket, hb, timeout }
+	s1, s2 := startServer(t, nil, mod), startServer(t, nil, mod)
+
+	a, b := dialPeer(t, s1.tcp), dialPeer(t, s2.tcp)
+	id := newUUID()
+	a.join(JoinArgs{UUID: id})
+	b.join(JoinArgs{UUID: id})
+	var added struct {
+		Peer PeerInfo `json:"peer"`
+	}
+	a.expect("PeerAdded").decode(t, &added)
+	if added.Peer.UUID != b.uuid {
+		t.Fatalf("node 1 peer saw %s", added.Peer.UUID)
+	}
+	// While both nodes beat, nobody is swept, however long it takes.
+	time.Sleep(3 * timeout)
+	if ms := a.barrier(); countType(ms, "PeerRemoved") != 0 {
+		t.Fatalf("a live node's peer was removed: %v", ms)
+	}
+	b.c.Send(NetworkId{A: 5, B: 6}, []byte("still here"))
+	if f := a.frame(); string(f.frame[HeaderSize:]) != "still here" {
+		t.Fatalf("node 1 got %q", f.frame[HeaderSize:])
+	}
+
+	// Node 2 crashes: its bus connection goes, then its peer.
+	t0 := time.Now()
+	s2.nc.Close()
+	b.c.Close()
+	var removed struct {
+		UUID string `json:"uuid"`
+	}
+	a.expect("PeerRemoved").decode(t, &removed) // within expect's 10s bound
+	if removed.UUID != b.uuid {
+		t.Fatalf("PeerRemoved %s, want %s", removed.UUID, b.uuid)
+	}
+	t.Logf("PeerRemoved %v after node 2 died (heartbeat %v, timeout %v)", time.Since(t0), hb, timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := s1.s.kv.Get(ctx, memberKey(id, b.uuid)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("dead node's member key: %v, want not found", err)
+	}
+	eventually(t, "dead node's index and heartbeat gone", func() bool {
+		keys, err := s1.s.store.listKeys(ctx, "e.>", "h.>")
+		if err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if strings.Contains(k, s2.s.node) {
+				return false
+			}
+		}
+		return true
+	})
+	// Node 1's own peer is untouched and the room still works for it.
+	if _, err := s1.s.kv.Get(ctx, memberKey(id, a.uuid)); err != nil {
+		t.Fatalf("live peer's member key: %v", err)
+	}
+	c := dialPeer(t, s1.tcp)
+	c.join(JoinArgs{UUID: id})
+	c.expect("PeerAdded").decode(t, &added)
+	if added.Peer.UUID != a.uuid {
+		t.Fatalf("late joiner saw %s, want only %s", added.Peer.UUID, a.uuid)
+	}
+	if ms := c.barrier(); countType(ms, "PeerAdded") != 0 {
+		t.Fatalf("late joiner saw more peers: %v", ms)
 	}
 }

@@ -16,6 +16,8 @@ type metrics struct {
 	coalesced   prometheus.Counter
 	malformed   prometheus.Counter
 	timeouts    prometheus.Counter
+	nodesSwept  prometheus.Counter
+	keysSwept   prometheus.Counter
 
 	connDropped, connCoalesced, connWritten, connQueued *prometheus.Desc
 }
@@ -33,6 +35,8 @@ func newMetrics(s *Server) *metrics {
 		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames for the same object replaced by newer ones in a full queue."}),
 		malformed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_malformed_total", Help: "Connections closed for a malformed frame header."}),
 		timeouts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_timeouts_total", Help: "Peers dropped for being silent to the server."}),
+		nodesSwept:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_nodes_swept_total", Help: "Cluster nodes whose heartbeat stopped and whose room keys this node deleted."}),
+		keysSwept:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_node_rooms_total", Help: "Rooms that lost members, observers or presence of a dead node in a sweep by this node."}),
 
 		connDropped:   prometheus.NewDesc("xrealm_ubiq_connection_dropped_total", "Frames dropped by this connection's full queue.", labels, nil),
 		connCoalesced: prometheus.NewDesc("xrealm_ubiq_connection_coalesced_total", "Stale frames replaced in this connection's full queue.", labels, nil),
@@ -42,7 +46,7 @@ func newMetrics(s *Server) *metrics {
 }
 
 func (m *metrics) plain() []prometheus.Collector {
-	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.coalesced, m.malformed, m.timeouts}
+	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept}
 }
 
 // Describe implements prometheus.Collector.

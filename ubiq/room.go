@@ -143,7 +143,7 @@ func (r *room) start() {
 	r.sub = sub
 	// Announce this node before reading the room, so that every node that
 	// sees our members has seen our presence first and publishes to us.
-	if _, err := r.s.kv.Put(r.s.ctx, r.prefix+"n."+r.self, []byte(r.s.node)); err != nil {
+	if _, err := r.s.store.putOwned(r.s.ctx, presenceKey(r.id, r.self), []byte(r.s.node)); err != nil {
 		sub.Unsubscribe()
 		r.err = err
 		return
@@ -151,7 +151,7 @@ func (r *room) start() {
 	w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
 	if err != nil {
 		sub.Unsubscribe()
-		r.s.kv.Delete(r.s.ctx, r.prefix+"n."+r.self)
+		r.s.store.deleteOwned(r.s.ctx, presenceKey(r.id, r.self))
 		r.err = err
 		return
 	}
@@ -170,7 +170,7 @@ func (r *room) loop() {
 		r.sub.Unsubscribe()
 		r.watcher.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		r.s.kv.Delete(ctx, r.prefix+"n."+r.self)
+		r.s.store.deleteOwned(ctx, presenceKey(r.id, r.self))
 		cancel()
 		if r.ticker != nil {
 			r.ticker.Stop()

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,11 @@ type Config struct {
 	// PeerTimeout drops peers that send nothing to the server for this
 	// long (Ubiq: 10s; its clients ping every second).
 	PeerTimeout time.Duration
+	// NodeHeartbeat is how often this node rewrites its heartbeat key;
+	// 0 = 2s. NodeTimeout is how long another node's heartbeat may stay
+	// unchanged before this node declares it dead and deletes the members,
+	// observers and room presence it wrote; 0 = 10s.
+	NodeHeartbeat, NodeTimeout time.Duration
 	// RemoveGrace delays PeerRemoved so that a peer that moves from one
 	// visible room to another is not removed and added again; 0 = 250ms,
 	// negative = none.
@@ -81,6 +87,8 @@ type Server struct {
 	closed bool
 	wg     sync.WaitGroup // connections and background removals
 	swept  chan struct{}
+
+	liveDone chan struct{}
 }
 
 // NewServer creates the room bucket if needed and returns a server.
@@ -100,6 +108,15 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.PeerTimeout <= 0 {
 		cfg.PeerTimeout = 10 * time.Second
 	}
+	if cfg.NodeHeartbeat <= 0 {
+		cfg.NodeHeartbeat = 2 * time.Second
+	}
+	if cfg.NodeTimeout <= 0 {
+		cfg.NodeTimeout = 10 * time.Second
+	}
+	if cfg.NodeTimeout < 2*cfg.NodeHeartbeat {
+		return nil, fmt.Errorf("ubiq: NodeTimeout %v must be at least twice NodeHeartbeat %v", cfg.NodeTimeout, cfg.NodeHeartbeat)
+	}
 	if cfg.RemoveGrace == 0 {
 		cfg.RemoveGrace = 250 * time.Millisecond
 	}
@@ -118,7 +135,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	iceProp := iceProperty(cfg.ICEServers)
 	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}, node: newUUID()}
-	s.store = &store{kv: kv, newProps: func() props {
+	s.store = &store{kv: kv, node: s.node, newProps: func() props {
 		var p props
 		if iceProp != "" {
 			p.set("ice-servers", iceProp)
@@ -132,8 +149,20 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("ubiq metrics: %w", err)
 		}
 	}
+	if err := s.store.heartbeat(ctx); err != nil {
+		return nil, fmt.Errorf("ubiq node heartbeat: %w", err)
+	}
+	// Watch the heartbeats before returning, so that a node that is
+	// already dead is timed from now.
+	hw, err := kv.Watch(s.ctx, heartbeatKey("*"))
+	if err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("ubiq node heartbeats: %w", err)
+	}
 	s.swept = make(chan struct{})
+	s.liveDone = make(chan struct{})
 	go s.sweep()
+	go s.liveness(hw)
 	return s, nil
 }
 
@@ -192,6 +221,91 @@ func (s *Server) sweep() {
 			}
 		}
 	}
+}
+
+// liveness rewrites this node's heartbeat and watches the other nodes'.
+// A node whose heartbeat has not changed for NodeTimeout (by this node's
+// clock, so clocks need not agree) is dead: this node deletes the keys it
+// owned, so that its members leave their rooms (PeerRemoved reaches the
+// peers on the surviving nodes) and its empty rooms are removed. Every
+// surviving node sweeps; deletes are conditional and idempotent.
+func (s *Server) liveness(w jetstream.KeyWatcher) {
+	defer close(s.liveDone)
+	defer w.Stop()
+	t := time.NewTicker(s.cfg.NodeHeartbeat)
+	defer t.Stop()
+	heard := map[string]time.Time{} // node -> when its heartbeat last changed here
+	self := heartbeatKey(s.node)
+	updates := w.Updates()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case e, ok := <-updates:
+			if !ok {
+				// The watch ended (bus trouble): start a new one.
+				if s.ctx.Err() != nil {
+					return
+				}
+				nw, err := s.kv.Watch(s.ctx, heartbeatKey("*"))
+				if err != nil {
+					s.log.Warn("watching node heartbeats failed", "err", err)
+					updates = nil
+					continue
+				}
+				w.Stop()
+				w, updates = nw, nw.Updates()
+				continue
+			}
+			if e == nil || e.Key() == self {
+				continue
+			}
+			node := strings.TrimPrefix(e.Key(), "h.")
+			if e.Operation() == jetstream.KeyValuePut {
+				heard[node] = time.Now()
+			} else {
+				delete(heard, node)
+			}
+		case now := <-t.C:
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.NodeHeartbeat)
+			if err := s.store.heartbeat(ctx); err != nil {
+				s.log.Warn("ubiq node heartbeat failed", "err", err)
+			}
+			cancel()
+			if updates == nil { // retry a failed watch
+				if nw, err := s.kv.Watch(s.ctx, heartbeatKey("*")); err == nil {
+					w.Stop()
+					w, updates = nw, nw.Updates()
+				}
+			}
+			for node, at := range heard {
+				if now.Sub(at) >= s.cfg.NodeTimeout {
+					delete(heard, node)
+					s.sweepNode(node, now.Sub(at))
+				}
+			}
+		}
+	}
+}
+
+// sweepNode deletes a dead node's keys in the background.
+func (s *Server) sweepNode(node string, silent time.Duration) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		defer cancel()
+		rooms, err := s.store.sweepNode(ctx, node)
+		if err != nil {
+			s.log.Warn("sweeping a dead node's room keys failed", "node", node, "err", err)
+		}
+		s.m.nodesSwept.Inc()
+		s.m.keysSwept.Add(float64(len(rooms)))
+		s.log.Warn("ubiq node stopped its heartbeat: removed its members, observers and room presence", "node", node, "silent", silent, "rooms", len(rooms))
+		for _, id := range rooms {
+			s.removeIfEmpty(id)
+		}
+	}()
 }
 
 // acquire returns the active room id, starting it if needed.
@@ -363,6 +477,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		// Connections leave their rooms before the background work stops.
 		s.wg.Wait()
 		s.cancel()
+		<-s.liveDone
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		s.kv.Delete(ctx, heartbeatKey(s.node))
+		cancel()
 		<-s.swept
 		close(done)
 	}()

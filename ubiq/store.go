@@ -17,10 +17,14 @@ import (
 //
 //	r.{room}.i         roomRecord: name, join code, publish, properties
 //	r.{room}.m.{peer}  memberRecord: the member's PeerInfo and properties
-//	r.{room}.o.{peer}  observer marker (value: the peer's uuid)
+//	r.{room}.o.{peer}  observer marker (value: the node that wrote it)
 //	r.{room}.n.{node}  a node that has the room active (relays frames to it)
 //	c.{code}           join code -> room uuid
 //	b.{room}.{blob}    blob
+//	h.{node}           a node's heartbeat, rewritten every NodeHeartbeat
+//	e.{node}.{key}     index of the ephemeral keys (members, observers,
+//	                   presence) a node wrote: when the node's heartbeat
+//	                   stops, the surviving nodes delete them
 //
 // Peer and blob names that are not plain tokens are escaped by keyToken.
 
@@ -43,6 +47,7 @@ type memberRecord struct {
 	SceneID  NetworkId `json:"sceneid"`
 	ClientID NetworkId `json:"clientid"`
 	Props    props     `json:"props"`
+	Node     string    `json:"node,omitempty"` // the node that wrote it
 }
 
 func (m *memberRecord) info() PeerInfo {
@@ -109,10 +114,34 @@ func newJoinCode() string {
 	return string(b[:])
 }
 
+func heartbeatKey(node string) string  { return "h." + node }
+func ownedKey(node, key string) string { return "e." + node + "." + key }
+func presenceKey(room, activation string) string {
+	return "r." + room + ".n." + activation
+}
+
 // store reads and writes room state.
 type store struct {
 	kv       jetstream.KeyValue
+	node     string       // this node's name in owned keys
 	newProps func() props // properties of a new room
+}
+
+// putOwned writes an ephemeral key of this node, indexing it first so that
+// the surviving nodes find it if this node dies.
+func (s *store) putOwned(ctx context.Context, key string, value []byte) (uint64, error) {
+	if _, err := s.kv.Put(ctx, ownedKey(s.node, key), nil); err != nil {
+		return 0, err
+	}
+	return s.kv.Put(ctx, key, value)
+}
+
+// deleteOwned deletes an ephemeral key of this node and its index entry.
+func (s *store) deleteOwned(ctx context.Context, key string) error {
+	if err := s.kv.Delete(ctx, key); err != nil {
+		return err
+	}
+	return s.kv.Delete(ctx, ownedKey(s.node, key))
 }
 
 // openStore creates or binds the bucket.
@@ -196,21 +225,78 @@ func (s *store) roomByCode(ctx context.Context, code string) (string, error) {
 }
 
 func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (uint64, error) {
+	m.Node = s.node
 	b, _ := json.Marshal(m)
-	return s.kv.Put(ctx, memberKey(room, m.UUID), b)
+	return s.putOwned(ctx, memberKey(room, m.UUID), b)
 }
 
 func (s *store) deleteMember(ctx context.Context, room, peer string) error {
-	return s.kv.Delete(ctx, memberKey(room, peer))
+	return s.deleteOwned(ctx, memberKey(room, peer))
 }
 
 func (s *store) putObserver(ctx context.Context, room, peer string) error {
-	_, err := s.kv.Put(ctx, observerKey(room, peer), []byte(peer))
+	_, err := s.putOwned(ctx, observerKey(room, peer), []byte(s.node))
 	return err
 }
 
 func (s *store) deleteObserver(ctx context.Context, room, peer string) error {
-	return s.kv.Delete(ctx, observerKey(room, peer))
+	return s.deleteOwned(ctx, observerKey(room, peer))
+}
+
+// heartbeat rewrites this node's heartbeat key.
+func (s *store) heartbeat(ctx context.Context) error {
+	_, err := s.kv.Put(ctx, heartbeatKey(s.node), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	return err
+}
+
+// sweepNode deletes the ephemeral keys that a dead node wrote (its
+// members, observers and room presence), then its heartbeat. A key is
+// deleted only if that node still owns it: a peer that reconnected to
+// another node meanwhile keeps its new member key. It returns the rooms
+// that lost keys.
+func (s *store) sweepNode(ctx context.Context, node string) (rooms []string, err error) {
+	prefix := ownedKey(node, "")
+	keys, err := s.listKeys(ctx, prefix+">")
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, k := range keys {
+		key := strings.TrimPrefix(k, prefix)
+		if owned, rev := s.ownedBy(ctx, key, node); owned {
+			if err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
+				if room, _, ok := strings.Cut(strings.TrimPrefix(key, "r."), "."); ok && !seen[room] {
+					seen[room] = true
+					rooms = append(rooms, room)
+				}
+			}
+		}
+		if err := s.kv.Delete(ctx, k); err != nil && ctx.Err() != nil {
+			return rooms, err
+		}
+	}
+	return rooms, s.kv.Delete(ctx, heartbeatKey(node))
+}
+
+// ownedBy reports whether key still holds what node wrote, and its
+// revision.
+func (s *store) ownedBy(ctx context.Context, key, node string) (bool, uint64) {
+	e, err := s.kv.Get(ctx, key)
+	if err != nil {
+		return false, 0
+	}
+	rest := strings.TrimPrefix(key, "r.")
+	_, rest, _ = strings.Cut(rest, ".")
+	switch {
+	case strings.HasPrefix(rest, "m."):
+		var m memberRecord
+		return json.Unmarshal(e.Value(), &m) == nil && m.Node == node, e.Revision()
+	case strings.HasPrefix(rest, "o."):
+		return string(e.Value()) == node, e.Revision()
+	case strings.HasPrefix(rest, "n."):
+		return strings.HasPrefix(rest[2:], node+"-"), e.Revision()
+	}
+	return false, 0
 }
 
 // appendRoomProps applies an append to a room's properties with a
