@@ -52,9 +52,19 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	cell := fs.Float64("cell", 20, "grid: cell size, metres")
 	ring := fs.Int("ring", 1, "grid: observed rings")
 	out := fs.String("out", "", "write the windows as CSV to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the bots (this process) to this file")
+	serverProfile := fs.String("server-cpuprofile", "", "child server: write its CPU profile to this file")
+	linger := fs.Duration("linger", 0, "child server: write linger of its connections (0 = the server's default)")
+	hold := fs.Int("hold", 0, "windows to keep measuring once every bot has joined")
+	serverCPUs := fs.String("server-cpus", "", "child server: pin it to these CPUs (taskset list, e.g. 1); empty = no pinning")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	stopProfile, err := cpuProfileTo(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	log := slog.Default()
 	if *addr == "" {
 		exe, err := os.Executable()
@@ -67,7 +77,18 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		}
 		*addr = l.Addr().String()
 		l.Close()
-		cmd := exec.CommandContext(ctx, exe, "bench", "rooms", "serve", "--listen", *addr)
+		sargs := []string{"bench", "rooms", "serve", "--listen", *addr}
+		if *serverProfile != "" {
+			sargs = append(sargs, "--cpuprofile", *serverProfile)
+		}
+		if *linger != 0 {
+			sargs = append(sargs, "--linger", linger.String())
+		}
+		name := exe
+		if *serverCPUs != "" {
+			name, sargs = "taskset", append([]string{"-c", *serverCPUs, exe}, sargs...)
+		}
+		cmd := exec.CommandContext(ctx, name, sargs...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Start(); err != nil {
 			return err
@@ -157,7 +178,10 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		}
 		r.markGood(peers)
 		if full {
-			break
+			if *hold <= 0 {
+				break
+			}
+			*hold--
 		}
 	}
 	fmt.Printf("# capacity: p99<=100ms up to %s peers; mean<=%v up to %s peers (of %d started)\n",
@@ -411,6 +435,23 @@ func (s *seenPeers) snapshot(out []bots.Peer, now int64) []bots.Peer {
 	return out
 }
 
+// cpuProfileTo starts a CPU profile written to path ("" = none) and
+// returns what stops it.
+func cpuProfileTo(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
 // procCPU returns the user+system CPU seconds of process pid (0: none).
 func procCPU(pid int) float64 {
 	if pid <= 0 {
@@ -446,20 +487,15 @@ func runRoomsServe(ctx context.Context, args []string) error {
 	wsListen := fs.String("ws-listen", "", "Ubiq plain WebSocket address; empty = off")
 	wssListen := fs.String("wss-listen", "", "Ubiq secure WebSocket address (self-signed certificate); empty = off")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
+	linger := fs.Duration("linger", 0, "write linger of each connection (0 = ubiq's default, negative = none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuProfileTo(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	dir, err := os.MkdirTemp("", "xrealm-rooms-")
 	if err != nil {
@@ -481,6 +517,7 @@ func runRoomsServe(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg := ubiq.Config{NC: nc, JS: js, Logger: log}
+	cfg.Writer.Linger = *linger
 	if *wssListen != "" {
 		if cfg.TLS, err = tlscert.Load("", "", dir, []string{"localhost", "127.0.0.1"}); err != nil {
 			return err
