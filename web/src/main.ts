@@ -23,6 +23,10 @@ async function main() {
         const { startEditor } = await import('./editor');
         startEditor(v);
       }
+      if (new URLSearchParams(location.search).get('pointclouds') !== '0') {
+        const { startPointClouds } = await import('./pointcloudview');
+        startPointClouds(v);
+      }
       return;
     }
     showError(`No page at ${location.pathname}. Scenes are at /namespace/scene.`, [{ label: 'Scene list', run: () => (location.href = '/') }]);

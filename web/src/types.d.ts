@@ -5,3 +5,11 @@ declare module 'aframe' {
   const AFRAME: any;
   export default AFRAME;
 }
+
+// draco3d (Google Draco's WASM build) ships no types either; the decoder
+// module factory takes Emscripten module options.
+declare module 'draco3d/draco_decoder_nodejs.js' {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const createDecoderModule: (options?: Record<string, unknown>) => Promise<any>;
+  export default createDecoderModule;
+}

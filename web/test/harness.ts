@@ -53,21 +53,27 @@ export async function freePort(): Promise<number> {
 export interface XrealmServer {
   url: string; // http://127.0.0.1:PORT
   mqttURL: string; // mqtt://127.0.0.1:PORT
+  natsURL: string; // nats://127.0.0.1:PORT with { nats: true }, else ''
   dataDir: string;
   token(user: string, scene: string, role: 'editor' | 'viewer'): string;
+  /** A bus token with the SFU's rights (xrealm token --role sfu), for Go SFU clients. */
+  sfuToken(user: string): string;
   log(): string;
   stop(): Promise<void>;
 }
 
-/** Starts `xrealm serve` and waits until it answers. */
-export async function startServer(): Promise<XrealmServer> {
+/**
+ * Starts `xrealm serve` and waits until it answers. With nats, its NATS
+ * listener is on too (Go SFU clients join over the bus).
+ */
+export async function startServer(opts: { nats?: boolean } = {}): Promise<XrealmServer> {
   const bin = xrealmBin();
   const dist = join(WEB_DIR, 'dist');
   if (!existsSync(join(dist, 'index.html'))) throw new Error(`web client not built (${dist}): run npm run build`);
   const dataDir = mkdtempSync(join(tmpdir(), 'xrealm-web-test-'));
-  const [http, mq] = [await freePort(), await freePort()];
+  const [http, mq, nats] = [await freePort(), await freePort(), opts.nats ? await freePort() : 0];
   const args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
-    '--https-addr', '', '--mqtts-addr', '', '--nats-addr', '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
+    '--https-addr', '', '--mqtts-addr', '', '--nats-addr', nats ? `127.0.0.1:${nats}` : '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
     '--name', 'webtest', '--log-level', 'info'];
   const proc: ChildProcess = spawn(bin, args, { env: { ...process.env, XREALM_WEB_DIR: dist }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
@@ -98,9 +104,11 @@ export async function startServer(): Promise<XrealmServer> {
   return {
     url,
     mqttURL: `mqtt://127.0.0.1:${mq}`,
+    natsURL: nats ? `nats://127.0.0.1:${nats}` : '',
     dataDir,
     token: (user, scene, role) =>
       execFileSync(bin, ['token', '--user', user, '--scene', scene, '--role', role, '--data', dataDir, '--ttl', '2h']).toString().trim(),
+    sfuToken: (user) => execFileSync(bin, ['token', '--user', user, '--role', 'sfu', '--data', dataDir, '--ttl', '2h']).toString().trim(),
     log: () => out,
     stop: async () => {
       if (!exited) {

@@ -1,0 +1,358 @@
+// Remote point clouds in the viewer: joins the scene's SFU session over
+// /sfu/ws, receives point-cloud fragments on the "pointcloud" data
+// channel, reassembles, decodes (draco3d) and merges them, and draws each
+// publisher as a THREE.Points at its avatar. See docs/web.md.
+
+import wasmURL from 'draco3d/draco_decoder.wasm?url';
+import { THREE } from './aframe';
+import { DracoDecoder, FrameMerger, Reassembler, RateMeter, parseMessage, quantiles, type Description } from './pointcloud';
+import { SFUConnection, sfuName, sfuSession, type TrackInfo } from './sfu';
+import { h } from './ui';
+import type { Viewer } from './viewer';
+
+/** Point-cloud descriptions received at once: 4 publishers × 3 descriptions. */
+export const DEFAULT_SLOTS = 12;
+/** A description not complete this long after its first fragment is dropped. */
+export const DEADLINE_MS = 500;
+/** The figure's head centre above its feet (volumetric/pointcloud.go): it is put at the avatar's head. */
+const HEAD_HEIGHT = 1.65;
+/** A publisher no slot carries and nothing arrived from for this long is removed. */
+const GONE_MS = 3000;
+
+interface Publisher {
+  client: string;
+  merger: FrameMerger;
+  group: any; // THREE.Group: placement
+  points: any; // THREE.Points
+  capacity: number;
+  anchor: 'avatar' | 'fallback';
+  avatar: any; // the avatar element whose body is hidden
+  index: number; // fallback place
+  lastData: number;
+  dirty: boolean;
+}
+
+export interface PointCloudStats {
+  state: string;
+  publishers: { client: string; frame: number; points: number; lastFramePoints: number; lastFrameDescs: number; frames: number; anchor: string; position: { x: number; y: number; z: number } }[];
+  pointsPerSecond: number;
+  framesPerSecond: number;
+  descriptions: number;
+  expired: number;
+  decodeErrors: number;
+  badMessages: number;
+  gaps: number;
+  latencyP50Ms: number;
+}
+
+export class PointCloudView {
+  private sfu: SFUConnection | null = null;
+  private decoder: DracoDecoder | null = null;
+  private reasm = new Reassembler(DEADLINE_MS);
+  private pubs = new Map<string, Publisher>();
+  private slots = new Map<string, TrackInfo | undefined>();
+  private root = new THREE.Group();
+  private pointsMeter = new RateMeter();
+  private framesMeter = new RateMeter();
+  private latencies: number[] = [];
+  private seqs = new Map<number, number>();
+  private nextIndex = 0;
+  private state = 'starting';
+  private decodeErrors = 0;
+  private badMessages = 0;
+  private gaps = 0;
+  private timers: ReturnType<typeof setInterval>[] = [];
+  private retryMs = 1000;
+  private stopped = false;
+  readonly el: HTMLElement;
+  private v = new THREE.Vector3();
+  private q = new THREE.Quaternion();
+  private e = new THREE.Euler();
+
+  constructor(private viewer: Viewer, private slotCount = DEFAULT_SLOTS) {
+    this.root.name = 'xr-pointclouds';
+    (viewer.sceneEl as any).object3D.add(this.root);
+    this.el = h('section', { id: 'xr-pointclouds', 'data-state': 'starting' }, h('h3', {}, 'Point clouds'), h('p', { class: 'pc-line' }, 'starting…'));
+    document.getElementById('xr-side')?.insertBefore(this.el, document.querySelector('#xr-side .hint'));
+    this.timers.push(setInterval(() => this.second(), 1000));
+    this.timers.push(setInterval(() => this.sendPose(), 500));
+    const frame = () => {
+      if (this.stopped) return;
+      this.place();
+      requestAnimationFrame(frame);
+    };
+    requestAnimationFrame(frame);
+  }
+
+  /** Loads the decoder and joins the SFU as the viewer's ARENA client. */
+  async start(userClient: string) {
+    try {
+      this.decoder ??= await DracoDecoder.load({ locateFile: () => wasmURL });
+    } catch (e) {
+      this.setState(`no decoder: ${(e as Error).message}`);
+      return;
+    }
+    this.connect(userClient);
+  }
+
+  private async connect(userClient: string) {
+    if (this.stopped) return;
+    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/sfu/ws`;
+    const conn = new SFUConnection({
+      url, session: sfuSession(this.viewer.ns, this.viewer.scene), client: sfuName(userClient), pointClouds: this.slotCount,
+      onPointCloud: (d) => this.onMessage(d),
+      onSlots: (s) => (this.slots = new Map(s)),
+      onState: (s) => {
+        this.setState(s);
+        if ((s === 'failed' || s === 'disconnected' || s === 'closed') && this.sfu === conn) this.retry(userClient);
+      },
+    });
+    this.sfu = conn;
+    this.setState('connecting');
+    try {
+      await conn.connect();
+      this.retryMs = 1000;
+    } catch (e) {
+      console.info('xrealm: point clouds: SFU not joined:', (e as Error).message);
+      this.setState(`not joined: ${(e as Error).message}`);
+      if (this.sfu === conn) this.retry(userClient);
+    }
+  }
+
+  private retry(userClient: string) {
+    const conn = this.sfu;
+    this.sfu = null;
+    conn?.close();
+    if (this.stopped) return;
+    const ms = this.retryMs * (0.8 + Math.random() * 0.4);
+    this.retryMs = Math.min(this.retryMs * 2, 30_000);
+    setTimeout(() => this.connect(userClient), ms);
+  }
+
+  private setState(s: string) {
+    this.state = s;
+    this.el.dataset.state = s;
+  }
+
+  private onMessage(data: ArrayBuffer) {
+    let f;
+    try {
+      f = parseMessage(data);
+    } catch (e) {
+      this.badMessages++;
+      if (this.badMessages <= 5) console.warn('xrealm: point clouds:', (e as Error).message);
+      return;
+    }
+    const last = this.seqs.get(f.slot);
+    if (last !== undefined && f.seq !== ((last + 1) & 0xffff) && ((f.seq - last) & 0xffff) < 0x8000) this.gaps += ((f.seq - last - 1) & 0xffff);
+    this.seqs.set(f.slot, f.seq);
+    const track = this.slots.get(`dc${f.slot}`);
+    if (!track) return; // before the slot event arrived
+    const now = performance.now();
+    const d = this.reasm.push(track.client, f, now);
+    if (d) this.onDescription(d);
+  }
+
+  private onDescription(d: Description) {
+    let pts;
+    try {
+      pts = this.decoder!.decode(d.data);
+    } catch (e) {
+      this.decodeErrors++;
+      if (this.decodeErrors <= 5) console.warn('xrealm: point clouds: decode failed:', (e as Error).message);
+      return;
+    }
+    if (pts.colors) toLinear(pts.colors);
+    const now = performance.now();
+    // capture time is the publisher's clock: exact only on one machine
+    const lat = Date.now() - d.captureUs / 1000;
+    if (lat >= 0 && lat < 60_000) {
+      this.latencies.push(lat);
+      if (this.latencies.length > 512) this.latencies.splice(0, this.latencies.length - 512);
+    }
+    const p = this.publisher(d.publisher);
+    const before = p.merger.framesShown;
+    if (p.merger.add(d.frame, d.desc, pts)) {
+      p.dirty = true;
+      if (p.merger.framesShown !== before) this.framesMeter.add(now);
+    }
+    p.lastData = now;
+    this.pointsMeter.add(now, pts.count);
+    if (p.dirty) this.upload(p);
+  }
+
+  private publisher(client: string): Publisher {
+    let p = this.pubs.get(client);
+    if (p) return p;
+    const geom = new THREE.BufferGeometry();
+    const mat = new THREE.PointsMaterial({ size: 0.015, vertexColors: true, sizeAttenuation: true });
+    const points = new THREE.Points(geom, mat);
+    points.frustumCulled = false;
+    points.name = `pointcloud:${client}`;
+    const group = new THREE.Group();
+    group.add(points);
+    this.root.add(group);
+    p = { client, merger: new FrameMerger(), group, points, capacity: 0, anchor: 'fallback', avatar: null, index: this.nextIndex++, lastData: performance.now(), dirty: false };
+    this.pubs.set(client, p);
+    return p;
+  }
+
+  /** Puts the merged frame into the publisher's geometry. */
+  private upload(p: Publisher) {
+    const n = p.merger.count;
+    const geom = p.points.geometry;
+    if (n > p.capacity) {
+      p.capacity = Math.max(n, Math.ceil(p.capacity * 1.5));
+      geom.setAttribute('position', new THREE.BufferAttribute(new Float32Array(p.capacity * 3), 3));
+      geom.setAttribute('color', new THREE.BufferAttribute(new Float32Array(p.capacity * 3), 3));
+    }
+    const pos = geom.getAttribute('position'), col = geom.getAttribute('color');
+    const k = p.merger.merge(pos.array, col.array);
+    pos.needsUpdate = true;
+    col.needsUpdate = true;
+    geom.setDrawRange(0, k);
+    p.dirty = false;
+  }
+
+  /**
+   * Places each cloud: at its publisher's avatar when the ARENA client
+   * with the same id has one (feet below the avatar's head, turned with
+   * its yaw), else in a row on the floor 4 m in front of the origin.
+   */
+  private place() {
+    for (const p of this.pubs.values()) {
+      const av = document.querySelector(`#xr-avatars [data-avatar-for="${CSS.escape(p.client)}"]`) as any;
+      const o = av?.object3D;
+      if (o) {
+        o.getWorldPosition(this.v);
+        o.getWorldQuaternion(this.q);
+        this.e.setFromQuaternion(this.q, 'YXZ');
+        p.group.position.set(this.v.x, this.v.y - HEAD_HEIGHT, this.v.z);
+        p.group.rotation.set(0, this.e.y, 0);
+        p.anchor = 'avatar';
+        if (p.avatar !== av) {
+          showAvatarBody(p.avatar, true);
+          showAvatarBody(av, false);
+          p.avatar = av;
+        }
+      } else {
+        p.group.position.set(2 * p.index, 0, -4);
+        p.group.rotation.set(0, 0, 0);
+        p.anchor = 'fallback';
+        p.avatar = null;
+      }
+    }
+  }
+
+  private sendPose() {
+    const cam = (this.viewer.sceneEl as any).camera;
+    if (!cam || !this.sfu?.connected) return;
+    cam.getWorldPosition(this.v);
+    const fwd = new THREE.Vector3();
+    cam.getWorldDirection(fwd);
+    const fov = THREE.MathUtils.degToRad(cam.fov ?? 80) * (cam.aspect ?? 1);
+    this.sfu.sendPose([this.v.x, this.v.y, this.v.z], [fwd.x, fwd.y, fwd.z], Math.min(fov, Math.PI)).catch(() => {});
+  }
+
+  private second() {
+    const now = performance.now();
+    this.reasm.expire(now);
+    const carried = new Set([...this.slots.values()].filter((t) => t).map((t) => t!.client));
+    for (const p of [...this.pubs.values()]) {
+      if (!carried.has(p.client) && now - p.lastData > GONE_MS) {
+        this.root.remove(p.group);
+        showAvatarBody(p.avatar, true);
+        p.points.geometry.dispose();
+        p.points.material.dispose();
+        this.pubs.delete(p.client);
+        this.reasm.forget(p.client);
+      }
+    }
+    const s = this.stats();
+    const el = this.el.dataset;
+    el.publishers = String(s.publishers.length);
+    el.pointsPerSecond = String(Math.round(s.pointsPerSecond));
+    el.framesPerSecond = s.framesPerSecond.toFixed(1);
+    el.points = String(s.publishers.reduce((a, p) => a + p.points, 0));
+    el.framePoints = String(s.publishers.reduce((a, p) => a + p.lastFramePoints, 0));
+    el.descriptions = String(s.descriptions);
+    el.expired = String(s.expired);
+    (this.el.querySelector('.pc-line') as HTMLElement).textContent = s.publishers.length
+      ? `${s.publishers.length} publisher${s.publishers.length > 1 ? 's' : ''} · ${fmt(s.pointsPerSecond)} points/s · ${s.framesPerSecond.toFixed(1)} frames/s`
+      : this.state === 'connected' ? 'none received' : this.state;
+    const [p50, p90, p99] = quantiles(this.latencies, [0.5, 0.9, 0.99]);
+    if (this.reasm.complete > 0) {
+      this.sfu?.sendStats({ complete: this.reasm.complete, expired: this.reasm.expired, p50_ms: p50, p90_ms: p90, p99_ms: p99,
+        sum_ms: this.latencies.reduce((a, b) => a + b, 0), count: this.latencies.length }).catch(() => {});
+    }
+  }
+
+  stats(): PointCloudStats {
+    const now = performance.now();
+    return {
+      state: this.state,
+      publishers: [...this.pubs.values()].map((p) => ({
+        client: p.client, frame: p.merger.frame, points: p.merger.count, lastFramePoints: p.merger.lastFramePoints,
+        lastFrameDescs: p.merger.lastFrameDescs, frames: p.merger.framesShown, anchor: p.anchor,
+        position: { x: p.group.position.x, y: p.group.position.y, z: p.group.position.z },
+      })),
+      pointsPerSecond: this.pointsMeter.rate(now),
+      framesPerSecond: this.framesMeter.rate(now),
+      descriptions: this.reasm.complete,
+      expired: this.reasm.expired,
+      decodeErrors: this.decodeErrors,
+      badMessages: this.badMessages,
+      gaps: this.gaps,
+      latencyP50Ms: quantiles(this.latencies, [0.5])[0],
+    };
+  }
+
+  stop() {
+    this.stopped = true;
+    this.timers.forEach(clearInterval);
+    this.sfu?.close();
+    this.sfu = null;
+  }
+}
+
+/** sRGB (Draco's colour bytes) to the linear values three.js expects with colour management. */
+const LINEAR = Float32Array.from({ length: 256 }, (_, i) => {
+  const c = i / 255;
+  return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+});
+function toLinear(c: Float32Array) {
+  for (let i = 0; i < c.length; i++) c[i] = LINEAR[Math.round(c[i] * 255)];
+}
+
+/** Hides an avatar's body while its point cloud stands there (the name tag stays). */
+function showAvatarBody(av: any, on: boolean) {
+  for (const role of ['head', 'visor', 'body']) {
+    const o = av?.querySelector(`[data-role="${role}"]`)?.object3D;
+    if (o) o.visible = on;
+  }
+}
+
+function fmt(n: number): string {
+  return n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(0)}k` : String(Math.round(n));
+}
+
+/** Starts point clouds for a viewer (on by default; ?pointclouds=0 turns them off, ?pcslots=N sets the slots). */
+export function startPointClouds(viewer: Viewer): PointCloudView {
+  const q = new URLSearchParams(location.search);
+  const slots = Math.max(1, Math.min(64, Number(q.get('pcslots')) || DEFAULT_SLOTS));
+  const view = new PointCloudView(viewer, slots);
+  (window as any).xrealm.pointclouds = view;
+  let started = false;
+  viewer.onSession((s) => {
+    if (started) return;
+    started = true;
+    view.start(s.userClient);
+  });
+  const s = viewer.session();
+  if (s && !started) {
+    started = true;
+    view.start(s.userClient);
+  }
+  addEventListener('pagehide', () => view.stop());
+  return view;
+}

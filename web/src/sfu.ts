@@ -1,0 +1,166 @@
+// SFU signalling over the node's WebSocket (/sfu/ws): the same Signal and
+// Reply JSON as the Go client (sfu/signal.go), one offer, no renegotiation.
+// The browser receives point clouds over a data channel (label
+// "pointcloud"), since it cannot negotiate the SFU's point-cloud RTP codec:
+// see docs/sfu.md, "Point clouds for browsers".
+
+export const POINTCLOUD_LABEL = 'pointcloud';
+
+/** A published track, as the node describes it (sfu.TrackInfo). */
+export interface TrackInfo {
+  session: string;
+  client: string;
+  track: string;
+  kind: string;
+  mime: string;
+  node: string;
+}
+
+export interface Signal {
+  op: 'offer' | 'pose' | 'stats' | 'leave';
+  session: string;
+  client: string;
+  sdp?: string;
+  pose?: { position: [number, number, number]; forward: [number, number, number]; fov: number };
+  estimator?: string;
+  pointclouds?: number;
+  frames?: unknown;
+}
+
+export interface Reply {
+  op: 'answer' | 'ok' | 'error';
+  sdp?: string;
+  error?: string;
+}
+
+export interface SlotEvent {
+  op: 'slots';
+  slots: { mid: string; track?: TrackInfo }[];
+}
+
+/** SFU session and client ids: [A-Za-z0-9_-]{1,64} (sfu/config.go). */
+export function sfuName(s: string): string {
+  const v = s.replace(/[^A-Za-z0-9_-]/g, '_').slice(0, 64);
+  return v || '_';
+}
+
+/** The SFU session of a scene: "{namespace}-{scene}", made a valid id. */
+export function sfuSession(ns: string, scene: string): string {
+  return sfuName(`${ns}-${scene}`);
+}
+
+export interface SFUOptions {
+  url: string; // ws(s)://host/sfu/ws
+  session: string;
+  client: string;
+  /** Point-cloud descriptions received at once (data-channel slots). */
+  pointClouds: number;
+  /** How long the data channel may keep retransmitting a message (ms). */
+  maxPacketLifeTime?: number;
+  onPointCloud: (data: ArrayBuffer) => void;
+  onSlots: (slots: Map<string, TrackInfo | undefined>) => void;
+  onState?: (state: string) => void;
+}
+
+/** One connection to the SFU: a WebSocket for signalling and one PeerConnection. */
+export class SFUConnection {
+  private ws: WebSocket | null = null;
+  private pc: RTCPeerConnection | null = null;
+  private pending: ((r: Reply) => void)[] = [];
+  private closed = false;
+  readonly slots = new Map<string, TrackInfo | undefined>();
+
+  constructor(private opts: SFUOptions) {}
+
+  /** Joins: opens the WebSocket, offers, applies the answer. */
+  async connect(): Promise<void> {
+    const o = this.opts;
+    const ws = new WebSocket(o.url);
+    this.ws = ws;
+    await new Promise<void>((res, rej) => {
+      ws.onopen = () => res();
+      ws.onerror = () => rej(new Error(`SFU WebSocket ${o.url} failed`));
+    });
+    ws.onmessage = (e) => this.onMessage(String(e.data));
+    ws.onclose = () => {
+      for (const p of this.pending.splice(0)) p({ op: 'error', error: 'SFU WebSocket closed' });
+      if (!this.closed) o.onState?.('disconnected');
+    };
+    const pc = new RTCPeerConnection();
+    this.pc = pc;
+    pc.onconnectionstatechange = () => o.onState?.(pc.connectionState);
+    const dc = pc.createDataChannel(POINTCLOUD_LABEL, { ordered: false, maxPacketLifeTime: o.maxPacketLifeTime ?? 300 });
+    dc.binaryType = 'arraybuffer';
+    dc.onmessage = (e) => o.onPointCloud(e.data as ArrayBuffer);
+    await pc.setLocalDescription(await pc.createOffer());
+    await gathered(pc);
+    const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds });
+    if (rep.op !== 'answer' || !rep.sdp) throw new Error(`SFU refused the offer: ${rep.error ?? rep.op}`);
+    await pc.setRemoteDescription({ type: 'answer', sdp: rep.sdp });
+  }
+
+  /** Sends the camera pose (the allocator ranks publishers by it). */
+  async sendPose(position: [number, number, number], forward: [number, number, number], fov: number): Promise<void> {
+    const o = this.opts;
+    if (this.ws?.readyState !== WebSocket.OPEN) return;
+    await this.request({ op: 'pose', session: o.session, client: o.client, pose: { position, forward, fov } });
+  }
+
+  /** Reports frame delivery to the node (exported on /metrics per subscriber). */
+  async sendStats(frames: unknown): Promise<void> {
+    const o = this.opts;
+    if (this.ws?.readyState !== WebSocket.OPEN) return;
+    await this.request({ op: 'stats', session: o.session, client: o.client, frames });
+  }
+
+  get connected(): boolean {
+    return this.pc?.connectionState === 'connected';
+  }
+
+  close() {
+    this.closed = true;
+    const o = this.opts;
+    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ op: 'leave', session: o.session, client: o.client }));
+    this.ws?.close();
+    this.pc?.close();
+  }
+
+  private request(s: Signal): Promise<Reply> {
+    return new Promise((res) => {
+      this.pending.push(res);
+      this.ws!.send(JSON.stringify(s));
+    });
+  }
+
+  private onMessage(text: string) {
+    let m: any;
+    try {
+      m = JSON.parse(text);
+    } catch {
+      console.warn('xrealm sfu: not JSON:', text.slice(0, 80));
+      return;
+    }
+    if (m && m.op === 'slots' && Array.isArray(m.slots)) {
+      for (const s of (m as SlotEvent).slots) this.slots.set(s.mid, s.track);
+      this.opts.onSlots(this.slots);
+      return;
+    }
+    // Replies come in the order of the signals.
+    const p = this.pending.shift();
+    if (p) p(m as Reply);
+  }
+}
+
+/** Waits until ICE gathering completes: the node takes a complete offer (no trickle). */
+function gathered(pc: RTCPeerConnection): Promise<void> {
+  if (pc.iceGatheringState === 'complete') return Promise.resolve();
+  return new Promise((res) => {
+    const t = setTimeout(res, 5000); // use what was gathered
+    pc.addEventListener('icegatheringstatechange', () => {
+      if (pc.iceGatheringState === 'complete') {
+        clearTimeout(t);
+        res();
+      }
+    });
+  });
+}
