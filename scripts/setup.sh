@@ -33,7 +33,8 @@ fi
 # The web client, when present, is built before the server that serves it.
 if [[ -f web/package.json ]]; then
 	command -v npm >/dev/null || apt_install nodejs npm
-	if [[ ! -d web/node_modules ]]; then
+	# again when the lock file changed (a new dependency) since the last install
+	if [[ ! -d web/node_modules || web/package-lock.json -nt web/node_modules/.package-lock.json ]]; then
 		say "npm ci (web)"
 		(cd web && npm ci --no-audit --no-fund --loglevel=error)
 	fi
@@ -45,7 +46,8 @@ say "building bin/xrealm"
 go build -o bin/xrealm ./cmd/xrealm
 
 if ((want_test)); then
-	apt_install mosquitto python3-venv iproute2
+	# draco: Google Draco's tools for the volumetric and point-cloud tests
+	apt_install mosquitto python3-venv iproute2 draco
 	if [[ ! -x .venv/bin/python ]]; then
 		say "creating .venv"
 		python3 -m venv .venv
