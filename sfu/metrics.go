@@ -45,6 +45,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
+	for _, d := range dcDescs {
+		ch <- d
+	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -128,6 +131,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSubMiss, prometheus.CounterValue, miss, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubSlots, prometheus.GaugeValue, active, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubFetch, prometheus.CounterValue, fetches, id, client)
+		p.collectDC(ch, id, client)
 		if f := p.frames.Load(); f != nil {
 			fs := volumetric.FrameStats{Complete: f.Complete, Expired: f.Expired}
 			ch <- prometheus.MustNewConstMetric(descSubFrames, prometheus.GaugeValue, fs.CompletionRatio(), id, client)
