@@ -13,6 +13,7 @@ import (
 	"github.com/pion/interceptor"
 	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/sfu/downtrack"
 )
@@ -265,4 +266,25 @@ func negotiated(sender *webrtc.RTPSender, mime string) bool {
 		}
 	}
 	return false
+}
+
+var (
+	descDCSent    = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_messages_total", "Point-cloud messages sent on the subscriber's data channel.", []string{"node", "client"}, nil)
+	descDCDropped = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_dropped_total", "Point-cloud messages dropped: the subscriber's data channel was full or not open.", []string{"node", "client"}, nil)
+	descDCRate    = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_estimate_bps", "The point-cloud data channel's own rate estimate (the allocator's budget for it).", []string{"node", "client"}, nil)
+	dcDescs       = []*prometheus.Desc{descDCSent, descDCDropped, descDCRate}
+)
+
+// collectDC reports a subscriber's point-cloud data channel, if it has one.
+func (p *peer) collectDC(ch chan<- prometheus.Metric, node, client string) {
+	c := p.pcc
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	rate := c.rate
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descDCSent, prometheus.CounterValue, float64(c.sent.Load()), node, client)
+	ch <- prometheus.MustNewConstMetric(descDCDropped, prometheus.CounterValue, float64(c.dropped.Load()), node, client)
+	ch <- prometheus.MustNewConstMetric(descDCRate, prometheus.GaugeValue, rate, node, client)
 }

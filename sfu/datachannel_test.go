@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/pion/webrtc/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/volumetric"
 )
@@ -242,6 +243,30 @@ func TestPointCloudDataChannel(t *testing.T) {
 		t.Errorf("carol received on slots %v, want only slot 0", one.seqs)
 	}
 	one.mu.Unlock()
+
+	// node 2 exports the data channel per subscriber
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(&collector{n: c.nodes[1]})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "xrealm_sfu_subscriber_datachannel_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "client" && l.GetValue() == "s3/bob" {
+					got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	if got["xrealm_sfu_subscriber_datachannel_messages_total"] <= 0 || got["xrealm_sfu_subscriber_datachannel_estimate_bps"] < dcMinRate {
+		t.Errorf("data-channel metrics of s3/bob: %v", got)
+	}
 
 	b.close()
 	one.close()
