@@ -137,6 +137,13 @@ export async function launchBrowser(): Promise<Browser> {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 }
 
+/** Chromium for pages that use WebRTC with a server on this machine: loopback candidates, no mDNS names. */
+export async function launchRTCBrowser(): Promise<Browser> {
+  ensureChromium();
+  return chromium.launch({ executablePath: CHROMIUM, headless: true,
+    args: [...CHROMIUM_ARGS, '--allow-loopback-in-peer-connection', '--disable-features=WebRtcHideLocalIpsWithMdns'] });
+}
+
 /** A Node MQTT client (the "third client"), connected with a token. */
 export async function mqttClient(srv: XrealmServer, user: string, token: string, clientId: string): Promise<MqttClient> {
   const c = mqtt.connect(srv.mqttURL, { clientId, username: user, password: token, reconnectPeriod: 0, connectTimeout: 10_000 });

@@ -7,75 +7,47 @@
 // THREE.Points: first at the fallback place, then at the publisher's
 // avatar once an ARENA client with the same id publishes a camera pose.
 // Skipped, saying why, when Google Draco's tools are missing.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import type { MqttClient } from 'mqtt';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CHROMIUM, CHROMIUM_ARGS, REPO_DIR, ensureChromium, mqttClient, startServer, waitFor, type XrealmServer } from './harness';
+import { REPO_DIR, launchRTCBrowser, mqttClient, startServer, waitFor, type XrealmServer } from './harness';
+import { buildPublisher, startPublisher, stats, type Publisher, type PublisherInfo } from './pcpub';
 
 const SCENE = 'pointclouds';
 const SESSION = `public-${SCENE}`; // sfuSession('public', SCENE)
 const PUBLISHER = 'pcbot';
 
-interface Ready {
-  ready?: boolean;
-  skip?: string;
-  node: string;
-  points: number;
-  descPoints: number[];
-  fps: number;
-  bytesPerFrame: number;
-}
-
 let srv: XrealmServer;
 let browser: Browser;
-let pub: ChildProcess | undefined;
-let ready: Ready;
+let pub: Publisher | undefined;
+let ready: PublisherInfo;
 let tmp: string;
 let skipReason = '';
-let pubLog = '';
 
 beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'xrealm-pcpub-'));
-  // XREALM_PCPUB: a pcpub binary built beforehand (go build -o X ./web/test/pcpub)
-  let bin = process.env.XREALM_PCPUB ?? '';
-  if (!bin) {
-    bin = join(tmp, 'pcpub');
-    execFileSync('go', ['build', '-o', bin, './web/test/pcpub'], { cwd: REPO_DIR, stdio: ['ignore', 'ignore', 'inherit'] });
-  }
+  const bin = buildPublisher(tmp);
   srv = await startServer({ nats: true });
-  pub = spawn(bin, ['--bus', srv.natsURL, '--token', srv.sfuToken(PUBLISHER), '--session', SESSION, '--client', PUBLISHER,
-    '--points', '10000', '--frames', '15', '--fps', '15'], { stdio: ['pipe', 'pipe', 'pipe'] });
-  pub.stderr!.on('data', (b) => (pubLog += b));
-  const lines = createInterface({ input: pub.stdout! });
-  ready = await new Promise<Ready>((res, rej) => {
-    lines.once('line', (l) => res(JSON.parse(l)));
-    pub!.once('exit', (code) => rej(new Error(`pcpub exited with ${code}:\n${pubLog}`)));
-  });
+  pub = await startPublisher(bin, srv, { session: SESSION, client: PUBLISHER, points: 10000, fps: 15 });
+  ready = pub.info;
   if (ready.skip) {
     skipReason = ready.skip;
     console.warn(`[web tests] skipping the point-cloud end-to-end test: ${ready.skip}`);
     return;
   }
-  ensureChromium();
-  // WebRTC between Chromium and the SFU on this machine: loopback candidates, no mDNS names.
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true,
-    args: [...CHROMIUM_ARGS, '--allow-loopback-in-peer-connection', '--disable-features=WebRtcHideLocalIpsWithMdns'] });
+  browser = await launchRTCBrowser();
 }, 300_000);
 
 afterAll(async () => {
-  pub?.stdin?.end();
-  pub?.kill('SIGTERM');
+  await pub?.stop();
   await browser?.close();
   await srv?.stop();
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-const stats = (p: Page) => p.evaluate(() => (window as any).xrealm?.pointclouds?.stats());
 
 /** Pixels that change when the point clouds are hidden, rendered into the page's own WebGL buffer. */
 function cloudPixels(p: Page): Promise<number> {
@@ -124,7 +96,7 @@ describe('remote point clouds', () => {
       best = Math.max(best, p.lastFramePoints);
       return best === total;
     }, 60_000).catch((e) => {
-      throw new Error(`${e.message}; best frame ${best} of ${total} points; page ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}\npcpub:\n${pubLog}`);
+      throw new Error(`${e.message}; best frame ${best} of ${total} points; page ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}\npcpub:\n${pub!.log()}`);
     });
     const s1 = await stats(page);
     const p1 = s1.publishers[0];
@@ -184,7 +156,7 @@ describe('remote point clouds', () => {
     expect(problems).toEqual([]);
 
     // 6. The publisher leaves: its cloud goes.
-    pub!.stdin!.end();
+    await pub!.stop();
     await waitFor('the cloud to go after the publisher left', async () => (await stats(page))?.publishers.length === 0, 20_000);
     await page.context().close();
   }, 180_000);
