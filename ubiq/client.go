@@ -1,16 +1,15 @@
 package ubiq
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -22,7 +21,7 @@ import (
 type Client struct {
 	nc      net.Conn
 	ws      *websocket.Conn
-	onFrame func(frame []byte)
+	onFrame func(frame []byte, readNanos int64)
 	wmu     sync.Mutex
 	buf     []byte
 	done    chan struct{}
@@ -34,7 +33,11 @@ type ClientOptions struct {
 	// OnFrame receives every whole frame (header included); the slice is
 	// valid only during the call.
 	OnFrame func(frame []byte)
-	TLS     *tls.Config // for wss:// addresses
+	// OnFrameAt, if set, is called instead of OnFrame with the time (Unix
+	// nanoseconds) of the read that completed the frame: the clock is read
+	// once per read, not once per frame.
+	OnFrameAt func(frame []byte, readNanos int64)
+	TLS       *tls.Config // for wss:// addresses
 	// MaxFrame bounds received payloads; 0 = DefaultMaxFrame.
 	MaxFrame int
 }
@@ -44,10 +47,14 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 	if o.MaxFrame <= 0 {
 		o.MaxFrame = DefaultMaxFrame
 	}
-	if o.OnFrame == nil {
-		o.OnFrame = func([]byte) {}
+	c := &Client{onFrame: o.OnFrameAt, done: make(chan struct{})}
+	if c.onFrame == nil {
+		f := o.OnFrame
+		if f == nil {
+			f = func([]byte) {}
+		}
+		c.onFrame = func(b []byte, _ int64) { f(b) }
 	}
-	c := &Client{onFrame: o.OnFrame, done: make(chan struct{})}
 	if strings.HasPrefix(addr, "ws://") || strings.HasPrefix(addr, "wss://") {
 		d := websocket.Dialer{TLSClientConfig: o.TLS}
 		ws, _, err := d.DialContext(ctx, addr, nil)
@@ -69,35 +76,52 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-func (c *Client) readTCP(max int) {
+// readTCP reads as much as the socket has in one system call and hands
+// out every whole frame in it, so that a burst of frames costs one read.
+func (c *Client) readTCP(maxPayload int) {
 	defer close(c.done)
-	r := bufio.NewReaderSize(c.nc, 64<<10)
-	var buf []byte // reused: OnFrame's slice is valid only during the call
+	const chunk = 64 << 10
+	buf := make([]byte, chunk)
+	start, end := 0, 0 // unread bytes are buf[start:end]
 	for {
-		if cap(buf) < 4 {
-			buf = make([]byte, 0, 4096)
+		if start == end {
+			start, end = 0, 0
+			if len(buf) > 16*chunk {
+				buf = make([]byte, chunk) // do not keep a large frame's buffer
+			}
 		}
-		hdr := buf[:4]
-		if _, err := io.ReadFull(r, hdr); err != nil {
+		// Room for the rest of a partial frame, or at least 4 KiB.
+		need := 4096
+		if end-start >= 4 {
+			need = max(need, 4+int(binary.LittleEndian.Uint32(buf[start:]))-(end-start))
+		}
+		if len(buf)-end < need {
+			nb := buf
+			if len(buf)-(end-start) < need {
+				nb = make([]byte, end-start+need+chunk)
+			}
+			copy(nb, buf[start:end])
+			buf, start, end = nb, 0, end-start
+		}
+		n, err := c.nc.Read(buf[end:])
+		if n == 0 && err != nil {
 			c.fail(err)
 			return
 		}
-		n := int32(binary.LittleEndian.Uint32(hdr))
-		if err := checkLength(n, max); err != nil {
-			c.fail(err)
-			return
+		end += n
+		now := time.Now().UnixNano()
+		for end-start >= 4 {
+			l := int32(binary.LittleEndian.Uint32(buf[start:]))
+			if err := checkLength(l, maxPayload); err != nil {
+				c.fail(err)
+				return
+			}
+			if end-start < 4+int(l) {
+				break
+			}
+			c.onFrame(buf[start:start+4+int(l)], now)
+			start += 4 + int(l)
 		}
-		if cap(buf) < 4+int(n) {
-			nb := make([]byte, 4+int(n))
-			copy(nb, hdr)
-			buf = nb
-		}
-		f := buf[:4+int(n)]
-		if _, err := io.ReadFull(r, f[4:]); err != nil {
-			c.fail(err)
-			return
-		}
-		c.onFrame(f)
 	}
 }
 
@@ -118,7 +142,7 @@ func (c *Client) readWS(max int) {
 			c.ws.Close()
 			return
 		}
-		c.onFrame(msg)
+		c.onFrame(msg, time.Now().UnixNano())
 	}
 }
 

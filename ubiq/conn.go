@@ -28,11 +28,12 @@ type frameSource interface {
 }
 
 type streamSource struct {
-	r   *bufio.Reader
-	max int
+	r    *bufio.Reader
+	max  int
+	slab slab
 }
 
-func (s *streamSource) next() ([]byte, error) { return ReadFrame(s.r, s.max) }
+func (s *streamSource) next() ([]byte, error) { return readFrame(s.r, s.max, s.slab.alloc) }
 
 // conn is one Ubiq peer connection.
 type conn struct {

@@ -84,6 +84,11 @@ func checkLength(n int32, maxPayload int) error {
 // slice. maxPayload bounds the payload; a length outside [MinLength,
 // maxPayload+8] is a *FrameError.
 func ReadFrame(r io.Reader, maxPayload int) ([]byte, error) {
+	return readFrame(r, maxPayload, func(n int) []byte { return make([]byte, n) })
+}
+
+// readFrame is ReadFrame with the frame's memory from alloc.
+func readFrame(r io.Reader, maxPayload int, alloc func(n int) []byte) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -92,7 +97,7 @@ func ReadFrame(r io.Reader, maxPayload int) ([]byte, error) {
 	if err := checkLength(n, maxPayload); err != nil {
 		return nil, err
 	}
-	f := make([]byte, 4+int(n))
+	f := alloc(4 + int(n))
 	copy(f, hdr[:])
 	if _, err := io.ReadFull(r, f[4:]); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -101,6 +106,25 @@ func ReadFrame(r io.Reader, maxPayload int) ([]byte, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// slab hands out frame buffers carved from larger blocks: one allocation
+// per block instead of one per frame. A frame is never written again once
+// read, and a block is freed when no frame in it is referenced.
+type slab struct{ free []byte }
+
+const slabBlock = 64 << 10
+
+func (s *slab) alloc(n int) []byte {
+	if n > slabBlock/8 {
+		return make([]byte, n)
+	}
+	if len(s.free) < n {
+		s.free = make([]byte, slabBlock)
+	}
+	f := s.free[:n:n]
+	s.free = s.free[n:]
+	return f
 }
 
 // ParseFrame checks that msg is exactly one whole frame, as every

@@ -1,0 +1,98 @@
+package ubiq
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestClientReadsSplitAndBatchedFrames: the client's batched reader hands
+// out every frame whole, whether frames arrive many per read, split
+// across reads, or larger than its buffer.
+func TestClientReadsSplitAndBatchedFrames(t *testing.T) {
+	sizes := []int{4, 5, 100, 500, 4096, 70 << 10, 4, 1 << 20, 12, 500}
+	for i := 0; i < 200; i++ {
+		sizes = append(sizes, 4+i%600)
+	}
+	var stream []byte
+	for i, n := range sizes {
+		p := bytes.Repeat([]byte{byte(i)}, n)
+		stream = AppendFrame(stream, NetworkId{A: uint32(i), B: 7}, p)
+	}
+	for _, chunking := range []struct {
+		name string
+		max  int
+	}{{"whole", len(stream)}, {"small pieces", 7}, {"random pieces", 9000}} {
+		t.Run(chunking.name, func(t *testing.T) {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				rng := rand.New(rand.NewPCG(1, 2))
+				for off := 0; off < len(stream); {
+					n := min(1+rng.IntN(chunking.max), len(stream)-off)
+					if _, err := c.Write(stream[off : off+n]); err != nil {
+						return
+					}
+					off += n
+				}
+				time.Sleep(time.Second)
+			}()
+			got := make(chan []byte, len(sizes))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := Dial(ctx, l.Addr().String(), ClientOptions{OnFrameAt: func(f []byte, at int64) {
+				if at <= 0 {
+					t.Errorf("read time %d", at)
+				}
+				got <- append([]byte(nil), f...)
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i, n := range sizes {
+				select {
+				case f := <-got:
+					if IDOf(f).A != uint32(i) || len(f) != HeaderSize+n || (n > 0 && f[len(f)-1] != byte(i)) {
+						t.Fatalf("frame %d: id %v, %d bytes, want %d", i, IDOf(f), len(f), HeaderSize+n)
+					}
+				case <-ctx.Done():
+					t.Fatalf("frame %d of %d not received", i, len(sizes))
+				}
+			}
+		})
+	}
+}
+
+func TestSlab(t *testing.T) {
+	var s slab
+	var frames [][]byte
+	for _, n := range []int{16, 512, 8000, slabBlock/8 + 1, 600, 20} {
+		f := s.alloc(n)
+		if len(f) != n || cap(f) != n {
+			t.Fatalf("alloc(%d): len %d cap %d", n, len(f), cap(f))
+		}
+		for i := range f {
+			f[i] = byte(len(frames) + 1)
+		}
+		frames = append(frames, f)
+	}
+	for i, f := range frames {
+		for _, b := range f {
+			if b != byte(i+1) {
+				t.Fatalf("frame %d overwritten", i)
+			}
+		}
+	}
+}
