@@ -34,6 +34,10 @@ type UbiqTransport struct {
 	Recompute     float64       // knn: recomputes per second; 0 = 5
 	PositionEvery time.Duration // knn: position property period; 0 = 200ms
 
+	// DecodePosEvery bounds how often a bot that watches its peers decodes
+	// the position of one sender's poses; 0 = 50ms, negative = every pose.
+	DecodePosEvery time.Duration
+
 	CellSize float64  // grid: hex cell size in metres; 0 = 20
 	Ring     int      // grid: rings of cells observed around one's own; 0 = 1
 	Shard    [16]byte // grid: namespace of the cell room ids
@@ -52,7 +56,15 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 	if l.objectID == "" {
 		l.objectID = "bot" + strconv.Itoa(id.Index)
 	}
-	onFrame := func(f []byte) {
+	// Boids need peers' positions, but not from every pose: a position is
+	// decoded from a sender at most once per posEvery (the scan and float
+	// parsing cost more than the rest of receiving a frame).
+	posEvery := int64(t.DecodePosEvery)
+	if posEvery == 0 {
+		posEvery = int64(50 * time.Millisecond)
+	}
+	decoded := map[ubiq.NetworkId]int64{} // read goroutine only
+	onFrame := func(f []byte, now int64) {
 		if ubiq.IDOf(f) == l.clientID {
 			typ, _ := ubiq.DecodeServer(f[ubiq.HeaderSize:], nil)
 			if typ == "SetRoom" {
@@ -61,13 +73,16 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 			return
 		}
 		payload := f[ubiq.HeaderSize:]
-		r := Received{From: f[4:12], SentNanos: SentNanos(payload), RecvNanos: time.Now().UnixNano(), Size: len(f)}
+		r := Received{From: f[4:12], SentNanos: SentNanos(payload), RecvNanos: now, Size: len(f)}
 		if decodePos {
-			r.Pos, r.HasPos = PositionOf(payload)
+			if from := ubiq.IDOf(f); now-decoded[from] >= posEvery {
+				decoded[from] = now
+				r.Pos, r.HasPos = PositionOf(payload)
+			}
 		}
 		recv(&r)
 	}
-	c, err := ubiq.Dial(ctx, t.Addr, ubiq.ClientOptions{OnFrame: onFrame})
+	c, err := ubiq.Dial(ctx, t.Addr, ubiq.ClientOptions{OnFrameAt: onFrame})
 	if err != nil {
 		return nil, fmt.Errorf("bot %d: %w", id.Index, err)
 	}
