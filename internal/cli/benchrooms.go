@@ -229,11 +229,12 @@ type roomsRun struct {
 	log   *slog.Logger
 	start time.Time
 
-	mu    sync.Mutex
-	bs    []*roomBot
-	good  int // peers of the last window within both limits
-	wg    sync.WaitGroup
-	close atomic.Bool
+	mu     sync.Mutex
+	bs     []*roomBot
+	pacers []*pacer
+	good   int // peers of the last window within both limits
+	wg     sync.WaitGroup
+	close  atomic.Bool
 }
 
 type roomBot struct {
@@ -301,55 +302,110 @@ func (r *roomsRun) add(ctx context.Context, i int) error {
 	r.mu.Lock()
 	r.bs = append(r.bs, b)
 	r.mu.Unlock()
-	r.wg.Add(1)
-	go r.send(ctx, b)
+	r.schedule(ctx, b)
 	return nil
 }
 
-// send paces one bot on an absolute schedule, skipping late ticks.
-func (r *roomsRun) send(ctx context.Context, b *roomBot) {
-	defer r.wg.Done()
+// Bots are paced by shared goroutines, not one goroutine and timer per
+// bot: each pacer owns up to pacerBots bots, wakes every pacerTick and
+// sends the poses that are due (stamped just before each write, so the
+// latency measured is unchanged; a send is at most pacerTick late).
+const (
+	pacerBots = 128
+	pacerTick = 2 * time.Millisecond
+)
+
+type pacer struct {
+	mu   sync.Mutex
+	bots []*pacedBot
+}
+
+type pacedBot struct {
+	*roomBot
+	next, last time.Time
+	peers      []bots.Peer
+	dead       bool
+}
+
+// schedule hands b to a pacer, starting one when all are full.
+func (r *roomsRun) schedule(ctx context.Context, b *roomBot) {
 	period := time.Duration(float64(time.Second) / r.rate)
-	next := time.Now().Add(time.Duration(rand.Int64N(int64(period))))
-	last := time.Now()
-	var peers []bots.Peer
-	t := time.NewTimer(time.Until(next))
+	now := time.Now()
+	pb := &pacedBot{roomBot: b, next: now.Add(time.Duration(rand.Int64N(int64(period)))), last: now}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.pacers); n > 0 {
+		p := r.pacers[n-1]
+		p.mu.Lock()
+		if len(p.bots) < pacerBots {
+			p.bots = append(p.bots, pb)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	p := &pacer{bots: []*pacedBot{pb}}
+	r.pacers = append(r.pacers, p)
+	r.wg.Add(1)
+	go r.pace(ctx, p, period)
+}
+
+func (r *roomsRun) pace(ctx context.Context, p *pacer, period time.Duration) {
+	defer r.wg.Done()
+	t := time.NewTicker(pacerTick)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-b.link.Done():
-			if !r.close.Load() {
-				r.log.Warn("bot disconnected")
-			}
-			return
 		case <-t.C:
 		}
-		now := time.Now()
-		if b.seen != nil {
-			peers = b.seen.snapshot(peers[:0], now.UnixNano())
-		}
-		pose := b.beh.Step(now.Sub(last), peers)
-		if dt := now.Sub(last).Seconds(); dt > 0 {
-			if prev := b.state.Load(); prev != nil {
-				b.state.Store(&[2]bots.Vec3{pose.Pos, pose.Pos.Sub(prev[0]).Scale(1 / dt)})
-			} else {
-				b.state.Store(&[2]bots.Vec3{pose.Pos, {}})
+		p.mu.Lock()
+		list := p.bots
+		p.mu.Unlock()
+		for _, b := range list {
+			if b.dead {
+				continue
+			}
+			now := time.Now()
+			if now.Before(b.next) {
+				continue
+			}
+			if !r.step(b, now) {
+				b.dead = true
+				if !r.close.Load() {
+					r.log.Warn("bot disconnected")
+				}
+				continue
+			}
+			b.next = b.next.Add(period)
+			if now.Sub(b.next) > period {
+				b.next = now.Add(period) // too late: skip ticks rather than burst
 			}
 		}
-		last = now
-		ts := time.Now().UnixNano()
-		if err := b.link.SendPose(pose, ts); err != nil {
-			return
-		}
-		b.meter.Sent(ts)
-		next = next.Add(period)
-		if time.Until(next) < -period {
-			next = time.Now().Add(period)
-		}
-		t.Reset(max(time.Until(next), 0))
 	}
+}
+
+// step moves one bot and sends its pose; false if its connection is gone.
+func (r *roomsRun) step(b *pacedBot, now time.Time) bool {
+	if b.seen != nil {
+		b.peers = b.seen.snapshot(b.peers[:0], now.UnixNano())
+	}
+	pose := b.beh.Step(now.Sub(b.last), b.peers)
+	if dt := now.Sub(b.last).Seconds(); dt > 0 {
+		if prev := b.state.Load(); prev != nil {
+			b.state.Store(&[2]bots.Vec3{pose.Pos, pose.Pos.Sub(prev[0]).Scale(1 / dt)})
+		} else {
+			b.state.Store(&[2]bots.Vec3{pose.Pos, {}})
+		}
+	}
+	b.last = now
+	ts := time.Now().UnixNano()
+	if err := b.link.SendPose(pose, ts); err != nil {
+		return false
+	}
+	b.meter.Sent(ts)
+	return true
 }
 
 // flock returns the extension (mean distance to the centroid, m), the
