@@ -3,7 +3,9 @@
 // a writer goroutine that sends whatever is queued in one write.
 //
 // The writer never waits when the connection is idle: a frame queued to an
-// idle connection is written at once. While a write is in progress, frames
+// idle connection is written at once, and on a socket by the caller of
+// Enqueue itself, with one non-blocking system call (no goroutine hand-off;
+// what the socket does not take goes to the writer goroutine). While a write is in progress, frames
 // pile up and go out together in the next write, so a busy connection costs
 // one system call per batch instead of one per message. With a linger
 // interval (Options.Linger), a connection with steady traffic writes at most

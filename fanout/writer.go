@@ -1,9 +1,11 @@
 package fanout
 
 import (
+	"errors"
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -55,6 +57,7 @@ type Conn interface {
 // Writer is a bounded outgoing queue drained by its own goroutine.
 type Writer struct {
 	conn Conn
+	raw  syscall.RawConn // for inline writes; nil if conn is not a socket
 	opt  Options
 
 	mu     sync.Mutex
@@ -62,7 +65,13 @@ type Writer struct {
 	spare  []Frame
 	bytes  int
 	closed bool
-	err    error
+	err    error // the first write error; guarded by mu
+	// busy is set while bytes are being written, by the writer goroutine or
+	// by an inline write, so that the two never interleave.
+	busy bool
+
+	epoch time.Time
+	last  atomic.Int64 // end of the last write, in ns since epoch
 
 	wake   chan struct{}
 	urgent chan struct{} // cuts a linger short
@@ -72,13 +81,20 @@ type Writer struct {
 	coalesced atomic.Uint64
 	written   atomic.Uint64
 	batches   atomic.Uint64
+	inline    atomic.Uint64
 }
 
 // NewWriter starts a writer goroutine for conn. onError, if not nil, is
 // called once when a write fails; the writer then discards further frames.
 func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
-	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
+	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), epoch: time.Now()}
+	w.last.Store(-int64(opt.Linger))
+	if sc, ok := conn.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			w.raw = raw
+		}
+	}
 	go w.loop(onError)
 	return w
 }
@@ -95,11 +111,26 @@ const (
 
 // Enqueue queues f. When the queue is full, f replaces the newest queued
 // frame with the same key, or is dropped.
+//
+// When the connection is a socket, nothing is queued or being written, and f
+// may go out at once (it is urgent, or the connection wrote nothing for the
+// linger interval), Enqueue writes f itself with one non-blocking system
+// call instead of waking the writer goroutine: this saves a goroutine
+// hand-off per message on quiet connections. Whatever the socket does not
+// take at once is queued for the writer, so a slow reader never blocks the
+// caller.
 func (w *Writer) Enqueue(f Frame) Result {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return Dropped
+	}
+	if w.raw != nil && !w.busy && len(w.queue) == 0 && w.err == nil &&
+		(f.Urgent || w.sinceLast() >= w.opt.Linger) {
+		w.busy = true
+		w.mu.Unlock()
+		w.writeInline(f)
+		return Queued
 	}
 	if len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes {
 		ok := f.Key != "" && w.replaceLocked(f)
@@ -129,6 +160,78 @@ func (w *Writer) Enqueue(f Frame) Result {
 	return Queued
 }
 
+// sinceLast is the time since the end of the last write.
+func (w *Writer) sinceLast() time.Duration {
+	return time.Since(w.epoch) - time.Duration(w.last.Load())
+}
+
+// writeInline writes f with one non-blocking write on the caller's
+// goroutine; w.busy is held. The unwritten rest, if any, goes to the front
+// of the queue for the writer goroutine.
+func (w *Writer) writeInline(f Frame) {
+	var n int
+	var werr error
+	err := w.raw.Write(func(fd uintptr) bool {
+		for n < len(f.Bytes) {
+			m, err := syscall.Write(int(fd), f.Bytes[n:])
+			if m > 0 {
+				n += m
+			}
+			if err == syscall.EINTR {
+				continue
+			}
+			if err != nil && err != syscall.EAGAIN {
+				werr = err
+			}
+			if err != nil || m <= 0 {
+				break
+			}
+		}
+		return true // never wait for the socket here
+	})
+	if werr == nil && err != nil {
+		werr = err
+	}
+	w.last.Store(int64(time.Since(w.epoch)))
+	w.mu.Lock()
+	w.busy = false
+	if werr != nil {
+		if w.err == nil {
+			w.err = &inlineError{werr}
+		}
+	} else if n < len(f.Bytes) {
+		// The socket is full: the rest goes first, then what was queued
+		// meanwhile. The writer goroutine takes it from here.
+		rest := Frame{Bytes: f.Bytes[n:], Urgent: true}
+		w.queue = append(w.queue, Frame{})
+		copy(w.queue[1:], w.queue)
+		w.queue[0] = rest
+		w.bytes += len(rest.Bytes)
+	} else {
+		w.written.Add(1)
+		w.batches.Add(1)
+		w.inline.Add(1)
+	}
+	if (len(w.queue) > 0 || w.err != nil) && !w.closed {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case w.urgent <- struct{}{}:
+		default:
+		}
+	}
+	w.mu.Unlock()
+}
+
+// inlineError marks a write error found by an inline write; the writer
+// goroutine reports it through onError.
+type inlineError struct{ err error }
+
+func (e *inlineError) Error() string { return e.err.Error() }
+func (e *inlineError) Unwrap() error { return e.err }
+
 // replaceLocked replaces the newest queued frame with f's key.
 func (w *Writer) replaceLocked(f Frame) bool {
 	for i := len(w.queue) - 1; i >= 0; i-- {
@@ -144,12 +247,11 @@ func (w *Writer) replaceLocked(f Frame) bool {
 
 func (w *Writer) loop(onError func(error)) {
 	defer close(w.done)
-	var buf []byte
-	var last, deadline time.Time
+	st := writerState{onError: onError}
 	var linger *time.Timer
 	for range w.wake {
 		if w.opt.Linger > 0 {
-			if wait := w.opt.Linger - time.Since(last); wait > 0 && !w.queuedUrgent() {
+			if wait := w.opt.Linger - w.sinceLast(); wait > 0 && !w.queuedUrgent() {
 				if linger == nil {
 					linger = time.NewTimer(wait)
 				} else {
@@ -166,55 +268,99 @@ func (w *Writer) loop(onError func(error)) {
 		case <-w.urgent:
 		default:
 		}
-		for {
-			w.mu.Lock()
-			batch := w.queue
-			w.queue, w.spare = w.spare[:0], nil
-			w.bytes = 0
+		if w.flush(&st) {
+			return
+		}
+	}
+	// wake is closed (Close): an inline write may still be finishing.
+	w.flush(&st)
+}
+
+// writerState is the writer goroutine's own state.
+type writerState struct {
+	buf      []byte
+	deadline time.Time
+	reported bool
+	onError  func(error)
+}
+
+func (st *writerState) report(err error) {
+	if !st.reported && st.onError != nil {
+		st.reported = true
+		var ie *inlineError
+		if errors.As(err, &ie) {
+			err = ie.err
+		}
+		st.onError(err)
+	}
+}
+
+// flush writes what is queued, in batches, until the queue is empty or, with
+// a linger interval, after one batch. It reports true when the writer is
+// closed and everything is written.
+func (w *Writer) flush(st *writerState) bool {
+	for {
+		w.mu.Lock()
+		if w.busy { // an inline write is under way
 			closed := w.closed
 			w.mu.Unlock()
-			if len(batch) == 0 {
-				if closed {
-					return
-				}
-				break
+			if !closed {
+				return false // it wakes the writer when it is done
 			}
-			buf = buf[:0]
-			for i := range batch {
-				buf = append(buf, batch[i].Bytes...)
-				batch[i] = Frame{}
+			time.Sleep(50 * time.Microsecond)
+			continue
+		}
+		batch := w.queue
+		w.queue, w.spare = w.spare[:0], nil
+		w.bytes = 0
+		closed, err := w.closed, w.err
+		w.busy = len(batch) > 0
+		w.mu.Unlock()
+		if err != nil {
+			st.report(err)
+		}
+		if len(batch) == 0 {
+			return closed
+		}
+		st.buf = st.buf[:0]
+		for i := range batch {
+			st.buf = append(st.buf, batch[i].Bytes...)
+			batch[i] = Frame{}
+		}
+		n := len(batch)
+		if err == nil {
+			// A write that makes no progress for WriteTimeout fails. The
+			// deadline is moved only when half of it has passed: setting it
+			// on every batch costs more than the writes of a small batch.
+			if now := time.Now(); st.deadline.Sub(now) < w.opt.WriteTimeout/2 {
+				st.deadline = now.Add(w.opt.WriteTimeout)
+				w.conn.SetWriteDeadline(st.deadline)
 			}
-			n := len(batch)
-			w.mu.Lock()
-			if w.spare == nil {
-				w.spare = batch[:0]
+			if _, werr := w.conn.Write(st.buf); werr != nil {
+				err = werr
+			} else {
+				w.written.Add(uint64(n))
+				w.batches.Add(1)
 			}
-			w.mu.Unlock()
-			if w.err == nil {
-				// A write that makes no progress for WriteTimeout fails. The
-				// deadline is moved only when half of it has passed: setting it
-				// on every batch costs more than the writes of a small batch.
-				if now := time.Now(); deadline.Sub(now) < w.opt.WriteTimeout/2 {
-					deadline = now.Add(w.opt.WriteTimeout)
-					w.conn.SetWriteDeadline(deadline)
-				}
-				if _, err := w.conn.Write(buf); err != nil {
-					w.err = err
-					if onError != nil {
-						onError(err)
-					}
-				} else {
-					w.written.Add(uint64(n))
-					w.batches.Add(1)
-				}
-			}
-			last = time.Now()
-			if cap(buf) > 1<<20 {
-				buf = nil // do not keep a large burst's buffer forever
-			}
-			if w.opt.Linger > 0 && !closed {
-				break // the next frame waits for the linger interval
-			}
+		}
+		w.last.Store(int64(time.Since(w.epoch)))
+		w.mu.Lock()
+		w.busy = false
+		if w.spare == nil {
+			w.spare = batch[:0]
+		}
+		if err != nil && w.err == nil {
+			w.err = err
+		}
+		w.mu.Unlock()
+		if err != nil {
+			st.report(err)
+		}
+		if cap(st.buf) > 1<<20 {
+			st.buf = nil // do not keep a large burst's buffer forever
+		}
+		if w.opt.Linger > 0 && !closed {
+			return false // the next frame waits for the linger interval
 		}
 	}
 }
@@ -255,8 +401,10 @@ func (w *Writer) Done() <-chan struct{} { return w.done }
 
 // Stats are a writer's counters.
 type Stats struct {
-	Written, Batches, Dropped, Coalesced uint64
-	Queued                               int
+	// Inline counts the frames written by Enqueue itself (included in
+	// Written and Batches).
+	Written, Batches, Inline, Dropped, Coalesced uint64
+	Queued                                       int
 }
 
 // Stats returns the writer's counters.
@@ -264,5 +412,5 @@ func (w *Writer) Stats() Stats {
 	w.mu.Lock()
 	q := len(w.queue)
 	w.mu.Unlock()
-	return Stats{Written: w.written.Load(), Batches: w.batches.Load(), Dropped: w.dropped.Load(), Coalesced: w.coalesced.Load(), Queued: q}
+	return Stats{Written: w.written.Load(), Batches: w.batches.Load(), Inline: w.inline.Load(), Dropped: w.dropped.Load(), Coalesced: w.coalesced.Load(), Queued: q}
 }
