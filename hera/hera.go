@@ -127,8 +127,9 @@ func PaperParams() Params {
 }
 
 // DefaultParams returns xrealm's tuned defaults ("hera"): queueing-delay
-// buckets of 5 ms with X = 6, so the window grows while the mean queueing
-// delay is under 15 ms; a backlog of N = 2 samples (one per RTT), since a
+// buckets of 3 ms with X = 6, so the window grows while the mean queueing
+// delay is under 9 ms, and a floor at the delivered BDP of the last 500 ms
+// that keeps the link busy when delay noise would cut the window below it; a backlog of N = 2 samples (one per RTT), since a
 // mean over 10 RTTs lags so much that the window oscillates; and a histogram
 // cap of 64, so that after an outage the histogram forgets the high-delay
 // buckets within tens of RTTs instead of thousands (α, and so the increase,
@@ -136,7 +137,7 @@ func PaperParams() Params {
 func DefaultParams() Params {
 	return Params{
 		Variant:          Tuned,
-		BucketWidth:      5 * time.Millisecond,
+		BucketWidth:      3 * time.Millisecond,
 		Backlog:          2,
 		Buckets:          6,
 		DeltaMax:         10,

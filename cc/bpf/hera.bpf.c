@@ -28,7 +28,7 @@
 char _license[] SEC("license") = "GPL";
 
 const volatile __u32 p_variant = HERA_VARIANT;
-const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 5000 : 15000;
+const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 3000 : 15000;
 const volatile __u32 p_backlog = HERA_VARIANT == HERA_TUNED ? 2 : 10;
 const volatile __u32 p_buckets = 6;
 const volatile __u32 p_delta_max = 10;
