@@ -18,7 +18,9 @@
 // slow start, additive steps of Δmax, no loss response). [Tuned] buckets the
 // queueing delay (mean RTT minus the windowed minimum RTT) so that it tracks a
 // target delay independent of the path's base RTT, starts with slow start,
-// decreases in proportion to the window and reacts to loss. See docs/hera.md.
+// decreases in proportion to the window, keeps the window at or above the
+// recently delivered bandwidth-delay product and reacts to loss. See
+// docs/hera.md.
 package hera
 
 import (
@@ -190,7 +192,7 @@ func (p Params) Validate() error {
 	case p.LossBetaPermille > 1000:
 		return fmt.Errorf("hera: loss beta %d‰ above 1000", p.LossBetaPermille)
 	case p.FloorGainEighths > 64:
-		return fmt.Errorf("hera: floor gain %d/8 above 8", p.FloorGainEighths)
+		return fmt.Errorf("hera: floor gain %d/8 above 64/8", p.FloorGainEighths)
 	case p.FloorGainEighths > 0 && p.BDPWindow < time.Microsecond:
 		return fmt.Errorf("hera: BDP window %v is below 1µs", p.BDPWindow)
 	}
