@@ -628,7 +628,8 @@ func parsePosition(s string) (interest.Vec3, bool) {
 	}
 	var v [3]float64
 	for i, x := range f {
-		if err := json.Unmarshal([]byte(x), &v[i]); err != nil || math.IsNaN(v[i]) || math.IsInf(v[i], 0) {
+		var err error
+		if v[i], err = strconv.ParseFloat(x, 64); err != nil || math.IsNaN(v[i]) || math.IsInf(v[i], 0) {
 			return interest.Vec3{}, false
 		}
 	}

@@ -1,12 +1,68 @@
 #!/bin/sh
 # Reproduces bench/rooms/RESULTS.md on one machine (server and bots share it).
-# Usage: bench/rooms/run.sh [xrealm binary]   (writes bench/rooms/*.csv and *.txt)
+# Usage: bench/rooms/run.sh [xrealm binary] [group...]
+#   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
+#   baseline), knn (kNN randomwalk and boids at 60 Hz, and randomwalk with a
+#   5 ms linger for comparison), grid (hex grid at 60 Hz, kNN at 10 Hz);
+#   default: all three. Writes bench/rooms/*.csv and *.txt.
+# Each group holds /tmp/xrealm-bench.lock while it measures, and every .txt
+# records the load average before and after its run.
+# LINGER (default 20ms) is the relay's write linger (`xrealm serve
+# --write-linger`). UBIQ_NODE is a Ubiq checkout's Node/ directory (after
+# npm install) for the side-by-side row.
 set -e
-X=${1:-./xrealm}
-D=$(dirname "$0")
-run() { name=$1; shift; "$X" bench rooms --out "$D/$name.csv" "$@" | tee "$D/$name.txt"; }
-run all-randomwalk-60hz  --mode all  --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s
-run knn-randomwalk-60hz  --mode knn  --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s
-run knn-boids-60hz       --mode knn  --behaviour boids      --rate 60 --size 500 --ramp 200ms --max 400 --window 5s
-run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s
-run knn-randomwalk-10hz  --mode knn  --behaviour randomwalk --rate 10 --size 1   --ramp 100ms --max 1100 --window 5s
+D=$(cd "$(dirname "$0")" && pwd)
+if [ "$1" = "--locked" ]; then # internal: one group, under the lock
+	X=$2 G=$3
+else
+	X=$(realpath "${1:-./xrealm}")
+	[ $# -gt 0 ] && shift
+fi
+LOCK=/tmp/xrealm-bench.lock
+LINGER=${LINGER:-20ms}
+UBIQ_PORT=${UBIQ_PORT:-18109}
+
+run() {
+	name=$1
+	shift
+	{
+		echo "# load before: $(cat /proc/loadavg)"
+		"$X" bench rooms --out "$D/$name.csv" "$@"
+		echo "# load after: $(cat /proc/loadavg)"
+	} 2>&1 | tee "$D/$name.txt"
+}
+
+group_base() {
+	if [ -n "$UBIQ_NODE" ]; then
+		cfg=$(mktemp /tmp/ubiq-node-XXXXXX.json)
+		p=$UBIQ_PORT
+		echo "{\"roomserver\":{\"tcp\":{\"port\":$p},\"wss\":{\"port\":$((p + 1)),\"cert\":\"./cert.pem\",\"key\":\"./key.pem\"}},\"status\":{\"port\":$((p + 2)),\"cert\":\"./cert.pem\",\"key\":\"./key.pem\",\"apikeys\":[]}}" >"$cfg"
+		(cd "$UBIQ_NODE" && TS_NODE_TRANSPILE_ONLY=true exec node --loader ts-node/esm app.ts "$cfg" >/tmp/ubiq-node-relay.log 2>&1) &
+		pid=$!
+		sleep 8
+		run ubiq-node-all-randomwalk-60hz --addr 127.0.0.1:$p --server-pid "$pid" \
+			--mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s
+		kill "$pid"
+		rm -f "$cfg"
+	fi
+	run all-randomwalk-60hz --mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s --linger "$LINGER"
+}
+
+group_knn() {
+	run knn-randomwalk-60hz --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run knn-boids-60hz --mode knn --behaviour boids --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run knn-randomwalk-60hz-linger5ms --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 5ms
+}
+
+group_grid() {
+	run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER"
+}
+
+if [ -n "$G" ]; then
+	"group_$G"
+	exit
+fi
+for g in ${*:-base knn grid}; do
+	flock "$LOCK" "$0" --locked "$X" "$g"
+done
