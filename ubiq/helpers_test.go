@@ -21,9 +21,22 @@ import (
 var (
 	busOnce   sync.Once
 	sharedBus *bus.Bus
+	busDir    string
 	busErr    error
 	bucketSeq atomic.Int64
 )
+
+// TestMain stops the shared bus and removes its directory after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if sharedBus != nil {
+		sharedBus.Shutdown()
+	}
+	if busDir != "" {
+		os.RemoveAll(busDir)
+	}
+	os.Exit(code)
+}
 
 func getBus(t *testing.T) *bus.Bus {
 	t.Helper()
@@ -33,6 +46,7 @@ func getBus(t *testing.T) *bus.Bus {
 			busErr = err
 			return
 		}
+		busDir = dir
 		sharedBus, busErr = bus.Start(bus.Config{DataDir: dir, Name: "ubiq-test", Insecure: true, MaxPayload: 8 << 20, Logger: slog.New(slog.DiscardHandler)})
 	})
 	if busErr != nil {
