@@ -290,7 +290,13 @@ func (s *Server) liveness(w jetstream.KeyWatcher) {
 
 // sweepNode deletes a dead node's keys in the background.
 func (s *Server) sweepNode(node string, silent time.Duration) {
+	s.mu.Lock() // Shutdown sets closed under mu before it waits for wg
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
