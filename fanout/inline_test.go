@@ -171,3 +171,22 @@ func TestInlineErrorReported(t *testing.T) {
 		t.Fatal("error reported more than once")
 	}
 }
+
+// An urgent frame takes the frames lingering in the queue along, written by
+// Enqueue itself, in order.
+func TestInlineUrgentTakesQueuedFrames(t *testing.T) {
+	server, client := tcpPair(t)
+	w := NewWriter(server, Options{Linger: time.Hour}, nil)
+	w.Enqueue(Frame{Bytes: numbered(0, 50)})           // idle: inline
+	w.Enqueue(Frame{Bytes: numbered(1, 50), Key: "p"}) // lingers
+	w.Enqueue(Frame{Bytes: numbered(2, 50), Key: "p"}) // lingers
+	if s := w.Stats(); s.Written != 1 || s.Queued != 2 {
+		t.Fatalf("before the urgent frame: %+v", s)
+	}
+	w.Enqueue(Frame{Bytes: numbered(3, 50), Urgent: true})
+	readNumbered(t, client, 4, 50)
+	if s := w.Stats(); s.Inline != 4 || s.Queued != 0 {
+		t.Fatalf("after the urgent frame: %+v, want all 4 written inline", s)
+	}
+	w.Close()
+}

@@ -69,6 +69,7 @@ type Writer struct {
 	// busy is set while bytes are being written, by the writer goroutine or
 	// by an inline write, so that the two never interleave.
 	busy bool
+	buf  []byte // the inline writer's batch buffer; used only under busy
 
 	epoch time.Time
 	last  atomic.Int64 // end of the last write, in ns since epoch
@@ -112,12 +113,13 @@ const (
 // Enqueue queues f. When the queue is full, f replaces the newest queued
 // frame with the same key, or is dropped.
 //
-// When the connection is a socket, nothing is queued or being written, and f
-// may go out at once (it is urgent, or the connection wrote nothing for the
-// linger interval), Enqueue writes f itself with one non-blocking system
-// call instead of waking the writer goroutine: this saves a goroutine
-// hand-off per message on quiet connections. Whatever the socket does not
-// take at once is queued for the writer, so a slow reader never blocks the
+// When the connection is a socket and no write is under way, Enqueue may
+// write itself, with one non-blocking system call, instead of waking the
+// writer goroutine: an urgent frame goes out at once together with
+// everything queued before it (ending a linger), and any frame goes out at
+// once to a connection that wrote nothing for the linger interval. This
+// saves a goroutine hand-off per hop. Whatever the socket does not take at
+// once is queued for the writer goroutine, so a slow reader never blocks the
 // caller.
 func (w *Writer) Enqueue(f Frame) Result {
 	w.mu.Lock()
@@ -125,11 +127,19 @@ func (w *Writer) Enqueue(f Frame) Result {
 		w.mu.Unlock()
 		return Dropped
 	}
-	if w.raw != nil && !w.busy && len(w.queue) == 0 && w.err == nil &&
-		(f.Urgent || w.sinceLast() >= w.opt.Linger) {
+	if w.raw != nil && !w.busy && w.err == nil &&
+		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.opt.Linger)) {
 		w.busy = true
+		w.buf = w.buf[:0]
+		for i := range w.queue {
+			w.buf = append(w.buf, w.queue[i].Bytes...)
+			w.queue[i] = Frame{}
+		}
+		n := len(w.queue) + 1
+		w.queue = w.queue[:0]
+		w.bytes = 0
 		w.mu.Unlock()
-		w.writeInline(f)
+		w.writeInline(f.Bytes, n)
 		return Queued
 	}
 	if len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes {
@@ -165,17 +175,23 @@ func (w *Writer) sinceLast() time.Duration {
 	return time.Since(w.epoch) - time.Duration(w.last.Load())
 }
 
-// writeInline writes f with one non-blocking write on the caller's
-// goroutine; w.busy is held. The unwritten rest, if any, goes to the front
-// of the queue for the writer goroutine.
-func (w *Writer) writeInline(f Frame) {
-	var n int
+// writeInline writes w.buf (the frames that were queued) followed by b, n
+// frames in all, with one non-blocking write on the caller's goroutine;
+// w.busy is held. The unwritten rest, if any, goes to the front of the
+// queue for the writer goroutine.
+func (w *Writer) writeInline(b []byte, n int) {
+	out := b
+	if len(w.buf) > 0 {
+		w.buf = append(w.buf, b...)
+		out = w.buf
+	}
+	var sent int
 	var werr error
 	err := w.raw.Write(func(fd uintptr) bool {
-		for n < len(f.Bytes) {
-			m, err := syscall.Write(int(fd), f.Bytes[n:])
+		for sent < len(out) {
+			m, err := syscall.Write(int(fd), out[sent:])
 			if m > 0 {
-				n += m
+				sent += m
 			}
 			if err == syscall.EINTR {
 				continue
@@ -193,24 +209,34 @@ func (w *Writer) writeInline(f Frame) {
 		werr = err
 	}
 	w.last.Store(int64(time.Since(w.epoch)))
+	var rest []byte
+	if werr == nil && sent < len(out) {
+		rest = out[sent:]
+		if len(w.buf) > 0 { // w.buf is reused: the rest needs its own copy
+			rest = append([]byte(nil), rest...)
+		}
+	}
+	if cap(w.buf) > 1<<20 {
+		w.buf = nil
+	}
 	w.mu.Lock()
 	w.busy = false
-	if werr != nil {
+	switch {
+	case werr != nil:
 		if w.err == nil {
 			w.err = &inlineError{werr}
 		}
-	} else if n < len(f.Bytes) {
+	case rest != nil:
 		// The socket is full: the rest goes first, then what was queued
 		// meanwhile. The writer goroutine takes it from here.
-		rest := Frame{Bytes: f.Bytes[n:], Urgent: true}
 		w.queue = append(w.queue, Frame{})
 		copy(w.queue[1:], w.queue)
-		w.queue[0] = rest
-		w.bytes += len(rest.Bytes)
-	} else {
-		w.written.Add(1)
+		w.queue[0] = Frame{Bytes: rest, Urgent: true}
+		w.bytes += len(rest)
+	default:
+		w.written.Add(uint64(n))
 		w.batches.Add(1)
-		w.inline.Add(1)
+		w.inline.Add(uint64(n))
 	}
 	if (len(w.queue) > 0 || w.err != nil) && !w.closed {
 		select {
