@@ -55,8 +55,9 @@ type slot struct {
 	dt     *downtrack.DownTrack
 	src    *source
 	sender *webrtc.RTPSender
-	dc     bool // a data-channel slot (datachannel.go)
-	noPC   bool // an RTP slot whose client did not negotiate point clouds
+	dc     bool    // a data-channel slot (datachannel.go)
+	noPC   bool    // an RTP slot whose client did not negotiate point clouds
+	told   *source // what the client was last told the slot carries (notify)
 }
 
 // join creates the peer of a client from its offer and returns the answer.
@@ -360,16 +361,26 @@ func (p *peer) dropSources(gone []*source) {
 	go p.reconcile()
 }
 
-// notify tells the client what each slot carries; p.mu must be held.
+// notify tells the client what the slots that changed since the last event
+// carry (idle slots never assigned are not listed); p.mu must be held.
+// Only changes are sent: every event crosses the bus, and full lists of 63
+// slots on each allocation change saturated the bench's site uplinks.
 func (p *peer) notify() {
 	ev := Event{Op: "slots"}
 	for _, s := range p.slots {
+		if s.src == s.told {
+			continue
+		}
+		s.told = s.src
 		st := SlotStatus{Mid: s.mid}
 		if s.src != nil {
 			info := s.src.info
 			st.Track = &info
 		}
 		ev.Slots = append(ev.Slots, st)
+	}
+	if len(ev.Slots) == 0 {
+		return
 	}
 	b, _ := json.Marshal(ev)
 	_ = p.n.cfg.NC.Publish(subjectEvents(p.session, p.client), b)
