@@ -35,7 +35,7 @@ type UbiqTransport struct {
 	PositionEvery time.Duration // knn: position property period; 0 = 200ms
 
 	// DecodePosEvery bounds how often a bot that watches its peers decodes
-	// the position of one sender's poses; 0 = 50ms, negative = every pose.
+	// the position of one sender's poses; 0 = 100ms, negative = every pose.
 	DecodePosEvery time.Duration
 
 	CellSize float64  // grid: hex cell size in metres; 0 = 20
@@ -61,7 +61,7 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 	// parsing cost more than the rest of receiving a frame).
 	posEvery := int64(t.DecodePosEvery)
 	if posEvery == 0 {
-		posEvery = int64(50 * time.Millisecond)
+		posEvery = int64(100 * time.Millisecond)
 	}
 	decoded := map[ubiq.NetworkId]int64{} // read goroutine only
 	onFrame := func(f []byte, now int64) {
