@@ -37,12 +37,15 @@ group_base() {
 		cfg=$(mktemp /tmp/ubiq-node-XXXXXX.json)
 		p=$UBIQ_PORT
 		echo "{\"roomserver\":{\"tcp\":{\"port\":$p},\"wss\":{\"port\":$((p + 1)),\"cert\":\"./cert.pem\",\"key\":\"./key.pem\"}},\"status\":{\"port\":$((p + 2)),\"cert\":\"./cert.pem\",\"key\":\"./key.pem\",\"apikeys\":[]}}" >"$cfg"
-		(cd "$UBIQ_NODE" && TS_NODE_TRANSPILE_ONLY=true exec node --loader ts-node/esm app.ts "$cfg" >/tmp/ubiq-node-relay.log 2>&1) &
+		cd "$UBIQ_NODE"
+		env TS_NODE_TRANSPILE_ONLY=true node --loader ts-node/esm app.ts "$cfg" >/tmp/ubiq-node-relay.log 2>&1 &
 		pid=$!
+		cd - >/dev/null
 		sleep 8
+		kill -0 "$pid" # the relay must be up (a busy port stops it)
 		run ubiq-node-all-randomwalk-60hz --addr 127.0.0.1:$p --server-pid "$pid" \
 			--mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s
-		kill "$pid"
+		kill "$pid" || true
 		rm -f "$cfg"
 	fi
 	run all-randomwalk-60hz --mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s --linger "$LINGER"
