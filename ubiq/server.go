@@ -357,6 +357,16 @@ func (s *Server) release(r *room) {
 // removeIfEmpty deletes a room's state in the background once nobody is
 // in it.
 func (s *Server) removeIfEmpty(id string) {
+	// A room this node holds has a local member or observer: not empty.
+	// (The last local holder to release it calls this again.) This spares
+	// the key listing, a JetStream consumer per call, on every cell change.
+	s.mu.Lock()
+	r := s.rooms[id]
+	held := r != nil && r.refs > 0
+	s.mu.Unlock()
+	if held {
+		return
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -2,9 +2,9 @@
 # Reproduces bench/rooms/RESULTS.md on one machine (server and bots share it).
 # Usage: bench/rooms/run.sh [xrealm binary] [group...]
 #   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
-#   baseline), knn (kNN randomwalk and boids at 60 Hz, and randomwalk with a
-#   5 ms linger for comparison), grid (hex grid at 60 Hz, kNN at 10 Hz);
-#   default: all three. Writes bench/rooms/*.csv and *.txt.
+#   baseline), knn (kNN randomwalk at 60 Hz, and again with a 5 ms linger
+#   for comparison), boids (kNN boids at 60 Hz), grid (hex grid at 60 Hz),
+#   knn10 (kNN at 10 Hz); default: all. Writes bench/rooms/*.csv and *.txt.
 # Each group holds /tmp/xrealm-bench.lock while it measures, and every .txt
 # records the load average before and after its run.
 # LINGER (default 20ms) is the relay's write linger (`xrealm serve
@@ -53,12 +53,18 @@ group_base() {
 
 group_knn() {
 	run knn-randomwalk-60hz --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
-	run knn-boids-60hz --mode knn --behaviour boids --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
 	run knn-randomwalk-60hz-linger5ms --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 5ms
+}
+
+group_boids() {
+	run knn-boids-60hz --mode knn --behaviour boids --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
 }
 
 group_grid() {
 	run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+}
+
+group_knn10() {
 	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER"
 }
 
@@ -66,6 +72,6 @@ if [ -n "$G" ]; then
 	"group_$G"
 	exit
 fi
-for g in ${*:-base knn grid}; do
+for g in ${*:-base knn boids grid knn10}; do
 	flock "$LOCK" "$0" --locked "$X" "$g"
 done
