@@ -53,7 +53,9 @@ func RegisterCodecs(m *webrtc.MediaEngine) error {
 // shared buffer), receiver and sender reports, TWCC feedback for the
 // publisher's estimator, and TWCC sequence numbers plus the send-side
 // estimator for what the node sends. onEstimator receives the estimator.
-func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.BandwidthEstimator)) (*webrtc.API, error) {
+// With dataChannels (point clouds over a data channel) SCTP is tuned as
+// for relay links.
+func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.BandwidthEstimator), dataChannels bool) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	if err := RegisterCodecs(m); err != nil {
 		return nil, err
@@ -95,7 +97,11 @@ func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.
 		return nil, err
 	}
 	reg.Add(hx)
-	return webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.settingEngine())), nil
+	se := n.settingEngine()
+	if dataChannels {
+		se = n.relaySettingEngine()
+	}
+	return webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(se)), nil
 }
 
 // settingEngine restricts ICE to the configured addresses and ports.

@@ -103,7 +103,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 }
 
 func (p *peer) start(offer string) (string, error) {
-	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) })
+	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) }, p.pcc != nil)
 	if err != nil {
 		return "", err
 	}
