@@ -71,10 +71,11 @@ type pcChannel struct {
 	sentBytes     atomic.Uint64
 
 	// estimate (reconcile only)
-	rate    float64
-	at      time.Time
-	atBytes uint64
-	atDrops uint64
+	rate       float64
+	at         time.Time
+	atBytes    uint64
+	atDrops    uint64
+	atBuffered uint64
 }
 
 func newPCChannel() *pcChannel { return &pcChannel{rate: dcInitialRate} }
@@ -133,6 +134,9 @@ func (c *pcChannel) estimate(now time.Time) float64 {
 	defer c.mu.Unlock()
 	if c.at.IsZero() {
 		c.at, c.atBytes, c.atDrops = now, c.sentBytes.Load(), c.dropped.Load()
+		if c.dc != nil {
+			c.atBuffered = c.dc.BufferedAmount()
+		}
 		return c.rate
 	}
 	dt := now.Sub(c.at).Seconds()
@@ -144,13 +148,15 @@ func (c *pcChannel) estimate(now time.Time) float64 {
 		buffered = c.dc.BufferedAmount()
 	}
 	bytes, drops := c.sentBytes.Load(), c.dropped.Load()
-	sent := float64(bytes-c.atBytes) * 8 / dt
+	// what left the send buffer: written in the window less the growth
+	// of the buffer
+	delivered := (float64(bytes-c.atBytes) - (float64(buffered) - float64(c.atBuffered))) * 8 / dt
 	opened := c.dc != nil && c.dc.ReadyState() == webrtc.DataChannelStateOpen
 	if opened { // drops before the channel opened say nothing of the path
 		congested := drops > c.atDrops || buffered > c.maxBuffered(c.rate)/2
-		c.rate = nextDCRate(c.rate, max(sent-float64(buffered)*8/dt, 0), congested)
+		c.rate = nextDCRate(c.rate, max(delivered, 0), congested)
 	}
-	c.at, c.atBytes, c.atDrops = now, bytes, drops
+	c.at, c.atBytes, c.atDrops, c.atBuffered = now, bytes, drops, buffered
 	return c.rate
 }
 
