@@ -266,6 +266,26 @@ export class DracoDecoder {
   }
 }
 
+/**
+ * Counts sequence-number holes per slot on an unordered channel: a newer
+ * number opens the holes it skips, an older one (reordered) fills one.
+ * Returns the change of the number of open holes.
+ */
+export function seqGap(highest: Map<number, number>, slot: number, seq: number): number {
+  const last = highest.get(slot);
+  if (last === undefined) {
+    highest.set(slot, seq);
+    return 0;
+  }
+  const d = (seq - last) & 0xffff;
+  if (d === 0) return 0;
+  if (d < 0x8000) {
+    highest.set(slot, seq);
+    return d - 1;
+  }
+  return -1;
+}
+
 /** Counts events in a sliding window, for per-second rates. */
 export class RateMeter {
   private events: [number, number][] = [];

@@ -5,7 +5,7 @@
 
 import wasmURL from 'draco3d/draco_decoder.wasm?url';
 import { THREE } from './aframe';
-import { DracoDecoder, FrameMerger, Reassembler, RateMeter, parseMessage, quantiles, type Description } from './pointcloud';
+import { DracoDecoder, FrameMerger, Reassembler, RateMeter, parseMessage, quantiles, seqGap, type Description } from './pointcloud';
 import { SFUConnection, sfuName, sfuSession, type TrackInfo } from './sfu';
 import { h } from './ui';
 import type { Viewer } from './viewer';
@@ -143,9 +143,7 @@ export class PointCloudView {
       if (this.badMessages <= 5) console.warn('xrealm: point clouds:', (e as Error).message);
       return;
     }
-    const last = this.seqs.get(f.slot);
-    if (last !== undefined && f.seq !== ((last + 1) & 0xffff) && ((f.seq - last) & 0xffff) < 0x8000) this.gaps += ((f.seq - last - 1) & 0xffff);
-    this.seqs.set(f.slot, f.seq);
+    this.gaps += seqGap(this.seqs, f.slot, f.seq);
     const track = this.slots.get(`dc${f.slot}`);
     if (!track) return; // before the slot event arrived
     const now = performance.now();
@@ -302,7 +300,7 @@ export class PointCloudView {
       expired: this.reasm.expired,
       decodeErrors: this.decodeErrors,
       badMessages: this.badMessages,
-      gaps: this.gaps,
+      gaps: Math.max(0, this.gaps),
       latencyP50Ms: quantiles(this.latencies, [0.5])[0],
     };
   }

@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DracoDecoder, FrameMerger, HEADER_SIZE, PREFIX_SIZE, Reassembler, newer, parseMessage, type Points } from '../src/pointcloud';
+import { DracoDecoder, FrameMerger, HEADER_SIZE, PREFIX_SIZE, Reassembler, newer, parseMessage, seqGap, type Points } from '../src/pointcloud';
 
 /** One data-channel message as the SFU sends it (sfu/datachannel.go + volumetric.Header). */
 function message(o: { slot?: number; marker?: boolean; seq?: number; desc?: number; client?: number; frame: number; fragment: number; count: number; captureUs?: number; data: number[] }): Uint8Array {
@@ -87,6 +87,18 @@ describe('Reassembler', () => {
     expect(newer(0, 0xffffffff)).toBe(true);
     expect(newer(0xffffffff, 0)).toBe(false);
     expect(newer(3, 3)).toBe(false);
+  });
+});
+
+describe('seqGap', () => {
+  it('counts holes that reordering does not fill', () => {
+    const h = new Map<number, number>();
+    const gaps = (seqs: number[], slot = 0) => seqs.reduce((g, s) => g + seqGap(h, slot, s), 0);
+    expect(gaps([10, 11, 13, 12, 14])).toBe(0); // reordered, nothing lost
+    expect(gaps([17])).toBe(2); // 15 and 16 missing
+    expect(gaps([0xffff, 0, 1], 1)).toBe(0); // wraps
+    expect(gaps([3], 1)).toBe(1);
+    expect(gaps([3], 1)).toBe(0); // duplicate
   });
 });
 
