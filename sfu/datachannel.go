@@ -126,7 +126,8 @@ func (c *pcChannel) send(slot int, h *rtp.Header, payload []byte) (int, error) {
 // increase, multiplicative-decrease on the channel's own back pressure:
 // SCTP is congestion-controlled, so a send buffer that fills up (packets
 // dropped at maxBuffered, or more than half of it queued) means the path
-// is saturated; the estimate then falls to 85 % of what was delivered.
+// is saturated; the estimate then falls to 85 % of what was delivered (at
+// most by half).
 // Otherwise it grows by 10 % per update (at most every 400 ms), which also
 // probes when the allocator forwards less than the estimate.
 func (c *pcChannel) estimate(now time.Time) float64 {
@@ -161,11 +162,12 @@ func (c *pcChannel) estimate(now time.Time) float64 {
 }
 
 // nextDCRate is one step of the data-channel estimate: on congestion 85 %
-// of the delivered rate (never more than before), else 10 % more, within
-// [dcMinRate, dcMaxRate].
+// of the delivered rate, but never more than before nor less than half of
+// it (a window in which forwarding just resumed delivers little), else 10 %
+// more, within [dcMinRate, dcMaxRate].
 func nextDCRate(rate, delivered float64, congested bool) float64 {
 	if congested {
-		return max(dcMinRate, min(rate, 0.85*delivered))
+		return max(dcMinRate, min(rate, max(0.85*delivered, 0.5*rate)))
 	}
 	return min(dcMaxRate, max(dcMinRate, rate*1.1))
 }

@@ -305,9 +305,10 @@ func TestNextDCRate(t *testing.T) {
 	}{
 		{"grows", 20e6, 5e6, false, 22e6},
 		{"capped", 290e6, 290e6, false, dcMaxRate},
-		{"backs off to delivered", 20e6, 10e6, true, 8.5e6},
+		{"backs off to delivered", 20e6, 16e6, true, 13.6e6},
+		{"at most by half", 20e6, 4e6, true, 10e6},
 		{"never up on congestion", 10e6, 50e6, true, 10e6},
-		{"floor", 2e6, 0, true, dcMinRate},
+		{"floor", 1.5e6, 0, true, dcMinRate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := nextDCRate(tc.rate, tc.delivered, tc.congested); got < tc.want*0.999 || got > tc.want*1.001 {
