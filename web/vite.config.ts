@@ -19,6 +19,8 @@ export default defineConfig({
       '/mqtt': { target: 'ws://localhost:8080', ws: true },
     },
   },
+  // The point-cloud worker imports the Draco decoder on demand: ES module workers.
+  worker: { format: 'es' },
   test: {
     include: ['test/**/*.test.ts'],
     testTimeout: 60_000,

@@ -286,6 +286,17 @@ export function seqGap(highest: Map<number, number>, slot: number, seq: number):
   return -1;
 }
 
+/** sRGB (Draco's colour bytes) to the linear values three.js expects with colour management. */
+const LINEAR = Float32Array.from({ length: 256 }, (_, i) => {
+  const c = i / 255;
+  return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
+});
+
+/** Converts colours in [0, 1] from sRGB to linear, in place. */
+export function toLinear(c: Float32Array) {
+  for (let i = 0; i < c.length; i++) c[i] = LINEAR[Math.round(c[i] * 255)];
+}
+
 /** Counts events in a sliding window, for per-second rates. */
 export class RateMeter {
   private events: [number, number][] = [];

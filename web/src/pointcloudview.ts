@@ -1,19 +1,18 @@
 // Remote point clouds in the viewer: joins the scene's SFU session over
 // /sfu/ws, receives point-cloud fragments on the "pointcloud" data
-// channel, reassembles, decodes (draco3d) and merges them, and draws each
-// publisher as a THREE.Points at its avatar. See docs/web.md.
+// channel, has a Web Worker (pcworker.ts) reassemble and decode them
+// (draco3d), merges the descriptions of a frame and draws each publisher
+// as a THREE.Points at its avatar. See docs/web.md.
 
-import wasmURL from 'draco3d/draco_decoder.wasm?url';
 import { THREE } from './aframe';
-import { DracoDecoder, FrameMerger, Reassembler, RateMeter, parseMessage, quantiles, seqGap, type Description } from './pointcloud';
+import type { FromWorker, ToWorker } from './pcworker';
+import { FrameMerger, PREFIX_SIZE, RateMeter, quantiles, seqGap, type Points } from './pointcloud';
 import { SFUConnection, sfuName, sfuSession, type TrackInfo } from './sfu';
 import { h } from './ui';
 import type { Viewer } from './viewer';
 
 /** Point-cloud descriptions received at once: 4 publishers × 3 descriptions. */
 export const DEFAULT_SLOTS = 12;
-/** A description not complete this long after its first fragment is dropped. */
-export const DEADLINE_MS = 500;
 /** The figure's head centre above its feet (volumetric/pointcloud.go): it is put at the avatar's head. */
 const HEAD_HEIGHT = 1.65;
 /** A publisher no slot carries and nothing arrived from for this long is removed. */
@@ -47,8 +46,10 @@ export interface PointCloudStats {
 
 export class PointCloudView {
   private sfu: SFUConnection | null = null;
-  private decoder: DracoDecoder | null = null;
-  private reasm = new Reassembler(DEADLINE_MS);
+  private worker: Worker | null = null;
+  private decoderReady: Promise<void> | null = null;
+  private complete = 0;
+  private expired = 0;
   private pubs = new Map<string, Publisher>();
   private slots = new Map<string, TrackInfo | undefined>();
   private root = new THREE.Group();
@@ -84,15 +85,48 @@ export class PointCloudView {
     requestAnimationFrame(frame);
   }
 
-  /** Loads the decoder and joins the SFU as the viewer's ARENA client. */
+  /** Starts the decoder worker and joins the SFU as the viewer's ARENA client. */
   async start(userClient: string) {
     try {
-      this.decoder ??= await DracoDecoder.load({ locateFile: () => wasmURL });
+      await this.startWorker();
     } catch (e) {
       this.setState(`no decoder: ${(e as Error).message}`);
       return;
     }
     this.connect(userClient);
+  }
+
+  private startWorker(): Promise<void> {
+    if (this.decoderReady) return this.decoderReady;
+    this.decoderReady = new Promise<void>((res, rej) => {
+      const w = new Worker(new URL('./pcworker.ts', import.meta.url), { type: 'module', name: 'xrealm-pointclouds' });
+      this.worker = w;
+      w.onerror = (e) => rej(new Error(e.message || 'worker failed'));
+      w.onmessage = (e: MessageEvent<FromWorker>) => {
+        const m = e.data;
+        switch (m.type) {
+          case 'ready':
+            return res();
+          case 'failed':
+            return rej(new Error(m.error));
+          case 'points':
+            return this.onPoints(m.publisher, m.frame, m.desc, m.captureUs, { positions: m.positions, colors: m.colors, count: m.count });
+          case 'problem':
+            if (m.kind === 'bad') this.badMessages++;
+            else this.decodeErrors++;
+            if (this.badMessages + this.decodeErrors <= 5) console.warn(`xrealm: point clouds: ${m.kind === 'bad' ? '' : 'decode failed: '}${m.error}`);
+            return;
+          case 'stats':
+            this.complete = m.complete;
+            this.expired = m.expired;
+        }
+      };
+    });
+    return this.decoderReady;
+  }
+
+  private toWorker(m: ToWorker, transfer: Transferable[] = []) {
+    this.worker?.postMessage(m, transfer);
   }
 
   private async connect(userClient: string) {
@@ -134,43 +168,31 @@ export class PointCloudView {
     this.el.dataset.state = s;
   }
 
+  /** A data-channel message: the prefix is read here, the rest in the worker. */
   private onMessage(data: ArrayBuffer) {
-    let f;
-    try {
-      f = parseMessage(data);
-    } catch (e) {
+    if (data.byteLength < PREFIX_SIZE) {
       this.badMessages++;
-      if (this.badMessages <= 5) console.warn('xrealm: point clouds:', (e as Error).message);
       return;
     }
-    this.gaps += seqGap(this.seqs, f.slot, f.seq);
-    const track = this.slots.get(`dc${f.slot}`);
+    const v = new DataView(data);
+    const slot = v.getUint8(0);
+    this.gaps += seqGap(this.seqs, slot, v.getUint16(2));
+    const track = this.slots.get(`dc${slot}`);
     if (!track) return; // before the slot event arrived
-    const now = performance.now();
-    const d = this.reasm.push(track.client, f, now);
-    if (d) this.onDescription(d);
+    this.toWorker({ type: 'frag', publisher: track.client, buf: data }, [data]);
   }
 
-  private onDescription(d: Description) {
-    let pts;
-    try {
-      pts = this.decoder!.decode(d.data);
-    } catch (e) {
-      this.decodeErrors++;
-      if (this.decodeErrors <= 5) console.warn('xrealm: point clouds: decode failed:', (e as Error).message);
-      return;
-    }
-    if (pts.colors) toLinear(pts.colors);
+  private onPoints(publisher: string, frame: number, desc: number, captureUs: number, pts: Points) {
     const now = performance.now();
     // capture time is the publisher's clock: exact only on one machine
-    const lat = Date.now() - d.captureUs / 1000;
+    const lat = Date.now() - captureUs / 1000;
     if (lat >= 0 && lat < 60_000) {
       this.latencies.push(lat);
       if (this.latencies.length > 512) this.latencies.splice(0, this.latencies.length - 512);
     }
-    const p = this.publisher(d.publisher);
+    const p = this.publisher(publisher);
     const before = p.merger.framesShown;
-    if (p.merger.add(d.frame, d.desc, pts)) {
+    if (p.merger.add(frame, desc, pts)) {
       p.dirty = true;
       if (p.merger.framesShown !== before) this.framesMeter.add(now);
     }
@@ -254,7 +276,7 @@ export class PointCloudView {
 
   private second() {
     const now = performance.now();
-    this.reasm.expire(now);
+    this.toWorker({ type: 'tick' });
     const carried = new Set([...this.slots.values()].filter((t) => t).map((t) => t!.client));
     for (const p of [...this.pubs.values()]) {
       if (!carried.has(p.client) && now - p.lastData > GONE_MS) {
@@ -263,7 +285,7 @@ export class PointCloudView {
         p.points.geometry.dispose();
         p.points.material.dispose();
         this.pubs.delete(p.client);
-        this.reasm.forget(p.client);
+        this.toWorker({ type: 'forget', publisher: p.client });
       }
     }
     const s = this.stats();
@@ -279,8 +301,8 @@ export class PointCloudView {
       ? `${s.publishers.length} publisher${s.publishers.length > 1 ? 's' : ''} · ${fmt(s.pointsPerSecond)} points/s · ${s.framesPerSecond.toFixed(1)} frames/s`
       : this.state === 'connected' ? 'none received' : this.state;
     const [p50, p90, p99] = quantiles(this.latencies, [0.5, 0.9, 0.99]);
-    if (this.reasm.complete > 0) {
-      this.sfu?.sendStats({ complete: this.reasm.complete, expired: this.reasm.expired, p50_ms: p50, p90_ms: p90, p99_ms: p99,
+    if (this.complete > 0) {
+      this.sfu?.sendStats({ complete: this.complete, expired: this.expired, p50_ms: p50, p90_ms: p90, p99_ms: p99,
         sum_ms: this.latencies.reduce((a, b) => a + b, 0), count: this.latencies.length }).catch(() => {});
     }
   }
@@ -296,8 +318,8 @@ export class PointCloudView {
       })),
       pointsPerSecond: this.pointsMeter.rate(now),
       framesPerSecond: this.framesMeter.rate(now),
-      descriptions: this.reasm.complete,
-      expired: this.reasm.expired,
+      descriptions: this.complete,
+      expired: this.expired,
       decodeErrors: this.decodeErrors,
       badMessages: this.badMessages,
       gaps: Math.max(0, this.gaps),
@@ -308,18 +330,10 @@ export class PointCloudView {
   stop() {
     this.stopped = true;
     this.timers.forEach(clearInterval);
+    this.worker?.terminate();
     this.sfu?.close();
     this.sfu = null;
   }
-}
-
-/** sRGB (Draco's colour bytes) to the linear values three.js expects with colour management. */
-const LINEAR = Float32Array.from({ length: 256 }, (_, i) => {
-  const c = i / 255;
-  return c <= 0.04045 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
-});
-function toLinear(c: Float32Array) {
-  for (let i = 0; i < c.length; i++) c[i] = LINEAR[Math.round(c[i] * 255)];
 }
 
 /** Hides an avatar's body while its point cloud stands there (the name tag stays). */
