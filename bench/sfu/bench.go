@@ -75,6 +75,8 @@ type Result struct {
 	P99ms     float64    `json:"p99_ms"`
 	LossPct   float64    `json:"loss_pct"`
 	SFUs      []SFUStats `json:"sfus"`
+	// Links: every shaped link direction over the window.
+	Links []LinkStat `json:"links,omitempty"`
 	// Machine: load average at the window's end and the whole machine's
 	// CPU busy share during the window (other users included).
 	Load1       float64  `json:"load1"`
@@ -330,6 +332,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		cpu0[i], rss[i] = procUsage(p.cmd.Process.Pid)
 	}
 	busy0, total0 := machineCPU()
+	links0 := topo.linkCounters(ctx)
 	tick := time.NewTicker(time.Second)
 	for time.Now().Before(to) {
 		select {
@@ -344,6 +347,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		}
 	}
 	tick.Stop()
+	r.Links = linkStats(links0, topo.linkCounters(ctx), cfg.Measure)
 	busy1, total1 := machineCPU()
 	if total1 > total0 {
 		r.MachineBusy = 100 * (busy1 - busy0) / (total1 - total0)

@@ -73,19 +73,12 @@ func Tables(w io.Writer, rs []Result) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "\n#### Scenario %d: transport latency p50 / p90 / p99 (ms), loss after recovery\n\n", sc)
-		fmt.Fprintf(w, "| users | %s |\n|---|%s\n", strings.Join(setups, " | "), strings.Repeat("---|", len(setups)))
-		for _, u := range users {
-			fmt.Fprintf(w, "| %d |", u)
-			for _, s := range setups {
-				r, ok := m[[3]string{s, fmt.Sprint(sc), fmt.Sprint(u)}]
-				if !ok || len(r.Errors) > 0 {
-					fmt.Fprint(w, " – |")
-					continue
-				}
-				fmt.Fprintf(w, " %.0f / %.0f / %.0f, %.2f %% |", r.P50ms, r.P90ms, r.P99ms, r.LossPct)
+		table(w, m, sc, setups, users, func(r Result) string {
+			if len(r.Errors) > 0 {
+				return "–"
 			}
-			fmt.Fprintln(w)
-		}
+			return fmt.Sprintf("%.0f / %.0f / %.0f, %.2f %%", r.P50ms, r.P90ms, r.P99ms, r.LossPct)
+		})
 		fmt.Fprintf(w, "\n#### Scenario %d: CPU (%% of one core) and peak RSS (MiB) per SFU; machine load\n\n", sc)
 		fmt.Fprintf(w, "| users | %s | load1 / machine busy |\n|---|%s---|\n", strings.Join(setups, " | "), strings.Repeat("---|", len(setups)))
 		for _, u := range users {
@@ -106,7 +99,45 @@ func Tables(w io.Writer, rs []Result) {
 			}
 			fmt.Fprintf(w, " %s |\n", strings.Join(load, ", "))
 		}
+		fmt.Fprintf(w, "\n#### Scenario %d: busiest shaped link direction over the window (Mbit/s sent, %% of packets dropped by its queue)\n\n", sc)
+		table(w, m, sc, setups, users, func(r Result) string {
+			if len(r.Links) == 0 {
+				return "–"
+			}
+			b := busiest(r.Links)
+			return fmt.Sprintf("%s→%s %.2f, %.1f %%", b.From, b.To, b.Mbps, b.DropPct)
+		})
 	}
+}
+
+// table writes one Markdown table of users × setups; cell formats a run,
+// and missing runs show as "–".
+func table(w io.Writer, m map[[3]string]Result, sc int, setups []string, users []int, cell func(Result) string) {
+	fmt.Fprintf(w, "| users | %s |\n|---|%s\n", strings.Join(setups, " | "), strings.Repeat("---|", len(setups)))
+	for _, u := range users {
+		fmt.Fprintf(w, "| %d |", u)
+		for _, s := range setups {
+			r, ok := m[[3]string{s, fmt.Sprint(sc), fmt.Sprint(u)}]
+			if !ok {
+				fmt.Fprint(w, " – |")
+				continue
+			}
+			fmt.Fprintf(w, " %s |", cell(r))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// busiest is the link direction that dropped the largest share of its
+// packets, or else sent the most.
+func busiest(ls []LinkStat) LinkStat {
+	b := ls[0]
+	for _, l := range ls[1:] {
+		if l.DropPct > b.DropPct || (l.DropPct == b.DropPct && l.Mbps > b.Mbps) {
+			b = l
+		}
+	}
+	return b
 }
 
 // Plots writes SVG line charts into dir.

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"sort"
 	"strings"
 	"time"
 )
@@ -218,4 +219,65 @@ func (t Topology) DelayRoutes(from string) string {
 		}
 	}
 	return strings.Join(parts, ",")
+}
+
+// LinkStat is one shaped link direction over the measurement window: what
+// its HTB qdisc sent and what its drop-tail queue dropped.
+type LinkStat struct {
+	From  string  `json:"from"`
+	To    string  `json:"to"`
+	Mbps  float64 `json:"mbps"`
+	Drops uint64  `json:"drops"`
+	// DropPct is drops over packets offered (sent + dropped).
+	DropPct float64 `json:"drop_pct"`
+}
+
+type qdiscCount struct{ bytes, pkts, drops uint64 }
+
+// linkCounters reads the HTB root counters of every shaped link direction,
+// keyed by "from>to".
+func (t Topology) linkCounters(ctx context.Context) map[string]qdiscCount {
+	out := map[string]qdiscCount{}
+	for _, l := range t.Links {
+		for _, d := range [][2]string{{l.A, l.B}, {l.B, l.A}} {
+			b, err := exec.CommandContext(ctx, "ip", "netns", "exec", NS(d[0]), "tc", "-s", "qdisc", "show", "dev", ifName(d[0], d[1])).Output()
+			if err != nil {
+				continue
+			}
+			if c, ok := parseQdiscSent(string(b)); ok {
+				out[d[0]+">"+d[1]] = c
+			}
+		}
+	}
+	return out
+}
+
+// parseQdiscSent parses the first "Sent B bytes P pkt (dropped D, ..." of
+// tc -s qdisc output (the root qdisc).
+func parseQdiscSent(s string) (qdiscCount, bool) {
+	i := strings.Index(s, "Sent ")
+	if i < 0 {
+		return qdiscCount{}, false
+	}
+	var c qdiscCount
+	if _, err := fmt.Sscanf(s[i:], "Sent %d bytes %d pkt (dropped %d,", &c.bytes, &c.pkts, &c.drops); err != nil {
+		return qdiscCount{}, false
+	}
+	return c, true
+}
+
+// linkStats is the difference of two linkCounters over window.
+func linkStats(before, after map[string]qdiscCount, window time.Duration) []LinkStat {
+	var out []LinkStat
+	for k, a := range after {
+		b := before[k]
+		from, to, _ := strings.Cut(k, ">")
+		st := LinkStat{From: from, To: to, Mbps: float64(a.bytes-b.bytes) * 8 / window.Seconds() / 1e6, Drops: a.drops - b.drops}
+		if off := (a.pkts - b.pkts) + st.Drops; off > 0 {
+			st.DropPct = 100 * float64(st.Drops) / float64(off)
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].From+out[i].To < out[j].From+out[j].To })
+	return out
 }

@@ -130,6 +130,7 @@ func runSFU(ctx context.Context, args []string) error {
 func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	prev := map[string]float64{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -141,12 +142,29 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			continue
 		}
 		sum, cnt := map[string]float64{}, map[string]float64{}
+		minEst := 0.0
 		for _, f := range fams {
 			for _, m := range f.GetMetric() {
 				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
 				sum[f.GetName()] += v
 				cnt[f.GetName()]++
+				if f.GetName() == "xrealm_sfu_relay_bytes_total" {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "dir" {
+							sum["relay_"+l.GetValue()] += v
+						}
+					}
+				}
+				if f.GetName() == "xrealm_sfu_subscriber_estimate_bps" && (minEst == 0 || v < minEst) {
+					minEst = v
+				}
 			}
+		}
+		// rates over the period, kbit/s
+		rate := func(k string) float64 {
+			r := (sum[k] - prev[k]) * 8 / every.Seconds() / 1e3
+			prev[k] = sum[k]
+			return max(r, 0)
 		}
 		mean := func(k string) float64 {
 			if cnt[k] == 0 {
@@ -158,6 +176,8 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			"mean_estimate_kbps", mean("xrealm_sfu_subscriber_estimate_bps")/1e3, "mean_allocated_kbps", mean("xrealm_sfu_subscriber_allocated_bps")/1e3,
 			"active_slots", sum["xrealm_sfu_subscriber_active_slots"], "relay_dropped", sum["xrealm_sfu_relay_dropped_total"],
 			"nacks", sum["xrealm_sfu_subscriber_nacks_total"], "rtx", sum["xrealm_sfu_subscriber_retransmits_total"],
-			"nack_forwarded", sum["xrealm_sfu_relay_nack_forwarded_total"], "relay_links", sum["xrealm_sfu_relay_links"])
+			"nack_forwarded", sum["xrealm_sfu_relay_nack_forwarded_total"], "relay_links", sum["xrealm_sfu_relay_links"],
+			"min_estimate_kbps", minEst/1e3, "sent_kbps", rate("xrealm_sfu_subscriber_bytes_total"),
+			"relay_out_kbps", rate("relay_out"), "relay_in_kbps", rate("relay_in"))
 	}
 }
