@@ -61,6 +61,11 @@ type Config struct {
 	// AllocateEvery is how often subscriptions are re-allocated from the
 	// estimate; zero means 500 ms.
 	AllocateEvery time.Duration
+	// RelaySlots, when positive, makes the links this node offers carry
+	// relayed media as RTP on that many pre-negotiated transceivers
+	// instead of the SCTP "media" data channel (package relay); a link
+	// follows its offerer (the lower node ID).
+	RelaySlots int
 }
 
 // DefaultEstimators returns the estimators clients can choose by name:
