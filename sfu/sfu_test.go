@@ -36,7 +36,7 @@ func startCluster(t *testing.T, sites ...string) *cluster {
 	for i, site := range sites {
 		nc := c.conn(t, fmt.Sprintf("node%d", i+1))
 		n, err := Start(context.Background(), Config{NC: nc, ID: fmt.Sprint(i + 1), Site: site, Manager: i == 0,
-			ICEAddresses: loopback, Registerer: prometheus.NewRegistry(), Heartbeat: 200 * time.Millisecond, AllocateEvery: 100 * time.Millisecond})
+			ICEAddresses: loopback, Registerer: prometheus.NewRegistry(), Heartbeat: 200 * time.Millisecond, AllocateEvery: 100 * time.Millisecond, RelaySlots: testRelaySlots})
 		if err != nil {
 			t.Fatal(err)
 		}
