@@ -123,6 +123,9 @@ func (n *Node) relaySettingEngine() webrtc.SettingEngine {
 	se.SetSCTPRTOMax(300 * time.Millisecond)
 	se.SetSCTPMinCwnd(128 << 10)
 	se.SetSCTPMaxReceiveBufferSize(4 << 20)
+	// RTP slots: a retransmission answering a forwarded NACK is an old
+	// sequence number on its slot, which SRTP's replay window would drop.
+	se.DisableSRTPReplayProtection(true)
 	return se
 }
 

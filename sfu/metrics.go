@@ -21,7 +21,8 @@ var (
 	descSrcRate    = prometheus.NewDesc("xrealm_sfu_source_bitrate_bps", "Measured bitrate per source track.", []string{"node", "track", "origin"}, nil)
 	descSrcRelays  = prometheus.NewDesc("xrealm_sfu_source_relays", "Nodes a local source track is relayed to.", []string{"node", "track"}, nil)
 	descRelayBytes = prometheus.NewDesc("xrealm_sfu_relay_bytes_total", "Bytes on relay links.", []string{"node", "peer", "dir"}, nil)
-	descRelayDrop  = prometheus.NewDesc("xrealm_sfu_relay_dropped_total", "Packets dropped on a full relay link.", []string{"node", "peer"}, nil)
+	descRelayDrop  = prometheus.NewDesc("xrealm_sfu_relay_dropped_total", "Packets dropped on a full relay link (send buffer over its cap, or no free RTP slot).", []string{"node", "peer"}, nil)
+	descRelaySlots = prometheus.NewDesc("xrealm_sfu_relay_slots", "RTP send slots of a relay link, in use and in all (none: media on the SCTP channel).", []string{"node", "peer", "state"}, nil)
 	descSubBytes   = prometheus.NewDesc("xrealm_sfu_subscriber_bytes_total", "Bytes sent per subscriber, retransmissions included.", []string{"node", "client"}, nil)
 	descSubPackets = prometheus.NewDesc("xrealm_sfu_subscriber_packets_total", "Packets forwarded per subscriber.", []string{"node", "client"}, nil)
 	descSubNACK    = prometheus.NewDesc("xrealm_sfu_subscriber_nacks_total", "Sequence numbers NACKed by the subscriber.", []string{"node", "client"}, nil)
@@ -41,7 +42,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
-		descRelayBytes, descRelayDrop, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubSlots,
+		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubSlots,
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
@@ -72,6 +73,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesIn.Load()), id, peerID, "in")
 				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesOut.Load()), id, peerID, "out")
 				ch <- prometheus.MustNewConstMetric(descRelayDrop, prometheus.CounterValue, float64(l.Dropped.Load()), id, peerID)
+				if total, used := l.Slots(); total > 0 {
+					ch <- prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(used), id, peerID, "used")
+					ch <- prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(total), id, peerID, "total")
+				}
 			}
 		default:
 		}

@@ -63,7 +63,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
-	n.api = webrtc.NewAPI(webrtc.WithSettingEngine(n.relaySettingEngine()))
+	me := &webrtc.MediaEngine{}
+	if err := relay.RegisterCodec(me); err != nil {
+		return nil, fmt.Errorf("sfu: relay codec: %w", err)
+	}
+	n.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithSettingEngine(n.relaySettingEngine()))
 	subs := []struct {
 		subj string
 		h    nats.MsgHandler
@@ -296,7 +300,20 @@ func (n *Node) removeLocal(s *source) {
 		delete(n.directory, s.info.Key())
 	}
 	peers := n.peerList(s.info.Session)
+	var links []*relay.Link
+	for _, ls := range n.links {
+		select {
+		case <-ls.done:
+			if ls.link != nil {
+				links = append(links, ls.link)
+			}
+		default:
+		}
+	}
 	n.mu.Unlock()
+	for _, l := range links {
+		l.StopMedia(s.info.Key()) // frees its RTP slot, if any
+	}
 	n.announce("remove", s.info)
 	for _, p := range peers {
 		go p.reconcile()
@@ -441,7 +458,7 @@ func (n *Node) establish(peerID string, ls *linkState) {
 		}
 		return
 	}
-	l, offer, err := relay.Dial(n.api, webrtc.Configuration{}, peerID, (*relayHandler)(n))
+	l, offer, err := relay.Dial(n.api, webrtc.Configuration{}, peerID, (*relayHandler)(n), n.cfg.RelaySlots)
 	if err != nil {
 		ls.finish(nil, err)
 		return
@@ -538,6 +555,7 @@ func (h *relayHandler) OnControl(l *relay.Link, c relay.Control) {
 		s.keyframe()
 	case "unsub":
 		s.removeRelay(l.Peer)
+		l.StopMedia(c.Track)
 	case "pli":
 		s.keyframe()
 	case "nack":

@@ -44,6 +44,7 @@ type Config struct {
 	Clip          bots.ClipConfig
 	ClipPath      string
 	Estimator     string
+	RelaySlots    int    // xrealm sfu --relay-slots: 0 = relayed media on SCTP
 	Out           string // results.jsonl, appended to
 	LogDir        string // the children's stderr, one file per process and run
 	Log           *slog.Logger
@@ -79,6 +80,7 @@ type Result struct {
 	Links []LinkStat `json:"links,omitempty"`
 	// Machine: load average at the window's end and the whole machine's
 	// CPU busy share during the window (other users included).
+	RelaySlots  int      `json:"relay_slots,omitempty"` // 0: relayed media on SCTP
 	Load1       float64  `json:"load1"`
 	MachineBusy float64  `json:"machine_busy_pct"`
 	Errors      []string `json:"errors,omitempty"`
@@ -232,7 +234,7 @@ func (p *proc) stop() {
 }
 
 func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, setup string, scenario, n int) (Result, error) {
-	r := Result{Setup: setup, Scenario: scenario, Users: n, At: time.Now().UTC().Format(time.RFC3339)}
+	r := Result{Setup: setup, Scenario: scenario, Users: n, RelaySlots: cfg.RelaySlots, At: time.Now().UTC().Format(time.RFC3339)}
 	sites, err := sfuSites(setup)
 	if err != nil {
 		return r, err
@@ -265,7 +267,8 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	var sfus []*proc
 	for i, s := range sites {
 		p, err := start(ctx, logDir, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
-			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", "5s", "--egress-delays", topo.DelayRoutes(s))
+			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", "5s", "--egress-delays", topo.DelayRoutes(s),
+			"--relay-slots", strconv.Itoa(cfg.RelaySlots))
 		if err != nil {
 			return r, err
 		}

@@ -39,6 +39,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	frames := fs.Int("frames", 20, "frames in the clip's loop")
 	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached")
 	estimator := fs.String("estimator", "gcc", "bandwidth estimator towards clients: gcc or hera")
+	relaySlots := fs.Int("relay-slots", 0, "relayed media as RTP on this many pre-negotiated transceivers per link (xrealm sfu --relay-slots); 0 = SCTP data channel")
 	out := fs.String("out", "bench/sfu/results.jsonl", "results file (appended to)")
 	logDir := fs.String("log-dir", filepath.Join(os.TempDir(), "xrsfu-logs"), "where the child processes' logs are kept, per run")
 	summary := fs.String("summary", "", "print Markdown tables and write SVG plots next to this results.jsonl, then exit")
@@ -96,7 +97,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	}
 	defer os.Remove(exe)
 	cfg := benchsfu.Config{Exe: exe, Setups: strings.Split(*setups, ","), PaperLinkRate: *linkRate, DirectDelay: *direct, Queue: *queue,
-		Warmup: *warmup, Measure: *measure, Estimator: *estimator, Out: *out, LogDir: *logDir, Log: log,
+		Warmup: *warmup, Measure: *measure, Estimator: *estimator, RelaySlots: *relaySlots, Out: *out, LogDir: *logDir, Log: log,
 		Clip: bots.ClipConfig{Points: *points, Frames: *frames, FPS: *fps, Seed: 1}}
 	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
 	if cfg.Users, err = ints(*users); err != nil {

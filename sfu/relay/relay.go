@@ -16,6 +16,7 @@
 package relay
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,9 +42,15 @@ func Offerer(a, b string) bool {
 
 // Control is a message on the ctl channel.
 type Control struct {
-	Op    string   `json:"op"` // "sub", "unsub", "nack", "pli"
+	Op    string   `json:"op"` // "sub", "unsub", "nack", "pli"; "slot", "unslot" (RTP media, handled here)
 	Track string   `json:"track"`
 	Seqs  []uint16 `json:"seqs,omitempty"`
+	// RTP slots: the slot's mid, the first slot sequence number of the
+	// track ("slot") or the first after it ("unslot"), and slot seq -
+	// origin seq.
+	Mid    string `json:"mid,omitempty"`
+	Seq    uint16 `json:"seq,omitempty"`
+	Offset uint16 `json:"offset,omitempty"`
 }
 
 // Handler receives what arrives on a link.
@@ -66,7 +73,11 @@ type Link struct {
 	ctl, media *webrtc.DataChannel
 	ready      chan struct{}
 	opened     atomic.Int32
+	channels   atomic.Int32 // data channels to open before Ready: 2, or 1 with RTP slots
 	closeOnce  sync.Once
+
+	pool *slotPool // RTP media: send slots (nil: the media data channel)
+	in   *inSlots  // RTP media: what the peer's slots carry
 
 	BytesIn, BytesOut, PacketsIn, PacketsOut, Dropped atomic.Uint64
 
@@ -103,13 +114,64 @@ func (l *Link) maxBuffered() uint64 {
 var ErrNotReady = errors.New("relay: link not ready")
 
 func newLink(peer string, pc *webrtc.PeerConnection, h Handler) *Link {
-	l := &Link{Peer: peer, pc: pc, h: h, ready: make(chan struct{})}
+	l := &Link{Peer: peer, pc: pc, h: h, ready: make(chan struct{}), in: newInSlots()}
+	l.channels.Store(2)
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
 			l.Close()
 		}
 	})
+	pc.OnTrack(l.readSlot)
 	return l
+}
+
+// readSlot reads one of the peer's RTP slots until the link closes.
+func (l *Link) readSlot(tr *webrtc.TrackRemote, rcv *webrtc.RTPReceiver) {
+	mid := ""
+	for _, t := range l.pc.GetTransceivers() {
+		if t.Receiver() == rcv {
+			mid = t.Mid()
+		}
+	}
+	buf := make([]byte, 1500)
+	for {
+		n, _, err := tr.Read(buf)
+		if err != nil {
+			return
+		}
+		l.BytesIn.Add(uint64(n))
+		l.PacketsIn.Add(1)
+		if r, ok := l.in.route(mid, buf[:n]); ok {
+			l.h.OnMedia(l, r.track, r.pkt)
+		}
+	}
+}
+
+// useSlots makes the link's RTP transceivers its send slots; after the
+// local description is set, so that they have their mids.
+func (l *Link) useSlots() {
+	var slots []*outSlot
+	for _, t := range l.pc.GetTransceivers() {
+		if t.Sender() == nil {
+			continue
+		}
+		if st, ok := t.Sender().Track().(*slotTrack); ok {
+			slots = append(slots, &outSlot{track: st, mid: t.Mid()})
+		}
+	}
+	if len(slots) > 0 {
+		l.pool = newSlotPool(slots, ReuseAfter)
+		l.channels.Store(1)
+	}
+}
+
+// Slots reports how many RTP send slots the link has and how many carry a
+// track (0, 0 when media rides the data channel).
+func (l *Link) Slots() (total, used int) {
+	if l.pool == nil {
+		return 0, 0
+	}
+	return len(l.pool.slots), l.pool.inUse()
 }
 
 func (l *Link) attach(dc *webrtc.DataChannel) {
@@ -118,9 +180,16 @@ func (l *Link) attach(dc *webrtc.DataChannel) {
 		l.ctl = dc
 		dc.OnMessage(func(m webrtc.DataChannelMessage) {
 			var c Control
-			if json.Unmarshal(m.Data, &c) == nil {
-				l.h.OnControl(l, c)
+			if json.Unmarshal(m.Data, &c) != nil {
+				return
 			}
+			if c.Op == "slot" || c.Op == "unslot" {
+				for _, r := range l.in.announce(c) {
+					l.h.OnMedia(l, r.track, r.pkt)
+				}
+				return
+			}
+			l.h.OnControl(l, c)
 		})
 	case "media":
 		l.media = dc
@@ -137,7 +206,7 @@ func (l *Link) attach(dc *webrtc.DataChannel) {
 		return
 	}
 	dc.OnOpen(func() {
-		if l.opened.Add(1) == 2 {
+		if l.opened.Add(1) == l.channels.Load() {
 			close(l.ready)
 		}
 	})
@@ -148,8 +217,11 @@ func (l *Link) attach(dc *webrtc.DataChannel) {
 func (l *Link) Ready() <-chan struct{} { return l.ready }
 
 // Dial creates the offering side of a link. Send the returned offer to the
-// peer and pass its answer to Accept.
-func Dial(api *webrtc.API, cfg webrtc.Configuration, peer string, h Handler) (*Link, string, error) {
+// peer and pass its answer to Accept. With rtpSlots > 0, media travels as
+// RTP on that many pre-negotiated sendrecv transceivers (the API must have
+// RegisterCodec's codec); with 0, on the "media" data channel. The
+// answering side follows the offer.
+func Dial(api *webrtc.API, cfg webrtc.Configuration, peer string, h Handler, rtpSlots int) (*Link, string, error) {
 	pc, err := api.NewPeerConnection(cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
@@ -161,19 +233,29 @@ func Dial(api *webrtc.API, cfg webrtc.Configuration, peer string, h Handler) (*L
 		pc.Close()
 		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
 	}
-	// Timed partial reliability: a lost packet may be retransmitted by SCTP
-	// for MediaLifetime and is abandoned after. With maxRetransmits 0
-	// instead, pion/sctp abandons every chunk at its first transmission,
-	// which sets off a FORWARD-TSN/SACK exchange per SACK (pion/sctp#505)
-	// and, in the bench, stalled relays for seconds at 48-64 users.
-	unordered, lifetime := false, uint16(MediaLifetime/time.Millisecond)
-	media, err := pc.CreateDataChannel("media", &webrtc.DataChannelInit{Ordered: &unordered, MaxPacketLifeTime: &lifetime})
-	if err != nil {
-		pc.Close()
-		return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
-	}
 	l.attach(ctl)
-	l.attach(media)
+	if rtpSlots > 0 {
+		for i := range rtpSlots {
+			if _, err := pc.AddTransceiverFromTrack(&slotTrack{id: fmt.Sprintf("slot%d", i)},
+				webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendrecv}); err != nil {
+				pc.Close()
+				return nil, "", fmt.Errorf("relay to %s: slot: %w", peer, err)
+			}
+		}
+	} else {
+		// Timed partial reliability: a lost packet may be retransmitted by
+		// SCTP for MediaLifetime and is abandoned after. With
+		// maxRetransmits 0 instead, pion/sctp abandons every chunk at its
+		// first transmission, which sets off a FORWARD-TSN/SACK exchange
+		// per SACK (pion/sctp#505).
+		unordered, lifetime := false, uint16(MediaLifetime/time.Millisecond)
+		media, err := pc.CreateDataChannel("media", &webrtc.DataChannelInit{Ordered: &unordered, MaxPacketLifeTime: &lifetime})
+		if err != nil {
+			pc.Close()
+			return nil, "", fmt.Errorf("relay to %s: %w", peer, err)
+		}
+		l.attach(media)
+	}
 	offer, err := pc.CreateOffer(nil)
 	if err == nil {
 		err = setLocal(pc, offer)
@@ -182,6 +264,7 @@ func Dial(api *webrtc.API, cfg webrtc.Configuration, peer string, h Handler) (*L
 		pc.Close()
 		return nil, "", fmt.Errorf("relay offer to %s: %w", peer, err)
 	}
+	l.useSlots()
 	return l, pc.LocalDescription().SDP, nil
 }
 
@@ -205,6 +288,16 @@ func Answer(api *webrtc.API, cfg webrtc.Configuration, peer, offer string, h Han
 		pc.Close()
 		return nil, "", fmt.Errorf("relay offer from %s: %w", peer, err)
 	}
+	// RTP slots offered: send on each of them too
+	for i, t := range pc.GetTransceivers() {
+		if t.Kind() != webrtc.RTPCodecTypeVideo {
+			continue
+		}
+		if _, err := pc.AddTrack(&slotTrack{id: fmt.Sprintf("slot%d", i)}); err != nil {
+			pc.Close()
+			return nil, "", fmt.Errorf("relay from %s: slot: %w", peer, err)
+		}
+	}
 	ans, err := pc.CreateAnswer(nil)
 	if err == nil {
 		err = setLocal(pc, ans)
@@ -213,6 +306,7 @@ func Answer(api *webrtc.API, cfg webrtc.Configuration, peer, offer string, h Han
 		pc.Close()
 		return nil, "", fmt.Errorf("relay answer to %s: %w", peer, err)
 	}
+	l.useSlots()
 	return l, pc.LocalDescription().SDP, nil
 }
 
@@ -248,6 +342,9 @@ func (l *Link) SendMedia(track string, pkt []byte) error {
 	default:
 		return ErrNotReady
 	}
+	if l.pool != nil {
+		return l.sendSlot(track, pkt)
+	}
 	if len(track) > 255 {
 		return fmt.Errorf("relay: track key %q longer than 255 bytes", track)
 	}
@@ -265,6 +362,46 @@ func (l *Link) SendMedia(track string, pkt []byte) error {
 	l.BytesOut.Add(uint64(len(b)))
 	l.PacketsOut.Add(1)
 	return nil
+}
+
+// sendSlot sends pkt on track's RTP slot, assigning one (and announcing it
+// on ctl first) to a new track; with every slot in use it drops pkt.
+func (l *Link) sendSlot(track string, pkt []byte) error {
+	if len(pkt) < 12 {
+		return errors.New("relay: short RTP packet")
+	}
+	a, err := l.pool.get(track, binary.BigEndian.Uint16(pkt[2:4]), time.Now())
+	if err == errBeforeStart {
+		return nil
+	}
+	if err != nil {
+		l.Dropped.Add(1)
+		return err
+	}
+	if a.announce != nil {
+		b, _ := json.Marshal(a.announce)
+		if err := l.ctl.Send(b); err != nil {
+			return err
+		}
+	}
+	n, err := a.slot.track.write(pkt, a.seq)
+	if err != nil {
+		return err
+	}
+	l.BytesOut.Add(uint64(n))
+	l.PacketsOut.Add(1)
+	return nil
+}
+
+// StopMedia tells the link that track is no longer relayed: its RTP slot,
+// if any, is freed (and reused after ReuseAfter).
+func (l *Link) StopMedia(track string) {
+	if l.pool == nil {
+		return
+	}
+	if c := l.pool.release(track, time.Now()); c != nil {
+		_ = l.SendControl(*c)
+	}
 }
 
 // Close closes the link once and tells the handler.

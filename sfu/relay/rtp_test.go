@@ -1,0 +1,244 @@
+package relay
+
+import (
+	"encoding/binary"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+)
+
+func TestSlotPool(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	p := newSlotPool([]*outSlot{{mid: "0", next: 500}, {mid: "1", next: 7}}, ReuseAfter)
+	a, err := p.get("A", 100, t0)
+	if err != nil || a.slot.mid != "0" || a.seq != 500 || a.announce == nil ||
+		!reflect.DeepEqual(*a.announce, Control{Op: "slot", Track: "A", Mid: "0", Seq: 500, Offset: 400}) {
+		t.Fatalf("first track: %+v %v", a, err)
+	}
+	if a, _ := p.get("A", 101, t0); a.seq != 501 || a.announce != nil {
+		t.Fatalf("next packet: %+v", a)
+	}
+	if a, _ := p.get("A", 100, t0); a.seq != 500 || a.slot.next != 502 {
+		t.Fatalf("a retransmission keeps its number: %+v next %d", a, a.slot.next)
+	}
+	if _, err := p.get("A", 99, t0); err != errBeforeStart {
+		t.Fatalf("packet older than the assignment: %v, want errBeforeStart", err)
+	}
+	if b, _ := p.get("B", 65535, t0); b.slot.mid != "1" || b.seq != 7 {
+		t.Fatalf("second track: %+v", b)
+	}
+	if b, _ := p.get("B", 0, t0); b.seq != 8 {
+		t.Fatalf("origin wrap: %+v", b)
+	}
+	if _, err := p.get("C", 1, t0); err != ErrNoSlot {
+		t.Fatalf("pool full: %v", err)
+	}
+	if p.inUse() != 2 {
+		t.Fatalf("in use %d", p.inUse())
+	}
+	un := p.release("A", t0)
+	if un == nil || !reflect.DeepEqual(*un, Control{Op: "unslot", Track: "A", Mid: "0", Seq: 502}) {
+		t.Fatalf("release: %+v", un)
+	}
+	if p.release("A", t0) != nil {
+		t.Fatal("released twice")
+	}
+	if _, err := p.get("C", 1, t0.Add(ReuseAfter/2)); err != ErrNoSlot {
+		t.Fatalf("a freed slot rests before reuse: %v", err)
+	}
+	c, err := p.get("C", 1, t0.Add(ReuseAfter))
+	if err != nil || c.slot.mid != "0" || c.seq != 502 || c.announce.Seq != 502 {
+		t.Fatalf("reuse after unsub: %+v %v (slot seqs continue)", c, err)
+	}
+}
+
+func pkt(seq uint16, payload byte) []byte {
+	b, _ := (&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq, PayloadType: relayPT, SSRC: 9}, Payload: []byte{payload}}).Marshal()
+	return b
+}
+
+func TestInSlotsRoute(t *testing.T) {
+	r := newInSlots()
+	// RTP overtakes the announcement: kept, then delivered
+	if _, ok := r.route("0", pkt(500, 1)); ok {
+		t.Fatal("routed before any announcement")
+	}
+	out := r.announce(Control{Op: "slot", Track: "A", Mid: "0", Seq: 500, Offset: 400})
+	if len(out) != 1 || out[0].track != "A" || binary.BigEndian.Uint16(out[0].pkt[2:4]) != 100 {
+		t.Fatalf("pending after slot: %+v", out)
+	}
+	got, ok := r.route("0", pkt(501, 2))
+	if !ok || got.track != "A" || binary.BigEndian.Uint16(got.pkt[2:4]) != 101 {
+		t.Fatalf("route: %+v %v", got, ok)
+	}
+	// the slot moves to track C at 502: A's late packet (a retransmission
+	// of 100) still maps to A, C's first packets before the announcements wait
+	r.announce(Control{Op: "unslot", Track: "A", Mid: "0", Seq: 502})
+	if got, ok := r.route("0", pkt(500, 3)); !ok || got.track != "A" || binary.BigEndian.Uint16(got.pkt[2:4]) != 100 {
+		t.Fatalf("late packet of the old track: %+v %v", got, ok)
+	}
+	if _, ok := r.route("0", pkt(502, 4)); ok {
+		t.Fatal("packet after unslot routed to the old track")
+	}
+	out = r.announce(Control{Op: "slot", Track: "C", Mid: "0", Seq: 502, Offset: 501})
+	if len(out) != 1 || out[0].track != "C" || binary.BigEndian.Uint16(out[0].pkt[2:4]) != 1 {
+		t.Fatalf("reused slot: %+v", out)
+	}
+	// an unslot of another track does not end the current one
+	r.announce(Control{Op: "unslot", Track: "A", Mid: "0", Seq: 600})
+	if got, ok := r.route("0", pkt(700, 5)); !ok || got.track != "C" {
+		t.Fatalf("stale unslot ended the slot: %+v %v", got, ok)
+	}
+	if _, ok := r.route("0", []byte{1, 2}); ok {
+		t.Fatal("short packet routed")
+	}
+}
+
+type mediaRec struct {
+	mu   sync.Mutex
+	got  map[string][]uint16
+	ctl  []Control
+	gotC chan struct{}
+}
+
+func (m *mediaRec) OnControl(_ *Link, c Control) {
+	m.mu.Lock()
+	m.ctl = append(m.ctl, c)
+	m.mu.Unlock()
+}
+
+func (m *mediaRec) OnMedia(_ *Link, track string, p []byte) {
+	m.mu.Lock()
+	m.got[track] = append(m.got[track], binary.BigEndian.Uint16(p[2:4]))
+	m.mu.Unlock()
+	select {
+	case m.gotC <- struct{}{}:
+	default:
+	}
+}
+
+func (m *mediaRec) OnClose(*Link) {}
+
+func (m *mediaRec) seqs(track string) []uint16 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]uint16(nil), m.got[track]...)
+}
+
+// TestLinkRTPSlots links two PeerConnections on loopback with RTP slots and
+// checks media both ways, origin sequence numbers, and a slot reused for
+// another track after StopMedia.
+func TestLinkRTPSlots(t *testing.T) {
+	api := func() *webrtc.API {
+		me := &webrtc.MediaEngine{}
+		if err := RegisterCodec(me); err != nil {
+			t.Fatal(err)
+		}
+		se := webrtc.SettingEngine{}
+		se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+		se.SetIncludeLoopbackCandidate(true)
+		se.DisableSRTPReplayProtection(true)
+		return webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithSettingEngine(se))
+	}
+	ha := &mediaRec{got: map[string][]uint16{}, gotC: make(chan struct{}, 1)}
+	hb := &mediaRec{got: map[string][]uint16{}, gotC: make(chan struct{}, 1)}
+	a, offer, err := Dial(api(), webrtc.Configuration{}, "b", ha, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, answer, err := Answer(api(), webrtc.Configuration{}, "a", offer, hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := a.Accept(answer); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*Link{a, b} {
+		select {
+		case <-l.Ready():
+		case <-time.After(10 * time.Second):
+			t.Fatal("link not ready")
+		}
+		if total, _ := l.Slots(); total != 2 {
+			t.Fatalf("%s: %d slots, want 2", l.Peer, total)
+		}
+	}
+	waitSeqs := func(h *mediaRec, track string, want int) []uint16 {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for len(h.seqs(track)) < want {
+			select {
+			case <-h.gotC:
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("track %s: got %v, want %d packets", track, h.seqs(track), want)
+			}
+		}
+		return h.seqs(track)
+	}
+	for i := uint16(0); i < 5; i++ {
+		if err := a.SendMedia("s/alice/pc0", pkt(1000+i, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.SendMedia("s/bob/pc0", pkt(60000+i, 2)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := waitSeqs(hb, "s/alice/pc0", 5); got[0] != 1000 || got[4] != 1004 {
+		t.Fatalf("a→b seqs %v, want the origin's 1000..1004", got)
+	}
+	if got := waitSeqs(ha, "s/bob/pc0", 5); got[0] != 60000 {
+		t.Fatalf("b→a seqs %v", got)
+	}
+	if err := a.SendMedia("s/carol/pc0", pkt(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SendMedia("s/dave/pc0", pkt(1, 4)); err != ErrNoSlot {
+		t.Fatalf("third track on 2 slots: %v, want ErrNoSlot", err)
+	}
+	waitSeqs(hb, "s/carol/pc0", 1)
+	// unsub alice: her slot is reused, after resting, by dave
+	a.StopMedia("s/alice/pc0")
+	a.pool.mu.Lock()
+	for _, s := range a.pool.slots {
+		if s.carries == "" {
+			s.freedAt = time.Now().Add(-ReuseAfter) // skip the rest in the test
+		}
+	}
+	a.pool.mu.Unlock()
+	// ... but not the wait for the unslot, which is what the rest is for
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b.in.mu.Lock()
+		s := b.in.byMid[a.pool.slots[0].mid]
+		ended := s != nil && s.ended
+		b.in.mu.Unlock()
+		if ended {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unslot not received")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := uint16(0); i < 3; i++ {
+		if err := a.SendMedia("s/dave/pc0", pkt(300+i, 4)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := waitSeqs(hb, "s/dave/pc0", 3); got[0] != 300 || got[2] != 302 {
+		t.Fatalf("reused slot: dave's seqs %v", got)
+	}
+	if n := len(hb.seqs("s/alice/pc0")); n != 5 {
+		t.Fatalf("alice got %d packets after the slot moved, want 5", n)
+	}
+	if len(hb.ctl) != 0 {
+		t.Fatalf("slot announcements reached the handler: %+v", hb.ctl)
+	}
+}
