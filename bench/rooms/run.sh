@@ -27,9 +27,10 @@ run() {
 	shift
 	{
 		echo "# load before: $(cat /proc/loadavg)"
-		"$X" bench rooms --out "$D/$name.csv" "$@"
+		"$X" bench rooms --out "$D/$name.csv" "$@" 2>"/tmp/rooms-$name.log" || echo "# bench failed: $(tail -1 "/tmp/rooms-$name.log")"
 		echo "# load after: $(cat /proc/loadavg)"
-	} 2>&1 | tee "$D/$name.txt"
+		echo "# server and bench log lines (in /tmp/rooms-$name.log): $(wc -l <"/tmp/rooms-$name.log")"
+	} | tee "$D/$name.txt"
 }
 
 group_base() {
