@@ -142,6 +142,8 @@ export class PointCloudView {
       },
     });
     this.sfu = conn;
+    this.seqs.clear(); // a new connection numbers its slots afresh
+    this.slots = new Map();
     this.setState('connecting');
     try {
       await conn.connect();
