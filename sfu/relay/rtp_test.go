@@ -2,6 +2,7 @@ package relay
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"reflect"
 	"sync"
 	"testing"
@@ -241,4 +242,32 @@ func TestLinkRTPSlots(t *testing.T) {
 	if len(hb.ctl) != 0 {
 		t.Fatalf("slot announcements reached the handler: %+v", hb.ctl)
 	}
+}
+
+// FuzzInSlots feeds received packets and ctl announcements (wire input from
+// the peer node) to the receive-slot router: it must not panic, and every
+// packet it routes must belong to an announced track.
+func FuzzInSlots(f *testing.F) {
+	f.Add([]byte(`{"op":"slot","track":"s/a/pc0","mid":"0","seq":500,"offset":400}`), pkt(500, 1), "0")
+	f.Add([]byte(`{"op":"unslot","track":"s/a/pc0","mid":"0","seq":502}`), pkt(502, 1), "0")
+	f.Add([]byte(`{}`), []byte{0x80}, "")
+	f.Fuzz(func(t *testing.T, ctl, packet []byte, mid string) {
+		r := newInSlots()
+		var c Control
+		if json.Unmarshal(ctl, &c) == nil {
+			for _, out := range r.announce(c) {
+				if out.track != c.Track {
+					t.Fatalf("routed to %q, announced %q", out.track, c.Track)
+				}
+			}
+		}
+		if out, ok := r.route(mid, packet); ok && (c.Op != "slot" || out.track != c.Track) {
+			t.Fatalf("routed to %q after %+v", out.track, c)
+		}
+		for _, out := range r.announce(Control{Op: "slot", Track: "t", Mid: mid, Seq: 0, Offset: 7}) {
+			if out.track != "t" {
+				t.Fatalf("pending routed to %q", out.track)
+			}
+		}
+	})
 }
