@@ -70,12 +70,15 @@ type Result struct {
 	PublishersPct float64 `json:"publishers_pct,omitempty"`
 	FramesPct     float64 `json:"frames_pct"`
 	// Scenario 2: % of the senders' points received.
-	PointsPct float64    `json:"points_pct,omitempty"`
-	P50ms     float64    `json:"p50_ms"`
-	P90ms     float64    `json:"p90_ms"`
-	P99ms     float64    `json:"p99_ms"`
-	LossPct   float64    `json:"loss_pct"`
-	SFUs      []SFUStats `json:"sfus"`
+	PointsPct float64 `json:"points_pct,omitempty"`
+	P50ms     float64 `json:"p50_ms"`
+	P90ms     float64 `json:"p90_ms"`
+	P99ms     float64 `json:"p99_ms"`
+	// P99BySite is the p99 of the receivers at each site (where the
+	// latency comes from: sites served over a direct link in 2sfu).
+	P99BySite map[string]float64 `json:"p99_by_site_ms,omitempty"`
+	LossPct   float64            `json:"loss_pct"`
+	SFUs      []SFUStats         `json:"sfus"`
 	// Links: every shaped link direction over the window.
 	Links []LinkStat `json:"links,omitempty"`
 	// Machine: load average at the window's end and the whole machine's
@@ -361,7 +364,9 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		r.SFUs = append(r.SFUs, SFUStats{Site: sites[i], CPU: 100 * (c1 - cpu0[i]) / cfg.Measure.Seconds(), RSSMiB: max(rss[i], m)})
 	}
 	var results []BotResult
+	siteHist := map[string]*hdrhistogram.Histogram{}
 	for _, p := range botProcs {
+		site := strings.TrimPrefix(p.name, "bots-")
 		for {
 			l, err := p.expect(ctx, "", 30*time.Second)
 			if err != nil {
@@ -376,10 +381,20 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 					return r, fmt.Errorf("%s: %w", p.name, err)
 				}
 				results = append(results, br)
+				if br.Stats.Latency != nil {
+					if siteHist[site] == nil {
+						siteHist[site] = bots.NewHistogram()
+					}
+					siteHist[site].Merge(hdrhistogram.Import(br.Stats.Latency))
+				}
 			}
 		}
 	}
 	summarise(&r, clip, results)
+	r.P99BySite = map[string]float64{}
+	for site, h := range siteHist {
+		r.P99BySite[site] = float64(h.ValueAtQuantile(99)) / 1000
+	}
 	return r, nil
 }
 

@@ -79,6 +79,19 @@ func Tables(w io.Writer, rs []Result) {
 			}
 			return fmt.Sprintf("%.0f / %.0f / %.0f, %.2f %%", r.P50ms, r.P90ms, r.P99ms, r.LossPct)
 		})
+		fmt.Fprintf(w, "\n#### Scenario %d: p99 (ms) by the receivers' site\n\n", sc)
+		table(w, m, sc, setups, users, func(r Result) string {
+			if len(r.P99BySite) == 0 {
+				return "–"
+			}
+			var parts []string
+			for _, site := range Sites {
+				if v, ok := r.P99BySite[site]; ok {
+					parts = append(parts, fmt.Sprintf("%s %.0f", site, v))
+				}
+			}
+			return strings.Join(parts, ", ")
+		})
 		fmt.Fprintf(w, "\n#### Scenario %d: CPU (%% of one core) and peak RSS (MiB) per SFU; machine load\n\n", sc)
 		fmt.Fprintf(w, "| users | %s | load1 / machine busy |\n|---|%s---|\n", strings.Join(setups, " | "), strings.Repeat("---|", len(setups)))
 		for _, u := range users {
