@@ -13,7 +13,7 @@ for path in sorted(glob.glob(os.path.join(here, "*.csv"))):
 if not runs:
     sys.exit("no CSV files")
 
-W, H, L, R, T, B = 900, 520, 70, 230, 30, 50
+W, H, L, R, T, B = 960, 520, 70, 290, 30, 50
 maxp = max(float(r["peers"]) for _, rows in runs for r in rows)
 maxp = math.ceil(maxp / 100) * 100
 ylo, yhi = 0.1, 10000.0  # ms, log scale
