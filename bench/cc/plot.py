@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 COLORS = {"cubic": "tab:blue", "bbr": "tab:orange", "reno": "tab:green", "hera": "tab:red", "hera-paper": "tab:purple",
-          "hera-nopacing": "tab:pink"}
+          "hera-nopacing": "tab:pink", "hera-5ms": "tab:brown"}
 
 
 def main():
