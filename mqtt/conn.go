@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/nats-io/nats.go"
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -339,6 +341,16 @@ func (c *conn) noteSelf(name string) {
 func (c *conn) route(name string, payload []byte, qos byte) bool {
 	c.s.hub.publishLocal(name, payload)
 	subj := topic.ToSubject(name)
+	if isObjectSubject(subj, c.s.cfg.Realm) && persist.Ignored(payload) {
+		// A click or a transient update: every subscriber gets it, the
+		// persistence stream does not store it, and QoS 1 need not wait.
+		m := &nats.Msg{Subject: subj, Data: payload, Header: nats.Header{}}
+		persist.SkipStream(m.Header)
+		if err := c.s.cfg.NC.PublishMsg(m); err != nil {
+			c.log.Error("bus publish failed", "topic", name, "err", err)
+		}
+		return true
+	}
 	if qos > 0 && c.s.cfg.JS != nil && isObjectSubject(subj, c.s.cfg.Realm) {
 		if err := c.publishDurable(subj, payload); err != nil {
 			// Without an acknowledgement the client resends only after it

@@ -110,22 +110,17 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 		s.reject(subject, fmt.Errorf("object id of %d bytes is too long to persist", len(m.ObjectID)))
 		return nil
 	}
+	if !changesState(m.Action, m.Persist) {
+		return nil // clientEvent, join, leave, transient create/update
+	}
 	var changed bool
 	switch m.Action {
 	case scene.ActionCreate:
-		if !m.Persist {
-			return nil
-		}
 		changed, err = s.upsert(ctx, key, t, m)
 	case scene.ActionUpdate:
-		if !m.Persist {
-			return nil
-		}
 		changed, err = s.update(ctx, key, t, m)
 	case scene.ActionDelete:
 		changed, err = s.cascadeDelete(ctx, t.Namespace, t.Scene, m.ObjectID)
-	default:
-		return nil // clientEvent, join, leave: never persisted
 	}
 	if err != nil {
 		return err

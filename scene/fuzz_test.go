@@ -45,5 +45,10 @@ func FuzzParse(f *testing.F) {
 		if m.TTL < 0 {
 			t.Fatalf("accepted negative ttl %v", m.TTL)
 		}
+		// Peek, the hot-path reader, agrees with Parse on what it reads.
+		action, persist, err := Peek(payload)
+		if err != nil || action != m.Action || persist != m.Persist {
+			t.Fatalf("Peek = %q, %v, %v; Parse read action %q, persist %v", action, persist, err, m.Action, m.Persist)
+		}
 	})
 }
