@@ -3,6 +3,7 @@ package fanout
 import (
 	"errors"
 	"io"
+	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -91,7 +92,16 @@ func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
 	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), epoch: time.Now()}
 	w.last.Store(-int64(opt.Linger))
-	if sc, ok := conn.(syscall.Conn); ok {
+	// Inline writes go straight to the socket, so only for plain sockets:
+	// a wrapper (TLS, WebSocket) must see every byte through its Write.
+	var sc syscall.Conn
+	switch c := conn.(type) {
+	case *net.TCPConn:
+		sc = c
+	case *net.UnixConn:
+		sc = c
+	}
+	if sc != nil {
 		if raw, err := sc.SyscallConn(); err == nil {
 			w.raw = raw
 		}
