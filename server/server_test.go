@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,23 +39,33 @@ func freePort(t *testing.T) string {
 
 func startNode(t *testing.T, mod func(*Config)) *testNode {
 	t.Helper()
-	cfg := Defaults()
-	cfg.DataDir = t.TempDir()
-	cfg.HTTPAddr, cfg.MQTTAddr, cfg.MQTTWSAddr = freePort(t), freePort(t), freePort(t)
-	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", ""
-	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
-	cfg.MaxPayload = 64 << 10
-	if mod != nil {
-		mod(&cfg)
-	}
 	level := slog.LevelWarn
 	if os.Getenv("XREALM_TEST_LOG") != "" {
 		level = slog.LevelDebug
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := Start(ctx, cfg, log)
+	var cfg Config
+	var s *Server
+	var err error
+	// A port found free can be taken (by any process's outgoing connection)
+	// before the server binds it: try again with new ports.
+	for attempt := 0; attempt < 3; attempt++ {
+		cfg = Defaults()
+		cfg.DataDir = t.TempDir()
+		cfg.HTTPAddr, cfg.MQTTAddr, cfg.MQTTWSAddr = freePort(t), freePort(t), freePort(t)
+		cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", ""
+		cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
+		cfg.MaxPayload = 64 << 10
+		if mod != nil {
+			mod(&cfg)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		s, err = Start(ctx, cfg, log)
+		cancel()
+		if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
