@@ -16,8 +16,12 @@ import (
 )
 
 // runBots implements `xrealm bots`: N synthetic users against a server,
-// with a progress line every interval.
+// with a progress line every interval; `xrealm bots pointcloud` runs a
+// point-cloud publisher on the SFU instead.
 func runBots(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "pointcloud" {
+		return runPointCloudBot(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("bots", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")

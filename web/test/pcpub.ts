@@ -1,11 +1,10 @@
-// The Go point-cloud publisher (web/test/pcpub) for the browser tests:
-// built once with `go build` (or taken from $XREALM_PCPUB), started
-// against a server's bus.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { join } from 'node:path';
+// The point-cloud publisher for the browser tests: `xrealm bots pointcloud`
+// (a real SFU client replaying Draco-encoded frames), started against a
+// server's bus.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Page } from 'playwright-core';
-import { REPO_DIR, type XrealmServer } from './harness';
+import type { XrealmServer } from './harness';
 
 export interface PublisherInfo {
   ready?: boolean;
@@ -25,24 +24,16 @@ export interface Publisher {
   stop(): Promise<void>;
 }
 
-/** Builds pcpub into dir unless $XREALM_PCPUB names a binary. */
-export function buildPublisher(dir: string): string {
-  if (process.env.XREALM_PCPUB) return process.env.XREALM_PCPUB;
-  const bin = join(dir, 'pcpub');
-  execFileSync('go', ['build', '-o', bin, './web/test/pcpub'], { cwd: REPO_DIR, stdio: ['ignore', 'ignore', 'inherit'] });
-  return bin;
-}
-
-/** Starts a publisher of points × fps as SFU client `client` of `session`; resolves when it publishes (or skips). */
+/** Starts a publisher (bin: the xrealm binary) of points × fps as SFU client `client` of `session`; resolves when it publishes (or skips). */
 export async function startPublisher(bin: string, srv: XrealmServer, o: { session: string; client: string; points: number; fps: number; frames?: number }): Promise<Publisher> {
-  const proc = spawn(bin, ['--bus', srv.natsURL, '--token', srv.sfuToken(o.client), '--session', o.session, '--client', o.client,
+  const proc = spawn(bin, ['bots', 'pointcloud', '--stdin', '--bus', srv.natsURL, '--token', srv.sfuToken(o.client), '--session', o.session, '--client', o.client,
     '--points', String(o.points), '--frames', String(o.frames ?? 15), '--fps', String(o.fps)], { stdio: ['pipe', 'pipe', 'pipe'] });
   let log = '';
   proc.stderr!.on('data', (b) => (log += b));
   const lines = createInterface({ input: proc.stdout! });
   const info = await new Promise<PublisherInfo>((res, rej) => {
     lines.once('line', (l) => res(JSON.parse(l)));
-    proc.once('exit', (code) => rej(new Error(`pcpub exited with ${code}:\n${log}`)));
+    proc.once('exit', (code) => rej(new Error(`xrealm bots pointcloud exited with ${code}:\n${log}`)));
   });
   return {
     info, proc, log: () => log,

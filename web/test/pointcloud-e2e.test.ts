@@ -1,5 +1,5 @@
 // End-to-end test of remote point clouds: a real Go SFU publisher
-// (web/test/pcpub: bots.VolumetricBot replaying the synthetic figure,
+// (`xrealm bots pointcloud`: bots.VolumetricBot replaying the synthetic figure,
 // Draco-encoded by draco_encoder, as three MDC descriptions) joins the SFU
 // of a real `xrealm serve` over its bus; headless Chromium opens the
 // viewer, which joins the same SFU session over /sfu/ws, receives the
@@ -13,8 +13,8 @@ import { join } from 'node:path';
 import type { MqttClient } from 'mqtt';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchRTCBrowser, mqttClient, startServer, waitFor, type XrealmServer } from './harness';
-import { buildPublisher, startPublisher, stats, type Publisher, type PublisherInfo } from './pcpub';
+import { REPO_DIR, launchRTCBrowser, mqttClient, startServer, waitFor, xrealmBin, type XrealmServer } from './harness';
+import { startPublisher, stats, type Publisher, type PublisherInfo } from './pcpub';
 
 const SCENE = 'pointclouds';
 const SESSION = `public-${SCENE}`; // sfuSession('public', SCENE)
@@ -29,7 +29,7 @@ let skipReason = '';
 
 beforeAll(async () => {
   tmp = mkdtempSync(join(tmpdir(), 'xrealm-pcpub-'));
-  const bin = buildPublisher(tmp);
+  const bin = xrealmBin();
   srv = await startServer({ nats: true });
   pub = await startPublisher(bin, srv, { session: SESSION, client: PUBLISHER, points: 10000, fps: 15 });
   ready = pub.info;

@@ -12,8 +12,8 @@ import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, it } from 'vitest';
-import { REPO_DIR, launchRTCBrowser, startServer, type XrealmServer } from './harness';
-import { buildPublisher, startPublisher, stats } from './pcpub';
+import { REPO_DIR, launchRTCBrowser, startServer, xrealmBin, type XrealmServer } from './harness';
+import { startPublisher, stats } from './pcpub';
 
 const spec = process.env.XREALM_PC_MEASURE ?? '';
 const seconds = Number(process.env.XREALM_PC_SECONDS ?? 20);
@@ -34,7 +34,7 @@ function metric(text: string, name: string, client: string): number {
 describe.runIf(sizes.length > 0)('point-cloud receive rate in one page', () => {
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'xrealm-pcmeasure-'));
-    bin = buildPublisher(tmp);
+    bin = xrealmBin();
     srv = await startServer({ nats: true });
     browser = await launchRTCBrowser();
   }, 300_000);

@@ -1,0 +1,94 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/sfu"
+	"github.com/xrealm/xrealm/volumetric"
+)
+
+// runPointCloudBot implements `xrealm bots pointcloud`: one headless SFU
+// client that replays the synthetic figure, split into the three MDC
+// descriptions and Draco-encoded once, as point-cloud RTP tracks pc0-pc2.
+// It prints one JSON line on stdout when it publishes ({"ready": true, ...}
+// with the clip's size), or {"skip": "..."} and exits 0 when Google Draco's
+// tools are missing. It runs until interrupted or until its stdin closes
+// when --stdin is set (how the web client's tests stop it).
+func runPointCloudBot(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bots pointcloud", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	bus := fs.String("bus", "nats://127.0.0.1:4222", "NATS URL of the SFU's bus")
+	token := fs.String("token", "", "NATS token (xrealm token --role sfu); empty for an --insecure bus")
+	session := fs.String("session", "", "SFU session")
+	client := fs.String("client", "pcbot", "SFU client id (the web client places the cloud at the avatar of this ARENA client)")
+	id := fs.Uint("id", 77, "client number in fragment headers")
+	points := fs.Int("points", 10000, "points per frame")
+	frames := fs.Int("frames", 15, "frames in the replayed loop")
+	fps := fs.Float64("fps", 15, "frames per second")
+	x := fs.Float64("x", 0, "the publisher's position, sent as its SFU pose")
+	z := fs.Float64("z", -3, "the publisher's z position, sent as its SFU pose")
+	stdin := fs.Bool("stdin", false, "stop when stdin closes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *session == "" {
+		return errors.New("--session is required")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if *stdin {
+		go func() {
+			_, _ = io.Copy(io.Discard, os.Stdin)
+			stop()
+		}()
+	}
+	out := json.NewEncoder(os.Stdout)
+	clip, err := bots.EncodeClip(ctx, bots.ClipConfig{Points: *points, Frames: *frames, FPS: *fps, Seed: 1})
+	if errors.Is(err, volumetric.ErrNoDraco) {
+		return out.Encode(map[string]any{"skip": err.Error()})
+	}
+	if err != nil {
+		return err
+	}
+	opts := []nats.Option{nats.Name("xrealm-pointcloud-bot")}
+	if *token != "" {
+		opts = append(opts, nats.Token(*token))
+	}
+	nc, err := nats.Connect(*bus, opts...)
+	if err != nil {
+		return fmt.Errorf("bus %s: %w", *bus, err)
+	}
+	defer nc.Close()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: *session, Client: *client, ID: uint32(*id), Clip: clip,
+		Publish: []int{0, 1, 2}, ICEAddresses: []string{"127.0.0.1"}, Logger: log,
+		Pose: &sfu.Pose{Position: [3]float64{*x, 0, *z}, Forward: [3]float64{0, 0, 1}, FOV: 1.5}})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var bytes int
+	for _, f := range clip.Frames {
+		for _, d := range f {
+			bytes += len(d)
+		}
+	}
+	if err := out.Encode(map[string]any{"ready": true, "node": b.Node(), "points": clip.Points, "descPoints": clip.DescSizes,
+		"fps": clip.FPS, "bytesPerFrame": bytes / len(clip.Frames)}); err != nil {
+		return err
+	}
+	return b.Run(ctx)
+}
