@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -121,6 +122,15 @@ type room struct {
 	prefix   string
 	self     string // this activation's presence name: node and sequence
 	audDirty bool
+	// kNN audience, kept up to date by grant and ungrant so that a
+	// snapshot costs a map copy, not a walk over every grant: by holds,
+	// for each sender, the local non-observer connections granted it. Its
+	// slices are shared with published snapshots and never changed in
+	// place. audFull asks for a rebuild from scratch (observer flags or
+	// the policy changed).
+	by      map[string][]*conn
+	obs     []*conn
+	audFull bool
 }
 
 func newRoom(s *Server, id string) *room {
@@ -353,6 +363,10 @@ func (r *room) grant(c *conn, a *attachment, id string) {
 	c.see(m.rec.info())
 	if r.knn != nil {
 		r.audDirty = true
+		if !a.observer && r.by != nil {
+			old := r.by[id]
+			r.by[id] = append(old[:len(old):len(old)], c) // a new slice
+		}
 	}
 }
 
@@ -364,6 +378,12 @@ func (r *room) ungrant(c *conn, a *attachment, id string) {
 	c.unsee(id)
 	if r.knn != nil {
 		r.audDirty = true
+		if !a.observer && r.by != nil {
+			r.by[id] = without(r.by[id], c)
+			if len(r.by[id]) == 0 {
+				delete(r.by, id)
+			}
+		}
 	}
 }
 
@@ -436,6 +456,7 @@ func (r *room) attachObserver(c *conn) {
 	r.do(func() {
 		a := r.attachment(c)
 		a.observer = true
+		r.audFull = true
 		r.reconcile(c, a)
 	})
 }
@@ -444,6 +465,7 @@ func (r *room) detachObserver(c *conn) {
 	r.do(func() {
 		if a := r.local[c]; a != nil {
 			a.observer = false
+			r.audFull = true
 			r.reconcile(c, a)
 		}
 	})
@@ -467,6 +489,7 @@ func (r *room) setInterest(ic interestConfig) {
 		r.ticker = time.NewTicker(time.Duration(float64(time.Second) / ic.Rate))
 		r.tickC = r.ticker.C
 	}
+	r.audFull = true
 	for c, a := range r.local {
 		r.reconcile(c, a)
 	}
@@ -538,17 +561,36 @@ func (r *room) rebuild() {
 		r.aud.Store(a)
 		return
 	}
-	a.bySender = map[string][]*conn{}
-	for c, at := range r.local {
-		if at.observer {
-			a.obs = append(a.obs, c)
-			continue
+	if r.audFull || r.by == nil {
+		r.audFull = false
+		r.by, r.obs = make(map[string][]*conn, len(r.members)), nil
+		for c, at := range r.local {
+			if at.observer {
+				r.obs = append(r.obs, c)
+				continue
+			}
+			for id := range at.granted {
+				r.by[id] = append(r.by[id], c)
+			}
 		}
-		for id := range at.granted {
-			a.bySender[id] = append(a.bySender[id], c)
+		// Capacity = length, so that grant's append makes a new slice.
+		for id, l := range r.by {
+			r.by[id] = l[:len(l):len(l)]
 		}
 	}
+	a.obs, a.bySender = r.obs, maps.Clone(r.by)
 	r.aud.Store(a)
+}
+
+// without returns a new slice of l without c.
+func without(l []*conn, c *conn) []*conn {
+	out := make([]*conn, 0, len(l))
+	for _, x := range l {
+		if x != c {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // dispatch delivers a frame from sender (from, if local) to this node's
