@@ -1,6 +1,7 @@
 package bots
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -64,16 +65,22 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 		posEvery = int64(100 * time.Millisecond)
 	}
 	decoded := map[ubiq.NetworkId]int64{} // read goroutine only
+	joined := false                       // read goroutine only
 	onFrame := func(f []byte, now int64) {
 		if ubiq.IDOf(f) == l.clientID {
-			typ, _ := ubiq.DecodeServer(f[ubiq.HeaderSize:], nil)
-			if typ == "SetRoom" {
+			// Only SetRoom matters, and only until it came: kNN rooms send
+			// a stream of PeerAdded/PeerRemoved not worth decoding.
+			if joined {
+				return
+			}
+			if typ, _ := ubiq.DecodeServer(f[ubiq.HeaderSize:], nil); typ == "SetRoom" {
+				joined = true
 				l.joinOnce.Do(func() { close(l.joined) })
 			}
 			return
 		}
 		payload := f[ubiq.HeaderSize:]
-		r := Received{From: f[4:12], SentNanos: SentNanos(payload), RecvNanos: now, Size: len(f)}
+		r := Received{From: f[4:12], SentNanos: poseSentNanos(payload), RecvNanos: now, Size: len(f)}
 		if decodePos {
 			if from := ubiq.IDOf(f); now-decoded[from] >= posEvery {
 				decoded[from] = now
@@ -200,6 +207,27 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 	}
 	l.buf = AppendPose(l.buf[:0], l.objectID, p, sentNanos, size)
 	return l.c.Send(l.object, l.buf)
+}
+
+// What AppendPose writes before the object id, and from the end of the
+// object id to the timestamp's digits.
+var (
+	poseHead = []byte(`{"object_id":"`)
+	poseMid  = []byte(`","action":"update","type":"object","data":{"` + TimestampField + `":`)
+)
+
+// poseSentNanos is SentNanos for a pose made by AppendPose, without
+// searching the payload for the timestamp key: the key sits right after
+// the object id. Other payloads go to SentNanos.
+func poseSentNanos(p []byte) int64 {
+	if bytes.HasPrefix(p, poseHead) {
+		if j := bytes.IndexByte(p[len(poseHead):], '"'); j >= 0 {
+			if rest := p[len(poseHead)+j:]; bytes.HasPrefix(rest, poseMid) {
+				return SentNanos(rest[len(poseMid)-len(tsKey):]) // finds the key at once
+			}
+		}
+	}
+	return SentNanos(p)
 }
 
 func (l *ubiqLink) Close() error          { return l.c.Close() }

@@ -324,8 +324,15 @@ type pacedBot struct {
 	*roomBot
 	next, last time.Time
 	peers      []bots.Peer
+	peersAt    time.Time // when peers was taken from seen
 	dead       bool
 }
+
+// peersEvery is how often a bot that watches its peers refreshes its copy
+// of what it knows of them. Their positions are decoded at most every
+// 100 ms (bots.UbiqTransport.DecodePosEvery), so a fresher copy would
+// mostly repeat the last one, at the price of a map walk per pose.
+const peersEvery = 50 * time.Millisecond
 
 // schedule hands b to a pacer, starting one when all are full.
 func (r *roomsRun) schedule(ctx context.Context, b *roomBot) {
@@ -388,7 +395,8 @@ func (r *roomsRun) pace(ctx context.Context, p *pacer, period time.Duration) {
 
 // step moves one bot and sends its pose; false if its connection is gone.
 func (r *roomsRun) step(b *pacedBot, now time.Time) bool {
-	if b.seen != nil {
+	if b.seen != nil && now.Sub(b.peersAt) >= peersEvery {
+		b.peersAt = now
 		b.peers = b.seen.snapshot(b.peers[:0], now.UnixNano())
 	}
 	pose := b.beh.Step(now.Sub(b.last), b.peers)
