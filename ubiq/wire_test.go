@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"testing"
+
+	"github.com/xrealm/xrealm/interest"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
@@ -145,5 +147,36 @@ func TestParsePosition(t *testing.T) {
 		if _, got := parsePosition(in); got != ok {
 			t.Errorf("parsePosition(%q) ok = %v", in, got)
 		}
+	}
+}
+
+// positionRequest must read exactly what the general path would: the
+// position of a position-only AppendPeerProperties, and nothing else.
+func TestPositionRequest(t *testing.T) {
+	req := func(keys, values []string) []byte {
+		return EncodeRequest("AppendPeerProperties", PropertiesArgs{Keys: keys, Values: values})
+	}
+	tests := []struct {
+		name    string
+		payload []byte
+		want    interest.Vec3
+		ok      bool
+	}{
+		{"position", req([]string{PositionKey}, []string{"1.5,1.6,-20"}), interest.Vec3{X: 1.5, Y: 1.6, Z: -20}, true},
+		{"JSON array", req([]string{PositionKey}, []string{"[1,2,3]"}), interest.Vec3{X: 1, Y: 2, Z: 3}, true},
+		{"bad position", req([]string{PositionKey}, []string{"1,2"}), interest.Vec3{}, false},
+		{"two values", req([]string{PositionKey, "name"}, []string{"1,2,3", "x"}), interest.Vec3{}, false},
+		{"other key", req([]string{"name"}, []string{"1,2,3"}), interest.Vec3{}, false},
+		{"escaped", req([]string{PositionKey}, []string{`1,2,3"`}), interest.Vec3{}, false},
+		{"room properties", EncodeRequest("AppendRoomProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{"1,2,3"}}), interest.Vec3{}, false},
+		{"cut short", req([]string{PositionKey}, []string{"1,2,3"})[:60], interest.Vec3{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := positionRequest(tc.payload)
+			if ok != tc.ok || got != tc.want {
+				t.Errorf("positionRequest(%s) = %v, %v; want %v, %v", tc.payload, got, ok, tc.want, tc.ok)
+			}
+		})
 	}
 }
