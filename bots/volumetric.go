@@ -47,7 +47,12 @@ type VolumetricConfig struct {
 	Deadline time.Duration
 	// ReportEvery sends the frame report to the node (op stats); 0 means 1 s.
 	ReportEvery time.Duration
-	Logger      *slog.Logger
+	// Phase, if not 0, puts frame captures at the wall-clock instants t
+	// with t mod period = Phase: publishers started together would
+	// otherwise capture every frame at the same instant, which independent
+	// cameras do not. 0 starts at once.
+	Phase  time.Duration
+	Logger *slog.Logger
 }
 
 // VolumetricStats is what a bot received in its measurement window.
@@ -200,6 +205,15 @@ func (b *VolumetricBot) Run(ctx context.Context) error {
 	seqs := make([]uint16, len(b.cfg.Publish))
 	for i := range seqs {
 		seqs[i] = uint16(b.cfg.ID*7919 + uint32(i)*104729)
+	}
+	if b.cfg.Phase > 0 {
+		now := time.Now().UnixNano()
+		wait := (int64(b.cfg.Phase%period) - now%int64(period) + int64(period)) % int64(period)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Duration(wait)):
+		}
 	}
 	tick := time.NewTicker(period)
 	defer tick.Stop()

@@ -79,7 +79,18 @@ type BotsConfig struct {
 	ClipPath  string
 	Estimator string
 	Delays    string // sfu.ParseDelayRoutes
-	Log       *slog.Logger
+	// Aligned starts every publisher's frame clock at the same instant;
+	// otherwise user u starts at frac(u·φ) of the frame period (spread).
+	Aligned bool
+	Log     *slog.Logger
+}
+
+// Phase is when user u's first frame is captured within the frame period:
+// frac(u·φ) of it, a low-discrepancy spread that is the same in every
+// process, so the users of all sites interleave.
+func Phase(u int, period time.Duration) time.Duration {
+	f := math.Mod(float64(u)*0.6180339887498949, 1)
+	return time.Duration(f * float64(period))
 }
 
 // BotResult is one bot's outcome, printed by the bots process.
@@ -123,6 +134,10 @@ func RunBots(ctx context.Context, cfg BotsConfig, in io.Reader, out io.Writer) e
 		// users stand on a circle of 3 m facing its centre
 		a := 2 * math.Pi * float64(u) / float64(cfg.N)
 		pose := &sfu.Pose{Position: [3]float64{3 * math.Cos(a), 0, 3 * math.Sin(a)}, Forward: [3]float64{-math.Cos(a), 0, -math.Sin(a)}, FOV: math.Pi / 2}
+		var phase time.Duration
+		if !cfg.Aligned {
+			phase = Phase(u, time.Duration(float64(time.Second)/clip.FPS))
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -143,7 +158,7 @@ func RunBots(ctx context.Context, cfg BotsConfig, in io.Reader, out io.Writer) e
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				b, err = bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: "bench", Client: fmt.Sprintf("u%d", u), ID: uint32(u),
 					Site: cfg.Site, Near: cfg.Near, Estimator: cfg.Estimator, ICEAddresses: []string{cfg.Addr}, Net: dn, Clip: clip,
-					Publish: publish, Slots: slots, Pose: pose, MTU: 1400, Logger: cfg.Log})
+					Publish: publish, Slots: slots, Pose: pose, MTU: 1400, Phase: phase, Logger: cfg.Log})
 				cancel()
 				if err == nil || ctx.Err() != nil {
 					break
