@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
@@ -83,6 +84,9 @@ type DownTrack struct {
 	lastOut uint16
 
 	active atomic.Bool
+	// rtt is the last round-trip time from a receiver report (µs, 0 =
+	// none yet) and rttAt when it was measured (unix ns).
+	rtt, rttAt atomic.Int64
 
 	packets, bytes, dropped, nacks, rtx, misses, fetches, kfr atomic.Uint64
 }
@@ -242,8 +246,54 @@ func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
 			}
 		case *rtcp.PictureLossIndication, *rtcp.FullIntraRequest:
 			d.keyframe()
+		case *rtcp.ReceiverReport:
+			d.mu.Lock()
+			ssrc := d.ssrc
+			d.mu.Unlock()
+			for _, r := range p.Reports {
+				if r.SSRC == ssrc && r.LastSenderReport != 0 {
+					now := time.Now()
+					if rtt, ok := RTT(now, r.LastSenderReport, r.Delay); ok {
+						d.rtt.Store(rtt.Microseconds())
+						d.rttAt.Store(now.UnixNano())
+					}
+				}
+			}
 		}
 	}
+}
+
+// RTT computes the round-trip time from a receiver report block that
+// arrived at now: lsr is the middle 32 bits of the NTP time of the last
+// sender report the receiver got, dlsr the time it held it (both in
+// 1/65536 s, RFC 3550 section 6.4.1). ok is false for an impossible
+// (negative or over 10 s) result.
+func RTT(now time.Time, lsr, dlsr uint32) (time.Duration, bool) {
+	rtt := CompactNTP(now) - lsr - dlsr
+	if int32(rtt) < 0 || rtt > 10<<16 {
+		return 0, false
+	}
+	return time.Duration(uint64(rtt) * uint64(time.Second) >> 16), true
+}
+
+// CompactNTP is the middle 32 bits of t's NTP timestamp (16.16 fixed
+// point seconds), as in sender and receiver reports.
+func CompactNTP(t time.Time) uint32 {
+	const ntpEpochOffset = 2208988800 // 1900 → 1970, seconds
+	ns := t.UnixNano()
+	secs := uint64(ns/1e9) + ntpEpochOffset
+	frac := uint64(ns%1e9) << 32 / 1e9
+	return uint32((secs<<32 | frac) >> 16)
+}
+
+// LastRTT is the round-trip time of the last receiver report for this
+// track and when it was measured (zero times: none yet).
+func (d *DownTrack) LastRTT() (time.Duration, time.Time) {
+	at := d.rttAt.Load()
+	if at == 0 {
+		return 0, time.Time{}
+	}
+	return time.Duration(d.rtt.Load()) * time.Microsecond, time.Unix(0, at)
 }
 
 // ReadRTCP reads the subscriber's RTCP for this track from sender until it

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
@@ -130,5 +131,55 @@ func BenchmarkMemoryPerSubscriber(b *testing.B) {
 				runtime.KeepAlive(dts)
 			}
 		})
+	}
+}
+
+func TestRTT(t *testing.T) {
+	now := time.Date(2026, 11, 22, 7, 0, 0, 123456789, time.UTC)
+	q := func(d time.Duration) uint32 { return uint32(d * 65536 / time.Second) }
+	tests := []struct {
+		name      string
+		sentAgo   time.Duration // the sender report's time before now
+		held      time.Duration // DLSR
+		want      time.Duration
+		wantValid bool
+	}{
+		{"40 ms", 50 * time.Millisecond, 10 * time.Millisecond, 40 * time.Millisecond, true},
+		{"no hold", 25 * time.Millisecond, 0, 25 * time.Millisecond, true},
+		{"negative", 10 * time.Millisecond, 30 * time.Millisecond, 0, false},
+		{"too long", 20 * time.Second, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := RTT(now, CompactNTP(now.Add(-tt.sentAgo)), q(tt.held))
+			if ok != tt.wantValid {
+				t.Fatalf("valid = %v, want %v", ok, tt.wantValid)
+			}
+			if ok && (got-tt.want > 100*time.Microsecond || tt.want-got > 100*time.Microsecond) {
+				t.Errorf("RTT = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDownTrackRTTFromReport(t *testing.T) {
+	d, err := New(Config{ID: "a", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Bind(fakeCtx{w: &fakeWriter{}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, at := d.LastRTT(); !at.IsZero() {
+		t.Fatal("RTT before any report")
+	}
+	lsr := CompactNTP(time.Now().Add(-30 * time.Millisecond))
+	d.HandleRTCP([]rtcp.Packet{&rtcp.ReceiverReport{Reports: []rtcp.ReceptionReport{
+		{SSRC: 999, LastSenderReport: lsr}, // another track's
+		{SSRC: 1234, LastSenderReport: lsr, Delay: uint32(10 * 65536 / 1000)},
+	}}})
+	rtt, at := d.LastRTT()
+	if at.IsZero() || rtt < 15*time.Millisecond || rtt > 200*time.Millisecond {
+		t.Errorf("RTT %v at %v, want about 20 ms", rtt, at)
 	}
 }
