@@ -66,6 +66,11 @@ type Config struct {
 	// instead of the SCTP "media" data channel (package relay); a link
 	// follows its offerer (the lower node ID).
 	RelaySlots int
+	// NoSharedLinks turns off the budget per remote address: subscribers
+	// that reach the node from one IP address share a path, and by
+	// default their allocations together follow one controller of that
+	// path (allocator.SharedLink, shared.go).
+	NoSharedLinks bool
 }
 
 // DefaultEstimators returns the estimators clients can choose by name:

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,12 +38,14 @@ var (
 	descSubFetch   = prometheus.NewDesc("xrealm_sfu_subscriber_fetches_total", "NACKs not in a relayed source's buffer, forwarded to the origin node.", []string{"node", "client"}, nil)
 	descFetch      = prometheus.NewDesc("xrealm_sfu_relay_nack_forwarded_total", "Sequence numbers this node asked origin nodes for (one request however many subscribers NACKed).", []string{"node"}, nil)
 	descFetchOK    = prometheus.NewDesc("xrealm_sfu_relay_nack_recovered_total", "Forwarded NACKs whose packet arrived from the origin.", []string{"node"}, nil)
+	descSubShare   = prometheus.NewDesc("xrealm_sfu_subscriber_link_share_bps", "The subscriber's share of the budget of its path (subscribers from one remote IP address), when that path has congested.", []string{"node", "client"}, nil)
+	descSubQueue   = prometheus.NewDesc("xrealm_sfu_subscriber_queue_delay_seconds", "Queueing delay towards the subscriber: receiver-report round-trip time above its floor.", []string{"node", "client"}, nil)
 	descSubSlots   = prometheus.NewDesc("xrealm_sfu_subscriber_active_slots", "Receive slots carrying a track.", []string{"node", "client"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
-		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubSlots,
+		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubSlots,
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
@@ -126,7 +129,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				active++
 			}
 		}
-		alloc := p.allocated
+		alloc, share, qdelay := p.allocated, p.linkShare(), p.link.qdelay
 		p.mu.Unlock()
 		client := p.session + "/" + p.client
 		ch <- prometheus.MustNewConstMetric(descSubBytes, prometheus.CounterValue, bytes, id, client)
@@ -146,6 +149,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if e := p.est.Load(); e != nil {
 			ch <- prometheus.MustNewConstMetric(descSubEst, prometheus.GaugeValue, float64(e.GetTargetBitrate()), id, client)
 		}
+		if !math.IsInf(share, 1) {
+			ch <- prometheus.MustNewConstMetric(descSubShare, prometheus.GaugeValue, share, id, client)
+		}
+		ch <- prometheus.MustNewConstMetric(descSubQueue, prometheus.GaugeValue, qdelay.Seconds(), id, client)
 		if alloc < 1e15 {
 			ch <- prometheus.MustNewConstMetric(descSubAlloc, prometheus.GaugeValue, alloc, id, client)
 		}

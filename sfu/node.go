@@ -34,6 +34,7 @@ type Node struct {
 	directory map[string]TrackInfo  // every track of every session, by key
 	poses     map[string]*Pose      // "session/client"
 	links     map[string]*linkState // by peer node ID
+	groups    map[string]*linkGroup // subscribers by remote IP (shared.go)
 	closed    bool
 }
 
@@ -61,6 +62,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID),
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
+		groups: map[string]*linkGroup{},
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
 	me := &webrtc.MediaEngine{}
@@ -179,6 +181,7 @@ func (n *Node) loop() {
 			}
 			peers := n.peerList("")
 			n.mu.Unlock()
+			n.shareLinks(now, peers)
 			for _, s := range resub {
 				// the "sub" was lost (link not up in time) or the origin
 				// restarted: ask again; "sub" is idempotent at the origin

@@ -45,6 +45,7 @@ type peer struct {
 	alloc     *allocator.Allocator
 	budget    float64 // bit/s of the last allocation
 	allocated float64
+	link      peerLink // the shared-path budget (shared.go)
 }
 
 type estimatorBox struct{ cc.BandwidthEstimator }
@@ -222,6 +223,8 @@ func (p *peer) reconcile() {
 	if e := p.est.Load(); e != nil {
 		budget = float64(e.GetTargetBitrate())
 	}
+	share := p.linkShare()
+	budget = math.Min(budget, share)
 	p.n.mu.Lock()
 	myPose := p.n.poses[p.session+"/"+p.client]
 	rateOf := func(t TrackInfo) float64 {
@@ -268,7 +271,11 @@ func (p *peer) reconcile() {
 	}
 	p.n.mu.Unlock()
 	demands := make([]allocator.Demand, 0, len(groups))
+	demand := avRate
 	for _, d := range groups {
+		for _, r := range d.Rates {
+			demand += r
+		}
 		// a description not announced has rate 0: choosing it costs
 		// nothing and forwards nothing
 		demands = append(demands, *d)
@@ -276,8 +283,9 @@ func (p *peer) reconcile() {
 	pcBudget := budget - avRate
 	if p.pcc != nil {
 		// point clouds ride the data channel: its own estimate
-		pcBudget = p.pcc.estimate(time.Now())
+		pcBudget = math.Min(p.pcc.estimate(time.Now()), share-avRate)
 	}
+	p.link.demand = demand
 	dec, used := p.alloc.Allocate(pcBudget, demands)
 	p.budget, p.allocated = budget, used+avRate
 	for client, ts := range members {

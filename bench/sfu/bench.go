@@ -45,6 +45,8 @@ type Config struct {
 	ClipPath      string
 	Estimator     string
 	RelaySlots    int    // xrealm sfu --relay-slots: 0 = relayed media on SCTP
+	Aligned       bool   // publishers' frame clocks all start at once (BotsConfig.Aligned)
+	NoSharedLinks bool   // xrealm sfu --shared-links=false
 	Out           string // results.jsonl, appended to
 	LogDir        string // the children's stderr, one file per process and run
 	Log           *slog.Logger
@@ -84,6 +86,8 @@ type Result struct {
 	// Machine: load average at the window's end and the whole machine's
 	// CPU busy share during the window (other users included).
 	RelaySlots  int      `json:"relay_slots,omitempty"` // 0: relayed media on SCTP
+	Aligned     bool     `json:"aligned,omitempty"`     // publishers' frames captured at the same instant
+	NoShared    bool     `json:"no_shared_links,omitempty"`
 	Load1       float64  `json:"load1"`
 	MachineBusy float64  `json:"machine_busy_pct"`
 	Errors      []string `json:"errors,omitempty"`
@@ -237,7 +241,7 @@ func (p *proc) stop() {
 }
 
 func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, setup string, scenario, n int) (Result, error) {
-	r := Result{Setup: setup, Scenario: scenario, Users: n, RelaySlots: cfg.RelaySlots, At: time.Now().UTC().Format(time.RFC3339)}
+	r := Result{Setup: setup, Scenario: scenario, Users: n, RelaySlots: cfg.RelaySlots, Aligned: cfg.Aligned, NoShared: cfg.NoSharedLinks, At: time.Now().UTC().Format(time.RFC3339)}
 	sites, err := sfuSites(setup)
 	if err != nil {
 		return r, err
@@ -271,7 +275,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	for i, s := range sites {
 		p, err := start(ctx, logDir, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
 			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", "5s", "--egress-delays", topo.DelayRoutes(s),
-			"--relay-slots", strconv.Itoa(cfg.RelaySlots))
+			"--relay-slots", strconv.Itoa(cfg.RelaySlots), "--shared-links="+strconv.FormatBool(!cfg.NoSharedLinks))
 		if err != nil {
 			return r, err
 		}
@@ -303,6 +307,9 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		args := []string{cfg.Exe, "bench", "sfu", "--role", "bots", "--bus", busURL, "--site", s, "--addr", Addr(s),
 			"--bot-users", strings.Join(users, ","), "--n", strconv.Itoa(n), "--clip", cfg.ClipPath, "--estimator", cfg.Estimator,
 			"--bot-delays", topo.DelayRoutes(s)}
+		if cfg.Aligned {
+			args = append(args, "--phase", "aligned")
+		}
 		if nr := near[s]; len(nr) > 0 {
 			args = append(args, "--near", strings.Join(nr, ","))
 		}

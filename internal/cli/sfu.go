@@ -37,6 +37,7 @@ func runSFU(ctx context.Context, args []string) error {
 	estimator := fs.String("estimator", "gcc", "default bandwidth estimator towards clients: gcc or hera (clients may pick their own in the offer)")
 	delays := fs.String("egress-delays", "", "emulated one-way delays of sent UDP packets by destination, CIDR=duration,... (the bench: no netem in its kernel)")
 	relaySlots := fs.Int("relay-slots", 0, "carry relayed media as RTP on this many pre-negotiated transceivers per link (links this node offers; the lower ID offers) instead of an SCTP data channel; 0 = SCTP")
+	shared := fs.Bool("shared-links", true, "budget subscribers that reach the node from one IP address as one group (their shared path); false = each by its own estimate only")
 	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -63,7 +64,7 @@ func runSFU(ctx context.Context, args []string) error {
 	if !ok {
 		return fmt.Errorf("--estimator %q: want gcc or hera", *estimator)
 	}
-	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: *relaySlots}
+	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: *relaySlots, NoSharedLinks: !*shared}
 	if *delays != "" {
 		routes, err := sfu.ParseDelayRoutes(*delays)
 		if err != nil {
@@ -143,7 +144,7 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			continue
 		}
 		sum, cnt := map[string]float64{}, map[string]float64{}
-		minEst := 0.0
+		minEst, minShare := 0.0, 0.0
 		for _, f := range fams {
 			for _, m := range f.GetMetric() {
 				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
@@ -158,6 +159,9 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 				}
 				if f.GetName() == "xrealm_sfu_subscriber_estimate_bps" && (minEst == 0 || v < minEst) {
 					minEst = v
+				}
+				if f.GetName() == "xrealm_sfu_subscriber_link_share_bps" && (minShare == 0 || v < minShare) {
+					minShare = v
 				}
 			}
 		}
@@ -178,7 +182,7 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			"active_slots", sum["xrealm_sfu_subscriber_active_slots"], "relay_dropped", sum["xrealm_sfu_relay_dropped_total"],
 			"nacks", sum["xrealm_sfu_subscriber_nacks_total"], "rtx", sum["xrealm_sfu_subscriber_retransmits_total"],
 			"nack_forwarded", sum["xrealm_sfu_relay_nack_forwarded_total"], "relay_links", sum["xrealm_sfu_relay_links"],
-			"min_estimate_kbps", minEst/1e3, "sent_kbps", rate("xrealm_sfu_subscriber_bytes_total"),
+			"min_estimate_kbps", minEst/1e3, "min_share_kbps", minShare/1e3, "mean_queue_ms", mean("xrealm_sfu_subscriber_queue_delay_seconds")*1e3, "sent_kbps", rate("xrealm_sfu_subscriber_bytes_total"),
 			"relay_out_kbps", rate("relay_out"), "relay_in_kbps", rate("relay_in"))
 	}
 }

@@ -1,0 +1,195 @@
+package sfu
+
+import (
+	"math"
+	"sort"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/sfu/allocator"
+)
+
+// Subscribers that reach the node from one remote IP address share the
+// path to it (a site, an office, a household behind one NAT). Their
+// estimators each see one flow, and their sum overshoots a shared
+// bottleneck, so the node budgets each such group as a whole
+// (allocator.SharedLink) and splits the group's budget among its members
+// by their demand; a member's allocator then spends min(own estimate,
+// its share).
+
+// linkGroup is the state of one remote address's subscribers.
+type linkGroup struct {
+	ctl  *allocator.SharedLink
+	seen time.Time
+}
+
+// peerLink is a peer's counters at the previous interval and its RTT floor.
+type peerLink struct {
+	at               time.Time
+	bytes, pkts, rtx uint64
+	floor            time.Duration // least RTT seen, forgotten slowly
+	floorAt          time.Time     // when the floor was last moved up
+	remote           string
+	share            float64 // bit/s; 0 = not limited
+	qdelay           time.Duration
+	demand           float64 // bit/s the allocator would forward unconstrained
+}
+
+// rttFresh is how old an RTT sample may be to count.
+const rttFresh = 3 * time.Second
+
+// shareLinks updates the groups' budgets and the peers' shares; called
+// from the node loop every AllocateEvery, before the peers reallocate.
+func (n *Node) shareLinks(now time.Time, peers []*peer) {
+	type member struct {
+		p      *peer
+		sent   float64 // bit/s
+		pkts   uint64
+		rtx    uint64
+		qdelay time.Duration // < 0 unknown
+		demand float64
+	}
+	groups := map[string][]member{}
+	for _, p := range peers {
+		remote := p.remoteIP()
+		if remote == "" {
+			continue
+		}
+		var bytes, pkts, rtx uint64
+		var rtts []time.Duration
+		p.mu.Lock()
+		for _, s := range p.slots {
+			st := s.dt.Stats()
+			bytes += st.Bytes
+			pkts += st.Packets
+			rtx += st.Retransmits
+			if rtt, at := s.dt.LastRTT(); !at.IsZero() && now.Sub(at) < rttFresh {
+				rtts = append(rtts, rtt)
+			}
+		}
+		pl := &p.link
+		m := member{p: p, qdelay: -1, demand: pl.demand}
+		if !pl.at.IsZero() && now.After(pl.at) {
+			dt := now.Sub(pl.at).Seconds()
+			m.sent = float64(bytes-pl.bytes) * 8 / dt
+			m.pkts, m.rtx = pkts-pl.pkts, rtx-pl.rtx
+		}
+		pl.at, pl.bytes, pl.pkts, pl.rtx, pl.remote = now, bytes, pkts, rtx, remote
+		if len(rtts) > 0 {
+			sort.Slice(rtts, func(i, j int) bool { return rtts[i] < rtts[j] })
+			rtt := rtts[len(rtts)/2]
+			if pl.floor == 0 || rtt < pl.floor {
+				pl.floor = rtt
+			} else if now.Sub(pl.floorAt) > 10*time.Second {
+				// forget a floor that no longer holds (a route change)
+				pl.floor += (rtt - pl.floor) / 8
+				pl.floorAt = now
+			}
+			m.qdelay = rtt - pl.floor
+			pl.qdelay = m.qdelay
+		}
+		p.mu.Unlock()
+		groups[remote] = append(groups[remote], m)
+	}
+	type share struct {
+		p   *peer
+		bps float64
+	}
+	var shares []share
+	n.mu.Lock()
+	for remote, ms := range groups {
+		g := n.groups[remote]
+		if g == nil {
+			g = &linkGroup{ctl: allocator.NewSharedLink()}
+			n.groups[remote] = g
+		}
+		g.seen = now
+		var s allocator.LinkSample
+		var pkts, rtx uint64
+		var qd []time.Duration
+		demands := make([]float64, len(ms))
+		for i, m := range ms {
+			s.Sent += m.sent
+			pkts += m.pkts
+			rtx += m.rtx
+			if m.qdelay >= 0 {
+				qd = append(qd, m.qdelay)
+			}
+			demands[i] = m.demand
+		}
+		if pkts > 0 {
+			s.Loss = float64(rtx) / float64(pkts)
+		}
+		s.QueueDelay = -1
+		if len(qd) > 0 {
+			sort.Slice(qd, func(i, j int) bool { return qd[i] < qd[j] })
+			s.QueueDelay = qd[len(qd)/2]
+		}
+		if n.cfg.NoSharedLinks {
+			continue
+		}
+		for i, bps := range allocator.Split(g.ctl.Update(now, s), demands) {
+			shares = append(shares, share{ms[i].p, bps})
+		}
+	}
+	for remote, g := range n.groups {
+		if now.Sub(g.seen) > time.Minute {
+			delete(n.groups, remote)
+		}
+	}
+	n.mu.Unlock()
+	// peers lock p.mu before n.mu (reconcile): set the shares outside n.mu
+	for _, s := range shares {
+		s.p.setShare(s.bps)
+	}
+}
+
+// setShare sets the peer's share of its group's budget.
+func (p *peer) setShare(bps float64) {
+	p.mu.Lock()
+	p.link.share = bps
+	p.mu.Unlock()
+}
+
+// remoteIP is the IP address of the peer's selected ICE candidate pair's
+// remote side, "" while none is selected.
+func (p *peer) remoteIP() string {
+	p.mu.Lock()
+	if p.link.remote != "" || p.pc == nil {
+		r := p.link.remote
+		p.mu.Unlock()
+		return r
+	}
+	pc := p.pc
+	p.mu.Unlock()
+	var ice *webrtc.ICETransport
+	for _, s := range pc.GetSenders() {
+		if t := s.Transport(); t != nil {
+			ice = t.ICETransport()
+			break
+		}
+	}
+	if ice == nil {
+		if sc := pc.SCTP(); sc != nil && sc.Transport() != nil {
+			ice = sc.Transport().ICETransport()
+		}
+	}
+	if ice == nil {
+		return ""
+	}
+	cp, err := ice.GetSelectedCandidatePair()
+	if err != nil || cp == nil || cp.Remote == nil {
+		return ""
+	}
+	return cp.Remote.Address
+}
+
+// linkShare is the peer's share of its group's budget, +Inf when not
+// limited; p.mu must be held.
+func (p *peer) linkShare() float64 {
+	if p.link.share <= 0 || math.IsInf(p.link.share, 1) {
+		return math.Inf(1)
+	}
+	return p.link.share
+}
