@@ -2,14 +2,17 @@
 # Reproduces bench/rooms/RESULTS.md on one machine (server and bots share it).
 # Usage: bench/rooms/run.sh [xrealm binary] [group...]
 #   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
-#   baseline), knn (kNN randomwalk at 60 Hz, and again with a 5 ms linger
-#   for comparison), boids (kNN boids at 60 Hz), grid (hex grid at 60 Hz),
-#   knn10 (kNN at 10 Hz); default: all. Writes bench/rooms/*.csv and *.txt.
+#   baseline), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
+#   linger, for comparison), boids (kNN boids at 60 Hz), grid (hex grid at
+#   60 Hz), knn10 (kNN at 10 Hz); default: all but knn5. Writes
+#   bench/rooms/*.csv and *.txt.
 # Each group holds /tmp/xrealm-bench.lock while it measures, and every .txt
 # records the load average before and after its run.
 # LINGER (default 20ms) is the relay's write linger (`xrealm serve
-# --write-linger`). UBIQ_NODE is a Ubiq checkout's Node/ directory (after
-# npm install) for the side-by-side row.
+# --write-linger`), LINGER10 (default 40ms) the one of the 10 Hz group.
+# PIN=1 pins the bots to CPU 0 and the server to CPU 1 (taskset), and adds
+# -pinned to the run names. UBIQ_NODE is a Ubiq checkout's Node/ directory
+# (after npm install) for the side-by-side row.
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
 if [ "$1" = "--locked" ]; then # internal: one group, under the lock
@@ -20,14 +23,20 @@ else
 fi
 LOCK=/tmp/xrealm-bench.lock
 LINGER=${LINGER:-20ms}
+LINGER10=${LINGER10:-40ms}
+SUFFIX="" BOTS="" PINSRV=""
+if [ "$PIN" = 1 ]; then
+	SUFFIX=-pinned BOTS="taskset -c 0" PINSRV="--server-cpus 1"
+fi
 UBIQ_PORT=${UBIQ_PORT:-18109}
 
 run() {
-	name=$1
+	name=$1$SUFFIX
 	shift
 	{
 		echo "# load before: $(cat /proc/loadavg)"
-		"$X" bench rooms --out "$D/$name.csv" "$@" 2>"/tmp/rooms-$name.log" || echo "# bench failed: $(tail -1 "/tmp/rooms-$name.log")"
+		echo "# binary: $X, built $(date -u -r "$X" +%FT%TZ); pinned: ${PIN:-0}"
+		$BOTS "$X" bench rooms --out "$D/$name.csv" $PINSRV "$@" 2>"/tmp/rooms-$name.log" || echo "# bench failed: $(tail -1 "/tmp/rooms-$name.log")"
 		echo "# load after: $(cat /proc/loadavg)"
 		echo "# server and bench log lines (in /tmp/rooms-$name.log): $(wc -l <"/tmp/rooms-$name.log")"
 	} | tee "$D/$name.txt"
@@ -54,6 +63,9 @@ group_base() {
 
 group_knn() {
 	run knn-randomwalk-60hz --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+}
+
+group_knn5() {
 	run knn-randomwalk-60hz-linger5ms --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 5ms
 }
 
@@ -66,7 +78,7 @@ group_grid() {
 }
 
 group_knn10() {
-	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER"
+	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER10"
 }
 
 if [ -n "$G" ]; then
