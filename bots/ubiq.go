@@ -145,6 +145,8 @@ type ubiqLink struct {
 
 	// Used by SendPose only, from the bot's sender goroutine.
 	buf      []byte
+	req      []byte // a position request
+	ping     []byte // the Ping request, the same every time
 	lastPing time.Time
 	lastPos  time.Time
 	cell     interest.Cell
@@ -160,7 +162,10 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 	now := time.Unix(0, sentNanos)
 	if now.Sub(l.lastPing) >= time.Second {
 		l.lastPing = now
-		if err := l.c.Request("Ping", ubiq.ClientArgs{ClientID: l.clientID}); err != nil {
+		if l.ping == nil {
+			l.ping = ubiq.EncodeRequest("Ping", ubiq.ClientArgs{ClientID: l.clientID})
+		}
+		if err := l.c.Send(ubiq.ServerID, l.ping); err != nil {
 			return err
 		}
 	}
@@ -172,8 +177,8 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 		}
 		if now.Sub(l.lastPos) >= every {
 			l.lastPos = now
-			v := strconv.FormatFloat(p.Pos.X, 'f', 2, 64) + "," + strconv.FormatFloat(p.Pos.Y, 'f', 2, 64) + "," + strconv.FormatFloat(p.Pos.Z, 'f', 2, 64)
-			if err := l.c.Request("AppendPeerProperties", ubiq.PropertiesArgs{Keys: []string{ubiq.PositionKey}, Values: []string{v}}); err != nil {
+			l.req = ubiq.AppendPositionRequest(l.req[:0], p.Pos.X, p.Pos.Y, p.Pos.Z)
+			if err := l.c.Send(ubiq.ServerID, l.req); err != nil {
 				return err
 			}
 		}

@@ -294,15 +294,6 @@ func (c *conn) flushRemovals() {
 	}
 }
 
-// The exact bytes of a position-only AppendPeerProperties as EncodeRequest
-// writes it (xrealm's bots send one every 200 ms): the fast path reads the
-// position without two JSON decodes. Any other spelling takes the general
-// path, with the same effect.
-var (
-	posReqHead = []byte(`{"type":"AppendPeerProperties","args":"{\"keys\":[\"` + PositionKey + `\"],\"values\":[\"`)
-	posReqTail = []byte(`\"]}"}`)
-)
-
 // positionRequest returns the position of a position-only
 // AppendPeerProperties in EncodeRequest's spelling.
 func positionRequest(p []byte) (interest.Vec3, bool) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"strconv"
 	"testing"
 
 	"github.com/xrealm/xrealm/interest"
@@ -179,4 +180,26 @@ func TestPositionRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAppendPositionRequest(t *testing.T) {
+	for _, v := range [][3]float64{{0, 0, 0}, {1.5, 1.6, -20.25}, {-99.994, 1e6, 3}} {
+		got := AppendPositionRequest(nil, v[0], v[1], v[2])
+		s := func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) }
+		want := EncodeRequest("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{s(v[0]) + "," + s(v[1]) + "," + s(v[2])}})
+		if !bytes.Equal(got, want) {
+			t.Errorf("AppendPositionRequest(%v) = %s, EncodeRequest gives %s", v, got, want)
+		}
+		if p, ok := positionRequest(got); !ok || p.X != mustFloat(s(v[0])) || p.Z != mustFloat(s(v[2])) {
+			t.Errorf("positionRequest(%s) = %v, %v", got, p, ok)
+		}
+	}
+}
+
+func mustFloat(s string) float64 {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		panic(err)
+	}
+	return f
 }
