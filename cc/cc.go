@@ -124,6 +124,9 @@ func loadCollection(name string, p hera.Params) (*ebpf.Collection, error) {
 		"p_pacing":             boolU32(p.Pacing),
 		"p_floor_gain_eighths": p.FloorGainEighths,
 		"p_bdp_window_us":      uint64(p.BDPWindow / time.Microsecond),
+		"p_bucket_packets":     p.BucketPackets,
+		"p_gate_rtts":          p.GateRTTs,
+		"p_pacing_max_rtts":    p.PacingMaxRTTs,
 	}
 	for k, v := range vars {
 		vs, ok := spec.Variables[k]

@@ -46,10 +46,7 @@ func TestCoreMatchesVectors(t *testing.T) {
 			if c.SharedPath {
 				shared = 1
 			}
-			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
-				p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
-				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond,
-				p.FloorGainEighths, p.BDPWindow/time.Microsecond, shared)
+			in.WriteString(hostParams(p, shared))
 			for _, e := range c.Events {
 				if e.Loss {
 					fmt.Fprintf(&in, "L %d\n", e.Flow)
@@ -78,6 +75,14 @@ func TestCoreMatchesVectors(t *testing.T) {
 	}
 }
 
+// hostParams is the harness's P command for p (see bpf/hera_core_host.c).
+func hostParams(p hera.Params, shared int) string {
+	return fmt.Sprintf("P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
+		p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
+		p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond,
+		p.FloorGainEighths, p.BDPWindow/time.Microsecond, p.BucketPackets, p.GateRTTs, shared)
+}
+
 // TestCoreMatchesGoOnRandomInput drives the Go and C implementations with
 // the same pseudo-random ACK stream and requires identical windows.
 func TestCoreMatchesGoOnRandomInput(t *testing.T) {
@@ -96,6 +101,16 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 		{"hera", hera.DefaultParams(), false},
 		{"hera-paper", hera.PaperParams(), false},
 		{"hera-shared-path", hera.DefaultParams(), true},
+		{"hera-no-gate-no-bucket-packets", func() hera.Params {
+			p := hera.DefaultParams()
+			p.GateRTTs, p.BucketPackets = 0, 0
+			return p
+		}(), false},
+		{"hera-bucket-packets-gate", func() hera.Params {
+			p := hera.DefaultParams()
+			p.GateRTTs, p.BucketPackets = 1, 20
+			return p
+		}(), true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,10 +128,7 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 				}
 			}
 			var in strings.Builder
-			fmt.Fprintf(&in, "P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
-				p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
-				p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond,
-				p.FloorGainEighths, p.BDPWindow/time.Microsecond, shared)
+			in.WriteString(hostParams(p, shared))
 			want := []uint32{fs[0].Cwnd()}
 			x := uint64(12345)
 			var now uint64

@@ -110,6 +110,21 @@ type Params struct {
 	// floor's maximum; when it expires, the largest sample seen since the
 	// previous expiry replaces it.
 	BDPWindow time.Duration
+	// BucketPackets (Tuned only, with the floor): a bucket is at least this
+	// many packet times at the flow's delivered rate wide, but at most
+	// BucketPacketsMaxWidths·B: max(B, min(BucketPackets·minRTT/maxBDP,
+	// 6·B)). On a slow path, or for a flow with a small share, a target of
+	// a few milliseconds is less than one or two packets, which the link's
+	// delivery granularity alone exceeds. 0 keeps B.
+	BucketPackets uint32
+	// GateRTTs (Tuned only): the next rule update is at most GateRTTs
+	// minimum RTTs after this one, however long the sample that opened
+	// the gate. 0 waits for the sample's length.
+	GateRTTs uint32
+	// PacingMaxRTTs (eBPF congestion control only, with Pacing): the
+	// pacing rate divides the window by min(srtt, PacingMaxRTTs·minRTT)
+	// rather than by srtt alone. 0 uses srtt.
+	PacingMaxRTTs uint32
 }
 
 // PaperParams returns the published defaults: B = 15 ms, N = 10, X = 6,
@@ -139,8 +154,8 @@ func PaperParams() Params {
 func DefaultParams() Params {
 	return Params{
 		Variant:          Tuned,
-		BucketWidth:      3 * time.Millisecond,
-		Backlog:          2,
+		BucketWidth:      2500 * time.Microsecond,
+		Backlog:          1,
 		Buckets:          6,
 		DeltaMax:         10,
 		HistCap:          64,
@@ -153,6 +168,9 @@ func DefaultParams() Params {
 		Pacing:           true,
 		FloorGainEighths: 8,
 		BDPWindow:        500 * time.Millisecond,
+		BucketPackets:    8,
+		GateRTTs:         2,
+		PacingMaxRTTs:    2,
 	}
 }
 
@@ -198,6 +216,10 @@ func (p Params) Validate() error {
 	}
 	return nil
 }
+
+// BucketPacketsMaxWidths caps the bucket width that Params.BucketPackets
+// can give at this many times Params.BucketWidth.
+const BucketPacketsMaxWidths = 6
 
 // MaxValidRTT is the largest RTT sample accepted; larger values are taken
 // to be corrupt (for example a wrapped timestamp) and ignored.
@@ -385,6 +407,9 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 	}
 	r := uint32(rttUs)
 	f.nextAt = nowUs + uint64(r)
+	if f.p.Variant == Tuned && f.p.GateRTTs > 0 && minRTT > 0 {
+		f.nextAt = nowUs + min(uint64(r), uint64(f.p.GateRTTs)*uint64(minRTT))
+	}
 	if f.p.Variant == Tuned {
 		// The smallest sample of the round: a link outage delays every
 		// packet in flight, and the round's minimum filters that out better
@@ -407,7 +432,11 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 	}
 	x := f.p.Buckets
 	b := x - 1
-	if q := v / f.bucketUs; q < uint64(x-1) {
+	bw := f.bucketUs
+	if f.p.Variant == Tuned && f.p.BucketPackets > 0 && f.bdp.max > 0 {
+		bw = max(bw, min(uint64(f.p.BucketPackets)*uint64(minRTT)/uint64(f.bdp.max), BucketPacketsMaxWidths*bw))
+	}
+	if q := v / bw; q < uint64(x-1) {
 		b = int(q)
 	}
 	f.lastBkt = b

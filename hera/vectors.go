@@ -40,6 +40,8 @@ type VectorParams struct {
 	MinRTTWindowUs   int64  `json:"min_rtt_window_us"`
 	FloorGainEighths uint32 `json:"floor_gain_eighths,omitempty"`
 	BDPWindowUs      int64  `json:"bdp_window_us,omitempty"`
+	BucketPackets    uint32 `json:"bucket_packets,omitempty"`
+	GateRTTs         uint32 `json:"gate_rtts,omitempty"`
 }
 
 // VectorEvent is an ACK or, with Loss set, entry into loss recovery.
@@ -87,6 +89,8 @@ func (vp VectorParams) ToParams() (Params, error) {
 		MinRTTWindow:     time.Duration(vp.MinRTTWindowUs) * time.Microsecond,
 		FloorGainEighths: vp.FloorGainEighths,
 		BDPWindow:        time.Duration(vp.BDPWindowUs) * time.Microsecond,
+		BucketPackets:    vp.BucketPackets,
+		GateRTTs:         vp.GateRTTs,
 	}
 	return p, p.Validate()
 }

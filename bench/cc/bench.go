@@ -47,25 +47,28 @@ type Config struct {
 
 // Result is one run.
 type Result struct {
-	Trace          string     `json:"trace"`
-	Algo           string     `json:"algo"`
-	Seed           uint64     `json:"seed"`
-	Flows          int        `json:"flows"`
-	DurationS      float64    `json:"duration_s"`
-	ThroughputMbps float64    `json:"throughput_mbps"` // delivered by the link, IP bytes
-	CapacityMbps   float64    `json:"capacity_mbps"`
-	Utilisation    float64    `json:"utilisation"`
-	MeanQDelayMs   float64    `json:"mean_qdelay_ms"`
-	P95QDelayMs    float64    `json:"p95_qdelay_ms"`
-	Drops          uint64     `json:"drops"`
-	GoodputMbps    []float64  `json:"goodput_mbps"` // per flow, at the receiver
-	JainMean       float64    `json:"jain_mean,omitempty"`
-	JainSeries     []float64  `json:"jain_series,omitempty"` // per second
-	UpLate         uint64     `json:"up_late"`
-	DownLate       uint64     `json:"down_late"`
-	Valid          bool       `json:"valid"`
-	Invalid        string     `json:"invalid,omitempty"`
-	QoE            *QoEResult `json:"qoe,omitempty"`
+	Trace          string    `json:"trace"`
+	Algo           string    `json:"algo"`
+	Seed           uint64    `json:"seed"`
+	Flows          int       `json:"flows"`
+	DurationS      float64   `json:"duration_s"`
+	ThroughputMbps float64   `json:"throughput_mbps"` // delivered by the link, IP bytes
+	CapacityMbps   float64   `json:"capacity_mbps"`
+	Utilisation    float64   `json:"utilisation"`
+	MeanQDelayMs   float64   `json:"mean_qdelay_ms"`
+	P95QDelayMs    float64   `json:"p95_qdelay_ms"`
+	Drops          uint64    `json:"drops"`
+	GoodputMbps    []float64 `json:"goodput_mbps"` // per flow, at the receiver
+	JainMean       float64   `json:"jain_mean,omitempty"`
+	JainSeries     []float64 `json:"jain_series,omitempty"` // per second
+	// RateSeries is the receivers' total goodput per second (Mbit/s) over
+	// the measurement window.
+	RateSeries []float64  `json:"rate_series_mbps,omitempty"`
+	UpLate     uint64     `json:"up_late"`
+	DownLate   uint64     `json:"down_late"`
+	Valid      bool       `json:"valid"`
+	Invalid    string     `json:"invalid,omitempty"`
+	QoE        *QoEResult `json:"qoe,omitempty"`
 	// Load1 is the machine's 1-minute load average when the run ended
 	// (other engineers share the machine).
 	Load1 float64 `json:"load1,omitempty"`
@@ -364,8 +367,17 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 			res.QoE = qoe.result(cfg.Duration/4, cfg.Duration*3/4)
 		}
 	}
+	per := int(time.Second / bin)
+	for k := b0; k+per <= b1; k += per {
+		var s int64
+		for f := range counts {
+			for _, v := range counts[f][k : k+per] {
+				s += v
+			}
+		}
+		res.RateSeries = append(res.RateSeries, round2(float64(s)*8/1e6))
+	}
 	if cfg.Flows > 1 {
-		per := int(time.Second / bin)
 		for k := b0; k+per <= b1; k += per {
 			x := make([]float64, cfg.Flows)
 			for f := range counts {

@@ -189,6 +189,9 @@ func TestSimulatedSweep(t *testing.T) {
 	}
 	dir := "../../../shared/traces"
 	names := []string{"mmwave/UMa_a", "mmwave/UMa_b", "mmwave/UMa_c", "mmwave/UMa_e", "mmwave/RMa_a", "mmwave/RMa_d", "mmwave/humanmotion", "cellular/highwayGold"}
+	if s := os.Getenv("XREALM_SIM_TRACES"); s != "" {
+		names = strings.Split(s, ",")
+	}
 	var trs []*netem.Trace
 	for _, n := range names {
 		tr, err := netem.LoadTrace(filepath.Join(dir, n))
@@ -224,6 +227,14 @@ func TestSimulatedSweep(t *testing.T) {
 			case "bw":
 				d, _ := time.ParseDuration(v)
 				p.BDPWindow = d
+			case "bp":
+				p.BucketPackets = uint32(n)
+			case "gate":
+				p.GateRTTs = uint32(n)
+			case "minc":
+				p.MinCwnd = uint32(n)
+			case "maxc":
+				p.MaxCwnd = uint32(n)
 			}
 		}
 		dur, flows := 20*time.Second, 1
@@ -237,7 +248,7 @@ func TestSimulatedSweep(t *testing.T) {
 		fmt.Fprintf(&b, "%-40s", set)
 		for i, tr := range trs {
 			r, _ := simulateHera(t, p, tr, dur, flows)
-			fmt.Fprintf(&b, " %s %.0f/%.0f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
+			fmt.Fprintf(&b, " %s %.1f/%.0f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
 			if flows > 1 {
 				fmt.Fprintf(&b, "/J%.2f", r.jain1s)
 			}

@@ -28,8 +28,8 @@
 char _license[] SEC("license") = "GPL";
 
 const volatile __u32 p_variant = HERA_VARIANT;
-const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 3000 : 15000;
-const volatile __u32 p_backlog = HERA_VARIANT == HERA_TUNED ? 2 : 10;
+const volatile __u32 p_bucket_us = HERA_VARIANT == HERA_TUNED ? 2500 : 15000;
+const volatile __u32 p_backlog = HERA_VARIANT == HERA_TUNED ? 1 : 10;
 const volatile __u32 p_buckets = 6;
 const volatile __u32 p_delta_max = 10;
 const volatile __u32 p_hist_cap = HERA_VARIANT == HERA_TUNED ? 64 : 10000;
@@ -42,6 +42,9 @@ const volatile __u64 p_min_rtt_window_us = 10000000;
 const volatile __u32 p_floor_gain_eighths = HERA_VARIANT == HERA_TUNED ? 8 : 0;
 const volatile __u64 p_bdp_window_us = 500000;
 const volatile __u32 p_pacing = HERA_VARIANT == HERA_TUNED;
+const volatile __u32 p_bucket_packets = HERA_VARIANT == HERA_TUNED ? 8 : 0;
+const volatile __u32 p_gate_rtts = HERA_VARIANT == HERA_TUNED ? 2 : 0;
+const volatile __u32 p_pacing_max_rtts = HERA_VARIANT == HERA_TUNED ? 2 : 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -101,6 +104,8 @@ static __always_inline void load_params(struct hera_params *p)
 	p->floor_gain_eighths = p_floor_gain_eighths;
 	p->min_rtt_window_us = p_min_rtt_window_us;
 	p->bdp_window_us = p_bdp_window_us;
+	p->bucket_packets = p_bucket_packets;
+	p->gate_rtts = p_gate_rtts;
 }
 
 static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)
@@ -132,10 +137,16 @@ void BPF_PROG(bpf_hera_init, struct sock *sk)
  * default ratios. Until the first RTT sample the rate stays unlimited.
  */
 static __always_inline void set_pacing_rate(struct sock *sk, struct tcp_sock *tp, __u32 cwnd,
-					    __u32 slow_start)
+					    __u32 slow_start, __u32 min_rtt)
 {
-	__u64 srtt_us = tp->srtt_us >> 3, rate;
+	__u64 srtt_us = tp->srtt_us >> 3, rate, cap;
 
+	/* After an outage srtt stays inflated for many ACKs, and a rate over
+	 * srtt sends too few packets to bring it down: bound the divisor by
+	 * p_pacing_max_rtts minimum RTTs (hera.Params.PacingMaxRTTs). */
+	cap = (__u64)p_pacing_max_rtts * min_rtt;
+	if (cap > 0 && cap < srtt_us)
+		srtt_us = cap;
 	if (srtt_us == 0)
 		return;
 	rate = (__u64)cwnd * tp->mss_cache * 1000000ULL / srtt_us;
@@ -149,19 +160,24 @@ void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const
 	struct tcp_sock *tp = tcp_sk_of(sk);
 	struct hera_params p;
 	struct hera_state *st;
-	__u32 cwnd;
+	struct hera_path *hp;
+	__u32 cwnd, min_rtt;
 
 	st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
 	if (!st)
 		return;
 	load_params(&p);
-	cwnd = hera_on_ack(st, &p, p.variant == HERA_TUNED ? path_of(sk) : 0, tp->tcp_mstamp,
-			   rs->rtt_us, rs->acked_sacked);
+	hp = p.variant == HERA_TUNED ? path_of(sk) : 0;
+	cwnd = hera_on_ack(st, &p, hp, tp->tcp_mstamp, rs->rtt_us, rs->acked_sacked);
 	if (cwnd < 1)
 		cwnd = 1;
 	tp->snd_cwnd = cwnd;
-	if (p.variant == HERA_TUNED && p_pacing)
-		set_pacing_rate(sk, tp, cwnd, st->slow_start);
+	if (p.variant == HERA_TUNED && p_pacing) {
+		min_rtt = st->min.min;
+		if (hp && hp->min.min != 0 && hp->min.min < min_rtt)
+			min_rtt = hp->min.min;
+		set_pacing_rate(sk, tp, cwnd, st->slow_start, min_rtt);
+	}
 }
 
 SEC("struct_ops")

@@ -15,6 +15,7 @@
 #define HERA_MAX_BACKLOG 32 /* hera.MaxBacklog, a power of two */
 #define HERA_MAX_BUCKETS 32 /* hera.MaxBuckets, a power of two */
 #define HERA_MAX_VALID_RTT_US 60000000LL
+#define HERA_BUCKET_PACKETS_MAX_WIDTHS 6 /* hera.BucketPacketsMaxWidths */
 
 #define HERA_PAPER 0
 #define HERA_TUNED 1
@@ -32,6 +33,8 @@ struct hera_params {
 	__u32 decrease_shift;
 	__u32 loss_beta_permille;
 	__u32 floor_gain_eighths;
+	__u32 bucket_packets;
+	__u32 gate_rtts;
 	__u64 min_rtt_window_us;
 	__u64 bdp_window_us;
 };
@@ -175,7 +178,7 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 {
 	int valid = rtt_us > 0 && rtt_us <= HERA_MAX_VALID_RTT_US;
 	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx, min_rtt, prev;
-	__u64 v, q, total = 0, cum = 0, step, num, den, floor, cap;
+	__u64 v, q, total = 0, cum = 0, step, num, den, floor, cap, bw, gate;
 
 	if (p->variant != HERA_TUNED)
 		path = 0;
@@ -203,6 +206,13 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 		return st->cwnd;
 
 	st->next_at = now_us + r;
+	if (p->variant == HERA_TUNED && p->gate_rtts > 0 && min_rtt > 0) {
+		/* hera.Params.GateRTTs: an outage's long sample does not hold
+		 * the next update back for as long */
+		gate = (__u64)p->gate_rtts * min_rtt;
+		if (gate < r)
+			st->next_at = now_us + gate;
+	}
 	if (p->variant == HERA_TUNED) {
 		/* push the round's smallest sample (see hera.go) */
 		r = st->round_min;
@@ -228,7 +238,17 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 	if (x > HERA_MAX_BUCKETS)
 		x = HERA_MAX_BUCKETS;
 	b = x - 1;
-	q = v / p->bucket_us;
+	/* hera.Params.BucketPackets: at least that many packet times at the
+	 * delivered rate per bucket */
+	bw = p->bucket_us;
+	if (p->variant == HERA_TUNED && p->bucket_packets > 0 && st->bdp.max > 0) {
+		q = (__u64)p->bucket_packets * min_rtt / st->bdp.max;
+		if (q > HERA_BUCKET_PACKETS_MAX_WIDTHS * bw)
+			q = HERA_BUCKET_PACKETS_MAX_WIDTHS * bw;
+		if (q > bw)
+			bw = q;
+	}
+	q = v / bw;
 	if (q < (__u64)(x - 1))
 		b = (__u32)q;
 	b &= HERA_MAX_BUCKETS - 1;

@@ -3,7 +3,7 @@
  * Host harness for hera_core.h, used by cc/core_test.go. Reads commands on
  * stdin and prints the window after each:
  *   P variant bucket_us backlog buckets delta_max hist_cap min max init shift beta window_us
- *     floor_gain bdp_window_us shared
+ *     floor_gain bdp_window_us bucket_packets gate_rtts shared
  *   A flow now_us rtt_us acked
  *   L flow
  * P starts HOST_FLOWS fresh flows; with shared = 1 they share one path.
@@ -34,11 +34,11 @@ int main(void)
 	while (scanf("%1s", cmd) == 1) {
 		switch (cmd[0]) {
 		case 'P':
-			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u %llu %u", &p.variant,
+			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u %llu %u %u %u", &p.variant,
 				  &p.bucket_us, &p.backlog, &p.buckets, &p.delta_max, &p.hist_cap,
 				  &p.min_cwnd, &p.max_cwnd, &p.init_cwnd, &p.decrease_shift,
 				  &p.loss_beta_permille, &win, &p.floor_gain_eighths, &bdp_win,
-				  &shared) != 15)
+				  &p.bucket_packets, &p.gate_rtts, &shared) != 17)
 				return 2;
 			p.min_rtt_window_us = win;
 			p.bdp_window_us = bdp_win;

@@ -54,6 +54,11 @@ func DefaultOptions() Options {
 	// estimator keeps the 5 ms buckets it was tuned with (15 ms target).
 	p.FloorGainEighths = 0
 	p.BucketWidth = 5 * time.Millisecond
+	// The estimator keeps the rule it was tuned and tested with before
+	// the TCP rule's round-3 changes (docs/hera.md items 14-15): a backlog
+	// of 2, buckets of B only (BucketPackets needs the floor's delivered
+	// BDP) and a gate of one sample's RTT.
+	p.Backlog, p.BucketPackets, p.GateRTTs, p.PacingMaxRTTs = 2, 0, 0, 0
 	return Options{Params: p, InitialBitrate: 1_000_000, MinBitrate: 100_000, MaxBitrate: 50_000_000, LossThreshold: 0.1}
 }
 

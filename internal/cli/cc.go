@@ -75,7 +75,11 @@ func heraFlags(fs *flag.FlagSet, p *hera.Params) func() {
 	fs.BoolVar(&p.Pacing, "pacing", p.Pacing, "ask the kernel to pace the flow at 1.2·cwnd/srtt")
 	fg := fs.Uint("floor-gain", uint(p.FloorGainEighths), "hera: keep the window at or above gain/8 × the largest delivered BDP of the last --bdp-window (0: no floor)")
 	fs.DurationVar(&p.BDPWindow, "bdp-window", p.BDPWindow, "hera: how long a delivered-BDP sample stays the floor's maximum")
+	bp := fs.Uint("bucket-packets", uint(p.BucketPackets), "hera: a bucket is at least this many packet times at the delivered rate (0: B only)")
+	gr := fs.Uint("gate-rtts", uint(p.GateRTTs), "hera: the next update is at most this many minimum RTTs away (0: one sample's RTT)")
+	pm := fs.Uint("pacing-max-rtts", uint(p.PacingMaxRTTs), "hera: pace at cwnd over min(srtt, this many minimum RTTs) (0: srtt)")
 	return func() {
+		p.BucketPackets, p.GateRTTs, p.PacingMaxRTTs = uint32(*bp), uint32(*gr), uint32(*pm)
 		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
 		p.DecreaseShift, p.LossBetaPermille, p.FloorGainEighths = uint32(*ds), uint32(*lb), uint32(*fg)
 	}
