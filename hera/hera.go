@@ -144,13 +144,18 @@ func PaperParams() Params {
 }
 
 // DefaultParams returns xrealm's tuned defaults ("hera"): queueing-delay
-// buckets of 3 ms with X = 6, so the window grows while the mean queueing
-// delay is under 9 ms, and a floor at the delivered BDP of the last 500 ms
-// that keeps the link busy when delay noise would cut the window below it; a backlog of N = 2 samples (one per RTT), since a
-// mean over 10 RTTs lags so much that the window oscillates; and a histogram
-// cap of 64, so that after an outage the histogram forgets the high-delay
-// buckets within tens of RTTs instead of thousands (α, and so the increase,
-// stays tiny while old high buckets dominate).
+// buckets of 2.5 ms with X = 6, so the window grows while the mean queueing
+// delay is under 7.5 ms, widened to 8 packet times at the flow's delivered
+// rate (at most 6·B) so that slow paths and small shares are not held to
+// less than a packet or two; a floor at the delivered BDP of the last
+// 500 ms that keeps the link busy when delay noise would cut the window
+// below it; a backlog of N = 1 (the round's smallest sample already
+// filters outages); an update gate of at most 2 minimum RTTs, so that an
+// outage's sample does not freeze the window for as long again; and a
+// histogram cap of 64, so that after an outage the histogram forgets the
+// high-delay buckets within tens of RTTs instead of thousands (α, and so
+// the increase, stays tiny while old high buckets dominate). See
+// docs/hera.md.
 func DefaultParams() Params {
 	return Params{
 		Variant:          Tuned,
