@@ -61,10 +61,11 @@ type Config struct {
 	// AllocateEvery is how often subscriptions are re-allocated from the
 	// estimate; zero means 500 ms.
 	AllocateEvery time.Duration
-	// RelaySlots, when positive, makes the links this node offers carry
-	// relayed media as RTP on that many pre-negotiated transceivers
-	// instead of the SCTP "media" data channel (package relay); a link
-	// follows its offerer (the lower node ID).
+	// RelaySlots is the number of pre-negotiated RTP transceivers
+	// ("slots") on the links this node offers, which carry relayed media
+	// (package relay); a link follows its offerer (the lower node ID).
+	// Zero means DefaultRelaySlots; negative carries relayed media on the
+	// SCTP "media" data channel instead.
 	RelaySlots int
 	// NoSharedLinks turns off the budget per remote address: subscribers
 	// that reach the node from one IP address share a path, and by
@@ -72,6 +73,10 @@ type Config struct {
 	// path (allocator.SharedLink, shared.go).
 	NoSharedLinks bool
 }
+
+// DefaultRelaySlots is Config.RelaySlots' default: RTP slots per relay
+// link, i.e. how many tracks a link carries in each direction at once.
+const DefaultRelaySlots = 64
 
 // DefaultEstimators returns the estimators clients can choose by name:
 // "gcc" (pion's GCC widened to 300 Mbit/s, package bwe) and "hera" (the Hera
@@ -128,6 +133,9 @@ func (c *Config) validate() error {
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = time.Second
+	}
+	if c.RelaySlots == 0 {
+		c.RelaySlots = DefaultRelaySlots
 	}
 	if c.AllocateEvery <= 0 {
 		c.AllocateEvery = 500 * time.Millisecond

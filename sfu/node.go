@@ -461,7 +461,7 @@ func (n *Node) establish(peerID string, ls *linkState) {
 		}
 		return
 	}
-	l, offer, err := relay.Dial(n.api, webrtc.Configuration{}, peerID, (*relayHandler)(n), n.cfg.RelaySlots)
+	l, offer, err := relay.Dial(n.api, webrtc.Configuration{}, peerID, (*relayHandler)(n), max(n.cfg.RelaySlots, 0))
 	if err != nil {
 		ls.finish(nil, err)
 		return

@@ -153,7 +153,7 @@ func (p *peer) setShare(bps float64) {
 }
 
 // remoteIP is the IP address of the peer's selected ICE candidate pair's
-// remote side, "" while none is selected.
+// remote side, "" while none is selected or when it is the local side's.
 func (p *peer) remoteIP() string {
 	p.mu.Lock()
 	if p.link.remote != "" || p.pc == nil {
@@ -179,7 +179,12 @@ func (p *peer) remoteIP() string {
 		return ""
 	}
 	cp, err := ice.GetSelectedCandidatePair()
-	if err != nil || cp == nil || cp.Remote == nil {
+	if err != nil || cp == nil || cp.Remote == nil || cp.Local == nil {
+		return ""
+	}
+	if cp.Remote.Address == cp.Local.Address {
+		// a client on the node's own host: no path to share (the
+		// bench's clients at an SFU's site)
 		return ""
 	}
 	return cp.Remote.Address

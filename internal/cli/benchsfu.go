@@ -14,6 +14,7 @@ import (
 
 	benchsfu "github.com/xrealm/xrealm/bench/sfu"
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/sfu"
 )
 
 // runBenchSFU runs the distributed-SFU evaluation (bench/sfu/RESULTS.md):
@@ -39,7 +40,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	frames := fs.Int("frames", 20, "frames in the clip's loop")
 	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached")
 	estimator := fs.String("estimator", "gcc", "bandwidth estimator towards clients: gcc or hera")
-	relaySlots := fs.Int("relay-slots", 0, "relayed media as RTP on this many pre-negotiated transceivers per link (xrealm sfu --relay-slots); 0 = SCTP data channel")
+	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (xrealm sfu --relay-slots); 0 = SCTP data channel")
 	phase := fs.String("phase", "spread", "publishers' frame clocks: spread (user u captures at frac(u·φ) of the frame period, like independent cameras) or aligned (all at once: the worst case)")
 	shared := fs.Bool("shared-links", true, "SFUs budget subscribers from one IP address as a group (xrealm sfu --shared-links)")
 	out := fs.String("out", "bench/sfu/results.jsonl", "results file (appended to)")
