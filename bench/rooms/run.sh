@@ -11,7 +11,9 @@
 # LINGER (default 20ms) is the relay's write linger (`xrealm serve
 # --write-linger`), LINGER10 (default 40ms) the one of the 10 Hz group.
 # PIN=1 pins the bots to CPU 0 and the server to CPU 1 (taskset), and adds
-# -pinned to the run names. UBIQ_NODE is a Ubiq checkout's Node/ directory
+# -pinned to the run names. NICE=-10 runs bots and server at that
+# niceness (as root), so that jobs outside the lock (builds, tests) cannot
+# take their cores. UBIQ_NODE is a Ubiq checkout's Node/ directory
 # (after npm install) for the side-by-side row.
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +30,9 @@ SUFFIX="" BOTS="" PINSRV=""
 if [ "$PIN" = 1 ]; then
 	SUFFIX=-pinned BOTS="taskset -c 0" PINSRV="--server-cpus 1"
 fi
+if [ -n "$NICE" ]; then
+	BOTS="nice -n $NICE $BOTS"
+fi
 UBIQ_PORT=${UBIQ_PORT:-18109}
 
 run() {
@@ -35,7 +40,7 @@ run() {
 	shift
 	{
 		echo "# load before: $(cat /proc/loadavg)"
-		echo "# binary: $X, built $(date -u -r "$X" +%FT%TZ); pinned: ${PIN:-0}"
+		echo "# binary: $X, built $(date -u -r "$X" +%FT%TZ); pinned: ${PIN:-0}; nice: ${NICE:-0}"
 		$BOTS "$X" bench rooms --out "$D/$name.csv" $PINSRV "$@" 2>"/tmp/rooms-$name.log" || echo "# bench failed: $(tail -1 "/tmp/rooms-$name.log")"
 		echo "# load after: $(cat /proc/loadavg)"
 		echo "# server and bench log lines (in /tmp/rooms-$name.log): $(wc -l <"/tmp/rooms-$name.log")"
