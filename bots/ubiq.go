@@ -66,6 +66,7 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 	}
 	decoded := map[ubiq.NetworkId]int64{} // read goroutine only
 	joined := false                       // read goroutine only
+	var r Received                        // read goroutine only: one for all frames, no allocation each
 	onFrame := func(f []byte, now int64) {
 		if ubiq.IDOf(f) == l.clientID {
 			// Only SetRoom matters, and only until it came: kNN rooms send
@@ -80,7 +81,7 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 			return
 		}
 		payload := f[ubiq.HeaderSize:]
-		r := Received{From: f[4:12], SentNanos: poseSentNanos(payload), RecvNanos: now, Size: len(f)}
+		r = Received{From: f[4:12], SentNanos: poseSentNanos(payload), RecvNanos: now, Size: len(f)}
 		if decodePos {
 			if from := ubiq.IDOf(f); now-decoded[from] >= posEvery {
 				decoded[from] = now
