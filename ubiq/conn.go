@@ -225,23 +225,49 @@ func (c *conn) setClientID(id NetworkId) {
 	c.visMu.Unlock()
 }
 
-// see counts one more room that shows peer p; the first sends PeerAdded.
-func (c *conn) see(p PeerInfo) {
+// see counts one more room that shows peer id; the first sends added, its
+// PeerAdded message (encodePeerAdded).
+func (c *conn) see(id string, added []byte) {
 	c.visMu.Lock()
 	defer c.visMu.Unlock()
-	n := c.vis[p.UUID]
-	c.vis[p.UUID] = n + 1
+	n := c.vis[id]
+	c.vis[id] = n + 1
 	if n > 0 {
 		return
 	}
-	if _, ok := c.removing[p.UUID]; ok {
-		delete(c.removing, p.UUID) // it came back within the grace period
+	if _, ok := c.removing[id]; ok {
+		delete(c.removing, id) // it came back within the grace period
 		return
 	}
-	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, EncodeRequest("PeerAdded", struct {
-		Peer PeerInfo `json:"peer"`
-	}{p}))})
+	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, added)})
 }
+
+// encodePeerAdded returns the PeerAdded message for p.
+func encodePeerAdded(p PeerInfo) []byte {
+	return EncodeRequest("PeerAdded", struct {
+		Peer PeerInfo `json:"peer"`
+	}{p})
+}
+
+// encodePeerRemoved returns the PeerRemoved message for peer id. A uuid
+// of letters, digits and dashes needs no escaping, so it is written
+// directly; any other goes through EncodeRequest (same bytes).
+func encodePeerRemoved(id string) []byte {
+	for i := 0; i < len(id); i++ {
+		if ch := id[i]; !(ch >= '0' && ch <= '9' || ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch == '-') {
+			return EncodeRequest("PeerRemoved", struct {
+				UUID string `json:"uuid"`
+			}{id})
+		}
+	}
+	b := make([]byte, 0, len(removedHead)+len(id)+len(removedTail))
+	return append(append(append(b, removedHead...), id...), removedTail...)
+}
+
+const (
+	removedHead = `{"type":"PeerRemoved","args":"{\"uuid\":\"`
+	removedTail = `\"}"}`
+)
 
 // unsee counts one room less that shows peer id; when none is left,
 // PeerRemoved follows after the grace period unless a room shows it again.
@@ -271,9 +297,7 @@ func (c *conn) unsee(id string) {
 }
 
 func (c *conn) sendRemovedLocked(id string) {
-	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, EncodeRequest("PeerRemoved", struct {
-		UUID string `json:"uuid"`
-	}{id}))})
+	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id))})
 }
 
 func (c *conn) flushRemovals() {

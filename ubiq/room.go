@@ -79,8 +79,9 @@ type attachment struct {
 }
 
 type memberState struct {
-	rec memberRecord
-	rev uint64
+	rec   memberRecord
+	rev   uint64
+	added []byte // PeerAdded for rec, encoded on first use
 }
 
 // room is a room that has local members or observers on this node: one
@@ -281,7 +282,7 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		}
 		if m := r.members[tok]; m != nil {
 			old := m.rec
-			m.rec, m.rev = rec, e.Revision()
+			m.rec, m.rev, m.added = rec, e.Revision(), nil
 			if ck, cv := rec.Props.diff(old.Props); len(ck) > 0 {
 				msg := EncodeRequest("PeerPropertiesAppended", PeerPropertiesArgs{UUID: rec.UUID, Keys: ck, Values: cv})
 				for c, a := range r.local {
@@ -360,7 +361,10 @@ func (r *room) grant(c *conn, a *attachment, id string) {
 		return
 	}
 	a.granted[id] = true
-	c.see(m.rec.info())
+	if m.added == nil {
+		m.added = encodePeerAdded(m.rec.info())
+	}
+	c.see(m.rec.UUID, m.added)
 	if r.knn != nil {
 		r.audDirty = true
 		if !a.observer && r.by != nil {

@@ -203,3 +203,16 @@ func mustFloat(s string) float64 {
 	}
 	return f
 }
+
+// encodePeerRemoved writes plain uuids itself: the bytes must be
+// EncodeRequest's, for plain and for unusual ids.
+func TestEncodePeerRemoved(t *testing.T) {
+	for _, id := range []string{"", "b07b07b0-0001-4000-8000-000000000001", "ABC-xyz-09", `quote"d`, "back\\slash", "tab\there", "ünï", "<html>"} {
+		want := EncodeRequest("PeerRemoved", struct {
+			UUID string `json:"uuid"`
+		}{id})
+		if got := encodePeerRemoved(id); !bytes.Equal(got, want) {
+			t.Errorf("encodePeerRemoved(%q) = %s, want %s", id, got, want)
+		}
+	}
+}
