@@ -370,14 +370,14 @@ func (r *roomsRun) pace(ctx context.Context, p *pacer, period time.Duration) {
 		p.mu.Lock()
 		list := p.bots
 		p.mu.Unlock()
+		// One clock read per tick decides who is due (a bot is at most
+		// the time of this loop late); step stamps each pose itself.
+		tick := time.Now()
 		for _, b := range list {
-			if b.dead {
+			if b.dead || tick.Before(b.next) {
 				continue
 			}
 			now := time.Now()
-			if now.Before(b.next) {
-				continue
-			}
 			if !r.step(b, now) {
 				b.dead = true
 				if !r.close.Load() {
