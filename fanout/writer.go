@@ -32,6 +32,9 @@ type Options struct {
 	// for a connection that wrote nothing for Linger goes out at once, so an
 	// idle connection sees no added delay. 0 = write whenever frames wait.
 	Linger time.Duration
+	// Load, when set, stretches Linger while the CPUs are saturated (see
+	// Load); it is meant to be shared by all of a server's writers.
+	Load *Load
 	// WriteTimeout closes a connection whose writes make no progress for this
 	// long (default 30s).
 	WriteTimeout time.Duration
@@ -91,7 +94,7 @@ type Writer struct {
 func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
 	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), epoch: time.Now()}
-	w.last.Store(-int64(opt.Linger))
+	w.last.Store(-int64(opt.Linger) * MaxStretch)
 	// Inline writes go straight to the socket, so only for plain sockets:
 	// a wrapper (TLS, WebSocket) must see every byte through its Write.
 	var sc syscall.Conn
@@ -138,7 +141,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 		return Dropped
 	}
 	if w.raw != nil && !w.busy && w.err == nil &&
-		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.opt.Linger)) {
+		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.linger())) {
 		w.busy = true
 		w.buf = w.buf[:0]
 		for i := range w.queue {
@@ -178,6 +181,14 @@ func (w *Writer) Enqueue(f Frame) Result {
 	}
 	w.mu.Unlock()
 	return Queued
+}
+
+// linger is the current linger interval.
+func (w *Writer) linger() time.Duration {
+	if w.opt.Load == nil {
+		return w.opt.Linger
+	}
+	return time.Duration(float64(w.opt.Linger) * w.opt.Load.Stretch())
 }
 
 // sinceLast is the time since the end of the last write.
@@ -287,7 +298,7 @@ func (w *Writer) loop(onError func(error)) {
 	var linger *time.Timer
 	for range w.wake {
 		if w.opt.Linger > 0 {
-			if wait := w.opt.Linger - w.sinceLast(); wait > 0 && !w.queuedUrgent() {
+			if wait := w.linger() - w.sinceLast(); wait > 0 && !w.queuedUrgent() {
 				if linger == nil {
 					linger = time.NewTimer(wait)
 				} else {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/httpapi"
 	"github.com/xrealm/xrealm/mqtt"
 	"github.com/xrealm/xrealm/persist"
@@ -51,7 +52,7 @@ type Server struct {
 	Mux      *http.ServeMux
 	SFU      *sfu.Node
 
-	stopStore context.CancelFunc
+	stopBackground context.CancelFunc // the persistence applier and the CPU-load gauge
 }
 
 // Start starts a node and returns once every listener accepts connections
@@ -125,16 +126,25 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}); err != nil {
 		return nil, err
 	}
-	storeCtx, stop := context.WithCancel(context.Background())
-	s.stopStore = stop
+	bgCtx, stop := context.WithCancel(context.Background())
+	s.stopBackground = stop
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.Store.Run(storeCtx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := s.Store.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("persistence applier stopped", "err", err)
 		}
 	}()
 
+	if cfg.Writer.Linger > 0 && cfg.Writer.Load == nil {
+		// One CPU-load gauge for all writers of this node (MQTT and Ubiq):
+		// they batch more only while the CPUs are saturated.
+		cfg.Writer.Load = fanout.NewLoad(bgCtx)
+		s.Registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_cpu_busy_ratio", Help: "Smoothed busy fraction of the CPUs, as the client writers see it."}, cfg.Writer.Load.Busy),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_linger_seconds", Help: "Current write linger of connections with steady traffic (--write-linger, stretched while the CPUs are saturated)."},
+				func() float64 { return cfg.Writer.Linger.Seconds() * cfg.Writer.Load.Stretch() }))
+	}
 	frontJS, err := s.bus.JetStream(ctx, front)
 	if err != nil {
 		return nil, err
@@ -336,8 +346,8 @@ func (s *Server) Close() {
 	if s.SFU != nil {
 		s.SFU.Close()
 	}
-	if s.stopStore != nil {
-		s.stopStore()
+	if s.stopBackground != nil {
+		s.stopBackground()
 	}
 	for _, nc := range s.ncs {
 		nc.Close()
