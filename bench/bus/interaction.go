@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -205,17 +207,12 @@ func (b *runner) clickRun(ctx context.Context, sys *System, agent string, bg int
 // already in scene ns/name.
 func (b *runner) clicks(ctx context.Context, sys *System, it Interaction, ns, name string, bg int) Interaction {
 	if bg > 0 {
-		var tr bots.Transport = sys.Transport(b.cfg.Size)
-		if t := sys.Tokens(auth.RoleViewer); t != nil {
-			tr = &bots.MQTTTransport{Addr: sys.MQTTAddr, PayloadSize: b.cfg.Size, Tokens: t}
-		}
-		fleet, err := bots.StartFleet(ctx, bots.FleetConfig{Transport: tr, Users: bg, Scenes: []string{ns + "/" + name}, Rate: b.cfg.Rate,
-			Behaviour: bots.Spec{Name: b.cfg.Behaviour}, Prefix: "bg" + name, Log: b.log})
+		stop, err := b.background(ctx, sys, ns, name, bg)
 		if err != nil {
 			it.Error = err.Error()
 			return it
 		}
-		defer fleet.Close()
+		defer stop()
 	}
 	k, err := startClicker(ctx, sys.MQTTAddr, sys.Tokens(auth.RoleViewer), "realm", ns, name)
 	if err != nil {
@@ -239,6 +236,65 @@ func (b *runner) clicks(ctx context.Context, sys *System, it Interaction, ns, na
 		it.Error = "no click was answered"
 	}
 	return it
+}
+
+// background starts bg background users in scene ns/name as a child process
+// (`xrealm bots`), as other people's browsers would be: in their own
+// processes, not in the runtime of the clicker and the agent whose latency
+// is measured. It returns once all are connected; stop ends them.
+func (b *runner) background(ctx context.Context, sys *System, ns, name string, bg int) (stop func(), err error) {
+	args := append(append([]string(nil), b.cfg.XrealmCmd[1:]...), "bots", "--addr", sys.MQTTAddr,
+		"--users", strconv.Itoa(bg), "--namespace", ns, "--scene", name, "--prefix", "bg"+name,
+		"--rate", fmt.Sprint(b.cfg.Rate), "--size", strconv.Itoa(b.cfg.Size), "--behaviour", b.cfg.Behaviour, "--progress", "500ms")
+	if t := sys.Transport(b.cfg.Size); t.Tokens == nil {
+		args = append(args, "--no-auth")
+	} else {
+		args = append(args, "--token-url", sys.HTTPURL)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cmd := exec.CommandContext(cctx, b.cfg.XrealmCmd[0], args...)
+	cmd.Env = append(os.Environ(), b.cfg.XrealmEnv...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
+	cmd.WaitDelay = 5 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("background users: start %s: %w", b.cfg.XrealmCmd[0], err)
+	}
+	stop = func() {
+		cancel()
+		cmd.Wait()
+	}
+	// Progress lines say "users C/N"; wait until all N are connected.
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		want := fmt.Sprintf("users %d/%d ", bg, bg)
+		signalled := false
+		for sc.Scan() {
+			if !signalled && strings.Contains(sc.Text(), want) {
+				close(ready)
+				signalled = true
+			}
+		}
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case <-ready:
+		return stop, nil
+	case <-time.After(time.Minute):
+		err = errors.New("not all connected within a minute")
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	stop()
+	return nil, fmt.Errorf("background users (%d) for %s: %w; %s", bg, sys.Name, err, strings.TrimSpace(stderr.String()))
 }
 
 // arenaPyProgram is an ordinary arena-py program: a clickable box that

@@ -403,7 +403,7 @@ func Markdown(r *Results, plots []string) string {
 	}
 	if len(r.Interaction) > 0 {
 		p("## Interaction latency: click to update\n\n")
-		p("A clicking client publishes a `clientEvent` (mousedown) on an object; an agent subscribed to the scene answers each click by updating the object (a new colour, persisted); the clicker times from its click to receiving the update. One click at a time, 100 ms apart. The background users publish and receive poses in the same scene, and the clicker receives them too, as a browser would.\n\n")
+		p("A clicking client publishes a `clientEvent` (mousedown) on an object; an agent subscribed to the scene answers each click by updating the object (a new colour, persisted); the clicker times from its click to receiving the update. One click at a time, 100 ms apart. The background users publish and receive poses in the same scene, from their own process (`xrealm bots`), and the clicker receives them too, as a browser would.\n\n")
 		p("| system | agent | background users | clicks answered | p50 ms | p90 ms | p99 ms | max ms | error |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, it := range r.Interaction {
 			p("| %s | %s | %d | %d/%d | %.2f | %.2f | %.2f | %.2f | %s |\n", it.System, it.Agent, it.Background, it.Answered, it.Clicks, it.P50ms, it.P90ms, it.P99ms, it.MaxMs, it.Error)
