@@ -16,28 +16,29 @@ import (
 
 // Load follows how busy the CPUs are, so that writers batch more only while
 // CPU time is scarce. Writers that share a Load (Options.Load) stretch their
-// linger interval from Options.Linger, while the CPUs have headroom, up to
-// MaxStretch times it as they saturate: a write costs a system call, and
-// under saturation fewer, larger writes leave more CPU time for the work that
-// has to be done, instead of letting queues grow. While the CPUs have
-// headroom a connection keeps the shorter linger and its lower latency.
+// linger interval from Options.Linger, while the CPUs have headroom, towards
+// MaxLinger as they saturate: a write costs a system call, and under
+// saturation fewer, larger writes leave more CPU time for the work that has
+// to be done, instead of letting queues grow. While the CPUs have headroom a
+// connection keeps the shorter linger and its lower latency.
 //
 // The busy fraction is the larger of the machine's (from /proc/stat, all
 // CPUs, time not idle) and this process's CPU time over GOMAXPROCS (which
 // covers a CPU quota), sampled every SampleEvery and smoothed.
 type Load struct {
-	stretch atomic.Uint64 // math.Float64bits of the current stretch factor
-	busy    atomic.Uint64 // math.Float64bits of the smoothed busy fraction
-	done    chan struct{}
+	pressure atomic.Uint64 // math.Float64bits of the current pressure
+	busy     atomic.Uint64 // math.Float64bits of the smoothed busy fraction
+	done     chan struct{}
 }
 
 // Parameters of the load rule.
 const (
-	// MaxStretch is the largest factor by which a Load stretches the linger.
-	MaxStretch = 4
-	// LoadLow is the busy fraction up to which the linger is not stretched;
-	// LoadHigh the one at which it is stretched MaxStretch times. In between
-	// the factor rises linearly.
+	// MaxLinger is the linger under full pressure (unless Options.Linger
+	// is longer).
+	MaxLinger = 40 * time.Millisecond
+	// LoadLow is the busy fraction up to which there is no pressure;
+	// LoadHigh the one at which the pressure is full. In between it rises
+	// linearly.
 	LoadLow  = 0.6
 	LoadHigh = 0.9
 	// SampleEvery is how often a Load samples the CPU times.
@@ -50,18 +51,30 @@ const (
 // NewLoad starts following the CPU load until ctx ends.
 func NewLoad(ctx context.Context) *Load {
 	l := &Load{done: make(chan struct{})}
-	l.storeStretch(1)
+	l.storePressure(0)
 	go l.run(ctx)
 	return l
 }
 
-// Stretch is the current factor (1 to MaxStretch) for the linger interval.
-// A nil Load does not stretch.
-func (l *Load) Stretch() float64 {
+// Pressure is how far the linger is stretched from Options.Linger towards
+// MaxLinger: 0 while the CPUs have headroom, 1 when they are saturated. A
+// nil Load has none.
+func (l *Load) Pressure() float64 {
 	if l == nil {
-		return 1
+		return 0
 	}
-	return math.Float64frombits(l.stretch.Load())
+	return math.Float64frombits(l.pressure.Load())
+}
+
+// Linger is the linger interval under the current pressure for a
+// connection configured with base; a connection with no linger (base 0)
+// gets none.
+func (l *Load) Linger(base time.Duration) time.Duration {
+	p := l.Pressure()
+	if p == 0 || base <= 0 || base >= MaxLinger {
+		return base
+	}
+	return base + time.Duration(p*float64(MaxLinger-base))
 }
 
 // Busy is the smoothed busy fraction of the CPUs, 0 to 1.
@@ -75,11 +88,10 @@ func (l *Load) Busy() float64 {
 // Done is closed when the Load has stopped sampling.
 func (l *Load) Done() <-chan struct{} { return l.done }
 
-// stretchFor maps a busy fraction to a stretch factor.
-func stretchFor(busy float64) float64 {
+// pressureFor maps a busy fraction to a pressure.
+func pressureFor(busy float64) float64 {
 	f := (busy - LoadLow) / (LoadHigh - LoadLow)
-	f = min(max(f, 0), 1)
-	return 1 + (MaxStretch-1)*f
+	return min(max(f, 0), 1)
 }
 
 func (l *Load) run(ctx context.Context) {
@@ -105,11 +117,11 @@ func (l *Load) run(ctx context.Context) {
 			smoothed += smoothing * (b - smoothed)
 		}
 		l.busy.Store(math.Float64bits(smoothed))
-		l.storeStretch(stretchFor(smoothed))
+		l.storePressure(pressureFor(smoothed))
 	}
 }
 
-func (l *Load) storeStretch(f float64) { l.stretch.Store(math.Float64bits(f)) }
+func (l *Load) storePressure(f float64) { l.pressure.Store(math.Float64bits(f)) }
 
 // cpuSampler turns cumulative CPU times into busy fractions between calls.
 type cpuSampler struct {

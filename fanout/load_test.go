@@ -49,19 +49,19 @@ func FuzzParseProcStat(f *testing.F) {
 	})
 }
 
-func TestStretchFor(t *testing.T) {
+func TestPressureFor(t *testing.T) {
 	tests := []struct{ busy, want float64 }{
-		{0, 1},
-		{LoadLow, 1},
-		{(LoadLow + LoadHigh) / 2, 1 + (MaxStretch-1)/2.0},
-		{LoadHigh, MaxStretch},
-		{1, MaxStretch},
-		{-1, 1},
-		{2, MaxStretch},
+		{0, 0},
+		{LoadLow, 0},
+		{(LoadLow + LoadHigh) / 2, 0.5},
+		{LoadHigh, 1},
+		{1, 1},
+		{-1, 0},
+		{2, 1},
 	}
 	for _, tt := range tests {
-		if got := stretchFor(tt.busy); got < tt.want-1e-9 || got > tt.want+1e-9 {
-			t.Errorf("stretchFor(%v) = %v, want %v", tt.busy, got, tt.want)
+		if got := pressureFor(tt.busy); got < tt.want-1e-9 || got > tt.want+1e-9 {
+			t.Errorf("pressureFor(%v) = %v, want %v", tt.busy, got, tt.want)
 		}
 	}
 }
@@ -72,8 +72,8 @@ func TestStretchFor(t *testing.T) {
 func TestLoadSamples(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := NewLoad(ctx)
-	if s := l.Stretch(); s != 1 {
-		t.Fatalf("stretch before the first sample = %v, want 1", s)
+	if p := l.Pressure(); p != 0 {
+		t.Fatalf("pressure before the first sample = %v, want 0", p)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	var s cpuSampler
@@ -87,8 +87,8 @@ func TestLoadSamples(t *testing.T) {
 		if b < 0 || b > 1 {
 			t.Fatalf("busy fraction %v out of [0, 1]", b)
 		}
-		if st := l.Stretch(); st < 1 || st > MaxStretch {
-			t.Fatalf("stretch %v out of [1, %d]", st, MaxStretch)
+		if p := l.Pressure(); p < 0 || p > 1 {
+			t.Fatalf("pressure %v out of [0, 1]", p)
 		}
 		if l.Busy() > 0 {
 			break
@@ -101,20 +101,31 @@ func TestLoadSamples(t *testing.T) {
 		t.Fatal("Load did not stop with its context")
 	}
 	var nilLoad *Load
-	if nilLoad.Stretch() != 1 || nilLoad.Busy() != 0 {
-		t.Error("a nil Load must not stretch")
+	if nilLoad.Pressure() != 0 || nilLoad.Busy() != 0 || nilLoad.Linger(time.Millisecond) != time.Millisecond {
+		t.Error("a nil Load must not stretch the linger")
 	}
 }
 
-// TestWriterFollowsLoad checks that a Writer's linger is Options.Linger
-// times the shared Load's stretch.
+// TestWriterFollowsLoad checks that a Writer's linger goes from
+// Options.Linger to MaxLinger with the shared Load's pressure.
 func TestWriterFollowsLoad(t *testing.T) {
 	l := &Load{done: make(chan struct{})}
-	w := &Writer{opt: Options{Linger: 10 * time.Millisecond, Load: l}}
-	for _, st := range []float64{1, 2.5, MaxStretch} {
-		l.storeStretch(st)
-		if got, want := w.linger(), time.Duration(float64(10*time.Millisecond)*st); got != want {
-			t.Errorf("stretch %v: linger %v, want %v", st, got, want)
+	tests := []struct {
+		base     time.Duration
+		pressure float64
+		want     time.Duration
+	}{
+		{10 * time.Millisecond, 0, 10 * time.Millisecond},
+		{10 * time.Millisecond, 0.5, 10*time.Millisecond + (MaxLinger-10*time.Millisecond)/2},
+		{10 * time.Millisecond, 1, MaxLinger},
+		{0, 1, 0}, // no linger configured: none under pressure either
+		{2 * MaxLinger, 1, 2 * MaxLinger},
+	}
+	for _, tt := range tests {
+		l.storePressure(tt.pressure)
+		w := &Writer{opt: Options{Linger: tt.base, Load: l}}
+		if got := w.linger(); got != tt.want {
+			t.Errorf("linger %v, pressure %v: got %v, want %v", tt.base, tt.pressure, got, tt.want)
 		}
 	}
 }

@@ -32,8 +32,9 @@ type Options struct {
 	// for a connection that wrote nothing for Linger goes out at once, so an
 	// idle connection sees no added delay. 0 = write whenever frames wait.
 	Linger time.Duration
-	// Load, when set, stretches Linger while the CPUs are saturated (see
-	// Load); it is meant to be shared by all of a server's writers.
+	// Load, when set, stretches Linger towards MaxLinger while the CPUs are
+	// saturated (see Load); it is meant to be shared by all of a server's
+	// writers.
 	Load *Load
 	// WriteTimeout closes a connection whose writes make no progress for this
 	// long (default 30s).
@@ -94,7 +95,7 @@ type Writer struct {
 func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
 	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), epoch: time.Now()}
-	w.last.Store(-int64(opt.Linger) * MaxStretch)
+	w.last.Store(-int64(max(opt.Linger, MaxLinger)))
 	// Inline writes go straight to the socket, so only for plain sockets:
 	// a wrapper (TLS, WebSocket) must see every byte through its Write.
 	var sc syscall.Conn
@@ -185,10 +186,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 
 // linger is the current linger interval.
 func (w *Writer) linger() time.Duration {
-	if w.opt.Load == nil {
-		return w.opt.Linger
-	}
-	return time.Duration(float64(w.opt.Linger) * w.opt.Load.Stretch())
+	return w.opt.Load.Linger(w.opt.Linger)
 }
 
 // sinceLast is the time since the end of the last write.

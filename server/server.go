@@ -143,7 +143,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		s.Registry.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_cpu_busy_ratio", Help: "Smoothed busy fraction of the CPUs, as the client writers see it."}, cfg.Writer.Load.Busy),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_linger_seconds", Help: "Current write linger of connections with steady traffic (--write-linger, stretched while the CPUs are saturated)."},
-				func() float64 { return cfg.Writer.Linger.Seconds() * cfg.Writer.Load.Stretch() }))
+				func() float64 { return cfg.Writer.Load.Linger(cfg.Writer.Linger).Seconds() }))
 	}
 	frontJS, err := s.bus.JetStream(ctx, front)
 	if err != nil {
