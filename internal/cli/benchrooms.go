@@ -116,10 +116,10 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		w = csv.NewWriter(f)
 		defer w.Flush()
 		w.Write([]string{"t_s", "peers", "sent_per_s", "recv_per_s", "recv_bytes_per_s", "mean_ms", "p50_ms", "p99_ms", "max_ms",
-			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions"})
+			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions", "idle_cpu", "steal_cpu"})
 	}
 	fmt.Printf("# xrealm bench rooms: mode=%s behaviour=%s rate=%gHz size=%dB ramp=%v window=%v addr=%s\n", *mode, *beh, *rate, *size, *ramp, *window, *addr)
-	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %6s %6s %7s %6s %6s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "srvCPU", "botCPU", "ext", "polar", "coll")
+	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %6s %6s %7s %6s %6s %5s %5s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "srvCPU", "botCPU", "ext", "polar", "coll", "idle", "steal")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -128,6 +128,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	capP99, capMean := -1, -1
 	var lastTot bots.Totals
 	lastSrv, lastSelf := procCPU(*serverPID), selfCPU()
+	lastIdle, lastSteal := machineCPU()
 	last := time.Now()
 	tick := time.NewTicker(*window)
 	defer tick.Stop()
@@ -150,14 +151,16 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		dt := now.Sub(last).Seconds()
 		tot, h := r.acc.Live()
 		srv, self := procCPU(*serverPID), selfCPU()
+		idle, steal := machineCPU()
 		peers := r.count()
 		ext, pol, coll := r.flock()
 		row := []float64{now.Sub(r.start).Seconds(), float64(peers), float64(tot.Sent-lastTot.Sent) / dt, float64(tot.Received-lastTot.Received) / dt,
 			float64(tot.Bytes-lastTot.Bytes) / dt, h.Mean() / 1000, float64(h.ValueAtQuantile(50)) / 1000, float64(h.ValueAtQuantile(99)) / 1000,
-			float64(h.Max()) / 1000, (srv - lastSrv) / dt, (self - lastSelf) / dt, ext, pol, coll}
+			float64(h.Max()) / 1000, (srv - lastSrv) / dt, (self - lastSelf) / dt, ext, pol, coll, (idle - lastIdle) / dt, (steal - lastSteal) / dt}
 		lastTot, lastSrv, lastSelf, last = tot, srv, self, now
-		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f\n",
-			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[9], row[10], ext, pol, coll)
+		lastIdle, lastSteal = idle, steal
+		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
+			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[9], row[10], ext, pol, coll, row[14], row[15])
 		if w != nil {
 			rec := make([]string, len(row))
 			for i, v := range row {
@@ -536,6 +539,23 @@ func procCPU(pid int) float64 {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100 // USER_HZ
+}
+
+// machineCPU returns the machine's idle and stolen CPU seconds so far
+// (/proc/stat: idle + iowait, and steal: time the hypervisor gave this
+// virtual machine's CPUs to others).
+func machineCPU() (idle, steal float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	v := func(i int) float64 { x, _ := strconv.ParseFloat(f[i], 64); return x / 100 } // USER_HZ
+	return v(4) + v(5), v(8)
 }
 
 func selfCPU() float64 {
