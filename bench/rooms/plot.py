@@ -23,7 +23,7 @@ def y(ms):
     ms = min(max(ms, ylo), yhi)
     return T + (H - T - B) * (1 - (math.log10(ms) - math.log10(ylo)) / (math.log10(yhi) - math.log10(ylo)))
 
-colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f"]
+colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f", "#bcbd22", "#e377c2", "#000000", "#aec7e8"]
 out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
        f'<rect width="{W}" height="{H}" fill="white"/>']
 for ms in [0.1, 1, 10, 100, 1000, 10000]:
