@@ -1,33 +1,25 @@
 package fanout
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"fmt"
 	"math"
-	"os"
-	"runtime"
-	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
-// Load follows how busy the CPUs are, so that writers batch more only while
-// CPU time is scarce. Writers that share a Load (Options.Load) stretch their
-// linger interval from Options.Linger, while the CPUs have headroom, towards
-// MaxLinger as they saturate: a write costs a system call, and under
-// saturation fewer, larger writes leave more CPU time for the work that has
-// to be done, instead of letting queues grow. While the CPUs have headroom a
-// connection keeps the shorter linger and its lower latency.
-//
-// The busy fraction is the larger of the machine's (from /proc/stat, all
-// CPUs, time not idle) and this process's CPU time over GOMAXPROCS (which
-// covers a CPU quota), sampled every SampleEvery and smoothed.
+// Load follows whether a node's writers keep up, so that they batch more
+// only while they do not. Writers that share a Load (Options.Load) report how
+// late each of them woke after its linger interval; while that lateness is
+// small the linger stays at Options.Linger, and as it grows the linger rises
+// towards MaxLinger. A write costs a system call: when the process cannot
+// get the CPU time it needs (its own load, or other processes on the same
+// cores), fewer and larger writes leave more of it for the work that has to
+// be done, instead of letting every queue wait longer. While the writers
+// keep up, a connection keeps the shorter linger and its lower latency.
 type Load struct {
+	sum, n   atomic.Int64  // lateness reported in the current sample window
+	late     atomic.Uint64 // math.Float64bits of the smoothed lateness, seconds
 	pressure atomic.Uint64 // math.Float64bits of the current pressure
-	busy     atomic.Uint64 // math.Float64bits of the smoothed busy fraction
 	done     chan struct{}
 }
 
@@ -36,34 +28,50 @@ const (
 	// MaxLinger is the linger under full pressure (unless Options.Linger
 	// is longer).
 	MaxLinger = 40 * time.Millisecond
-	// LoadLow is the busy fraction up to which there is no pressure;
-	// LoadHigh the one at which the pressure is full. In between it rises
-	// linearly.
-	LoadLow  = 0.6
-	LoadHigh = 0.9
-	// SampleEvery is how often a Load samples the CPU times.
+	// LateLow is the mean lateness of the writers' wake-ups up to which
+	// there is no pressure; LateHigh the one at which the pressure is full.
+	// In between it rises linearly.
+	LateLow  = 1 * time.Millisecond
+	LateHigh = 5 * time.Millisecond
+	// SampleEvery is how often a Load updates the pressure.
 	SampleEvery = 100 * time.Millisecond
-	// smoothing is the weight of a new sample in the smoothed busy fraction
-	// (a time constant of about 0.4 s at SampleEvery).
+	// smoothing is the weight of a new sample in the smoothed lateness (a
+	// time constant of about 0.4 s at SampleEvery).
 	smoothing = 0.25
 )
 
-// NewLoad starts following the CPU load until ctx ends.
+// NewLoad starts following the writers' lateness until ctx ends.
 func NewLoad(ctx context.Context) *Load {
 	l := &Load{done: make(chan struct{})}
-	l.storePressure(0)
 	go l.run(ctx)
 	return l
 }
 
-// Pressure is how far the linger is stretched from Options.Linger towards
-// MaxLinger: 0 while the CPUs have headroom, 1 when they are saturated. A
-// nil Load has none.
+// observe records that a writer woke late after its linger interval.
+func (l *Load) observe(late time.Duration) {
+	if l == nil {
+		return
+	}
+	l.sum.Add(int64(max(late, 0)))
+	l.n.Add(1)
+}
+
+// Pressure is how far the linger is raised from Options.Linger towards
+// MaxLinger: 0 while the writers keep up, 1 when they are far behind. A nil
+// Load has none.
 func (l *Load) Pressure() float64 {
 	if l == nil {
 		return 0
 	}
 	return math.Float64frombits(l.pressure.Load())
+}
+
+// Lateness is the writers' smoothed mean wake-up lateness.
+func (l *Load) Lateness() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return time.Duration(math.Float64frombits(l.late.Load()) * float64(time.Second))
 }
 
 // Linger is the linger interval under the current pressure for a
@@ -77,123 +85,40 @@ func (l *Load) Linger(base time.Duration) time.Duration {
 	return base + time.Duration(p*float64(MaxLinger-base))
 }
 
-// Busy is the smoothed busy fraction of the CPUs, 0 to 1.
-func (l *Load) Busy() float64 {
-	if l == nil {
-		return 0
-	}
-	return math.Float64frombits(l.busy.Load())
-}
-
-// Done is closed when the Load has stopped sampling.
+// Done is closed when the Load has stopped.
 func (l *Load) Done() <-chan struct{} { return l.done }
 
-// pressureFor maps a busy fraction to a pressure.
-func pressureFor(busy float64) float64 {
-	f := (busy - LoadLow) / (LoadHigh - LoadLow)
+// pressureFor maps a smoothed lateness to a pressure.
+func pressureFor(late time.Duration) float64 {
+	f := float64(late-LateLow) / float64(LateHigh-LateLow)
 	return min(max(f, 0), 1)
 }
 
 func (l *Load) run(ctx context.Context) {
 	defer close(l.done)
-	var s cpuSampler
-	s.sample() // the first sample only sets the starting point
 	t := time.NewTicker(SampleEvery)
 	defer t.Stop()
-	smoothed, first := 0.0, true
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		b, ok := s.sample()
-		if !ok {
-			continue
-		}
-		if first {
-			smoothed, first = b, false
-		} else {
-			smoothed += smoothing * (b - smoothed)
-		}
-		l.busy.Store(math.Float64bits(smoothed))
-		l.storePressure(pressureFor(smoothed))
+		l.sample()
 	}
 }
 
-func (l *Load) storePressure(f float64) { l.pressure.Store(math.Float64bits(f)) }
-
-// cpuSampler turns cumulative CPU times into busy fractions between calls.
-type cpuSampler struct {
-	at                time.Time
-	proc              time.Duration // this process's user+system time
-	machBusy, machAll uint64        // /proc/stat jiffies
-	machOK            bool
-}
-
-// sample returns the busy fraction since the previous call; ok is false on
-// the first call or when no time has passed.
-func (s *cpuSampler) sample() (busy float64, ok bool) {
-	now := time.Now()
-	proc := processCPU()
-	mb, ma, mok := machineCPU()
-	if !s.at.IsZero() {
-		if wall := now.Sub(s.at); wall > 0 {
-			busy = float64(proc-s.proc) / float64(wall) / float64(runtime.GOMAXPROCS(0))
-			if mok && s.machOK && ma > s.machAll {
-				busy = max(busy, float64(mb-s.machBusy)/float64(ma-s.machAll))
-			}
-			ok = true
-		}
+// sample closes a sample window: a window in which no writer lingered
+// counts as no lateness.
+func (l *Load) sample() {
+	n := l.n.Swap(0)
+	sum := l.sum.Swap(0)
+	mean := 0.0
+	if n > 0 {
+		mean = float64(sum) / float64(n) / float64(time.Second)
 	}
-	s.at, s.proc, s.machBusy, s.machAll, s.machOK = now, proc, mb, ma, mok
-	return min(max(busy, 0), 1), ok
-}
-
-// processCPU is this process's user and system CPU time.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// machineCPU reads the busy and total jiffies of all CPUs from /proc/stat.
-func machineCPU() (busy, total uint64, ok bool) {
-	f, err := os.Open("/proc/stat")
-	if err != nil {
-		return 0, 0, false
-	}
-	defer f.Close()
-	line, err := bufio.NewReader(f).ReadSlice('\n')
-	if err != nil {
-		return 0, 0, false
-	}
-	busy, total, err = parseProcStat(line)
-	return busy, total, err == nil
-}
-
-// parseProcStat parses the aggregate "cpu" line of /proc/stat: user nice
-// system idle iowait irq softirq steal ...; idle and iowait are not busy.
-// Guest times are already counted in user and nice.
-func parseProcStat(line []byte) (busy, total uint64, err error) {
-	fields := bytes.Fields(line)
-	if len(fields) < 5 || string(fields[0]) != "cpu" {
-		return 0, 0, fmt.Errorf("fanout: /proc/stat: want an aggregate cpu line, got %q", line)
-	}
-	for i, f := range fields[1:] {
-		if i >= 8 { // guest and guest_nice are part of user and nice
-			break
-		}
-		v, err := strconv.ParseUint(string(f), 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("fanout: /proc/stat: field %d of %q: %w", i+1, line, err)
-		}
-		total += v
-		if i != 3 && i != 4 {
-			busy += v
-		}
-	}
-	return busy, total, nil
+	smoothed := math.Float64frombits(l.late.Load())
+	smoothed += smoothing * (mean - smoothed)
+	l.late.Store(math.Float64bits(smoothed))
+	l.pressure.Store(math.Float64bits(pressureFor(time.Duration(smoothed * float64(time.Second)))))
 }

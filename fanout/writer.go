@@ -32,8 +32,8 @@ type Options struct {
 	// for a connection that wrote nothing for Linger goes out at once, so an
 	// idle connection sees no added delay. 0 = write whenever frames wait.
 	Linger time.Duration
-	// Load, when set, stretches Linger towards MaxLinger while the CPUs are
-	// saturated (see Load); it is meant to be shared by all of a server's
+	// Load, when set, raises Linger towards MaxLinger while the writers do
+	// not keep up (see Load); it is meant to be shared by all of a server's
 	// writers.
 	Load *Load
 	// WriteTimeout closes a connection whose writes make no progress for this
@@ -302,8 +302,12 @@ func (w *Writer) loop(onError func(error)) {
 				} else {
 					linger.Reset(wait)
 				}
+				due := time.Now().Add(wait)
 				select {
 				case <-linger.C:
+					// How late this goroutine got to run tells the shared
+					// Load whether the writers keep up.
+					w.opt.Load.observe(time.Since(due))
 				case <-w.urgent:
 					linger.Stop()
 				}

@@ -137,12 +137,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}()
 
 	if cfg.Writer.Linger > 0 && cfg.Writer.Load == nil {
-		// One CPU-load gauge for all writers of this node (MQTT and Ubiq):
-		// they batch more only while the CPUs are saturated.
+		// One load gauge for all writers of this node (MQTT and Ubiq): they
+		// batch more only while they do not keep up.
 		cfg.Writer.Load = fanout.NewLoad(bgCtx)
 		s.Registry.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_cpu_busy_ratio", Help: "Smoothed busy fraction of the CPUs, as the client writers see it."}, cfg.Writer.Load.Busy),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_linger_seconds", Help: "Current write linger of connections with steady traffic (--write-linger, stretched while the CPUs are saturated)."},
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_lateness_seconds", Help: "Smoothed mean lateness of the client writers' wake-ups after their linger (what raises the linger)."}, func() float64 { return cfg.Writer.Load.Lateness().Seconds() }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_linger_seconds", Help: "Current write linger of connections with steady traffic (--write-linger, raised while the writers do not keep up)."},
 				func() float64 { return cfg.Writer.Load.Linger(cfg.Writer.Linger).Seconds() }))
 	}
 	frontJS, err := s.bus.JetStream(ctx, front)
