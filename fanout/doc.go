@@ -10,9 +10,7 @@
 // one system call per batch instead of one per message. With a linger
 // interval (Options.Linger), a connection with steady traffic writes at most
 // once per interval, but an urgent frame (an interaction or an
-// acknowledgement, Frame.Urgent) ends the wait at once. Writers that share a
-// Load raise their linger towards MaxLinger while they fall behind (their
-// lingering goroutines wake late), and return to it when they keep up. When the queue is
+// acknowledgement, Frame.Urgent) ends the wait at once. When the queue is
 // full, a frame with a coalescing key replaces the queued frame with the same
 // key (a newer pose of the same object), and otherwise it is dropped and
 // counted; the queue never grows without bound and a slow reader never slows

@@ -32,10 +32,6 @@ type Options struct {
 	// for a connection that wrote nothing for Linger goes out at once, so an
 	// idle connection sees no added delay. 0 = write whenever frames wait.
 	Linger time.Duration
-	// Load, when set, raises Linger towards MaxLinger while the writers do
-	// not keep up (see Load); it is meant to be shared by all of a server's
-	// writers.
-	Load *Load
 	// WriteTimeout closes a connection whose writes make no progress for this
 	// long (default 30s).
 	WriteTimeout time.Duration
@@ -95,7 +91,7 @@ type Writer struct {
 func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
 	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), epoch: time.Now()}
-	w.last.Store(-int64(max(opt.Linger, MaxLinger)))
+	w.last.Store(-int64(opt.Linger))
 	// Inline writes go straight to the socket, so only for plain sockets:
 	// a wrapper (TLS, WebSocket) must see every byte through its Write.
 	var sc syscall.Conn
@@ -142,7 +138,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 		return Dropped
 	}
 	if w.raw != nil && !w.busy && w.err == nil &&
-		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.linger())) {
+		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.opt.Linger)) {
 		w.busy = true
 		w.buf = w.buf[:0]
 		for i := range w.queue {
@@ -182,11 +178,6 @@ func (w *Writer) Enqueue(f Frame) Result {
 	}
 	w.mu.Unlock()
 	return Queued
-}
-
-// linger is the current linger interval.
-func (w *Writer) linger() time.Duration {
-	return w.opt.Load.Linger(w.opt.Linger)
 }
 
 // sinceLast is the time since the end of the last write.
@@ -296,18 +287,14 @@ func (w *Writer) loop(onError func(error)) {
 	var linger *time.Timer
 	for range w.wake {
 		if w.opt.Linger > 0 {
-			if wait := w.linger() - w.sinceLast(); wait > 0 && !w.queuedUrgent() {
+			if wait := w.opt.Linger - w.sinceLast(); wait > 0 && !w.queuedUrgent() {
 				if linger == nil {
 					linger = time.NewTimer(wait)
 				} else {
 					linger.Reset(wait)
 				}
-				due := time.Now().Add(wait)
 				select {
 				case <-linger.C:
-					// How late this goroutine got to run tells the shared
-					// Load whether the writers keep up.
-					w.opt.Load.observe(time.Since(due))
 				case <-w.urgent:
 					linger.Stop()
 				}

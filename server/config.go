@@ -66,9 +66,8 @@ func Defaults() Config {
 		MaxPayload:  1 << 20,
 		TokenTTL:    12 * time.Hour,
 		// A connection busy with steady pose traffic writes at most every
-		// 10ms (rising to 40ms while the writers fall behind, fanout.Load); an
-		// idle one, and any urgent frame (clicks, edits, acks), at once.
-		// See fanout.Options.Linger and bench/bus/NOTES.md.
+		// 10ms; an idle one, and any urgent frame (clicks, edits, acks), at
+		// once. See fanout.Options.Linger and bench/bus/NOTES.md.
 		Writer: fanout.Options{Linger: 10 * time.Millisecond, MaxFrames: 4096},
 	}
 }

@@ -23,7 +23,6 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
-	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/httpapi"
 	"github.com/xrealm/xrealm/mqtt"
 	"github.com/xrealm/xrealm/persist"
@@ -52,7 +51,7 @@ type Server struct {
 	Mux      *http.ServeMux
 	SFU      *sfu.Node
 
-	stopBackground context.CancelFunc // the persistence applier and the CPU-load gauge
+	stopStore context.CancelFunc
 }
 
 // Start starts a node and returns once every listener accepts connections
@@ -126,25 +125,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}); err != nil {
 		return nil, err
 	}
-	bgCtx, stop := context.WithCancel(context.Background())
-	s.stopBackground = stop
+	storeCtx, stop := context.WithCancel(context.Background())
+	s.stopStore = stop
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		if err := s.Store.Run(bgCtx); err != nil && !errors.Is(err, context.Canceled) {
+		if err := s.Store.Run(storeCtx); err != nil && !errors.Is(err, context.Canceled) {
 			log.Error("persistence applier stopped", "err", err)
 		}
 	}()
 
-	if cfg.Writer.Linger > 0 && cfg.Writer.Load == nil {
-		// One load gauge for all writers of this node (MQTT and Ubiq): they
-		// batch more only while they do not keep up.
-		cfg.Writer.Load = fanout.NewLoad(bgCtx)
-		s.Registry.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_lateness_seconds", Help: "Smoothed mean lateness of the client writers' wake-ups after their linger (what raises the linger)."}, func() float64 { return cfg.Writer.Load.Lateness().Seconds() }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_write_linger_seconds", Help: "Current write linger of connections with steady traffic (--write-linger, raised while the writers do not keep up)."},
-				func() float64 { return cfg.Writer.Load.Linger(cfg.Writer.Linger).Seconds() }))
-	}
 	frontJS, err := s.bus.JetStream(ctx, front)
 	if err != nil {
 		return nil, err
@@ -346,8 +336,8 @@ func (s *Server) Close() {
 	if s.SFU != nil {
 		s.SFU.Close()
 	}
-	if s.stopBackground != nil {
-		s.stopBackground()
+	if s.stopStore != nil {
+		s.stopStore()
 	}
 	for _, nc := range s.ncs {
 		nc.Close()
