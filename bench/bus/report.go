@@ -350,20 +350,27 @@ func Markdown(r *Results, plots []string) string {
 		}
 		sort.Ints(scenes)
 		syss := systemsOf(iso)
-		p("Capacity (users held at p99 ≤ %s and ratio ≥ %.0f%%):\n\n| scenes |", r.Config.MaxP99, 100*minRatio)
+		p("Capacity (users held with every step up to them within the p99 limit and a ratio ≥ %.0f%%):\n\n| scenes |", 100*minRatio)
+		limits := []time.Duration{50 * time.Millisecond, maxP99}
 		for _, s := range syss {
-			p(" %s |", s)
+			for _, lim := range limits {
+				p(" %s, p99 ≤ %s |", s, lim)
+			}
 		}
 		p("\n|---|")
 		for range syss {
-			p("---|")
+			for range limits {
+				p("---|")
+			}
 		}
 		p("\n")
 		for _, sc := range scenes {
 			p("| %d |", sc)
 			for _, s := range syss {
-				c, capped := capacity(rowsOf(r, "isolation", sc), s, maxP99, minRatio)
-				p(" %s |", fmtCap(c, capped))
+				for _, lim := range limits {
+					c, capped := capacity(rowsOf(r, "isolation", sc), s, lim, minRatio)
+					p(" %s |", fmtCap(c, capped))
+				}
 			}
 			p("\n")
 		}
@@ -518,10 +525,15 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 		verdict(xr.PerCPUSec >= 1.5*mr.PerCPUSec, okx && okm)})
 	lines = append(lines, line{fmt.Sprintf("Latency at %d users", effUsers), "xrealm p99 ≤ 20 ms",
 		fmt.Sprintf("p99 %.1f ms (p50 %.2f ms; Mosquitto p99 %.1f ms, p50 %.2f ms)", xr.P99ms, xr.P50ms, mr.P99ms, mr.P50ms), verdict(xr.P99ms <= 20, okx)})
-	iso1, c1 := capacity(rowsOf(r, "isolation", 1), "xrealm", maxP99, minRatio)
-	iso5, c5 := capacity(rowsOf(r, "isolation", 5), "xrealm", maxP99, minRatio)
-	lines = append(lines, line{"Isolation", "xrealm capacity with 5 scenes ≥ 2 × with 1 scene",
-		fmt.Sprintf("%s vs %s users: %.2f×", fmtCap(iso5, c5), fmtCap(iso1, c1), float64(iso5)/math.Max(1, float64(iso1))),
+	// Capacity as the capacity target defines it for xrealm (p99 ≤ 50 ms),
+	// with 5 scenes and with 1; the ramp's own limit is shown beside it.
+	iso1, c1 := capacity(rowsOf(r, "isolation", 1), "xrealm", 50*time.Millisecond, minRatio)
+	iso5, c5 := capacity(rowsOf(r, "isolation", 5), "xrealm", 50*time.Millisecond, minRatio)
+	wide1, w1 := capacity(rowsOf(r, "isolation", 1), "xrealm", maxP99, minRatio)
+	wide5, w5 := capacity(rowsOf(r, "isolation", 5), "xrealm", maxP99, minRatio)
+	lines = append(lines, line{"Isolation", "xrealm capacity (p99 ≤ 50 ms, as for the capacity target) with 5 scenes ≥ 2 × with 1 scene",
+		fmt.Sprintf("%s vs %s users: %.2f× (at p99 ≤ %s: %s vs %s, %.2f×)", fmtCap(iso5, c5), fmtCap(iso1, c1), float64(iso5)/math.Max(1, float64(iso1)),
+			r.Config.MaxP99, fmtCap(wide5, w5), fmtCap(wide1, w1), float64(wide5)/math.Max(1, float64(wide1))),
 		verdict(float64(iso5) >= 2*float64(iso1), iso1 > 0 && iso5 > 0 && (!c1 || float64(iso5) >= 2*float64(iso1)))})
 	sec := rowsOf(r, "security", 0)
 	if len(sec) > 0 {
