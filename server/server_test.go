@@ -386,7 +386,10 @@ func TestWebSocketAndLastWill(t *testing.T) {
 // A client that never reads must not slow down the others: its queue
 // fills, stale poses are coalesced, and a reading client gets everything.
 func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
-	n := startNode(t, func(c *Config) { c.Writer.MaxFrames = 256 })
+	// 1024 frames (4 MB here): the stalled client's queue overflows, but
+	// a reading client's does not within one write linger, even on a loaded
+	// machine (with 256 it sometimes did, and coalesced the reader's poses).
+	n := startNode(t, func(c *Config) { c.Writer.MaxFrames = 1024 })
 	tok := n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour)
 	raw, err := net.Dial("tcp", strings.TrimPrefix(n.mqttURL, "tcp://"))
 	if err != nil {
