@@ -67,33 +67,42 @@ func procMem(pid string) (rss, peak int64, err error) {
 	return rss, peak, nil
 }
 
-// machineBusy returns the CPU time all cores have spent not idle, from
-// /proc/stat, to tell how much else ran on the machine.
-func machineBusy() (time.Duration, error) {
+// machineCPU returns, from /proc/stat, the CPU time all cores have spent
+// busy (not idle, not stolen) and the time the hypervisor took from this
+// virtual machine (steal): the first tells how much else ran on the
+// machine, the second how much CPU the machine did not have.
+func machineCPU() (busy, steal time.Duration, err error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
+	return parseStatCPU(line)
+}
+
+// parseStatCPU reads the aggregate "cpu" line of /proc/stat.
+func parseStatCPU(line string) (busy, steal time.Duration, err error) {
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
-	var busy int64
+	var nb, ns int64
 	for i, x := range f[1:] {
 		v, err := strconv.ParseInt(x, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/stat: field %q", x)
+			return 0, 0, fmt.Errorf("/proc/stat: field %q of %q", x, line)
 		}
 		// user nice system idle iowait irq softirq steal guest guest_nice:
 		// idle and iowait are not busy; guest time is already in user.
 		switch i {
 		case 3, 4, 8, 9:
-			continue
+		case 7:
+			ns += v
+		default:
+			nb += v
 		}
-		busy += v
 	}
-	return time.Duration(busy) * clockTick, nil
+	return time.Duration(nb) * clockTick, time.Duration(ns) * clockTick, nil
 }
 
 // loadAvg returns the 1-minute load average.
@@ -112,8 +121,8 @@ func loadAvg() float64 {
 
 // cpuSample is the CPU counters of interest at one instant.
 type cpuSample struct {
-	at                    time.Time
-	broker, self, machine time.Duration
+	at                           time.Time
+	broker, self, machine, steal time.Duration
 }
 
 func sampleCPU(pid int) (cpuSample, error) {
@@ -125,6 +134,6 @@ func sampleCPU(pid int) (cpuSample, error) {
 	if s.self, err = procCPU("self"); err != nil {
 		return s, err
 	}
-	s.machine, err = machineBusy()
+	s.machine, s.steal, err = machineCPU()
 	return s, err
 }

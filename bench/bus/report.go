@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -300,18 +301,19 @@ func Markdown(r *Results, plots []string) string {
 	p("## Machine\n\n")
 	p("| | |\n|---|---|\n| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| kernel | %s |\n| Go | %s |\n| Mosquitto | %s |\n| arena-py | %s |\n| xrealm commit | %s |\n| load average (1 min) at start | %.2f |\n\n",
 		m.CPU, m.Cores, m.MemoryGiB, m.Kernel, m.Go, orNone(m.Mosquitto), orNone(m.ArenaPy), orNone(m.Commit), m.Load1)
-	var other, n float64
+	var other, steal, n float64
 	for _, row := range r.Rows {
 		if row.Error == "" {
 			other += row.OtherCPU
+			steal += row.StealCPU
 			n++
 		}
 	}
 	if n > 0 {
-		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n)
+		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU*), and the hypervisor took %.2f cores on average from this virtual machine (column *steal*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n, steal/n)
 	}
-	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`. Each step: %s warm-up, %s measured (messages *sent* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%; because the machine is shared, a step that misses is measured once more (marked *again*) and the load counts as held if either measurement met the limits.\n\n",
-		r.Config.Size, r.Config.Rate, r.Config.Behaviour, r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio)
+	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`. Each step: %s warm-up, %s measured (messages *sent* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%; because the machine is shared, a step that misses is measured once more (marked *again*), a step that misses p99 ≤ 50 ms or the ramp's limit while the hypervisor took %.1f cores or more (column *steal*: the VM's stolen CPU) is measured again after the steal has calmed (at most twice), and the load counts as held if any measurement met the limits. The isolation ramps of the different scene counts are interleaved step by step, alternating which goes first.\n\n",
+		r.Config.Size, r.Config.Rate, r.Config.Behaviour, r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio, stealHigh)
 
 	targets(&b, r, maxP99, minRatio)
 
@@ -473,11 +475,14 @@ func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
 	if withScenes {
 		p("| scenes ")
 	}
-	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU | broker RSS MB | deliveries/broker CPU-s | generator CPU | other CPU | load1 |\n")
+	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU | broker RSS MB | deliveries/broker CPU-s | generator CPU | other CPU | steal | load1 |\n")
 	if withScenes {
 		p("|---")
+		// Interleaved ramps are easier to read one scene count at a time.
+		rows = slices.Clone(rows)
+		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Scenes < rows[j].Scenes })
 	}
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if withScenes {
 			p("| %d ", r.Scenes)
@@ -486,8 +491,8 @@ func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
 		if r.Retry {
 			sys += " (again)"
 		}
-		p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f |%s\n",
-			r.Users, sys, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, r.GenCPU, r.OtherCPU, r.Load1, errCell(r))
+		p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f |%s\n",
+			r.Users, sys, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, r.GenCPU, r.OtherCPU, r.StealCPU, r.Load1, errCell(r))
 	}
 	p("\n")
 }
