@@ -36,6 +36,8 @@ type Node struct {
 	links     map[string]*linkState // by peer node ID
 	groups    map[string]*linkGroup // subscribers by remote IP (shared.go)
 	closed    bool
+
+	hops *hopHists // packet ages (hops.go)
 }
 
 type linkState struct {
@@ -62,7 +64,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID),
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
-		groups: map[string]*linkGroup{},
+		groups: map[string]*linkGroup{}, hops: newHopHists(),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
 	me := &webrtc.MediaEngine{}
@@ -345,6 +347,7 @@ func (n *Node) acquire(t TrackInfo) *source {
 	}
 	origin := t.Node
 	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
+	s.hops = n.hops
 	s.fetch = newFetcher(func(seqs []uint16) {
 		if n.ctx.Err() == nil { // the batch timer may fire after Close
 			n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs})

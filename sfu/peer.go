@@ -191,6 +191,7 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 	s := newSource(info, func() {
 		_ = p.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
 	})
+	s.hops = p.n.hops
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()

@@ -52,6 +52,7 @@ type source struct {
 	keyframe func()                   // asks the publisher (or the origin node) for a keyframe
 	frames   *volumetric.FrameTracker // point-cloud tracks only
 	fetch    *fetcher                 // relayed sources only: NACK misses go to the origin
+	hops     *hopHists                // the node's packet ages (hops.go); nil: not recorded
 
 	mu     sync.RWMutex
 	downs  map[*downtrack.DownTrack]struct{}
@@ -100,7 +101,8 @@ func (s *source) write(raw []byte) {
 	}
 	s.bytes.Add(uint64(len(raw)))
 	s.packets.Add(1)
-	s.lastPkt.Store(time.Now().UnixNano())
+	arrived := time.Now()
+	s.lastPkt.Store(arrived.UnixNano())
 	_ = s.buf.Write(h.SequenceNumber, raw)
 	payload := raw[n:]
 	if h.Padding && len(payload) > 0 {
@@ -110,7 +112,7 @@ func (s *source) write(raw []byte) {
 		}
 	}
 	if s.frames != nil {
-		s.frames.Observe(time.Now(), payload)
+		s.frames.Observe(arrived, payload)
 	}
 	var waiters []*downtrack.DownTrack
 	if s.fetch != nil {
@@ -129,6 +131,11 @@ func (s *source) write(raw []byte) {
 		_ = send(key, raw)
 	}
 	s.mu.RUnlock()
+	if s.hops != nil && s.frames != nil {
+		if c, ok := captureTime(payload); ok {
+			s.hops.record(s.fetch != nil, c, arrived, time.Now())
+		}
+	}
 }
 
 // measure updates the bitrate over the time since the last call.

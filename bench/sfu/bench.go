@@ -19,6 +19,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/sfu"
 )
 
 // PaperFullRate is the bitrate of one full-quality stream in the paper's
@@ -85,13 +86,69 @@ type Result struct {
 	Links []LinkStat `json:"links,omitempty"`
 	// Machine: load average at the window's end and the whole machine's
 	// CPU busy share during the window (other users included).
-	RelaySlots  int      `json:"relay_slots,omitempty"` // 0: relayed media on SCTP
-	Aligned     bool     `json:"aligned,omitempty"`     // publishers' frames captured at the same instant
-	NoShared    bool     `json:"no_shared_links,omitempty"`
-	Load1       float64  `json:"load1"`
-	MachineBusy float64  `json:"machine_busy_pct"`
-	Errors      []string `json:"errors,omitempty"`
-	At          string   `json:"at"`
+	RelaySlots  int     `json:"relay_slots,omitempty"` // 0: relayed media on SCTP
+	Aligned     bool    `json:"aligned,omitempty"`     // publishers' frames captured at the same instant
+	NoShared    bool    `json:"no_shared_links,omitempty"`
+	Load1       float64 `json:"load1"`
+	MachineBusy float64 `json:"machine_busy_pct"`
+	// Steal is the share of the machine's CPU time the hypervisor took
+	// over the window (part of MachineBusy); the Max values are the
+	// largest of the window's one-second samples.
+	Steal      float64 `json:"steal_pct"`
+	MaxBusy1s  float64 `json:"max_busy_1s_pct,omitempty"`
+	MaxSteal1s float64 `json:"max_steal_1s_pct,omitempty"`
+	// BotLag is each site's bots process's scheduling lag over the window
+	// (sfu.LagProbe: how late a 5 ms sleep wakes): CPU starvation of the
+	// receivers.
+	BotLag map[string]sfu.Quantiles `json:"bot_lag,omitempty"`
+	// Hops are each SFU's packet ages in the window (sfu.HopStats, the
+	// largest of its 5 s periods): where a packet's latency builds up.
+	Hops   map[string]HopSummary `json:"hops,omitempty"`
+	Errors []string              `json:"errors,omitempty"`
+	At     string                `json:"at"`
+}
+
+// HopSummary is one SFU's packet ages (ms after capture) and its own
+// scheduling lag over the window: the largest p99 of its statsEvery periods.
+type HopSummary struct {
+	InLocalP99 float64 `json:"in_local_p99_ms"` // arrival from a publisher at the SFU's site
+	InRelayP99 float64 `json:"in_relay_p99_ms"` // arrival over a relay link
+	OutP99     float64 `json:"out_p99_ms"`      // handed to every down track and relay
+	FanoutP99  float64 `json:"fanout_p99_ms"`   // arrival → handed on
+	LagP99     float64 `json:"lag_p99_ms"`
+	LagMax     float64 `json:"lag_max_ms"`
+}
+
+// statsEvery is the SFUs' --log-stats period.
+const statsEvery = 2 * time.Second
+
+// parseHops reads the "sfu hops" lines an SFU logged (xrealm sfu
+// --log-stats) for periods that end in (from, to].
+func parseHops(log string, from, to time.Time) (HopSummary, bool) {
+	var h HopSummary
+	found := false
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, `msg="sfu hops"`) {
+			continue
+		}
+		kv := map[string]string{}
+		for _, f := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				kv[k] = v
+			}
+		}
+		at, err := time.Parse(time.RFC3339Nano, kv["time"])
+		if err != nil || !at.After(from.Add(statsEvery/2)) || at.After(to.Add(statsEvery/2)) {
+			continue
+		}
+		found = true
+		for k, dst := range map[string]*float64{"in_local_p99_ms": &h.InLocalP99, "in_relay_p99_ms": &h.InRelayP99, "out_p99_ms": &h.OutP99,
+			"fanout_p99_ms": &h.FanoutP99, "lag_p99_ms": &h.LagP99, "lag_max_ms": &h.LagMax} {
+			v, _ := strconv.ParseFloat(kv[k], 64)
+			*dst = max(*dst, v)
+		}
+	}
+	return h, found
 }
 
 // sfuSites are the sites that run an SFU in each setup.
@@ -274,7 +331,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	var sfus []*proc
 	for i, s := range sites {
 		p, err := start(ctx, logDir, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
-			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", "5s", "--egress-delays", topo.DelayRoutes(s),
+			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", statsEvery.String(), "--egress-delays", topo.DelayRoutes(s),
 			"--relay-slots", strconv.Itoa(cfg.RelaySlots), "--shared-links="+strconv.FormatBool(!cfg.NoSharedLinks))
 		if err != nil {
 			return r, err
@@ -344,9 +401,11 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	for i, p := range sfus {
 		cpu0[i], rss[i] = procUsage(p.cmd.Process.Pid)
 	}
-	busy0, total0 := machineCPU()
+	busy0, steal0, total0 := machineCPU()
 	links0 := topo.linkCounters(ctx)
+	backlog := map[string]uint64{}
 	tick := time.NewTicker(time.Second)
+	pb, ps, pt := busy0, steal0, total0
 	for time.Now().Before(to) {
 		select {
 		case <-ctx.Done():
@@ -358,12 +417,22 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 			_, m := procUsage(p.cmd.Process.Pid)
 			rss[i] = max(rss[i], m)
 		}
+		b, st, t := machineCPU()
+		if t > pt {
+			r.MaxBusy1s = max(r.MaxBusy1s, 100*(b-pb)/(t-pt))
+			r.MaxSteal1s = max(r.MaxSteal1s, 100*(st-ps)/(t-pt))
+		}
+		pb, ps, pt = b, st, t
+		for k, c := range topo.linkCounters(ctx) {
+			backlog[k] = max(backlog[k], c.backlog)
+		}
 	}
 	tick.Stop()
-	r.Links = linkStats(links0, topo.linkCounters(ctx), cfg.Measure)
-	busy1, total1 := machineCPU()
+	r.Links = linkStats(links0, topo.linkCounters(ctx), backlog, topo.Links[0].Rate, cfg.Measure)
+	busy1, steal1, total1 := machineCPU()
 	if total1 > total0 {
 		r.MachineBusy = 100 * (busy1 - busy0) / (total1 - total0)
+		r.Steal = 100 * (steal1 - steal0) / (total1 - total0)
 	}
 	r.Load1 = load1()
 	for i, p := range sfus {
@@ -382,6 +451,16 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 			if l == "done" {
 				break
 			}
+			if rest, ok := strings.CutPrefix(l, "lag "); ok {
+				var q sfu.Quantiles
+				if err := json.Unmarshal([]byte(rest), &q); err == nil {
+					if r.BotLag == nil {
+						r.BotLag = map[string]sfu.Quantiles{}
+					}
+					r.BotLag[site] = q
+				}
+				continue
+			}
 			if rest, ok := strings.CutPrefix(l, "result "); ok {
 				var br BotResult
 				if err := json.Unmarshal([]byte(rest), &br); err != nil {
@@ -394,6 +473,16 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 					}
 					siteHist[site].Merge(hdrhistogram.Import(br.Stats.Latency))
 				}
+			}
+		}
+	}
+	r.Hops = map[string]HopSummary{}
+	for i, p := range sfus {
+		// wait for the SFUs' period that ends after the window
+		time.Sleep(time.Until(to.Add(statsEvery + 500*time.Millisecond)))
+		if b, err := os.ReadFile(p.cmd.Stderr.(*os.File).Name()); err == nil {
+			if h, ok := parseHops(string(b), from, to); ok {
+				r.Hops[sites[i]] = h
 			}
 		}
 	}
@@ -480,22 +569,29 @@ func procUsage(pid int) (cpu, rssMiB float64) {
 	return cpu, rssMiB
 }
 
-// machineCPU returns busy and total jiffies of the whole machine.
-func machineCPU() (busy, total float64) {
+// machineCPU returns busy, stolen and total jiffies of the whole machine
+// (guest time is part of user time in /proc/stat and is not counted twice).
+func machineCPU() (busy, steal, total float64) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
 	for i, v := range f[1:] {
+		if i >= 8 { // guest, guest_nice
+			break
+		}
 		x, _ := strconv.ParseFloat(v, 64)
 		total += x
 		if i != 3 && i != 4 { // idle, iowait
 			busy += x
 		}
+		if i == 7 {
+			steal = x
+		}
 	}
-	return busy, total
+	return busy, steal, total
 }
 
 func load1() float64 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/volumetric"
@@ -47,5 +48,31 @@ func TestSummarise(t *testing.T) {
 	Tables(&b, []Result{{Setup: "central", Scenario: 1, Users: 8, PublishersPct: 50}, {Setup: "4sfu", Scenario: 1, Users: 8, PublishersPct: 100}})
 	if !strings.Contains(b.String(), "| 8 | 50.0") || !strings.Contains(b.String(), "| central | 4sfu |") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+func TestParseHops(t *testing.T) {
+	from := time.Date(2026, 11, 22, 9, 0, 0, 0, time.UTC)
+	to := from.Add(20 * time.Second)
+	line := func(at time.Time, inRelay, lag string) string {
+		return "time=" + at.Format(time.RFC3339Nano) + ` level=INFO msg="sfu hops" in_local_p50_ms=1 in_local_p99_ms=3 in_relay_p50_ms=20 in_relay_p99_ms=` + inRelay +
+			" out_p99_ms=40 fanout_p99_ms=0.5 fanout_max_ms=2 lag_p99_ms=" + lag + " lag_max_ms=9\n"
+	}
+	tests := []struct {
+		name string
+		log  string
+		want HopSummary
+		ok   bool
+	}{
+		{"none", `time=2026-11-22T09:00:05Z level=INFO msg="sfu stats" clients=3` + "\n", HopSummary{}, false},
+		{"before the window", line(from.Add(-time.Second), "900", "1"), HopSummary{}, false},
+		{"largest of the periods in the window", line(from.Add(2*time.Second), "30", "1") + line(from.Add(10*time.Second), "80", "4") + line(to.Add(5*time.Second), "999", "1"),
+			HopSummary{InLocalP99: 3, InRelayP99: 80, OutP99: 40, FanoutP99: 0.5, LagP99: 4, LagMax: 9}, true},
+	}
+	for _, tc := range tests {
+		got, ok := parseHops(tc.log, from, to)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("%s: parseHops = %+v, %v; want %+v, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
 	}
 }

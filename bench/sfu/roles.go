@@ -193,6 +193,7 @@ func RunBots(ctx context.Context, cfg BotsConfig, in io.Reader, out io.Writer) e
 			}
 		}()
 	}
+	lag := sfu.StartLagProbe(rctx, 5*time.Millisecond)
 	fmt.Fprintln(out, "connected")
 	var from, to int64
 	sc := bufio.NewScanner(in)
@@ -208,12 +209,25 @@ func RunBots(ctx context.Context, cfg BotsConfig, in io.Reader, out io.Writer) e
 	for _, b := range bs {
 		b.OpenWindow(f, t)
 	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(f)):
+	}
+	lag.Take() // the window's lag only
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Until(t)):
+	}
+	lagJSON, _ := json.Marshal(lag.Take())
 	// descriptions captured before the end may complete up to their deadline after it
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(time.Until(t) + 700*time.Millisecond):
 	}
+	fmt.Fprintf(out, "lag %s\n", lagJSON)
 	users := make([]int, 0, len(bs))
 	for u := range bs {
 		users = append(users, u)

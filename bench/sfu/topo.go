@@ -230,9 +230,12 @@ type LinkStat struct {
 	Drops uint64  `json:"drops"`
 	// DropPct is drops over packets offered (sent + dropped).
 	DropPct float64 `json:"drop_pct"`
+	// MaxBacklogMs is the largest queue sampled once a second in the
+	// window, as time to drain at the link's rate.
+	MaxBacklogMs float64 `json:"max_backlog_ms,omitempty"`
 }
 
-type qdiscCount struct{ bytes, pkts, drops uint64 }
+type qdiscCount struct{ bytes, pkts, drops, backlog uint64 }
 
 // linkCounters reads the HTB root counters of every shaped link direction,
 // keyed by "from>to".
@@ -263,16 +266,24 @@ func parseQdiscSent(s string) (qdiscCount, bool) {
 	if _, err := fmt.Sscanf(s[i:], "Sent %d bytes %d pkt (dropped %d,", &c.bytes, &c.pkts, &c.drops); err != nil {
 		return qdiscCount{}, false
 	}
+	if j := strings.Index(s[i:], "backlog "); j >= 0 {
+		_, _ = fmt.Sscanf(s[i+j:], "backlog %db", &c.backlog)
+	}
 	return c, true
 }
 
-// linkStats is the difference of two linkCounters over window.
-func linkStats(before, after map[string]qdiscCount, window time.Duration) []LinkStat {
+// linkStats is the difference of two linkCounters over window; maxBacklog
+// is the largest backlog sampled per link direction (bytes) and rate the
+// links' rate.
+func linkStats(before, after map[string]qdiscCount, maxBacklog map[string]uint64, rate float64, window time.Duration) []LinkStat {
 	var out []LinkStat
 	for k, a := range after {
 		b := before[k]
 		from, to, _ := strings.Cut(k, ">")
 		st := LinkStat{From: from, To: to, Mbps: float64(a.bytes-b.bytes) * 8 / window.Seconds() / 1e6, Drops: a.drops - b.drops}
+		if rate > 0 {
+			st.MaxBacklogMs = float64(maxBacklog[k]) * 8 / rate * 1e3
+		}
 		if off := (a.pkts - b.pkts) + st.Drops; off > 0 {
 			st.DropPct = 100 * float64(st.Drops) / float64(off)
 		}

@@ -39,7 +39,7 @@ func TestParseQdiscSent(t *testing.T) {
 		ok   bool
 	}{
 		{"qdisc htb 1: dev xrs1-c root refcnt 3 r2q 10 default 0x10 direct_packets_stat 0 direct_qlen 1000\n Sent 8513689 bytes 9490 pkt (dropped 12369, overlimits 6259 requeues 0) \n backlog 14201b 23p requeues 0\nqdisc pfifo 10: dev xrs1-c parent 1:10 limit 54p\n Sent 1 bytes 1 pkt (dropped 1, overlimits 0 requeues 0)\n",
-			qdiscCount{bytes: 8513689, pkts: 9490, drops: 12369}, true},
+			qdiscCount{bytes: 8513689, pkts: 9490, drops: 12369, backlog: 14201}, true},
 		{" Sent 0 bytes 0 pkt (dropped 0, overlimits 0 requeues 0)", qdiscCount{}, true},
 		{"", qdiscCount{}, false},
 		{"Sent x bytes", qdiscCount{}, false},
@@ -54,8 +54,8 @@ func TestParseQdiscSent(t *testing.T) {
 func TestLinkStats(t *testing.T) {
 	before := map[string]qdiscCount{"s1>c": {bytes: 1000, pkts: 10, drops: 0}}
 	after := map[string]qdiscCount{"s1>c": {bytes: 1000 + 2_500_000, pkts: 10 + 90, drops: 10}, "c>s1": {bytes: 500}}
-	got := linkStats(before, after, 10*time.Second)
-	if len(got) != 2 || got[1].From != "s1" || got[1].To != "c" || got[1].Mbps != 2 || got[1].Drops != 10 || got[1].DropPct != 10 {
+	got := linkStats(before, after, map[string]uint64{"s1>c": 25_000}, 2e6, 10*time.Second)
+	if len(got) != 2 || got[1].From != "s1" || got[1].To != "c" || got[1].Mbps != 2 || got[1].Drops != 10 || got[1].DropPct != 10 || got[1].MaxBacklogMs != 100 {
 		t.Fatalf("linkStats = %+v", got)
 	}
 	if b := busiest(got); b.From != "s1" {

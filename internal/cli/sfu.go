@@ -123,14 +123,15 @@ func runSFU(ctx context.Context, args []string) error {
 		log.Info("sfu http", "addr", ln.Addr().String(), "websocket", cfg.WebSocketURL)
 	}
 	if *logStats > 0 {
-		go logNodeStats(ctx, log, reg, *logStats)
+		go logNodeStats(ctx, log, reg, node, *logStats)
 	}
 	<-ctx.Done()
 	return nil
 }
 
 // logNodeStats logs sums and means of the node's metrics every period.
-func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, every time.Duration) {
+func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registry, node *sfu.Node, every time.Duration) {
+	lag := sfu.StartLagProbe(ctx, 5*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	prev := map[string]float64{}
@@ -185,5 +186,10 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			"nack_forwarded", sum["xrealm_sfu_relay_nack_forwarded_total"], "relay_links", sum["xrealm_sfu_relay_links"],
 			"min_estimate_kbps", minEst/1e3, "min_share_kbps", minShare/1e3, "mean_queue_ms", mean("xrealm_sfu_subscriber_queue_delay_seconds")*1e3, "sent_kbps", rate("xrealm_sfu_subscriber_bytes_total"),
 			"relay_out_kbps", rate("relay_out"), "relay_in_kbps", rate("relay_in"))
+		// packet ages per hop and the process's scheduling lag (hops.go),
+		// read by xrealm bench sfu
+		h, l := node.HopStats(), lag.Take()
+		log.Info("sfu hops", "in_local_p50_ms", h.InLocal.P50, "in_local_p99_ms", h.InLocal.P99, "in_relay_p50_ms", h.InRelay.P50, "in_relay_p99_ms", h.InRelay.P99,
+			"out_p99_ms", h.Out.P99, "fanout_p99_ms", h.Fanout.P99, "fanout_max_ms", h.Fanout.Max, "lag_p99_ms", l.P99, "lag_max_ms", l.Max)
 	}
 }
