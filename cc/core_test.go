@@ -48,9 +48,12 @@ func TestCoreMatchesVectors(t *testing.T) {
 			}
 			in.WriteString(hostParams(p, shared))
 			for _, e := range c.Events {
-				if e.Loss {
+				switch {
+				case e.Loss:
 					fmt.Fprintf(&in, "L %d\n", e.Flow)
-				} else {
+				case e.Undo:
+					fmt.Fprintf(&in, "U %d\n", e.Flow)
+				default:
 					fmt.Fprintf(&in, "A %d %d %d %d\n", e.Flow, e.TUs, e.RTTUs, e.Acked)
 				}
 			}
@@ -143,6 +146,11 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 				if (x>>12)%503 == 0 {
 					fmt.Fprintf(&in, "L %d\n", fi)
 					want = append(want, fs[fi].OnLoss())
+					continue
+				}
+				if (x>>12)%503 == 7 {
+					fmt.Fprintf(&in, "U %d\n", fi)
+					want = append(want, fs[fi].OnUndo())
 					continue
 				}
 				acked := uint32((x >> 40) % 4)

@@ -259,6 +259,10 @@ type Flow struct {
 	roundAcked uint32
 	rounds     uint32
 	bdp        maxFilter
+
+	// State before the last OnLoss, restored by OnUndo (Tuned); undoCwnd
+	// 0 = nothing to undo.
+	undoCwnd, undoBDP, undoCand uint32
 }
 
 // maxFilter is minFilter's mirror image for the delivered-BDP samples
@@ -494,12 +498,31 @@ func (f *Flow) OnLoss() uint32 {
 		return f.cwnd
 	}
 	f.slowStart = false
+	f.undoCwnd, f.undoBDP, f.undoCand = f.cwnd, f.bdp.max, f.bdp.cand
 	if f.p.LossBetaPermille > 0 {
 		f.cwnd = clamp(uint32(uint64(f.cwnd)*uint64(f.p.LossBetaPermille)/1000), f.p.MinCwnd, f.p.MaxCwnd)
 	}
 	// A loss says the link did not carry what the floor remembers.
 	f.bdp.max = min(f.bdp.max, f.cwnd)
 	f.bdp.cand = min(f.bdp.cand, f.cwnd)
+	return f.cwnd
+}
+
+// OnUndo processes the kernel's finding that the last loss was spurious
+// (the TCP stack calls undo_cwnd when timestamps, DSACKs or F-RTO show
+// that the retransmitted segments had not been lost, typically after a
+// retransmission timeout caused by a link outage that only delayed them).
+// Tuned restores the window and the delivered-BDP maximum that the last
+// OnLoss reduced (the larger of the current and the saved value each); the
+// Paper variant, which ignores loss, does nothing. It returns the window.
+func (f *Flow) OnUndo() uint32 {
+	if f.p.Variant != Tuned || f.undoCwnd == 0 {
+		return f.cwnd
+	}
+	f.cwnd = max(f.cwnd, clamp(f.undoCwnd, f.p.MinCwnd, f.p.MaxCwnd))
+	f.bdp.max = max(f.bdp.max, f.undoBDP)
+	f.bdp.cand = max(f.bdp.cand, f.undoCand)
+	f.undoCwnd, f.undoBDP, f.undoCand = 0, 0, 0
 	return f.cwnd
 }
 

@@ -32,9 +32,12 @@ func TestVectors(t *testing.T) {
 			}
 			for i, e := range c.Events {
 				var got uint32
-				if e.Loss {
+				switch {
+				case e.Loss:
 					got = fs[e.Flow].OnLoss()
-				} else {
+				case e.Undo:
+					got = fs[e.Flow].OnUndo()
+				default:
 					got = fs[e.Flow].OnAck(e.TUs, e.RTTUs, e.Acked)
 				}
 				if got != e.Cwnd {

@@ -44,13 +44,15 @@ type VectorParams struct {
 	GateRTTs         uint32 `json:"gate_rtts,omitempty"`
 }
 
-// VectorEvent is an ACK or, with Loss set, entry into loss recovery.
+// VectorEvent is an ACK or, with Loss set, entry into loss recovery, or,
+// with Undo set, the kernel's finding that the last loss was spurious.
 type VectorEvent struct {
 	Flow  int    `json:"flow,omitempty"`
 	TUs   uint64 `json:"t_us"`
 	RTTUs int64  `json:"rtt_us"`
 	Acked uint32 `json:"acked"`
 	Loss  bool   `json:"loss,omitempty"`
+	Undo  bool   `json:"undo,omitempty"` // the kernel's undo of the last loss (OnUndo)
 	Cwnd  uint32 `json:"cwnd"`
 }
 

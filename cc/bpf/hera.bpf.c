@@ -204,11 +204,15 @@ __u32 BPF_PROG(bpf_hera_undo_cwnd, struct sock *sk)
 	 * load instruction used for both the socket and the map value. */
 	__u32 cur = tcp_sk_of(sk)->snd_cwnd;
 	struct hera_state *st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
+	struct hera_params p;
 	__u32 mine;
 
 	if (!st)
 		return cur;
-	mine = st->cwnd;
+	/* The kernel found the loss spurious (timestamps, DSACK, F-RTO): hera
+	 * restores the window and delivered-BDP maximum its loss response cut. */
+	load_params(&p);
+	mine = hera_on_undo(st, &p);
 	barrier_var(mine);
 	return mine;
 }

@@ -75,6 +75,11 @@ struct hera_state {
 	__u32 round_acked;
 	__u32 rounds;
 	struct hera_max bdp;
+	/* state before the last loss, restored by hera_on_undo; undo_cwnd
+	 * 0 = nothing to undo */
+	__u32 undo_cwnd;
+	__u32 undo_bdp;
+	__u32 undo_cand;
 };
 
 static HERA_INLINE __u32 hera_clamp(__u32 v, __u32 lo, __u32 hi)
@@ -117,6 +122,9 @@ static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_param
 	st->bdp.max = 0;
 	st->bdp.cand = 0;
 	st->bdp.stamp = 0;
+	st->undo_cwnd = 0;
+	st->undo_bdp = 0;
+	st->undo_cand = 0;
 }
 
 /* hera_min_update is hera.(*minFilter).update. */
@@ -311,6 +319,9 @@ static HERA_INLINE __u32 hera_on_loss(struct hera_state *st, const struct hera_p
 	if (p->variant != HERA_TUNED)
 		return st->cwnd;
 	st->slow_start = 0;
+	st->undo_cwnd = st->cwnd;
+	st->undo_bdp = st->bdp.max;
+	st->undo_cand = st->bdp.cand;
 	if (p->loss_beta_permille > 0)
 		st->cwnd = hera_clamp((__u32)((__u64)st->cwnd * p->loss_beta_permille / 1000),
 				      p->min_cwnd, p->max_cwnd);
@@ -319,6 +330,27 @@ static HERA_INLINE __u32 hera_on_loss(struct hera_state *st, const struct hera_p
 		st->bdp.max = st->cwnd;
 	if (st->bdp.cand > st->cwnd)
 		st->bdp.cand = st->cwnd;
+	return st->cwnd;
+}
+
+/* hera_on_undo is hera.(*Flow).OnUndo: the kernel found the last loss
+ * spurious; restore the window and the delivered-BDP maximum it reduced. */
+static HERA_INLINE __u32 hera_on_undo(struct hera_state *st, const struct hera_params *p)
+{
+	__u32 c;
+
+	if (p->variant != HERA_TUNED || st->undo_cwnd == 0)
+		return st->cwnd;
+	c = hera_clamp(st->undo_cwnd, p->min_cwnd, p->max_cwnd);
+	if (c > st->cwnd)
+		st->cwnd = c;
+	if (st->undo_bdp > st->bdp.max)
+		st->bdp.max = st->undo_bdp;
+	if (st->undo_cand > st->bdp.cand)
+		st->bdp.cand = st->undo_cand;
+	st->undo_cwnd = 0;
+	st->undo_bdp = 0;
+	st->undo_cand = 0;
 	return st->cwnd;
 }
 

@@ -6,6 +6,7 @@
  *     floor_gain bdp_window_us bucket_packets gate_rtts shared
  *   A flow now_us rtt_us acked
  *   L flow
+ *   U flow  (undo)
  * P starts HOST_FLOWS fresh flows; with shared = 1 they share one path.
  */
 #include <stdint.h>
@@ -57,6 +58,11 @@ int main(void)
 			if (scanf("%u", &flow) != 1 || flow >= HOST_FLOWS)
 				return 2;
 			printf("%u\n", hera_on_loss(&st[flow], &p));
+			break;
+		case 'U':
+			if (scanf("%u", &flow) != 1 || flow >= HOST_FLOWS)
+				return 2;
+			printf("%u\n", hera_on_undo(&st[flow], &p));
 			break;
 		default:
 			return 2;
