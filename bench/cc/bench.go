@@ -43,6 +43,11 @@ type Config struct {
 	// HeraParams overrides the default parameters of "hera" when set.
 	HeraParams *hera.Params
 	Logger     *slog.Logger
+	// TCPInfoDir, if set, gets one file per run (TRACE-ALGO-SEED.tcpinfo)
+	// with flow 0's TCP_INFO every 10 ms: seconds since the start,
+	// snd_cwnd, srtt (µs), min_rtt (µs), pacing rate and delivery rate
+	// (Mbit/s), unacked segments, total retransmits and the CA state.
+	TCPInfoDir string
 }
 
 // Result is one run.
@@ -261,6 +266,12 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 			return err
 		}); err != nil {
 			return res, fmt.Errorf("benchcc: connect flow %d with %s: %w", i, algo, err)
+		}
+		if i == 0 && cfg.TCPInfoDir != "" {
+			stop := make(chan struct{})
+			defer close(stop)
+			path := filepath.Join(cfg.TCPInfoDir, fmt.Sprintf("%s-%s-%d.tcpinfo", filepath.Base(name), algo, seed))
+			go sampleTCPInfo(c, path, flowStart, stop, cfg.Logger)
 		}
 		swg.Add(1)
 		go func(i int, c net.Conn) {

@@ -27,6 +27,26 @@ type simResult struct {
 // the drop and reported at most once per RTT. It is a fast stand-in for
 // the kernel runs when tuning the rule, not a substitute for them.
 func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Duration, flows int) (simResult, []float64) {
+	return simulateHeraOpts(tb, p, tr, dur, flows, simOpts{})
+}
+
+// simOpts are the simulator's models of kernel behaviour beyond the rule.
+type simOpts struct {
+	// rto models the retransmission timeout: when a flow with packets in
+	// flight has had no ACK for srtt + max(4·rttvar, 200 ms), it calls
+	// OnLoss once per silence (the kernel calls ssthresh on the first RTO
+	// of an episode, not on its backoffs). No retransmissions are sent.
+	rto bool
+	// series, if set, gets one line per 100 ms: time (s), flow 0's
+	// window, delivered Mbit/s (all flows) and the downlink's queue.
+	series func(t float64, cwnd uint32, mbps float64, queue int)
+	// undo: the first ACK after such a timeout for a packet sent before it
+	// shows the timeout was spurious (the kernel's timestamp check) and
+	// calls OnUndo.
+	undo bool
+}
+
+func simulateHeraOpts(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Duration, flows int, o simOpts) (simResult, []float64) {
 	tb.Helper()
 	const delay = 10 * time.Millisecond
 	down, err := netem.NewLink(netem.LinkConfig{Trace: tr, Delay: delay, QueuePackets: 1000})
@@ -46,6 +66,9 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 	inflight := make([]int, flows)
 	lossUntil := make([]uint64, flows)
 	srtt := make([]uint64, flows)
+	rttvar := make([]uint64, flows)
+	lastAck := make([]uint64, flows)
+	rtoAt := make([]uint64, flows) // 0 = no timeout pending
 	for i := range fs {
 		if fs[i], err = hera.NewFlowOnPath(p, path); err != nil {
 			tb.Fatal(err)
@@ -67,7 +90,12 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 	var delivered [16]float64
 	perSec := map[uint64][]float64{} // 1 s window -> bytes per flow
 	var qd []float64
+	var stepBytes float64
 	for now := uint64(0); now < to; now += 100 {
+		if o.series != nil && now%100000 == 0 && now > 0 {
+			o.series(float64(now)/1e6, fs[0].Cwnd(), stepBytes*8/0.1/1e6, down.QueueLen())
+			stepBytes = 0
+		}
 		down.Advance(now, func(pk *netem.Packet, at uint64) {
 			if pk.Deq >= from {
 				qd = append(qd, float64(pk.Deq-pk.Enq)/1000)
@@ -78,6 +106,7 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 			pk := atRecv[0].p
 			atRecv = atRecv[1:]
 			m := info[pk]
+			stepBytes += float64(pk.Size)
 			if now >= from {
 				delivered[m.flow] += float64(pk.Size)
 				w := now / 1e6
@@ -99,8 +128,17 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 			m := info[a]
 			delete(info, a)
 			rtt := now - m.sentAt
+			d := rtt - min(rtt, srtt[m.flow]) + srtt[m.flow] - min(rtt, srtt[m.flow])
+			rttvar[m.flow] = (3*rttvar[m.flow] + d) / 4
 			srtt[m.flow] = (7*srtt[m.flow] + rtt) / 8
 			inflight[m.flow]--
+			lastAck[m.flow] = now
+			if at := rtoAt[m.flow]; at != 0 {
+				rtoAt[m.flow] = 0
+				if o.undo && m.sentAt < at {
+					fs[m.flow].OnUndo()
+				}
+			}
 			fs[m.flow].OnAck(now, int64(rtt), 1)
 		}
 		for len(losses) > 0 && losses[0].at <= now {
@@ -113,6 +151,13 @@ func simulateHera(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Durati
 			}
 		}
 		for i, f := range fs {
+			if o.rto && inflight[i] > 0 && rtoAt[i] == 0 && now-lastAck[i] > srtt[i]+max(4*rttvar[i], 200000) {
+				rtoAt[i] = now
+				f.OnLoss()
+			}
+			if inflight[i] == 0 {
+				lastAck[i] = now
+			}
 			for inflight[i] < int(f.Cwnd()) {
 				pk := &netem.Packet{Size: netem.MTU, Enq: now}
 				inflight[i]++
@@ -202,11 +247,16 @@ func TestSimulatedSweep(t *testing.T) {
 	}
 	for _, set := range strings.Split(spec, ";") {
 		p := hera.DefaultParams()
+		var o simOpts
 		for _, kv := range strings.Split(set, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			var n int
 			fmt.Sscan(v, &n)
 			switch k {
+			case "rto":
+				o.rto = n != 0
+			case "undo":
+				o.undo = n != 0
 			case "B":
 				d, _ := time.ParseDuration(v)
 				p.BucketWidth = d
@@ -247,7 +297,7 @@ func TestSimulatedSweep(t *testing.T) {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%-40s", set)
 		for i, tr := range trs {
-			r, _ := simulateHera(t, p, tr, dur, flows)
+			r, _ := simulateHeraOpts(t, p, tr, dur, flows, o)
 			fmt.Fprintf(&b, " %s %.1f/%.0f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
 			if flows > 1 {
 				fmt.Fprintf(&b, "/J%.2f", r.jain1s)
@@ -255,4 +305,35 @@ func TestSimulatedSweep(t *testing.T) {
 		}
 		t.Log(b.String())
 	}
+}
+
+// TestSimulatedSeries writes flow 0's window, the delivered rate and the
+// downlink queue every 100 ms for the default rule on the trace named by
+// XREALM_SIM_SERIES (e.g. mmwave/humanmotion) to XREALM_SIM_SERIES_OUT
+// (default stdout of the test log), with the sweep's keys in
+// XREALM_SIM_SWEEP applying if set (one set).
+func TestSimulatedSeries(t *testing.T) {
+	name := os.Getenv("XREALM_SIM_SERIES")
+	if name == "" {
+		t.Skip("skipping: set XREALM_SIM_SERIES to a trace to print a simulated time series")
+	}
+	tr, err := netem.LoadTrace(filepath.Join("../../../shared/traces", name))
+	if err != nil {
+		t.Skip(err)
+	}
+	p := hera.DefaultParams()
+	var b strings.Builder
+	o := simOpts{series: func(ts float64, cwnd uint32, mbps float64, q int) {
+		fmt.Fprintf(&b, "%.1f %d %.1f %d\n", ts, cwnd, mbps, q)
+	}}
+	dur := 60 * time.Second
+	r, _ := simulateHeraOpts(t, p, tr, dur, 1, o)
+	if out := os.Getenv("XREALM_SIM_SERIES_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		t.Log("\n" + b.String())
+	}
+	t.Logf("%s: %.1f Mbit/s, p95 %.1f ms", name, r.mbps, r.p95ms)
 }

@@ -46,6 +46,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	qoeRate := fs.Float64("qoe-mbps", 20, "bitrate of the --qoe stream in Mbit/s")
 	qoeFPS := fs.Int("qoe-fps", 60, "frames per second of the --qoe stream")
 	heraArgs := fs.String("hera-args", "", "flags of `xrealm cc load hera` that change hera's parameters for this run, e.g. \"--bucket 4ms\"")
+	tcpInfo := fs.String("tcpinfo-dir", "", "write flow 0's TCP_INFO every 10 ms to a file per run in this directory (diagnostics)")
 	out := fs.String("out", "bench/cc/out", "output directory (results.jsonl is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
 	if err := fs.Parse(args); err != nil {
@@ -69,7 +70,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	cfg := benchcc.Config{
 		Algos: strings.Split(*algos, ","), Duration: *dur, Delay: *delay,
 		QueuePackets: *queue, Flows: *flows, OutDir: *out,
-		QoE: *qoe, QoERate: *qoeRate * 1e6, QoEFPS: *qoeFPS,
+		QoE: *qoe, QoERate: *qoeRate * 1e6, QoEFPS: *qoeFPS, TCPInfoDir: *tcpInfo,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}
 	if *heraArgs != "" {

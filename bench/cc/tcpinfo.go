@@ -1,0 +1,52 @@
+package benchcc
+
+import (
+	"bufio"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sampleTCPInfo writes c's TCP_INFO to path every 10 ms until stop is
+// closed (see Config.TCPInfoDir). It is a diagnostic: errors are logged,
+// not returned.
+func sampleTCPInfo(c net.Conn, path string, start time.Time, stop <-chan struct{}, log *slog.Logger) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		log.Warn("benchcc: tcpinfo", "err", err)
+		return
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	defer w.Flush()
+	fmt.Fprintln(w, "# t_s cwnd srtt_us min_rtt_us pacing_mbps delivery_mbps unacked retrans ca_state")
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var ti *unix.TCPInfo
+		var gerr error
+		if err := raw.Control(func(fd uintptr) { ti, gerr = unix.GetsockoptTCPInfo(int(fd), unix.SOL_TCP, unix.TCP_INFO) }); err != nil || gerr != nil {
+			return
+		}
+		fmt.Fprintf(w, "%.3f %d %d %d %.1f %.1f %d %d %d\n", time.Since(start).Seconds(), ti.Snd_cwnd, ti.Rtt, ti.Min_rtt,
+			float64(ti.Pacing_rate)*8/1e6, float64(ti.Delivery_rate)*8/1e6, ti.Unacked, ti.Total_retrans, ti.Ca_state)
+	}
+}
