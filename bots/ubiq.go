@@ -145,7 +145,8 @@ type ubiqLink struct {
 	joinOnce                  sync.Once
 
 	// Used by SendPose only, from the bot's sender goroutine.
-	buf      []byte
+	buf      []byte // the pose's payload
+	out      []byte // the frames of one write
 	req      []byte // a position request
 	ping     []byte // the Ping request, the same every time
 	lastPing time.Time
@@ -159,16 +160,19 @@ func (l *ubiqLink) join(room string) error {
 		UUID: l.peer, SceneID: l.sceneID, ClientID: l.clientID, Keys: []string{}, Values: []string{}}})
 }
 
+// SendPose sends the pose, and the Ping and position request when they are
+// due, in one write: frames for the server go first, in the same system
+// call as the pose (a client with Nagle on, as Ubiq's are, coalesces them
+// too).
 func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 	now := time.Unix(0, sentNanos)
+	l.out = l.out[:0]
 	if now.Sub(l.lastPing) >= time.Second {
 		l.lastPing = now
 		if l.ping == nil {
 			l.ping = ubiq.EncodeRequest("Ping", ubiq.ClientArgs{ClientID: l.clientID})
 		}
-		if err := l.c.Send(ubiq.ServerID, l.ping); err != nil {
-			return err
-		}
+		l.out = ubiq.AppendFrame(l.out, ubiq.ServerID, l.ping)
 	}
 	switch l.t.Mode {
 	case UbiqKNN:
@@ -179,9 +183,7 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 		if now.Sub(l.lastPos) >= every {
 			l.lastPos = now
 			l.req = ubiq.AppendPositionRequest(l.req[:0], p.Pos.X, p.Pos.Y, p.Pos.Z)
-			if err := l.c.Send(ubiq.ServerID, l.req); err != nil {
-				return err
-			}
+			l.out = ubiq.AppendFrame(l.out, ubiq.ServerID, l.req)
 		}
 	case UbiqGrid:
 		size := l.t.CellSize
@@ -195,6 +197,12 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 		cell := interest.Grid{Size: size}.CellOf(interest.Vec3{X: p.Pos.X, Y: p.Pos.Y, Z: p.Pos.Z})
 		if !l.inCell || cell != l.cell {
 			l.cell, l.inCell = cell, true
+			if len(l.out) > 0 { // the Ping goes before the Join
+				if err := l.c.SendFrames(l.out); err != nil {
+					return err
+				}
+				l.out = l.out[:0]
+			}
 			if err := l.join(interest.FormatUUID(interest.CellRoomID(l.t.Shard, cell))); err != nil {
 				return err
 			}
@@ -212,7 +220,8 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 		size = 500
 	}
 	l.buf = AppendPose(l.buf[:0], l.objectID, p, sentNanos, size)
-	return l.c.Send(l.object, l.buf)
+	l.out = ubiq.AppendFrame(l.out, l.object, l.buf)
+	return l.c.SendFrames(l.out)
 }
 
 // What AppendPose writes before the object id, and from the end of the

@@ -154,6 +154,19 @@ func (c *Client) Send(id NetworkId, payload []byte) error {
 	return c.writeLocked(c.buf)
 }
 
+// SendFrames sends b, whole frames made with AppendFrame, in one write on
+// TCP (one system call for several frames, as a batching client would);
+// on WebSocket each frame is still its own message.
+func (c *Client) SendFrames(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.ws == nil {
+		return c.writeLocked(b)
+	}
+	_, err := SplitFrames(b, c.writeLocked)
+	return err
+}
+
 // WriteRaw writes bytes as they are (tests of malformed input).
 func (c *Client) WriteRaw(b []byte) error {
 	c.wmu.Lock()

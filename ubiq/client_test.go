@@ -96,3 +96,33 @@ func TestSlab(t *testing.T) {
 		}
 	}
 }
+
+// TestClientSendFrames: several frames given to SendFrames at once (a
+// server request and a relayed frame) all arrive, over TCP (one write) and
+// over WebSocket (one message each, as the server requires).
+func TestClientSendFrames(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	for _, tc := range []struct{ name, addr string }{{"tcp", ts.tcp}, {"websocket", ts.ws}} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := dialPeer(t, tc.addr), dialPeer(t, tc.addr)
+			room := newUUID()
+			a.join(JoinArgs{UUID: room})
+			b.join(JoinArgs{UUID: room})
+			obj := NetworkId{A: 77, B: 1}
+			var out []byte
+			out = AppendFrame(out, ServerID, EncodeRequest("Ping", ClientArgs{ClientID: a.clientID}))
+			out = AppendFrame(out, obj, []byte("pose one"))
+			out = AppendFrame(out, obj, []byte("pose two"))
+			if err := a.c.SendFrames(out); err != nil {
+				t.Fatal(err)
+			}
+			a.expect("Ping")
+			for _, want := range []string{"pose one", "pose two"} {
+				f := b.frame()
+				if f.to != obj || string(f.frame[HeaderSize:]) != want {
+					t.Fatalf("got %v %q, want %v %q", f.to, f.frame[HeaderSize:], obj, want)
+				}
+			}
+		})
+	}
+}

@@ -56,7 +56,8 @@ type conn struct {
 
 	// Owned by the request goroutine (requests to the server are handled
 	// apart from the read loop, so that slow room-state operations never
-	// hold up relayed frames).
+	// hold up relayed frames), and by the read loop while that goroutine
+	// is idle (position updates, see serve).
 	room      *room
 	posBuf    []byte
 	me        memberRecord
@@ -107,11 +108,17 @@ func (c *conn) serve() {
 	defer m.connections.Dec()
 	defer c.cleanup()
 	reqs := make(chan []byte, 256)
+	// inFlight counts requests handed to the request goroutine and not yet
+	// done. While it is zero that goroutine is idle, so the read loop may
+	// take a position update itself, in order, without a hand-off (the
+	// atomic orders the goroutines' accesses to the connection's state).
+	var inFlight atomic.Int32
 	handled := make(chan struct{})
 	go func() {
 		defer close(handled)
 		for p := range reqs {
 			c.request(p)
+			inFlight.Add(-1)
 		}
 	}()
 	defer func() { close(reqs); <-handled }()
@@ -125,6 +132,13 @@ func (c *conn) serve() {
 		m.bytesIn.Add(float64(len(f)))
 		if IDOf(f) == ServerID {
 			c.lastServer.Store(time.Now().UnixNano())
+			if inFlight.Load() == 0 {
+				if p, ok := positionRequest(f[HeaderSize:]); ok {
+					c.setPosition(p)
+					continue
+				}
+			}
+			inFlight.Add(1)
 			reqs <- f[HeaderSize:]
 			continue
 		}

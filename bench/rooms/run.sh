@@ -12,8 +12,9 @@
 # --write-linger`), LINGER10 (default 40ms) the one of the 10 Hz group.
 # PIN=1 pins the bots to CPU 0 and the server to CPU 1 (taskset), and adds
 # -pinned to the run names. NICE=-10 runs bots and server at that
-# niceness (as root), so that jobs outside the lock (builds, tests) cannot
-# take their cores. UBIQ_NODE is a Ubiq checkout's Node/ directory
+# niceness (as root), in a session of their own whose autogroup gets the
+# same nice, so that jobs outside the lock (builds, tests) cannot take
+# their cores. UBIQ_NODE is a Ubiq checkout's Node/ directory
 # (after npm install) for the side-by-side row.
 set -e
 D=$(cd "$(dirname "$0")" && pwd)
@@ -41,7 +42,17 @@ run() {
 	{
 		echo "# load before: $(cat /proc/loadavg)"
 		echo "# binary: $X, built $(date -u -r "$X" +%FT%TZ); pinned: ${PIN:-0}; nice: ${NICE:-0}"
-		$BOTS "$X" bench rooms --out "$D/$name.csv" $PINSRV "$@" 2>"/tmp/rooms-$name.log" || echo "# bench failed: $(tail -1 "/tmp/rooms-$name.log")"
+		# A session of its own (setsid), so that NICE can also be given to
+		# its autogroup: with autogroups on, nice alone only ranks
+		# processes of the same session, and other sessions' jobs got as
+		# much CPU as bots and server together (round 4).
+		setsid $BOTS "$X" bench rooms --out "$D/$name.csv" $PINSRV "$@" 2>"/tmp/rooms-$name.log" &
+		pid=$!
+		if [ -n "$NICE" ] && [ -w /proc/$pid/autogroup ]; then
+			echo "$NICE" >/proc/$pid/autogroup 2>/dev/null || true
+			echo "# autogroup: $(cat /proc/$pid/autogroup 2>/dev/null)"
+		fi
+		wait $pid || echo "# bench failed: $(tail -1 "/tmp/rooms-$name.log")"
 		echo "# load after: $(cat /proc/loadavg)"
 		echo "# server and bench log lines (in /tmp/rooms-$name.log): $(wc -l <"/tmp/rooms-$name.log")"
 	} | tee "$D/$name.txt"
@@ -91,5 +102,5 @@ if [ -n "$G" ]; then
 	exit
 fi
 for g in ${*:-base knn boids grid knn10}; do
-	flock "$LOCK" "$0" --locked "$X" "$g"
+	flock -o "$LOCK" "$0" --locked "$X" "$g"
 done
