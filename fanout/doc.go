@@ -10,7 +10,11 @@
 // one system call per batch instead of one per message. With a linger
 // interval (Options.Linger), a connection with steady traffic writes at most
 // once per interval, but an urgent frame (an interaction or an
-// acknowledgement, Frame.Urgent) ends the wait at once. When the queue is
+// acknowledgement, Frame.Urgent) ends the wait at once. The ends of the
+// linger intervals are kept by one Clock per node: its timer writes every
+// connection due at about the same time, on its own goroutine, with one
+// non-blocking system call each, so a lingering write costs no timer and no
+// goroutine hand-off of its own. When the queue is
 // full, a frame with a coalescing key replaces the queued frame with the same
 // key (a newer pose of the same object), and otherwise it is dropped and
 // counted; the queue never grows without bound and a slow reader never slows

@@ -35,6 +35,9 @@ type Options struct {
 	// WriteTimeout closes a connection whose writes make no progress for this
 	// long (default 30s).
 	WriteTimeout time.Duration
+	// Clock schedules the lingering writes; one clock should serve all of a
+	// node's connections. nil = the Writer makes its own.
+	Clock *Clock
 }
 
 func (o *Options) defaults() {
@@ -55,11 +58,15 @@ type Conn interface {
 	SetWriteDeadline(time.Time) error
 }
 
-// Writer is a bounded outgoing queue drained by its own goroutine.
+// Writer is a bounded outgoing queue. Its frames are written by the
+// goroutine that enqueues them when the connection is idle, by the Clock
+// when a linger ends, and by the Writer's own goroutine when a write must
+// wait for the socket (or the connection is not a plain socket).
 type Writer struct {
-	conn Conn
-	raw  syscall.RawConn // for inline writes; nil if conn is not a socket
-	opt  Options
+	conn  Conn
+	raw   syscall.RawConn // for inline writes; nil if conn is not a socket
+	opt   Options
+	clock *Clock
 
 	mu     sync.Mutex
 	queue  []Frame
@@ -71,13 +78,15 @@ type Writer struct {
 	// by an inline write, so that the two never interleave.
 	busy bool
 	buf  []byte // the inline writer's batch buffer; used only under busy
+	// urgentQ is set while an urgent frame is queued.
+	urgentQ bool
+	// scheduled is set while the writer has an entry in its clock.
+	scheduled bool
 
-	epoch time.Time
-	last  atomic.Int64 // end of the last write, in ns since epoch
+	last atomic.Int64 // end of the last write, in ns since the clock's epoch
 
-	wake   chan struct{}
-	urgent chan struct{} // cuts a linger short
-	done   chan struct{}
+	wake chan struct{} // the writer goroutine has frames to write
+	done chan struct{}
 
 	dropped   atomic.Uint64
 	coalesced atomic.Uint64
@@ -90,8 +99,11 @@ type Writer struct {
 // called once when a write fails; the writer then discards further frames.
 func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	opt.defaults()
-	w := &Writer{conn: conn, opt: opt, wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{}), epoch: time.Now()}
-	w.last.Store(-int64(opt.Linger))
+	w := &Writer{conn: conn, opt: opt, clock: opt.Clock, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if w.clock == nil {
+		w.clock = NewClock()
+	}
+	w.last.Store(w.clock.now() - int64(opt.Linger))
 	// Inline writes go straight to the socket, so only for plain sockets:
 	// a wrapper (TLS, WebSocket) must see every byte through its Write.
 	var sc syscall.Conn
@@ -148,6 +160,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 		n := len(w.queue) + 1
 		w.queue = w.queue[:0]
 		w.bytes = 0
+		w.urgentQ = false
 		w.mu.Unlock()
 		w.writeInline(f.Bytes, n)
 		return Queued
@@ -164,17 +177,9 @@ func (w *Writer) Enqueue(f Frame) Result {
 	}
 	w.queue = append(w.queue, f)
 	w.bytes += len(f.Bytes)
-	if len(w.queue) == 1 {
-		select { // under mu, so that Close cannot close wake meanwhile
-		case w.wake <- struct{}{}:
-		default:
-		}
-	}
-	if f.Urgent {
-		select {
-		case w.urgent <- struct{}{}:
-		default:
-		}
+	w.urgentQ = w.urgentQ || f.Urgent
+	if !w.busy { // otherwise the write under way schedules the next
+		w.schedule()
 	}
 	w.mu.Unlock()
 	return Queued
@@ -182,13 +187,79 @@ func (w *Writer) Enqueue(f Frame) Result {
 
 // sinceLast is the time since the end of the last write.
 func (w *Writer) sinceLast() time.Duration {
-	return time.Since(w.epoch) - time.Duration(w.last.Load())
+	return time.Duration(w.clock.now() - w.last.Load())
+}
+
+// schedule arranges the next write of what is queued; w.mu is held and no
+// write is under way. Urgent frames, errors to report, and a connection
+// that is not a socket and is due now go to the writer goroutine; the rest
+// waits for the clock at the end of the linger interval.
+func (w *Writer) schedule() {
+	if len(w.queue) == 0 && w.err == nil {
+		return
+	}
+	at := w.last.Load() + int64(w.opt.Linger)
+	if w.urgentQ || w.err != nil || w.opt.Linger == 0 || (w.raw == nil && at <= w.clock.now()) {
+		w.signal()
+		return
+	}
+	if !w.scheduled {
+		w.scheduled = true
+		w.clock.add(w, at)
+	}
+}
+
+// signal wakes the writer goroutine; w.mu is held.
+func (w *Writer) signal() {
+	if w.closed {
+		return // Close has woken it for the last time
+	}
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fire is the clock's call at the end of the linger interval. On a socket,
+// it writes what is queued on the clock's goroutine with one non-blocking
+// system call; otherwise it wakes the writer goroutine.
+func (w *Writer) fire() {
+	w.mu.Lock()
+	w.scheduled = false
+	if w.closed || w.busy || len(w.queue) == 0 {
+		// Close flushes; a write under way schedules the next itself.
+		w.mu.Unlock()
+		return
+	}
+	if w.raw == nil || w.err != nil || w.urgentQ {
+		w.signal()
+		w.mu.Unlock()
+		return
+	}
+	if at := w.last.Load() + int64(w.opt.Linger); at > w.clock.now()+int64(clockSlack) {
+		// An inline write went out since this was scheduled.
+		w.scheduled = true
+		w.clock.add(w, at)
+		w.mu.Unlock()
+		return
+	}
+	w.busy = true
+	w.buf = w.buf[:0]
+	for i := range w.queue {
+		w.buf = append(w.buf, w.queue[i].Bytes...)
+		w.queue[i] = Frame{}
+	}
+	n := len(w.queue)
+	w.queue = w.queue[:0]
+	w.bytes = 0
+	w.mu.Unlock()
+	w.writeInline(nil, n)
 }
 
 // writeInline writes w.buf (the frames that were queued) followed by b, n
 // frames in all, with one non-blocking write on the caller's goroutine;
 // w.busy is held. The unwritten rest, if any, goes to the front of the
-// queue for the writer goroutine.
+// queue for the writer goroutine, which waits for the socket.
 func (w *Writer) writeInline(b []byte, n int) {
 	out := b
 	if len(w.buf) > 0 {
@@ -218,7 +289,7 @@ func (w *Writer) writeInline(b []byte, n int) {
 	if werr == nil && err != nil {
 		werr = err
 	}
-	w.last.Store(int64(time.Since(w.epoch)))
+	w.last.Store(w.clock.now())
 	var rest []byte
 	if werr == nil && sent < len(out) {
 		rest = out[sent:]
@@ -243,21 +314,13 @@ func (w *Writer) writeInline(b []byte, n int) {
 		copy(w.queue[1:], w.queue)
 		w.queue[0] = Frame{Bytes: rest, Urgent: true}
 		w.bytes += len(rest)
+		w.urgentQ = true
 	default:
 		w.written.Add(uint64(n))
 		w.batches.Add(1)
 		w.inline.Add(uint64(n))
 	}
-	if (len(w.queue) > 0 || w.err != nil) && !w.closed {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
-		select {
-		case w.urgent <- struct{}{}:
-		default:
-		}
-	}
+	w.schedule()
 	w.mu.Unlock()
 }
 
@@ -284,26 +347,7 @@ func (w *Writer) replaceLocked(f Frame) bool {
 func (w *Writer) loop(onError func(error)) {
 	defer close(w.done)
 	st := writerState{onError: onError}
-	var linger *time.Timer
 	for range w.wake {
-		if w.opt.Linger > 0 {
-			if wait := w.opt.Linger - w.sinceLast(); wait > 0 && !w.queuedUrgent() {
-				if linger == nil {
-					linger = time.NewTimer(wait)
-				} else {
-					linger.Reset(wait)
-				}
-				select {
-				case <-linger.C:
-				case <-w.urgent:
-					linger.Stop()
-				}
-			}
-		}
-		select { // an urgent signal for frames about to be written is spent
-		case <-w.urgent:
-		default:
-		}
 		if w.flush(&st) {
 			return
 		}
@@ -349,6 +393,7 @@ func (w *Writer) flush(st *writerState) bool {
 		batch := w.queue
 		w.queue, w.spare = w.spare[:0], nil
 		w.bytes = 0
+		w.urgentQ = false
 		closed, err := w.closed, w.err
 		w.busy = len(batch) > 0
 		w.mu.Unlock()
@@ -379,7 +424,7 @@ func (w *Writer) flush(st *writerState) bool {
 				w.batches.Add(1)
 			}
 		}
-		w.last.Store(int64(time.Since(w.epoch)))
+		w.last.Store(w.clock.now())
 		w.mu.Lock()
 		w.busy = false
 		if w.spare == nil {
@@ -388,6 +433,10 @@ func (w *Writer) flush(st *writerState) bool {
 		if err != nil && w.err == nil {
 			w.err = err
 		}
+		lingering := w.opt.Linger > 0 && !w.closed
+		if lingering && err == nil {
+			w.schedule() // the next batch waits for the linger interval
+		}
 		w.mu.Unlock()
 		if err != nil {
 			st.report(err)
@@ -395,22 +444,10 @@ func (w *Writer) flush(st *writerState) bool {
 		if cap(st.buf) > 1<<20 {
 			st.buf = nil // do not keep a large burst's buffer forever
 		}
-		if w.opt.Linger > 0 && !closed {
-			return false // the next frame waits for the linger interval
+		if lingering {
+			return false
 		}
 	}
-}
-
-// queuedUrgent reports whether an urgent frame waits in the queue.
-func (w *Writer) queuedUrgent() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for i := range w.queue {
-		if w.queue[i].Urgent {
-			return true
-		}
-	}
-	return false
 }
 
 // Close stops accepting frames, lets the writer send what is queued, and
@@ -423,11 +460,7 @@ func (w *Writer) Close() {
 		return
 	}
 	w.closed = true
-	close(w.wake)
-	select { // do not wait out a linger
-	case w.urgent <- struct{}{}:
-	default:
-	}
+	close(w.wake) // the goroutine writes what is queued and ends
 	w.mu.Unlock()
 	<-w.done
 }

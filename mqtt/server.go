@@ -71,6 +71,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = 1 << 20
 	}
+	if cfg.Writer.Clock == nil { // one clock for all of this server's connections
+		cfg.Writer.Clock = fanout.NewClock()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/httpapi"
 	"github.com/xrealm/xrealm/mqtt"
 	"github.com/xrealm/xrealm/persist"
@@ -135,6 +136,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}()
 
+	// The MQTT and Ubiq front ends share one clock for their lingering
+	// writes.
+	if cfg.Writer.Clock == nil {
+		cfg.Writer.Clock = fanout.NewClock()
+	}
 	frontJS, err := s.bus.JetStream(ctx, front)
 	if err != nil {
 		return nil, err

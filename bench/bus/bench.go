@@ -262,6 +262,15 @@ func (b *runner) system(ctx context.Context, name string) (*System, error) {
 	var s *System
 	var err error
 	switch base, extra, variant := strings.Cut(name, ":"); {
+	case strings.HasPrefix(name, "xrealm@"):
+		// Another build of xrealm, e.g. "xrealm@/tmp/old/xrealm", to compare
+		// two builds side by side.
+		bin := strings.TrimPrefix(name, "xrealm@")
+		s, err = StartXrealm(ctx, b.work, XrealmOptions{Command: []string{bin}, Env: b.cfg.XrealmEnv, Flags: b.cfg.XrealmFlags,
+			Name: fmt.Sprintf("xrealm-v%d", len(b.systems))})
+		if s != nil {
+			s.Name = name
+		}
 	case variant && (base == "xrealm" || base == "xrealm-insecure"):
 		// A variant: xrealm with more serve flags, e.g.
 		// "xrealm:--write-linger=2ms".
@@ -279,7 +288,7 @@ func (b *runner) system(ctx context.Context, name string) (*System, error) {
 		}
 		s, err = StartMosquitto(ctx, b.work, b.cfg.Mosquitto)
 	default:
-		err = fmt.Errorf("unknown system %q (want xrealm, xrealm-insecure, mosquitto, or xrealm:FLAGS)", name)
+		err = fmt.Errorf("unknown system %q (want xrealm, xrealm-insecure, mosquitto, xrealm:FLAGS or xrealm@EXECUTABLE)", name)
 	}
 	if err != nil {
 		return nil, err

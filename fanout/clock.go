@@ -1,0 +1,130 @@
+package fanout
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Clock schedules the lingering writes of many Writers with one timer. When
+// a busy connection's linger interval ends, the clock writes what it has
+// queued on the timer's own goroutine, with one non-blocking system call,
+// together with every other connection due at about the same time. A
+// lingering write thus costs no timer and no goroutine hand-off of its own.
+// A connection whose socket is full, or that is not a plain socket (TLS,
+// WebSocket), is handed to its Writer's goroutine instead.
+//
+// One Clock serves a node's connections (Options.Clock); a Writer without
+// one makes its own. A Clock needs no closing: it runs nothing while no
+// write is due.
+type Clock struct {
+	epoch time.Time
+
+	mu    sync.Mutex
+	heap  []clockEntry // min-heap by at
+	timer *time.Timer
+	armed int64 // the time the timer is set for, in ns since epoch; -1 = not set
+
+	fires atomic.Uint64
+}
+
+type clockEntry struct {
+	at int64 // ns since the clock's epoch
+	w  *Writer
+}
+
+// clockSlack is how early a write may go: a fire takes every connection
+// due within it, so that nearby deadlines share a timer.
+const clockSlack = 500 * time.Microsecond
+
+// NewClock returns a clock with nothing scheduled.
+func NewClock() *Clock {
+	c := &Clock{epoch: time.Now(), armed: -1}
+	c.timer = time.AfterFunc(time.Hour, c.fire)
+	c.timer.Stop()
+	return c
+}
+
+// Fires counts the clock's timer firings.
+func (c *Clock) Fires() uint64 { return c.fires.Load() }
+
+// now is the time in ns since the clock's epoch.
+func (c *Clock) now() int64 { return int64(time.Since(c.epoch)) }
+
+// add schedules a write of w at at (ns since the epoch). The caller holds
+// w.mu; the lock order is Writer, then Clock.
+func (c *Clock) add(w *Writer, at int64) {
+	c.mu.Lock()
+	c.push(clockEntry{at: at, w: w})
+	if c.armed < 0 || at < c.armed {
+		c.arm(at)
+	}
+	c.mu.Unlock()
+}
+
+// arm sets the timer for at; c.mu is held.
+func (c *Clock) arm(at int64) {
+	c.armed = at
+	c.timer.Reset(time.Duration(at - c.now()))
+}
+
+// fire runs on the timer's goroutine: it takes every writer due within
+// clockSlack and lets each write. Fires may overlap; each Writer guards
+// its own state.
+func (c *Clock) fire() {
+	c.fires.Add(1)
+	var stack [64]*Writer
+	due := stack[:0]
+	c.mu.Lock()
+	c.armed = -1
+	limit := c.now() + int64(clockSlack)
+	for len(c.heap) > 0 && c.heap[0].at <= limit {
+		due = append(due, c.pop().w)
+	}
+	if len(c.heap) > 0 {
+		c.arm(c.heap[0].at)
+	}
+	c.mu.Unlock()
+	for _, w := range due {
+		w.fire()
+	}
+}
+
+func (c *Clock) push(e clockEntry) {
+	h := append(c.heap, e)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].at <= h[i].at {
+			break
+		}
+		h[p], h[i] = h[i], h[p]
+		i = p
+	}
+	c.heap = h
+}
+
+func (c *Clock) pop() clockEntry {
+	h := c.heap
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h[last] = clockEntry{}
+	h = h[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h[l].at < h[m].at {
+			m = l
+		}
+		if r < len(h) && h[r].at < h[m].at {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	c.heap = h
+	return top
+}

@@ -1,0 +1,90 @@
+package fanout
+
+import (
+	"math/rand/v2"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The clock's heap gives entries back in time order.
+func TestClockHeapOrder(t *testing.T) {
+	c := NewClock()
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 1000; i++ {
+		c.push(clockEntry{at: r.Int64N(1e6)})
+	}
+	prev := int64(-1)
+	for len(c.heap) > 0 {
+		e := c.pop()
+		if e.at < prev {
+			t.Fatalf("popped %d after %d", e.at, prev)
+		}
+		prev = e.at
+	}
+}
+
+// Many sockets sharing one clock: steady traffic lingers, every frame
+// arrives in order on every connection, the clock's timer writes the
+// batches, and an urgent frame still goes at once.
+func TestClockSharedBySockets(t *testing.T) {
+	const conns, frames, size = 20, 200, 64
+	clock := NewClock()
+	var ws []*Writer
+	var readers sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		server, client := tcpPair(t)
+		w := NewWriter(server, Options{Linger: 5 * time.Millisecond, Clock: clock}, nil)
+		ws = append(ws, w)
+		readers.Add(1)
+		go func(c net.Conn) {
+			defer readers.Done()
+			readNumbered(t, c, frames, size)
+		}(client)
+	}
+	for n := 0; n < frames; n++ {
+		for _, w := range ws {
+			if w.Enqueue(Frame{Bytes: numbered(uint32(n), size), Key: "pose"}) != Queued {
+				t.Fatalf("frame %d not queued", n)
+			}
+		}
+		if n%20 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	readers.Wait()
+	var batches uint64
+	for _, w := range ws {
+		batches += w.Stats().Batches
+	}
+	if batches >= conns*frames/2 {
+		t.Errorf("%d writes for %d frames: the linger did not batch", batches, conns*frames)
+	}
+	if clock.Fires() == 0 {
+		t.Error("the clock never fired: lingering writes did not go through it")
+	}
+	for _, w := range ws {
+		w.Close()
+	}
+}
+
+// A connection that is not a socket is written by its goroutine when the
+// shared clock says its linger is over.
+func TestClockWakesNonSocketWriter(t *testing.T) {
+	clock := NewClock()
+	c := &pipeConn{}
+	w := NewWriter(c, Options{Linger: 10 * time.Millisecond, Clock: clock}, nil)
+	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: at once
+	waitFor(t, func() bool { return w.Stats().Written == 1 })
+	w.Enqueue(Frame{Bytes: []byte("b")})
+	w.Enqueue(Frame{Bytes: []byte("c")})
+	waitFor(t, func() bool { return w.Stats().Written == 3 })
+	if got := c.String(); got != "abc" {
+		t.Fatalf("wrote %q, want abc", got)
+	}
+	if clock.Fires() == 0 {
+		t.Error("the lingering frames were not written on the clock's schedule")
+	}
+	w.Close()
+}
