@@ -105,6 +105,9 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = DefaultMaxFrame
 	}
+	if cfg.Writer.Clock == nil { // one clock for all of this server's connections
+		cfg.Writer.Clock = fanout.NewClock()
+	}
 	if cfg.PeerTimeout <= 0 {
 		cfg.PeerTimeout = 10 * time.Second
 	}
