@@ -171,9 +171,9 @@ func DefaultParams() Params {
 		LossBetaPermille: 700,
 		MinRTTWindow:     10 * time.Second,
 		Pacing:           true,
-		FloorGainEighths: 8,
-		BDPWindow:        500 * time.Millisecond,
-		BucketPackets:    8,
+		FloorGainEighths: 9,
+		BDPWindow:        4 * time.Second,
+		BucketPackets:    10,
 		GateRTTs:         2,
 		PacingMaxRTTs:    2,
 	}

@@ -182,7 +182,15 @@ func TestTunedTracksTargetDelay(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := DefaultParams()
-			target := p.BucketWidth * time.Duration(p.Buckets/2)
+			// The bucket is at least BucketPackets packet times wide (at
+			// most BucketPacketsMaxWidths·B): on the 20 Mbit/s path that is
+			// 10 × 0.59 ms, so the target there is 17.6 ms, not 7.5 ms.
+			w := p.BucketWidth
+			if p.BucketPackets > 0 {
+				pkt := time.Duration(float64(time.Millisecond) / tt.rate)
+				w = max(w, min(time.Duration(p.BucketPackets)*pkt, BucketPacketsMaxWidths*p.BucketWidth))
+			}
+			target := w * time.Duration(p.Buckets/2)
 			q, util, _ := simulate(t, p, tt.rate, tt.base, 1)
 			if util < 0.9 {
 				t.Errorf("utilisation %.2f, want >= 0.9", util)

@@ -39,10 +39,10 @@ const volatile __u32 p_init_cwnd = 10;
 const volatile __u32 p_decrease_shift = HERA_VARIANT == HERA_TUNED ? 3 : 0;
 const volatile __u32 p_loss_beta_permille = HERA_VARIANT == HERA_TUNED ? 700 : 0;
 const volatile __u64 p_min_rtt_window_us = 10000000;
-const volatile __u32 p_floor_gain_eighths = HERA_VARIANT == HERA_TUNED ? 8 : 0;
-const volatile __u64 p_bdp_window_us = 500000;
+const volatile __u32 p_floor_gain_eighths = HERA_VARIANT == HERA_TUNED ? 9 : 0;
+const volatile __u64 p_bdp_window_us = 4000000;
 const volatile __u32 p_pacing = HERA_VARIANT == HERA_TUNED;
-const volatile __u32 p_bucket_packets = HERA_VARIANT == HERA_TUNED ? 8 : 0;
+const volatile __u32 p_bucket_packets = HERA_VARIANT == HERA_TUNED ? 10 : 0;
 const volatile __u32 p_gate_rtts = HERA_VARIANT == HERA_TUNED ? 2 : 0;
 const volatile __u32 p_pacing_max_rtts = HERA_VARIANT == HERA_TUNED ? 2 : 0;
 
