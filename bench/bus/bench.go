@@ -153,7 +153,13 @@ type Interaction struct {
 	P90ms      float64 `json:"p90_ms"`
 	P99ms      float64 `json:"p99_ms"`
 	MaxMs      float64 `json:"max_ms"`
-	Error      string  `json:"error,omitempty"`
+	// The click path in hops, medians: the clicker's own click back from
+	// the broker (one hop out and back, through the broker), the click to
+	// the agent, and the agent's answer to the clicker (Go agent only).
+	EchoP50ms      float64 `json:"echo_p50_ms,omitempty"`
+	ToAgentP50ms   float64 `json:"to_agent_p50_ms,omitempty"`
+	FromAgentP50ms float64 `json:"from_agent_p50_ms,omitempty"`
+	Error          string  `json:"error,omitempty"`
 }
 
 // Results is everything one run measured.

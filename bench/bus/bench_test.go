@@ -89,6 +89,9 @@ func TestSmokeBench(t *testing.T) {
 		if it.Error != "" || it.Answered == 0 {
 			t.Errorf("interaction %s/%s with %d background users: %d answered, error %q", it.System, it.Agent, it.Background, it.Answered, it.Error)
 		}
+		if it.Agent == "go (bots client)" && (it.EchoP50ms <= 0 || it.ToAgentP50ms <= 0 || it.FromAgentP50ms <= 0) {
+			t.Errorf("interaction %s with %d background users: hops not measured (echo %v, to agent %v, from agent %v)", it.System, it.Background, it.EchoP50ms, it.ToAgentP50ms, it.FromAgentP50ms)
+		}
 	}
 
 	md, err := os.ReadFile(filepath.Join(cfg.Out, "RESULTS.md"))

@@ -32,6 +32,9 @@ type ClickAgent struct {
 	base    string
 	topic   string
 	answers int
+	// When the last click arrived and when its answer was sent (Unix ns),
+	// to split click-to-update latency into its two hops.
+	clickAt, answerAt atomic.Int64
 }
 
 // StartClickAgent connects an agent to scene ns/name of realm on addr.
@@ -73,12 +76,15 @@ func (a *ClickAgent) onMessage(topic, payload []byte) {
 		Action   string `json:"action"`
 		Type     string `json:"type"`
 	}
+	at := time.Now().UnixNano()
 	if json.Unmarshal(payload, &m) != nil || m.Action != "clientEvent" || m.ObjectID != targetID || m.Type != "mousedown" {
 		return
 	}
+	a.clickAt.Store(at)
 	a.answers++
 	color := fmt.Sprintf("#%06x", (a.answers*2654435761)&0xffffff)
 	upd := `{"object_id":"` + targetID + `","action":"update","type":"object","persist":true,"data":{"color":"` + color + `"}}`
+	a.answerAt.Store(time.Now().UnixNano())
 	a.c.Publish(a.topic, []byte(upd))
 }
 
@@ -91,6 +97,7 @@ type clicker struct {
 	c       *bots.MQTTClient
 	topic   string
 	updates chan int64
+	echoes  chan int64 // the clicker's own clicks, back from the broker
 }
 
 func startClicker(ctx context.Context, addr string, tokens bots.TokenSource, realm, ns, name string) (*clicker, error) {
@@ -102,9 +109,16 @@ func startClicker(ctx context.Context, addr string, tokens bots.TokenSource, rea
 			return nil, err
 		}
 	}
-	k := &clicker{topic: id.SceneBase() + "/o/" + id.UserClient + "/" + targetID, updates: make(chan int64, 16)}
+	k := &clicker{topic: id.SceneBase() + "/o/" + id.UserClient + "/" + targetID, updates: make(chan int64, 16), echoes: make(chan int64, 16)}
 	suffix := []byte("/" + targetID)
 	onPub := func(topic, payload []byte) {
+		if bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action":"clientEvent"`)) {
+			select {
+			case k.echoes <- time.Now().UnixNano():
+			default:
+			}
+			return
+		}
 		// The answer: an update of the target, from anyone but us.
 		if bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action":"update"`)) ||
 			bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action": "update"`)) {
@@ -127,13 +141,20 @@ func startClicker(ctx context.Context, addr string, tokens bots.TokenSource, rea
 	return k, nil
 }
 
-// run clicks n times, one click at a time, and returns the latencies of
-// the answered ones.
-func (k *clicker) run(ctx context.Context, n int, gap, timeout time.Duration) ([]time.Duration, error) {
+// clickSample is one answered click: when it was sent, when its echo came
+// back from the broker to the clicker, when the answer arrived (Unix ns).
+type clickSample struct{ sent, echo, answer int64 }
+
+// run clicks n times, one click at a time, and returns the answered ones.
+// After each answer, hops (if not nil) is called with the click's sample.
+func (k *clicker) run(ctx context.Context, n int, gap, timeout time.Duration, hops func(clickSample)) ([]time.Duration, error) {
 	var out []time.Duration
 	for i := 0; i < n; i++ {
 		for len(k.updates) > 0 { // an answer that came too late for its click
 			<-k.updates
+		}
+		for len(k.echoes) > 0 {
+			<-k.echoes
 		}
 		click := fmt.Sprintf(`{"object_id":%q,"action":"clientEvent","type":"mousedown","data":{"target":%q,"source":"camera_clicker_clicker","clickPos":{"x":0,"y":1.6,"z":0},"position":{"x":0,"y":1.6,"z":-3}}}`, targetID, targetID)
 		t0 := time.Now()
@@ -143,6 +164,14 @@ func (k *clicker) run(ctx context.Context, n int, gap, timeout time.Duration) ([
 		select {
 		case at := <-k.updates:
 			out = append(out, time.Duration(at-t0.UnixNano()))
+			if hops != nil {
+				cs := clickSample{sent: t0.UnixNano(), answer: at}
+				select { // the echo comes before the answer
+				case cs.echo = <-k.echoes:
+				default:
+				}
+				hops(cs)
+			}
 		case <-time.After(timeout):
 		case <-ctx.Done():
 			return out, ctx.Err()
@@ -200,12 +229,13 @@ func (b *runner) clickRun(ctx context.Context, sys *System, agent string, bg int
 		return it
 	}
 	defer a.Close()
-	return b.clicks(ctx, sys, it, ns, name, bg)
+	return b.clicks(ctx, sys, it, ns, name, bg, a)
 }
 
 // clicks runs the background users and the clicker against an agent
 // already in scene ns/name.
-func (b *runner) clicks(ctx context.Context, sys *System, it Interaction, ns, name string, bg int) Interaction {
+// With a Go agent (a not nil), the latency is also split into its hops.
+func (b *runner) clicks(ctx context.Context, sys *System, it Interaction, ns, name string, bg int, a *ClickAgent) Interaction {
 	if bg > 0 {
 		stop, err := b.background(ctx, sys, ns, name, bg)
 		if err != nil {
@@ -221,9 +251,28 @@ func (b *runner) clicks(ctx context.Context, sys *System, it Interaction, ns, na
 	}
 	defer k.c.Close()
 	time.Sleep(b.cfg.Warmup)
-	lat, err := k.run(ctx, it.Clicks, 100*time.Millisecond, 2*time.Second)
+	echo, toAgent, fromAgent := bots.NewHistogram(), bots.NewHistogram(), bots.NewHistogram()
+	hops := func(cs clickSample) {
+		if cs.echo > 0 {
+			echo.RecordValue(max(1, (cs.echo-cs.sent)/1000))
+		}
+		if a == nil {
+			return
+		}
+		if in, out := a.clickAt.Load(), a.answerAt.Load(); in >= cs.sent && out >= in && cs.answer >= out {
+			toAgent.RecordValue(max(1, (in-cs.sent)/1000))
+			fromAgent.RecordValue(max(1, (cs.answer-out)/1000))
+		}
+	}
+	lat, err := k.run(ctx, it.Clicks, 100*time.Millisecond, 2*time.Second, hops)
 	if err != nil {
 		it.Error = err.Error()
+	}
+	if echo.TotalCount() > 0 {
+		it.EchoP50ms = ms(bots.Quantile(echo, 50))
+	}
+	if toAgent.TotalCount() > 0 {
+		it.ToAgentP50ms, it.FromAgentP50ms = ms(bots.Quantile(toAgent, 50)), ms(bots.Quantile(fromAgent, 50))
 	}
 	h := bots.NewHistogram()
 	for _, d := range lat {
@@ -424,7 +473,7 @@ wait:
 		}
 		exited.Store(true) // its output ended: the program is gone
 	}()
-	res := b.clicks(ctx, sys, it, ns, name, bg)
+	res := b.clicks(ctx, sys, it, ns, name, bg, nil)
 	if exited.Load() {
 		res.Error = strings.TrimSpace(res.Error + " (the arena-py agent exited during the run; last output: " + strings.Join(tail, " | ") + ")")
 	}

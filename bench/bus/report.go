@@ -413,9 +413,11 @@ func Markdown(r *Results, plots []string) string {
 	if len(r.Interaction) > 0 {
 		p("## Interaction latency: click to update\n\n")
 		p("A clicking client publishes a `clientEvent` (mousedown) on an object; an agent subscribed to the scene answers each click by updating the object (a new colour, persisted); the clicker times from its click to receiving the update. One click at a time, 100 ms apart. The background users publish and receive poses in the same scene, from their own process (`xrealm bots`), and the clicker receives them too, as a browser would.\n\n")
-		p("| system | agent | background users | clicks answered | p50 ms | p90 ms | p99 ms | max ms | error |\n|---|---|---|---|---|---|---|---|---|\n")
+		p("The last three columns split the path, medians on the same host clock: *echo* is the clicker's own click coming back to it from the broker (out and back through the broker), *to agent* the click reaching the agent, *from agent* the agent's answer reaching the clicker (Go agent only).\n\n")
+		p("| system | agent | background users | clicks answered | p50 ms | p90 ms | p99 ms | max ms | echo p50 ms | to agent p50 ms | from agent p50 ms | error |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, it := range r.Interaction {
-			p("| %s | %s | %d | %d/%d | %.2f | %.2f | %.2f | %.2f | %s |\n", it.System, it.Agent, it.Background, it.Answered, it.Clicks, it.P50ms, it.P90ms, it.P99ms, it.MaxMs, it.Error)
+			p("| %s | %s | %d | %d/%d | %.2f | %.2f | %.2f | %.2f | %s | %s | %s | %s |\n", it.System, it.Agent, it.Background, it.Answered, it.Clicks, it.P50ms, it.P90ms, it.P99ms, it.MaxMs,
+				optMs(it.EchoP50ms), optMs(it.ToAgentP50ms), optMs(it.FromAgentP50ms), it.Error)
 		}
 		p("\n")
 	}
@@ -597,4 +599,12 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 		p("| %s | %s | %s | %s |\n", l.target, l.need, l.got, v)
 	}
 	p("\n")
+}
+
+// optMs formats a latency that may not have been measured.
+func optMs(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
