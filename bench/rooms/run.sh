@@ -48,6 +48,13 @@ run() {
 		# much CPU as bots and server together (round 4).
 		setsid $BOTS "$X" bench rooms --out "$D/$name.csv" $PINSRV "$@" 2>"/tmp/rooms-$name.log" &
 		pid=$!
+		# setsid may not have made the new session yet: wait for it, or
+		# the nice would go to this shell's autogroup.
+		i=0
+		while [ "$(ps -o sid= -p $pid | tr -d ' ')" != "$pid" ] && [ $i -lt 100 ]; do
+			sleep 0.01
+			i=$((i + 1))
+		done
 		if [ -n "$NICE" ] && [ -w /proc/$pid/autogroup ]; then
 			echo "$NICE" >/proc/$pid/autogroup 2>/dev/null || true
 			echo "# autogroup: $(cat /proc/$pid/autogroup 2>/dev/null)"
