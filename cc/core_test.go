@@ -80,10 +80,11 @@ func TestCoreMatchesVectors(t *testing.T) {
 
 // hostParams is the harness's P command for p (see bpf/hera_core_host.c).
 func hostParams(p hera.Params, shared int) string {
-	return fmt.Sprintf("P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
+	return fmt.Sprintf("P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
 		p.Backlog, p.Buckets, p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd,
 		p.DecreaseShift, p.LossBetaPermille, p.MinRTTWindow/time.Microsecond,
-		p.FloorGainEighths, p.BDPWindow/time.Microsecond, p.BucketPackets, p.GateRTTs, shared)
+		p.FloorGainEighths, p.BDPWindow/time.Microsecond, p.BucketPackets, p.GateRTTs,
+		p.OutageRTTs, p.OutageBoostPercent, shared)
 }
 
 // TestCoreMatchesGoOnRandomInput drives the Go and C implementations with
@@ -112,6 +113,16 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 		{"hera-bucket-packets-gate", func() hera.Params {
 			p := hera.DefaultParams()
 			p.GateRTTs, p.BucketPackets = 1, 20
+			return p
+		}(), true},
+		{"hera-outage-boost-2rtts", func() hera.Params {
+			p := hera.DefaultParams()
+			p.OutageRTTs, p.OutageBoostPercent = 2, 150
+			return p
+		}(), false},
+		{"hera-outage-boost-15rtts", func() hera.Params {
+			p := hera.DefaultParams()
+			p.OutageRTTs, p.OutageBoostPercent = 15, 200
 			return p
 		}(), true},
 	}

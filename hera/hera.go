@@ -125,6 +125,19 @@ type Params struct {
 	// pacing rate divides the window by min(srtt, PacingMaxRTTs·minRTT)
 	// rather than by srtt alone. 0 uses srtt.
 	PacingMaxRTTs uint32
+	// OutageRTTs and OutageBoostPercent (Tuned only): when the sample that
+	// opens the gate shows an outage, a delay above the minimum RTT of at
+	// least OutageRTTs minimum RTTs, the window is multiplied by
+	// OutageBoostPercent/100 once (again only after a sample below that
+	// bound). Links that stop delivering for hundreds of milliseconds
+	// (mmWave blockage) deliver the backlog faster when they resume; the
+	// boost sends into that catch-up instead of waiting for additive
+	// growth, and the rule cuts the window back once a queue forms. 0
+	// disables it, the default: an experiment (docs/hera.md item 19); in
+	// simulation it raised one flow's throughput on humanmotion but made
+	// six flows there much less fair.
+	OutageRTTs         uint32
+	OutageBoostPercent uint32
 }
 
 // PaperParams returns the published defaults: B = 15 ms, N = 10, X = 6,
@@ -216,6 +229,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("hera: loss beta %d‰ above 1000", p.LossBetaPermille)
 	case p.FloorGainEighths > 64:
 		return fmt.Errorf("hera: floor gain %d/8 above 64/8", p.FloorGainEighths)
+	case p.OutageBoostPercent > 1000:
+		return fmt.Errorf("hera: outage boost %d%% above 1000%%", p.OutageBoostPercent)
 	case p.FloorGainEighths > 0 && p.BDPWindow < time.Microsecond:
 		return fmt.Errorf("hera: BDP window %v is below 1µs", p.BDPWindow)
 	}
@@ -252,6 +267,7 @@ type Flow struct {
 	roundMin  uint32 // Tuned: smallest valid sample since the last update, 0 = none
 	lastMean  uint32
 	lastBkt   int
+	inOutage  bool // Tuned: the outage boost was applied and no short sample has been seen since
 
 	// Delivered-BDP floor (Tuned): segments acknowledged since the round
 	// started at roundStart, valid once rounds > 0.
@@ -428,6 +444,14 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 			f.sampleBDP(nowUs, minRTT)
 		}
 	}
+	boost := false
+	if f.p.Variant == Tuned && f.p.OutageRTTs > 0 && f.p.OutageBoostPercent > 0 && minRTT > 0 {
+		// rttUs, not the round's minimum: the round's earlier samples
+		// precede the outage.
+		long := uint64(rttUs)-uint64(minRTT) >= uint64(f.p.OutageRTTs)*uint64(minRTT)
+		boost = long && !f.inOutage
+		f.inOutage = long
+	}
 	f.push(r)
 	mean := uint32(f.sum / uint64(f.n))
 	f.lastMean = mean
@@ -481,6 +505,9 @@ func (f *Flow) OnAck(nowUs uint64, rttUs int64, acked uint32) uint32 {
 			f.cwnd = f.applyFloor(prev, b < half)
 		}
 		f.cwnd = clamp(f.cwnd, f.p.MinCwnd, f.p.MaxCwnd)
+	}
+	if boost && !f.slowStart {
+		f.cwnd = clamp(uint32(min(uint64(f.cwnd)*uint64(f.p.OutageBoostPercent)/100, 1<<31)), f.p.MinCwnd, f.p.MaxCwnd)
 	}
 	if total >= uint64(f.p.HistCap) {
 		for i := 0; i < x; i++ {

@@ -42,6 +42,8 @@ type VectorParams struct {
 	BDPWindowUs      int64  `json:"bdp_window_us,omitempty"`
 	BucketPackets    uint32 `json:"bucket_packets,omitempty"`
 	GateRTTs         uint32 `json:"gate_rtts,omitempty"`
+	OutageRTTs       uint32 `json:"outage_rtts,omitempty"`
+	OutageBoost      uint32 `json:"outage_boost_percent,omitempty"`
 }
 
 // VectorEvent is an ACK or, with Loss set, entry into loss recovery, or,
@@ -77,22 +79,24 @@ func (vp VectorParams) ToParams() (Params, error) {
 		return Params{}, fmt.Errorf("hera: vector variant %q unknown", vp.Variant)
 	}
 	p := Params{
-		Variant:          v,
-		BucketWidth:      time.Duration(vp.BucketUs) * time.Microsecond,
-		Backlog:          vp.Backlog,
-		Buckets:          vp.Buckets,
-		DeltaMax:         vp.DeltaMax,
-		HistCap:          vp.HistCap,
-		MinCwnd:          vp.MinCwnd,
-		MaxCwnd:          vp.MaxCwnd,
-		InitCwnd:         vp.InitCwnd,
-		DecreaseShift:    vp.DecreaseShift,
-		LossBetaPermille: vp.LossBetaPermille,
-		MinRTTWindow:     time.Duration(vp.MinRTTWindowUs) * time.Microsecond,
-		FloorGainEighths: vp.FloorGainEighths,
-		BDPWindow:        time.Duration(vp.BDPWindowUs) * time.Microsecond,
-		BucketPackets:    vp.BucketPackets,
-		GateRTTs:         vp.GateRTTs,
+		Variant:            v,
+		BucketWidth:        time.Duration(vp.BucketUs) * time.Microsecond,
+		Backlog:            vp.Backlog,
+		Buckets:            vp.Buckets,
+		DeltaMax:           vp.DeltaMax,
+		HistCap:            vp.HistCap,
+		MinCwnd:            vp.MinCwnd,
+		MaxCwnd:            vp.MaxCwnd,
+		InitCwnd:           vp.InitCwnd,
+		DecreaseShift:      vp.DecreaseShift,
+		LossBetaPermille:   vp.LossBetaPermille,
+		MinRTTWindow:       time.Duration(vp.MinRTTWindowUs) * time.Microsecond,
+		FloorGainEighths:   vp.FloorGainEighths,
+		BDPWindow:          time.Duration(vp.BDPWindowUs) * time.Microsecond,
+		BucketPackets:      vp.BucketPackets,
+		GateRTTs:           vp.GateRTTs,
+		OutageRTTs:         vp.OutageRTTs,
+		OutageBoostPercent: vp.OutageBoost,
 	}
 	return p, p.Validate()
 }

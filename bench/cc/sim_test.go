@@ -253,6 +253,10 @@ func TestSimulatedSweep(t *testing.T) {
 			var n int
 			fmt.Sscan(v, &n)
 			switch k {
+			case "ob":
+				p.OutageBoostPercent = uint32(n)
+			case "ok":
+				p.OutageRTTs = uint32(n)
 			case "rto":
 				o.rto = n != 0
 			case "undo":
@@ -298,7 +302,7 @@ func TestSimulatedSweep(t *testing.T) {
 		fmt.Fprintf(&b, "%-40s", set)
 		for i, tr := range trs {
 			r, _ := simulateHeraOpts(t, p, tr, dur, flows, o)
-			fmt.Fprintf(&b, " %s %.1f/%.0f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
+			fmt.Fprintf(&b, " %s %.2f/%.1f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
 			if flows > 1 {
 				fmt.Fprintf(&b, "/J%.2f", r.jain1s)
 			}

@@ -45,6 +45,8 @@ const volatile __u32 p_pacing = HERA_VARIANT == HERA_TUNED;
 const volatile __u32 p_bucket_packets = HERA_VARIANT == HERA_TUNED ? 10 : 0;
 const volatile __u32 p_gate_rtts = HERA_VARIANT == HERA_TUNED ? 2 : 0;
 const volatile __u32 p_pacing_max_rtts = HERA_VARIANT == HERA_TUNED ? 2 : 0;
+const volatile __u32 p_outage_rtts = 0;          /* off by default (docs/hera.md item 19) */
+const volatile __u32 p_outage_boost_percent = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -106,6 +108,8 @@ static __always_inline void load_params(struct hera_params *p)
 	p->bdp_window_us = p_bdp_window_us;
 	p->bucket_packets = p_bucket_packets;
 	p->gate_rtts = p_gate_rtts;
+	p->outage_rtts = p_outage_rtts;
+	p->outage_boost_percent = p_outage_boost_percent;
 }
 
 static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)

@@ -35,6 +35,8 @@ struct hera_params {
 	__u32 floor_gain_eighths;
 	__u32 bucket_packets;
 	__u32 gate_rtts;
+	__u32 outage_rtts;
+	__u32 outage_boost_percent;
 	__u64 min_rtt_window_us;
 	__u64 bdp_window_us;
 };
@@ -80,6 +82,7 @@ struct hera_state {
 	__u32 undo_cwnd;
 	__u32 undo_bdp;
 	__u32 undo_cand;
+	__u32 in_outage; /* the outage boost was applied, no short sample since */
 };
 
 static HERA_INLINE __u32 hera_clamp(__u32 v, __u32 lo, __u32 hi)
@@ -125,6 +128,7 @@ static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_param
 	st->undo_cwnd = 0;
 	st->undo_bdp = 0;
 	st->undo_cand = 0;
+	st->in_outage = 0;
 }
 
 /* hera_min_update is hera.(*minFilter).update. */
@@ -184,7 +188,7 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 				     struct hera_path *path, __u64 now_us, __s64 rtt_us,
 				     __u32 acked)
 {
-	int valid = rtt_us > 0 && rtt_us <= HERA_MAX_VALID_RTT_US;
+	int valid = rtt_us > 0 && rtt_us <= HERA_MAX_VALID_RTT_US, boost = 0, long_sample;
 	__u32 r = (__u32)rtt_us, mean, x, half, b, i, idx, min_rtt, prev;
 	__u64 v, q, total = 0, cum = 0, step, num, den, floor, cap, bw, gate;
 
@@ -227,6 +231,15 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 		st->round_min = 0;
 		if (p->floor_gain_eighths > 0)
 			hera_sample_bdp(st, p, now_us, min_rtt);
+	}
+	/* hera.Params.OutageRTTs: the gate's own sample (not the round's
+	 * minimum, whose earlier samples precede the outage) */
+	if (p->variant == HERA_TUNED && p->outage_rtts > 0 && p->outage_boost_percent > 0 &&
+	    min_rtt > 0) {
+		long_sample = (__u64)(__u32)rtt_us - (__u64)min_rtt >=
+			      (__u64)p->outage_rtts * min_rtt;
+		boost = long_sample && !st->in_outage;
+		st->in_outage = long_sample;
 	}
 	/* push into the ring of exactly p->backlog slots */
 	idx = st->head & (HERA_MAX_BACKLOG - 1);
@@ -305,6 +318,12 @@ static HERA_INLINE __u32 hera_on_ack(struct hera_state *st, const struct hera_pa
 				st->cwnd = floor > 0x80000000ULL ? 0x80000000u : (__u32)floor;
 		}
 		st->cwnd = hera_clamp(st->cwnd, p->min_cwnd, p->max_cwnd);
+	}
+	if (boost && !st->slow_start) {
+		step = (__u64)st->cwnd * p->outage_boost_percent / 100;
+		if (step > 0x80000000ULL)
+			step = 0x80000000ULL;
+		st->cwnd = hera_clamp((__u32)step, p->min_cwnd, p->max_cwnd);
 	}
 	if (total >= p->hist_cap) {
 		for (i = 0; i < HERA_MAX_BUCKETS; i++)

@@ -3,7 +3,7 @@
  * Host harness for hera_core.h, used by cc/core_test.go. Reads commands on
  * stdin and prints the window after each:
  *   P variant bucket_us backlog buckets delta_max hist_cap min max init shift beta window_us
- *     floor_gain bdp_window_us bucket_packets gate_rtts shared
+ *     floor_gain bdp_window_us bucket_packets gate_rtts outage_rtts outage_boost_percent shared
  *   A flow now_us rtt_us acked
  *   L flow
  *   U flow  (undo)
@@ -35,11 +35,12 @@ int main(void)
 	while (scanf("%1s", cmd) == 1) {
 		switch (cmd[0]) {
 		case 'P':
-			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u %llu %u %u %u", &p.variant,
+			if (scanf("%u %u %u %u %u %u %u %u %u %u %u %llu %u %llu %u %u %u %u %u", &p.variant,
 				  &p.bucket_us, &p.backlog, &p.buckets, &p.delta_max, &p.hist_cap,
 				  &p.min_cwnd, &p.max_cwnd, &p.init_cwnd, &p.decrease_shift,
 				  &p.loss_beta_permille, &win, &p.floor_gain_eighths, &bdp_win,
-				  &p.bucket_packets, &p.gate_rtts, &shared) != 17)
+				  &p.bucket_packets, &p.gate_rtts, &p.outage_rtts,
+				  &p.outage_boost_percent, &shared) != 19)
 				return 2;
 			p.min_rtt_window_us = win;
 			p.bdp_window_us = bdp_win;

@@ -78,8 +78,11 @@ func heraFlags(fs *flag.FlagSet, p *hera.Params) func() {
 	bp := fs.Uint("bucket-packets", uint(p.BucketPackets), "hera: a bucket is at least this many packet times at the delivered rate (0: B only)")
 	gr := fs.Uint("gate-rtts", uint(p.GateRTTs), "hera: the next update is at most this many minimum RTTs away (0: one sample's RTT)")
 	pm := fs.Uint("pacing-max-rtts", uint(p.PacingMaxRTTs), "hera: pace at cwnd over min(srtt, this many minimum RTTs) (0: srtt)")
+	ork := fs.Uint("outage-rtts", uint(p.OutageRTTs), "hera: a sample this many minimum RTTs above the minimum is an outage (0: no outage boost)")
+	obp := fs.Uint("outage-boost", uint(p.OutageBoostPercent), "hera: multiply the window by this percentage once per outage (0: off)")
 	return func() {
 		p.BucketPackets, p.GateRTTs, p.PacingMaxRTTs = uint32(*bp), uint32(*gr), uint32(*pm)
+		p.OutageRTTs, p.OutageBoostPercent = uint32(*ork), uint32(*obp)
 		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
 		p.DecreaseShift, p.LossBetaPermille, p.FloorGainEighths = uint32(*ds), uint32(*lb), uint32(*fg)
 	}
