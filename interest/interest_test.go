@@ -203,3 +203,97 @@ func BenchmarkKNNRecompute10k(b *testing.B) {
 		k.Recompute(now)
 	}
 }
+
+// TestKNNChurnMatchesBruteForce: over many recomputes with peers moving,
+// leaving, joining, coming back (slots reused) and leaving and coming back
+// between two recomputes, every set equals the brute-force k nearest
+// (no hysteresis), and the reported changes, applied in order, rebuild
+// the sets.
+func TestKNNChurnMatchesBruteForce(t *testing.T) {
+	const K = 5
+	r := rand.New(rand.NewSource(11))
+	k := NewKNN(KNNConfig{K: K, Hysteresis: -1})
+	pos := map[string]Vec3{}
+	mirror := map[string]map[string]bool{}
+	name := func(i int) string { return fmt.Sprintf("p%03d", i) }
+	place := func() Vec3 { return Vec3{X: r.Float64() * 50, Z: r.Float64() * 50} }
+	for i := 0; i < 40; i++ {
+		pos[name(i)] = place()
+		k.Set(name(i), pos[name(i)])
+	}
+	now := time.Unix(0, 0)
+	for round := 0; round < 60; round++ {
+		for id, p := range pos {
+			p.X += r.Float64()*4 - 2
+			p.Z += r.Float64()*4 - 2
+			pos[id] = p
+			k.Set(id, p)
+		}
+		for i := 0; i < 3; i++ { // leave
+			id := name(r.Intn(60))
+			if _, ok := pos[id]; ok {
+				delete(pos, id)
+				k.Remove(id)
+			}
+		}
+		for i := 0; i < 3; i++ { // join or come back
+			id := name(r.Intn(60))
+			pos[id] = place()
+			k.Set(id, pos[id])
+		}
+		if round%4 == 1 { // leave and come back before the recompute
+			for id := range pos {
+				k.Remove(id)
+				k.Remove(id)
+				k.Set(id, pos[id])
+				break
+			}
+		}
+		now = now.Add(200 * time.Millisecond)
+		for _, ch := range k.Recompute(now) {
+			m := mirror[ch.Observer]
+			if m == nil {
+				m = map[string]bool{}
+				mirror[ch.Observer] = m
+			}
+			for _, id := range ch.Entered {
+				if m[id] {
+					t.Fatalf("round %d: %s entered %s's set twice", round, id, ch.Observer)
+				}
+				m[id] = true
+			}
+			for _, id := range ch.Left {
+				if !m[id] {
+					t.Fatalf("round %d: %s left %s's set without entering", round, id, ch.Observer)
+				}
+				delete(m, id)
+			}
+		}
+		if k.Len() != len(pos) {
+			t.Fatalf("round %d: Len %d, want %d", round, k.Len(), len(pos))
+		}
+		for obs := range pos {
+			got := k.Members(obs)
+			sort.Strings(got)
+			if want := bruteKNN(pos, obs, K); !slices.Equal(got, want) {
+				t.Fatalf("round %d observer %s: got %v, want %v", round, obs, got, want)
+			}
+			var mir []string
+			for id := range mirror[obs] {
+				mir = append(mir, id)
+			}
+			sort.Strings(mir)
+			if !slices.Equal(mir, got) {
+				t.Fatalf("round %d observer %s: changes give %v, set is %v", round, obs, mir, got)
+			}
+		}
+		for id := range mirror {
+			if _, ok := pos[id]; !ok {
+				if len(k.Members(id)) != 0 {
+					t.Fatalf("round %d: removed observer %s keeps a set", round, id)
+				}
+				delete(mirror, id) // a removed observer's set is gone; it starts anew
+			}
+		}
+	}
+}

@@ -30,14 +30,33 @@ type Change struct {
 // see the sets of the last Recompute.
 type KNN struct {
 	cfg   KNNConfig
-	ids   []string
-	index map[string]int32
-	pos   []Vec3
-	state map[string]map[string]time.Time // observer -> member -> outside-since (zero while inside)
+	slots []knnPeer        // by slot; a removed peer's slot is reused after the next Recompute
+	index map[string]int32 // id -> slot, removed peers included until the next Recompute
+	free  []int32          // slots to reuse
+	dead  []int32          // slots removed since the last Recompute
+	live  int
 	snap  atomic.Pointer[map[string]map[string]struct{}]
 	nb    neighbours
-	stamp []uint32 // stamp[j] == gen: peer j is among the current observer's k nearest
-	gen   uint32
+	pts   []Vec3  // positions of the live peers, in tree order's input
+	slot  []int32 // slot of each entry of pts
+	// stamp[s] == gen: slot s is among the current observer's k nearest;
+	// has[s] == gen: slot s is in the current observer's set.
+	stamp, has []uint32
+	gen        uint32
+}
+
+// knnPeer is one peer's position and set. Members are slots, not ids, so
+// that a recompute hashes no strings for observers whose set is unchanged.
+type knnPeer struct {
+	id   string
+	pos  Vec3
+	live bool
+	set  []knnMember
+}
+
+type knnMember struct {
+	slot  int32
+	since time.Time // when it left the k nearest; zero while inside
 }
 
 // NewKNN returns an empty KNN.
@@ -50,40 +69,48 @@ func NewKNN(cfg KNNConfig) *KNN {
 	} else if cfg.Hysteresis == 0 {
 		cfg.Hysteresis = 500 * time.Millisecond
 	}
-	k := &KNN{cfg: cfg, index: map[string]int32{}, state: map[string]map[string]time.Time{}}
+	k := &KNN{cfg: cfg, index: map[string]int32{}}
 	empty := map[string]map[string]struct{}{}
 	k.snap.Store(&empty)
 	return k
 }
 
 // Len returns the number of peers.
-func (k *KNN) Len() int { return len(k.ids) }
+func (k *KNN) Len() int { return k.live }
 
 // Set adds peer id at p, or moves it there.
 func (k *KNN) Set(id string, p Vec3) {
-	if i, ok := k.index[id]; ok {
-		k.pos[i] = p
+	if s, ok := k.index[id]; ok {
+		pe := &k.slots[s]
+		pe.pos = p
+		if !pe.live { // removed and back before a recompute: it never left
+			pe.live = true
+			k.live++
+		}
 		return
 	}
-	k.index[id] = int32(len(k.ids))
-	k.ids = append(k.ids, id)
-	k.pos = append(k.pos, p)
+	var s int32
+	if n := len(k.free); n > 0 {
+		s, k.free = k.free[n-1], k.free[:n-1]
+		k.slots[s] = knnPeer{id: id, pos: p, live: true, set: k.slots[s].set[:0]}
+	} else {
+		s = int32(len(k.slots))
+		k.slots = append(k.slots, knnPeer{id: id, pos: p, live: true})
+	}
+	k.index[id] = s
+	k.live++
 }
 
 // Remove removes a peer. It leaves every set at the next Recompute, without
 // hysteresis: it is gone.
 func (k *KNN) Remove(id string) {
-	i, ok := k.index[id]
-	if !ok {
+	s, ok := k.index[id]
+	if !ok || !k.slots[s].live {
 		return
 	}
-	last := int32(len(k.ids) - 1)
-	if i != last {
-		k.ids[i], k.pos[i] = k.ids[last], k.pos[last]
-		k.index[k.ids[i]] = i
-	}
-	k.ids, k.pos = k.ids[:last], k.pos[:last]
-	delete(k.index, id)
+	k.slots[s].live = false
+	k.live--
+	k.dead = append(k.dead, s)
 }
 
 // Recompute recomputes every set from the current positions and returns
@@ -91,77 +118,92 @@ func (k *KNN) Remove(id string) {
 // is reported as all Entered; a removed observer gets no Change.
 func (k *KNN) Recompute(now time.Time) []Change {
 	var changes []Change
-	next := make(map[string]map[string]struct{}, len(k.ids))
+	next := make(map[string]map[string]struct{}, k.live)
 	old := *k.snap.Load()
-	var tree *kdTree
-	if len(k.ids) > 1 {
-		tree = buildKD(k.pos)
-	}
-	if cap(k.stamp) < len(k.ids) {
-		k.stamp = make([]uint32, len(k.ids), 2*len(k.ids))
-		k.gen = 0
-	}
-	k.stamp = k.stamp[:len(k.ids)]
-	// Observers that were removed lose their state.
-	for obs := range k.state {
-		if _, ok := k.index[obs]; !ok {
-			delete(k.state, obs)
+	k.pts, k.slot = k.pts[:0], k.slot[:0]
+	for s := range k.slots {
+		if k.slots[s].live {
+			k.pts = append(k.pts, k.slots[s].pos)
+			k.slot = append(k.slot, int32(s))
 		}
 	}
-	for i, obs := range k.ids {
-		st := k.state[obs]
-		if st == nil {
-			st = map[string]time.Time{}
-			k.state[obs] = st
+	var tree *kdTree
+	if len(k.pts) > 1 {
+		tree = buildKD(k.pts)
+	}
+	if len(k.stamp) < len(k.slots) {
+		k.stamp = append(k.stamp, make([]uint32, len(k.slots)-len(k.stamp))...)
+		k.has = append(k.has, make([]uint32, len(k.slots)-len(k.has))...)
+	}
+	for i, s := range k.slot {
+		pe := &k.slots[s]
+		k.gen++
+		if k.gen == 0 { // wrapped: old marks could match again
+			clear(k.stamp)
+			clear(k.has)
+			k.gen = 1
+		}
+		for _, m := range pe.set {
+			k.has[m.slot] = k.gen
 		}
 		var ch Change
-		k.gen++
 		if tree != nil {
 			k.nb.reset(k.cfg.K)
-			tree.nearest(k.pos[i], int32(i), &k.nb)
+			tree.nearest(k.pts[i], int32(i), &k.nb)
 			for _, j := range k.nb.idx {
-				k.stamp[j] = k.gen
-				id := k.ids[j]
-				if since, member := st[id]; !member {
-					ch.Entered = append(ch.Entered, id)
-					st[id] = time.Time{}
-				} else if !since.IsZero() {
-					st[id] = time.Time{}
+				t := k.slot[j]
+				k.stamp[t] = k.gen
+				if k.has[t] != k.gen {
+					pe.set = append(pe.set, knnMember{slot: t})
+					ch.Entered = append(ch.Entered, k.slots[t].id)
 				}
 			}
 		}
-		for id, since := range st {
-			j, exists := k.index[id]
-			if exists && k.stamp[j] == k.gen {
-				continue
-			}
+		kept := pe.set[:0]
+		for _, m := range pe.set {
+			t := m.slot
 			switch {
-			case !exists:
-				delete(st, id)
-				ch.Left = append(ch.Left, id)
-			case since.IsZero():
-				st[id] = now
-			case now.Sub(since) >= k.cfg.Hysteresis:
-				delete(st, id)
-				ch.Left = append(ch.Left, id)
+			case !k.slots[t].live:
+				ch.Left = append(ch.Left, k.slots[t].id)
+				continue
+			case k.stamp[t] == k.gen:
+				m.since = time.Time{}
+			case m.since.IsZero() && k.cfg.Hysteresis > 0:
+				m.since = now
+			case m.since.IsZero() || now.Sub(m.since) >= k.cfg.Hysteresis:
+				ch.Left = append(ch.Left, k.slots[t].id)
+				continue
 			}
+			kept = append(kept, m)
 		}
+		pe.set = kept
 		if len(ch.Entered) == 0 && len(ch.Left) == 0 {
-			if prev, ok := old[obs]; ok {
-				next[obs] = prev // unchanged: share the old snapshot
+			if prev, ok := old[pe.id]; ok {
+				next[pe.id] = prev // unchanged: share the old snapshot
 				continue
 			}
 		}
-		set := make(map[string]struct{}, len(st))
-		for id := range st {
-			set[id] = struct{}{}
+		set := make(map[string]struct{}, len(pe.set))
+		for _, m := range pe.set {
+			set[k.slots[m.slot].id] = struct{}{}
 		}
-		next[obs] = set
+		next[pe.id] = set
 		if len(ch.Entered) > 0 || len(ch.Left) > 0 {
-			ch.Observer = obs
+			ch.Observer = pe.id
 			changes = append(changes, ch)
 		}
 	}
+	// Every set has now let go of the removed peers: their slots are free.
+	for _, s := range k.dead {
+		// (A peer removed, set again and removed again is listed twice.)
+		pe := &k.slots[s]
+		if j, ok := k.index[pe.id]; !pe.live && ok && j == s {
+			delete(k.index, pe.id)
+			*pe = knnPeer{set: pe.set[:0]}
+			k.free = append(k.free, s)
+		}
+	}
+	k.dead = k.dead[:0]
 	k.snap.Store(&next)
 	return changes
 }
