@@ -51,8 +51,11 @@ type VolumetricConfig struct {
 	// with t mod period = Phase: publishers started together would
 	// otherwise capture every frame at the same instant, which independent
 	// cameras do not. 0 starts at once.
-	Phase  time.Duration
-	Logger *slog.Logger
+	Phase time.Duration
+	// ReportInterval is the RTCP report interval per stream
+	// (sfu.ClientConfig.ReportInterval); 0 means 1 s.
+	ReportInterval time.Duration
+	Logger         *slog.Logger
 }
 
 // VolumetricStats is what a bot received in its measurement window.
@@ -113,7 +116,7 @@ func DialVolumetric(ctx context.Context, cfg VolumetricConfig) (*VolumetricBot, 
 		pub = append(pub, sfu.PublishTrack{ID: fmt.Sprintf("pc%d", d), Mime: sfu.MimeTypePointCloud})
 	}
 	c, err := sfu.Dial(ctx, sfu.ClientConfig{NC: cfg.NC, Session: cfg.Session, Client: cfg.Client, Site: cfg.Site, Near: cfg.Near,
-		Estimator: cfg.Estimator, ICEAddresses: cfg.ICEAddresses, Net: cfg.Net, Publish: pub, VideoSlots: cfg.Slots, OnTrack: b.onTrack})
+		Estimator: cfg.Estimator, ICEAddresses: cfg.ICEAddresses, Net: cfg.Net, Publish: pub, VideoSlots: cfg.Slots, OnTrack: b.onTrack, ReportInterval: cfg.ReportInterval})
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,8 @@ type ClientConfig struct {
 	OnTrack func(*webrtc.TrackRemote, *webrtc.RTPReceiver)
 	// OnEvent is called for each slot event.
 	OnEvent func(Event)
+	// ReportInterval as in Config: RTCP reports per stream; zero is 1 s.
+	ReportInterval time.Duration
 }
 
 // PublishTrack is a track a client sends.
@@ -91,8 +93,8 @@ func (c *Client) connect(ctx context.Context) error {
 	reg := &interceptor.Registry{}
 	gen, _ := nack.NewGeneratorInterceptor()
 	resp, _ := nack.NewResponderInterceptor()
-	rr, _ := report.NewReceiverInterceptor()
-	sr, _ := report.NewSenderInterceptor()
+	rr, _ := report.NewReceiverInterceptor(reportOpts[report.ReceiverOption](c.cfg.ReportInterval, report.ReceiverInterval)...)
+	sr, _ := report.NewSenderInterceptor(reportOpts[report.SenderOption](c.cfg.ReportInterval, report.SenderInterval)...)
 	tw, _ := twcc.NewSenderInterceptor()
 	hx, _ := twcc.NewHeaderExtensionInterceptor()
 	for _, f := range []interceptor.Factory{gen, resp, rr, sr, tw, hx} {

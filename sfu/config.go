@@ -72,6 +72,20 @@ type Config struct {
 	// default their allocations together follow one controller of that
 	// path (allocator.SharedLink, shared.go).
 	NoSharedLinks bool
+	// ReportInterval is how often RTCP sender and receiver reports go out
+	// for each stream; zero means pion's 1 s. Each report is its own
+	// packet per stream, so a subscriber with 63 streams gets 63 sender
+	// reports per interval: as many packets as its media at 2 frames/s.
+	ReportInterval time.Duration
+}
+
+// rttFresh is how old a subscriber's RTT sample may be to count for its
+// path's queueing delay: three report intervals.
+func (c Config) rttFresh() time.Duration {
+	if c.ReportInterval <= 0 {
+		return rttFreshDefault
+	}
+	return max(rttFreshDefault, 3*c.ReportInterval)
 }
 
 // DefaultRelaySlots is Config.RelaySlots' default: RTP slots per relay

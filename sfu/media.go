@@ -66,12 +66,12 @@ func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.
 		return nil, err
 	}
 	reg.Add(gen)
-	rr, err := report.NewReceiverInterceptor()
+	rr, err := report.NewReceiverInterceptor(reportOpts[report.ReceiverOption](n.cfg.ReportInterval, report.ReceiverInterval)...)
 	if err != nil {
 		return nil, err
 	}
 	reg.Add(rr)
-	sr, err := report.NewSenderInterceptor()
+	sr, err := report.NewSenderInterceptor(reportOpts[report.SenderOption](n.cfg.ReportInterval, report.SenderInterval)...)
 	if err != nil {
 		return nil, err
 	}
@@ -147,4 +147,12 @@ func NewSettingEngine(addrs []string, portMin, portMax uint16) webrtc.SettingEng
 		_ = se.SetEphemeralUDPPortRange(portMin, portMax)
 	}
 	return se
+}
+
+// reportOpts sets a report interceptor's interval when d > 0.
+func reportOpts[O any](d time.Duration, interval func(time.Duration) O) []O {
+	if d <= 0 {
+		return nil
+	}
+	return []O{interval(d)}
 }

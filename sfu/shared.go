@@ -36,8 +36,9 @@ type peerLink struct {
 	demand           float64 // bit/s the allocator would forward unconstrained
 }
 
-// rttFresh is how old an RTT sample may be to count.
-const rttFresh = 3 * time.Second
+// rttFreshDefault is how old an RTT sample may be to count at the default
+// report interval (Config.rttFresh).
+const rttFreshDefault = 3 * time.Second
 
 // shareLinks updates the groups' budgets and the peers' shares; called
 // from the node loop every AllocateEvery, before the peers reallocate.
@@ -64,7 +65,7 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 			bytes += st.Bytes
 			pkts += st.Packets
 			rtx += st.Retransmits
-			if rtt, at := s.dt.LastRTT(); !at.IsZero() && now.Sub(at) < rttFresh {
+			if rtt, at := s.dt.LastRTT(); !at.IsZero() && now.Sub(at) < n.cfg.rttFresh() {
 				rtts = append(rtts, rtt)
 			}
 		}

@@ -45,11 +45,12 @@ type Config struct {
 	Clip          bots.ClipConfig
 	ClipPath      string
 	Estimator     string
-	RelaySlots    int    // xrealm sfu --relay-slots: 0 = relayed media on SCTP
-	Aligned       bool   // publishers' frame clocks all start at once (BotsConfig.Aligned)
-	NoSharedLinks bool   // xrealm sfu --shared-links=false
-	Out           string // results.jsonl, appended to
-	LogDir        string // the children's stderr, one file per process and run
+	RelaySlots    int           // xrealm sfu --relay-slots: 0 = relayed media on SCTP
+	Aligned       bool          // publishers' frame clocks all start at once (BotsConfig.Aligned)
+	NoSharedLinks bool          // xrealm sfu --shared-links=false
+	RTCPInterval  time.Duration // xrealm sfu --rtcp-interval, and the bots'
+	Out           string        // results.jsonl, appended to
+	LogDir        string        // the children's stderr, one file per process and run
 	Log           *slog.Logger
 }
 
@@ -86,11 +87,14 @@ type Result struct {
 	Links []LinkStat `json:"links,omitempty"`
 	// Machine: load average at the window's end and the whole machine's
 	// CPU busy share during the window (other users included).
-	RelaySlots  int     `json:"relay_slots,omitempty"` // 0: relayed media on SCTP
-	Aligned     bool    `json:"aligned,omitempty"`     // publishers' frames captured at the same instant
-	NoShared    bool    `json:"no_shared_links,omitempty"`
-	Load1       float64 `json:"load1"`
-	MachineBusy float64 `json:"machine_busy_pct"`
+	RelaySlots     int `json:"relay_slots,omitempty"`      // 0: relayed media on SCTP
+	RTCPIntervalMs int `json:"rtcp_interval_ms,omitempty"` // 0: 1 s (runs before it was set)
+	// BotsCPU is each site's bots process over the window (% of one core).
+	BotsCPU     map[string]float64 `json:"bots_cpu_pct,omitempty"`
+	Aligned     bool               `json:"aligned,omitempty"` // publishers' frames captured at the same instant
+	NoShared    bool               `json:"no_shared_links,omitempty"`
+	Load1       float64            `json:"load1"`
+	MachineBusy float64            `json:"machine_busy_pct"`
 	// Steal is the share of the machine's CPU time the hypervisor took
 	// over the window (part of MachineBusy); the Max values are the
 	// largest of the window's one-second samples.
@@ -298,7 +302,7 @@ func (p *proc) stop() {
 }
 
 func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, setup string, scenario, n int) (Result, error) {
-	r := Result{Setup: setup, Scenario: scenario, Users: n, RelaySlots: cfg.RelaySlots, Aligned: cfg.Aligned, NoShared: cfg.NoSharedLinks, At: time.Now().UTC().Format(time.RFC3339)}
+	r := Result{Setup: setup, Scenario: scenario, Users: n, RelaySlots: cfg.RelaySlots, RTCPIntervalMs: int(cfg.RTCPInterval.Milliseconds()), Aligned: cfg.Aligned, NoShared: cfg.NoSharedLinks, At: time.Now().UTC().Format(time.RFC3339)}
 	sites, err := sfuSites(setup)
 	if err != nil {
 		return r, err
@@ -332,7 +336,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	for i, s := range sites {
 		p, err := start(ctx, logDir, NS(s), "sfu-"+s, cfg.Exe, "sfu", "--join", busURL, "--id", strconv.Itoa(i+1), "--site", s,
 			"--ice-addrs", Addr(s), "--mode", mode, "--estimator", cfg.Estimator, "--log-level", "info", "--log-stats", statsEvery.String(), "--egress-delays", topo.DelayRoutes(s),
-			"--relay-slots", strconv.Itoa(cfg.RelaySlots), "--shared-links="+strconv.FormatBool(!cfg.NoSharedLinks))
+			"--relay-slots", strconv.Itoa(cfg.RelaySlots), "--shared-links="+strconv.FormatBool(!cfg.NoSharedLinks), "--rtcp-interval", cfg.RTCPInterval.String())
 		if err != nil {
 			return r, err
 		}
@@ -363,7 +367,7 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		}
 		args := []string{cfg.Exe, "bench", "sfu", "--role", "bots", "--bus", busURL, "--site", s, "--addr", Addr(s),
 			"--bot-users", strings.Join(users, ","), "--n", strconv.Itoa(n), "--clip", cfg.ClipPath, "--estimator", cfg.Estimator,
-			"--bot-delays", topo.DelayRoutes(s)}
+			"--bot-delays", topo.DelayRoutes(s), "--rtcp-interval", cfg.RTCPInterval.String()}
 		if cfg.Aligned {
 			args = append(args, "--phase", "aligned")
 		}
@@ -401,6 +405,10 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	for i, p := range sfus {
 		cpu0[i], rss[i] = procUsage(p.cmd.Process.Pid)
 	}
+	botCPU0 := make([]float64, len(botProcs))
+	for i, p := range botProcs {
+		botCPU0[i], _ = procUsage(p.cmd.Process.Pid)
+	}
 	busy0, steal0, total0 := machineCPU()
 	links0 := topo.linkCounters(ctx)
 	backlog := map[string]uint64{}
@@ -435,6 +443,11 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 		r.Steal = 100 * (steal1 - steal0) / (total1 - total0)
 	}
 	r.Load1 = load1()
+	r.BotsCPU = map[string]float64{}
+	for i, p := range botProcs {
+		c1, _ := procUsage(p.cmd.Process.Pid)
+		r.BotsCPU[strings.TrimPrefix(p.name, "bots-")] = 100 * (c1 - botCPU0[i]) / cfg.Measure.Seconds()
+	}
 	for i, p := range sfus {
 		c1, m := procUsage(p.cmd.Process.Pid)
 		r.SFUs = append(r.SFUs, SFUStats{Site: sites[i], CPU: 100 * (c1 - cpu0[i]) / cfg.Measure.Seconds(), RSSMiB: max(rss[i], m)})

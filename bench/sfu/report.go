@@ -112,6 +112,8 @@ func Tables(w io.Writer, rs []Result) {
 			}
 			fmt.Fprintf(w, " %s |\n", strings.Join(load, ", "))
 		}
+		fmt.Fprintf(w, "\n#### Scenario %d: where the latency builds up: machine busy / steal (max of 1 s), bots' CPU and scheduling lag p99, SFUs' packet age p99 at arrival from local publishers / over relays, SFUs' lag p99 (ms)\n\n", sc)
+		table(w, m, sc, setups, users, hopCell)
 		fmt.Fprintf(w, "\n#### Scenario %d: busiest shaped link direction over the window (Mbit/s sent, %% of packets dropped by its queue)\n\n", sc)
 		table(w, m, sc, setups, users, func(r Result) string {
 			if len(r.Links) == 0 {
@@ -121,6 +123,30 @@ func Tables(w io.Writer, rs []Result) {
 			return fmt.Sprintf("%s→%s %.2f, %.1f %%", b.From, b.To, b.Mbps, b.DropPct)
 		})
 	}
+}
+
+// hopCell summarises where a run's latency built up (runs before the
+// probes show "–").
+func hopCell(r Result) string {
+	if len(r.BotLag) == 0 && len(r.Hops) == 0 {
+		return "–"
+	}
+	var botCPU, botLag, inLocal, inRelay, sfuLag float64
+	for _, v := range r.BotsCPU {
+		botCPU += v
+	}
+	for _, q := range r.BotLag {
+		botLag = max(botLag, q.P99)
+	}
+	for _, h := range r.Hops {
+		inLocal, inRelay, sfuLag = max(inLocal, h.InLocalP99), max(inRelay, h.InRelayP99), max(sfuLag, h.LagP99)
+	}
+	relay := "–"
+	if inRelay > 0 {
+		relay = fmt.Sprintf("%.0f", inRelay)
+	}
+	return fmt.Sprintf("%.0f%%/%.0f%% (%.0f%%/%.0f%%); bots %.0f%%, lag %.0f; in %.0f / %s; lag %.0f",
+		r.MachineBusy, r.Steal, r.MaxBusy1s, r.MaxSteal1s, botCPU, botLag, inLocal, relay, sfuLag)
 }
 
 // table writes one Markdown table of users × setups; cell formats a run,

@@ -82,7 +82,9 @@ type BotsConfig struct {
 	// Aligned starts every publisher's frame clock at the same instant;
 	// otherwise user u starts at frac(u·φ) of the frame period (spread).
 	Aligned bool
-	Log     *slog.Logger
+	// ReportInterval is the bots' RTCP report interval per stream.
+	ReportInterval time.Duration
+	Log            *slog.Logger
 }
 
 // Phase is when user u's first frame is captured within the frame period:
@@ -158,7 +160,7 @@ func RunBots(ctx context.Context, cfg BotsConfig, in io.Reader, out io.Writer) e
 				dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				b, err = bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: "bench", Client: fmt.Sprintf("u%d", u), ID: uint32(u),
 					Site: cfg.Site, Near: cfg.Near, Estimator: cfg.Estimator, ICEAddresses: []string{cfg.Addr}, Net: dn, Clip: clip,
-					Publish: publish, Slots: slots, Pose: pose, MTU: 1400, Phase: phase, Logger: cfg.Log})
+					Publish: publish, Slots: slots, Pose: pose, MTU: 1400, Phase: phase, ReportInterval: cfg.ReportInterval, Logger: cfg.Log})
 				cancel()
 				if err == nil || ctx.Err() != nil {
 					break

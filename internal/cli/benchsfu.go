@@ -40,6 +40,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	frames := fs.Int("frames", 20, "frames in the clip's loop")
 	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached")
 	estimator := fs.String("estimator", "gcc", "bandwidth estimator towards clients: gcc or hera")
+	rtcpInterval := fs.Duration("rtcp-interval", time.Second, "RTCP report interval per stream of the SFUs and the bots (xrealm sfu --rtcp-interval)")
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (xrealm sfu --relay-slots); 0 = SCTP data channel")
 	phase := fs.String("phase", "spread", "publishers' frame clocks: spread (user u captures at frac(u·φ) of the frame period, like independent cameras) or aligned (all at once: the worst case)")
 	shared := fs.Bool("shared-links", true, "SFUs budget subscribers from one IP address as a group (xrealm sfu --shared-links)")
@@ -78,7 +79,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 			nr = strings.Split(*near, ",")
 		}
 		return benchsfu.RunBots(ctx, benchsfu.BotsConfig{Bus: *busURL, Site: *site, Near: nr, Addr: *addr, Users: us, N: *n, Senders: ss,
-			ClipPath: *clip, Estimator: *estimator, Delays: *botDelays, Aligned: *phase == "aligned", Log: log}, os.Stdin, os.Stdout)
+			ClipPath: *clip, Estimator: *estimator, Delays: *botDelays, Aligned: *phase == "aligned", ReportInterval: *rtcpInterval, Log: log}, os.Stdin, os.Stdout)
 	case "":
 	default:
 		return fmt.Errorf("--role %q: want bus or bots", *role)
@@ -103,7 +104,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	}
 	defer os.Remove(exe)
 	cfg := benchsfu.Config{Exe: exe, Setups: strings.Split(*setups, ","), PaperLinkRate: *linkRate, DirectDelay: *direct, Queue: *queue,
-		Warmup: *warmup, Measure: *measure, Estimator: *estimator, RelaySlots: *relaySlots, Aligned: *phase == "aligned", NoSharedLinks: !*shared, Out: *out, LogDir: *logDir, Log: log,
+		Warmup: *warmup, Measure: *measure, Estimator: *estimator, RelaySlots: *relaySlots, RTCPInterval: *rtcpInterval, Aligned: *phase == "aligned", NoSharedLinks: !*shared, Out: *out, LogDir: *logDir, Log: log,
 		Clip: bots.ClipConfig{Points: *points, Frames: *frames, FPS: *fps, Seed: 1}}
 	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
 	if cfg.Users, err = ints(*users); err != nil {

@@ -37,6 +37,7 @@ func runSFU(ctx context.Context, args []string) error {
 	mode := fs.String("mode", "track-selection", "allocator mode for point clouds: track-selection or layers")
 	estimator := fs.String("estimator", "gcc", "default bandwidth estimator towards clients: gcc or hera (clients may pick their own in the offer)")
 	delays := fs.String("egress-delays", "", "emulated one-way delays of sent UDP packets by destination, CIDR=duration,... (the bench: no netem in its kernel)")
+	rtcpInterval := fs.Duration("rtcp-interval", 0, "RTCP sender/receiver report interval per stream (0 = pion's 1 s)")
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (links this node offers; the lower ID offers); 0 = on an SCTP data channel instead")
 	shared := fs.Bool("shared-links", true, "budget subscribers that reach the node from one IP address as one group (their shared path); false = each by its own estimate only")
 	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
@@ -65,7 +66,7 @@ func runSFU(ctx context.Context, args []string) error {
 	if !ok {
 		return fmt.Errorf("--estimator %q: want gcc or hera", *estimator)
 	}
-	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: cmp.Or(*relaySlots, -1), NoSharedLinks: !*shared}
+	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: cmp.Or(*relaySlots, -1), NoSharedLinks: !*shared, ReportInterval: *rtcpInterval}
 	if *delays != "" {
 		routes, err := sfu.ParseDelayRoutes(*delays)
 		if err != nil {
