@@ -40,7 +40,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	frames := fs.Int("frames", 20, "frames in the clip's loop")
 	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached")
 	estimator := fs.String("estimator", "gcc", "bandwidth estimator towards clients: gcc or hera")
-	rtcpInterval := fs.Duration("rtcp-interval", time.Second, "RTCP report interval per stream of the SFUs and the bots (xrealm sfu --rtcp-interval)")
+	rtcpInterval := fs.Duration("rtcp-interval", 5*time.Second, "RTCP report interval per stream of the SFUs and the bots (xrealm sfu --rtcp-interval; RFC 3550's recommended minimum, 5 s: at the bench's scaled-down rates 1 s made RTCP as many packets as the media)")
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (xrealm sfu --relay-slots); 0 = SCTP data channel")
 	phase := fs.String("phase", "spread", "publishers' frame clocks: spread (user u captures at frac(u·φ) of the frame period, like independent cameras) or aligned (all at once: the worst case)")
 	shared := fs.Bool("shared-links", true, "SFUs budget subscribers from one IP address as a group (xrealm sfu --shared-links)")
