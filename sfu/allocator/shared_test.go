@@ -63,7 +63,7 @@ func TestSharedLink(t *testing.T) {
 	}{
 		{"never congested: unlimited", []step{
 			{clear, func(b float64) bool { return math.IsInf(b, 1) }, "+Inf"},
-			{LinkSample{Sent: 1e6, Loss: 0.01, QueueDelay: 20 * time.Millisecond}, func(b float64) bool { return math.IsInf(b, 1) }, "+Inf (between thresholds)"},
+			{LinkSample{Sent: 1e6, Loss: 0.01, QueueDelay: 10 * time.Millisecond}, func(b float64) bool { return math.IsInf(b, 1) }, "+Inf (between thresholds)"},
 		}},
 		{"loss cuts to 85 % of the rate sent", []step{
 			{LinkSample{Sent: 2e6, Loss: 0.05}, func(b float64) bool { return b == 0.85*2e6 }, "1.7e6"},
