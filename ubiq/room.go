@@ -295,6 +295,12 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 			r.addMember(tok, &memberState{rec: rec, rev: e.Revision()})
 		}
 	}
+	r.attachPending()
+}
+
+// attachPending attaches the local connections whose member records have
+// been seen.
+func (r *room) attachPending() {
 	for c, rev := range r.pending {
 		if m := r.members[keyToken(c.uuid())]; m != nil && m.rev >= rev {
 			delete(r.pending, c)
@@ -323,6 +329,9 @@ func (r *room) addMember(tok string, m *memberState) {
 		}
 	}
 	r.posMu.Unlock()
+	// A local connection waiting for this record joins the audience before
+	// the others hear of it, so that their answers to PeerAdded reach it.
+	r.attachPending()
 	for c, a := range r.local {
 		if c.uuid() != id && r.wants(c, a, id) {
 			r.grant(c, a, id)
@@ -438,10 +447,18 @@ func (r *room) attachMember(c *conn) {
 	if r.rec != nil {
 		info = r.rec.info()
 	}
+	// c joins the audience before it learns (SetRoom) that it is in the
+	// room, so that every frame relayed after its SetRoom reaches it. A
+	// frame relayed in between reaches it just before SetRoom, which a Ubiq
+	// client treats like any message for an object it does not know yet.
+	if r.knn == nil {
+		r.rebuild()
+	}
 	c.sendServer(EncodeRequest("SetRoom", struct {
 		Room RoomInfo `json:"room"`
 	}{info}))
 	r.reconcile(c, a)
+	r.rebuild() // with kNN, the audience follows c's grants
 }
 
 func (r *room) cmdDetachMember(c *conn) {
