@@ -115,9 +115,11 @@ func (c *Client) connect(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("sfu client: track %s: %w", t.ID, err)
 		}
-		if _, err := pc.AddTransceiverFromTrack(tr, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+		tx, err := pc.AddTransceiverFromTrack(tr, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly})
+		if err != nil {
 			return fmt.Errorf("sfu client: track %s: %w", t.ID, err)
 		}
+		go drainRTCP(tx.Sender().Read) // the node's NACKs reach the NACK responder only when read
 		c.Tracks[t.ID] = tr
 	}
 	for kind, n := range map[webrtc.RTPCodecType]int{webrtc.RTPCodecTypeAudio: c.cfg.AudioSlots, webrtc.RTPCodecTypeVideo: c.cfg.VideoSlots} {
@@ -127,9 +129,15 @@ func (c *Client) connect(ctx context.Context) error {
 			}
 		}
 	}
-	if c.cfg.OnTrack != nil {
-		pc.OnTrack(c.cfg.OnTrack)
-	}
+	pc.OnTrack(func(tr *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
+		// the node's sender reports reach the receiver-report interceptor
+		// only when read: without them receiver reports carry no LSR and
+		// the node measures no round-trip time (shared.go)
+		go drainRTCP(r.Read)
+		if c.cfg.OnTrack != nil {
+			c.cfg.OnTrack(tr, r)
+		}
+	})
 	connected := make(chan struct{})
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateConnected {
@@ -208,5 +216,16 @@ func (c *Client) Close() {
 		_, _ = c.request(ctx, Signal{Op: "leave", Session: c.cfg.Session, Client: c.cfg.Client})
 		cancel()
 		_ = c.PC.Close()
+	}
+}
+
+// drainRTCP reads RTCP until the sender or receiver closes: pion runs the
+// interceptors (NACK responder, receiver reports) on what is read.
+func drainRTCP(read func([]byte) (int, interceptor.Attributes, error)) {
+	buf := make([]byte, 1500)
+	for {
+		if _, _, err := read(buf); err != nil {
+			return
+		}
 	}
 }

@@ -16,7 +16,8 @@ import (
 // TestSharedPathGroups: subscribers are grouped by the remote address of
 // their ICE pair. Two clients from 10.9.0.2 form one group, one from
 // 10.9.0.3 another, and a client on the node's own address (a client on
-// the SFU's host) is in none; the node keeps one budget per group.
+// the SFU's host) is in none; the node keeps one budget per group, and
+// measures each member's round-trip time from its receiver reports.
 func TestSharedPathGroups(t *testing.T) {
 	// a virtual network (pion vnet): the node at 10.9.0.1, clients at
 	// three addresses
@@ -47,7 +48,7 @@ func TestSharedPathGroups(t *testing.T) {
 	defer b.Shutdown()
 	c := &cluster{b: b}
 	n, err := Start(context.Background(), Config{NC: c.conn(t, "node1"), ID: "1", Site: "a", Manager: true, ICEAddresses: []string{"10.9.0.1"}, Net: nets["10.9.0.1"],
-		Registerer: prometheus.NewRegistry(), Heartbeat: 200 * time.Millisecond, AllocateEvery: 100 * time.Millisecond})
+		Registerer: prometheus.NewRegistry(), Heartbeat: 200 * time.Millisecond, AllocateEvery: 100 * time.Millisecond, ReportInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func TestSharedPathGroups(t *testing.T) {
 	for _, s := range subs {
 		rcvs[s.client] = newReceiver()
 		cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, s.client), Session: "g", Client: s.client, Site: "a", ICEAddresses: []string{s.ip}, Net: nets[s.ip],
-			VideoSlots: 1, OnTrack: rcvs[s.client].onTrack})
+			VideoSlots: 1, OnTrack: rcvs[s.client].onTrack, ReportInterval: 200 * time.Millisecond})
 		if err != nil {
 			t.Fatalf("%s from %s: %v", s.client, s.ip, err)
 		}
@@ -92,6 +93,18 @@ func TestSharedPathGroups(t *testing.T) {
 		if got := p.remoteIP(); got != s.group {
 			t.Errorf("%s from %s: path group %q, want %q", s.client, s.ip, got, s.group)
 		}
+		// the client reads its receivers' RTCP, so its receiver reports
+		// carry the node's sender reports back: the node measures RTT
+		waitFor(t, s.client+"'s round-trip time at the node", func() bool {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for _, sl := range p.slots {
+				if _, at := sl.dt.LastRTT(); !at.IsZero() {
+					return true
+				}
+			}
+			return false
+		})
 	}
 	waitFor(t, "one budget per remote address, none for the node's own", func() bool {
 		n.mu.Lock()
