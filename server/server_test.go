@@ -585,3 +585,56 @@ func TestUbiqListeners(t *testing.T) {
 	}
 	_ = n
 }
+
+// An urgent message to many subscribers is delivered by two goroutines
+// (mqtt's deliverSplit): every subscriber still gets every message of a
+// publisher, in order.
+func TestUrgentFanOutKeepsOrder(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.Insecure = true })
+	const subs, msgs = 40, 100
+	type got struct {
+		mu  sync.Mutex
+		seq []string
+	}
+	all := make([]*got, subs)
+	for i := range all {
+		g := &got{}
+		all[i] = g
+		c := mustConnect(t, n.mqttURL, fmt.Sprintf("sub%d", i), "")
+		tk := c.Subscribe("realm/s/lab/split/#", 0, func(_ paho.Client, m paho.Message) {
+			g.mu.Lock()
+			g.seq = append(g.seq, string(m.Payload()))
+			g.mu.Unlock()
+		})
+		if !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+			t.Fatalf("subscribe: %v", tk.Error())
+		}
+	}
+	pub := mustConnect(t, n.mqttURL, "pub", "")
+	for i := range msgs {
+		// Object messages are urgent: the split fan-out applies.
+		publish(t, pub, "realm/s/lab/split/o/pub/box", 0, fmt.Sprintf(`{"object_id":"box","action":"update","persist":false,"data":{"n":%d}}`, i))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for i, g := range all {
+		for {
+			g.mu.Lock()
+			k := len(g.seq)
+			g.mu.Unlock()
+			if k >= msgs || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		g.mu.Lock()
+		if len(g.seq) != msgs {
+			t.Fatalf("subscriber %d got %d of %d messages", i, len(g.seq), msgs)
+		}
+		for j, p := range g.seq {
+			if want := fmt.Sprintf(`"n":%d}`, j); !strings.Contains(p, want) {
+				t.Fatalf("subscriber %d: message %d is %s, want n=%d (in order)", i, j, p, j)
+			}
+		}
+		g.mu.Unlock()
+	}
+}
