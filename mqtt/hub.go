@@ -3,7 +3,6 @@ package mqtt
 import (
 	"encoding/json"
 	"log/slog"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,8 +26,6 @@ type Hub struct {
 	all    atomic.Pointer[[]*sceneSub] // snapshot for local publishes
 	seq    atomic.Uint64               // message sequence for de-duplication
 	onMsgs func(delivered int)         // metrics hook
-	procs  int                         // GOMAXPROCS when the hub was made
-	lists  sync.Pool                   // *[]member, recipients of urgent messages
 
 	interestFor func(ns, scene string) (interest.Policy, time.Duration)
 }
@@ -62,8 +59,7 @@ type member struct {
 // NewHub creates a hub on nc, which must have echo off so that messages this
 // node publishes are not delivered to it twice.
 func NewHub(nc *nats.Conn, log *slog.Logger, onMsgs func(int)) *Hub {
-	h := &Hub{nc: nc, log: log, scenes: map[string]*sceneSub{}, onMsgs: onMsgs, procs: runtime.GOMAXPROCS(0)}
-	h.lists.New = func() any { return new([]member) }
+	h := &Hub{nc: nc, log: log, scenes: map[string]*sceneSub{}, onMsgs: onMsgs}
 	h.all.Store(&[]*sceneSub{})
 	return h
 }
@@ -178,26 +174,12 @@ func (h *Hub) publishLocal(name string, payload []byte) {
 	}
 }
 
-// urgentSplit is the number of recipients from which an urgent message's
-// fan-out is shared by two goroutines. Urgent frames (object edits, clicks,
-// chat) are written at once, one socket after another, about 10 µs each: a
-// click in a scene of 100 users took 1-2 ms of system calls on one core.
-const urgentSplit = 32
-
 func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
 	seq := h.seq.Add(1)
 	n := 0
 	sender := ""
 	if s.policy != nil {
 		sender = s.observe(m)
-	}
-	m.frameQoS0()
-	urgent := m.key == "" && h.procs > 1
-	var lp *[]member
-	var list []member
-	if urgent {
-		lp = h.lists.Get().(*[]member)
-		list = (*lp)[:0]
 	}
 	for _, g := range *s.groups.Load() {
 		if !topic.Match(g.filter, m.topic) {
@@ -211,46 +193,14 @@ func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
 			if sender != "" && !s.policy.Interested(mb.c.observer(), sender) {
 				continue
 			}
-			if urgent {
-				list = append(list, mb)
-			} else if mb.c.deliver(m, mb.qos) {
-				n++
-			}
-		}
-	}
-	if urgent {
-		n = deliverSplit(list, m)
-		clear(list)
-		*lp = list[:0]
-		h.lists.Put(lp)
-	}
-	if n > 0 && h.onMsgs != nil {
-		h.onMsgs(n)
-	}
-}
-
-// deliverSplit delivers m to every member of list and reports how many
-// queued it. A long list is shared with a second goroutine, and both halves
-// are done before it returns, so that the next message of the same
-// publisher never overtakes this one.
-func deliverSplit(list []member, m *outMsg) int {
-	deliver := func(l []member) int {
-		n := 0
-		for _, mb := range l {
 			if mb.c.deliver(m, mb.qos) {
 				n++
 			}
 		}
-		return n
 	}
-	if len(list) < urgentSplit {
-		return deliver(list)
+	if n > 0 && h.onMsgs != nil {
+		h.onMsgs(n)
 	}
-	half := len(list) / 2
-	other := make(chan int, 1)
-	go func() { other <- deliver(list[half:]) }()
-	n := deliver(list[:half])
-	return n + <-other
 }
 
 // Scenes returns the number of scene subscriptions held.

@@ -586,8 +586,8 @@ func TestUbiqListeners(t *testing.T) {
 	_ = n
 }
 
-// An urgent message to many subscribers is delivered by two goroutines
-// (mqtt's deliverSplit): every subscriber still gets every message of a
+// An urgent message (an object edit) to many subscribers, written inline
+// one socket after another: every subscriber gets every message of a
 // publisher, in order.
 func TestUrgentFanOutKeepsOrder(t *testing.T) {
 	n := startNode(t, func(c *Config) { c.Insecure = true })
@@ -612,7 +612,7 @@ func TestUrgentFanOutKeepsOrder(t *testing.T) {
 	}
 	pub := mustConnect(t, n.mqttURL, "pub", "")
 	for i := range msgs {
-		// Object messages are urgent: the split fan-out applies.
+		// Object messages are urgent: written at once, not lingered.
 		publish(t, pub, "realm/s/lab/split/o/pub/box", 0, fmt.Sprintf(`{"object_id":"box","action":"update","persist":false,"data":{"n":%d}}`, i))
 	}
 	deadline := time.Now().Add(10 * time.Second)
