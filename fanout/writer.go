@@ -152,15 +152,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 	if w.raw != nil && !w.busy && w.err == nil &&
 		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.opt.Linger)) {
 		w.busy = true
-		w.buf = w.buf[:0]
-		for i := range w.queue {
-			w.buf = append(w.buf, w.queue[i].Bytes...)
-			w.queue[i] = Frame{}
-		}
-		n := len(w.queue) + 1
-		w.queue = w.queue[:0]
-		w.bytes = 0
-		w.urgentQ = false
+		n := w.gatherLocked() + 1
 		w.mu.Unlock()
 		w.writeInline(f.Bytes, n)
 		return Queued
@@ -195,8 +187,8 @@ func (w *Writer) sinceLast() time.Duration {
 // that is not a socket and is due now go to the writer goroutine; the rest
 // waits for the clock at the end of the linger interval.
 func (w *Writer) schedule() {
-	if len(w.queue) == 0 && w.err == nil {
-		return
+	if (len(w.queue) == 0 || w.scheduled && !w.urgentQ) && w.err == nil {
+		return // nothing to write, or the clock has it already
 	}
 	at := w.last.Load() + int64(w.opt.Linger)
 	if w.urgentQ || w.err != nil || w.opt.Linger == 0 || (w.raw == nil && at <= w.clock.now()) {
@@ -244,6 +236,14 @@ func (w *Writer) fire() {
 		return
 	}
 	w.busy = true
+	n := w.gatherLocked()
+	w.mu.Unlock()
+	w.writeInline(nil, n)
+}
+
+// gatherLocked moves the queued frames into w.buf for an inline write and
+// returns how many there were; w.mu and w.busy are held.
+func (w *Writer) gatherLocked() int {
 	w.buf = w.buf[:0]
 	for i := range w.queue {
 		w.buf = append(w.buf, w.queue[i].Bytes...)
@@ -252,8 +252,8 @@ func (w *Writer) fire() {
 	n := len(w.queue)
 	w.queue = w.queue[:0]
 	w.bytes = 0
-	w.mu.Unlock()
-	w.writeInline(nil, n)
+	w.urgentQ = false
+	return n
 }
 
 // writeInline writes w.buf (the frames that were queued) followed by b, n
