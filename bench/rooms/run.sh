@@ -4,7 +4,8 @@
 #   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
 #   baseline), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
 #   linger, for comparison), boids (kNN boids at 60 Hz), grid (hex grid at
-#   60 Hz), knn10 (kNN at 10 Hz); default: all but knn5. Writes
+#   60 Hz), knn10 (kNN randomwalk at 10 Hz), boids10 (kNN boids at
+#   10 Hz); default: all but knn5. Writes
 #   bench/rooms/*.csv and *.txt.
 # Each group holds /tmp/xrealm-bench.lock while it measures, and every .txt
 # records the load average before and after its run.
@@ -104,10 +105,14 @@ group_knn10() {
 	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER10"
 }
 
+group_boids10() {
+	run knn-boids-10hz --mode knn --behaviour boids --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER10"
+}
+
 if [ -n "$G" ]; then
 	"group_$G"
 	exit
 fi
-for g in ${*:-base knn boids grid knn10}; do
+for g in ${*:-base knn boids grid knn10 boids10}; do
 	flock -o "$LOCK" "$0" --locked "$X" "$g"
 done
