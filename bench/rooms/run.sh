@@ -5,7 +5,8 @@
 #   baseline), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
 #   linger, for comparison), boids (kNN boids at 60 Hz), grid (hex grid at
 #   60 Hz), knn10 (kNN randomwalk at 10 Hz), boids10 (kNN boids at
-#   10 Hz); default: all but knn5. Writes
+#   10 Hz), profgrid and profboids10 (profiled runs held near the limit,
+#   profiles in $PROF); default: all but knn5 and the profiled ones. Writes
 #   bench/rooms/*.csv and *.txt.
 # Each group holds /tmp/xrealm-bench.lock while it measures, and every .txt
 # records the load average before and after its run.
@@ -107,6 +108,20 @@ group_knn10() {
 
 group_boids10() {
 	run knn-boids-10hz --mode knn --behaviour boids --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER10"
+}
+
+# Profiled runs (bots' and server's CPU profiles in $PROF, default /tmp):
+# the ramp stops near the failing point and holds there for 30 s.
+PROF=${PROF:-/tmp}
+
+group_profgrid() {
+	run prof-grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 280 --hold 6 --window 5s --linger "$LINGER" \
+		--cpuprofile "$PROF/grid-bots.prof" --server-cpuprofile "$PROF/grid-srv.prof"
+}
+
+group_profboids10() {
+	run prof-knn-boids-10hz --mode knn --behaviour boids --rate 10 --size 1 --ramp 100ms --max 1000 --hold 6 --window 5s --linger "$LINGER10" \
+		--cpuprofile "$PROF/boids10-bots.prof" --server-cpuprofile "$PROF/boids10-srv.prof"
 }
 
 if [ -n "$G" ]; then
