@@ -97,7 +97,8 @@ func (c *Client) connect(ctx context.Context) error {
 	sr, _ := report.NewSenderInterceptor(reportOpts[report.SenderOption](c.cfg.ReportInterval, report.SenderInterval)...)
 	tw, _ := twcc.NewSenderInterceptor()
 	hx, _ := twcc.NewHeaderExtensionInterceptor()
-	for _, f := range []interceptor.Factory{gen, resp, rr, sr, tw, hx} {
+	// the batcher first: the report interceptors write through it
+	for _, f := range []interceptor.Factory{RTCPBatcherFactory{}, gen, resp, rr, sr, tw, hx} {
 		reg.Add(f)
 	}
 	se := NewSettingEngine(c.cfg.ICEAddresses, 0, 0)

@@ -50,7 +50,8 @@ func RegisterCodecs(m *webrtc.MediaEngine) error {
 
 // newPeerAPI builds the API of one client PeerConnection: NACK generation
 // towards the publisher (no NACK responder: down tracks answer from the
-// shared buffer), receiver and sender reports, TWCC feedback for the
+// shared buffer), receiver and sender reports (sent as compound packets,
+// rtcpbatch.go), TWCC feedback for the
 // publisher's estimator, and TWCC sequence numbers plus the send-side
 // estimator for what the node sends. onEstimator receives the estimator.
 // With dataChannels (point clouds over a data channel) SCTP is tuned as
@@ -61,6 +62,8 @@ func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.
 		return nil, err
 	}
 	reg := &interceptor.Registry{}
+	// first: the report interceptors below write through the batcher
+	reg.Add(RTCPBatcherFactory{})
 	gen, err := nack.NewGeneratorInterceptor()
 	if err != nil {
 		return nil, err
