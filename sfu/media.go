@@ -53,10 +53,11 @@ func RegisterCodecs(m *webrtc.MediaEngine) error {
 // shared buffer), receiver and sender reports (sent as compound packets,
 // rtcpbatch.go), TWCC feedback for the
 // publisher's estimator, and TWCC sequence numbers plus the send-side
-// estimator for what the node sends. onEstimator receives the estimator.
+// estimator for what the node sends. onEstimator receives the estimator,
+// onProbe the queue probe (qprobe.go).
 // With dataChannels (point clouds over a data channel) SCTP is tuned as
 // for relay links.
-func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.BandwidthEstimator), dataChannels bool) (*webrtc.API, error) {
+func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.BandwidthEstimator), onProbe func(*queueProbe), dataChannels bool) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	if err := RegisterCodecs(m); err != nil {
 		return nil, err
@@ -87,6 +88,8 @@ func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.
 	// The estimator must come before the TWCC header extension in the
 	// registry: the last one added wraps the others and so stamps the
 	// transport-wide sequence number before the estimator records it.
+	// So must the queue probe.
+	reg.Add(queueProbeFactory{onProbe: onProbe})
 	if onEstimator != nil {
 		ccf, err := cc.NewInterceptor(est)
 		if err != nil {

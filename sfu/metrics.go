@@ -40,12 +40,13 @@ var (
 	descFetchOK    = prometheus.NewDesc("xrealm_sfu_relay_nack_recovered_total", "Forwarded NACKs whose packet arrived from the origin.", []string{"node"}, nil)
 	descSubShare   = prometheus.NewDesc("xrealm_sfu_subscriber_link_share_bps", "The subscriber's share of the budget of its path (subscribers from one remote IP address), when that path has congested.", []string{"node", "client"}, nil)
 	descSubQueue   = prometheus.NewDesc("xrealm_sfu_subscriber_queue_delay_seconds", "Queueing delay towards the subscriber: receiver-report round-trip time above its floor.", []string{"node", "client"}, nil)
+	descSubTail    = prometheus.NewDesc("xrealm_sfu_subscriber_queue_tail_seconds", "95th percentile of the per-packet queueing delay (TWCC feedback) of the subscriber's shared-path group over the last interval.", []string{"node", "client"}, nil)
 	descSubSlots   = prometheus.NewDesc("xrealm_sfu_subscriber_active_slots", "Receive slots carrying a track.", []string{"node", "client"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
-		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubSlots,
+		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
@@ -129,7 +130,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				active++
 			}
 		}
-		alloc, share, qdelay := p.allocated, p.linkShare(), p.link.qdelay
+		alloc, share, qdelay, tail, grouped := p.allocated, p.linkShare(), p.link.qdelay, p.link.tail, p.link.remote != ""
 		p.mu.Unlock()
 		client := p.session + "/" + p.client
 		ch <- prometheus.MustNewConstMetric(descSubBytes, prometheus.CounterValue, bytes, id, client)
@@ -153,6 +154,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSubShare, prometheus.GaugeValue, share, id, client)
 		}
 		ch <- prometheus.MustNewConstMetric(descSubQueue, prometheus.GaugeValue, qdelay.Seconds(), id, client)
+		if tail >= 0 && grouped {
+			ch <- prometheus.MustNewConstMetric(descSubTail, prometheus.GaugeValue, tail.Seconds(), id, client)
+		}
 		if alloc < 1e15 {
 			ch <- prometheus.MustNewConstMetric(descSubAlloc, prometheus.GaugeValue, alloc, id, client)
 		}

@@ -31,7 +31,8 @@ type peer struct {
 	session, client string
 	pc              *webrtc.PeerConnection
 	est             atomic.Pointer[estimatorBox]
-	estName         string // as the client asked, "default" for Config.Estimator
+	probe           atomic.Pointer[queueProbe] // queueing delays from TWCC feedback (qprobe.go)
+	estName         string                     // as the client asked, "default" for Config.Estimator
 	estFactory      cc.BandwidthEstimatorFactory
 	frames          atomic.Pointer[FrameReport] // the client's last report
 	pcSlots         int                         // data-channel slots asked for (Signal.PointClouds)
@@ -104,7 +105,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 }
 
 func (p *peer) start(offer string) (string, error) {
-	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) }, p.pcc != nil)
+	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) }, p.probe.Store, p.pcc != nil)
 	if err != nil {
 		return "", err
 	}

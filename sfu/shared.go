@@ -22,6 +22,9 @@ import (
 type linkGroup struct {
 	ctl  *allocator.SharedLink
 	seen time.Time
+	// queueing delays not yet used: a quiet group gathers
+	// minTailSamples over several intervals
+	carry delayHist
 }
 
 // peerLink is a peer's counters at the previous interval and its RTT floor.
@@ -33,7 +36,8 @@ type peerLink struct {
 	remote           string
 	share            float64 // bit/s; 0 = not limited
 	qdelay           time.Duration
-	demand           float64 // bit/s the allocator would forward unconstrained
+	tail             time.Duration // the group's p95 per-packet queueing delay (qprobe.go); < 0 unknown
+	demand           float64       // bit/s the allocator would forward unconstrained
 }
 
 // rttFreshDefault is how old an RTT sample may be to count at the default
@@ -49,6 +53,7 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		pkts   uint64
 		rtx    uint64
 		qdelay time.Duration // < 0 unknown
+		hist   delayHist     // per-packet queueing delays (TWCC)
 		demand float64
 	}
 	groups := map[string][]member{}
@@ -71,6 +76,9 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		}
 		pl := &p.link
 		m := member{p: p, qdelay: -1, demand: pl.demand}
+		if q := p.probe.Load(); q != nil {
+			m.hist = q.take()
+		}
 		if !pl.at.IsZero() && now.After(pl.at) {
 			dt := now.Sub(pl.at).Seconds()
 			m.sent = float64(bytes-pl.bytes) * 8 / dt
@@ -109,8 +117,10 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		var s allocator.LinkSample
 		var pkts, rtx uint64
 		var qd []time.Duration
+		var hist delayHist
 		demands := make([]float64, len(ms))
 		for i, m := range ms {
+			hist.merge(&m.hist)
 			s.Sent += m.sent
 			pkts += m.pkts
 			rtx += m.rtx
@@ -126,6 +136,17 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		if len(qd) > 0 {
 			sort.Slice(qd, func(i, j int) bool { return qd[i] < qd[j] })
 			s.QueueDelay = qd[len(qd)/2]
+		}
+		s.TailDelay = -1
+		g.carry.merge(&hist)
+		if g.carry.count() >= minTailSamples {
+			s.TailDelay = g.carry.quantile(tailQuantile)
+			g.carry = delayHist{}
+		}
+		if s.TailDelay >= 0 {
+			for _, m := range ms {
+				m.p.setTail(s.TailDelay)
+			}
 		}
 		if n.cfg.NoSharedLinks {
 			continue
@@ -145,6 +166,21 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		s.p.setShare(s.bps)
 	}
 }
+
+// setTail records the group's tail queueing delay for the metrics.
+func (p *peer) setTail(d time.Duration) {
+	p.mu.Lock()
+	p.link.tail = d
+	p.mu.Unlock()
+}
+
+// The group's tail delay is the 95th percentile of its members' per-packet
+// queueing delays over an interval, or over as many as it takes to count
+// minTailSamples.
+const (
+	tailQuantile   = 0.95
+	minTailSamples = 20
+)
 
 // setShare sets the peer's share of its group's budget.
 func (p *peer) setShare(bps float64) {

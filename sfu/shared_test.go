@@ -105,6 +105,15 @@ func TestSharedPathGroups(t *testing.T) {
 			}
 			return false
 		})
+		// and the queue probe reads the client's TWCC feedback: the
+		// group's tail queueing delay becomes known
+		if s.group != "" {
+			waitFor(t, s.client+"'s queueing delays from TWCC feedback", func() bool {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				return p.link.tail > 0 // the upper edge of a bin: known
+			})
+		}
 	}
 	waitFor(t, "one budget per remote address, none for the node's own", func() bool {
 		n.mu.Lock()

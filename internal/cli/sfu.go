@@ -147,7 +147,7 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			continue
 		}
 		sum, cnt := map[string]float64{}, map[string]float64{}
-		minEst, minShare := 0.0, 0.0
+		minEst, minShare, maxTail := 0.0, 0.0, 0.0
 		for _, f := range fams {
 			for _, m := range f.GetMetric() {
 				v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
@@ -165,6 +165,9 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 				}
 				if f.GetName() == "xrealm_sfu_subscriber_link_share_bps" && (minShare == 0 || v < minShare) {
 					minShare = v
+				}
+				if f.GetName() == "xrealm_sfu_subscriber_queue_tail_seconds" {
+					maxTail = max(maxTail, v)
 				}
 			}
 		}
@@ -185,7 +188,7 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 			"active_slots", sum["xrealm_sfu_subscriber_active_slots"], "relay_dropped", sum["xrealm_sfu_relay_dropped_total"],
 			"nacks", sum["xrealm_sfu_subscriber_nacks_total"], "rtx", sum["xrealm_sfu_subscriber_retransmits_total"],
 			"nack_forwarded", sum["xrealm_sfu_relay_nack_forwarded_total"], "relay_links", sum["xrealm_sfu_relay_links"],
-			"min_estimate_kbps", minEst/1e3, "min_share_kbps", minShare/1e3, "mean_queue_ms", mean("xrealm_sfu_subscriber_queue_delay_seconds")*1e3, "sent_kbps", rate("xrealm_sfu_subscriber_bytes_total"),
+			"min_estimate_kbps", minEst/1e3, "min_share_kbps", minShare/1e3, "mean_queue_ms", mean("xrealm_sfu_subscriber_queue_delay_seconds")*1e3, "max_tail_ms", maxTail*1e3, "sent_kbps", rate("xrealm_sfu_subscriber_bytes_total"),
 			"relay_out_kbps", rate("relay_out"), "relay_in_kbps", rate("relay_in"))
 		// packet ages per hop and the process's scheduling lag (hops.go),
 		// read by xrealm bench sfu

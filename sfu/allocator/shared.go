@@ -15,7 +15,8 @@ import (
 // group's sum, driven by what the SFU observes of the whole group each
 // interval: the rate sent, the share of packets the receivers asked for
 // again (loss on the path: NACKs answered from the SFU's own buffer) and
-// the queueing delay (receiver-report round-trip time above its floor).
+// the queueing delay (receiver-report round-trip time above its floor,
+// and the tail of the per-packet delays from transport-wide feedback).
 //
 // The rule is AIMD with a memory of where congestion began: on congestion
 // (loss above LossHigh or delay above DelayHigh) the budget falls to
@@ -40,6 +41,13 @@ type LinkSample struct {
 	Loss float64
 	// QueueDelay is the group's queueing delay; negative when unknown.
 	QueueDelay time.Duration
+	// TailDelay is the tail (95th percentile) of the queueing delay
+	// the group's packets met, from transport-wide feedback; negative
+	// when unknown. It sees the waits behind bursts (a frame copied to
+	// every subscriber behind the path) that a mean or a sparse sample
+	// of round-trip times misses, and which make a subscriber's p99
+	// latency.
+	TailDelay time.Duration
 }
 
 // SharedLink constants. The delay thresholds bound the standing queue:
@@ -52,9 +60,14 @@ const (
 	LossLow   = 0.005
 	DelayHigh = 15 * time.Millisecond
 	DelayLow  = 6 * time.Millisecond
-	Backoff   = 0.85
-	Increase  = 0.04
-	Hold      = time.Second
+	// TailHigh and TailLow bound LinkSample.TailDelay: a p95 queueing
+	// delay of 30 ms leaves room for the path's own delay under a p99 of
+	// 100 ms (run F).
+	TailHigh = 30 * time.Millisecond
+	TailLow  = 15 * time.Millisecond
+	Backoff  = 0.85
+	Increase = 0.04
+	Hold     = time.Second
 	// MinShared is the least budget per group, bit/s.
 	MinShared = 50_000
 	// Headroom bounds the budget of a clear group to twice the rate sent
@@ -71,8 +84,8 @@ func (l *SharedLink) Budget() float64 { return l.budget }
 // Update feeds one interval's sample observed at now and returns the
 // budget.
 func (l *SharedLink) Update(now time.Time, s LinkSample) float64 {
-	congested := s.Loss > LossHigh || s.QueueDelay > DelayHigh
-	clear := s.Loss < LossLow && s.QueueDelay < DelayLow
+	congested := s.Loss > LossHigh || s.QueueDelay > DelayHigh || s.TailDelay > TailHigh
+	clear := s.Loss < LossLow && s.QueueDelay < DelayLow && s.TailDelay < TailLow
 	switch {
 	case congested:
 		if now.Sub(l.lastCut) < Hold {

@@ -82,6 +82,15 @@ func TestSharedLink(t *testing.T) {
 		{"budget stays near the rate sent", append([]step{
 			{LinkSample{Sent: 1e6, Loss: 0.1}, func(b float64) bool { return b == 0.85e6 }, "0.85e6"}},
 			repeat(40, step{LinkSample{Sent: 1e5}, func(b float64) bool { return b <= 2*1e5+Headroom }, "≤ 2×sent + headroom"})...)},
+		{"tail delay cuts; between its thresholds it holds", []step{
+			{LinkSample{Sent: 2e6, QueueDelay: -1, TailDelay: 60 * time.Millisecond}, func(b float64) bool { return b == 1.7e6 }, "1.7e6"},
+			{LinkSample{Sent: 1.7e6, QueueDelay: -1, TailDelay: 20 * time.Millisecond}, func(b float64) bool { return b == 1.7e6 }, "held at 1.7e6"},
+			{LinkSample{Sent: 1.7e6, QueueDelay: -1, TailDelay: 5 * time.Millisecond}, func(b float64) bool { return b > 1.7e6 }, "grows"},
+		}},
+		{"unknown tail delay does not hold growth", []step{
+			{LinkSample{Sent: 1e6, Loss: 0.1, TailDelay: -1}, func(b float64) bool { return b == 0.85e6 }, "0.85e6"},
+			{LinkSample{Sent: 0.85e6, TailDelay: -1}, func(b float64) bool { return b > 0.88e6 }, "+4 %"},
+		}},
 		{"floor", []step{
 			{LinkSample{Sent: 1000, Loss: 0.5}, func(b float64) bool { return b == MinShared }, "MinShared"},
 		}},
