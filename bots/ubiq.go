@@ -64,9 +64,9 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 	if posEvery == 0 {
 		posEvery = int64(100 * time.Millisecond)
 	}
-	decoded := map[ubiq.NetworkId]int64{} // read goroutine only
-	joined := false                       // read goroutine only
-	var r Received                        // read goroutine only: one for all frames, no allocation each
+	var decoded decodeTimes // read goroutine only
+	joined := false         // read goroutine only
+	var r Received          // read goroutine only: one for all frames, no allocation each
 	onFrame := func(f []byte, now int64) {
 		if ubiq.IDOf(f) == l.clientID {
 			// Only SetRoom matters, and only until it came: kNN rooms send
@@ -81,12 +81,11 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 			return
 		}
 		payload := f[ubiq.HeaderSize:]
-		r = Received{From: f[4:12], SentNanos: poseSentNanos(payload), RecvNanos: now, Size: len(f)}
-		if decodePos {
-			if from := ubiq.IDOf(f); now-decoded[from] >= posEvery {
-				decoded[from] = now
-				r.Pos, r.HasPos = PositionOf(payload)
-			}
+		r = Received{From: f[4:12], RecvNanos: now, Size: len(f)}
+		if decodePos && decoded.due(ubiq.IDOf(f), now, posEvery) {
+			r.SentNanos, r.Pos, r.HasPos = posePositionOf(payload)
+		} else {
+			r.SentNanos = poseSentNanos(payload)
 		}
 		recv(&r)
 	}
@@ -235,14 +234,147 @@ var (
 // searching the payload for the timestamp key: the key sits right after
 // the object id. Other payloads go to SentNanos.
 func poseSentNanos(p []byte) int64 {
-	if bytes.HasPrefix(p, poseHead) {
-		if j := bytes.IndexByte(p[len(poseHead):], '"'); j >= 0 {
-			if rest := p[len(poseHead)+j:]; bytes.HasPrefix(rest, poseMid) {
-				return SentNanos(rest[len(poseMid)-len(tsKey):]) // finds the key at once
+	if v, _, ok := poseTimestamp(p); ok {
+		return v
+	}
+	return SentNanos(p)
+}
+
+// poseTimestamp reads the timestamp of a pose made by AppendPose and
+// returns the rest of the payload after its digits; ok is false for any
+// other payload (and for more than 19 digits, where SentNanos gives 0).
+func poseTimestamp(p []byte) (v int64, rest []byte, ok bool) {
+	if !bytes.HasPrefix(p, poseHead) {
+		return 0, nil, false
+	}
+	j := bytes.IndexByte(p[len(poseHead):], '"')
+	if j < 0 {
+		return 0, nil, false
+	}
+	rest = p[len(poseHead)+j:]
+	if !bytes.HasPrefix(rest, poseMid) {
+		return 0, nil, false
+	}
+	rest = rest[len(poseMid):]
+	i := 0
+	for ; i < len(rest) && rest[i] >= '0' && rest[i] <= '9'; i++ {
+		if i == 19 {
+			return 0, nil, false
+		}
+		v = v*10 + int64(rest[i]-'0')
+	}
+	return v, rest[i:], true
+}
+
+// What AppendPose writes between the timestamp and the position's x, and
+// between the coordinates.
+var (
+	posePos = []byte(`,"object_type":"camera","position":{"x":`)
+	poseY   = []byte(`,"y":`)
+	poseZ   = []byte(`,"z":`)
+)
+
+// posePositionOf returns SentNanos and PositionOf of payload p in one
+// pass for a pose made by AppendPose: the position follows the timestamp
+// and its numbers are plain decimals. Other payloads go to SentNanos and
+// PositionOf, so the results are always theirs.
+func posePositionOf(p []byte) (sent int64, pos Vec3, ok bool) {
+	sent, rest, ok := poseTimestamp(p)
+	if ok && bytes.HasPrefix(rest, posePos) {
+		rest = rest[len(posePos):]
+		var okX, okY, okZ bool
+		pos.X, rest, okX = plainDecimal(rest, ',')
+		if okX && bytes.HasPrefix(rest, poseY) {
+			pos.Y, rest, okY = plainDecimal(rest[len(poseY):], ',')
+			if okY && bytes.HasPrefix(rest, poseZ) {
+				pos.Z, _, okZ = plainDecimal(rest[len(poseZ):], '}')
+				if okZ {
+					return sent, pos, true
+				}
 			}
 		}
 	}
-	return SentNanos(p)
+	if !ok {
+		sent = SentNanos(p)
+	}
+	pos, ok = PositionOf(p)
+	return sent, pos, ok
+}
+
+// pow10 holds the powers of ten that a float64 represents exactly.
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// plainDecimal reads [-]digits[.digits] up to the byte end, which must
+// follow it, with at most 15 digits in all, and returns the rest from end
+// on. The value is exactly strconv.ParseFloat's: the digits as an integer
+// and the power of ten are both exact in a float64, and one division
+// rounds correctly. Anything else (exponents, more digits, spaces) is not
+// ok.
+func plainDecimal(b []byte, end byte) (float64, []byte, bool) {
+	i, neg := 0, false
+	if i < len(b) && b[i] == '-' {
+		neg = true
+		i++
+	}
+	var m uint64
+	digits, frac, dot := 0, 0, false
+	for ; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 15 {
+				return 0, nil, false
+			}
+			m = m*10 + uint64(c-'0')
+			digits++
+			if dot {
+				frac++
+			}
+			continue
+		case c == '.' && !dot:
+			dot = true
+			continue
+		case c == end && digits > 0 && !(dot && frac == 0):
+			v := float64(m) / pow10[frac]
+			if neg {
+				v = -v
+			}
+			return v, b[i:], true
+		}
+		return 0, nil, false
+	}
+	return 0, nil, false
+}
+
+// decodeTimes is when a bot last decoded a position from each sender.
+// Bots' avatars (B = 0xb07, as Join makes them) are looked up by index in
+// a slice: one memory access per frame instead of a map probe.
+type decodeTimes struct {
+	bots  []int64
+	other map[ubiq.NetworkId]int64
+}
+
+// due reports whether from's position should be decoded at now, and if
+// so records now.
+func (d *decodeTimes) due(from ubiq.NetworkId, now, every int64) bool {
+	if from.B == 0xb07 && from.A < 1<<20 {
+		if int(from.A) >= len(d.bots) {
+			d.bots = append(d.bots, make([]int64, int(from.A)+1-len(d.bots)+64)...)
+		}
+		if now-d.bots[from.A] < every {
+			return false
+		}
+		d.bots[from.A] = now
+		return true
+	}
+	if d.other == nil {
+		d.other = map[ubiq.NetworkId]int64{}
+	}
+	if now-d.other[from] < every {
+		return false
+	}
+	d.other[from] = now
+	return true
 }
 
 func (l *ubiqLink) Close() error          { return l.c.Close() }

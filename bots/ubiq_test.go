@@ -1,6 +1,11 @@
 package bots
 
-import "testing"
+import (
+	"math"
+	"testing"
+
+	"github.com/xrealm/xrealm/ubiq"
+)
 
 // poseSentNanos must agree with SentNanos on every payload: poses of any
 // object id and size, and payloads it does not recognise.
@@ -38,4 +43,61 @@ func FuzzPoseSentNanos(f *testing.F) {
 			t.Errorf("poseSentNanos %d != SentNanos %d for %q", a, b, p)
 		}
 	})
+}
+
+// posePositionOf must return exactly what SentNanos and PositionOf return,
+// bit for bit, for poses and for anything else.
+func TestPosePositionOf(t *testing.T) {
+	tests := []struct {
+		name    string
+		payload []byte
+	}{
+		{"pose", AppendPose(nil, "bot7", Pose{Pos: Vec3{X: 12.5, Y: 1.6, Z: -3.25}, Rot: NoRotation}, 1234567890123456789, 500)},
+		{"negative zero and large", AppendPose(nil, "b", Pose{Pos: Vec3{X: math.Copysign(0, -1), Y: 99999999.999, Z: -0.0004}, Rot: NoRotation}, 1, 0)},
+		{"too many digits", AppendPose(nil, "b", Pose{Pos: Vec3{X: 1e15, Y: 2, Z: 3}, Rot: NoRotation}, 5, 0)},
+		{"exponent", []byte(`{"object_id":"b","action":"update","type":"object","data":{"xrealm_ts_ns":9,"object_type":"camera","position":{"x":1e3,"y":2,"z":3}}}`)},
+		{"spaces", []byte(`{"object_id":"b","action":"update","type":"object","data":{"xrealm_ts_ns":9,"object_type":"camera","position":{"x": 1,"y":2,"z":3}}}`)},
+		{"trailing dot", []byte(`{"object_id":"b","action":"update","type":"object","data":{"xrealm_ts_ns":9,"object_type":"camera","position":{"x":1.,"y":.5,"z":-.5}}}`)},
+		{"other order", []byte(`{"data":{"position":{"z":3,"y":2,"x":1},"xrealm_ts_ns":8}}`)},
+		{"no position", AppendPose(nil, "b", Pose{Rot: NoRotation}, 3, 0)[:60]},
+		{"empty", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { checkPosePositionOf(t, tc.payload) })
+	}
+}
+
+func checkPosePositionOf(t *testing.T, p []byte) {
+	t.Helper()
+	sent, pos, ok := posePositionOf(p)
+	wantPos, wantOK := PositionOf(p)
+	same := func(a, b float64) bool { return math.Float64bits(a) == math.Float64bits(b) }
+	if sent != SentNanos(p) || ok != wantOK || !same(pos.X, wantPos.X) || !same(pos.Y, wantPos.Y) || !same(pos.Z, wantPos.Z) {
+		t.Errorf("posePositionOf(%q) = %d, %v, %v; want %d, %v, %v", p, sent, pos, ok, SentNanos(p), wantPos, wantOK)
+	}
+}
+
+func FuzzPosePositionOf(f *testing.F) {
+	f.Add(AppendPose(nil, "bot1", Pose{Pos: Vec3{X: -1.5, Y: 1.6, Z: 100}, Rot: NoRotation}, 99, 200))
+	f.Add([]byte(`{"object_id":"b","action":"update","type":"object","data":{"xrealm_ts_ns":9,"object_type":"camera","position":{"x":1,"y":2,"z":3}}}`))
+	f.Fuzz(func(t *testing.T, p []byte) { checkPosePositionOf(t, p) })
+}
+
+func TestDecodeTimes(t *testing.T) {
+	var d decodeTimes
+	bot := ubiq.NetworkId{A: 5, B: 0xb07}
+	other := ubiq.NetworkId{A: 5, B: 1}
+	steps := []struct {
+		id   ubiq.NetworkId
+		now  int64
+		want bool
+	}{
+		{bot, 100, true}, {bot, 150, false}, {other, 150, true}, {bot, 200, true},
+		{other, 200, false}, {other, 250, true}, {ubiq.NetworkId{A: 3000, B: 0xb07}, 10, false}, {ubiq.NetworkId{A: 3000, B: 0xb07}, 100, true},
+	}
+	for i, s := range steps {
+		if got := d.due(s.id, s.now, 100); got != s.want {
+			t.Errorf("step %d: due(%v, %d) = %v, want %v", i, s.id, s.now, got, s.want)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/csv"
 	"errors"
 	"flag"
@@ -287,7 +288,7 @@ func (r *roomsRun) add(ctx context.Context, i int) error {
 	pw, watches := beh.(bots.PeerWatcher)
 	watches = watches && pw.WantsPeers()
 	if watches {
-		b.seen = &seenPeers{m: map[string]*seenPeer{}}
+		b.seen = &seenPeers{m: map[uint64]*seenPeer{}}
 	}
 	recv := func(m *bots.Received) {
 		b.meter.Received(m.SentNanos, m.RecvNanos, m.Size)
@@ -464,23 +465,35 @@ func (r *roomsRun) stop() {
 	}
 }
 
-// seenPeers is what a boid knows of the others, from their poses.
+// seenPeers is what a boid knows of the others, from their poses. It is
+// keyed by the sender's 8-byte Ubiq NetworkId as an integer: a map probe
+// per received position with an integer hash, not a string's.
 type seenPeers struct {
 	mu sync.Mutex
-	m  map[string]*seenPeer
+	m  map[uint64]*seenPeer
 }
 
 type seenPeer struct {
+	id       string
 	pos, vel bots.Vec3
 	at       int64
 }
 
+// peerKey is the map key of a sender id (a NetworkId's 8 bytes; shorter
+// ids are padded with zeros).
+func peerKey(from []byte) uint64 {
+	var k [8]byte
+	copy(k[:], from)
+	return binary.LittleEndian.Uint64(k[:])
+}
+
 func (s *seenPeers) update(from []byte, pos bots.Vec3, now int64) {
+	key := peerKey(from)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.m[string(from)]
+	p := s.m[key]
 	if p == nil {
-		s.m[string(from)] = &seenPeer{pos: pos, at: now}
+		s.m[key] = &seenPeer{id: string(from), pos: pos, at: now}
 		return
 	}
 	if dt := float64(now-p.at) / 1e9; dt > 0.01 {
@@ -497,7 +510,7 @@ func (s *seenPeers) snapshot(out []bots.Peer, now int64) []bots.Peer {
 			delete(s.m, id)
 			continue
 		}
-		out = append(out, bots.Peer{ID: id, Pos: p.pos, Vel: p.vel})
+		out = append(out, bots.Peer{ID: p.id, Pos: p.pos, Vel: p.vel})
 	}
 	return out
 }
