@@ -61,10 +61,11 @@ const (
 	DelayHigh = 15 * time.Millisecond
 	DelayLow  = 6 * time.Millisecond
 	// TailHigh and TailLow bound LinkSample.TailDelay: a p95 queueing
-	// delay of 30 ms leaves room for the path's own delay under a p99 of
-	// 100 ms (run F).
-	TailHigh = 30 * time.Millisecond
-	TailLow  = 15 * time.Millisecond
+	// delay of 40 ms leaves room for the path's own delay (the bench's
+	// sites 3-4: 40-55 ms) under a p99 of 100 ms; at 30/15 ms run F's
+	// trial held p99 at 49-53 ms but gave up points it did not need to.
+	TailHigh = 40 * time.Millisecond
+	TailLow  = 20 * time.Millisecond
 	Backoff  = 0.85
 	Increase = 0.04
 	Hold     = time.Second
