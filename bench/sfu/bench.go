@@ -121,18 +121,21 @@ type HopSummary struct {
 	FanoutP99  float64 `json:"fanout_p99_ms"`   // arrival → handed on
 	LagP99     float64 `json:"lag_p99_ms"`
 	LagMax     float64 `json:"lag_max_ms"`
+	// TailMax is the largest tail queueing delay of the SFU's shared-path
+	// groups ("sfu stats" max_tail_ms: p95 per-packet delay from TWCC).
+	TailMax float64 `json:"tail_max_ms,omitempty"`
 }
 
 // statsEvery is the SFUs' --log-stats period.
 const statsEvery = 2 * time.Second
 
-// parseHops reads the "sfu hops" lines an SFU logged (xrealm sfu
-// --log-stats) for periods that end in (from, to].
+// parseHops reads the "sfu hops" and "sfu stats" lines an SFU logged
+// (xrealm sfu --log-stats) for periods that end in (from, to].
 func parseHops(log string, from, to time.Time) (HopSummary, bool) {
 	var h HopSummary
 	found := false
 	for _, line := range strings.Split(log, "\n") {
-		if !strings.Contains(line, `msg="sfu hops"`) {
+		if !strings.Contains(line, `msg="sfu hops"`) && !strings.Contains(line, `msg="sfu stats"`) {
 			continue
 		}
 		kv := map[string]string{}
@@ -145,9 +148,9 @@ func parseHops(log string, from, to time.Time) (HopSummary, bool) {
 		if err != nil || !at.After(from.Add(statsEvery/2)) || at.After(to.Add(statsEvery/2)) {
 			continue
 		}
-		found = true
+		found = found || strings.Contains(line, `msg="sfu hops"`)
 		for k, dst := range map[string]*float64{"in_local_p99_ms": &h.InLocalP99, "in_relay_p99_ms": &h.InRelayP99, "out_p99_ms": &h.OutP99,
-			"fanout_p99_ms": &h.FanoutP99, "lag_p99_ms": &h.LagP99, "lag_max_ms": &h.LagMax} {
+			"fanout_p99_ms": &h.FanoutP99, "lag_p99_ms": &h.LagP99, "lag_max_ms": &h.LagMax, "max_tail_ms": &h.TailMax} {
 			v, _ := strconv.ParseFloat(kv[k], 64)
 			*dst = max(*dst, v)
 		}

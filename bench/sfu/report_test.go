@@ -68,6 +68,10 @@ func TestParseHops(t *testing.T) {
 		{"before the window", line(from.Add(-time.Second), "900", "1"), HopSummary{}, false},
 		{"largest of the periods in the window", line(from.Add(2*time.Second), "30", "1") + line(from.Add(10*time.Second), "80", "4") + line(to.Add(5*time.Second), "999", "1"),
 			HopSummary{InLocalP99: 3, InRelayP99: 80, OutP99: 40, FanoutP99: 0.5, LagP99: 4, LagMax: 9}, true},
+		{"tail delay from the stats lines", line(from.Add(2*time.Second), "30", "1") +
+			`time=2026-11-22T09:00:04Z level=INFO msg="sfu stats" clients=3 max_tail_ms=27` + "\n" +
+			`time=2026-11-22T09:00:06Z level=INFO msg="sfu stats" clients=3 max_tail_ms=41` + "\n",
+			HopSummary{InLocalP99: 3, InRelayP99: 30, OutP99: 40, FanoutP99: 0.5, LagP99: 1, LagMax: 9, TailMax: 41}, true},
 	}
 	for _, tc := range tests {
 		got, ok := parseHops(tc.log, from, to)
