@@ -191,3 +191,35 @@ func TestDeadNodeMembersRemoved(t *testing.T) {
 		t.Fatalf("late joiner saw more peers: %v", ms)
 	}
 }
+
+// TestObserverOnOtherNodeKeepsRoom: observers have no keys of their own,
+// so a room observed on node 1 must survive its last member leaving on
+// node 2 (node 1's presence key holds it), and go once node 1 lets go.
+func TestObserverOnOtherNodeKeepsRoom(t *testing.T) {
+	bucket := fmt.Sprintf("ubiq-observe-%d", bucketSeq.Add(1))
+	mod := func(c *Config) { c.Bucket = bucket }
+	s1, s2 := startServer(t, nil, mod), startServer(t, nil, mod)
+	ctx := context.Background()
+
+	id := newUUID()
+	o := dialPeer(t, s1.tcp)
+	o.request("SetObserved", SetObservedArgs{ClientID: o.clientID, Rooms: []string{id}})
+	o.expect("Observed")
+	m := dialPeer(t, s2.tcp)
+	m.join(JoinArgs{UUID: id})
+	o.expect("PeerAdded")
+	m.c.Close()
+	o.expect("PeerRemoved")
+	// Node 2 has tried to remove the room by now (it does so as its
+	// member leaves); give a late attempt time too.
+	time.Sleep(300 * time.Millisecond)
+	if _, _, err := s2.s.store.getRoom(ctx, id); err != nil {
+		t.Fatalf("room observed on node 1 was removed when node 2's member left: %v", err)
+	}
+	o.request("SetObserved", SetObservedArgs{ClientID: o.clientID, Rooms: []string{}})
+	o.expect("Observed")
+	eventually(t, "the room to be removed once nobody observes it", func() bool {
+		_, _, err := s1.s.store.getRoom(ctx, id)
+		return err != nil
+	})
+}

@@ -62,7 +62,6 @@ type conn struct {
 	posBuf    []byte
 	me        memberRecord
 	memberAs  string // uuid of the member key written for room
-	obsName   string // name of the observer keys, fixed at the first SetObserved
 	clientID  NetworkId
 	observed  map[string]*room
 	busBuf    []byte // read loop only
@@ -172,7 +171,7 @@ func (c *conn) cleanup() {
 		c.setRoom(nil)
 	}
 	for id, r := range c.observed {
-		c.unobserve(ctx, id, r)
+		c.unobserve(id, r)
 	}
 	c.w.Close()
 	c.visMu.Lock()
@@ -602,13 +601,20 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 	}
 	// Prepare the new rooms concurrently (state and activation are round
 	// trips to JetStream), then attach them in order, then let go of the
-	// old ones.
-	name := c.uuidOrSession()
+	// old ones. A room already active on this node needs neither: its
+	// record exists, and this node's presence key in it tells the other
+	// nodes that it is held (there is no key per observer).
 	ready := make([]*room, len(list))
 	var wg sync.WaitGroup
 	for i, id := range list {
 		if c.observed[id] != nil {
 			continue
+		}
+		if c.s.active(id) {
+			if r, err := c.s.acquire(id); err == nil {
+				ready[i] = r
+				continue
+			}
 		}
 		wg.Add(1)
 		go func() {
@@ -617,14 +623,9 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 				c.log.Warn("observe room failed", "room", id, "err", err)
 				return
 			}
-			if err := c.s.store.putObserver(ctx, id, name); err != nil {
-				c.log.Warn("observe room failed", "room", id, "err", err)
-				return
-			}
 			r, err := c.s.acquire(id)
 			if err != nil {
 				c.log.Warn("observe room failed", "room", id, "err", err)
-				c.s.store.deleteObserver(ctx, id, name)
 				return
 			}
 			ready[i] = r
@@ -648,18 +649,8 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 		delete(c.observed, id)
 		r.detachObserver(c)
 		c.s.release(r)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// Before answering, so that observing the room again later
-			// cannot be undone by this deletion.
-			if err := c.s.store.deleteObserver(ctx, id, name); err != nil {
-				c.log.Info("removing an observer failed", "room", id, "err", err)
-			}
-			c.s.removeIfEmpty(id)
-		}()
+		c.s.removeIfEmpty(id)
 	}
-	wg.Wait()
 	now := make([]string, 0, len(c.observed))
 	for _, id := range list {
 		if c.observed[id] != nil {
@@ -669,21 +660,9 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 	c.sendServer(EncodeRequest("Observed", ObservedArgs{Rooms: now}))
 }
 
-func (c *conn) unobserve(ctx context.Context, id string, r *room) {
+func (c *conn) unobserve(id string, r *room) {
 	delete(c.observed, id)
-	c.s.store.deleteObserver(ctx, id, c.uuidOrSession())
 	r.detachObserver(c)
 	c.s.release(r)
 	c.s.removeIfEmpty(id)
-}
-
-// uuidOrSession names the peer in observer keys even before Join.
-func (c *conn) uuidOrSession() string {
-	if c.obsName == "" {
-		c.obsName = c.uuid()
-		if c.obsName == "" {
-			c.obsName = c.session
-		}
-	}
-	return c.obsName
 }

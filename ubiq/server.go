@@ -345,6 +345,14 @@ func (s *Server) acquire(id string) (*room, error) {
 	return r, nil
 }
 
+// active reports whether room id is active on this node.
+func (s *Server) active(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rooms[id]
+	return r != nil && r.refs > 0
+}
+
 // release drops one reference to r, stopping it with the last.
 func (s *Server) release(r *room) {
 	s.mu.Lock()
@@ -363,11 +371,7 @@ func (s *Server) removeIfEmpty(id string) {
 	// A room this node holds has a local member or observer: not empty.
 	// (The last local holder to release it calls this again.) This spares
 	// the key listing, a JetStream consumer per call, on every cell change.
-	s.mu.Lock()
-	r := s.rooms[id]
-	held := r != nil && r.refs > 0
-	s.mu.Unlock()
-	if held {
+	if s.active(id) {
 		return
 	}
 	s.wg.Add(1)
@@ -375,7 +379,10 @@ func (s *Server) removeIfEmpty(id string) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
 		defer cancel()
-		if ok, err := s.store.removeIfEmpty(ctx, id); err != nil {
+		// Asked again just before the deletion: a local observer holds the
+		// room through this node's presence key, which the store does not
+		// count (it may be an old activation's, on its way out).
+		if ok, err := s.store.removeIfEmpty(ctx, id, func() bool { return s.active(id) }); err != nil {
 			s.log.Info("removing an empty room failed", "room", id, "err", err)
 		} else if ok {
 			s.log.Debug("removed empty room", "room", id)

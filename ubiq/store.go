@@ -17,8 +17,9 @@ import (
 //
 //	r.{room}.i         roomRecord: name, join code, publish, properties
 //	r.{room}.m.{peer}  memberRecord: the member's PeerInfo and properties
-//	r.{room}.o.{peer}  observer marker (value: the node that wrote it)
-//	r.{room}.n.{node}  a node that has the room active (relays frames to it)
+//	r.{room}.n.{node}  a node that has the room active (relays frames to it):
+//	                   it has local members or observers there, so the
+//	                   room is not empty (observers have no key of their own)
 //	c.{code}           join code -> room uuid
 //	b.{room}.{blob}    blob
 //	h.{node}           a node's heartbeat, rewritten every NodeHeartbeat
@@ -65,11 +66,10 @@ func keyToken(s string) string {
 	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
-func infoKey(room string) string           { return "r." + room + ".i" }
-func memberKey(room, peer string) string   { return "r." + room + ".m." + keyToken(peer) }
-func observerKey(room, peer string) string { return "r." + room + ".o." + keyToken(peer) }
-func codeKey(code string) string           { return "c." + code }
-func blobKey(room, blob string) string     { return "b." + room + "." + keyToken(blob) }
+func infoKey(room string) string         { return "r." + room + ".i" }
+func memberKey(room, peer string) string { return "r." + room + ".m." + keyToken(peer) }
+func codeKey(code string) string         { return "c." + code }
+func blobKey(room, blob string) string   { return "b." + room + "." + keyToken(blob) }
 
 // validUUID reports whether s is a UUID in its canonical 36-character
 // form (any version), as Ubiq requires of room ids.
@@ -234,15 +234,6 @@ func (s *store) deleteMember(ctx context.Context, room, peer string) error {
 	return s.deleteOwned(ctx, memberKey(room, peer))
 }
 
-func (s *store) putObserver(ctx context.Context, room, peer string) error {
-	_, err := s.putOwned(ctx, observerKey(room, peer), []byte(s.node))
-	return err
-}
-
-func (s *store) deleteObserver(ctx context.Context, room, peer string) error {
-	return s.deleteOwned(ctx, observerKey(room, peer))
-}
-
 // heartbeat rewrites this node's heartbeat key.
 func (s *store) heartbeat(ctx context.Context) error {
 	_, err := s.kv.Put(ctx, heartbeatKey(s.node), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
@@ -324,8 +315,9 @@ func (s *store) appendRoomProps(ctx context.Context, room string, keys, values [
 }
 
 // removeIfEmpty deletes a room, its join code and its blobs when it has
-// no members and no observers left.
-func (s *store) removeIfEmpty(ctx context.Context, room string) (bool, error) {
+// no members and no observers left: no member keys, no other node's
+// presence, and held (this node's own connections) false.
+func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool) (bool, error) {
 	r, rev, err := s.getRoom(ctx, room)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -333,8 +325,22 @@ func (s *store) removeIfEmpty(ctx context.Context, room string) (bool, error) {
 		}
 		return false, err
 	}
-	if n, err := s.countKeys(ctx, "r."+room+".m.*", "r."+room+".o.*"); err != nil || n > 0 {
+	// Members, and the presence keys of other nodes (a node holds a room
+	// while it has local members or observers there). This node's own
+	// presence may still be on its way out: the caller checked that no
+	// local connection holds the room.
+	keys, err := s.listKeys(ctx, "r."+room+".m.*", "r."+room+".n.*")
+	if err != nil {
 		return false, err
+	}
+	own := "r." + room + ".n." + s.node + "-"
+	for _, k := range keys {
+		if !strings.HasPrefix(k, own) {
+			return false, nil
+		}
+	}
+	if held() {
+		return false, nil
 	}
 	if err := s.kv.Delete(ctx, infoKey(room), jetstream.LastRevision(rev)); err != nil {
 		return false, nil // changed meanwhile: someone is using it
