@@ -288,7 +288,19 @@ func (p *peer) reconcile() {
 		pcBudget = math.Min(p.pcc.estimate(time.Now()), share-avRate)
 	}
 	p.link.demand = demand
+	if p.alloc.Mode == allocator.Layers {
+		p.pathCosts(demands)
+	}
 	dec, used := p.alloc.Allocate(pcBudget, demands)
+	fwd := make(map[string]float64, len(dec))
+	for _, d := range demands {
+		for i, r := range d.Rates {
+			if dec[d.ID].Has(i) {
+				fwd[d.ID] += r
+			}
+		}
+	}
+	p.setForwarded(fwd)
 	p.budget, p.allocated = budget, used+avRate
 	for client, ts := range members {
 		for _, t := range ts {

@@ -1,8 +1,10 @@
 package sfu
 
 import (
+	"maps"
 	"math"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/pion/webrtc/v4"
@@ -22,6 +24,11 @@ import (
 type linkGroup struct {
 	ctl  *allocator.SharedLink
 	seen time.Time
+	// mu guards load, the bit rate the members forward of each publisher
+	// (by client id): summed from the members every interval and kept
+	// current by each member's reconcile (a leaf lock: under p.mu)
+	mu   sync.Mutex
+	load map[string]float64
 	// queueing delays not yet used: a quiet group gathers
 	// minTailSamples over several intervals
 	carry delayHist
@@ -36,8 +43,10 @@ type peerLink struct {
 	remote           string
 	share            float64 // bit/s; 0 = not limited
 	qdelay           time.Duration
-	tail             time.Duration // the group's p95 per-packet queueing delay (qprobe.go); < 0 unknown
-	demand           float64       // bit/s the allocator would forward unconstrained
+	tail             time.Duration      // the group's p95 per-packet queueing delay (qprobe.go); < 0 unknown
+	group            *linkGroup         // nil: in no group
+	fwd              map[string]float64 // bit/s forwarded per publisher by the last allocation
+	demand           float64            // bit/s the allocator would forward unconstrained
 }
 
 // rttFreshDefault is how old an RTT sample may be to count at the default
@@ -55,6 +64,7 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		qdelay time.Duration // < 0 unknown
 		hist   delayHist     // per-packet queueing delays (TWCC)
 		demand float64
+		fwd    map[string]float64
 	}
 	groups := map[string][]member{}
 	for _, p := range peers {
@@ -75,7 +85,7 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 			}
 		}
 		pl := &p.link
-		m := member{p: p, qdelay: -1, demand: pl.demand}
+		m := member{p: p, qdelay: -1, demand: pl.demand, fwd: maps.Clone(pl.fwd)}
 		if q := p.probe.Load(); q != nil {
 			m.hist = q.take()
 		}
@@ -114,6 +124,15 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 			n.groups[remote] = g
 		}
 		g.seen = now
+		load := map[string]float64{}
+		for _, m := range ms {
+			for c, r := range m.fwd {
+				load[c] += r
+			}
+		}
+		g.mu.Lock()
+		g.load = load
+		g.mu.Unlock()
 		var s allocator.LinkSample
 		var pkts, rtx uint64
 		var qd []time.Duration
@@ -165,6 +184,65 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 	for _, s := range shares {
 		s.p.setShare(s.bps)
 	}
+	for remote, ms := range groups {
+		if n.cfg.NoSharedLinks {
+			break
+		}
+		n.mu.Lock()
+		g := n.groups[remote]
+		n.mu.Unlock()
+		for _, m := range ms {
+			m.p.mu.Lock()
+			m.p.link.group = g
+			m.p.mu.Unlock()
+		}
+	}
+}
+
+// pathCosts sets, for a subscriber in a shared-path group, each
+// publisher's cost (allocator.Demand.Cost): what the group's other
+// members forward of it, relative to the mean over the publishers; p.mu
+// must be held.
+func (p *peer) pathCosts(demands []allocator.Demand) {
+	g := p.link.group
+	if g == nil || len(demands) < 2 {
+		return
+	}
+	others := make([]float64, len(demands))
+	var sum float64
+	g.mu.Lock()
+	for i, d := range demands {
+		others[i] = max(g.load[d.ID]-p.link.fwd[d.ID], 0)
+		sum += others[i]
+	}
+	g.mu.Unlock()
+	if sum <= 0 {
+		return
+	}
+	mean := sum / float64(len(demands))
+	for i := range demands {
+		demands[i].Cost = others[i] / mean
+	}
+}
+
+// setForwarded records what the last allocation forwards of each publisher
+// and keeps the group's load current, so that the next member's
+// allocation in the same round sees it; p.mu must be held.
+func (p *peer) setForwarded(fwd map[string]float64) {
+	if g := p.link.group; g != nil {
+		g.mu.Lock()
+		if g.load == nil {
+			g.load = map[string]float64{}
+		}
+		for c, r := range p.link.fwd {
+			g.load[c] -= r
+		}
+		for c, r := range fwd {
+			g.load[c] += r
+		}
+		g.mu.Unlock()
+	}
+	p.link.fwd = fwd
 }
 
 // setTail records the group's tail queueing delay for the metrics.

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/sfu/allocator"
 )
 
 // TestSharedPathGroups: subscribers are grouped by the remote address of
@@ -122,4 +123,39 @@ func TestSharedPathGroups(t *testing.T) {
 		_, three := n.groups["10.9.0.3"]
 		return len(n.groups) == 2 && two && three
 	})
+}
+
+// TestPathCosts: members of a group forward publishers one after the other
+// in a round; each sees what the others already take (not its own share)
+// as the publisher's cost, so their upgrades spread.
+func TestPathCosts(t *testing.T) {
+	g := &linkGroup{}
+	peers := []*peer{{}, {}, {}}
+	for _, p := range peers {
+		p.link.group = g
+	}
+	demands := func() []allocator.Demand {
+		return []allocator.Demand{{ID: "a", Interest: 1}, {ID: "b", Interest: 1}}
+	}
+	for _, tc := range []struct {
+		p            int
+		fwd          map[string]float64
+		costA, costB float64
+	}{
+		{0, map[string]float64{"a": 80}, 0, 0},                 // nothing forwarded yet: no cost
+		{1, map[string]float64{"b": 80}, 2, 0},                 // a is taken by peer 0
+		{2, map[string]float64{"a": 15, "b": 15}, 1, 1},        // both equally
+		{0, map[string]float64{"a": 80}, 15.0 / 55, 95.0 / 55}, // its own 80 of a does not count
+	} {
+		p := peers[tc.p]
+		d := demands()
+		p.pathCosts(d)
+		if d[0].Cost != tc.costA || d[1].Cost != tc.costB {
+			t.Errorf("peer %d: costs %v, %v; want %v, %v", tc.p, d[0].Cost, d[1].Cost, tc.costA, tc.costB)
+		}
+		p.setForwarded(tc.fwd)
+	}
+	if g.load["a"] != 95 || g.load["b"] != 95 {
+		t.Errorf("group load %v, want a 95, b 95", g.load)
+	}
 }

@@ -81,6 +81,14 @@ type Demand struct {
 	// Rates are the bitrates (bit/s) of the descriptions; TrackSelection
 	// uses the sum of all of them as the track's rate.
 	Rates []float64
+	// Cost (>= 0, 0 = none) discounts the publisher in the Layers mode's
+	// upgrades, which go by Interest/(1+Cost): the SFU sets it for
+	// subscribers that share a path to the publisher's load on that path
+	// (what the others behind it already take of this publisher, relative
+	// to the mean over publishers), so that their upgrades spread over the
+	// publishers instead of all taking the same one, whose frame would
+	// then cross the path as one burst of copies.
+	Cost float64
 }
 
 func (d Demand) rate(s Set) float64 {
@@ -147,8 +155,16 @@ func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float6
 				used += r
 			}
 		}
-		// Pass 2: by interest, the best combination that fits.
-		for _, d := range order {
+		// Pass 2: by interest per cost, the best combination that fits.
+		up := order
+		if hasCost(order) {
+			up = make([]Demand, len(order))
+			copy(up, order)
+			sort.SliceStable(up, func(i, j int) bool {
+				return up[i].Interest/(1+up[i].Cost) > up[j].Interest/(1+up[j].Cost)
+			})
+		}
+		for _, d := range up {
 			cur, ok := dec[d.ID]
 			if !ok {
 				continue
@@ -191,6 +207,15 @@ func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float6
 		}
 	}
 	return dec, used
+}
+
+func hasCost(ds []Demand) bool {
+	for _, d := range ds {
+		if d.Cost > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func bitsLen(s Set) int {

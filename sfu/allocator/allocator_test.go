@@ -9,6 +9,11 @@ func mdc(id string, interest, total float64) Demand {
 	return Demand{ID: id, Interest: interest, Rates: []float64{0.15 * total, 0.25 * total, 0.60 * total}}
 }
 
+func withCost(d Demand, c float64) Demand {
+	d.Cost = c
+	return d
+}
+
 func TestLayers(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -26,6 +31,11 @@ func TestLayers(t *testing.T) {
 		{"smaller upgrade", 60, []Demand{mdc("far", 0.1, 100), mdc("near", 0.9, 100)}, Decision{"near": 0b011, "far": 0b001}},
 		// 30 base + 95 left: near full (+85), far +... only 10 left: no.
 		{"full for near", 125, []Demand{mdc("far", 0.1, 100), mdc("near", 0.9, 100)}, Decision{"near": 0b111, "far": 0b001}},
+		// cost: a publisher the shared path already carries much of is
+		// upgraded after an almost equally interesting one
+		{"cost turns a near tie", 125, []Demand{withCost(mdc("a", 0.50, 100), 2), withCost(mdc("b", 0.48, 100), 0.5)}, Decision{"a": 0b001, "b": 0b111}},
+		{"cost does not turn a clear preference", 125, []Demand{withCost(mdc("near", 0.9, 100), 1), withCost(mdc("far", 0.1, 100), 0)}, Decision{"near": 0b111, "far": 0b001}},
+		{"cost keeps the base for the most interesting", 20, []Demand{withCost(mdc("far", 0.1, 100), 0), withCost(mdc("near", 0.9, 100), 5)}, Decision{"near": 0b001}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
