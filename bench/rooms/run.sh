@@ -4,7 +4,8 @@
 #   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
 #   baseline), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
 #   linger, for comparison), boids (kNN boids at 60 Hz), grid (hex grid at
-#   60 Hz), knn10 (kNN randomwalk at 10 Hz), boids10 (kNN boids at
+#   60 Hz), grid30 (the same with a 30 ms linger), knn10 (kNN randomwalk
+#   at 10 Hz), boids10 (kNN boids at
 #   10 Hz), profgrid and profboids10 (profiled runs held near the limit,
 #   profiles in $PROF); default: all but knn5 and the profiled ones. Writes
 #   bench/rooms/*.csv and *.txt.
@@ -100,6 +101,10 @@ group_boids() {
 
 group_grid() {
 	run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+}
+
+group_grid30() {
+	run grid-randomwalk-60hz-linger30ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 30ms
 }
 
 group_knn10() {
