@@ -4,7 +4,7 @@
 #   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
 #   baseline), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
 #   linger, for comparison), boids (kNN boids at 60 Hz), grid (hex grid at
-#   60 Hz), grid30 (the same with a 30 ms linger), knn10 (kNN randomwalk
+#   60 Hz), grid30 and grid40 (the same with a 30 or 40 ms linger), knn10 (kNN randomwalk
 #   at 10 Hz), boids10 (kNN boids at
 #   10 Hz), profgrid and profboids10 (profiled runs held near the limit,
 #   profiles in $PROF); default: all but knn5 and the profiled ones. Writes
@@ -105,6 +105,10 @@ group_grid() {
 
 group_grid30() {
 	run grid-randomwalk-60hz-linger30ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 30ms
+}
+
+group_grid40() {
+	run grid-randomwalk-60hz-linger40ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 40ms
 }
 
 group_knn10() {
