@@ -111,11 +111,16 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		p.mu.Unlock()
 		groups[remote] = append(groups[remote], m)
 	}
-	type share struct {
-		p   *peer
-		bps float64
+	// what each member gets; set under p.mu after n.mu is released
+	// (reconcile locks p.mu before n.mu)
+	type update struct {
+		p     *peer
+		g     *linkGroup // nil: shared links off
+		tail  time.Duration
+		bps   float64
+		share bool
 	}
-	var shares []share
+	var updates []update
 	n.mu.Lock()
 	for remote, ms := range groups {
 		g := n.groups[remote]
@@ -162,16 +167,14 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 			s.TailDelay = g.carry.quantile(tailQuantile)
 			g.carry = delayHist{}
 		}
-		if s.TailDelay >= 0 {
-			for _, m := range ms {
-				m.p.setTail(s.TailDelay)
-			}
-		}
 		if n.cfg.NoSharedLinks {
+			for _, m := range ms {
+				updates = append(updates, update{p: m.p, tail: s.TailDelay})
+			}
 			continue
 		}
 		for i, bps := range allocator.Split(g.ctl.Update(now, s), demands) {
-			shares = append(shares, share{ms[i].p, bps})
+			updates = append(updates, update{p: ms[i].p, g: g, tail: s.TailDelay, bps: bps, share: true})
 		}
 	}
 	for remote, g := range n.groups {
@@ -180,22 +183,16 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		}
 	}
 	n.mu.Unlock()
-	// peers lock p.mu before n.mu (reconcile): set the shares outside n.mu
-	for _, s := range shares {
-		s.p.setShare(s.bps)
-	}
-	for remote, ms := range groups {
-		if n.cfg.NoSharedLinks {
-			break
+	for _, u := range updates {
+		u.p.mu.Lock()
+		if u.tail >= 0 {
+			u.p.link.tail = u.tail
 		}
-		n.mu.Lock()
-		g := n.groups[remote]
-		n.mu.Unlock()
-		for _, m := range ms {
-			m.p.mu.Lock()
-			m.p.link.group = g
-			m.p.mu.Unlock()
+		if u.share {
+			u.p.link.share = u.bps
 		}
+		u.p.link.group = u.g
+		u.p.mu.Unlock()
 	}
 }
 
@@ -245,13 +242,6 @@ func (p *peer) setForwarded(fwd map[string]float64) {
 	p.link.fwd = fwd
 }
 
-// setTail records the group's tail queueing delay for the metrics.
-func (p *peer) setTail(d time.Duration) {
-	p.mu.Lock()
-	p.link.tail = d
-	p.mu.Unlock()
-}
-
 // The group's tail delay is the 95th percentile of its members' per-packet
 // queueing delays over an interval, or over as many as it takes to count
 // minTailSamples.
@@ -259,13 +249,6 @@ const (
 	tailQuantile   = 0.95
 	minTailSamples = 20
 )
-
-// setShare sets the peer's share of its group's budget.
-func (p *peer) setShare(bps float64) {
-	p.mu.Lock()
-	p.link.share = bps
-	p.mu.Unlock()
-}
 
 // remoteIP is the IP address of the peer's selected ICE candidate pair's
 // remote side, "" while none is selected or when it is the local side's.
