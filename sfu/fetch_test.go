@@ -3,6 +3,7 @@ package sfu
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/pion/interceptor"
 	"github.com/pion/rtcp"
@@ -106,5 +107,72 @@ func TestRelayNACKForwarded(t *testing.T) {
 	}
 	if s.fetch.requested.Load() != 1 || s.fetch.recovered.Load() != 1 {
 		t.Errorf("fetcher requested %d recovered %d, want 1 and 1", s.fetch.requested.Load(), s.fetch.recovered.Load())
+	}
+}
+
+// TestCadence: frames every 40 ms of two packets each; while they keep
+// coming nothing is asked; when one does not come, the two sequence
+// numbers it would carry are asked for once; retransmitted old packets do
+// not count as frames.
+func TestCadence(t *testing.T) {
+	asked := make(chan []uint16, 4)
+	c := &cadence{fetch: func(s []uint16) { asked <- s }}
+	defer c.stop()
+	seq, ts := uint16(65530), uint32(1000) // the sequence numbers wrap
+	frame := func() {
+		now := time.Now()
+		c.observe(seq, ts, now)
+		c.observe(seq+1, ts, now)
+		seq += 2
+		ts += 3000
+	}
+	for range 8 {
+		frame()
+		time.Sleep(40 * time.Millisecond)
+	}
+	select {
+	case s := <-asked:
+		t.Fatalf("asked for %v while frames kept coming", s)
+	default:
+	}
+	c.observe(seq-5, ts-6000, time.Now()) // an old packet again (a retransmission)
+	select {
+	case s := <-asked:
+		if len(s) != 2 || s[0] != seq || s[1] != seq+1 {
+			t.Errorf("asked for %v, want [%d %d]", s, seq, seq+1)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("the missing frame was not asked for")
+	}
+	select {
+	case s := <-asked:
+		t.Errorf("asked again for %v", s)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestFetcherWant: packets asked for without a down track are requested
+// once and, when they arrive, have no down track waiting (they are
+// forwarded as new packets).
+func TestFetcherWant(t *testing.T) {
+	sent := make(chan []uint16, 4)
+	f := newFetcher(func(s []uint16) { sent <- s })
+	f.want([]uint16{7, 8})
+	f.want([]uint16{7}) // on its way already
+	select {
+	case s := <-sent:
+		if len(s) != 2 || s[0] != 7 || s[1] != 8 {
+			t.Errorf("requested %v, want [7 8]", s)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("nothing requested")
+	}
+	if d := f.arrived(7); len(d) != 0 {
+		t.Errorf("down tracks waiting for 7: %d", len(d))
+	}
+	select {
+	case s := <-sent:
+		t.Errorf("requested again: %v", s)
+	case <-time.After(50 * time.Millisecond):
 	}
 }

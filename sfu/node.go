@@ -353,6 +353,7 @@ func (n *Node) acquire(t TrackInfo) *source {
 			n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs})
 		}
 	})
+	s.cadence = &cadence{fetch: s.fetch.want}
 	s.subAt = time.Now()
 	n.relayed[key] = s
 	n.mu.Unlock()
@@ -374,6 +375,7 @@ func (n *Node) release(s *source, remaining int) {
 	}
 	delete(n.relayed, key)
 	n.mu.Unlock()
+	s.cadence.stop()
 	n.sendControl(s.info.Node, relay.Control{Op: "unsub", Track: key})
 }
 
@@ -600,6 +602,7 @@ func (h *relayHandler) OnClose(l *relay.Link) {
 	for k, s := range n.relayed {
 		if s.info.Node == l.Peer {
 			delete(n.relayed, k)
+			s.cadence.stop()
 			orphans = append(orphans, s)
 		}
 	}

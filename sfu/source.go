@@ -52,6 +52,7 @@ type source struct {
 	keyframe func()                   // asks the publisher (or the origin node) for a keyframe
 	frames   *volumetric.FrameTracker // point-cloud tracks only
 	fetch    *fetcher                 // relayed sources only: NACK misses go to the origin
+	cadence  *cadence                 // relayed sources only: frames lost whole are asked for early
 	hops     *hopHists                // the node's packet ages (hops.go); nil: not recorded
 
 	mu     sync.RWMutex
@@ -104,6 +105,9 @@ func (s *source) write(raw []byte) {
 	arrived := time.Now()
 	s.lastPkt.Store(arrived.UnixNano())
 	_ = s.buf.Write(h.SequenceNumber, raw)
+	if s.cadence != nil {
+		s.cadence.observe(h.SequenceNumber, h.Timestamp, arrived)
+	}
 	payload := raw[n:]
 	if h.Padding && len(payload) > 0 {
 		p := int(payload[len(payload)-1])
