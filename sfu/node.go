@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/pion/interceptor"
+	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/xrealm/xrealm/sfu/relay"
@@ -71,7 +73,20 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := relay.RegisterCodec(me); err != nil {
 		return nil, fmt.Errorf("sfu: relay codec: %w", err)
 	}
-	n.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithSettingEngine(n.relaySettingEngine()))
+	// Relay links keep pion's default interceptors (NACK, reports, TWCC,
+	// stats; NewAPI without a registry adds them) but with the node's
+	// report interval and the batcher below them: with 64 RTP slots each
+	// way the defaults sent ~75 reports a second in one burst, which the
+	// bench's 54-packet uplink queues answered by dropping relayed media
+	// (run F capture of s1→c).
+	reg := &interceptor.Registry{}
+	reg.Add(RTCPBatcherFactory{})
+	if err := webrtc.RegisterDefaultInterceptorsWithOptions(me, reg,
+		webrtc.WithReportReceiverOptions(reportOpts[report.ReceiverOption](cfg.ReportInterval, report.ReceiverInterval)...),
+		webrtc.WithReportSenderOptions(reportOpts[report.SenderOption](cfg.ReportInterval, report.SenderInterval)...)); err != nil {
+		return nil, fmt.Errorf("sfu: relay interceptors: %w", err)
+	}
+	n.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.relaySettingEngine()))
 	subs := []struct {
 		subj string
 		h    nats.MsgHandler
