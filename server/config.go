@@ -40,6 +40,10 @@ type Config struct {
 
 	MaxPayload int
 	Writer     fanout.Options
+	// UbiqLinger replaces Writer.Linger for the Ubiq front end's
+	// connections (60 Hz poses batch better at a longer interval); 0 = the
+	// same as Writer.Linger.
+	UbiqLinger time.Duration
 	TokenTTL   time.Duration
 
 	// Insecure turns off all authentication (benchmarks and development).
@@ -69,6 +73,9 @@ func Defaults() Config {
 		// 10ms; an idle one, and any urgent frame (clicks, edits, acks), at
 		// once. See fanout.Options.Linger and bench/bus/NOTES.md.
 		Writer: fanout.Options{Linger: 10 * time.Millisecond, MaxFrames: 4096},
+		// Ubiq peers send poses at up to 60 Hz: a longer interval batches
+		// more per write (bench/rooms/RESULTS.md).
+		UbiqLinger: 20 * time.Millisecond,
 	}
 }
 

@@ -162,10 +162,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	ubiqWriter := cfg.Writer
+	if cfg.UbiqLinger != 0 {
+		ubiqWriter.Linger = cfg.UbiqLinger
+	}
 	if err := retry(ctx, log, "open Ubiq room state", func(ctx context.Context) error {
 		s.ubiq, err = ubiq.NewServer(ctx, ubiq.Config{
 			NC: ubiqNC, JS: ubiqJS, TLS: tlsConf, ICEServers: cfg.UbiqICEServers, Replicas: replicas,
-			Writer: cfg.Writer, Logger: log.With("component", "ubiq"), Registerer: s.Registry,
+			Writer: ubiqWriter, Logger: log.With("component", "ubiq"), Registerer: s.Registry,
 		})
 		return err
 	}); err != nil {
