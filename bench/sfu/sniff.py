@@ -1,4 +1,4 @@
-# sniff.py IFACE SECONDS OUT: record (t, dir, proto, sport, dport, len) of every packet on IFACE
+# sniff.py IFACE SECONDS OUT: (t, dir, proto, src, sport, dst, dport, len, tcpseq) of every packet on IFACE (AF_PACKET; on egress: what the queue let through)
 import socket, struct, sys, time
 iface, secs, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.ntohs(3))
@@ -13,16 +13,18 @@ while time.time() < end:
     except socket.timeout:
         continue
     t = time.time()
-    pkttype = addr[2]  # 4 = outgoing
     if len(data) < 34 or data[12:14] != b'\x08\x00':
         continue
     ihl = (data[14] & 15) * 4
     proto = data[23]
+    tot = struct.unpack('!H', data[16:18])[0]
     src = socket.inet_ntoa(data[26:30]); dst = socket.inet_ntoa(data[30:34])
-    sp = dp = 0
+    sp = dp = 0; seq = 0
     if proto in (6, 17):
         sp, dp = struct.unpack('!HH', data[14+ihl:14+ihl+4])
-    rows.append((t, pkttype, proto, src, sp, dst, dp, len(data)))
+    if proto == 6:
+        seq = struct.unpack('!I', data[14+ihl+4:14+ihl+8])[0]
+    rows.append((t, addr[2], proto, src, sp, dst, dp, max(len(data), tot + 14), seq))
 with open(out, 'w') as f:
     for r in rows:
         f.write(' '.join(map(str, r)) + '\n')
