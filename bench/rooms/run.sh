@@ -2,9 +2,9 @@
 # Reproduces bench/rooms/RESULTS.md on one machine (server and bots share it).
 # Usage: bench/rooms/run.sh [xrealm binary] [group...]
 #   groups: base (Ubiq's Node relay, if UBIQ_NODE is set, then the xrealm
-#   baseline), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
+#   baseline), baseboids (the baseline with boids), knn (kNN randomwalk at 60 Hz), knn5 (the same with a 5 ms
 #   linger, for comparison), boids (kNN boids at 60 Hz), grid (hex grid at
-#   60 Hz), grid30 and grid40 (the same with a 30 or 40 ms linger), knn10 (kNN randomwalk
+#   60 Hz), gridboids (hex grid with boids), grid30 and grid40 (the same with a 30 or 40 ms linger), knn10 (kNN randomwalk
 #   at 10 Hz), boids10 (kNN boids at
 #   10 Hz), profgrid and profboids10 (profiled runs held near the limit,
 #   profiles in $PROF); default: all but knn5 and the profiled ones. Writes
@@ -87,6 +87,10 @@ group_base() {
 	run all-randomwalk-60hz --mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s --linger "$LINGER"
 }
 
+group_baseboids() {
+	run all-boids-60hz --mode all --behaviour boids --rate 60 --size 500 --ramp 500ms --max 200 --window 5s --linger "$LINGER"
+}
+
 group_knn() {
 	run knn-randomwalk-60hz --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
 }
@@ -101,6 +105,10 @@ group_boids() {
 
 group_grid() {
 	run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+}
+
+group_gridboids() {
+	run grid-boids-60hz --mode grid --behaviour boids --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
 }
 
 group_grid30() {
@@ -137,6 +145,6 @@ if [ -n "$G" ]; then
 	"group_$G"
 	exit
 fi
-for g in ${*:-base knn boids grid knn10 boids10}; do
+for g in ${*:-base baseboids knn boids grid gridboids knn10 boids10}; do
 	flock -o "$LOCK" "$0" --locked "$X" "$g"
 done
