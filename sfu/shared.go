@@ -276,6 +276,12 @@ func (p *peer) remoteIP() string {
 	if ice == nil {
 		return ""
 	}
+	// Only once ICE is connected: pion's GetSelectedCandidatePair reads
+	// the transport's gatherer without the lock that ICETransport.Start
+	// writes it under (a data race while the transport starts).
+	if st := ice.State(); st != webrtc.ICETransportStateConnected && st != webrtc.ICETransportStateCompleted {
+		return ""
+	}
 	cp, err := ice.GetSelectedCandidatePair()
 	if err != nil || cp == nil || cp.Remote == nil || cp.Local == nil {
 		return ""
