@@ -121,3 +121,126 @@ func ObjectIDOfTopic(topic []byte) []byte {
 	}
 	return topic
 }
+
+// What AppendPose writes before the object id, and from the end of the
+// object id to the timestamp's digits.
+var (
+	poseHead = []byte(`{"object_id":"`)
+	poseMid  = []byte(`","action":"update","type":"object","data":{"` + TimestampField + `":`)
+)
+
+// poseSentNanos is SentNanos for a pose made by AppendPose, without
+// searching the payload for the timestamp key: the key sits right after
+// the object id. Other payloads go to SentNanos.
+func poseSentNanos(p []byte) int64 {
+	if v, _, ok := poseTimestamp(p); ok {
+		return v
+	}
+	return SentNanos(p)
+}
+
+// poseTimestamp reads the timestamp of a pose made by AppendPose and
+// returns the rest of the payload after its digits; ok is false for any
+// other payload (and for more than 19 digits, where SentNanos gives 0).
+func poseTimestamp(p []byte) (v int64, rest []byte, ok bool) {
+	if !bytes.HasPrefix(p, poseHead) {
+		return 0, nil, false
+	}
+	j := bytes.IndexByte(p[len(poseHead):], '"')
+	if j < 0 {
+		return 0, nil, false
+	}
+	rest = p[len(poseHead)+j:]
+	if !bytes.HasPrefix(rest, poseMid) {
+		return 0, nil, false
+	}
+	rest = rest[len(poseMid):]
+	i := 0
+	for ; i < len(rest) && rest[i] >= '0' && rest[i] <= '9'; i++ {
+		if i == 19 {
+			return 0, nil, false
+		}
+		v = v*10 + int64(rest[i]-'0')
+	}
+	return v, rest[i:], true
+}
+
+// What AppendPose writes between the timestamp and the position's x, and
+// between the coordinates.
+var (
+	posePos = []byte(`,"object_type":"camera","position":{"x":`)
+	poseY   = []byte(`,"y":`)
+	poseZ   = []byte(`,"z":`)
+)
+
+// posePositionOf returns SentNanos and PositionOf of payload p in one
+// pass for a pose made by AppendPose: the position follows the timestamp
+// and its numbers are plain decimals. Other payloads go to SentNanos and
+// PositionOf, so the results are always theirs.
+func posePositionOf(p []byte) (sent int64, pos Vec3, ok bool) {
+	sent, rest, ok := poseTimestamp(p)
+	if ok && bytes.HasPrefix(rest, posePos) {
+		rest = rest[len(posePos):]
+		var okX, okY, okZ bool
+		pos.X, rest, okX = plainDecimal(rest, ',')
+		if okX && bytes.HasPrefix(rest, poseY) {
+			pos.Y, rest, okY = plainDecimal(rest[len(poseY):], ',')
+			if okY && bytes.HasPrefix(rest, poseZ) {
+				pos.Z, _, okZ = plainDecimal(rest[len(poseZ):], '}')
+				if okZ {
+					return sent, pos, true
+				}
+			}
+		}
+	}
+	if !ok {
+		sent = SentNanos(p)
+	}
+	pos, ok = PositionOf(p)
+	return sent, pos, ok
+}
+
+// pow10 holds the powers of ten that a float64 represents exactly.
+var pow10 = [...]float64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// plainDecimal reads [-]digits[.digits] up to the byte end, which must
+// follow it, with at most 15 digits in all, and returns the rest from end
+// on. The value is exactly strconv.ParseFloat's: the digits as an integer
+// and the power of ten are both exact in a float64, and one division
+// rounds correctly. Anything else (exponents, more digits, spaces) is not
+// ok.
+func plainDecimal(b []byte, end byte) (float64, []byte, bool) {
+	i, neg := 0, false
+	if i < len(b) && b[i] == '-' {
+		neg = true
+		i++
+	}
+	var m uint64
+	digits, frac, dot := 0, 0, false
+	for ; i < len(b); i++ {
+		c := b[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits == 15 {
+				return 0, nil, false
+			}
+			m = m*10 + uint64(c-'0')
+			digits++
+			if dot {
+				frac++
+			}
+			continue
+		case c == '.' && !dot:
+			dot = true
+			continue
+		case c == end && digits > 0 && !(dot && frac == 0):
+			v := float64(m) / pow10[frac]
+			if neg {
+				v = -v
+			}
+			return v, b[i:], true
+		}
+		return 0, nil, false
+	}
+	return 0, nil, false
+}

@@ -72,9 +72,11 @@ func (t *MQTTTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 		}
 	}
 	onPub := func(topic, payload []byte) {
-		r := Received{From: ObjectIDOfTopic(topic), SentNanos: SentNanos(payload), RecvNanos: time.Now().UnixNano(), Size: len(payload)}
+		r := Received{From: ObjectIDOfTopic(topic), RecvNanos: time.Now().UnixNano(), Size: len(payload)}
 		if decodePos {
-			r.Pos, r.HasPos = PositionOf(payload)
+			r.SentNanos, r.Pos, r.HasPos = posePositionOf(payload)
+		} else {
+			r.SentNanos = poseSentNanos(payload)
 		}
 		recv(&r)
 	}
