@@ -243,7 +243,11 @@ func (c *MQTTClient) Close() error {
 		return nil
 	default:
 	}
+	// Under the write lock: a WebSocket connection's deadline must not
+	// change while another goroutine writes a frame.
+	c.wmu.Lock()
 	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	c.wmu.Unlock()
 	c.writePacket(packets.NewControlPacket(packets.Disconnect))
 	c.fail(errors.New("closed by the client"))
 	<-c.done
