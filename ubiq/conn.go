@@ -610,11 +610,9 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 		if c.observed[id] != nil {
 			continue
 		}
-		if c.s.active(id) {
-			if r, err := c.s.acquire(id); err == nil {
-				ready[i] = r
-				continue
-			}
+		if r := c.s.acquireActive(id); r != nil {
+			ready[i] = r
+			continue
 		}
 		wg.Add(1)
 		go func() {

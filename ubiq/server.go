@@ -318,10 +318,26 @@ func (s *Server) sweepNode(node string, silent time.Duration) {
 }
 
 // acquire returns the active room id, starting it if needed.
-func (s *Server) acquire(id string) (*room, error) {
+func (s *Server) acquire(id string) (*room, error) { return s.take(id, true) }
+
+// acquireActive returns room id if it is active (or starting) on this
+// node, nil otherwise; it never starts one. (Rooms leave s.rooms with
+// their last reference, so the check and the reference are one step.)
+func (s *Server) acquireActive(id string) *room {
+	r, _ := s.take(id, false)
+	return r
+}
+
+// take adds a reference to room id, starting the room if it is not active
+// and start is true.
+func (s *Server) take(id string, start bool) (*room, error) {
 	s.mu.Lock()
 	r := s.rooms[id]
 	if r == nil {
+		if !start {
+			s.mu.Unlock()
+			return nil, nil
+		}
 		r = newRoom(s, id)
 		s.rooms[id] = r
 		s.m.rooms.Inc()

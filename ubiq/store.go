@@ -372,11 +372,6 @@ func (s *store) listKeys(ctx context.Context, filters ...string) ([]string, erro
 	return out, nil
 }
 
-func (s *store) countKeys(ctx context.Context, filters ...string) (int, error) {
-	keys, err := s.listKeys(ctx, filters...)
-	return len(keys), err
-}
-
 // discover returns the room with a join code, or every published room.
 func (s *store) discover(ctx context.Context, code string) ([]RoomInfo, error) {
 	out := []RoomInfo{}
