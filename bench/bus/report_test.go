@@ -1,0 +1,70 @@
+package benchbus
+
+import (
+	"math"
+	"testing"
+)
+
+func TestEnforcementCost(t *testing.T) {
+	row := func(system string, users int, perCPU float64, failed bool) Row {
+		r := Row{System: system, Users: users, PerCPUSec: perCPU}
+		if failed {
+			r.Error = "broker died"
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name       string
+		rows       []Row
+		users      int
+		n          int
+		mean       float64
+		lo, hi     float64 // bounds of the interval, NaN: not checked
+		wantPoints bool    // the interval is the mean alone
+	}{
+		{name: "no rows", users: 120},
+		{name: "one repetition", users: 120, n: 1, mean: 0.1, wantPoints: true,
+			rows: []Row{row("xrealm", 120, 90, false), row("xrealm-insecure", 120, 100, false)}},
+		{name: "pairs in order, alternating first", users: 120, n: 2, mean: 0.05, lo: 0.05 - 12.706*0.05, hi: 0.05 + 12.706*0.05,
+			rows: []Row{row("xrealm", 120, 100, false), row("xrealm-insecure", 120, 100, false),
+				row("xrealm-insecure", 120, 100, false), row("xrealm", 120, 90, false)}},
+		{name: "other users and failed steps left out", users: 60, n: 1, mean: -0.25, wantPoints: true,
+			rows: []Row{row("xrealm", 60, 125, false), row("xrealm-insecure", 60, 100, false),
+				row("xrealm", 120, 1, false), row("xrealm-insecure", 60, 1, true)}},
+		{name: "unpaired secure row ignored", users: 120, n: 1, mean: 0, wantPoints: true,
+			rows: []Row{row("xrealm", 120, 100, false), row("xrealm-insecure", 120, 100, false), row("xrealm", 120, 50, false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := enforcementCost(tc.rows, tc.users)
+			if c.N != tc.n {
+				t.Fatalf("N = %d, want %d", c.N, tc.n)
+			}
+			if tc.n == 0 {
+				return
+			}
+			if math.Abs(c.Mean-tc.mean) > 1e-9 {
+				t.Errorf("mean = %v, want %v", c.Mean, tc.mean)
+			}
+			if tc.wantPoints && (c.Lo != c.Mean || c.Hi != c.Mean) {
+				t.Errorf("interval %v..%v, want the mean alone", c.Lo, c.Hi)
+			}
+			if !tc.wantPoints && (math.Abs(c.Lo-tc.lo) > 1e-9 || math.Abs(c.Hi-tc.hi) > 1e-9) {
+				t.Errorf("interval %v..%v, want %v..%v", c.Lo, c.Hi, tc.lo, tc.hi)
+			}
+		})
+	}
+}
+
+func TestStudentT95(t *testing.T) {
+	for _, tc := range []struct {
+		df   int
+		want float64
+	}{{1, 12.706}, {5, 2.571}, {20, 2.086}, {25, 2.05}, {100, 1.96}} {
+		if got := studentT95(tc.df); got != tc.want {
+			t.Errorf("studentT95(%d) = %v, want %v", tc.df, got, tc.want)
+		}
+	}
+	if !math.IsInf(studentT95(0), 1) {
+		t.Error("studentT95(0) is not +Inf")
+	}
+}
