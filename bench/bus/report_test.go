@@ -35,7 +35,7 @@ func TestEnforcementCost(t *testing.T) {
 			rows: []Row{row("xrealm", 120, 100, false), row("xrealm-insecure", 120, 100, false), row("xrealm", 120, 50, false)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := enforcementCost(tc.rows, tc.users)
+			c, _ := enforcementCost(tc.rows, tc.users)
 			if c.N != tc.n {
 				t.Fatalf("N = %d, want %d", c.N, tc.n)
 			}
@@ -52,6 +52,25 @@ func TestEnforcementCost(t *testing.T) {
 				t.Errorf("interval %v..%v, want %v..%v", c.Lo, c.Hi, tc.lo, tc.hi)
 			}
 		})
+	}
+}
+
+func TestEnforcementCostNormalised(t *testing.T) {
+	// The second pair ran on a machine twice as slow for both processes:
+	// normalised by the generator's CPU, both pairs show the same 10 %.
+	rows := []Row{
+		{System: "xrealm", Users: 120, PerCPUSec: 100 / 1.1, BrokerCPU: 1.1, GenCPU: 1},
+		{System: "xrealm-insecure", Users: 120, PerCPUSec: 100, BrokerCPU: 1, GenCPU: 1},
+		{System: "xrealm-insecure", Users: 120, PerCPUSec: 50, BrokerCPU: 2, GenCPU: 2},
+		{System: "xrealm", Users: 120, PerCPUSec: 50 / 1.1, BrokerCPU: 2.2, GenCPU: 2},
+	}
+	_, n := enforcementCost(rows, 120)
+	if n.N != 2 || math.Abs(n.Mean-0.1) > 1e-9 || math.Abs(n.Lo-0.1) > 1e-9 || math.Abs(n.Hi-0.1) > 1e-9 {
+		t.Errorf("normalised = %+v, want 2 pairs of exactly +10 %%", n)
+	}
+	rows[1].GenCPU = 0 // no generator CPU: that pair has no normalised value
+	if _, n := enforcementCost(rows, 120); n.N != 1 {
+		t.Errorf("normalised pairs = %d, want 1", n.N)
 	}
 }
 
