@@ -45,6 +45,9 @@ type conn struct {
 	nextID  atomic.Uint32
 	lastSeq atomic.Uint64
 	self    atomic.Pointer[string] // userClient of this client's own user messages
+	// actedAt is when the client last published something other than a
+	// pose (a click, an object edit), in ns since the hub's epoch; 0: never.
+	actedAt atomic.Int64
 	denies  int
 
 	will     *packets.PublishPacket
@@ -309,6 +312,9 @@ func (c *conn) publish(p *packets.PublishPacket) {
 		return
 	}
 	c.noteSelf(p.TopicName)
+	if coalesceKey(p.TopicName) == "" {
+		c.actedAt.Store(c.s.hub.now())
+	}
 	if c.route(p.TopicName, p.Payload, p.Qos) {
 		ack()
 	}

@@ -28,6 +28,7 @@ type Hub struct {
 	onMsgs func(delivered int)         // metrics hook
 
 	interestFor func(ns, scene string) (interest.Policy, time.Duration)
+	epoch       time.Time // for now
 }
 
 // sceneSub is one NATS subscription and the local filters it serves.
@@ -59,7 +60,7 @@ type member struct {
 // NewHub creates a hub on nc, which must have echo off so that messages this
 // node publishes are not delivered to it twice.
 func NewHub(nc *nats.Conn, log *slog.Logger, onMsgs func(int)) *Hub {
-	h := &Hub{nc: nc, log: log, scenes: map[string]*sceneSub{}, onMsgs: onMsgs}
+	h := &Hub{nc: nc, log: log, scenes: map[string]*sceneSub{}, onMsgs: onMsgs, epoch: time.Now()}
 	h.all.Store(&[]*sceneSub{})
 	return h
 }
@@ -174,34 +175,70 @@ func (h *Hub) publishLocal(name string, payload []byte) {
 	}
 }
 
+// interactionWindow is how long after its last click or edit a client
+// counts as interacting: urgent messages reach such clients first.
+const interactionWindow = 2 * time.Second
+
 func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
-	seq := h.seq.Add(1)
-	n := 0
-	sender := ""
+	p := pass{s: s, m: m, seq: h.seq.Add(1)}
 	if s.policy != nil {
-		sender = s.observe(m)
+		p.sender = s.observe(m)
 	}
-	for _, g := range *s.groups.Load() {
-		if !topic.Match(g.filter, m.topic) {
+	groups := *s.groups.Load()
+	if coalesceKey(m.topic) == "" {
+		// An urgent message (a click, an object edit) is written to every
+		// receiver at once, one system call each: in a crowded scene the
+		// last receiver gets it a millisecond after the first. The clients
+		// that are interacting themselves (the one whose click this edit
+		// answers, the program that answers clicks) go first; the others,
+		// who are only watching, a moment later.
+		p.run(groups, max(h.now()-int64(interactionWindow), 1))
+	}
+	p.run(groups, 0)
+	if p.n > 0 && h.onMsgs != nil {
+		h.onMsgs(p.n)
+	}
+}
+
+// pass delivers one message to the members of a scene subscription.
+type pass struct {
+	s      *sceneSub
+	m      *outMsg
+	seq    uint64 // the message's sequence number, for de-duplication
+	sender string // for the interest policy; "" if none applies
+	n      int    // deliveries so far
+	// to, if set, replaces conn.deliver (tests see the order of delivery).
+	to func(member) bool
+}
+
+// run delivers to each member of groups whose filter matches, once per
+// connection and message: a connection whose filters overlap, or that an
+// earlier run took, is skipped. With since > 0, only to connections that
+// acted (clicked, edited) after since.
+func (p *pass) run(groups []*group, since int64) {
+	for _, g := range groups {
+		if !topic.Match(g.filter, p.m.topic) {
 			continue
 		}
 		for _, mb := range g.snap {
-			// A connection whose filters overlap gets one copy.
-			if mb.c.lastSeq.Swap(seq) == seq {
+			if since > 0 && mb.c.actedAt.Load() < since {
 				continue
 			}
-			if sender != "" && !s.policy.Interested(mb.c.observer(), sender) {
+			if mb.c.lastSeq.Swap(p.seq) == p.seq {
 				continue
 			}
-			if mb.c.deliver(m, mb.qos) {
-				n++
+			if p.sender != "" && !p.s.policy.Interested(mb.c.observer(), p.sender) {
+				continue
+			}
+			if p.to != nil && p.to(mb) || p.to == nil && mb.c.deliver(p.m, mb.qos) {
+				p.n++
 			}
 		}
 	}
-	if n > 0 && h.onMsgs != nil {
-		h.onMsgs(n)
-	}
 }
+
+// now is the time in ns since the hub's epoch (never 0 once running).
+func (h *Hub) now() int64 { return int64(time.Since(h.epoch)) + 1 }
 
 // Scenes returns the number of scene subscriptions held.
 func (h *Hub) Scenes() int {
