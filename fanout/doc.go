@@ -10,7 +10,8 @@
 // one system call per batch instead of one per message. With a linger
 // interval (Options.Linger), a connection with steady traffic writes at most
 // once per interval, but an urgent frame (an interaction or an
-// acknowledgement, Frame.Urgent) ends the wait at once. The ends of the
+// acknowledgement, Frame.Urgent) ends the wait at once, and a frame with a
+// bound of its own (Frame.Within) shortens it. The ends of the
 // linger intervals are kept by one Clock per node: its timer writes every
 // connection due at about the same time, on its own goroutine, with one
 // non-blocking system call each, so a lingering write costs no timer and no

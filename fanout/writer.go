@@ -20,6 +20,11 @@ type Frame struct {
 	// Urgent frames (interactions, acknowledgements) are written without
 	// waiting for the linger interval, together with whatever is queued.
 	Urgent bool
+	// Within, when positive, bounds how long the frame may wait: the queue
+	// is written at most Within after the frame was queued, or after the
+	// linger interval if that ends sooner. For frames that should not wait a
+	// whole linger but need not cost a system call of their own at once.
+	Within time.Duration
 }
 
 // Options bound a Writer's queue.
@@ -80,8 +85,13 @@ type Writer struct {
 	buf  []byte // the inline writer's batch buffer; used only under busy
 	// urgentQ is set while an urgent frame is queued.
 	urgentQ bool
-	// scheduled is set while the writer has an entry in its clock.
+	// scheduled is set while the writer has an entry in its clock, for the
+	// time dueAt.
 	scheduled bool
+	dueAt     int64
+	// soonest is the earliest deadline of the queued frames with Within, in
+	// ns since the clock's epoch; 0 = none.
+	soonest int64
 
 	last atomic.Int64 // end of the last write, in ns since the clock's epoch
 
@@ -170,6 +180,11 @@ func (w *Writer) Enqueue(f Frame) Result {
 	w.queue = append(w.queue, f)
 	w.bytes += len(f.Bytes)
 	w.urgentQ = w.urgentQ || f.Urgent
+	if f.Within > 0 && !f.Urgent {
+		if d := w.clock.now() + int64(f.Within); w.soonest == 0 || d < w.soonest {
+			w.soonest = d
+		}
+	}
 	if !w.busy { // otherwise the write under way schedules the next
 		w.schedule()
 	}
@@ -187,18 +202,31 @@ func (w *Writer) sinceLast() time.Duration {
 // that is not a socket and is due now go to the writer goroutine; the rest
 // waits for the clock at the end of the linger interval.
 func (w *Writer) schedule() {
-	if (len(w.queue) == 0 || w.scheduled && !w.urgentQ) && w.err == nil {
+	at := w.nextAt()
+	if (len(w.queue) == 0 || w.scheduled && !w.urgentQ && w.dueAt <= at) && w.err == nil {
 		return // nothing to write, or the clock has it already
 	}
-	at := w.last.Load() + int64(w.opt.Linger)
 	if w.urgentQ || w.err != nil || w.opt.Linger == 0 || (w.raw == nil && at <= w.clock.now()) {
 		w.signal()
 		return
 	}
-	if !w.scheduled {
-		w.scheduled = true
+	if !w.scheduled || at < w.dueAt {
+		// An entry for a later time may stay in the clock; when it fires it
+		// finds nothing due and does nothing.
+		w.scheduled, w.dueAt = true, at
 		w.clock.add(w, at)
 	}
+}
+
+// nextAt is when what is queued is due: the end of the linger interval, or
+// the deadline of a frame queued with Within if that is sooner; w.mu is
+// held.
+func (w *Writer) nextAt() int64 {
+	at := w.last.Load() + int64(w.opt.Linger)
+	if w.soonest != 0 && w.soonest < at {
+		at = w.soonest
+	}
+	return at
 }
 
 // signal wakes the writer goroutine; w.mu is held.
@@ -228,9 +256,10 @@ func (w *Writer) fire() {
 		w.mu.Unlock()
 		return
 	}
-	if at := w.last.Load() + int64(w.opt.Linger); at > w.clock.now()+int64(clockSlack) {
-		// An inline write went out since this was scheduled.
-		w.scheduled = true
+	if at := w.nextAt(); at > w.clock.now()+int64(clockSlack) {
+		// An inline write went out since this was scheduled, or this is an
+		// entry left for a later time.
+		w.scheduled, w.dueAt = true, at
 		w.clock.add(w, at)
 		w.mu.Unlock()
 		return
@@ -253,6 +282,7 @@ func (w *Writer) gatherLocked() int {
 	w.queue = w.queue[:0]
 	w.bytes = 0
 	w.urgentQ = false
+	w.soonest = 0
 	return n
 }
 
@@ -394,6 +424,7 @@ func (w *Writer) flush(st *writerState) bool {
 		w.queue, w.spare = w.spare[:0], nil
 		w.bytes = 0
 		w.urgentQ = false
+		w.soonest = 0
 		closed, err := w.closed, w.err
 		w.busy = len(batch) > 0
 		w.mu.Unlock()

@@ -196,3 +196,51 @@ func TestWriterUrgentSkipsLinger(t *testing.T) {
 	waitFor(t, func() bool { return w.Stats().Written == 4 })
 	w.Close()
 }
+
+// A frame with Within shortens a busy connection's linger to its bound and
+// takes the queued frames with it; the writer then lingers as before.
+func TestWriterWithinShortensLinger(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		conn func(t *testing.T) (Conn, func() string)
+	}{
+		{"not a socket (writer goroutine)", func(t *testing.T) (Conn, func() string) {
+			c := &pipeConn{}
+			return c, c.String
+		}},
+		{"socket (clock, inline)", func(t *testing.T) (Conn, func() string) {
+			a, b := tcpPair(t)
+			var mu sync.Mutex
+			var got []byte
+			go func() {
+				buf := make([]byte, 64)
+				for {
+					n, err := b.Read(buf)
+					mu.Lock()
+					got = append(got, buf[:n]...)
+					mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			}()
+			return a, func() string { mu.Lock(); defer mu.Unlock(); return string(got) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, got := tc.conn(t)
+			w := NewWriter(c, Options{Linger: time.Hour, Clock: NewClock()}, nil)
+			defer w.Close()
+			w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+			waitFor(t, func() bool { return got() == "a" })
+			w.Enqueue(Frame{Bytes: []byte("b"), Key: "pose"}) // waits an hour
+			w.Enqueue(Frame{Bytes: []byte("c"), Within: 5 * time.Millisecond})
+			waitFor(t, func() bool { return got() == "abc" })
+			w.Enqueue(Frame{Bytes: []byte("d"), Key: "pose"})
+			time.Sleep(30 * time.Millisecond)
+			if g := got(); g != "abc" {
+				t.Fatalf("wrote %q after the bounded frame, want abc: the linger no longer holds", g)
+			}
+		})
+	}
+}

@@ -451,13 +451,17 @@ func (c *conn) subscribe(p *packets.SubscribePacket) {
 
 // deliver queues a message for this connection at qos. It reports whether
 // the message was queued.
-func (c *conn) deliver(m *outMsg, qos byte) bool {
+func (c *conn) deliver(m *outMsg, qos byte, watcher bool) bool {
 	var f fanout.Frame
 	if qos == 0 {
 		b := m.frameQoS0()
 		// Poses (keyed) are the bulk traffic and may wait for the linger
-		// interval; everything else (object edits, clicks, chat) is urgent.
-		f = fanout.Frame{Bytes: b, Key: m.key, Urgent: m.key == ""}
+		// interval; everything else (object edits, clicks, chat) is urgent,
+		// and for a client only watching it waits at most watchWait.
+		f = fanout.Frame{Bytes: b, Key: m.key, Urgent: m.key == "" && !watcher}
+		if m.key == "" && watcher {
+			f.Within = watchWait
+		}
 	} else {
 		id := uint16(c.nextID.Add(1))
 		if id == 0 {

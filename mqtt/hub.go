@@ -179,19 +179,25 @@ func (h *Hub) publishLocal(name string, payload []byte) {
 // counts as interacting: urgent messages reach such clients first.
 const interactionWindow = 2 * time.Second
 
+// watchWait bounds how long an urgent message may wait for a busy client
+// that is not interacting (an idle one gets it at once).
+const watchWait = 2 * time.Millisecond
+
 func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
-	p := pass{s: s, m: m, seq: h.seq.Add(1)}
+	p := pass{s: s, m: m, seq: h.seq.Add(1), urgent: coalesceKey(m.topic) == ""}
 	if s.policy != nil {
 		p.sender = s.observe(m)
 	}
 	groups := *s.groups.Load()
-	if coalesceKey(m.topic) == "" {
-		// An urgent message (a click, an object edit) is written to every
-		// receiver at once, one system call each: in a crowded scene the
-		// last receiver gets it a millisecond after the first. The clients
-		// that are interacting themselves (the one whose click this edit
-		// answers, the program that answers clicks) go first; the others,
-		// who are only watching, a moment later.
+	if p.urgent {
+		// An urgent message (a click, an object edit) written to every
+		// receiver at once costs one system call each: in a crowded scene
+		// the last receiver gets it a millisecond after the first, and the
+		// answer to a click waits behind the click's own fan-out. So the
+		// clients that are interacting themselves (the one whose click an
+		// edit answers, the program that answers clicks) get it first and at
+		// once; the others, who are only watching, within watchWait, in the
+		// write that carries their lingering poses.
 		p.run(groups, max(h.now()-int64(interactionWindow), 1))
 	}
 	p.run(groups, 0)
@@ -207,6 +213,7 @@ type pass struct {
 	seq    uint64 // the message's sequence number, for de-duplication
 	sender string // for the interest policy; "" if none applies
 	n      int    // deliveries so far
+	urgent bool   // not a pose
 	// to, if set, replaces conn.deliver (tests see the order of delivery).
 	to func(member) bool
 }
@@ -214,7 +221,8 @@ type pass struct {
 // run delivers to each member of groups whose filter matches, once per
 // connection and message: a connection whose filters overlap, or that an
 // earlier run took, is skipped. With since > 0, only to connections that
-// acted (clicked, edited) after since.
+// acted (clicked, edited) after since, at once; without, an urgent message
+// goes to the rest as watchers (conn.deliver).
 func (p *pass) run(groups []*group, since int64) {
 	for _, g := range groups {
 		if !topic.Match(g.filter, p.m.topic) {
@@ -230,7 +238,7 @@ func (p *pass) run(groups []*group, since int64) {
 			if p.sender != "" && !p.s.policy.Interested(mb.c.observer(), p.sender) {
 				continue
 			}
-			if p.to != nil && p.to(mb) || p.to == nil && mb.c.deliver(p.m, mb.qos) {
+			if p.to != nil && p.to(mb) || p.to == nil && mb.c.deliver(p.m, mb.qos, p.urgent && since == 0) {
 				p.n++
 			}
 		}
