@@ -73,20 +73,20 @@ func (c *Clock) arm(at int64) {
 // its own state.
 func (c *Clock) fire() {
 	c.fires.Add(1)
-	var stack [64]*Writer
+	var stack [64]clockEntry
 	due := stack[:0]
 	c.mu.Lock()
 	c.armed = -1
 	limit := c.now() + int64(clockSlack)
 	for len(c.heap) > 0 && c.heap[0].at <= limit {
-		due = append(due, c.pop().w)
+		due = append(due, c.pop())
 	}
 	if len(c.heap) > 0 {
 		c.arm(c.heap[0].at)
 	}
 	c.mu.Unlock()
-	for _, w := range due {
-		w.fire()
+	for _, e := range due {
+		e.w.fire(e.at)
 	}
 }
 

@@ -243,8 +243,14 @@ func (w *Writer) signal() {
 // fire is the clock's call at the end of the linger interval. On a socket,
 // it writes what is queued on the clock's goroutine with one non-blocking
 // system call; otherwise it wakes the writer goroutine.
-func (w *Writer) fire() {
+func (w *Writer) fire(at int64) {
 	w.mu.Lock()
+	if !w.scheduled || at != w.dueAt {
+		// An entry that an earlier one replaced (a frame with Within
+		// brought the write forward) and that has been written since.
+		w.mu.Unlock()
+		return
+	}
 	w.scheduled = false
 	if w.closed || w.busy || len(w.queue) == 0 {
 		// Close flushes; a write under way schedules the next itself.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -243,4 +244,30 @@ func TestWriterWithinShortensLinger(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Frames with Within on a busy connection bring its write forward again and
+// again: each costs at most one write, and the clock entries they replace
+// come due without writing and are gone once the connection is quiet.
+func TestWriterWithinLeavesNoStaleWrites(t *testing.T) {
+	a, b := tcpPair(t)
+	go io.Copy(io.Discard, b)
+	clock := NewClock()
+	w := NewWriter(a, Options{Linger: 40 * time.Millisecond, Clock: clock}, nil)
+	defer w.Close()
+	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+	for i := 0; i < 20; i++ {
+		w.Enqueue(Frame{Bytes: []byte("p"), Key: "pose"})
+		w.Enqueue(Frame{Bytes: []byte("e"), Within: time.Millisecond})
+		time.Sleep(3 * time.Millisecond)
+	}
+	waitFor(t, func() bool { return w.Stats().Written == 41 })
+	if s := w.Stats(); s.Batches > 21 {
+		t.Errorf("%d writes for 20 bounded frames, want at most 21", s.Batches)
+	}
+	waitFor(t, func() bool {
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		return len(clock.heap) == 0
+	})
 }
