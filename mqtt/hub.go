@@ -161,13 +161,13 @@ func (h *Hub) fromBus(s *sceneSub, m *nats.Msg) {
 	if err != nil || strings.HasPrefix(name, "$") {
 		return
 	}
-	h.dispatch(s, &outMsg{topic: name, payload: m.Data})
+	h.dispatch(s, newOutMsg(name, m.Data))
 }
 
 // publishLocal delivers a message published by a local connection to the
 // local subscribers.
 func (h *Hub) publishLocal(name string, payload []byte) {
-	m := &outMsg{topic: name, payload: payload}
+	m := newOutMsg(name, payload)
 	for _, s := range *h.all.Load() {
 		if topic.Match(s.filter, name) {
 			h.dispatch(s, m)
@@ -184,7 +184,7 @@ const interactionWindow = 2 * time.Second
 const watchWait = 2 * time.Millisecond
 
 func (h *Hub) dispatch(s *sceneSub, m *outMsg) {
-	p := pass{s: s, m: m, seq: h.seq.Add(1), urgent: coalesceKey(m.topic) == ""}
+	p := pass{s: s, m: m, seq: h.seq.Add(1), urgent: m.key == ""}
 	if s.policy != nil {
 		p.sender = s.observe(m)
 	}
@@ -260,15 +260,18 @@ func (h *Hub) Scenes() int {
 type outMsg struct {
 	topic   string
 	payload []byte
+	key     string // coalesceKey(topic): "" for urgent messages
 	once    sync.Once
 	qos0    []byte
-	key     string
+}
+
+func newOutMsg(name string, payload []byte) *outMsg {
+	return &outMsg{topic: name, payload: payload, key: coalesceKey(name)}
 }
 
 func (m *outMsg) frameQoS0() []byte {
 	m.once.Do(func() {
 		m.qos0 = encodePublish(m.topic, m.payload, 0, 0)
-		m.key = coalesceKey(m.topic)
 	})
 	return m.qos0
 }

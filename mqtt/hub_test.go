@@ -35,7 +35,7 @@ func TestPassDeliversToInteractingClientsFirst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []string
-			p := pass{m: &outMsg{topic: tc.topic}, seq: uint64(len(tc.name)),
+			p := pass{m: newOutMsg(tc.topic, nil), seq: uint64(len(tc.name)), urgent: tc.urgent,
 				to: func(mb member) bool { got = append(got, mb.c.clientID); return true }}
 			if tc.urgent {
 				p.run(groups, 1000) // acted after 1000: c and e
