@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +27,22 @@ type Clock struct {
 	armed int64 // the time the timer is set for, in ns since epoch; -1 = not set
 
 	fires atomic.Uint64
+
+	// The write budget (NewBudgetClock): lingering writes per second that
+	// the clock's writers together should stay near, and the factor by
+	// which their linger intervals stretch to do so.
+	budget  float64       // 0 = none
+	writes  atomic.Uint64 // lingering writes so far
+	stretch atomic.Uint64 // math.Float64bits of the factor, >= 1
+	winAt   atomic.Int64  // start of the current rate window
+	winN    atomic.Uint64 // writes at winAt
 }
+
+// MaxStretch bounds how far a write budget stretches the linger intervals.
+const MaxStretch = 4.0
+
+// budgetWindow is how often the stretch follows the write rate.
+const budgetWindow = 100 * time.Millisecond
 
 type clockEntry struct {
 	at int64 // ns since the clock's epoch
@@ -40,9 +56,63 @@ const clockSlack = 500 * time.Microsecond
 // NewClock returns a clock with nothing scheduled.
 func NewClock() *Clock {
 	c := &Clock{epoch: time.Now(), armed: -1}
+	c.stretch.Store(math.Float64bits(1))
 	c.timer = time.AfterFunc(time.Hour, c.fire)
 	c.timer.Stop()
 	return c
+}
+
+// NewBudgetClock returns a clock whose writers keep their lingering writes
+// near perSecond in all: while more connections are busy than that allows
+// at their linger intervals, every interval stretches by the same factor
+// (at most MaxStretch), so that the node's write system calls, and the
+// reads they cause, stay near the budget and latency grows instead. Below
+// the budget the intervals are as configured. perSecond ≤ 0: no budget.
+func NewBudgetClock(perSecond float64) *Clock {
+	c := NewClock()
+	c.budget = max(perSecond, 0)
+	return c
+}
+
+// Stretch is the factor by which the write budget currently stretches the
+// linger intervals (1: not at all).
+func (c *Clock) Stretch() float64 { return math.Float64frombits(c.stretch.Load()) }
+
+// wrote counts a lingering write.
+func (c *Clock) wrote() {
+	if c.budget > 0 {
+		c.writes.Add(1)
+	}
+}
+
+// tick moves the stretch, once per budgetWindow, towards what keeps the
+// lingering write rate at the budget. It is called at every write (now is
+// the clock's time), so the stretch follows the load while there is any.
+func (c *Clock) tick(now int64) {
+	if c.budget == 0 {
+		return
+	}
+	at := c.winAt.Load()
+	if now-at < int64(budgetWindow) || !c.winAt.CompareAndSwap(at, now) {
+		return
+	}
+	n := c.writes.Load()
+	rate := float64(n-c.winN.Swap(n)) / (float64(now-at) / float64(time.Second))
+	windows := int(min((now-at)/int64(budgetWindow), 20))
+	c.stretch.Store(math.Float64bits(nextStretch(c.Stretch(), rate, c.budget, windows)))
+}
+
+// nextStretch is the stretch after windows windows at the lingering write
+// rate rate, from the current one, cur. The writes of busy connections fall
+// in proportion to the stretch, so cur × rate / budget keeps them at the
+// budget; each window goes halfway there, so that one window's noise moves
+// it little and a quiet spell brings it back to 1.
+func nextStretch(cur, rate, budget float64, windows int) float64 {
+	target := min(max(cur*rate/budget, 1), MaxStretch)
+	for range max(windows, 1) {
+		cur = (cur + target) / 2
+	}
+	return cur
 }
 
 // Fires counts the clock's timer firings.

@@ -88,3 +88,67 @@ func TestClockWakesNonSocketWriter(t *testing.T) {
 	}
 	w.Close()
 }
+
+func TestNextStretch(t *testing.T) {
+	for _, tc := range []struct {
+		cur, rate, budget float64
+		windows           int
+		want              float64
+	}{
+		{1, 500, 1000, 1, 1},     // under the budget: no stretch
+		{1, 2000, 1000, 1, 1.5},  // twice the budget: halfway to 2
+		{2, 1000, 1000, 1, 2},    // at the budget: steady
+		{2, 0, 1000, 1, 1.5},     // idle: back towards 1
+		{3, 0, 1000, 2, 1.5},     // two quiet windows: two steps
+		{3, 0, 1000, 0, 2},       // at least one step
+		{3, 10000, 1000, 1, 3.5}, // far over: towards MaxStretch only
+		{MaxStretch, 5000, 1000, 1, MaxStretch},
+	} {
+		if got := nextStretch(tc.cur, tc.rate, tc.budget, tc.windows); got != tc.want {
+			t.Errorf("nextStretch(%v, %v, %v, %d) = %v, want %v", tc.cur, tc.rate, tc.budget, tc.windows, got, tc.want)
+		}
+	}
+}
+
+// Busy connections over a clock's write budget write less often: the
+// stretch rises while they are over it and falls back once they are quiet.
+func TestBudgetClockStretchesBusyWriters(t *testing.T) {
+	clock := NewBudgetClock(200)
+	var writers []*Writer
+	for i := 0; i < 10; i++ {
+		writers = append(writers, NewWriter(&pipeConn{}, Options{Linger: 10 * time.Millisecond, Clock: clock}, nil))
+	}
+	defer func() {
+		for _, w := range writers {
+			w.Close()
+		}
+	}()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // every writer gets a pose every millisecond: 1,000 writes/s unstretched
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			for _, w := range writers {
+				w.Enqueue(Frame{Bytes: []byte("p"), Key: "pose"})
+			}
+		}
+	}()
+	waitFor(t, func() bool { return clock.Stretch() > 3 })
+	close(stop)
+	<-done
+	if s := clock.Stretch(); s > MaxStretch {
+		t.Fatalf("stretch %v above MaxStretch", s)
+	}
+	// One connection keeps a pose every 20 ms: far under the budget, so the
+	// stretch falls back (it follows the rate when lingering writes fire).
+	waitFor(t, func() bool {
+		writers[0].Enqueue(Frame{Bytes: []byte("p"), Key: "pose"})
+		time.Sleep(20 * time.Millisecond)
+		return clock.Stretch() < 1.5
+	})
+}

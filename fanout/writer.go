@@ -160,7 +160,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 		return Dropped
 	}
 	if w.raw != nil && !w.busy && w.err == nil &&
-		(f.Urgent || (len(w.queue) == 0 && w.sinceLast() >= w.opt.Linger)) {
+		(f.Urgent || (len(w.queue) == 0 && int64(w.sinceLast()) >= w.linger())) {
 		w.busy = true
 		n := w.gatherLocked() + 1
 		w.mu.Unlock()
@@ -222,11 +222,23 @@ func (w *Writer) schedule() {
 // the deadline of a frame queued with Within if that is sooner; w.mu is
 // held.
 func (w *Writer) nextAt() int64 {
-	at := w.last.Load() + int64(w.opt.Linger)
+	at := w.last.Load() + w.linger()
 	if w.soonest != 0 && w.soonest < at {
 		at = w.soonest
 	}
 	return at
+}
+
+// wroteAt records the end of a write at now (clock time).
+func (w *Writer) wroteAt(now int64) {
+	w.last.Store(now)
+	w.clock.tick(now)
+}
+
+// linger is the linger interval in ns, stretched by the clock's write
+// budget.
+func (w *Writer) linger() int64 {
+	return int64(float64(w.opt.Linger) * w.clock.Stretch())
 }
 
 // signal wakes the writer goroutine; w.mu is held.
@@ -258,6 +270,7 @@ func (w *Writer) fire(at int64) {
 		return
 	}
 	if w.raw == nil || w.err != nil || w.urgentQ {
+		w.clock.wrote()
 		w.signal()
 		w.mu.Unlock()
 		return
@@ -273,6 +286,7 @@ func (w *Writer) fire(at int64) {
 	w.busy = true
 	n := w.gatherLocked()
 	w.mu.Unlock()
+	w.clock.wrote()
 	w.writeInline(nil, n)
 }
 
@@ -325,7 +339,7 @@ func (w *Writer) writeInline(b []byte, n int) {
 	if werr == nil && err != nil {
 		werr = err
 	}
-	w.last.Store(w.clock.now())
+	w.wroteAt(w.clock.now())
 	var rest []byte
 	if werr == nil && sent < len(out) {
 		rest = out[sent:]
@@ -461,7 +475,7 @@ func (w *Writer) flush(st *writerState) bool {
 				w.batches.Add(1)
 			}
 		}
-		w.last.Store(w.clock.now())
+		w.wroteAt(w.clock.now())
 		w.mu.Lock()
 		w.busy = false
 		if w.spare == nil {

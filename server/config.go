@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/xrealm/xrealm/fanout"
@@ -44,7 +45,12 @@ type Config struct {
 	// connections (60 Hz poses batch better at a longer interval); 0 = the
 	// same as Writer.Linger.
 	UbiqLinger time.Duration
-	TokenTTL   time.Duration
+	// WriteBudget is the MQTT front end's budget of lingering writes per
+	// second (fanout.NewBudgetClock): above it, the linger intervals of all
+	// busy connections stretch alike. 0 = 20,000 per CPU the runtime uses;
+	// negative = none.
+	WriteBudget float64
+	TokenTTL    time.Duration
 
 	// Insecure turns off all authentication (benchmarks and development).
 	Insecure bool
@@ -77,6 +83,19 @@ func Defaults() Config {
 		// more per write (bench/rooms/RESULTS.md).
 		UbiqLinger: 20 * time.Millisecond,
 	}
+}
+
+// writeBudget is WriteBudget with its default applied: 20,000 lingering
+// writes per second per CPU, about a third of each CPU at ~15 µs per write
+// system call (bench/bus/NOTES.md, session 6).
+func (c *Config) writeBudget() float64 {
+	switch {
+	case c.WriteBudget < 0:
+		return 0
+	case c.WriteBudget == 0:
+		return 20000 * float64(runtime.GOMAXPROCS(0))
+	}
+	return c.WriteBudget
 }
 
 func (c *Config) nodeName() string {

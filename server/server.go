@@ -136,11 +136,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}()
 
-	// The MQTT and Ubiq front ends share one clock for their lingering
-	// writes.
+	// The MQTT front end's lingering writes keep to a budget (the bus's
+	// isolation benchmark: many connections with small fan-out are bound by
+	// writes and reads, not deliveries); the Ubiq front end has a clock of
+	// its own, without one.
+	ubiqWriter := cfg.Writer
 	if cfg.Writer.Clock == nil {
-		cfg.Writer.Clock = fanout.NewClock()
+		cfg.Writer.Clock = fanout.NewBudgetClock(cfg.writeBudget())
+		ubiqWriter.Clock = fanout.NewClock()
 	}
+	if cfg.UbiqLinger != 0 {
+		ubiqWriter.Linger = cfg.UbiqLinger
+	}
+	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_mqtt_write_linger_stretch",
+		Help: "Factor by which the write budget stretches the MQTT connections' write linger (1: not at all)."}, cfg.Writer.Clock.Stretch))
 	frontJS, err := s.bus.JetStream(ctx, front)
 	if err != nil {
 		return nil, err
@@ -161,10 +170,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	ubiqJS, err := s.bus.JetStream(ctx, ubiqNC)
 	if err != nil {
 		return nil, err
-	}
-	ubiqWriter := cfg.Writer
-	if cfg.UbiqLinger != 0 {
-		ubiqWriter.Linger = cfg.UbiqLinger
 	}
 	if err := retry(ctx, log, "open Ubiq room state", func(ctx context.Context) error {
 		s.ubiq, err = ubiq.NewServer(ctx, ubiq.Config{
