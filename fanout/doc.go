@@ -12,10 +12,12 @@
 // once per interval, but an urgent frame (an interaction or an
 // acknowledgement, Frame.Urgent) ends the wait at once, and a frame with a
 // bound of its own (Frame.Within) shortens it. The ends of the
-// linger intervals are kept by one Clock per node: its timer writes every
-// connection due at about the same time, on its own goroutine, with one
-// non-blocking system call each, so a lingering write costs no timer and no
-// goroutine hand-off of its own. When the queue is
+// linger intervals are kept by one Clock per front end: its timer writes
+// every connection due at about the same time, on its own goroutine, with
+// one non-blocking system call each, so a lingering write costs no timer and
+// no goroutine hand-off of its own. A Clock with a write budget
+// (NewBudgetClock) stretches all its writers' intervals alike while their
+// lingering writes exceed the budget. When the queue is
 // full, a frame with a coalescing key replaces the queued frame with the same
 // key (a newer pose of the same object), and otherwise it is dropped and
 // counted; the queue never grows without bound and a slow reader never slows

@@ -76,8 +76,9 @@ func Defaults() Config {
 		MaxPayload:  1 << 20,
 		TokenTTL:    12 * time.Hour,
 		// A connection busy with steady pose traffic writes at most every
-		// 10ms; an idle one, and any urgent frame (clicks, edits, acks), at
-		// once. See fanout.Options.Linger and bench/bus/NOTES.md.
+		// 10ms (longer above the write budget); an idle one at once; clicks
+		// and edits at once to interacting clients and within 2 ms to the
+		// others (docs/protocol.md, "Write timing"; bench/bus/NOTES.md).
 		Writer: fanout.Options{Linger: 10 * time.Millisecond, MaxFrames: 4096},
 		// Ubiq peers send poses at up to 60 Hz: a longer interval batches
 		// more per write (bench/rooms/RESULTS.md).
