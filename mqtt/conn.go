@@ -240,7 +240,7 @@ func (c *conn) cleanup() {
 	c.s.unregister(c)
 	c.s.hub.leave(c.observer())
 	if c.will != nil && !c.graceful {
-		c.route(c.will.TopicName, c.will.Payload, 0)
+		c.route(newOutMsg(c.will.TopicName, c.will.Payload), 0)
 	}
 	c.close("connection ended")
 	c.w.Close()
@@ -312,10 +312,11 @@ func (c *conn) publish(p *packets.PublishPacket) {
 		return
 	}
 	c.noteSelf(p.TopicName)
-	if coalesceKey(p.TopicName) == "" {
+	m := newOutMsg(p.TopicName, p.Payload)
+	if m.key == "" { // not a pose: the client is interacting
 		c.actedAt.Store(c.s.hub.now())
 	}
-	if c.route(p.TopicName, p.Payload, p.Qos) {
+	if c.route(m, p.Qos) {
 		ack()
 	}
 }
@@ -344,8 +345,9 @@ func (c *conn) noteSelf(name string) {
 // bus. For QoS 1 and 2 on a persisted-object topic it waits until
 // JetStream has stored the message, and reports false if that failed (the
 // client then gets no acknowledgement and will send it again).
-func (c *conn) route(name string, payload []byte, qos byte) bool {
-	c.s.hub.publishLocal(name, payload)
+func (c *conn) route(m *outMsg, qos byte) bool {
+	c.s.hub.publishLocal(m)
+	name, payload := m.topic, m.payload
 	subj := topic.ToSubject(name)
 	if isObjectSubject(subj, c.s.cfg.Realm) && persist.Ignored(payload) {
 		// A click or a transient update: every subscriber gets it, the

@@ -166,10 +166,9 @@ func (h *Hub) fromBus(s *sceneSub, m *nats.Msg) {
 
 // publishLocal delivers a message published by a local connection to the
 // local subscribers.
-func (h *Hub) publishLocal(name string, payload []byte) {
-	m := newOutMsg(name, payload)
+func (h *Hub) publishLocal(m *outMsg) {
 	for _, s := range *h.all.Load() {
-		if topic.Match(s.filter, name) {
+		if topic.Match(s.filter, m.topic) {
 			h.dispatch(s, m)
 		}
 	}
