@@ -46,6 +46,10 @@ func TestLatencyAccounting(t *testing.T) {
 	base := time.Now()
 	ns := func(d time.Duration) int64 { return base.Add(d).UnixNano() }
 	acc.OpenWindow(base, base.Add(time.Second))
+	// Live latencies are recorded from the first call to Live on.
+	if tot, live := acc.Live(); tot != (Totals{}) || live.TotalCount() != 0 {
+		t.Fatalf("empty accounts: %+v, %d live values", tot, live.TotalCount())
+	}
 
 	// Sent before the window: counted live, not in the window.
 	a.Sent(ns(-time.Millisecond))
@@ -103,6 +107,21 @@ func TestLatencyAccounting(t *testing.T) {
 	acc.OpenWindow(base.Add(time.Hour), base.Add(2*time.Hour))
 	if c := a.Window(nil); c != (WindowCounts{}) {
 		t.Errorf("after a new window: %+v", c)
+	}
+}
+
+func TestLiveLatenciesOnlyOnceAsked(t *testing.T) {
+	acc := NewAccounts()
+	m := acc.NewMeter()
+	now := time.Now().UnixNano()
+	m.Received(now-int64(time.Millisecond), now, 100)
+	tot, live := acc.Live()
+	if tot.Received != 1 || live.TotalCount() != 0 {
+		t.Fatalf("before the first Live: received %d, %d live values; want 1 and 0", tot.Received, live.TotalCount())
+	}
+	m.Received(now-int64(time.Millisecond), now, 100)
+	if tot, live := acc.Live(); tot.Received != 2 || live.TotalCount() != 1 {
+		t.Fatalf("after the first Live: received %d, %d live values; want 2 and 1", tot.Received, live.TotalCount())
 	}
 }
 

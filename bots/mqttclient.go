@@ -1,12 +1,10 @@
 package bots
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -30,19 +28,24 @@ type MQTTConfig struct {
 	// was written for half of it. 0 means 60 s.
 	Keepalive time.Duration
 	// OnPublish receives every PUBLISH, on the connection's read
-	// goroutine. topic and payload are valid only during the call.
-	OnPublish func(topic, payload []byte)
-	// ReadBuffer is the size of the read buffer; 0 means 64 KiB.
+	// goroutine, with the time (Unix nanoseconds) of the read that
+	// completed it. topic and payload are valid only during the call.
+	OnPublish func(topic, payload []byte, recvNanos int64)
+	// ReadBuffer is the initial size of the read buffer; 0 means 64 KiB.
 	ReadBuffer int
+	// MaxPacket is the largest packet (remaining length) accepted; a
+	// larger one ends the connection. 0 means DefaultMaxPacket.
+	MaxPacket int
 }
 
 // MQTTClient is a lean MQTT 3.1.1 client: clean session, QoS 0 publishes,
 // one read goroutine, writes made by the caller under a mutex.
 type MQTTClient struct {
-	cfg  MQTTConfig
-	nc   net.Conn
-	br   *bufio.Reader
-	done chan struct{}
+	cfg     MQTTConfig
+	nc      net.Conn
+	rd      *packetReader // used by the read goroutine only
+	done    chan struct{}
+	closing atomic.Bool
 
 	wmu       sync.Mutex
 	wbuf      []byte
@@ -64,11 +67,14 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 	if cfg.ReadBuffer == 0 {
 		cfg.ReadBuffer = 64 << 10
 	}
+	if cfg.MaxPacket == 0 {
+		cfg.MaxPacket = DefaultMaxPacket
+	}
 	nc, err := dialStream(ctx, cfg.Addr)
 	if err != nil {
 		return nil, err
 	}
-	c := &MQTTClient{cfg: cfg, nc: nc, br: bufio.NewReaderSize(nc, cfg.ReadBuffer), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
+	c := &MQTTClient{cfg: cfg, nc: nc, rd: newPacketReader(cfg.ReadBuffer, cfg.MaxPacket), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	} else {
@@ -89,7 +95,7 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 		nc.Close()
 		return nil, fmt.Errorf("mqtt %s: send CONNECT: %w", cfg.Addr, err)
 	}
-	typ, body, err := c.readRaw()
+	typ, body, err := c.readPacket()
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("mqtt %s: waiting for CONNACK: %w", cfg.Addr, err)
@@ -102,7 +108,6 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 		nc.Close()
 		return nil, fmt.Errorf("mqtt %s: connection refused: %s", cfg.Addr, packets.ConnackReturnCodes[rc])
 	}
-	c.br.Discard(len(body))
 	nc.SetDeadline(time.Time{})
 	go c.readLoop()
 	go c.keepalive()
@@ -142,6 +147,7 @@ func (c *MQTTClient) fail(err error) {
 		c.err = err
 	}
 	c.errMu.Unlock()
+	c.closing.Store(true)
 	c.nc.Close()
 }
 
@@ -273,60 +279,14 @@ func (c *MQTTClient) keepalive() {
 	}
 }
 
-// readRaw reads one packet's first byte and body. The body is valid until
-// c.br.Discard(len(body)) (or the next read) and must be discarded by the
-// caller when it fits the buffer; larger bodies are copied.
-func (c *MQTTClient) readRaw() (byte, []byte, error) {
-	first, err := c.br.ReadByte()
-	if err != nil {
-		return 0, nil, err
-	}
-	n, mult := 0, 1
-	for i := 0; ; i++ {
-		d, err := c.br.ReadByte()
-		if err != nil {
-			return 0, nil, err
-		}
-		n += int(d&0x7f) * mult
-		if d&0x80 == 0 {
-			break
-		}
-		if i == 3 {
-			return 0, nil, errors.New("malformed remaining length")
-		}
-		mult *= 128
-	}
-	if n <= c.br.Size() {
-		body, err := c.br.Peek(n)
-		return first, body, err
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(c.br, body); err != nil {
-		return 0, nil, err
-	}
-	return first, body, nil
-}
-
 func (c *MQTTClient) readLoop() {
 	defer close(c.done)
-	for {
-		first, body, err := c.readRaw()
-		if err != nil {
-			c.fail(fmt.Errorf("mqtt %s: read: %w", c.cfg.Addr, err))
-			return
-		}
-		n := len(body)
-		if err := c.handle(first, body); err != nil {
-			c.fail(fmt.Errorf("mqtt %s: %w", c.cfg.Addr, err))
-			return
-		}
-		if n <= c.br.Size() {
-			c.br.Discard(n)
-		}
+	if err := c.receive(); err != nil {
+		c.fail(fmt.Errorf("mqtt %s: read: %w", c.cfg.Addr, err))
 	}
 }
 
-func (c *MQTTClient) handle(first byte, body []byte) error {
+func (c *MQTTClient) handle(first byte, body []byte, at int64) error {
 	switch first >> 4 {
 	case packets.Publish:
 		if len(body) < 2 {
@@ -348,7 +308,7 @@ func (c *MQTTClient) handle(first byte, body []byte) error {
 			rest = rest[2:]
 		}
 		if c.cfg.OnPublish != nil {
-			c.cfg.OnPublish(topic, rest)
+			c.cfg.OnPublish(topic, rest, at)
 		}
 		if qos == 1 {
 			ack := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)

@@ -22,8 +22,8 @@ func (id Identity) SceneBase() string {
 	return id.Realm + "/s/" + id.Namespace + "/" + id.Scene
 }
 
-// Received is one message a bot got. From is valid only during the
-// callback.
+// Received is one message a bot got. It is valid only during the
+// callback: transports reuse it.
 type Received struct {
 	From      []byte // sender's object id
 	SentNanos int64  // 0: the message carried no timestamp
@@ -71,8 +71,9 @@ func (t *MQTTTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 			return nil, fmt.Errorf("bot %d: %w", id.Index, err)
 		}
 	}
-	onPub := func(topic, payload []byte) {
-		r := Received{From: ObjectIDOfTopic(topic), RecvNanos: time.Now().UnixNano(), Size: len(payload)}
+	var r Received // reused: the callback runs on the read goroutine only
+	onPub := func(topic, payload []byte, at int64) {
+		r = Received{From: ObjectIDOfTopic(topic), RecvNanos: at, Size: len(payload)}
 		if decodePos {
 			r.SentNanos, r.Pos, r.HasPos = posePositionOf(payload)
 		} else {

@@ -67,7 +67,7 @@ func StartClickAgent(ctx context.Context, addr string, tokens bots.TokenSource, 
 
 // onMessage runs on the client's read goroutine, as an ARENA program's
 // event handler would: decode the message, react to clicks on the target.
-func (a *ClickAgent) onMessage(topic, payload []byte) {
+func (a *ClickAgent) onMessage(topic, payload []byte, at int64) {
 	if !bytes.HasSuffix(topic, []byte("/"+targetID)) {
 		return
 	}
@@ -76,7 +76,6 @@ func (a *ClickAgent) onMessage(topic, payload []byte) {
 		Action   string `json:"action"`
 		Type     string `json:"type"`
 	}
-	at := time.Now().UnixNano()
 	if json.Unmarshal(payload, &m) != nil || m.Action != "clientEvent" || m.ObjectID != targetID || m.Type != "mousedown" {
 		return
 	}
@@ -111,10 +110,10 @@ func startClicker(ctx context.Context, addr string, tokens bots.TokenSource, rea
 	}
 	k := &clicker{topic: id.SceneBase() + "/o/" + id.UserClient + "/" + targetID, updates: make(chan int64, 16), echoes: make(chan int64, 16)}
 	suffix := []byte("/" + targetID)
-	onPub := func(topic, payload []byte) {
+	onPub := func(topic, payload []byte, at int64) {
 		if bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action":"clientEvent"`)) {
 			select {
-			case k.echoes <- time.Now().UnixNano():
+			case k.echoes <- at:
 			default:
 			}
 			return
@@ -123,7 +122,7 @@ func startClicker(ctx context.Context, addr string, tokens bots.TokenSource, rea
 		if bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action":"update"`)) ||
 			bytes.HasSuffix(topic, suffix) && bytes.Contains(payload, []byte(`"action": "update"`)) {
 			select {
-			case k.updates <- time.Now().UnixNano():
+			case k.updates <- at:
 			default:
 			}
 		}
