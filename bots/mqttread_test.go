@@ -14,6 +14,15 @@ func publishPacket(topic, payload string) []byte {
 	return append(appendPublishHeader(nil, topic, len(payload)), payload...)
 }
 
+// feed appends b to r's unread bytes, as reads would.
+func feed(r *packetReader, b []byte) {
+	for len(b) > 0 {
+		n := copy(r.space(), b)
+		r.end += n
+		b = b[n:]
+	}
+}
+
 func TestPacketReaderSplitsStream(t *testing.T) {
 	big := strings.Repeat("x", 300)
 	var stream []byte
@@ -27,12 +36,7 @@ func TestPacketReaderSplitsStream(t *testing.T) {
 		r := newPacketReader(16, 1<<10)
 		var got []string
 		for off := 0; off < len(stream); off += chunk {
-			part := stream[off:min(off+chunk, len(stream))]
-			for len(part) > 0 {
-				n := copy(r.space(), part)
-				r.end += n
-				part = part[n:]
-			}
+			feed(r, stream[off:min(off+chunk, len(stream))])
 			for {
 				first, body, ok, err := r.next()
 				if err != nil {
@@ -63,11 +67,7 @@ func TestPacketReaderRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newPacketReader(8, 1024)
-			for part := []byte(tc.in); len(part) > 0; {
-				n := copy(r.space(), part)
-				r.end += n
-				part = part[n:]
-			}
+			feed(r, []byte(tc.in))
 			_, _, ok, err := r.next()
 			if ok || err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Fatalf("next: ok %v, err %v; want an error with %q", ok, err, tc.err)
@@ -189,12 +189,7 @@ func FuzzPacketReader(f *testing.F) {
 		r := newPacketReader(4, 1<<12)
 		total := 0
 		for off := 0; off < len(data); off += step {
-			part := data[off:min(off+step, len(data))]
-			for len(part) > 0 {
-				n := copy(r.space(), part)
-				r.end += n
-				part = part[n:]
-			}
+			feed(r, data[off:min(off+step, len(data))])
 			for {
 				_, body, ok, err := r.next()
 				if err != nil {
