@@ -79,11 +79,11 @@ func NewBudgetClock(perSecond float64) *Clock {
 func (c *Clock) Stretch() float64 { return math.Float64frombits(c.stretch.Load()) }
 
 // wrote counts a lingering write.
-func (c *Clock) wrote() {
-	if c.budget > 0 {
-		c.writes.Add(1)
-	}
-}
+func (c *Clock) wrote() { c.writes.Add(1) }
+
+// Writes counts the lingering writes the clock has made (or handed to a
+// writer goroutine) so far.
+func (c *Clock) Writes() uint64 { return c.writes.Load() }
 
 // tick moves the stretch, once per budgetWindow, towards what keeps the
 // lingering write rate at the budget. It is called at every write (now is

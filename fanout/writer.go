@@ -43,6 +43,10 @@ type Options struct {
 	// Clock schedules the lingering writes; one clock should serve all of a
 	// node's connections. nil = the Writer makes its own.
 	Clock *Clock
+	// OnCoalesce, if not nil, is told how many queued frames newer frames
+	// of the same key have replaced, as they are replaced (a front end's
+	// metric); it must not block.
+	OnCoalesce func(n int)
 }
 
 func (o *Options) defaults() {
@@ -83,6 +87,9 @@ type Writer struct {
 	// by an inline write, so that the two never interleave.
 	busy bool
 	buf  []byte // the inline writer's batch buffer; used only under busy
+	// index holds the slot of each key's frame in the queue once it has
+	// been full (compactLocked), until the queue is taken for a write.
+	index map[string]int
 	// urgentQ is set while an urgent frame is queued.
 	urgentQ bool
 	// scheduled is set while the writer has an entry in its clock, for the
@@ -162,20 +169,30 @@ func (w *Writer) Enqueue(f Frame) Result {
 	if w.raw != nil && !w.busy && w.err == nil &&
 		(f.Urgent || (len(w.queue) == 0 && int64(w.sinceLast()) >= w.linger())) {
 		w.busy = true
-		n := w.gatherLocked() + 1
+		batch := w.takeLocked()
 		w.mu.Unlock()
-		w.writeInline(f.Bytes, n)
+		w.writeInline(batch, f.Bytes)
 		return Queued
 	}
-	if len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes {
-		ok := f.Key != "" && w.replaceLocked(f)
-		w.mu.Unlock()
-		if ok {
-			w.coalesced.Add(1)
-			return Coalesced
+	if w.fullLocked(f) {
+		if w.index == nil {
+			w.compactLocked()
 		}
-		w.dropped.Add(1)
-		return Dropped
+		if w.fullLocked(f) {
+			ok := f.Key != "" && w.replaceLocked(f)
+			if ok {
+				w.countCoalesced(1)
+			}
+			w.mu.Unlock()
+			if ok {
+				return Coalesced
+			}
+			w.dropped.Add(1)
+			return Dropped
+		}
+	}
+	if w.index != nil && f.Key != "" {
+		w.index[f.Key] = len(w.queue)
 	}
 	w.queue = append(w.queue, f)
 	w.bytes += len(f.Bytes)
@@ -284,37 +301,44 @@ func (w *Writer) fire(at int64) {
 		return
 	}
 	w.busy = true
-	n := w.gatherLocked()
+	batch := w.takeLocked()
 	w.mu.Unlock()
 	w.clock.wrote()
-	w.writeInline(nil, n)
+	w.writeInline(batch, nil)
 }
 
-// gatherLocked moves the queued frames into w.buf for an inline write and
-// returns how many there were; w.mu and w.busy are held.
-func (w *Writer) gatherLocked() int {
-	w.buf = w.buf[:0]
-	for i := range w.queue {
-		w.buf = append(w.buf, w.queue[i].Bytes...)
-		w.queue[i] = Frame{}
-	}
-	n := len(w.queue)
-	w.queue = w.queue[:0]
+// takeLocked takes the queued frames for a write, leaving an empty queue
+// (the spare one, if any) for what comes meanwhile; w.mu is held, and
+// w.busy is or will be set. The frames are copied out after w.mu is released, so
+// that the goroutines fanning out to this connection never wait for a copy.
+func (w *Writer) takeLocked() []Frame {
+	batch := w.queue
+	w.queue, w.spare = w.spare[:0], nil
+	w.index = nil
 	w.bytes = 0
 	w.urgentQ = false
 	w.soonest = 0
-	return n
+	return batch
 }
 
-// writeInline writes w.buf (the frames that were queued) followed by b, n
-// frames in all, with one non-blocking write on the caller's goroutine;
-// w.busy is held. The unwritten rest, if any, goes to the front of the
-// queue for the writer goroutine, which waits for the socket.
-func (w *Writer) writeInline(b []byte, n int) {
+// writeInline writes the frames of batch followed by b with one
+// non-blocking write on the caller's goroutine; w.busy is held, w.mu is
+// not. The unwritten rest, if any, goes to the front of the queue for the
+// writer goroutine, which waits for the socket.
+func (w *Writer) writeInline(batch []Frame, b []byte) {
 	out := b
-	if len(w.buf) > 0 {
+	if len(batch) > 0 {
+		w.buf = w.buf[:0]
+		for i := range batch {
+			w.buf = append(w.buf, batch[i].Bytes...)
+			batch[i] = Frame{}
+		}
 		w.buf = append(w.buf, b...)
 		out = w.buf
+	}
+	n := len(batch)
+	if b != nil {
+		n++
 	}
 	var sent int
 	var werr error
@@ -343,7 +367,7 @@ func (w *Writer) writeInline(b []byte, n int) {
 	var rest []byte
 	if werr == nil && sent < len(out) {
 		rest = out[sent:]
-		if len(w.buf) > 0 { // w.buf is reused: the rest needs its own copy
+		if len(batch) > 0 { // w.buf is reused: the rest needs its own copy
 			rest = append([]byte(nil), rest...)
 		}
 	}
@@ -352,6 +376,9 @@ func (w *Writer) writeInline(b []byte, n int) {
 	}
 	w.mu.Lock()
 	w.busy = false
+	if w.spare == nil && batch != nil {
+		w.spare = batch[:0]
+	}
 	switch {
 	case werr != nil:
 		if w.err == nil {
@@ -363,6 +390,7 @@ func (w *Writer) writeInline(b []byte, n int) {
 		w.queue = append(w.queue, Frame{})
 		copy(w.queue[1:], w.queue)
 		w.queue[0] = Frame{Bytes: rest, Urgent: true}
+		w.index = nil // the slots have moved
 		w.bytes += len(rest)
 		w.urgentQ = true
 	default:
@@ -381,17 +409,62 @@ type inlineError struct{ err error }
 func (e *inlineError) Error() string { return e.err.Error() }
 func (e *inlineError) Unwrap() error { return e.err }
 
-// replaceLocked replaces the newest queued frame with f's key.
-func (w *Writer) replaceLocked(f Frame) bool {
-	for i := len(w.queue) - 1; i >= 0; i-- {
-		if w.queue[i].Key == f.Key {
-			w.bytes += len(f.Bytes) - len(w.queue[i].Bytes)
-			// Keep order of other frames; the newer state takes the old slot.
-			w.queue[i] = f
-			return true
+// fullLocked reports whether f does not fit the queue's bounds.
+func (w *Writer) fullLocked(f Frame) bool {
+	return len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes
+}
+
+// compactLocked runs when the queue first fills: of the frames that share
+// a key, it keeps one, the newest, in the slot of the oldest, and builds
+// w.index, which then finds the queued frame of a key at once. So a full
+// queue costs one pass over it per fill, not a search per frame (a slow
+// reader of a busy scene gets thousands of frames a second). The frames
+// it removes count as coalesced.
+func (w *Writer) compactLocked() {
+	w.index = make(map[string]int, 256)
+	q := w.queue
+	n, removed := 0, 0
+	for i := range q {
+		f := q[i]
+		if f.Key != "" {
+			if j, ok := w.index[f.Key]; ok {
+				w.bytes += len(f.Bytes) - len(q[j].Bytes)
+				q[j] = f
+				removed++
+				continue
+			}
+			w.index[f.Key] = n
 		}
+		q[n] = f
+		n++
 	}
-	return false
+	clear(q[n:])
+	w.queue = q[:n]
+	w.countCoalesced(removed)
+}
+
+// countCoalesced counts n frames replaced by newer ones.
+func (w *Writer) countCoalesced(n int) {
+	if n == 0 {
+		return
+	}
+	w.coalesced.Add(uint64(n))
+	if w.opt.OnCoalesce != nil {
+		w.opt.OnCoalesce(n)
+	}
+}
+
+// replaceLocked puts f in the slot of the queued frame with its key, if
+// there is one (the newer state takes the old slot; the order of the
+// other frames stays); w.index is set.
+func (w *Writer) replaceLocked(f Frame) bool {
+	i, ok := w.index[f.Key]
+	if !ok {
+		return false
+	}
+	w.bytes += len(f.Bytes) - len(w.queue[i].Bytes)
+	w.queue[i] = f
+	return true
 }
 
 func (w *Writer) loop(onError func(error)) {
@@ -440,11 +513,7 @@ func (w *Writer) flush(st *writerState) bool {
 			time.Sleep(50 * time.Microsecond)
 			continue
 		}
-		batch := w.queue
-		w.queue, w.spare = w.spare[:0], nil
-		w.bytes = 0
-		w.urgentQ = false
-		w.soonest = 0
+		batch := w.takeLocked()
 		closed, err := w.closed, w.err
 		w.busy = len(batch) > 0
 		w.mu.Unlock()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -99,6 +101,50 @@ func TestWriterBoundCoalesceAndDrop(t *testing.T) {
 	}
 	if s := w.Stats(); s.Dropped != 2 || s.Coalesced != 1 {
 		t.Fatalf("stats = %+v", s)
+	}
+}
+
+// When the queue fills, the frames a newer frame of the same key supersedes
+// go, each key's newest in the slot of its oldest, and the room they leave
+// takes new frames, keyed or not.
+func TestWriterCompactsFullQueue(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})}
+	var told atomic.Int64
+	w := NewWriter(c, Options{MaxFrames: 6, OnCoalesce: func(n int) { told.Add(int64(n)) }}, nil)
+	w.Enqueue(Frame{Bytes: []byte("x")})
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	for _, f := range []Frame{
+		{Bytes: []byte("[p1a]"), Key: "p1"}, {Bytes: []byte("[p2a]"), Key: "p2"}, {Bytes: []byte("[p1b]"), Key: "p1"},
+		{Bytes: []byte("[o]")}, {Bytes: []byte("[p2b]"), Key: "p2"}, {Bytes: []byte("[p1c]"), Key: "p1"},
+	} {
+		if r := w.Enqueue(f); r != Queued {
+			t.Fatalf("%s: %v before the queue is full", f.Bytes, r)
+		}
+	}
+	// Full: compaction leaves [p1c][p2b][o], with room for three more.
+	if r := w.Enqueue(Frame{Bytes: []byte("[z]")}); r != Queued {
+		t.Fatalf("unkeyed frame after compaction: %v, want Queued", r)
+	}
+	if r := w.Enqueue(Frame{Bytes: []byte("[p3]"), Key: "p3"}); r != Queued {
+		t.Fatalf("new key after compaction: %v, want Queued", r)
+	}
+	if r := w.Enqueue(Frame{Bytes: []byte("[p2c]"), Key: "p2"}); r != Queued {
+		t.Fatalf("third frame after compaction: %v, want Queued", r)
+	}
+	// Full again: a key with queued frames replaces its newest; others drop.
+	if r := w.Enqueue(Frame{Bytes: []byte("[p2d]"), Key: "p2"}); r != Coalesced {
+		t.Fatalf("p2 into the full queue: %v, want Coalesced", r)
+	}
+	if r := w.Enqueue(Frame{Bytes: []byte("[p4]"), Key: "p4"}); r != Dropped {
+		t.Fatalf("p4 into the full queue: %v, want Dropped", r)
+	}
+	close(c.block)
+	w.Close()
+	if got, want := c.String(), "x[p1c][p2b][o][z][p3][p2d]"; got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+	if s := w.Stats(); s.Coalesced != 4 || s.Dropped != 1 || told.Load() != 4 {
+		t.Fatalf("stats = %+v, OnCoalesce told %d; want 4 coalesced, 1 dropped", s, told.Load())
 	}
 }
 
@@ -270,4 +316,21 @@ func TestWriterWithinLeavesNoStaleWrites(t *testing.T) {
 		defer clock.mu.Unlock()
 		return len(clock.heap) == 0
 	})
+}
+
+// BenchmarkEnqueueFullQueue: a reader that has stopped reading, in a scene
+// of 450 senders; its queue stays full and every pose coalesces.
+func BenchmarkEnqueueFullQueue(b *testing.B) {
+	c := &pipeConn{block: make(chan struct{})}
+	w := NewWriter(c, Options{MaxFrames: 4096, MaxBytes: 64 << 20}, nil)
+	defer func() { close(c.block); w.Close() }()
+	keys := make([]string, 450)
+	for i := range keys {
+		keys[i] = "realm/s/ns/scene/u/user" + strconv.Itoa(i) + "/cam"
+	}
+	pose := make([]byte, 330)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		w.Enqueue(Frame{Bytes: pose, Key: keys[i%len(keys)]})
+	}
 }

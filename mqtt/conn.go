@@ -474,8 +474,7 @@ func (c *conn) deliver(m *outMsg, qos byte, watcher bool) bool {
 	switch c.w.Enqueue(f) {
 	case fanout.Queued:
 		return true
-	case fanout.Coalesced:
-		c.s.m.Coalesced.Inc()
+	case fanout.Coalesced: // counted by the writer's OnCoalesce
 		return true
 	}
 	c.s.m.Dropped.Inc()

@@ -80,7 +80,9 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, m: cfg.Metrics, clients: map[string]*conn{}, conns: map[*conn]struct{}{}}
+	m := cfg.Metrics
+	cfg.Writer.OnCoalesce = func(n int) { m.Coalesced.Add(float64(n)) }
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, clients: map[string]*conn{}, conns: map[*conn]struct{}{}}
 	s.hub = NewHub(cfg.NC, cfg.Logger, func(n int) { s.m.MessagesOut.Add(float64(n)) })
 	s.hub.interestFor = cfg.SceneInterest
 	return s, nil

@@ -211,8 +211,7 @@ func (c *conn) deliver(f fanout.Frame) bool {
 	switch c.w.Enqueue(f) {
 	case fanout.Queued:
 		return true
-	case fanout.Coalesced:
-		c.s.m.coalesced.Inc()
+	case fanout.Coalesced: // counted by the writer's OnCoalesce
 		return true
 	}
 	c.s.m.dropped.Inc()

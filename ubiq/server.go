@@ -147,6 +147,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.m = newMetrics(s)
+	s.cfg.Writer.OnCoalesce = func(n int) { s.m.coalesced.Add(float64(n)) }
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(s.m); err != nil {
 			return nil, fmt.Errorf("ubiq metrics: %w", err)
