@@ -47,7 +47,7 @@ type Config struct {
 	UbiqLinger time.Duration
 	// WriteBudget is the MQTT front end's budget of lingering writes per
 	// second (fanout.NewBudgetClock): above it, the linger intervals of all
-	// busy connections stretch alike. 0 = 20,000 per CPU the runtime uses;
+	// busy connections stretch alike. 0 = 10,000 per CPU the runtime uses;
 	// negative = none.
 	WriteBudget float64
 	TokenTTL    time.Duration
@@ -86,15 +86,18 @@ func Defaults() Config {
 	}
 }
 
-// writeBudget is WriteBudget with its default applied: 20,000 lingering
-// writes per second per CPU, about a third of each CPU at ~15 µs per write
-// system call (bench/bus/NOTES.md, session 6).
+// writeBudget is WriteBudget with its default applied: 10,000 lingering
+// writes per second per CPU, 10-20 % of each CPU at 10-20 µs per write
+// system call. Side by side with 20,000 and 15,000 (bench/bus/NOTES.md,
+// session 7) it used 10-20 % less CPU for the same deliveries, held one
+// scene of 400 users as well, and five scenes of 800 users at p99 49-53 ms
+// against 120-160 ms.
 func (c *Config) writeBudget() float64 {
 	switch {
 	case c.WriteBudget < 0:
 		return 0
 	case c.WriteBudget == 0:
-		return 20000 * float64(runtime.GOMAXPROCS(0))
+		return 10000 * float64(runtime.GOMAXPROCS(0))
 	}
 	return c.WriteBudget
 }
