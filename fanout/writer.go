@@ -87,9 +87,11 @@ type Writer struct {
 	// by an inline write, so that the two never interleave.
 	busy bool
 	buf  []byte // the inline writer's batch buffer; used only under busy
-	// index holds the slot of each key's frame in the queue once it has
-	// been full (compactLocked), until the queue is taken for a write.
-	index map[string]int
+	// index holds the slot of each key's frame in the queue while indexed:
+	// from when the queue was found full (compactLocked) until it is taken
+	// for a write. The map is kept for the next time.
+	index   map[string]int
+	indexed bool
 	// urgentQ is set while an urgent frame is queued.
 	urgentQ bool
 	// scheduled is set while the writer has an entry in its clock, for the
@@ -175,7 +177,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 		return Queued
 	}
 	if w.fullLocked(f) {
-		if w.index == nil {
+		if !w.indexed {
 			w.compactLocked()
 		}
 		if w.fullLocked(f) {
@@ -191,7 +193,7 @@ func (w *Writer) Enqueue(f Frame) Result {
 			return Dropped
 		}
 	}
-	if w.index != nil && f.Key != "" {
+	if w.indexed && f.Key != "" {
 		w.index[f.Key] = len(w.queue)
 	}
 	w.queue = append(w.queue, f)
@@ -309,12 +311,13 @@ func (w *Writer) fire(at int64) {
 
 // takeLocked takes the queued frames for a write, leaving an empty queue
 // (the spare one, if any) for what comes meanwhile; w.mu is held, and
-// w.busy is or will be set. The frames are copied out after w.mu is released, so
-// that the goroutines fanning out to this connection never wait for a copy.
+// w.busy is or will be set. The frames are copied out after w.mu is
+// released, so the goroutines fanning out to this connection do not wait
+// for the copy.
 func (w *Writer) takeLocked() []Frame {
 	batch := w.queue
 	w.queue, w.spare = w.spare[:0], nil
-	w.index = nil
+	w.indexed = false
 	w.bytes = 0
 	w.urgentQ = false
 	w.soonest = 0
@@ -390,7 +393,7 @@ func (w *Writer) writeInline(batch []Frame, b []byte) {
 		w.queue = append(w.queue, Frame{})
 		copy(w.queue[1:], w.queue)
 		w.queue[0] = Frame{Bytes: rest, Urgent: true}
-		w.index = nil // the slots have moved
+		w.indexed = false // the slots have moved
 		w.bytes += len(rest)
 		w.urgentQ = true
 	default:
@@ -421,7 +424,11 @@ func (w *Writer) fullLocked(f Frame) bool {
 // reader of a busy scene gets thousands of frames a second). The frames
 // it removes count as coalesced.
 func (w *Writer) compactLocked() {
-	w.index = make(map[string]int, 256)
+	if w.index == nil {
+		w.index = make(map[string]int, 256)
+	}
+	clear(w.index)
+	w.indexed = true
 	q := w.queue
 	n, removed := 0, 0
 	for i := range q {
@@ -456,7 +463,7 @@ func (w *Writer) countCoalesced(n int) {
 
 // replaceLocked puts f in the slot of the queued frame with its key, if
 // there is one (the newer state takes the old slot; the order of the
-// other frames stays); w.index is set.
+// other frames stays); w.indexed is set.
 func (w *Writer) replaceLocked(f Frame) bool {
 	i, ok := w.index[f.Key]
 	if !ok {

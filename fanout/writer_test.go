@@ -148,6 +148,35 @@ func TestWriterCompactsFullQueue(t *testing.T) {
 	}
 }
 
+// The index of a full queue lasts until the queue is taken for a write:
+// the next fill starts afresh.
+func TestWriterIndexEndsWithTheWrite(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})} // each receive releases one write
+	w := NewWriter(c, Options{MaxFrames: 3}, nil)
+	w.Enqueue(Frame{Bytes: []byte("x")})
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	for _, f := range []Frame{{Bytes: []byte("[p1a]"), Key: "p1"}, {Bytes: []byte("[p2a]"), Key: "p2"}, {Bytes: []byte("[p1b]"), Key: "p1"}} {
+		w.Enqueue(f)
+	}
+	if r := w.Enqueue(Frame{Bytes: []byte("[p2b]"), Key: "p2"}); r != Queued { // compacts to [p1b][p2a], then appends
+		t.Fatalf("p2b: %v, want Queued", r)
+	}
+	c.block <- struct{}{} // "x" goes; the writer takes the queue and blocks again
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	for _, k := range []string{"k5", "k6", "k7"} {
+		w.Enqueue(Frame{Bytes: []byte("[" + k + "]"), Key: k})
+	}
+	// p2's old slot is gone with the write: nothing to replace.
+	if r := w.Enqueue(Frame{Bytes: []byte("[p2c]"), Key: "p2"}); r != Dropped {
+		t.Fatalf("p2c into a new full queue: %v, want Dropped", r)
+	}
+	close(c.block)
+	w.Close()
+	if got, want := c.String(), "x[p1b][p2a][p2b][k5][k6][k7]"; got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+}
+
 func TestWriterErrorReportedOnce(t *testing.T) {
 	c := &pipeConn{fail: errors.New("broken pipe")}
 	var n int
