@@ -107,6 +107,24 @@ func TestWriterBoundCoalesceAndDrop(t *testing.T) {
 // When the queue fills, the frames a newer frame of the same key supersedes
 // go, each key's newest in the slot of its oldest, and the room they leave
 // takes new frames, keyed or not.
+// enqueueWant enqueues f and checks what Enqueue did with it.
+func enqueueWant(t *testing.T, w *Writer, f Frame, want Result) {
+	t.Helper()
+	if r := w.Enqueue(f); r != want {
+		t.Fatalf("%s: %v, want %v", f.Bytes, r, want)
+	}
+}
+
+// finish unblocks c, closes w and checks everything c got.
+func finish(t *testing.T, c *pipeConn, w *Writer, want string) {
+	t.Helper()
+	close(c.block)
+	w.Close()
+	if got := c.String(); got != want {
+		t.Fatalf("wrote %q, want %q", got, want)
+	}
+}
+
 func TestWriterCompactsFullQueue(t *testing.T) {
 	c := &pipeConn{block: make(chan struct{})}
 	var told atomic.Int64
@@ -122,27 +140,13 @@ func TestWriterCompactsFullQueue(t *testing.T) {
 		}
 	}
 	// Full: compaction leaves [p1c][p2b][o], with room for three more.
-	if r := w.Enqueue(Frame{Bytes: []byte("[z]")}); r != Queued {
-		t.Fatalf("unkeyed frame after compaction: %v, want Queued", r)
-	}
-	if r := w.Enqueue(Frame{Bytes: []byte("[p3]"), Key: "p3"}); r != Queued {
-		t.Fatalf("new key after compaction: %v, want Queued", r)
-	}
-	if r := w.Enqueue(Frame{Bytes: []byte("[p2c]"), Key: "p2"}); r != Queued {
-		t.Fatalf("third frame after compaction: %v, want Queued", r)
-	}
+	enqueueWant(t, w, Frame{Bytes: []byte("[z]")}, Queued)
+	enqueueWant(t, w, Frame{Bytes: []byte("[p3]"), Key: "p3"}, Queued)
+	enqueueWant(t, w, Frame{Bytes: []byte("[p2c]"), Key: "p2"}, Queued)
 	// Full again: a key with queued frames replaces its newest; others drop.
-	if r := w.Enqueue(Frame{Bytes: []byte("[p2d]"), Key: "p2"}); r != Coalesced {
-		t.Fatalf("p2 into the full queue: %v, want Coalesced", r)
-	}
-	if r := w.Enqueue(Frame{Bytes: []byte("[p4]"), Key: "p4"}); r != Dropped {
-		t.Fatalf("p4 into the full queue: %v, want Dropped", r)
-	}
-	close(c.block)
-	w.Close()
-	if got, want := c.String(), "x[p1c][p2b][o][z][p3][p2d]"; got != want {
-		t.Fatalf("wrote %q, want %q", got, want)
-	}
+	enqueueWant(t, w, Frame{Bytes: []byte("[p2d]"), Key: "p2"}, Coalesced)
+	enqueueWant(t, w, Frame{Bytes: []byte("[p4]"), Key: "p4"}, Dropped)
+	finish(t, c, w, "x[p1c][p2b][o][z][p3][p2d]")
 	if s := w.Stats(); s.Coalesced != 4 || s.Dropped != 1 || told.Load() != 4 {
 		t.Fatalf("stats = %+v, OnCoalesce told %d; want 4 coalesced, 1 dropped", s, told.Load())
 	}
@@ -158,23 +162,15 @@ func TestWriterIndexEndsWithTheWrite(t *testing.T) {
 	for _, f := range []Frame{{Bytes: []byte("[p1a]"), Key: "p1"}, {Bytes: []byte("[p2a]"), Key: "p2"}, {Bytes: []byte("[p1b]"), Key: "p1"}} {
 		w.Enqueue(f)
 	}
-	if r := w.Enqueue(Frame{Bytes: []byte("[p2b]"), Key: "p2"}); r != Queued { // compacts to [p1b][p2a], then appends
-		t.Fatalf("p2b: %v, want Queued", r)
-	}
+	enqueueWant(t, w, Frame{Bytes: []byte("[p2b]"), Key: "p2"}, Queued)
 	c.block <- struct{}{} // "x" goes; the writer takes the queue and blocks again
 	waitFor(t, func() bool { return w.Stats().Queued == 0 })
 	for _, k := range []string{"k5", "k6", "k7"} {
 		w.Enqueue(Frame{Bytes: []byte("[" + k + "]"), Key: k})
 	}
 	// p2's old slot is gone with the write: nothing to replace.
-	if r := w.Enqueue(Frame{Bytes: []byte("[p2c]"), Key: "p2"}); r != Dropped {
-		t.Fatalf("p2c into a new full queue: %v, want Dropped", r)
-	}
-	close(c.block)
-	w.Close()
-	if got, want := c.String(), "x[p1b][p2a][p2b][k5][k6][k7]"; got != want {
-		t.Fatalf("wrote %q, want %q", got, want)
-	}
+	enqueueWant(t, w, Frame{Bytes: []byte("[p2c]"), Key: "p2"}, Dropped)
+	finish(t, c, w, "x[p1b][p2a][p2b][k5][k6][k7]")
 }
 
 func TestWriterErrorReportedOnce(t *testing.T) {
