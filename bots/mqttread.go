@@ -91,8 +91,10 @@ func (c *MQTTClient) receive() error {
 	if err := c.drain(time.Now().UnixNano()); err != nil {
 		return err
 	}
-	if sc, ok := c.nc.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
+	// Raw reads only from a plain TCP socket: a wrapper (WebSocket) must
+	// see every byte through its Read.
+	if tc, ok := c.nc.(*net.TCPConn); ok {
+		if rc, err := tc.SyscallConn(); err == nil {
 			return c.receiveRaw(rc)
 		}
 	}

@@ -176,22 +176,18 @@ func (w *Writer) Enqueue(f Frame) Result {
 		w.writeInline(batch, f.Bytes)
 		return Queued
 	}
+	if w.fullLocked(f) && !w.indexed {
+		w.compactLocked()
+	}
 	if w.fullLocked(f) {
-		if !w.indexed {
-			w.compactLocked()
-		}
-		if w.fullLocked(f) {
-			ok := f.Key != "" && w.replaceLocked(f)
-			if ok {
-				w.countCoalesced(1)
-			}
+		if f.Key != "" && w.replaceLocked(f) {
+			w.countCoalesced(1)
 			w.mu.Unlock()
-			if ok {
-				return Coalesced
-			}
-			w.dropped.Add(1)
-			return Dropped
+			return Coalesced
 		}
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return Dropped
 	}
 	if w.indexed && f.Key != "" {
 		w.index[f.Key] = len(w.queue)

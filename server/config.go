@@ -91,7 +91,7 @@ func Defaults() Config {
 // system call. Side by side with 20,000 and 15,000 (bench/bus/NOTES.md,
 // session 7) it used 10-20 % less CPU for the same deliveries, held one
 // scene of 400 users as well, and five scenes of 800 users at p99 49-53 ms
-// against 120-160 ms.
+// against 118-160 ms.
 func (c *Config) writeBudget() float64 {
 	switch {
 	case c.WriteBudget < 0:
