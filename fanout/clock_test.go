@@ -45,7 +45,7 @@ func TestClockSharedBySockets(t *testing.T) {
 	}
 	for n := 0; n < frames; n++ {
 		for _, w := range ws {
-			if w.Enqueue(Frame{Bytes: numbered(uint32(n), size), Key: "pose"}) != Queued {
+			if w.Enqueue(&Frame{Bytes: numbered(uint32(n), size), Key: "pose"}) != Queued {
 				t.Fatalf("frame %d not queued", n)
 			}
 		}
@@ -75,10 +75,10 @@ func TestClockWakesNonSocketWriter(t *testing.T) {
 	clock := NewClock()
 	c := &pipeConn{}
 	w := NewWriter(c, Options{Linger: 10 * time.Millisecond, Clock: clock}, nil)
-	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: at once
+	w.Enqueue(&Frame{Bytes: []byte("a")}) // idle: at once
 	waitFor(t, func() bool { return w.Stats().Written == 1 })
-	w.Enqueue(Frame{Bytes: []byte("b")})
-	w.Enqueue(Frame{Bytes: []byte("c")})
+	w.Enqueue(&Frame{Bytes: []byte("b")})
+	w.Enqueue(&Frame{Bytes: []byte("c")})
 	waitFor(t, func() bool { return w.Stats().Written == 3 })
 	if got := c.String(); got != "abc" {
 		t.Fatalf("wrote %q, want abc", got)
@@ -134,7 +134,7 @@ func TestBudgetClockStretchesBusyWriters(t *testing.T) {
 			case <-time.After(time.Millisecond):
 			}
 			for _, w := range writers {
-				w.Enqueue(Frame{Bytes: []byte("p"), Key: "pose"})
+				w.Enqueue(&Frame{Bytes: []byte("p"), Key: "pose"})
 			}
 		}
 	}()
@@ -147,7 +147,7 @@ func TestBudgetClockStretchesBusyWriters(t *testing.T) {
 	// One connection keeps a pose every 20 ms: far under the budget, so the
 	// stretch falls back (it follows the rate when lingering writes fire).
 	waitFor(t, func() bool {
-		writers[0].Enqueue(Frame{Bytes: []byte("p"), Key: "pose"})
+		writers[0].Enqueue(&Frame{Bytes: []byte("p"), Key: "pose"})
 		time.Sleep(20 * time.Millisecond)
 		return clock.Stretch() < 1.5
 	})

@@ -68,7 +68,7 @@ func TestInlineWritesOnIdleSocket(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); readNumbered(t, client, n, size) }()
 	for i := 0; i < n; i++ {
-		w.Enqueue(Frame{Bytes: numbered(uint32(i), size), Urgent: true})
+		w.Enqueue(&Frame{Bytes: numbered(uint32(i), size), Urgent: true})
 	}
 	<-done
 	w.Close()
@@ -88,7 +88,7 @@ func TestInlineWriteSlowReaderKeepsOrder(t *testing.T) {
 	enqueued := make(chan struct{})
 	go func() {
 		for i := 0; i < n; i++ {
-			if w.Enqueue(Frame{Bytes: numbered(uint32(i), size), Urgent: i%2 == 0}) != Queued {
+			if w.Enqueue(&Frame{Bytes: numbered(uint32(i), size), Urgent: i%2 == 0}) != Queued {
 				t.Errorf("frame %d not queued", i)
 			}
 		}
@@ -123,7 +123,7 @@ func TestInlineConcurrentEnqueue(t *testing.T) {
 				mu.Lock()
 				f := numbered(next, size)
 				next++
-				w.Enqueue(Frame{Bytes: f, Urgent: i%3 == 0})
+				w.Enqueue(&Frame{Bytes: f, Urgent: i%3 == 0})
 				mu.Unlock()
 			}
 		}(s)
@@ -140,7 +140,7 @@ func TestCloseFlushesInlineRest(t *testing.T) {
 	server, client := tcpPair(t)
 	w := NewWriter(server, Options{MaxBytes: 64 << 20}, nil)
 	const size = 32 << 20 // more than the socket buffers
-	w.Enqueue(Frame{Bytes: numbered(0, size), Urgent: true})
+	w.Enqueue(&Frame{Bytes: numbered(0, size), Urgent: true})
 	done := make(chan struct{})
 	go func() { defer close(done); readNumbered(t, client, 1, size) }()
 	w.Close()
@@ -155,7 +155,7 @@ func TestInlineErrorReported(t *testing.T) {
 	client.SetLinger(0)
 	client.Close() // RST: the next writes fail
 	for i := 0; i < 50; i++ {
-		w.Enqueue(Frame{Bytes: numbered(uint32(i), 1000), Urgent: true})
+		w.Enqueue(&Frame{Bytes: numbered(uint32(i), 1000), Urgent: true})
 		time.Sleep(time.Millisecond)
 	}
 	select {
@@ -177,13 +177,13 @@ func TestInlineErrorReported(t *testing.T) {
 func TestInlineUrgentTakesQueuedFrames(t *testing.T) {
 	server, client := tcpPair(t)
 	w := NewWriter(server, Options{Linger: time.Hour}, nil)
-	w.Enqueue(Frame{Bytes: numbered(0, 50)})           // idle: inline
-	w.Enqueue(Frame{Bytes: numbered(1, 50), Key: "p"}) // lingers
-	w.Enqueue(Frame{Bytes: numbered(2, 50), Key: "p"}) // lingers
+	w.Enqueue(&Frame{Bytes: numbered(0, 50)})           // idle: inline
+	w.Enqueue(&Frame{Bytes: numbered(1, 50), Key: "p"}) // lingers
+	w.Enqueue(&Frame{Bytes: numbered(2, 50), Key: "p"}) // lingers
 	if s := w.Stats(); s.Written != 1 || s.Queued != 2 {
 		t.Fatalf("before the urgent frame: %+v", s)
 	}
-	w.Enqueue(Frame{Bytes: numbered(3, 50), Urgent: true})
+	w.Enqueue(&Frame{Bytes: numbered(3, 50), Urgent: true})
 	readNumbered(t, client, 4, 50)
 	if s := w.Stats(); s.Inline != 4 || s.Queued != 0 {
 		t.Fatalf("after the urgent frame: %+v, want all 4 written inline", s)

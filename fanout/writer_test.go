@@ -47,7 +47,7 @@ func TestWriterOrderAndClose(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		s := fmt.Sprintf("m%d;", i)
 		want.WriteString(s)
-		if w.Enqueue(Frame{Bytes: []byte(s)}) != Queued {
+		if w.Enqueue(&Frame{Bytes: []byte(s)}) != Queued {
 			t.Fatalf("frame %d dropped", i)
 		}
 	}
@@ -55,7 +55,7 @@ func TestWriterOrderAndClose(t *testing.T) {
 	if c.String() != want.String() {
 		t.Fatalf("wrote %q..., want all frames in order", c.String()[:40])
 	}
-	if w.Enqueue(Frame{Bytes: []byte("late")}) != Dropped {
+	if w.Enqueue(&Frame{Bytes: []byte("late")}) != Dropped {
 		t.Fatal("enqueue after close succeeded")
 	}
 }
@@ -63,10 +63,10 @@ func TestWriterOrderAndClose(t *testing.T) {
 func TestWriterBatchesWhileBusy(t *testing.T) {
 	c := &pipeConn{block: make(chan struct{})}
 	w := NewWriter(c, Options{}, nil)
-	w.Enqueue(Frame{Bytes: []byte("a")}) // taken by the writer, which blocks in Write
+	w.Enqueue(&Frame{Bytes: []byte("a")}) // taken by the writer, which blocks in Write
 	waitFor(t, func() bool { return w.Stats().Queued == 0 })
 	for i := 0; i < 50; i++ {
-		w.Enqueue(Frame{Bytes: []byte("b")})
+		w.Enqueue(&Frame{Bytes: []byte("b")})
 	}
 	close(c.block)
 	w.Close()
@@ -81,17 +81,17 @@ func TestWriterBatchesWhileBusy(t *testing.T) {
 func TestWriterBoundCoalesceAndDrop(t *testing.T) {
 	c := &pipeConn{block: make(chan struct{})}
 	w := NewWriter(c, Options{MaxFrames: 3}, nil)
-	w.Enqueue(Frame{Bytes: []byte("x")})
+	w.Enqueue(&Frame{Bytes: []byte("x")})
 	waitFor(t, func() bool { return w.Stats().Queued == 0 })
-	w.Enqueue(Frame{Bytes: []byte("[p1a]"), Key: "p1"})
-	w.Enqueue(Frame{Bytes: []byte("[p2a]"), Key: "p2"})
-	w.Enqueue(Frame{Bytes: []byte("[o]")})
+	w.Enqueue(&Frame{Bytes: []byte("[p1a]"), Key: "p1"})
+	w.Enqueue(&Frame{Bytes: []byte("[p2a]"), Key: "p2"})
+	w.Enqueue(&Frame{Bytes: []byte("[o]")})
 	// Queue full: a newer pose of p1 replaces the stale one; an unkeyed
 	// frame and a pose with no queued predecessor are dropped.
-	if w.Enqueue(Frame{Bytes: []byte("[p1b]"), Key: "p1"}) != Coalesced {
+	if w.Enqueue(&Frame{Bytes: []byte("[p1b]"), Key: "p1"}) != Coalesced {
 		t.Fatal("coalescing frame dropped")
 	}
-	if w.Enqueue(Frame{Bytes: []byte("[z]")}) != Dropped || w.Enqueue(Frame{Bytes: []byte("[p3]"), Key: "p3"}) != Dropped {
+	if w.Enqueue(&Frame{Bytes: []byte("[z]")}) != Dropped || w.Enqueue(&Frame{Bytes: []byte("[p3]"), Key: "p3"}) != Dropped {
 		t.Fatal("frame accepted into a full queue")
 	}
 	close(c.block)
@@ -104,11 +104,8 @@ func TestWriterBoundCoalesceAndDrop(t *testing.T) {
 	}
 }
 
-// When the queue fills, the frames a newer frame of the same key supersedes
-// go, each key's newest in the slot of its oldest, and the room they leave
-// takes new frames, keyed or not.
 // enqueueWant enqueues f and checks what Enqueue did with it.
-func enqueueWant(t *testing.T, w *Writer, f Frame, want Result) {
+func enqueueWant(t *testing.T, w *Writer, f *Frame, want Result) {
 	t.Helper()
 	if r := w.Enqueue(f); r != want {
 		t.Fatalf("%s: %v, want %v", f.Bytes, r, want)
@@ -125,13 +122,16 @@ func finish(t *testing.T, c *pipeConn, w *Writer, want string) {
 	}
 }
 
+// When the queue fills, the frames a newer frame of the same key supersedes
+// go, each key's newest in the slot of its oldest, and the room they leave
+// takes new frames, keyed or not.
 func TestWriterCompactsFullQueue(t *testing.T) {
 	c := &pipeConn{block: make(chan struct{})}
 	var told atomic.Int64
 	w := NewWriter(c, Options{MaxFrames: 6, OnCoalesce: func(n int) { told.Add(int64(n)) }}, nil)
-	w.Enqueue(Frame{Bytes: []byte("x")})
+	w.Enqueue(&Frame{Bytes: []byte("x")})
 	waitFor(t, func() bool { return w.Stats().Queued == 0 })
-	for _, f := range []Frame{
+	for _, f := range []*Frame{
 		{Bytes: []byte("[p1a]"), Key: "p1"}, {Bytes: []byte("[p2a]"), Key: "p2"}, {Bytes: []byte("[p1b]"), Key: "p1"},
 		{Bytes: []byte("[o]")}, {Bytes: []byte("[p2b]"), Key: "p2"}, {Bytes: []byte("[p1c]"), Key: "p1"},
 	} {
@@ -140,12 +140,12 @@ func TestWriterCompactsFullQueue(t *testing.T) {
 		}
 	}
 	// Full: compaction leaves [p1c][p2b][o], with room for three more.
-	enqueueWant(t, w, Frame{Bytes: []byte("[z]")}, Queued)
-	enqueueWant(t, w, Frame{Bytes: []byte("[p3]"), Key: "p3"}, Queued)
-	enqueueWant(t, w, Frame{Bytes: []byte("[p2c]"), Key: "p2"}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[z]")}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[p3]"), Key: "p3"}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[p2c]"), Key: "p2"}, Queued)
 	// Full again: a key with queued frames replaces its newest; others drop.
-	enqueueWant(t, w, Frame{Bytes: []byte("[p2d]"), Key: "p2"}, Coalesced)
-	enqueueWant(t, w, Frame{Bytes: []byte("[p4]"), Key: "p4"}, Dropped)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[p2d]"), Key: "p2"}, Coalesced)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[p4]"), Key: "p4"}, Dropped)
 	finish(t, c, w, "x[p1c][p2b][o][z][p3][p2d]")
 	if s := w.Stats(); s.Coalesced != 4 || s.Dropped != 1 || told.Load() != 4 {
 		t.Fatalf("stats = %+v, OnCoalesce told %d; want 4 coalesced, 1 dropped", s, told.Load())
@@ -157,19 +157,19 @@ func TestWriterCompactsFullQueue(t *testing.T) {
 func TestWriterIndexEndsWithTheWrite(t *testing.T) {
 	c := &pipeConn{block: make(chan struct{})} // each receive releases one write
 	w := NewWriter(c, Options{MaxFrames: 3}, nil)
-	w.Enqueue(Frame{Bytes: []byte("x")})
+	w.Enqueue(&Frame{Bytes: []byte("x")})
 	waitFor(t, func() bool { return w.Stats().Queued == 0 })
-	for _, f := range []Frame{{Bytes: []byte("[p1a]"), Key: "p1"}, {Bytes: []byte("[p2a]"), Key: "p2"}, {Bytes: []byte("[p1b]"), Key: "p1"}} {
+	for _, f := range []*Frame{{Bytes: []byte("[p1a]"), Key: "p1"}, {Bytes: []byte("[p2a]"), Key: "p2"}, {Bytes: []byte("[p1b]"), Key: "p1"}} {
 		w.Enqueue(f)
 	}
-	enqueueWant(t, w, Frame{Bytes: []byte("[p2b]"), Key: "p2"}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[p2b]"), Key: "p2"}, Queued)
 	c.block <- struct{}{} // "x" goes; the writer takes the queue and blocks again
 	waitFor(t, func() bool { return w.Stats().Queued == 0 })
 	for _, k := range []string{"k5", "k6", "k7"} {
-		w.Enqueue(Frame{Bytes: []byte("[" + k + "]"), Key: k})
+		w.Enqueue(&Frame{Bytes: []byte("[" + k + "]"), Key: k})
 	}
 	// p2's old slot is gone with the write: nothing to replace.
-	enqueueWant(t, w, Frame{Bytes: []byte("[p2c]"), Key: "p2"}, Dropped)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[p2c]"), Key: "p2"}, Dropped)
 	finish(t, c, w, "x[p1b][p2a][p2b][k5][k6][k7]")
 }
 
@@ -179,7 +179,7 @@ func TestWriterErrorReportedOnce(t *testing.T) {
 	var mu sync.Mutex
 	w := NewWriter(c, Options{}, func(error) { mu.Lock(); n++; mu.Unlock() })
 	for i := 0; i < 10; i++ {
-		w.Enqueue(Frame{Bytes: []byte("a")})
+		w.Enqueue(&Frame{Bytes: []byte("a")})
 		time.Sleep(time.Millisecond)
 	}
 	w.Close()
@@ -195,7 +195,7 @@ func TestSlowConnDoesNotBlockEnqueue(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		for i := 0; i < 100000; i++ {
-			w.Enqueue(Frame{Bytes: []byte("pose"), Key: "k"})
+			w.Enqueue(&Frame{Bytes: []byte("pose"), Key: "k"})
 		}
 		close(done)
 	}()
@@ -222,7 +222,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func BenchmarkEnqueue(b *testing.B) {
 	c := &pipeConn{}
 	w := NewWriter(c, Options{}, nil)
-	f := Frame{Bytes: make([]byte, 300)}
+	f := &Frame{Bytes: make([]byte, 300)}
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
 		w.Enqueue(f)
@@ -233,10 +233,10 @@ func BenchmarkEnqueue(b *testing.B) {
 func TestWriterLingerBatchesSteadyTraffic(t *testing.T) {
 	c := &pipeConn{}
 	w := NewWriter(c, Options{Linger: 20 * time.Millisecond}, nil)
-	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+	w.Enqueue(&Frame{Bytes: []byte("a")}) // idle: written at once
 	waitFor(t, func() bool { return w.Stats().Written == 1 })
 	for i := 0; i < 10; i++ { // steady traffic inside one linger interval
-		w.Enqueue(Frame{Bytes: []byte("b")})
+		w.Enqueue(&Frame{Bytes: []byte("b")})
 		time.Sleep(time.Millisecond)
 	}
 	waitFor(t, func() bool { return w.Stats().Written == 11 })
@@ -251,20 +251,20 @@ func TestWriterLingerBatchesSteadyTraffic(t *testing.T) {
 func TestWriterUrgentSkipsLinger(t *testing.T) {
 	c := &pipeConn{}
 	w := NewWriter(c, Options{Linger: time.Hour}, nil)
-	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+	w.Enqueue(&Frame{Bytes: []byte("a")}) // idle: written at once
 	waitFor(t, func() bool { return w.Stats().Written == 1 })
-	w.Enqueue(Frame{Bytes: []byte("b"), Key: "pose"}) // busy: would wait an hour
+	w.Enqueue(&Frame{Bytes: []byte("b"), Key: "pose"}) // busy: would wait an hour
 	time.Sleep(20 * time.Millisecond)
 	if w.Stats().Written != 1 {
 		t.Fatal("a pose was written before the linger interval")
 	}
-	w.Enqueue(Frame{Bytes: []byte("c"), Urgent: true})
+	w.Enqueue(&Frame{Bytes: []byte("c"), Urgent: true})
 	waitFor(t, func() bool { return w.Stats().Written == 3 })
 	if got := c.String(); got != "abc" {
 		t.Fatalf("wrote %q, want abc", got)
 	}
 	// An urgent frame queued while the writer is idle is not delayed either.
-	w.Enqueue(Frame{Bytes: []byte("d"), Urgent: true})
+	w.Enqueue(&Frame{Bytes: []byte("d"), Urgent: true})
 	waitFor(t, func() bool { return w.Stats().Written == 4 })
 	w.Close()
 }
@@ -303,12 +303,12 @@ func TestWriterWithinShortensLinger(t *testing.T) {
 			c, got := tc.conn(t)
 			w := NewWriter(c, Options{Linger: time.Hour, Clock: NewClock()}, nil)
 			defer w.Close()
-			w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+			w.Enqueue(&Frame{Bytes: []byte("a")}) // idle: written at once
 			waitFor(t, func() bool { return got() == "a" })
-			w.Enqueue(Frame{Bytes: []byte("b"), Key: "pose"}) // waits an hour
-			w.Enqueue(Frame{Bytes: []byte("c"), Within: 5 * time.Millisecond})
+			w.Enqueue(&Frame{Bytes: []byte("b"), Key: "pose"}) // waits an hour
+			w.Enqueue(&Frame{Bytes: []byte("c"), Within: 5 * time.Millisecond})
 			waitFor(t, func() bool { return got() == "abc" })
-			w.Enqueue(Frame{Bytes: []byte("d"), Key: "pose"})
+			w.Enqueue(&Frame{Bytes: []byte("d"), Key: "pose"})
 			time.Sleep(30 * time.Millisecond)
 			if g := got(); g != "abc" {
 				t.Fatalf("wrote %q after the bounded frame, want abc: the linger no longer holds", g)
@@ -326,10 +326,10 @@ func TestWriterWithinLeavesNoStaleWrites(t *testing.T) {
 	clock := NewClock()
 	w := NewWriter(a, Options{Linger: 40 * time.Millisecond, Clock: clock}, nil)
 	defer w.Close()
-	w.Enqueue(Frame{Bytes: []byte("a")}) // idle: written at once
+	w.Enqueue(&Frame{Bytes: []byte("a")}) // idle: written at once
 	for i := 0; i < 20; i++ {
-		w.Enqueue(Frame{Bytes: []byte("p"), Key: "pose"})
-		w.Enqueue(Frame{Bytes: []byte("e"), Within: time.Millisecond})
+		w.Enqueue(&Frame{Bytes: []byte("p"), Key: "pose"})
+		w.Enqueue(&Frame{Bytes: []byte("e"), Within: time.Millisecond})
 		time.Sleep(3 * time.Millisecond)
 	}
 	waitFor(t, func() bool { return w.Stats().Written == 41 })
@@ -356,6 +356,6 @@ func BenchmarkEnqueueFullQueue(b *testing.B) {
 	pose := make([]byte, 330)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		w.Enqueue(Frame{Bytes: pose, Key: keys[i%len(keys)]})
+		w.Enqueue(&Frame{Bytes: pose, Key: keys[i%len(keys)]})
 	}
 }

@@ -248,7 +248,7 @@ func (c *conn) cleanup() {
 
 // send queues a control packet; acknowledgements do not wait.
 func (c *conn) send(cp packets.ControlPacket) {
-	c.w.Enqueue(fanout.Frame{Bytes: encode(cp), Urgent: true})
+	c.w.Enqueue(&fanout.Frame{Bytes: encode(cp), Urgent: true})
 }
 
 // deny logs a refused action (the first few per connection) and counts it.
@@ -454,22 +454,15 @@ func (c *conn) subscribe(p *packets.SubscribePacket) {
 // deliver queues a message for this connection at qos. It reports whether
 // the message was queued.
 func (c *conn) deliver(m *outMsg, qos byte, watcher bool) bool {
-	var f fanout.Frame
+	var f *fanout.Frame
 	if qos == 0 {
-		b := m.frameQoS0()
-		// Poses (keyed) are the bulk traffic and may wait for the linger
-		// interval; everything else (object edits, clicks, chat) is urgent,
-		// and for a client only watching it waits at most watchWait.
-		f = fanout.Frame{Bytes: b, Key: m.key, Urgent: m.key == "" && !watcher}
-		if m.key == "" && watcher {
-			f.Within = watchWait
-		}
+		f = m.frameQoS0(watcher)
 	} else {
 		id := uint16(c.nextID.Add(1))
 		if id == 0 {
 			id = uint16(c.nextID.Add(1))
 		}
-		f = fanout.Frame{Bytes: encodePublish(m.topic, m.payload, 1, id), Urgent: true}
+		f = &fanout.Frame{Bytes: encodePublish(m.topic, m.payload, 1, id), Urgent: true}
 	}
 	switch c.w.Enqueue(f) {
 	case fanout.Queued:

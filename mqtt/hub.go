@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/interest"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -254,25 +255,41 @@ func (h *Hub) Scenes() int {
 	return len(h.scenes)
 }
 
-// outMsg is a message on its way to local connections. Its QoS 0 encoding is
-// made once and shared by every connection that receives it.
+// outMsg is a message on its way to local connections. Its QoS 0 frames
+// are made once and shared by every connection that receives it: one for
+// the clients it is meant for, and, for an urgent message, one that lets
+// clients only watching wait up to watchWait.
 type outMsg struct {
 	topic   string
 	payload []byte
 	key     string // coalesceKey(topic): "" for urgent messages
 	once    sync.Once
-	qos0    []byte
+	qos0    fanout.Frame
+	watch   fanout.Frame
 }
 
 func newOutMsg(name string, payload []byte) *outMsg {
 	return &outMsg{topic: name, payload: payload, key: coalesceKey(name)}
 }
 
-func (m *outMsg) frameQoS0() []byte {
+// frameQoS0 returns the message's QoS 0 frame for a client, or for a
+// client only watching.
+func (m *outMsg) frameQoS0(watcher bool) *fanout.Frame {
 	m.once.Do(func() {
-		m.qos0 = encodePublish(m.topic, m.payload, 0, 0)
+		b := encodePublish(m.topic, m.payload, 0, 0)
+		// Poses (keyed) are the bulk traffic and may wait for the linger
+		// interval; everything else (object edits, clicks, chat) is urgent,
+		// and for a client only watching it waits at most watchWait.
+		m.qos0 = fanout.Frame{Bytes: b, Key: m.key, Urgent: m.key == ""}
+		m.watch = fanout.Frame{Bytes: b, Key: m.key}
+		if m.key == "" {
+			m.watch.Within = watchWait
+		}
 	})
-	return m.qos0
+	if watcher {
+		return &m.watch
+	}
+	return &m.qos0
 }
 
 // coalesceKey returns the key under which a newer message replaces an older

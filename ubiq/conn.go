@@ -207,7 +207,7 @@ func (c *conn) relay(f []byte) {
 }
 
 // deliver queues a relayed frame and reports whether it was queued.
-func (c *conn) deliver(f fanout.Frame) bool {
+func (c *conn) deliver(f *fanout.Frame) bool {
 	switch c.w.Enqueue(f) {
 	case fanout.Queued:
 		return true
@@ -220,7 +220,7 @@ func (c *conn) deliver(f fanout.Frame) bool {
 
 // sendServer queues a server message to the peer's RoomClient.
 func (c *conn) sendServer(msg []byte) {
-	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg)})
+	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg)})
 }
 
 // clientIDFor returns where server messages go. It is read by room
@@ -251,7 +251,7 @@ func (c *conn) see(id string, added []byte) {
 		delete(c.removing, id) // it came back within the grace period
 		return
 	}
-	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, added)})
+	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, added)})
 }
 
 // encodePeerAdded returns the PeerAdded message for p.
@@ -309,7 +309,7 @@ func (c *conn) unsee(id string) {
 }
 
 func (c *conn) sendRemovedLocked(id string) {
-	c.w.Enqueue(fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id))})
+	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id))})
 }
 
 func (c *conn) flushRemovals() {

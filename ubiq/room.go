@@ -620,7 +620,7 @@ func (r *room) dispatch(sender string, from *conn, frame []byte) int {
 	a := r.aud.Load()
 	// The key (the NetworkId) points into the frame, which is never
 	// written again once read: no copy per frame.
-	f := fanout.Frame{Bytes: frame, Key: unsafe.String(&frame[4], 8)}
+	f := &fanout.Frame{Bytes: frame, Key: unsafe.String(&frame[4], 8)}
 	n := 0
 	if !a.knn {
 		for _, c := range a.all {
