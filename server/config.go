@@ -47,7 +47,7 @@ type Config struct {
 	UbiqLinger time.Duration
 	// WriteBudget is the MQTT front end's budget of lingering writes per
 	// second (fanout.NewBudgetClock): above it, the linger intervals of all
-	// busy connections stretch alike. 0 = 10,000 per CPU the runtime uses;
+	// busy connections stretch alike. 0 = 12,500 per CPU the runtime uses;
 	// negative = none.
 	WriteBudget float64
 	TokenTTL    time.Duration
@@ -86,18 +86,20 @@ func Defaults() Config {
 	}
 }
 
-// writeBudget is WriteBudget with its default applied: 10,000 lingering
-// writes per second per CPU, 10-20 % of each CPU at 10-20 µs per write
-// system call. Side by side with 20,000 and 15,000 (bench/bus/NOTES.md,
-// session 7) it used 10-20 % less CPU for the same deliveries, held one
-// scene of 400 users as well, and five scenes of 800 users at p99 49-53 ms
-// against 118-160 ms.
+// writeBudget is WriteBudget with its default applied: 12,500 lingering
+// writes per second per CPU, 12-25 % of each CPU at 10-20 µs per write
+// system call. In session 7 (bench/bus/NOTES.md) 10,000 used 10-20 % less
+// CPU for the same deliveries than 15,000 and 20,000 and held five scenes
+// of 800 users at p99 49-53 ms against 118-160 ms; once a delivery cost
+// 17 % less (session 8: queues of frame pointers), 12,500 held 800 users
+// in five scenes at p99 37-39 ms against 44-45 ms for 10,000, for 4 % more
+// CPU, and one scene as well.
 func (c *Config) writeBudget() float64 {
 	switch {
 	case c.WriteBudget < 0:
 		return 0
 	case c.WriteBudget == 0:
-		return 10000 * float64(runtime.GOMAXPROCS(0))
+		return 12500 * float64(runtime.GOMAXPROCS(0))
 	}
 	return c.WriteBudget
 }
