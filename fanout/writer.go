@@ -330,13 +330,8 @@ func (w *Writer) writeInline(batch []*Frame, b []byte) {
 	out := b
 	var buf *[]byte
 	if len(batch) > 0 {
-		buf = inlineBufs.Get().(*[]byte)
-		out = (*buf)[:0]
-		for i := range batch {
-			out = append(out, batch[i].Bytes...)
-			batch[i] = nil
-		}
-		out = append(out, b...)
+		buf = gather(batch, b)
+		out = *buf
 	}
 	n := len(batch)
 	if b != nil {
@@ -373,9 +368,8 @@ func (w *Writer) writeInline(batch []*Frame, b []byte) {
 			rest = append([]byte(nil), rest...)
 		}
 	}
-	if buf != nil && cap(out) <= maxInlineBuf {
-		*buf = out[:0]
-		inlineBufs.Put(buf)
+	if buf != nil {
+		release(buf)
 	}
 	w.mu.Lock()
 	w.busy = false
@@ -405,16 +399,37 @@ func (w *Writer) writeInline(batch []*Frame, b []byte) {
 	w.mu.Unlock()
 }
 
-// inlineBufs holds the buffers that inline writes gather a batch in. They
-// are shared by all writers, rather than one per connection, so that the
-// few in use stay in the CPU's cache: a node with a thousand busy
-// connections would otherwise write each batch into a buffer of its own
-// that the previous linger's traffic has long pushed out of the cache.
-var inlineBufs = sync.Pool{New: func() any { return new([]byte) }}
+// batchBufs holds the buffers that writes gather a batch in. They are
+// shared by all writers, rather than one per connection, so that the few
+// in use stay in the CPU's cache: a node with a thousand busy connections
+// would otherwise write each batch into a buffer of its own that the
+// previous linger's traffic has long pushed out of the cache.
+var batchBufs = sync.Pool{New: func() any { return new([]byte) }}
 
-// maxInlineBuf bounds the buffers kept in inlineBufs; a larger burst's
-// buffer is left to the garbage collector.
-const maxInlineBuf = 1 << 20
+// maxBatchBuf bounds the buffers kept in batchBufs; a larger burst's buffer
+// is left to the garbage collector.
+const maxBatchBuf = 1 << 20
+
+// gather copies the frames of batch, followed by tail, into a buffer from
+// batchBufs, and clears batch's slots. The caller releases the buffer.
+func gather(batch []*Frame, tail []byte) *[]byte {
+	buf := batchBufs.Get().(*[]byte)
+	b := (*buf)[:0]
+	for i := range batch {
+		b = append(b, batch[i].Bytes...)
+		batch[i] = nil
+	}
+	*buf = append(b, tail...)
+	return buf
+}
+
+// release returns a buffer from gather to batchBufs.
+func release(buf *[]byte) {
+	if cap(*buf) <= maxBatchBuf {
+		*buf = (*buf)[:0]
+		batchBufs.Put(buf)
+	}
+}
 
 // inlineError marks a write error found by an inline write; the writer
 // goroutine reports it through onError.
@@ -499,7 +514,6 @@ func (w *Writer) loop(onError func(error)) {
 
 // writerState is the writer goroutine's own state.
 type writerState struct {
-	buf      []byte
 	deadline time.Time
 	reported bool
 	onError  func(error)
@@ -541,12 +555,8 @@ func (w *Writer) flush(st *writerState) bool {
 		if len(batch) == 0 {
 			return closed
 		}
-		st.buf = st.buf[:0]
-		for i := range batch {
-			st.buf = append(st.buf, batch[i].Bytes...)
-			batch[i] = nil
-		}
 		n := len(batch)
+		buf := gather(batch, nil)
 		if err == nil {
 			// A write that makes no progress for WriteTimeout fails. The
 			// deadline is moved only when half of it has passed: setting it
@@ -555,13 +565,14 @@ func (w *Writer) flush(st *writerState) bool {
 				st.deadline = now.Add(w.opt.WriteTimeout)
 				w.conn.SetWriteDeadline(st.deadline)
 			}
-			if _, werr := w.conn.Write(st.buf); werr != nil {
+			if _, werr := w.conn.Write(*buf); werr != nil {
 				err = werr
 			} else {
 				w.written.Add(uint64(n))
 				w.batches.Add(1)
 			}
 		}
+		release(buf)
 		w.wroteAt(w.clock.now())
 		w.mu.Lock()
 		w.busy = false
@@ -578,9 +589,6 @@ func (w *Writer) flush(st *writerState) bool {
 		w.mu.Unlock()
 		if err != nil {
 			st.report(err)
-		}
-		if cap(st.buf) > 1<<20 {
-			st.buf = nil // do not keep a large burst's buffer forever
 		}
 		if lingering {
 			return false
