@@ -99,10 +99,13 @@ func (c *Config) writeBudget() float64 {
 	case c.WriteBudget < 0:
 		return 0
 	case c.WriteBudget == 0:
-		return 12500 * float64(runtime.GOMAXPROCS(0))
+		return WriteBudgetPerCPU * float64(runtime.GOMAXPROCS(0))
 	}
 	return c.WriteBudget
 }
+
+// WriteBudgetPerCPU is the default write budget per CPU (see writeBudget).
+const WriteBudgetPerCPU = 12500
 
 func (c *Config) nodeName() string {
 	if c.Name != "" {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/server"
 )
 
@@ -46,7 +47,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused")
 	fs.DurationVar(&cfg.Writer.Linger, "write-linger", cfg.Writer.Linger, "a connection with steady traffic writes at most once per this interval; an idle one at once (0 = write whenever messages wait)")
 	fs.DurationVar(&cfg.UbiqLinger, "ubiq-write-linger", cfg.UbiqLinger, "the same for Ubiq peers' connections (0 = --write-linger)")
-	fs.Float64Var(&cfg.WriteBudget, "write-budget", cfg.WriteBudget, "MQTT lingering writes per second for the whole node; above it every busy connection's linger stretches alike, up to 4x (0 = 12500 per CPU, negative = no budget)")
+	fs.Float64Var(&cfg.WriteBudget, "write-budget", cfg.WriteBudget, fmt.Sprintf("MQTT lingering writes per second for the whole node; above it every busy connection's linger stretches alike, up to %gx (0 = %d per CPU, negative = no budget)", fanout.MaxStretch, server.WriteBudgetPerCPU))
 	fs.IntVar(&cfg.Writer.MaxFrames, "queue-frames", cfg.Writer.MaxFrames, "per-connection outgoing queue bound, in messages")
 	fs.DurationVar(&cfg.TokenTTL, "token-ttl", cfg.TokenTTL, "lifetime of tokens issued by /user/v2/mqtt_auth")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "DEVELOPMENT ONLY: no authentication at all")
