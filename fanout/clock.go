@@ -36,6 +36,13 @@ type Clock struct {
 	stretch atomic.Uint64 // math.Float64bits of the factor, >= 1
 	winAt   atomic.Int64  // start of the current rate window
 	winN    atomic.Uint64 // writes at winAt
+	// behind counts the lingering writes made late (clockLate after they
+	// were due) or that found their socket full, and winB is its value at
+	// winAt: the signs that writes fall short of the budget because the
+	// node or its readers cannot keep up, not because fewer connections
+	// are busy.
+	behind atomic.Uint64
+	winB   atomic.Uint64
 }
 
 // MaxStretch bounds how far a write budget stretches the linger intervals.
@@ -43,6 +50,19 @@ const MaxStretch = 4.0
 
 // budgetWindow is how often the stretch follows the write rate.
 const budgetWindow = 100 * time.Millisecond
+
+// clockLate is how late a lingering write may be before it counts as
+// behind.
+const clockLate = 10 * time.Millisecond
+
+// behindShare is the share of a window's lingering writes, and
+// behindMin their least number, that must be behind for the window to
+// count as behind: one slow reader does not move every connection's
+// linger.
+const (
+	behindShare = 0.05
+	behindMin   = 32
+)
 
 type clockEntry struct {
 	at int64 // ns since the clock's epoch
@@ -97,9 +117,13 @@ func (c *Clock) tick(now int64) {
 		return
 	}
 	n := c.writes.Load()
-	rate := float64(n-c.winN.Swap(n)) / (float64(now-at) / float64(time.Second))
+	written := n - c.winN.Swap(n)
+	b := c.behind.Load()
+	late := b - c.winB.Swap(b)
+	rate := float64(written) / (float64(now-at) / float64(time.Second))
 	windows := int(min((now-at)/int64(budgetWindow), 20))
-	c.stretch.Store(math.Float64bits(nextStretch(c.Stretch(), rate, c.budget, windows)))
+	behind := late >= behindMin && float64(late) >= behindShare*float64(written)
+	c.stretch.Store(math.Float64bits(nextStretch(c.Stretch(), rate, c.budget, windows, behind)))
 }
 
 // nextStretch is the stretch after windows windows at the lingering write
@@ -107,8 +131,20 @@ func (c *Clock) tick(now int64) {
 // in proportion to the stretch, so cur × rate / budget keeps them at the
 // budget; each window goes halfway there, so that one window's noise moves
 // it little and a quiet spell brings it back to 1.
-func nextStretch(cur, rate, budget float64, windows int) float64 {
+//
+// While the budget stretches the lingers (cur > 1) and the writes are
+// behind (late, or into full sockets), a rate below the budget means that
+// the node or its readers cannot keep up, not that fewer connections are
+// busy; shortening the lingers then would ask for more writes still and
+// turn a moment's overload into a lasting one. So the stretch heads for
+// MaxStretch instead, shedding write work until the writes keep time
+// again. Below the budget (cur = 1) a hiccup that makes writes late
+// changes nothing.
+func nextStretch(cur, rate, budget float64, windows int, behind bool) float64 {
 	target := min(max(cur*rate/budget, 1), MaxStretch)
+	if behind && cur > 1 {
+		target = MaxStretch
+	}
 	for range max(windows, 1) {
 		cur = (cur + target) / 2
 	}
@@ -155,6 +191,15 @@ func (c *Clock) fire() {
 		c.arm(c.heap[0].at)
 	}
 	c.mu.Unlock()
+	if c.budget > 0 {
+		late := 0
+		for _, e := range due {
+			if limit-e.at > int64(clockLate+clockSlack) {
+				late++
+			}
+		}
+		c.behind.Add(uint64(late))
+	}
 	for _, e := range due {
 		e.w.fire(e.at)
 	}

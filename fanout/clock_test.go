@@ -93,19 +93,54 @@ func TestNextStretch(t *testing.T) {
 	for _, tc := range []struct {
 		cur, rate, budget float64
 		windows           int
+		behind            bool
 		want              float64
 	}{
-		{1, 500, 1000, 1, 1},     // under the budget: no stretch
-		{1, 2000, 1000, 1, 1.5},  // twice the budget: halfway to 2
-		{2, 1000, 1000, 1, 2},    // at the budget: steady
-		{2, 0, 1000, 1, 1.5},     // idle: back towards 1
-		{3, 0, 1000, 2, 1.5},     // two quiet windows: two steps
-		{3, 0, 1000, 0, 2},       // at least one step
-		{3, 10000, 1000, 1, 3.5}, // far over: towards MaxStretch only
-		{MaxStretch, 5000, 1000, 1, MaxStretch},
+		{1, 500, 1000, 1, false, 1},     // under the budget: no stretch
+		{1, 2000, 1000, 1, false, 1.5},  // twice the budget: halfway to 2
+		{2, 1000, 1000, 1, false, 2},    // at the budget: steady
+		{2, 0, 1000, 1, false, 1.5},     // idle: back towards 1
+		{3, 0, 1000, 2, false, 1.5},     // two quiet windows: two steps
+		{3, 0, 1000, 0, false, 2},       // at least one step
+		{3, 10000, 1000, 1, false, 3.5}, // far over: towards MaxStretch only
+		{MaxStretch, 5000, 1000, 1, false, MaxStretch},
+		{2, 500, 1000, 1, true, 3},     // under the budget but behind: towards MaxStretch
+		{1.5, 0, 1000, 2, true, 3.375}, // nothing written, all behind: two steps up
+		{1, 500, 1000, 1, true, 1},     // not stretching: a hiccup changes nothing
+		{MaxStretch, 0, 1000, 1, true, MaxStretch},
 	} {
-		if got := nextStretch(tc.cur, tc.rate, tc.budget, tc.windows); got != tc.want {
-			t.Errorf("nextStretch(%v, %v, %v, %d) = %v, want %v", tc.cur, tc.rate, tc.budget, tc.windows, got, tc.want)
+		if got := nextStretch(tc.cur, tc.rate, tc.budget, tc.windows, tc.behind); got != tc.want {
+			t.Errorf("nextStretch(%v, %v, %v, %d, %v) = %v, want %v", tc.cur, tc.rate, tc.budget, tc.windows, tc.behind, got, tc.want)
+		}
+	}
+}
+
+// A window counts as behind when enough of its writes were late or found
+// their socket full, not for one slow reader's.
+func TestBudgetClockBehindWindows(t *testing.T) {
+	c := NewBudgetClock(1000)
+	now := c.now()
+	c.winAt.Store(now)
+	window := func(writes, behind int) float64 {
+		for range writes {
+			c.wrote()
+		}
+		c.behind.Add(uint64(behind))
+		now += int64(budgetWindow)
+		c.tick(now)
+		return c.Stretch()
+	}
+	for i, tc := range []struct {
+		writes, behind int
+		want           float64
+	}{
+		{200, 0, 1.5},       // 2,000 a second: halfway to 2
+		{50, 40, 2.75},      // 500 a second, but behind: towards MaxStretch
+		{50, 5, 2.0625},     // a few behind: not behind; halfway to 2.75 × 500/1000
+		{1000, 31, 3.03125}, // under behindMin: by the rate (10,000/s) alone, towards MaxStretch
+	} {
+		if got := window(tc.writes, tc.behind); got != tc.want {
+			t.Fatalf("window %d (%d writes, %d behind): stretch %v, want %v", i, tc.writes, tc.behind, got, tc.want)
 		}
 	}
 }

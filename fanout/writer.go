@@ -384,6 +384,7 @@ func (w *Writer) writeInline(batch []*Frame, b []byte) {
 	case rest != nil:
 		// The socket is full: the rest goes first, then what was queued
 		// meanwhile. The writer goroutine takes it from here.
+		w.clock.behind.Add(1)
 		w.queue = append(w.queue, nil)
 		copy(w.queue[1:], w.queue)
 		w.queue[0] = &Frame{Bytes: rest, Urgent: true}
