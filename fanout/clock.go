@@ -105,6 +105,10 @@ func (c *Clock) wrote() { c.writes.Add(1) }
 // writer goroutine) so far.
 func (c *Clock) Writes() uint64 { return c.writes.Load() }
 
+// Behind counts the lingering writes so far that were more than clockLate
+// late or found their socket full (see nextStretch).
+func (c *Clock) Behind() uint64 { return c.behind.Load() }
+
 // tick moves the stretch, once per budgetWindow, towards what keeps the
 // lingering write rate at the budget. It is called at every write (now is
 // the clock's time), so the stretch follows the load while there is any.
@@ -191,13 +195,13 @@ func (c *Clock) fire() {
 		c.arm(c.heap[0].at)
 	}
 	c.mu.Unlock()
-	if c.budget > 0 {
-		late := 0
-		for _, e := range due {
-			if limit-e.at > int64(clockLate+clockSlack) {
-				late++
-			}
+	late := 0
+	for _, e := range due {
+		if limit-e.at > int64(clockLate+clockSlack) {
+			late++
 		}
+	}
+	if late > 0 {
 		c.behind.Add(uint64(late))
 	}
 	for _, e := range due {

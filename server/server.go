@@ -152,6 +152,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		Help: "Factor by which the write budget stretches the MQTT connections' write linger (1: not at all)."}, cfg.Writer.Clock.Stretch))
 	s.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xrealm_mqtt_lingering_writes_total",
 		Help: "Writes that ended an MQTT connection's write linger (the writes the write budget counts)."}, func() float64 { return float64(cfg.Writer.Clock.Writes()) }))
+	s.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xrealm_mqtt_lingering_writes_behind_total",
+		Help: "Lingering MQTT writes made more than 10 ms late or into a full socket: the node or its readers not keeping up."}, func() float64 { return float64(cfg.Writer.Clock.Behind()) }))
 	frontJS, err := s.bus.JetStream(ctx, front)
 	if err != nil {
 		return nil, err

@@ -438,6 +438,10 @@ func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
 	if !strings.Contains(metrics, "xrealm_mqtt_coalesced_total ") || strings.Contains(metrics, "xrealm_mqtt_coalesced_total 0\n") {
 		t.Errorf("no coalescing counted for the stalled client: %s", grepLine(metrics, "xrealm_mqtt_"))
 	}
+	// Its socket filled up: a write into a full socket counts as behind.
+	if !strings.Contains(metrics, "xrealm_mqtt_lingering_writes_behind_total ") || strings.Contains(metrics, "xrealm_mqtt_lingering_writes_behind_total 0\n") {
+		t.Errorf("no write into the stalled client's full socket counted: %s", grepLine(metrics, "xrealm_mqtt_"))
+	}
 }
 
 func writeRaw(t *testing.T, c net.Conn, b []byte) {
