@@ -195,17 +195,15 @@ func (c *Clock) fire() {
 		c.arm(c.heap[0].at)
 	}
 	c.mu.Unlock()
-	late := 0
+	late := uint64(0)
 	for _, e := range due {
 		if limit-e.at > int64(clockLate+clockSlack) {
 			late++
 		}
+		e.w.fire(e.at)
 	}
 	if late > 0 {
-		c.behind.Add(uint64(late))
-	}
-	for _, e := range due {
-		e.w.fire(e.at)
+		c.behind.Add(late)
 	}
 }
 

@@ -464,10 +464,7 @@ func (c *conn) deliver(m *outMsg, qos byte, watcher bool) bool {
 		}
 		f = &fanout.Frame{Bytes: encodePublish(m.topic, m.payload, 1, id), Urgent: true}
 	}
-	switch c.w.Enqueue(f) {
-	case fanout.Queued:
-		return true
-	case fanout.Coalesced: // counted by the writer's OnCoalesce
+	if c.w.Enqueue(f) != fanout.Dropped { // queued, or coalesced (counted by the writer's OnCoalesce)
 		return true
 	}
 	c.s.m.Dropped.Inc()

@@ -208,10 +208,7 @@ func (c *conn) relay(f []byte) {
 
 // deliver queues a relayed frame and reports whether it was queued.
 func (c *conn) deliver(f *fanout.Frame) bool {
-	switch c.w.Enqueue(f) {
-	case fanout.Queued:
-		return true
-	case fanout.Coalesced: // counted by the writer's OnCoalesce
+	if c.w.Enqueue(f) != fanout.Dropped { // queued, or coalesced (counted by the writer's OnCoalesce)
 		return true
 	}
 	c.s.m.dropped.Inc()
