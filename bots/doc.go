@@ -8,7 +8,8 @@
 //     through the same interface);
 //   - a Meter accounts for what the bot sent and received: counters and
 //     HDR histograms of one-way latency, computed from the send timestamp
-//     every pose carries (sender and receiver share a host clock).
+//     every pose carries (sender and receiver share a host clock); the
+//     meters of a fleet share a few histograms (Accounts).
 //
 // A Fleet puts N bots together, spreads them over scenes, paces their
 // sends and aggregates their meters for live progress and for measurement

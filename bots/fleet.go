@@ -274,12 +274,13 @@ func (f *Fleet) Measure(ctx context.Context, d, drain time.Duration) (Result, er
 func (f *Fleet) Collect(d time.Duration) Result {
 	r := Result{Users: len(f.bots), Scenes: len(f.scenes), Duration: d, Latency: NewHistogram(), Disconnected: f.lost.Load()}
 	for _, b := range f.bots {
-		c := b.meter.Window(r.Latency)
+		c := b.meter.Window()
 		r.Sent += c.Sent
 		r.Expected += c.Sent * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
 		r.Delivered += c.Received
 		r.Bytes += c.Bytes
 	}
+	f.acc.WindowLatencies(r.Latency)
 	return r
 }
 

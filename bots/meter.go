@@ -25,25 +25,47 @@ func NewHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, h
 // [from, to) in send time, applies to all its meters at once: a message
 // counts in the window if it was sent inside it, whenever it arrives, so
 // that sent and delivered counts of a window match exactly.
+//
+// Latencies are not recorded into a histogram per meter: hundreds of
+// meters' histograms (about 20 KB each) do not stay in cache, and a
+// message's record then cost a cache miss. A meter stages its latencies in
+// a small array of its own and moves them, a few hundred at a time, into
+// one of a few histograms the meters share (a shard); Window, Live and
+// OpenWindow move what is staged first.
 type Accounts struct {
 	window atomic.Pointer[[2]int64]
 	live   atomic.Bool // Live has been called: meters record live latencies
 
 	mu     sync.Mutex
 	meters []*Meter
+	shards [accountShards]shard
+}
+
+// accountShards is how many latency histograms the meters of a fleet
+// share; meter i uses shard i mod accountShards.
+const accountShards = 8
+
+// shard holds the latencies of the meters that share it.
+type shard struct {
+	mu        sync.Mutex
+	live, win *hdrhistogram.Histogram
+	_         [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 // NewAccounts returns empty accounts.
 func NewAccounts() *Accounts {
 	a := &Accounts{}
 	a.window.Store(&[2]int64{0, 0})
+	for i := range a.shards {
+		a.shards[i].live, a.shards[i].win = NewHistogram(), NewHistogram()
+	}
 	return a
 }
 
 // NewMeter adds a meter, for one bot.
 func (a *Accounts) NewMeter() *Meter {
-	m := &Meter{acc: a, live: NewHistogram(), win: NewHistogram()}
 	a.mu.Lock()
+	m := &Meter{acc: a, shard: &a.shards[len(a.meters)%accountShards]}
 	a.meters = append(a.meters, m)
 	a.mu.Unlock()
 	return m
@@ -63,12 +85,34 @@ func (a *Accounts) Meters() []*Meter {
 func (a *Accounts) OpenWindow(from, to time.Time) {
 	for _, m := range a.Meters() {
 		m.mu.Lock()
-		m.win.Reset()
+		m.flushLocked()
 		m.winRecv, m.winBytes = 0, 0
 		m.mu.Unlock()
 		m.winSent.Store(0)
 	}
+	for i := range a.shards {
+		s := &a.shards[i]
+		s.mu.Lock()
+		s.win.Reset()
+		s.mu.Unlock()
+	}
 	a.window.Store(&[2]int64{from.UnixNano(), to.UnixNano()})
+}
+
+// WindowLatencies merges the latencies of the current window, of all
+// meters, into h.
+func (a *Accounts) WindowLatencies(h *hdrhistogram.Histogram) {
+	for _, m := range a.Meters() {
+		m.mu.Lock()
+		m.flushLocked()
+		m.mu.Unlock()
+	}
+	for i := range a.shards {
+		s := &a.shards[i]
+		s.mu.Lock()
+		h.Merge(s.win)
+		s.mu.Unlock()
+	}
 }
 
 // Totals are cumulative counts over all meters.
@@ -83,15 +127,21 @@ type Totals struct {
 func (a *Accounts) Live() (Totals, *hdrhistogram.Histogram) {
 	a.live.Store(true)
 	var t Totals
-	h := NewHistogram()
 	for _, m := range a.Meters() {
 		t.Sent += m.sent.Load()
-		t.Received += m.recv.Load()
-		t.Bytes += m.bytes.Load()
 		m.mu.Lock()
-		h.Merge(m.live)
-		m.live.Reset()
+		m.flushLocked()
+		t.Received += m.recv
+		t.Bytes += m.bytes
 		m.mu.Unlock()
+	}
+	h := NewHistogram()
+	for i := range a.shards {
+		s := &a.shards[i]
+		s.mu.Lock()
+		h.Merge(s.live)
+		s.live.Reset()
+		s.mu.Unlock()
 	}
 	return t, h
 }
@@ -105,14 +155,29 @@ type WindowCounts struct {
 // Sent is called by the bot's sender, Received by its transport's read
 // goroutine.
 type Meter struct {
-	acc *Accounts
+	acc   *Accounts
+	shard *shard
 
-	sent, recv, bytes atomic.Int64
-	winSent           atomic.Int64
+	sent, winSent atomic.Int64
+
 	mu                sync.Mutex
-	live, win         *hdrhistogram.Histogram
+	recv, bytes       int64
 	winRecv, winBytes int64
+	staged            [meterStage]int64 // latencies in µs with stageLive and stageWin flags
+	nStaged           int
 }
+
+// meterStage is how many latencies a meter stages before it records them
+// in its shard.
+const meterStage = 256
+
+// A staged latency's flags: record it in the live histogram, in the
+// window's, or both.
+const (
+	stageLive = 1 << 62
+	stageWin  = 1 << 61
+	stageMask = stageWin - 1
+)
 
 // Sent counts a message sent at sentNanos.
 func (m *Meter) Sent(sentNanos int64) {
@@ -125,44 +190,62 @@ func (m *Meter) Sent(sentNanos int64) {
 // Received counts a message of size bytes sent at sentNanos (0: no
 // timestamp, counted but not timed) and received at recvNanos.
 func (m *Meter) Received(sentNanos, recvNanos int64, size int) {
-	m.recv.Add(1)
-	m.bytes.Add(int64(size))
-	if sentNanos == 0 {
-		return
-	}
-	us := (recvNanos - sentNanos) / 1000
-	if us < histMin {
-		us = histMin
-	}
-	if us > histMax {
-		us = histMax
-	}
-	w := m.acc.window.Load()
-	in := sentNanos >= w[0] && sentNanos < w[1]
-	live := m.acc.live.Load()
-	if !in && !live {
-		return
+	var v int64
+	if sentNanos != 0 {
+		us := min(max((recvNanos-sentNanos)/1000, histMin), histMax)
+		if w := m.acc.window.Load(); sentNanos >= w[0] && sentNanos < w[1] {
+			v |= stageWin
+		}
+		if m.acc.live.Load() {
+			v |= stageLive
+		}
+		if v != 0 {
+			v |= us
+		}
 	}
 	m.mu.Lock()
-	if live {
-		m.live.RecordValue(us)
-	}
-	if in {
-		m.win.RecordValue(us)
+	m.recv++
+	m.bytes += int64(size)
+	if v&stageWin != 0 {
 		m.winRecv++
 		m.winBytes += int64(size)
+	}
+	if v != 0 {
+		m.staged[m.nStaged] = v
+		m.nStaged++
+		if m.nStaged == meterStage {
+			m.flushLocked()
+		}
 	}
 	m.mu.Unlock()
 }
 
-// Window returns this meter's counts for the current window and merges
-// its window latencies into h (if h is not nil).
-func (m *Meter) Window(h *hdrhistogram.Histogram) WindowCounts {
+// flushLocked records the staged latencies in the meter's shard; m.mu is
+// held (the lock order is meter, then shard).
+func (m *Meter) flushLocked() {
+	if m.nStaged == 0 {
+		return
+	}
+	s := m.shard
+	s.mu.Lock()
+	for _, v := range m.staged[:m.nStaged] {
+		us := v & stageMask
+		if v&stageLive != 0 {
+			s.live.RecordValue(us)
+		}
+		if v&stageWin != 0 {
+			s.win.RecordValue(us)
+		}
+	}
+	s.mu.Unlock()
+	m.nStaged = 0
+}
+
+// Window returns this meter's counts for the current window (the window's
+// latencies, of all meters together, are Accounts.WindowLatencies).
+func (m *Meter) Window() WindowCounts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if h != nil {
-		h.Merge(m.win)
-	}
 	return WindowCounts{Sent: m.winSent.Load(), Received: m.winRecv, Bytes: m.winBytes}
 }
 

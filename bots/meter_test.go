@@ -2,6 +2,8 @@ package bots
 
 import (
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -69,9 +71,10 @@ func TestLatencyAccounting(t *testing.T) {
 	a.Received(0, ns(0), 10)
 
 	h := NewHistogram()
+	acc.WindowLatencies(h)
 	var sent, recv, bytes int64
 	for _, m := range acc.Meters() {
-		c := m.Window(h)
+		c := m.Window()
 		sent += c.Sent
 		recv += c.Received
 		bytes += c.Bytes
@@ -105,8 +108,12 @@ func TestLatencyAccounting(t *testing.T) {
 
 	// A new window starts from zero.
 	acc.OpenWindow(base.Add(time.Hour), base.Add(2*time.Hour))
-	if c := a.Window(nil); c != (WindowCounts{}) {
+	if c := a.Window(); c != (WindowCounts{}) {
 		t.Errorf("after a new window: %+v", c)
+	}
+	h = NewHistogram()
+	if acc.WindowLatencies(h); h.TotalCount() != 0 {
+		t.Errorf("after a new window: %d latencies", h.TotalCount())
 	}
 }
 
@@ -137,7 +144,10 @@ func TestLatencyAccountingQuantilesOfManyValues(t *testing.T) {
 		m.Received(s, s+rng.Int64N(int64(100*time.Millisecond)), 1)
 	}
 	h := NewHistogram()
-	m.Window(h)
+	acc.WindowLatencies(h)
+	if n := h.TotalCount(); n != 100000 {
+		t.Fatalf("window holds %d latencies, want 100000", n)
+	}
 	for _, tc := range []struct {
 		q    float64
 		want time.Duration
@@ -146,5 +156,61 @@ func TestLatencyAccountingQuantilesOfManyValues(t *testing.T) {
 		if d := (got - tc.want).Seconds(); d < -0.0015 || d > 0.0015 {
 			t.Errorf("p%g = %s, want %s ± 1.5 ms", tc.q, got, tc.want)
 		}
+	}
+}
+
+// Meters share latency histograms and stage what they record: every
+// latency still arrives exactly once, whichever meter, goroutine and
+// staging boundary it came through, while Live reads concurrently.
+func TestLatencyAccountingSharedAcrossMeters(t *testing.T) {
+	acc := NewAccounts()
+	base := time.Now()
+	acc.OpenWindow(base, base.Add(time.Hour))
+	const meters, each = 2*accountShards + 3, 3*meterStage + 17
+	var liveSeen atomic.Int64
+	stop := make(chan struct{})
+	reading := make(chan struct{})
+	go func() {
+		defer close(reading)
+		for {
+			_, h := acc.Live()
+			liveSeen.Add(h.TotalCount())
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range meters {
+		m := acc.NewMeter()
+		wg.Go(func() {
+			for i := range each {
+				s := base.Add(time.Duration(i) * time.Millisecond).UnixNano()
+				m.Received(s, s+int64(time.Millisecond), 10)
+			}
+		})
+	}
+	wg.Wait()
+	close(stop)
+	<-reading
+	tot, h := acc.Live()
+	liveSeen.Add(h.TotalCount())
+	if tot.Received != meters*each || tot.Bytes != 10*meters*each {
+		t.Errorf("totals %+v, want %d received", tot, meters*each)
+	}
+	// Live records only from its first call on; what it saw is at most
+	// everything, and the window saw everything.
+	if n := liveSeen.Load(); n > meters*each {
+		t.Errorf("live histograms held %d latencies, more than the %d received", n, meters*each)
+	}
+	w := NewHistogram()
+	acc.WindowLatencies(w)
+	if w.TotalCount() != meters*each {
+		t.Errorf("window holds %d latencies, want %d", w.TotalCount(), meters*each)
+	}
+	if p := Quantile(w, 50); p < 990*time.Microsecond || p > 1010*time.Microsecond {
+		t.Errorf("window p50 %s, want 1 ms", p)
 	}
 }
