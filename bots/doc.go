@@ -16,9 +16,10 @@
 // windows with exact delivery ratios.
 //
 // The MQTT client is lean on purpose, so that the generator is not the
-// bottleneck of a benchmark: one read goroutine per connection reading
-// through a large bufio.Reader and decoding PUBLISH packets in place
-// without allocating, and writes made directly by the sender under a
-// mutex. Control packets are encoded and decoded with the Eclipse Paho
+// bottleneck of a benchmark: one read goroutine per connection, reading
+// with its own system calls into a large buffer (no second read for
+// EAGAIN after a read that emptied the socket), decoding PUBLISH packets
+// in place without allocating and counting a read's messages together
+// (Receiver), and writes made directly by the sender under a mutex. Control packets are encoded and decoded with the Eclipse Paho
 // packets library.
 package bots

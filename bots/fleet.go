@@ -116,7 +116,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			t0 := time.Now()
-			link, err := cfg.Transport.Join(ctx, b.id, b.receive, b.peers != nil)
+			link, err := cfg.Transport.Join(ctx, b.id, b, b.peers != nil)
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)
@@ -169,12 +169,16 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	return f, nil
 }
 
-func (b *bot) receive(r *Received) {
-	b.meter.Received(r.SentNanos, r.RecvNanos, r.Size)
+// Receive and ReadDone make a bot its transport's Receiver: a read's
+// messages are counted together.
+func (b *bot) Receive(r *Received) {
+	b.meter.Stage(r.SentNanos, r.RecvNanos, r.Size)
 	if b.peers != nil && r.HasPos {
 		b.peers.update(r.From, r.Pos, r.RecvNanos)
 	}
 }
+
+func (b *bot) ReadDone() { b.meter.Flush() }
 
 // send paces one bot: a pose every period on an absolute schedule,
 // skipping ticks it is too late for rather than bursting.

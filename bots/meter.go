@@ -30,8 +30,8 @@ func NewHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, h
 // meters' histograms (about 20 KB each) do not stay in cache, and a
 // message's record then cost a cache miss. A meter stages its latencies in
 // a small array of its own and moves them, a few hundred at a time, into
-// one of a few histograms the meters share (a shard); Window, Live and
-// OpenWindow move what is staged first.
+// one of a few histograms the meters share (a shard) when its read
+// goroutine flushes.
 type Accounts struct {
 	window atomic.Pointer[[2]int64]
 	live   atomic.Bool // Live has been called: meters record live latencies
@@ -83,9 +83,11 @@ func (a *Accounts) Meters() []*Meter {
 // future: a message stamped at or after from but counted by its sender
 // before the window is open would be received but not counted as sent.
 func (a *Accounts) OpenWindow(from, to time.Time) {
+	// The new window first: a meter's flush after this no longer adds
+	// counts judged against the old one.
+	a.window.Store(&[2]int64{from.UnixNano(), to.UnixNano()})
 	for _, m := range a.Meters() {
 		m.mu.Lock()
-		m.flushLocked()
 		m.winRecv, m.winBytes = 0, 0
 		m.mu.Unlock()
 		m.winSent.Store(0)
@@ -96,17 +98,11 @@ func (a *Accounts) OpenWindow(from, to time.Time) {
 		s.win.Reset()
 		s.mu.Unlock()
 	}
-	a.window.Store(&[2]int64{from.UnixNano(), to.UnixNano()})
 }
 
 // WindowLatencies merges the latencies of the current window, of all
 // meters, into h.
 func (a *Accounts) WindowLatencies(h *hdrhistogram.Histogram) {
-	for _, m := range a.Meters() {
-		m.mu.Lock()
-		m.flushLocked()
-		m.mu.Unlock()
-	}
 	for i := range a.shards {
 		s := &a.shards[i]
 		s.mu.Lock()
@@ -130,7 +126,6 @@ func (a *Accounts) Live() (Totals, *hdrhistogram.Histogram) {
 	for _, m := range a.Meters() {
 		t.Sent += m.sent.Load()
 		m.mu.Lock()
-		m.flushLocked()
 		t.Received += m.recv
 		t.Bytes += m.bytes
 		m.mu.Unlock()
@@ -152,8 +147,11 @@ type WindowCounts struct {
 }
 
 // Meter accounts for one bot: what it sent, what it received and how late.
-// Sent is called by the bot's sender, Received by its transport's read
-// goroutine.
+// Sent is called by the bot's sender. What the bot receives is counted
+// by its transport's read goroutine, either one message at a time
+// (Received) or a read's messages together (Stage for each, then Flush):
+// staged counts are the read goroutine's own, without a lock or an atomic
+// per message, and become visible to Window and Live at Flush.
 type Meter struct {
 	acc   *Accounts
 	shard *shard
@@ -163,12 +161,20 @@ type Meter struct {
 	mu                sync.Mutex
 	recv, bytes       int64
 	winRecv, winBytes int64
-	staged            [meterStage]int64 // latencies in µs with stageLive and stageWin flags
-	nStaged           int
+
+	pend stage // the read goroutine's only
 }
 
-// meterStage is how many latencies a meter stages before it records them
-// in its shard.
+// stage is what a meter's read goroutine counted since its last Flush.
+type stage struct {
+	win               *[2]int64 // the window the counts were judged against
+	recv, bytes       int64
+	winRecv, winBytes int64
+	n                 int
+	lat               [meterStage]int64 // latencies in µs with stageLive and stageWin flags
+}
+
+// meterStage is how many latencies a meter stages before it flushes.
 const meterStage = 256
 
 // A staged latency's flags: record it in the live histogram, in the
@@ -188,57 +194,80 @@ func (m *Meter) Sent(sentNanos int64) {
 }
 
 // Received counts a message of size bytes sent at sentNanos (0: no
-// timestamp, counted but not timed) and received at recvNanos.
+// timestamp, counted but not timed) and received at recvNanos: Stage and
+// Flush at once.
 func (m *Meter) Received(sentNanos, recvNanos int64, size int) {
-	var v int64
-	if sentNanos != 0 {
-		us := min(max((recvNanos-sentNanos)/1000, histMin), histMax)
-		if w := m.acc.window.Load(); sentNanos >= w[0] && sentNanos < w[1] {
-			v |= stageWin
-		}
-		if m.acc.live.Load() {
-			v |= stageLive
-		}
-		if v != 0 {
-			v |= us
-		}
-	}
-	m.mu.Lock()
-	m.recv++
-	m.bytes += int64(size)
-	if v&stageWin != 0 {
-		m.winRecv++
-		m.winBytes += int64(size)
-	}
-	if v != 0 {
-		m.staged[m.nStaged] = v
-		m.nStaged++
-		if m.nStaged == meterStage {
-			m.flushLocked()
-		}
-	}
-	m.mu.Unlock()
+	m.Stage(sentNanos, recvNanos, size)
+	m.Flush()
 }
 
-// flushLocked records the staged latencies in the meter's shard; m.mu is
-// held (the lock order is meter, then shard).
-func (m *Meter) flushLocked() {
-	if m.nStaged == 0 {
+// Stage counts a received message as Received does, for the next Flush.
+// Only one goroutine (the bot's read goroutine) may call Stage and Flush.
+func (m *Meter) Stage(sentNanos, recvNanos int64, size int) {
+	w := m.acc.window.Load()
+	p := &m.pend
+	if w != p.win {
+		if p.recv > 0 {
+			m.Flush() // counts judged against an earlier window go first
+		}
+		p.win = w
+	}
+	p.recv++
+	p.bytes += int64(size)
+	if sentNanos == 0 {
 		return
 	}
-	s := m.shard
-	s.mu.Lock()
-	for _, v := range m.staged[:m.nStaged] {
-		us := v & stageMask
-		if v&stageLive != 0 {
-			s.live.RecordValue(us)
-		}
-		if v&stageWin != 0 {
-			s.win.RecordValue(us)
-		}
+	var v int64
+	if sentNanos >= w[0] && sentNanos < w[1] {
+		v = stageWin
+		p.winRecv++
+		p.winBytes += int64(size)
 	}
-	s.mu.Unlock()
-	m.nStaged = 0
+	if m.acc.live.Load() {
+		v |= stageLive
+	}
+	if v == 0 {
+		return
+	}
+	p.lat[p.n] = v | min(max((recvNanos-sentNanos)/1000, histMin), histMax)
+	p.n++
+	if p.n == meterStage {
+		m.Flush()
+	}
+}
+
+// Flush makes what was staged visible to Window and Live. Counts staged
+// for a window that has since been replaced (OpenWindow) count in the
+// totals only.
+func (m *Meter) Flush() {
+	p := &m.pend
+	if p.recv == 0 {
+		return
+	}
+	m.mu.Lock()
+	current := m.acc.window.Load() == p.win // under m.mu: see OpenWindow
+	m.recv += p.recv
+	m.bytes += p.bytes
+	if current {
+		m.winRecv += p.winRecv
+		m.winBytes += p.winBytes
+	}
+	if p.n > 0 {
+		s := m.shard
+		s.mu.Lock()
+		for _, v := range p.lat[:p.n] {
+			us := v & stageMask
+			if v&stageLive != 0 {
+				s.live.RecordValue(us)
+			}
+			if v&stageWin != 0 && current {
+				s.win.RecordValue(us)
+			}
+		}
+		s.mu.Unlock()
+	}
+	m.mu.Unlock()
+	p.recv, p.bytes, p.winRecv, p.winBytes, p.n = 0, 0, 0, 0, 0
 }
 
 // Window returns this meter's counts for the current window (the window's

@@ -214,3 +214,51 @@ func TestLatencyAccountingSharedAcrossMeters(t *testing.T) {
 		t.Errorf("window p50 %s, want 1 ms", p)
 	}
 }
+
+// Staged counts are the read goroutine's until it flushes; counts staged
+// against a window that was replaced before the flush count in the totals
+// only.
+func TestMeterStageAndFlush(t *testing.T) {
+	acc := NewAccounts()
+	m := acc.NewMeter()
+	base := time.Now()
+	ns := func(d time.Duration) int64 { return base.Add(d).UnixNano() }
+	acc.OpenWindow(base, base.Add(time.Second))
+
+	m.Stage(ns(10*time.Millisecond), ns(12*time.Millisecond), 100)
+	m.Stage(ns(20*time.Millisecond), ns(25*time.Millisecond), 100)
+	if c := m.Window(); c.Received != 0 {
+		t.Fatalf("before Flush the window shows %d received, want 0", c.Received)
+	}
+	m.Flush()
+	h := NewHistogram()
+	acc.WindowLatencies(h)
+	if c := m.Window(); c.Received != 2 || c.Bytes != 200 || h.TotalCount() != 2 {
+		t.Fatalf("after Flush: %+v and %d latencies, want 2 received, 200 bytes, 2 latencies", c, h.TotalCount())
+	}
+	if p := Quantile(h, 100); p < 4900*time.Microsecond || p > 5100*time.Microsecond {
+		t.Errorf("largest latency %s, want 5 ms", p)
+	}
+
+	// Staged in the old window, flushed after a new one opened.
+	m.Stage(ns(30*time.Millisecond), ns(31*time.Millisecond), 100)
+	acc.OpenWindow(base.Add(time.Hour), base.Add(2*time.Hour))
+	m.Flush()
+	h = NewHistogram()
+	acc.WindowLatencies(h)
+	if c := m.Window(); c.Received != 0 || h.TotalCount() != 0 {
+		t.Errorf("new window: %+v and %d latencies, want none", c, h.TotalCount())
+	}
+	if tot, _ := acc.Live(); tot.Received != 3 || tot.Bytes != 300 {
+		t.Errorf("totals %+v, want 3 received and 300 bytes", tot)
+	}
+
+	// Staging more than a stage holds flushes on its own.
+	acc.OpenWindow(base, base.Add(time.Hour))
+	for i := range meterStage + 1 {
+		m.Stage(ns(time.Duration(i)*time.Millisecond), ns(time.Duration(i+1)*time.Millisecond), 1)
+	}
+	if c := m.Window(); c.Received != meterStage {
+		t.Errorf("after %d staged without Flush the window shows %d, want %d", meterStage+1, c.Received, meterStage)
+	}
+}

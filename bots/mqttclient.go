@@ -31,6 +31,9 @@ type MQTTConfig struct {
 	// goroutine, with the time (Unix nanoseconds) of the read that
 	// completed it. topic and payload are valid only during the call.
 	OnPublish func(topic, payload []byte, recvNanos int64)
+	// OnReadEnd, if set, is called on the read goroutine after the
+	// packets of one read were handled.
+	OnReadEnd func()
 	// ReadBuffer is the initial size of the read buffer; 0 means 64 KiB.
 	ReadBuffer int
 	// MaxPacket is the largest packet (remaining length) accepted; a

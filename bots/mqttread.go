@@ -159,6 +159,9 @@ func (c *MQTTClient) drain(at int64) error {
 	for {
 		first, body, ok, err := c.rd.next()
 		if err != nil || !ok {
+			if c.cfg.OnReadEnd != nil {
+				c.cfg.OnReadEnd()
+			}
 			return err
 		}
 		if err := c.handle(first, body, at); err != nil {

@@ -36,9 +36,20 @@ type Received struct {
 // Transport connects bots to a server with some protocol.
 type Transport interface {
 	// Join connects one bot and subscribes it to its scene as a browser
-	// would. recv is called on the transport's read goroutine for every
-	// message received; decodePos asks the transport to decode positions.
-	Join(ctx context.Context, id Identity, recv func(*Received), decodePos bool) (Link, error)
+	// would. rx gets what the connection receives, on the transport's
+	// read goroutine; decodePos asks the transport to decode positions.
+	Join(ctx context.Context, id Identity, rx Receiver, decodePos bool) (Link, error)
+}
+
+// Receiver takes what a bot's connection receives, on the transport's
+// read goroutine.
+type Receiver interface {
+	// Receive is called for every message.
+	Receive(*Received)
+	// ReadDone is called after the messages of one read (or one frame,
+	// where the transport does not see reads) went to Receive: what the
+	// receiver keeps for itself meanwhile may be published now.
+	ReadDone()
 }
 
 // Link is one bot's connection.
@@ -63,7 +74,7 @@ type MQTTTransport struct {
 }
 
 // Join connects and subscribes one bot.
-func (t *MQTTTransport) Join(ctx context.Context, id Identity, recv func(*Received), decodePos bool) (Link, error) {
+func (t *MQTTTransport) Join(ctx context.Context, id Identity, rx Receiver, decodePos bool) (Link, error) {
 	user, pass := id.User, ""
 	if t.Tokens != nil {
 		var err error
@@ -79,9 +90,9 @@ func (t *MQTTTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 		} else {
 			r.SentNanos = poseSentNanos(payload)
 		}
-		recv(&r)
+		rx.Receive(&r)
 	}
-	c, err := DialMQTT(ctx, MQTTConfig{Addr: t.Addr, ClientID: id.UserClient, Username: user, Password: pass, Keepalive: t.Keepalive, OnPublish: onPub})
+	c, err := DialMQTT(ctx, MQTTConfig{Addr: t.Addr, ClientID: id.UserClient, Username: user, Password: pass, Keepalive: t.Keepalive, OnPublish: onPub, OnReadEnd: rx.ReadDone})
 	if err != nil {
 		return nil, fmt.Errorf("bot %d: %w", id.Index, err)
 	}

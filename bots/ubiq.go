@@ -47,7 +47,7 @@ type UbiqTransport struct {
 const DefaultUbiqRoom = "7e1a0b5e-6c55-4d4e-9a55-0000000b0755"
 
 // Join connects one bot and, except in grid mode, joins its room.
-func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Received), decodePos bool) (Link, error) {
+func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, decodePos bool) (Link, error) {
 	l := &ubiqLink{t: t, peer: fmt.Sprintf("b07b07b0-%04x-4000-8000-%012x", id.Index&0xffff, id.Index),
 		object:   ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xb07},
 		clientID: ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xc11e},
@@ -86,7 +86,8 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, recv func(*Receiv
 		} else {
 			r.SentNanos = poseSentNanos(payload)
 		}
-		recv(&r)
+		rx.Receive(&r)
+		rx.ReadDone()
 	}
 	c, err := ubiq.Dial(ctx, t.Addr, ubiq.ClientOptions{OnFrameAt: onFrame})
 	if err != nil {

@@ -17,7 +17,7 @@ type pahoTransport struct {
 	size int
 }
 
-func (t *pahoTransport) Join(ctx context.Context, id bots.Identity, recv func(*bots.Received), decodePos bool) (bots.Link, error) {
+func (t *pahoTransport) Join(ctx context.Context, id bots.Identity, rx bots.Receiver, decodePos bool) (bots.Link, error) {
 	o := paho.NewClientOptions().AddBroker("tcp://" + t.addr).SetClientID(id.UserClient).SetUsername(id.User).
 		SetCleanSession(true).SetAutoReconnect(false).SetConnectRetry(false).SetKeepAlive(60 * time.Second)
 	done := make(chan struct{})
@@ -33,7 +33,8 @@ func (t *pahoTransport) Join(ctx context.Context, id bots.Identity, recv func(*b
 		if decodePos {
 			r.Pos, r.HasPos = bots.PositionOf(p)
 		}
-		recv(&r)
+		rx.Receive(&r)
+		rx.ReadDone()
 	})
 	if !tok.WaitTimeout(15*time.Second) || tok.Error() != nil {
 		c.Disconnect(0)

@@ -249,6 +249,16 @@ type roomBot struct {
 	state atomic.Pointer[[2]bots.Vec3]
 }
 
+// Receive and ReadDone make a roomBot its transport's Receiver.
+func (b *roomBot) Receive(m *bots.Received) {
+	b.meter.Stage(m.SentNanos, m.RecvNanos, m.Size)
+	if b.seen != nil && m.HasPos {
+		b.seen.update(m.From, m.Pos, m.RecvNanos)
+	}
+}
+
+func (b *roomBot) ReadDone() { b.meter.Flush() }
+
 func (r *roomsRun) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -290,15 +300,9 @@ func (r *roomsRun) add(ctx context.Context, i int) error {
 	if watches {
 		b.seen = &seenPeers{m: map[uint64]*seenPeer{}}
 	}
-	recv := func(m *bots.Received) {
-		b.meter.Received(m.SentNanos, m.RecvNanos, m.Size)
-		if b.seen != nil && m.HasPos {
-			b.seen.update(m.From, m.Pos, m.RecvNanos)
-		}
-	}
 	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	link, err := r.tr.Join(jctx, bots.Identity{Index: i, ObjectID: "bot" + strconv.Itoa(i)}, recv, watches)
+	link, err := r.tr.Join(jctx, bots.Identity{Index: i, ObjectID: "bot" + strconv.Itoa(i)}, b, watches)
 	if err != nil {
 		return err
 	}
