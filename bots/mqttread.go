@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -14,11 +15,53 @@ import (
 const DefaultMaxPacket = 16 << 20
 
 // packetReader splits an MQTT byte stream into packets. It owns one
-// buffer: a packet's body is valid until the next call to space.
+// buffer, and may borrow a shared one for a read: a packet's body is valid
+// until the next call to space or giveBack.
 type packetReader struct {
 	buf        []byte
-	start, end int // unread bytes are buf[start:end]
-	max        int // largest remaining length accepted
+	start, end int    // unread bytes are buf[start:end]
+	max        int    // largest remaining length accepted
+	own        []byte // the reader's own buffer while buf is borrowed
+}
+
+// sharedBufs holds read buffers that the clients' read goroutines borrow
+// for one read at a time. sync.Pool keeps a list per P, so a read lands in
+// a buffer that was just read on the same CPU and is in its cache; with a
+// buffer per connection, hundreds of connections' buffers are not, and
+// the kernel's copy into them was the generator's largest cost.
+var sharedBufs = sync.Pool{New: func() any { b := make([]byte, sharedBufSize); return &b }}
+
+const sharedBufSize = 64 << 10
+
+// borrow moves the unread bytes into a shared buffer and reads into that
+// until giveBack; nil when more than a quarter of one is unread (a large
+// packet in progress stays in the reader's own buffer).
+func (r *packetReader) borrow() *[]byte {
+	if r.end-r.start > sharedBufSize/4 {
+		return nil
+	}
+	p := sharedBufs.Get().(*[]byte)
+	r.own = r.buf
+	r.end = copy(*p, r.buf[r.start:r.end])
+	r.start = 0
+	r.buf = *p
+	return p
+}
+
+// giveBack moves the unread bytes back into the reader's own buffer and
+// returns the shared one (p from borrow; nil: nothing borrowed).
+func (r *packetReader) giveBack(p *[]byte) {
+	if p == nil {
+		return
+	}
+	unread := r.buf[r.start:r.end]
+	if len(unread) > len(r.own) {
+		r.own = make([]byte, 2*len(unread))
+	}
+	r.end = copy(r.own, unread)
+	r.start = 0
+	r.buf, r.own = r.own, nil
+	sharedBufs.Put(p)
 }
 
 func newPacketReader(size, max int) *packetReader {
@@ -127,8 +170,23 @@ func (c *MQTTClient) receiveRaw(rc syscall.RawConn) error {
 				rerr = net.ErrClosed
 				return true
 			}
+			borrowed := c.rd.borrow()
 			sp := c.rd.space()
 			n, err := syscall.Read(int(fd), sp)
+			if err == nil && n > 0 {
+				c.rd.end += n
+				err = c.drain(time.Now().UnixNano())
+				c.rd.giveBack(borrowed)
+				if err != nil {
+					rerr = err
+					return true
+				}
+				if n < len(sp) {
+					return false
+				}
+				continue
+			}
+			c.rd.giveBack(borrowed)
 			switch {
 			case err == syscall.EAGAIN:
 				return false
@@ -137,17 +195,9 @@ func (c *MQTTClient) receiveRaw(rc syscall.RawConn) error {
 			case err != nil:
 				rerr = err
 				return true
-			case n == 0:
+			default: // n == 0
 				rerr = io.EOF
 				return true
-			}
-			c.rd.end += n
-			if err := c.drain(time.Now().UnixNano()); err != nil {
-				rerr = err
-				return true
-			}
-			if n < len(sp) {
-				return false
 			}
 		}
 	})

@@ -209,3 +209,42 @@ func FuzzPacketReader(f *testing.F) {
 		}
 	})
 }
+
+// Reads into a borrowed shared buffer hand the unread bytes back and forth
+// whole: packets split at any point, and a packet too large to move into
+// a shared buffer, come out as they went in.
+func TestPacketReaderBorrowsSharedBuffers(t *testing.T) {
+	huge := strings.Repeat("h", sharedBufSize) // completes over several reads
+	want := []string{"a", strings.Repeat("x", 300), huge, "", "c", huge, "d"}
+	var stream []byte
+	for _, p := range want {
+		stream = append(stream, publishPacket("t/x", p)...)
+	}
+	for _, chunk := range []int{1, 7, 300, 4096, sharedBufSize / 3, sharedBufSize} {
+		r := newPacketReader(16, 1<<20)
+		var got []string
+		for off := 0; off < len(stream); off += chunk {
+			p := r.borrow()
+			feed(r, stream[off:min(off+chunk, len(stream))])
+			for {
+				_, body, ok, err := r.next()
+				if err != nil {
+					t.Fatalf("chunk %d: %v", chunk, err)
+				}
+				if !ok {
+					break
+				}
+				got = append(got, string(body[2+(int(body[0])<<8|int(body[1])):]))
+			}
+			r.giveBack(p)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("chunk %d: %d packets, want %d", chunk, len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("chunk %d: packet %d has %d bytes, want %d", chunk, i, len(got[i]), len(want[i]))
+			}
+		}
+	}
+}
