@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"testing"
@@ -57,7 +58,8 @@ func TestEmulatorAccuracy(t *testing.T) {
 	requireRoot(t)
 	const perMs = 4 // 48 Mbit/s
 	delay := 10 * time.Millisecond
-	e := startEmulator(t, Config{Up: ConstantTrace(perMs), Down: ConstantTrace(perMs), Delay: delay, QueuePackets: 300})
+	logs := t.TempDir()
+	e := startEmulator(t, Config{Up: ConstantTrace(perMs), Down: ConstantTrace(perMs), Delay: delay, QueuePackets: 300, LogDir: logs})
 
 	// Delay: UDP echo from the client to the host.
 	_, pc := listenIn(t, e.HostNS, "udp", HostAddr+":7")
@@ -166,13 +168,55 @@ func TestEmulatorAccuracy(t *testing.T) {
 	if err := rep.KeptUp(); err != nil {
 		t.Skipf("skipping the rate check: %v", err)
 	}
+	// The link carries the trace's rate only while the sender keeps its
+	// queue from running dry; on a busy machine (a loaded CI runner) the
+	// sender falls behind at times, and the link idles. The per-packet log
+	// tells how much of the window the link was busy: the rate must be the
+	// trace's for that share.
+	busy := uplinkBusyShare(t, filepath.Join(logs, "uplink.log"), 1500*time.Millisecond)
+	t.Logf("the uplink had a packet queued %.1f%% of the time", 100*busy)
+	if busy < 0.5 {
+		t.Skipf("skipping the rate check: the sender kept the link busy only %.1f%% of the time (the machine is too busy)", 100*busy)
+	}
+	want *= busy
 	// The packets the emulator served late (by MaxLate at most, within
 	// what KeptUp allows) can move bytes across either end of the window
 	// in which the receiver counts them: allow for that as well.
 	tol := 0.03 + 2*rep.Up.MaxLate.Seconds()/b.at.Sub(a.at).Seconds()
 	if wire < want*(1-tol) || wire > want*(1+tol) {
-		t.Errorf("rate on the wire %.2f Mbit/s, want %.2f ± %.1f%% (3%% and the emulator's worst lateness, %v, at each end of the window)", wire/1e6, want/1e6, 100*tol, rep.Up.MaxLate)
+		t.Errorf("rate on the wire %.2f Mbit/s, want %.2f ± %.1f%% (the trace's for the %.1f%% of the time the link was busy; 3%% and the emulator's worst lateness, %v, at each end of the window)", wire/1e6, want/1e6, 100*tol, 100*busy, rep.Up.MaxLate)
 	}
+}
+
+// uplinkBusyShare is the share of the time from skip after the first
+// delivery to the last one during which the link had a packet queued,
+// from its per-packet log: a packet that arrived after the previous one
+// left found the link idle for the time between.
+func uplinkBusyShare(t *testing.T, path string, skip time.Duration) float64 {
+	t.Helper()
+	var first, from, prev, last, idle uint64
+	started := false
+	err := ReadLog(path, func(r LogRecord) {
+		if r.Dropped {
+			return
+		}
+		if !started {
+			started, first, prev = true, r.Deq, r.Deq
+			from = first + uint64(skip.Microseconds())
+			return
+		}
+		if r.Deq >= from && r.Enq > prev {
+			idle += r.Enq - max(prev, from)
+		}
+		prev, last = max(prev, r.Deq), r.Deq
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last <= from {
+		t.Fatalf("uplink log %s: no deliveries after the first %v", path, skip)
+	}
+	return 1 - float64(idle)/float64(last-from)
 }
 
 func TestEmulatorRemovesNamespaces(t *testing.T) {
