@@ -359,3 +359,29 @@ func BenchmarkEnqueueFullQueue(b *testing.B) {
 		w.Enqueue(&Frame{Bytes: pose, Key: keys[i%len(keys)]})
 	}
 }
+
+// Under overload every write is a full queue: it gathers into one buffer
+// of its size, made at once, that release keeps for the next write
+// instead of leaving it to the garbage collector.
+func TestGatherFullQueueOfPoses(t *testing.T) {
+	batch := make([]*Frame, 4096)
+	for i := range batch {
+		batch[i] = &Frame{Bytes: bytes.Repeat([]byte{byte(i)}, 400)}
+	}
+	buf := gather(batch, []byte("tail"))
+	if want := 4096*400 + 4; len(*buf) != want {
+		t.Fatalf("gathered %d bytes, want %d", len(*buf), want)
+	}
+	if (*buf)[400*7] != 7 || string((*buf)[len(*buf)-4:]) != "tail" {
+		t.Fatal("frames or tail out of place")
+	}
+	if cap(*buf) > maxBatchBuf {
+		t.Fatalf("a full queue of poses needs a %d-byte buffer, more than the %d that release keeps", cap(*buf), maxBatchBuf)
+	}
+	for i, f := range batch {
+		if f != nil {
+			t.Fatalf("slot %d not cleared", i)
+		}
+	}
+	release(buf)
+}
