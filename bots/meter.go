@@ -29,9 +29,9 @@ func NewHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, h
 // Latencies are not recorded into a histogram per meter: hundreds of
 // meters' histograms (about 20 KB each) do not stay in cache, and a
 // message's record then cost a cache miss. A meter stages its latencies in
-// a small array of its own and moves them, a few hundred at a time, into
-// one of a few histograms the meters share (a shard) when its read
-// goroutine flushes.
+// a small array of its own and moves them into one of a few histograms the
+// meters share (a shard) when its read goroutine flushes: after each read,
+// or when the array is full.
 type Accounts struct {
 	window atomic.Pointer[[2]int64]
 	live   atomic.Bool // Live has been called: meters record live latencies
