@@ -23,6 +23,37 @@ func feed(r *packetReader, b []byte) {
 	}
 }
 
+// readPayloads feeds stream to r in chunks of chunk bytes, borrowing a
+// shared buffer around each if borrow, and returns the payloads of the
+// PUBLISH packets that come out.
+func readPayloads(t *testing.T, r *packetReader, stream []byte, chunk int, borrow bool) []string {
+	t.Helper()
+	var got []string
+	for off := 0; off < len(stream); off += chunk {
+		var p *[]byte
+		if borrow {
+			p = r.borrow()
+		}
+		feed(r, stream[off:min(off+chunk, len(stream))])
+		for {
+			first, body, ok, err := r.next()
+			if err != nil {
+				t.Fatalf("chunk %d: %v", chunk, err)
+			}
+			if !ok {
+				break
+			}
+			if first>>4 != 3 {
+				t.Fatalf("chunk %d: packet type %d", chunk, first>>4)
+			}
+			tl := int(body[0])<<8 | int(body[1])
+			got = append(got, string(body[2+tl:]))
+		}
+		r.giveBack(p)
+	}
+	return got
+}
+
 func TestPacketReaderSplitsStream(t *testing.T) {
 	big := strings.Repeat("x", 300)
 	var stream []byte
@@ -33,25 +64,7 @@ func TestPacketReaderSplitsStream(t *testing.T) {
 	// Feed the stream in chunks of every size: packets split anywhere,
 	// including inside the remaining length, must come out whole.
 	for chunk := 1; chunk <= len(stream); chunk++ {
-		r := newPacketReader(16, 1<<10)
-		var got []string
-		for off := 0; off < len(stream); off += chunk {
-			feed(r, stream[off:min(off+chunk, len(stream))])
-			for {
-				first, body, ok, err := r.next()
-				if err != nil {
-					t.Fatalf("chunk %d: %v", chunk, err)
-				}
-				if !ok {
-					break
-				}
-				if first>>4 != 3 {
-					t.Fatalf("chunk %d: packet type %d", chunk, first>>4)
-				}
-				tl := int(body[0])<<8 | int(body[1])
-				got = append(got, string(body[2+tl:]))
-			}
-		}
+		got := readPayloads(t, newPacketReader(16, 1<<10), stream, chunk, false)
 		if strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Fatalf("chunk %d: payloads %q, want %q", chunk, got, want)
 		}
@@ -221,23 +234,7 @@ func TestPacketReaderBorrowsSharedBuffers(t *testing.T) {
 		stream = append(stream, publishPacket("t/x", p)...)
 	}
 	for _, chunk := range []int{1, 7, 300, 4096, sharedBufSize / 3, sharedBufSize} {
-		r := newPacketReader(16, 1<<20)
-		var got []string
-		for off := 0; off < len(stream); off += chunk {
-			p := r.borrow()
-			feed(r, stream[off:min(off+chunk, len(stream))])
-			for {
-				_, body, ok, err := r.next()
-				if err != nil {
-					t.Fatalf("chunk %d: %v", chunk, err)
-				}
-				if !ok {
-					break
-				}
-				got = append(got, string(body[2+(int(body[0])<<8|int(body[1])):]))
-			}
-			r.giveBack(p)
-		}
+		got := readPayloads(t, newPacketReader(16, 1<<20), stream, chunk, true)
 		if len(got) != len(want) {
 			t.Fatalf("chunk %d: %d packets, want %d", chunk, len(got), len(want))
 		}
