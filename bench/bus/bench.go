@@ -125,16 +125,22 @@ type Row struct {
 	OtherCPU   float64 `json:"other_cpu_cores"` // the rest of the machine: other engineers' builds
 	// StealCPU is the CPU the hypervisor took from the machine during the
 	// window (/proc/stat steal), in cores.
-	StealCPU   float64 `json:"steal_cpu_cores"`
-	PerCPUSec  float64 `json:"deliveries_per_broker_cpu_s"`
-	GenUsPer   float64 `json:"generator_cpu_us_per_delivery"`
-	BrokerUs   float64 `json:"broker_cpu_us_per_delivery"`
-	JoinMeanMs float64 `json:"join_mean_ms"`
-	JoinP99ms  float64 `json:"join_p99_ms"`
-	Load1      float64 `json:"load1"`
-	Lost       int64   `json:"disconnected"`
-	Retry      bool    `json:"retry,omitempty"` // a second measurement after a miss
-	Error      string  `json:"error,omitempty"`
+	StealCPU float64 `json:"steal_cpu_cores"`
+	// BrokerWrites and BrokerReads are the broker's write and read system
+	// calls per second in the window (0: not known). Mosquitto writes each
+	// delivery with a call of its own; xrealm batches a connection's
+	// deliveries into one write per linger interval.
+	BrokerWrites float64 `json:"broker_write_calls_per_s,omitempty"`
+	BrokerReads  float64 `json:"broker_read_calls_per_s,omitempty"`
+	PerCPUSec    float64 `json:"deliveries_per_broker_cpu_s"`
+	GenUsPer     float64 `json:"generator_cpu_us_per_delivery"`
+	BrokerUs     float64 `json:"broker_cpu_us_per_delivery"`
+	JoinMeanMs   float64 `json:"join_mean_ms"`
+	JoinP99ms    float64 `json:"join_p99_ms"`
+	Load1        float64 `json:"load1"`
+	Lost         int64   `json:"disconnected"`
+	Retry        bool    `json:"retry,omitempty"` // a second measurement after a miss
+	Error        string  `json:"error,omitempty"`
 }
 
 // OK reports whether the step met the ramp's limits.
@@ -527,6 +533,10 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 	row.OtherCPU = math.Max(0, (c1.machine-c0.machine).Seconds()/wall-row.BrokerCPU-row.GenCPU)
 	row.StealCPU = (c1.steal - c0.steal).Seconds() / wall
 	row.BrokerRSS = float64(rss) / (1 << 20)
+	if c0.brokerWrites >= 0 && c1.brokerWrites >= 0 {
+		row.BrokerWrites = float64(c1.brokerWrites-c0.brokerWrites) / wall
+		row.BrokerReads = float64(c1.brokerReads-c0.brokerReads) / wall
+	}
 	// Deliveries in the window over the CPU used in it (deliveries made
 	// during the drain are few: the drain only waits for stragglers).
 	if cpu := (c1.broker - c0.broker).Seconds(); cpu > 0 {

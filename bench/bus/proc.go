@@ -67,6 +67,47 @@ func procMem(pid string) (rss, peak int64, err error) {
 	return rss, peak, nil
 }
 
+// procSyscalls returns how many read and write system calls a process has
+// made, from /proc/{pid}/io (syscr, syscw): socket reads and writes
+// included, epoll and the like not. A broker that writes every delivery
+// with a call of its own (Mosquitto) makes one write per delivery; one
+// that batches, far fewer.
+func procSyscalls(pid string) (reads, writes int64, err error) {
+	b, err := os.ReadFile("/proc/" + pid + "/io")
+	if err != nil {
+		return 0, 0, fmt.Errorf("system calls of process %s: %w", pid, err)
+	}
+	reads, writes, err = parseProcIO(b)
+	if err != nil {
+		return 0, 0, fmt.Errorf("system calls of process %s: %w", pid, err)
+	}
+	return reads, writes, nil
+}
+
+// parseProcIO reads syscr and syscw from the text of /proc/{pid}/io.
+func parseProcIO(b []byte) (reads, writes int64, err error) {
+	var haveR, haveW bool
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "syscr" && k != "syscw") {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, fmt.Errorf("io: %s %q is not a count", k, strings.TrimSpace(v))
+		}
+		if k == "syscr" {
+			reads, haveR = n, true
+		} else {
+			writes, haveW = n, true
+		}
+	}
+	if !haveR || !haveW {
+		return 0, 0, fmt.Errorf("io: no syscr and syscw in %q", b)
+	}
+	return reads, writes, nil
+}
+
 // machineCPU returns, from /proc/stat, the CPU time all cores have spent
 // busy (not idle, not stolen) and the time the hypervisor took from this
 // virtual machine (steal): the first tells how much else ran on the
@@ -123,6 +164,10 @@ func loadAvg() float64 {
 type cpuSample struct {
 	at                           time.Time
 	broker, self, machine, steal time.Duration
+	// The broker's read and write system calls so far; -1 where
+	// /proc/{pid}/io could not be read (it needs the right to trace the
+	// process), which leaves the step's call rates unknown, not failed.
+	brokerReads, brokerWrites int64
 }
 
 func sampleCPU(pid int) (cpuSample, error) {
@@ -130,6 +175,9 @@ func sampleCPU(pid int) (cpuSample, error) {
 	var err error
 	if s.broker, err = procCPU(strconv.Itoa(pid)); err != nil {
 		return s, err
+	}
+	if s.brokerReads, s.brokerWrites, err = procSyscalls(strconv.Itoa(pid)); err != nil {
+		s.brokerReads, s.brokerWrites = -1, -1
 	}
 	if s.self, err = procCPU("self"); err != nil {
 		return s, err

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -342,15 +343,7 @@ func Markdown(r *Results, plots []string) string {
 	iso := rowsOf(r, "isolation", 0)
 	if len(iso) > 0 {
 		p("## Scene isolation: users spread over several scenes\n\n")
-		var scenes []int
-		seen := map[int]bool{}
-		for _, row := range iso {
-			if !seen[row.Scenes] {
-				seen[row.Scenes] = true
-				scenes = append(scenes, row.Scenes)
-			}
-		}
-		sort.Ints(scenes)
+		scenes := sceneCounts(iso)
 		syss := systemsOf(iso)
 		p("Capacity (users held with every step up to them within the p99 limit and a ratio ≥ %.0f%%):\n\n| scenes |", 100*minRatio)
 		limits := []time.Duration{50 * time.Millisecond, maxP99}
@@ -385,6 +378,7 @@ func Markdown(r *Results, plots []string) string {
 		}
 		p("\n")
 	}
+	costsMarkdown(&b, r, maxP99, minRatio)
 	sec := rowsOf(r, "security", 0)
 	if len(sec) > 0 {
 		p("## Security overhead: xrealm with tokens and ACLs vs `--insecure`\n\n")
@@ -569,14 +563,14 @@ func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
 	if withScenes {
 		p("| scenes ")
 	}
-	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU | broker RSS MB | deliveries/broker CPU-s | generator CPU | other CPU | steal | load1 |\n")
+	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU | broker RSS MB | deliveries/broker CPU-s | broker writes/s | generator CPU | other CPU | steal | load1 |\n")
 	if withScenes {
 		p("|---")
 		// Interleaved ramps are easier to read one scene count at a time.
 		rows = slices.Clone(rows)
 		sort.SliceStable(rows, func(i, j int) bool { return rows[i].Scenes < rows[j].Scenes })
 	}
-	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	p("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		if withScenes {
 			p("| %d ", r.Scenes)
@@ -585,8 +579,12 @@ func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
 		if r.Retry {
 			sys += " (again)"
 		}
-		p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f |%s\n",
-			r.Users, sys, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, r.GenCPU, r.OtherCPU, r.StealCPU, r.Load1, errCell(r))
+		writes := "–"
+		if r.BrokerWrites > 0 {
+			writes = strconv.FormatFloat(r.BrokerWrites, 'f', 0, 64)
+		}
+		p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f |%s\n",
+			r.Users, sys, r.PerSec, r.Ratio, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.BytesPerS/1e6, r.BrokerCPU, r.BrokerRSS, r.PerCPUSec, writes, r.GenCPU, r.OtherCPU, r.StealCPU, r.Load1, errCell(r))
 	}
 	p("\n")
 }
