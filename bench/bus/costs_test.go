@@ -19,13 +19,14 @@ func synthRow(system string, users, scenes int, broker, gen CostSplit) Row {
 	pub := float64(users) * 10
 	bd, bw, bp := broker.At(d, w, pub)
 	gd, gw, gp := gen.At(d, w, pub)
+	bd, gd = bd+broker.Idle, gd+gen.Idle
 	return Row{Experiment: "isolation", System: system, Users: users, Scenes: scenes, Seconds: 10, Sent: int64(pub * 10),
 		Ratio: 1, P99ms: 20, PerSec: d, BrokerWrites: w, BrokerCPU: bd + bw + bp, GenCPU: gd + gw + gp}
 }
 
 func TestFitCosts(t *testing.T) {
-	broker := CostSplit{Delivery: 0.1, Write: 10, Publish: 4}
-	gen := CostSplit{Delivery: 0.08, Write: 9, Publish: 1}
+	broker := CostSplit{Idle: 0.02, Delivery: 0.1, Write: 10, Publish: 4}
+	gen := CostSplit{Idle: 0.01, Delivery: 0.08, Write: 9, Publish: 1}
 	var rows []Row
 	for _, scenes := range []int{1, 2, 5, 10} {
 		for _, users := range []int{100, 200, 400, 800} {
@@ -53,6 +54,8 @@ func TestFitCosts(t *testing.T) {
 			t.Errorf("%s = %v, want %v", name, got, want)
 		}
 	}
+	near("broker idle", c.Broker.Idle, broker.Idle)
+	near("machine idle", c.Machine.Idle, broker.Idle+gen.Idle)
 	near("broker delivery", c.Broker.Delivery, broker.Delivery)
 	near("broker write", c.Broker.Write, broker.Write)
 	near("broker publish", c.Broker.Publish, broker.Publish)
@@ -69,7 +72,7 @@ func TestFitCostsCannotSeparate(t *testing.T) {
 	// Mosquitto writes every delivery with a call of its own: writes and
 	// deliveries cannot be told apart.
 	var oneWritePerDelivery []Row
-	for _, users := range []int{50, 100, 150, 200, 250, 300} {
+	for _, users := range []int{50, 100, 150, 200, 250, 300, 350, 400} {
 		r := synthRow("mosquitto", users, 1, unit, unit)
 		r.BrokerWrites = r.PerSec
 		oneWritePerDelivery = append(oneWritePerDelivery, r)
@@ -83,10 +86,10 @@ func TestFitCostsCannotSeparate(t *testing.T) {
 }
 
 func TestCostsMarkdown(t *testing.T) {
-	broker := CostSplit{Delivery: 0.1, Write: 10, Publish: 4}
+	broker := CostSplit{Idle: 0.01, Delivery: 0.1, Write: 10, Publish: 4}
 	r := &Results{Config: ConfigSummary{MaxP99: "100ms", MinRatio: 0.99}}
 	for _, scenes := range []int{1, 5} {
-		for _, users := range []int{200, 400, 600} {
+		for _, users := range []int{200, 400, 600, 800} {
 			r.Rows = append(r.Rows, synthRow("xrealm", users, scenes, broker, broker))
 		}
 	}
@@ -95,12 +98,13 @@ func TestCostsMarkdown(t *testing.T) {
 	out := b.String()
 	for _, want := range []string{
 		"## Where the CPU goes",
-		"| xrealm | 6 | 0.100 | 10.00 | 4.00 | 0% | 0.200 | 20.00 | 8.00 | 0% |",
-		// 600 users in one scene: 3.6 M deliveries (0.72 cores), 25,000
-		// writes (0.5) and 6,000 publishes (0.048) a second; in five
-		// scenes a fifth of the deliveries and the same writes.
-		"| xrealm | 1 | 600 | 3600000 | 25000 | 6000 | 57% | 39% | 4% | 1.27 | 1.27 |",
-		"| xrealm | 5 | 600 | 720000 | 25000 | 6000 | 21% | 72% | 7% | 0.69 | 0.69 |",
+		"| xrealm | 8 | 0.01 | 0.100 | 10.00 | 4.00 | 0.00 | 0.02 | 0.200 | 20.00 | 8.00 | 0.00 |",
+		// 800 users in one scene (the capacity: the largest step): 6.4 M
+		// deliveries (1.28 cores), 25,000 writes (0.5) and 8,000 publishes
+		// (0.064) a second, and 0.02 idle; in five scenes a fifth of the
+		// deliveries and the same writes.
+		"| xrealm | 1 | 800 | 6400000 | 25000 | 8000 | 69% | 27% | 3% | 1.86 | 1.86 |",
+		"| xrealm | 5 | 800 | 1280000 | 25000 | 8000 | 31% | 61% | 8% | 0.84 | 0.84 |",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in\n%s", want, out)
