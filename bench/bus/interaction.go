@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -188,7 +189,7 @@ func (k *clicker) run(ctx context.Context, n int, gap, timeout time.Duration, ho
 // system, then with an arena-py agent on xrealm.
 func (b *runner) interaction(ctx context.Context) error {
 	systems := []string{"xrealm"}
-	if b.cfg.Mosquitto != "" && slices_contains(b.cfg.Systems, "mosquitto") {
+	if b.cfg.Mosquitto != "" && slices.Contains(b.cfg.Systems, "mosquitto") {
 		systems = append(systems, "mosquitto")
 	}
 	for _, bg := range b.cfg.InteractionBG {
@@ -200,21 +201,14 @@ func (b *runner) interaction(ctx context.Context) error {
 			b.res.Interaction = append(b.res.Interaction, b.clickRun(ctx, sys, "go (bots client)", bg))
 		}
 	}
-	if b.cfg.Python != "" {
-		for _, bg := range b.cfg.InteractionBG {
-			b.res.Interaction = append(b.res.Interaction, b.arenaPyRun(ctx, bg))
-		}
+	if b.cfg.Python == "" {
+		b.note("The arena-py agent did not run: no Python with arena-py was given (--python) or found in .venv (scripts/setup.sh --test makes one).")
+		return ctx.Err()
+	}
+	for _, bg := range b.cfg.InteractionBG {
+		b.res.Interaction = append(b.res.Interaction, b.arenaPyRun(ctx, bg))
 	}
 	return ctx.Err()
-}
-
-func slices_contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // clickRun measures one system with the Go agent and bg background users.

@@ -323,7 +323,7 @@ func Markdown(r *Results, plots []string) string {
 		p("## Broker load: N users in one scene\n\n")
 		for _, sys := range systemsOf(ramp) {
 			c, capped := capacity(ramp, sys, maxP99, minRatio)
-			c50, capped50 := capacity(ramp, sys, 50*time.Millisecond, minRatio)
+			c50, capped50 := capacity(ramp, sys, targetP99, minRatio)
 			p("- **%s**: capacity %s users at p99 ≤ %s, %s users at p99 ≤ 50 ms.\n", sys, fmtCap(c, capped), r.Config.MaxP99, fmtCap(c50, capped50))
 		}
 		p("\n")
@@ -346,7 +346,7 @@ func Markdown(r *Results, plots []string) string {
 		scenes := sceneCounts(iso)
 		syss := systemsOf(iso)
 		p("Capacity (users held with every step up to them within the p99 limit and a ratio ≥ %.0f%%):\n\n| scenes |", 100*minRatio)
-		limits := []time.Duration{50 * time.Millisecond, maxP99}
+		limits := []time.Duration{targetP99, maxP99}
 		for _, s := range syss {
 			for _, lim := range limits {
 				p(" %s, p99 ≤ %s |", s, lim)
@@ -605,7 +605,7 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 	}
 	ramp := rowsOf(r, "ramp", 1)
 	mosq100, mosqCapped := capacity(ramp, "mosquitto", maxP99, minRatio)
-	x50, xCapped := capacity(ramp, "xrealm", 50*time.Millisecond, minRatio)
+	x50, xCapped := capacity(ramp, "xrealm", targetP99, minRatio)
 	haveRamp := len(ramp) > 0 && mosq100 > 0 && x50 > 0
 	lines = append(lines, line{"Capacity, one scene", "xrealm users at p99 ≤ 50 ms ≥ 1.5 × Mosquitto's users (p99 ≤ " + r.Config.MaxP99 + ")",
 		fmt.Sprintf("xrealm %s vs Mosquitto %s: %.2f×", fmtCap(x50, xCapped), fmtCap(mosq100, mosqCapped), float64(x50)/math.Max(1, float64(mosq100))),
@@ -624,8 +624,8 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 		fmt.Sprintf("p99 %.1f ms (p50 %.2f ms; Mosquitto p99 %.1f ms, p50 %.2f ms)", xr.P99ms, xr.P50ms, mr.P99ms, mr.P50ms), verdict(xr.P99ms <= 20, okx)})
 	// Capacity as the capacity target defines it for xrealm (p99 ≤ 50 ms),
 	// with 5 scenes and with 1; the ramp's own limit is shown beside it.
-	iso1, c1 := capacity(rowsOf(r, "isolation", 1), "xrealm", 50*time.Millisecond, minRatio)
-	iso5, c5 := capacity(rowsOf(r, "isolation", 5), "xrealm", 50*time.Millisecond, minRatio)
+	iso1, c1 := capacity(rowsOf(r, "isolation", 1), "xrealm", targetP99, minRatio)
+	iso5, c5 := capacity(rowsOf(r, "isolation", 5), "xrealm", targetP99, minRatio)
 	wide1, w1 := capacity(rowsOf(r, "isolation", 1), "xrealm", maxP99, minRatio)
 	wide5, w5 := capacity(rowsOf(r, "isolation", 5), "xrealm", maxP99, minRatio)
 	lines = append(lines, line{"Isolation", "xrealm capacity (p99 ≤ 50 ms, as for the capacity target) with 5 scenes ≥ 2 × with 1 scene",
