@@ -68,8 +68,10 @@ func procMem(pid string) (rss, peak int64, err error) {
 }
 
 // procSyscalls returns how many read and write system calls a process has
-// made, from /proc/{pid}/io (syscr, syscw): socket reads and writes
-// included, epoll and the like not. A broker that writes every delivery
+// made, from /proc/{pid}/io (syscr, syscw). The kernel counts read(2),
+// write(2) and their vector forms, on sockets as on files, but not the
+// send and recv family; Go's net package and Mosquitto both use read and
+// write on TCP sockets. A broker that writes every delivery
 // with a call of its own (Mosquitto) makes one write per delivery; one
 // that batches, far fewer.
 func procSyscalls(pid string) (reads, writes int64, err error) {
