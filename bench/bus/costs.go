@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 )
@@ -204,7 +203,7 @@ func costsMarkdown(b *strings.Builder, r *Results, maxP99 time.Duration, minRati
 		if !ok {
 			continue
 		}
-		for _, sc := range sceneCounts(iso) {
+		for _, sc := range sortedDistinct(iso, rowScenes) {
 			users, _ := capacity(rowsOf(r, "isolation", sc), sys, targetP99, minRatio)
 			row, ok := heldRow(rowsOf(r, "isolation", sc), sys, users, targetP99, minRatio)
 			if !ok {
@@ -233,20 +232,6 @@ func costsMarkdown(b *strings.Builder, r *Results, maxP99 time.Duration, minRati
 // targetP99 is the p99 limit at which issue 3's capacity and isolation
 // targets count users.
 const targetP99 = 50 * time.Millisecond
-
-// sceneCounts lists the scene counts of rows, in increasing order.
-func sceneCounts(rows []Row) []int {
-	seen := map[int]bool{}
-	var out []int
-	for _, r := range rows {
-		if !seen[r.Scenes] {
-			seen[r.Scenes] = true
-			out = append(out, r.Scenes)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
 
 // heldRow returns a measurement of system at users that met the limits.
 func heldRow(rows []Row, system string, users int, maxP99 time.Duration, minRatio float64) (Row, bool) {

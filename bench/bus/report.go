@@ -343,7 +343,7 @@ func Markdown(r *Results, plots []string) string {
 	iso := rowsOf(r, "isolation", 0)
 	if len(iso) > 0 {
 		p("## Scene isolation: users spread over several scenes\n\n")
-		scenes := sceneCounts(iso)
+		scenes := sortedDistinct(iso, rowScenes)
 		syss := systemsOf(iso)
 		p("Capacity (users held with every step up to them within the p99 limit and a ratio ≥ %.0f%%):\n\n| scenes |", 100*minRatio)
 		limits := []time.Duration{targetP99, maxP99}
@@ -388,15 +388,7 @@ func Markdown(r *Results, plots []string) string {
 			p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f |%s\n", row.Users, row.System, row.PerSec, row.Ratio, row.P50ms, row.P99ms, row.BrokerCPU, row.BrokerUs, row.PerCPUSec, row.JoinMeanMs, row.JoinP99ms, row.OtherCPU, errCell(row))
 		}
 		p("\n")
-		users := map[int]bool{}
-		var us []int
-		for _, row := range sec {
-			if !users[row.Users] {
-				users[row.Users] = true
-				us = append(us, row.Users)
-			}
-		}
-		sort.Ints(us)
+		us := sortedDistinct(sec, func(r Row) int { return r.Users })
 		p("Each repetition starts both servers afresh and measures them back to back. *Raw cost* is the mean over the repetitions of 1 − secure/insecure deliveries per broker CPU-second. *Normalised cost* divides each window's broker CPU by the generator's CPU in the same window before comparing: the generator does the same work for both servers, and on this shared VM the CPU one delivery costs drifts between windows by ±15 %% for the broker and the generator alike, so the ratio keeps the broker's own difference and cancels the machine's. Intervals are the means' 95%% confidence intervals (Student's t over the repetitions). *Throughput cost* compares deliveries/s.\n\n")
 		p("| users | repetitions | secure deliveries/CPU-s | insecure deliveries/CPU-s | raw cost | 95%% interval | normalised cost | 95%% interval | secure deliveries/s | insecure deliveries/s | throughput cost |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, u := range us {
@@ -437,6 +429,20 @@ func Markdown(r *Results, plots []string) string {
 	}
 	return b.String()
 }
+
+// sortedDistinct lists the distinct values of f over rows, in increasing
+// order.
+func sortedDistinct(rows []Row, f func(Row) int) []int {
+	out := make([]int, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, f(r))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// rowScenes is a row's scene count, for sortedDistinct.
+func rowScenes(r Row) int { return r.Scenes }
 
 func orNone(s string) string {
 	if s == "" {
