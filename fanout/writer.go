@@ -75,10 +75,15 @@ type Conn interface {
 // when a linger ends, and by the Writer's own goroutine when a write must
 // wait for the socket (or the connection is not a plain socket).
 type Writer struct {
-	conn  Conn
-	raw   syscall.RawConn // for inline writes; nil if conn is not a socket
-	opt   Options
-	clock *Clock
+	conn Conn
+	raw  syscall.RawConn // for inline writes; nil if conn is not a socket
+	// inl is an inline write in progress (guarded by busy), and rawWrite
+	// the function that raw.Write calls for it, made once: a closure made
+	// per write would be three allocations per write.
+	inl      inlineWrite
+	rawWrite func(fd uintptr) bool
+	opt      Options
+	clock    *Clock
 
 	mu     sync.Mutex
 	queue  []*Frame
@@ -137,6 +142,7 @@ func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	if sc != nil {
 		if raw, err := sc.SyscallConn(); err == nil {
 			w.raw = raw
+			w.rawWrite = w.inl.write
 		}
 	}
 	go w.loop(onError)
@@ -337,26 +343,10 @@ func (w *Writer) writeInline(batch []*Frame, b []byte) {
 	if b != nil {
 		n++
 	}
-	var sent int
-	var werr error
-	err := w.raw.Write(func(fd uintptr) bool {
-		for sent < len(out) {
-			m, err := syscall.Write(int(fd), out[sent:])
-			if m > 0 {
-				sent += m
-			}
-			if err == syscall.EINTR {
-				continue
-			}
-			if err != nil && err != syscall.EAGAIN {
-				werr = err
-			}
-			if err != nil || m <= 0 {
-				break
-			}
-		}
-		return true // never wait for the socket here
-	})
+	w.inl = inlineWrite{out: out}
+	err := w.raw.Write(w.rawWrite)
+	sent, werr := w.inl.sent, w.inl.err
+	w.inl = inlineWrite{}
 	if werr == nil && err != nil {
 		werr = err
 	}
@@ -398,6 +388,35 @@ func (w *Writer) writeInline(batch []*Frame, b []byte) {
 	}
 	w.schedule()
 	w.mu.Unlock()
+}
+
+// inlineWrite is the state of one inline write: what to write, how much
+// of it went, and the error that stopped it.
+type inlineWrite struct {
+	out  []byte
+	sent int
+	err  error
+}
+
+// write writes as much of out as the socket takes without waiting; it is
+// the function given to RawConn.Write.
+func (iw *inlineWrite) write(fd uintptr) bool {
+	for iw.sent < len(iw.out) {
+		m, err := syscall.Write(int(fd), iw.out[iw.sent:])
+		if m > 0 {
+			iw.sent += m
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil && err != syscall.EAGAIN {
+			iw.err = err
+		}
+		if err != nil || m <= 0 {
+			break
+		}
+	}
+	return true // never wait for the socket here
 }
 
 // batchBufs holds the buffers that writes gather a batch in. They are

@@ -120,12 +120,48 @@ func encode(cp packets.ControlPacket) []byte {
 	return b.Bytes()
 }
 
-// encodePublish encodes a PUBLISH.
+// encodePublish encodes a PUBLISH into one slice of its exact size. It is
+// the one packet the broker encodes per message (every other packet goes
+// through Paho's encoder, against which TestEncodePublishMatchesPaho checks
+// it): Paho's PublishPacket.Write builds a header buffer and a body buffer
+// and grows its output, several allocations and copies per message.
 func encodePublish(topic string, payload []byte, qos byte, id uint16) []byte {
-	p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
-	p.TopicName = topic
-	p.Payload = payload
-	p.Qos = qos
-	p.MessageID = id
-	return encode(p)
+	rest := 2 + len(topic) + len(payload)
+	if qos > 0 {
+		rest += 2
+	}
+	b := make([]byte, 0, 1+varintLen(rest)+rest)
+	b = append(b, packets.Publish<<4|qos<<1)
+	b = appendVarint(b, rest)
+	b = append(b, byte(len(topic)>>8), byte(len(topic)))
+	b = append(b, topic...)
+	if qos > 0 {
+		b = append(b, byte(id>>8), byte(id))
+	}
+	return append(b, payload...)
+}
+
+// varintLen is the length of n as an MQTT remaining length.
+func varintLen(n int) int {
+	l := 1
+	for n >= 128 {
+		n >>= 7
+		l++
+	}
+	return l
+}
+
+// appendVarint appends n as an MQTT remaining length.
+func appendVarint(b []byte, n int) []byte {
+	for {
+		d := byte(n & 0x7f)
+		n >>= 7
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			return b
+		}
+	}
 }
