@@ -116,7 +116,7 @@ func (c *conn) serve() {
 		}
 		switch p := cp.(type) {
 		case *packets.PublishPacket:
-			c.publish(p)
+			c.publish(p, rd.frame)
 		case *packets.PubrelPacket:
 			c.send(&packets.PubcompPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubcomp}, MessageID: p.MessageID})
 		case *packets.PubackPacket, *packets.PubrecPacket, *packets.PubcompPacket:
@@ -279,7 +279,10 @@ func (c *conn) mayPublish(name string, payload []byte) bool {
 	return c.rights.EventOnly(name) && auth.IsClientEvent(payload)
 }
 
-func (c *conn) publish(p *packets.PublishPacket) {
+// publish handles a PUBLISH from the client. frame, if not nil, is the
+// message encoded as the QoS 0 PUBLISH that subscribers get, with
+// p.Payload a part of it (reader.readPublish).
+func (c *conn) publish(p *packets.PublishPacket, frame []byte) {
 	c.s.m.MessagesIn.Inc()
 	ack := func() {
 		switch p.Qos {
@@ -313,6 +316,7 @@ func (c *conn) publish(p *packets.PublishPacket) {
 	}
 	c.noteSelf(p.TopicName)
 	m := newOutMsg(p.TopicName, p.Payload)
+	m.frame = frame
 	if m.key == "" { // not a pose: the client is interacting
 		c.actedAt.Store(c.s.hub.now())
 	}

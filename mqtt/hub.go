@@ -263,6 +263,7 @@ type outMsg struct {
 	topic   string
 	payload []byte
 	key     string // coalesceKey(topic): "" for urgent messages
+	frame   []byte // the QoS 0 PUBLISH of topic and payload, if made already
 	once    sync.Once
 	qos0    fanout.Frame
 	watch   fanout.Frame
@@ -276,7 +277,10 @@ func newOutMsg(name string, payload []byte) *outMsg {
 // client only watching.
 func (m *outMsg) frameQoS0(watcher bool) *fanout.Frame {
 	m.once.Do(func() {
-		b := encodePublish(m.topic, m.payload, 0, 0)
+		b := m.frame
+		if b == nil {
+			b = encodePublish(m.topic, m.payload, 0, 0)
+		}
 		// Poses (keyed) are the bulk traffic and may wait for the linger
 		// interval; everything else (object edits, clicks, chat) is urgent,
 		// and for a client only watching it waits at most watchWait.

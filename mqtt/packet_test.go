@@ -194,3 +194,44 @@ func FuzzEncodePublish(f *testing.F) {
 		}
 	})
 }
+
+// TestReadPublishFrame checks that a PUBLISH read at any QoS comes with the
+// QoS 0 frame that subscribers get, its payload a part of that frame.
+func TestReadPublishFrame(t *testing.T) {
+	for _, tc := range []struct {
+		topic   string
+		payload []byte
+		qos     byte
+	}{
+		{"realm/s/ns/sc/u/cam", bytes.Repeat([]byte("p"), 310), 0},
+		{"realm/s/ns/sc/o/box", []byte(`{"object_id":"box"}`), 1},
+		{"a", nil, 2},
+		{"big", bytes.Repeat([]byte("q"), 20000), 0}, // a 3-byte remaining length
+	} {
+		in := encodePublish(tc.topic, tc.payload, tc.qos, 9)
+		rd := newReader(append(in, in...), 1<<20)
+		var first *packets.PublishPacket
+		for range 2 { // the second read must not disturb the first's message
+			cp, err := rd.readPacket()
+			if err != nil {
+				t.Fatalf("%q qos %d: %v", tc.topic, tc.qos, err)
+			}
+			p := cp.(*packets.PublishPacket)
+			if p.TopicName != tc.topic || !bytes.Equal(p.Payload, tc.payload) || p.Qos != tc.qos || (tc.qos > 0 && p.MessageID != 9) {
+				t.Fatalf("%q qos %d: read %q, %d bytes, qos %d, id %d", tc.topic, tc.qos, p.TopicName, len(p.Payload), p.Qos, p.MessageID)
+			}
+			if want := encodePublish(tc.topic, tc.payload, 0, 0); !bytes.Equal(rd.frame, want) {
+				t.Fatalf("%q qos %d: frame % x, want % x", tc.topic, tc.qos, rd.frame[:min(len(rd.frame), 16)], want[:min(len(want), 16)])
+			}
+			if len(p.Payload) > 0 && &p.Payload[0] != &rd.frame[len(rd.frame)-len(p.Payload)] {
+				t.Fatalf("%q qos %d: the payload is a copy, not a part of the frame", tc.topic, tc.qos)
+			}
+			if first == nil {
+				first = p
+			}
+		}
+		if !bytes.Equal(first.Payload, tc.payload) {
+			t.Fatalf("%q qos %d: the second read changed the first message's payload", tc.topic, tc.qos)
+		}
+	}
+}
