@@ -43,7 +43,35 @@ type Clock struct {
 	// are busy.
 	behind atomic.Uint64
 	winB   atomic.Uint64
+
+	// The budget's boost (FollowLoad): while the machine's CPUs have room,
+	// the budget grows by up to MaxBoost, so that the linger intervals
+	// stretch less and latency falls; when they do not, it is as given.
+	loadMu  sync.Mutex
+	gauge   LoadGauge
+	busyAvg float64       // smoothed busy share; < 0: no reading yet
+	boost   atomic.Uint64 // math.Float64bits of the factor, >= 1
 }
+
+// A LoadGauge tells how busy the machine's CPUs were since its previous
+// reading, as a share in [0, 1] (cpuload.Gauge); ok is false when it
+// cannot tell.
+type LoadGauge interface {
+	Busy() (busy float64, ok bool)
+}
+
+// MaxBoost bounds how far FollowLoad raises a write budget.
+const MaxBoost = 2.0
+
+// The machine's smoothed busy share below which a followed load raises the
+// budget, and above which it lowers it again; between them the boost
+// holds. The budget exists for a saturated machine: near saturation it is
+// as configured.
+const (
+	boostBelow   = 0.75
+	unboostAbove = 0.85
+	busySmooth   = 0.3 // weight of a window's reading in the average
+)
 
 // MaxStretch bounds how far a write budget stretches the linger intervals.
 const MaxStretch = 4.0
@@ -75,8 +103,9 @@ const clockSlack = 500 * time.Microsecond
 
 // NewClock returns a clock with nothing scheduled.
 func NewClock() *Clock {
-	c := &Clock{epoch: time.Now(), armed: -1}
+	c := &Clock{epoch: time.Now(), armed: -1, busyAvg: -1}
 	c.stretch.Store(math.Float64bits(1))
+	c.boost.Store(math.Float64bits(1))
 	c.timer = time.AfterFunc(time.Hour, c.fire)
 	c.timer.Stop()
 	return c
@@ -93,6 +122,20 @@ func NewBudgetClock(perSecond float64) *Clock {
 	c.budget = max(perSecond, 0)
 	return c
 }
+
+// FollowLoad makes the write budget follow the machine's CPU use, read
+// from g once per budget window: while the CPUs are mostly idle (below
+// 75 % busy, smoothed) the budget grows step by step to up to MaxBoost
+// times its size, so that busy connections write more often and their
+// messages wait less; above 85 % it shrinks back, and a window whose writes
+// are behind (see nextStretch) drops it at once. A budget exists to save
+// the CPU that writes cost when it is scarce; when it is not, spending it
+// on latency is free. Call it before the clock is used.
+func (c *Clock) FollowLoad(g LoadGauge) { c.gauge = g }
+
+// Boost is the factor by which FollowLoad currently raises the write budget
+// (1: not at all).
+func (c *Clock) Boost() float64 { return math.Float64frombits(c.boost.Load()) }
 
 // Stretch is the factor by which the write budget currently stretches the
 // linger intervals (1: not at all).
@@ -127,7 +170,45 @@ func (c *Clock) tick(now int64) {
 	rate := float64(written) / (float64(now-at) / float64(time.Second))
 	windows := int(min((now-at)/int64(budgetWindow), 20))
 	behind := late >= behindMin && float64(late) >= behindShare*float64(written)
-	c.stretch.Store(math.Float64bits(nextStretch(c.Stretch(), rate, c.budget, windows, behind)))
+	budget := c.budget * c.followLoad(behind)
+	c.stretch.Store(math.Float64bits(nextStretch(c.Stretch(), rate, budget, windows, behind)))
+}
+
+// followLoad reads the load gauge, if any, and returns the budget's boost
+// for the next window.
+func (c *Clock) followLoad(behind bool) float64 {
+	if c.gauge == nil {
+		return 1
+	}
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	if b, ok := c.gauge.Busy(); ok {
+		if c.busyAvg < 0 {
+			c.busyAvg = b
+		} else {
+			c.busyAvg += busySmooth * (b - c.busyAvg)
+		}
+	}
+	boost := nextBoost(c.Boost(), c.busyAvg, behind)
+	c.boost.Store(math.Float64bits(boost))
+	return boost
+}
+
+// nextBoost is the budget's boost after a window, from the current one,
+// cur, and the machine's smoothed busy share (< 0: unknown). It grows by a
+// quarter per window while the CPUs have room and shrinks by a third when
+// they have little, so that it backs off faster than it comes; writes that
+// fall behind drop it to 1 at once.
+func nextBoost(cur, busy float64, behind bool) float64 {
+	switch {
+	case behind || busy < 0:
+		return 1
+	case busy < boostBelow:
+		return min(cur*1.25, MaxBoost)
+	case busy > unboostAbove:
+		return max(cur/1.5, 1)
+	}
+	return cur
 }
 
 // nextStretch is the stretch after windows windows at the lingering write

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"math"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -186,4 +187,79 @@ func TestBudgetClockStretchesBusyWriters(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 		return clock.Stretch() < 1.5
 	})
+}
+
+func TestNextBoost(t *testing.T) {
+	for _, tc := range []struct {
+		cur, busy float64
+		behind    bool
+		want      float64
+	}{
+		{1, 0.5, false, 1.25},       // room: up a quarter
+		{1.8, 0.5, false, MaxBoost}, // not beyond MaxBoost
+		{1.5, 0.8, false, 1.5},      // between the marks: holds
+		{1.5, 0.9, false, 1},        // little room: down a third
+		{1.2, 0.95, false, 1},       // not below 1
+		{2, 0.5, true, 1},           // writes behind: at once to 1
+		{2, -1, false, 1},           // no reading yet
+	} {
+		if got := nextBoost(tc.cur, tc.busy, tc.behind); got != tc.want {
+			t.Errorf("nextBoost(%v, %v, %v) = %v, want %v", tc.cur, tc.busy, tc.behind, got, tc.want)
+		}
+	}
+}
+
+// gaugeFunc is a LoadGauge with readings from a function.
+type gaugeFunc func() (float64, bool)
+
+func (f gaugeFunc) Busy() (float64, bool) { return f() }
+
+// A clock that follows the load stretches less while the machine has room,
+// and as before once it has not.
+func TestBudgetClockFollowsLoad(t *testing.T) {
+	busy := 0.3
+	c := NewBudgetClock(1000)
+	c.FollowLoad(gaugeFunc(func() (float64, bool) { return busy, true }))
+	plain := NewBudgetClock(1000)
+	now := c.now()
+	c.winAt.Store(now)
+	plain.winAt.Store(now)
+	// Busy writers that would write 3,000 times a second unstretched,
+	// three times the budget: each clock gets that divided by its stretch.
+	window := func() {
+		for _, k := range []*Clock{c, plain} {
+			for range int(300 / k.Stretch()) {
+				k.wrote()
+			}
+			k.tick(now + int64(budgetWindow))
+		}
+		now += int64(budgetWindow)
+	}
+	// On an idle machine the boost climbs to MaxBoost, and the stretch
+	// settles near 1.5 where the plain clock's settles near 3.
+	for range 40 {
+		window()
+	}
+	if b := c.Boost(); b != MaxBoost {
+		t.Fatalf("boost on an idle machine %v, want %v", b, MaxBoost)
+	}
+	if s, p := c.Stretch(), plain.Stretch(); math.Abs(s-1.5) > 0.05 || math.Abs(p-3) > 0.05 {
+		t.Fatalf("stretch with the load followed %v, without %v: want about 1.5 and 3", s, p)
+	}
+	// The machine gets busy: the smoothed share passes 85 % within a few
+	// windows and the boost falls back to 1; the stretch follows the plain
+	// clock's.
+	busy = 0.95
+	for range 40 {
+		window()
+	}
+	if s, p := c.Stretch(), plain.Stretch(); math.Abs(s-p) > 0.05 {
+		t.Fatalf("busy machine: stretch with the load followed %v, without %v: want the same", s, p)
+	}
+	if b := c.Boost(); b != 1 {
+		t.Fatalf("boost on a busy machine %v, want 1", b)
+	}
+	if plain.Boost() != 1 {
+		t.Fatalf("a clock that does not follow the load has boost %v", plain.Boost())
+	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/cpuload"
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/httpapi"
 	"github.com/xrealm/xrealm/mqtt"
@@ -144,12 +145,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if cfg.Writer.Clock == nil {
 		cfg.Writer.Clock = fanout.NewBudgetClock(cfg.writeBudget())
 		ubiqWriter.Clock = fanout.NewClock()
+		// Spend CPU on latency while the machine has it to spare.
+		if g, err := cpuload.Machine(); err == nil {
+			cfg.Writer.Clock.FollowLoad(g)
+		} else {
+			log.Info("MQTT write budget does not follow the machine's CPU load", "err", err)
+		}
 	}
 	if cfg.UbiqLinger != 0 {
 		ubiqWriter.Linger = cfg.UbiqLinger
 	}
 	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_mqtt_write_linger_stretch",
 		Help: "Factor by which the write budget stretches the MQTT connections' write linger (1: not at all)."}, cfg.Writer.Clock.Stretch))
+	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_mqtt_write_budget_boost",
+		Help: "Factor by which the MQTT write budget is raised while the machine's CPUs have room (1: not at all)."}, cfg.Writer.Clock.Boost))
 	s.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xrealm_mqtt_lingering_writes_total",
 		Help: "Writes that ended an MQTT connection's write linger (the writes the write budget counts)."}, func() float64 { return float64(cfg.Writer.Clock.Writes()) }))
 	s.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "xrealm_mqtt_lingering_writes_behind_total",
