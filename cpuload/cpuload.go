@@ -1,8 +1,9 @@
-// Package cpuload tells how busy the machine's CPUs are: the share of CPU
-// time since the previous reading that was not idle, from the kernel's
-// counters in /proc/stat. It is for controllers that trade CPU for latency
-// (fanout.Clock's write budget) and want to know whether the machine has
-// room for more work, whichever processes use it.
+// Package cpuload tells how busy the machine's CPUs are, from the kernel's
+// counters in /proc/stat: the CPU time so far (Read), and the share of it
+// since the previous reading that was not idle (Gauge). It is for
+// controllers that trade CPU for latency (fanout.Clock's write budget) and
+// want to know whether the machine has room for more work, whichever
+// processes use it, and for benchmarks that report what else ran.
 package cpuload
 
 import (
@@ -14,22 +15,88 @@ import (
 	"sync"
 )
 
+// statPath is the kernel's CPU counters.
+const statPath = "/proc/stat"
+
+// ticksPerSecond is the unit of the counters: USER_HZ, 100 on every Linux
+// architecture that Go supports.
+const ticksPerSecond = 100
+
+// Times is the machine's CPU time so far, in seconds summed over its CPUs
+// (seconds, not a time.Duration: a machine with many CPUs and a long
+// uptime has more CPU time than a Duration holds).
+type Times struct {
+	// Busy is user, nice, system, irq and softirq time (guest time is
+	// already counted in user and nice).
+	Busy float64
+	// Idle is idle and iowait time.
+	Idle float64
+	// Steal is the time the hypervisor gave this machine's CPUs to others.
+	Steal float64
+}
+
+// Total is all of the machine's CPU time.
+func (t Times) Total() float64 { return t.Busy + t.Idle + t.Steal }
+
+// Read returns the machine's CPU times from /proc/stat, or an error if the
+// system has no such file (not Linux) or its format is not understood.
+func Read() (Times, error) { return readFile(statPath) }
+
+func readFile(path string) (Times, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Times{}, fmt.Errorf("cpu load: %w", err)
+	}
+	defer f.Close()
+	line, err := bufio.NewReaderSize(f, 512).ReadSlice('\n')
+	if err != nil {
+		return Times{}, fmt.Errorf("cpu load: read the first line of %s: %w", path, err)
+	}
+	return ParseTimes(line)
+}
+
+// ParseTimes parses the aggregate line of /proc/stat: "cpu" and the
+// counters user nice system idle iowait irq softirq steal [guest
+// guest_nice], of which at least the first four.
+func ParseTimes(line []byte) (Times, error) {
+	fields := bytes.Fields(line)
+	if len(fields) < 5 || string(fields[0]) != "cpu" {
+		return Times{}, fmt.Errorf("cpu load: not the aggregate cpu line of /proc/stat: %q", line)
+	}
+	var busy, idle, steal float64 // ticks
+	for i, f := range fields[1:min(len(fields), 9)] {
+		v, err := strconv.ParseUint(string(f), 10, 64)
+		if err != nil {
+			return Times{}, fmt.Errorf("cpu load: counter %d of %q: %w", i+1, line, err)
+		}
+		switch i {
+		case 3, 4: // idle, iowait
+			idle += float64(v)
+		case 7:
+			steal += float64(v)
+		default:
+			busy += float64(v)
+		}
+	}
+	return Times{Busy: busy / ticksPerSecond, Idle: idle / ticksPerSecond, Steal: steal / ticksPerSecond}, nil
+}
+
 // Gauge reads the machine's CPU use from a /proc/stat file. Each call to
 // Busy covers the time since the previous call. A Gauge is safe for
 // concurrent use.
 type Gauge struct {
 	path string
 
-	mu         sync.Mutex
-	busy, idle uint64 // the counters at the previous reading
-	primed     bool
+	mu     sync.Mutex
+	prev   Times // the counters at the previous reading
+	primed bool
 }
 
 // Machine returns a Gauge for this machine (/proc/stat), or an error if the
 // system has no such file (not Linux) or its format is not understood.
 func Machine() (*Gauge, error) {
-	g := &Gauge{path: "/proc/stat"}
-	if _, _, err := g.read(); err != nil {
+	g := &Gauge{path: statPath}
+	if _, err := readFile(g.path); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -41,55 +108,17 @@ func Machine() (*Gauge, error) {
 // ok is false on the first call, when no time has passed, and when the
 // counters cannot be read.
 func (g *Gauge) Busy() (busy float64, ok bool) {
-	b, i, err := g.read()
+	t, err := readFile(g.path)
 	if err != nil {
 		return 0, false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	prevB, prevI, primed := g.busy, g.idle, g.primed
-	g.busy, g.idle, g.primed = b, i, true
-	if !primed || b < prevB || i < prevI || b+i == prevB+prevI {
+	prev, primed := g.prev, g.primed
+	g.prev, g.primed = t, true
+	if !primed || t.Busy+t.Steal < prev.Busy+prev.Steal || t.Idle < prev.Idle || t.Total() == prev.Total() {
 		return 0, false
 	}
-	db, di := b-prevB, i-prevI
-	return float64(db) / float64(db+di), true
-}
-
-// read returns the busy and idle counters (clock ticks) of the aggregate
-// "cpu" line.
-func (g *Gauge) read() (busy, idle uint64, err error) {
-	f, err := os.Open(g.path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("cpu load: %w", err)
-	}
-	defer f.Close()
-	line, err := bufio.NewReaderSize(f, 512).ReadSlice('\n')
-	if err != nil {
-		return 0, 0, fmt.Errorf("cpu load: read the first line of %s: %w", g.path, err)
-	}
-	return parseCPULine(line)
-}
-
-// parseCPULine parses the aggregate line of /proc/stat: "cpu" and the
-// counters user nice system idle iowait irq softirq steal [guest
-// guest_nice]. Idle time is idle + iowait; guest time is already counted
-// in user and nice, so it is left out.
-func parseCPULine(line []byte) (busy, idle uint64, err error) {
-	fields := bytes.Fields(line)
-	if len(fields) < 5 || string(fields[0]) != "cpu" {
-		return 0, 0, fmt.Errorf("cpu load: not the aggregate cpu line of /proc/stat: %q", line)
-	}
-	for i, f := range fields[1:min(len(fields), 9)] {
-		v, err := strconv.ParseUint(string(f), 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("cpu load: counter %d of %q: %w", i+1, line, err)
-		}
-		if i == 3 || i == 4 { // idle, iowait
-			idle += v
-		} else {
-			busy += v
-		}
-	}
-	return busy, idle, nil
+	db := t.Busy + t.Steal - prev.Busy - prev.Steal
+	return min(max(db/(t.Total()-prev.Total()), 0), 1), true
 }

@@ -1,37 +1,47 @@
 package cpuload
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func TestParseCPULine(t *testing.T) {
+func TestParseTimes(t *testing.T) {
+	// T is the times of counters in ticks.
+	T := func(busy, idle, steal float64) Times {
+		return Times{Busy: busy / ticksPerSecond, Idle: idle / ticksPerSecond, Steal: steal / ticksPerSecond}
+	}
 	for _, tc := range []struct {
-		line       string
-		busy, idle uint64
-		err        string
+		line string
+		want Times
+		err  string
 	}{
-		{line: "cpu  100 5 50 1000 20 3 7 15 0 0\n", busy: 100 + 5 + 50 + 3 + 7 + 15, idle: 1000 + 20},
-		{line: "cpu 1 2 3 4\n", busy: 6, idle: 4},                                      // old kernels: four counters
-		{line: "cpu  1 2 3 4 5 6 7 8 900 900\n", busy: 1 + 2 + 3 + 6 + 7 + 8, idle: 9}, // guest time is in user already
+		{line: "cpu  100 5 50 1000 20 3 7 15 0 0\n", want: T(100+5+50+3+7, 1000+20, 15)},
+		{line: "cpu 1 2 3 4\n", want: T(6, 4, 0)}, // old kernels: four counters
+		// guest time is in user already
+		{line: "cpu  1 2 3 4 5 6 7 8 900 900\n", want: T(1+2+3+6+7, 9, 8)},
+		// the cases of the scene-bus benchmark's parser, which this replaced
+		{line: "cpu  100 5 50 1000 20 3 2 40 7 0", want: T(160, 1020, 40)},
+		{line: "cpu  1 0 1 9 0 0 0", want: T(2, 9, 0)},
+		{line: "cpu0 1 0 1 9 0 0 0 0", err: "not the aggregate"},
+		{line: "cpu 1 2", err: "not the aggregate"},
+		{line: "cpu  1 x 1 9 0 0 0 0", err: "counter 2"},
 		{line: "cpu0 1 2 3 4 5\n", err: "not the aggregate"},
 		{line: "intr 1 2 3 4 5\n", err: "not the aggregate"},
-		{line: "cpu 1 2\n", err: "not the aggregate"},
-		{line: "cpu 1 x 3 4 5\n", err: "counter 2"},
 		{line: "cpu -1 2 3 4 5\n", err: "counter 1"},
 		{line: "", err: "not the aggregate"},
 	} {
-		busy, idle, err := parseCPULine([]byte(tc.line))
+		got, err := ParseTimes([]byte(tc.line))
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("parseCPULine(%q): error %v, want one saying %q", tc.line, err, tc.err)
+				t.Errorf("ParseTimes(%q): error %v, want one saying %q", tc.line, err, tc.err)
 			}
 			continue
 		}
-		if err != nil || busy != tc.busy || idle != tc.idle {
-			t.Errorf("parseCPULine(%q) = %d, %d, %v; want %d, %d", tc.line, busy, idle, err, tc.busy, tc.idle)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseTimes(%q) = %+v, %v; want %+v", tc.line, got, err, tc.want)
 		}
 	}
 }
@@ -50,14 +60,14 @@ func TestGaugeBusy(t *testing.T) {
 		t.Fatal("first reading: ok, want not ok (no interval yet)")
 	}
 	write("cpu 160 0 120 820 0 0 0 0\n") // 80 busy, 20 idle
-	if b, ok := g.Busy(); !ok || b != 0.8 {
+	if b, ok := g.Busy(); !ok || math.Abs(b-0.8) > 1e-9 {
 		t.Fatalf("Busy = %v, %v; want 0.8, true", b, ok)
 	}
 	if _, ok := g.Busy(); ok {
 		t.Fatal("no time passed: ok, want not ok")
 	}
 	write("cpu 170 0 120 850 0 0 0 10\n") // 10 user + 10 steal busy, 30 idle
-	if b, ok := g.Busy(); !ok || b != 0.4 {
+	if b, ok := g.Busy(); !ok || math.Abs(b-0.4) > 1e-9 {
 		t.Fatalf("Busy = %v, %v; want 0.4, true", b, ok)
 	}
 	write("cpu 10 0 0 10 0 0 0 0\n") // counters went back (another file, a reset)
@@ -76,7 +86,7 @@ func TestGaugeBusy(t *testing.T) {
 
 func TestMachine(t *testing.T) {
 	g, err := Machine()
-	if _, statErr := os.Stat("/proc/stat"); statErr != nil {
+	if _, statErr := os.Stat(statPath); statErr != nil {
 		if err == nil {
 			t.Fatal("Machine() without /proc/stat: no error")
 		}
@@ -97,13 +107,16 @@ func TestMachine(t *testing.T) {
 	}
 }
 
-func FuzzParseCPULine(f *testing.F) {
+func FuzzParseTimes(f *testing.F) {
 	f.Add([]byte("cpu  100 5 50 1000 20 3 7 15 0 0\n"))
 	f.Add([]byte("cpu 1 2 3 4\n"))
 	f.Fuzz(func(t *testing.T, line []byte) {
-		busy, idle, err := parseCPULine(line)
-		if err != nil && (busy != 0 || idle != 0) {
-			t.Fatalf("error %v with counters %d, %d", err, busy, idle)
+		got, err := ParseTimes(line)
+		if err != nil && got != (Times{}) {
+			t.Fatalf("error %v with times %+v", err, got)
+		}
+		if !(got.Busy >= 0 && got.Idle >= 0 && got.Steal >= 0) {
+			t.Fatalf("negative times %+v from %q", got, line)
 		}
 	})
 }

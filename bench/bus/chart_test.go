@@ -63,29 +63,3 @@ func TestProcReaders(t *testing.T) {
 		t.Error("procCPU of a missing process: no error")
 	}
 }
-
-func TestParseStatCPU(t *testing.T) {
-	tests := []struct {
-		line        string
-		busy, steal time.Duration
-		bad         bool
-	}{
-		// user nice system idle iowait irq softirq steal guest guest_nice
-		{line: "cpu  100 5 50 1000 20 3 2 40 7 0", busy: 160 * clockTick, steal: 40 * clockTick},
-		{line: "cpu  1 0 1 9 0 0 0", busy: 2 * clockTick},
-		{line: "cpu0 1 0 1 9 0 0 0 0", bad: true},
-		{line: "cpu 1 2", bad: true},
-		{line: "cpu  1 x 1 9 0 0 0 0", bad: true},
-		{line: "", bad: true},
-	}
-	for _, tt := range tests {
-		busy, steal, err := parseStatCPU(tt.line)
-		if (err != nil) != tt.bad {
-			t.Errorf("parseStatCPU(%q) error = %v, want error %v", tt.line, err, tt.bad)
-			continue
-		}
-		if !tt.bad && (busy != tt.busy || steal != tt.steal) {
-			t.Errorf("parseStatCPU(%q) = %v, %v; want %v, %v", tt.line, busy, steal, tt.busy, tt.steal)
-		}
-	}
-}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xrealm/xrealm/cpuload"
 )
 
 // clockTick is the unit of the CPU times in /proc: USER_HZ, 100 on every
@@ -115,38 +117,14 @@ func parseProcIO(b []byte) (reads, writes int64, err error) {
 // virtual machine (steal): the first tells how much else ran on the
 // machine, the second how much CPU the machine did not have.
 func machineCPU() (busy, steal time.Duration, err error) {
-	b, err := os.ReadFile("/proc/stat")
+	t, err := cpuload.Read()
 	if err != nil {
 		return 0, 0, err
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	return parseStatCPU(line)
+	return seconds(t.Busy), seconds(t.Steal), nil
 }
 
-// parseStatCPU reads the aggregate "cpu" line of /proc/stat.
-func parseStatCPU(line string) (busy, steal time.Duration, err error) {
-	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
-	}
-	var nb, ns int64
-	for i, x := range f[1:] {
-		v, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: field %q of %q", x, line)
-		}
-		// user nice system idle iowait irq softirq steal guest guest_nice:
-		// idle and iowait are not busy; guest time is already in user.
-		switch i {
-		case 3, 4, 8, 9:
-		case 7:
-			ns += v
-		default:
-			nb += v
-		}
-	}
-	return time.Duration(nb) * clockTick, time.Duration(ns) * clockTick, nil
-}
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // loadAvg returns the 1-minute load average.
 func loadAvg() float64 {

@@ -19,6 +19,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/cpuload"
 	"github.com/xrealm/xrealm/sfu"
 )
 
@@ -585,29 +586,14 @@ func procUsage(pid int) (cpu, rssMiB float64) {
 	return cpu, rssMiB
 }
 
-// machineCPU returns busy, stolen and total jiffies of the whole machine
-// (guest time is part of user time in /proc/stat and is not counted twice).
+// machineCPU returns busy (steal included), stolen and total CPU seconds
+// of the whole machine (cpuload.Read).
 func machineCPU() (busy, steal, total float64) {
-	b, err := os.ReadFile("/proc/stat")
+	t, err := cpuload.Read()
 	if err != nil {
 		return 0, 0, 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	for i, v := range f[1:] {
-		if i >= 8 { // guest, guest_nice
-			break
-		}
-		x, _ := strconv.ParseFloat(v, 64)
-		total += x
-		if i != 3 && i != 4 { // idle, iowait
-			busy += x
-		}
-		if i == 7 {
-			steal = x
-		}
-	}
-	return busy, steal, total
+	return t.Busy + t.Steal, t.Steal, t.Total()
 }
 
 func load1() float64 {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/cpuload"
 	"github.com/xrealm/xrealm/tlscert"
 	"github.com/xrealm/xrealm/ubiq"
 )
@@ -562,17 +563,11 @@ func procCPU(pid int) float64 {
 // (/proc/stat: idle + iowait, and steal: time the hypervisor gave this
 // virtual machine's CPUs to others).
 func machineCPU() (idle, steal float64) {
-	b, err := os.ReadFile("/proc/stat")
+	t, err := cpuload.Read()
 	if err != nil {
 		return 0, 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0, 0
-	}
-	v := func(i int) float64 { x, _ := strconv.ParseFloat(f[i], 64); return x / 100 } // USER_HZ
-	return v(4) + v(5), v(8)
+	return t.Idle, t.Steal
 }
 
 func selfCPU() float64 {
