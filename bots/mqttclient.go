@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/gorilla/websocket"
+	"github.com/xrealm/xrealm/mqttwire"
 	"github.com/xrealm/xrealm/wsstream"
 )
 
@@ -46,7 +47,7 @@ type MQTTConfig struct {
 type MQTTClient struct {
 	cfg     MQTTConfig
 	nc      net.Conn
-	rd      *packetReader // used by the read goroutine only
+	rd      *mqttwire.Reader // used by the read goroutine only
 	done    chan struct{}
 	closing atomic.Bool
 
@@ -77,7 +78,7 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &MQTTClient{cfg: cfg, nc: nc, rd: newPacketReader(cfg.ReadBuffer, cfg.MaxPacket), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
+	c := &MQTTClient{cfg: cfg, nc: nc, rd: mqttwire.NewReader(cfg.ReadBuffer, mqttwire.MaxLength(cfg.MaxPacket)), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	} else {
@@ -151,7 +152,10 @@ func (c *MQTTClient) fail(err error) {
 	}
 	c.errMu.Unlock()
 	c.closing.Store(true)
-	c.nc.Close()
+	// On its own goroutine: closing a plain socket waits until its reader
+	// has left the read callback (mqttwire.Receive), which may be the
+	// caller (a Publish from OnPublish that failed).
+	go c.nc.Close()
 }
 
 // Subscribe subscribes to filters at QoS 0 and waits for the SUBACK. It
@@ -200,7 +204,7 @@ func (c *MQTTClient) packetID() uint16 {
 // packet is written with one write call.
 func (c *MQTTClient) Publish(topic string, payload []byte) error {
 	c.wmu.Lock()
-	b := appendPublishHeader(c.wbuf[:0], topic, len(payload))
+	b := mqttwire.AppendPublishHeader(c.wbuf[:0], topic, 0, 0, len(payload))
 	b = append(b, payload...)
 	c.wbuf = b
 	_, err := c.nc.Write(b)
@@ -211,26 +215,6 @@ func (c *MQTTClient) Publish(topic string, payload []byte) error {
 		c.fail(err)
 	}
 	return err
-}
-
-// appendPublishHeader appends the fixed header, topic and no packet id of
-// a QoS 0 PUBLISH whose payload of n bytes follows.
-func appendPublishHeader(b []byte, topic string, n int) []byte {
-	b = append(b, packets.Publish<<4)
-	rem := 2 + len(topic) + n
-	for {
-		d := byte(rem % 128)
-		rem /= 128
-		if rem > 0 {
-			d |= 0x80
-		}
-		b = append(b, d)
-		if rem == 0 {
-			break
-		}
-	}
-	b = append(b, byte(len(topic)>>8), byte(len(topic)))
-	return append(b, topic...)
 }
 
 func (c *MQTTClient) writePacket(cp packets.ControlPacket) error {

@@ -7,92 +7,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/mqttwire"
 )
 
 // publishPacket is a QoS 0 PUBLISH of payload on topic.
 func publishPacket(topic, payload string) []byte {
-	return append(appendPublishHeader(nil, topic, len(payload)), payload...)
-}
-
-// feed appends b to r's unread bytes, as reads would.
-func feed(r *packetReader, b []byte) {
-	for len(b) > 0 {
-		n := copy(r.space(), b)
-		r.end += n
-		b = b[n:]
-	}
-}
-
-// readPayloads feeds stream to r in chunks of chunk bytes, borrowing a
-// shared buffer around each if borrow, and returns the payloads of the
-// PUBLISH packets that come out.
-func readPayloads(t *testing.T, r *packetReader, stream []byte, chunk int, borrow bool) []string {
-	t.Helper()
-	var got []string
-	for off := 0; off < len(stream); off += chunk {
-		var p *[]byte
-		if borrow {
-			p = r.borrow()
-		}
-		feed(r, stream[off:min(off+chunk, len(stream))])
-		for {
-			first, body, ok, err := r.next()
-			if err != nil {
-				t.Fatalf("chunk %d: %v", chunk, err)
-			}
-			if !ok {
-				break
-			}
-			if first>>4 != 3 {
-				t.Fatalf("chunk %d: packet type %d", chunk, first>>4)
-			}
-			tl := int(body[0])<<8 | int(body[1])
-			got = append(got, string(body[2+tl:]))
-		}
-		r.giveBack(p)
-	}
-	return got
-}
-
-func TestPacketReaderSplitsStream(t *testing.T) {
-	big := strings.Repeat("x", 300)
-	var stream []byte
-	want := []string{"a", big, "", "c"}
-	for i, p := range want {
-		stream = append(stream, publishPacket("t/"+string(rune('0'+i)), p)...)
-	}
-	// Feed the stream in chunks of every size: packets split anywhere,
-	// including inside the remaining length, must come out whole.
-	for chunk := 1; chunk <= len(stream); chunk++ {
-		got := readPayloads(t, newPacketReader(16, 1<<10), stream, chunk, false)
-		if strings.Join(got, "|") != strings.Join(want, "|") {
-			t.Fatalf("chunk %d: payloads %q, want %q", chunk, got, want)
-		}
-	}
-}
-
-func TestPacketReaderRejects(t *testing.T) {
-	for _, tc := range []struct {
-		name, in, err string
-	}{
-		{"five length bytes", "\x30\xff\xff\xff\xff\x01", "malformed remaining length"},
-		{"over the limit", "\x30\x81\x08", "exceeds the client's limit of 1024"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r := newPacketReader(8, 1024)
-			feed(r, []byte(tc.in))
-			_, _, ok, err := r.next()
-			if ok || err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("next: ok %v, err %v; want an error with %q", ok, err, tc.err)
-			}
-		})
-	}
-	// An incomplete header is not an error: more bytes may come.
-	r := newPacketReader(8, 1024)
-	r.end = copy(r.space(), "\x30\xff\xff")
-	if _, _, ok, err := r.next(); ok || err != nil {
-		t.Fatalf("incomplete header: ok %v, err %v", ok, err)
-	}
+	return append(mqttwire.AppendPublishHeader(nil, topic, 0, 0, len(payload)), payload...)
 }
 
 // fakeBroker accepts one connection, answers CONNECT with CONNACK and then
@@ -187,61 +108,6 @@ func TestClientGrowsForLargePackets(t *testing.T) {
 			}
 		case <-ctx.Done():
 			t.Fatal("timed out")
-		}
-	}
-}
-
-// FuzzPacketReader feeds arbitrary bytes, split at arbitrary points: the
-// reader returns packets or an error, and never a body past its buffer.
-func FuzzPacketReader(f *testing.F) {
-	f.Add(publishPacket("a/b", "hello"), uint8(3))
-	f.Add([]byte{0x30, 0xff, 0xff, 0xff, 0xff, 0x01}, uint8(1))
-	f.Add([]byte{0x90, 0x03, 0x00, 0x01, 0x00}, uint8(2))
-	f.Fuzz(func(t *testing.T, data []byte, chunk uint8) {
-		step := int(chunk%32) + 1
-		r := newPacketReader(4, 1<<12)
-		total := 0
-		for off := 0; off < len(data); off += step {
-			feed(r, data[off:min(off+step, len(data))])
-			for {
-				_, body, ok, err := r.next()
-				if err != nil {
-					return
-				}
-				if !ok {
-					break
-				}
-				if len(body) > 1<<12 {
-					t.Fatalf("body of %d bytes over the limit", len(body))
-				}
-				total += len(body)
-			}
-		}
-		if total > len(data) {
-			t.Fatalf("%d body bytes from %d input bytes", total, len(data))
-		}
-	})
-}
-
-// Reads into a borrowed shared buffer hand the unread bytes back and forth
-// whole: packets split at any point, and a packet too large to move into
-// a shared buffer, come out as they went in.
-func TestPacketReaderBorrowsSharedBuffers(t *testing.T) {
-	huge := strings.Repeat("h", sharedBufSize) // completes over several reads
-	want := []string{"a", strings.Repeat("x", 300), huge, "", "c", huge, "d"}
-	var stream []byte
-	for _, p := range want {
-		stream = append(stream, publishPacket("t/x", p)...)
-	}
-	for _, chunk := range []int{1, 7, 300, 4096, sharedBufSize / 3, sharedBufSize} {
-		got := readPayloads(t, newPacketReader(16, 1<<20), stream, chunk, true)
-		if len(got) != len(want) {
-			t.Fatalf("chunk %d: %d packets, want %d", chunk, len(got), len(want))
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("chunk %d: packet %d has %d bytes, want %d", chunk, i, len(got[i]), len(want[i]))
-			}
 		}
 	}
 }

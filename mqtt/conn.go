@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/mqttwire"
 	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -53,6 +53,7 @@ type conn struct {
 	will     *packets.PublishPacket
 	closeMu  sync.Mutex
 	closed   bool
+	closing  atomic.Bool // set with closed; read by the read loop without the lock
 	graceful bool
 	reason   string
 }
@@ -69,18 +70,30 @@ func (c *conn) close(reason string) {
 		return
 	}
 	c.closed = true
+	c.closing.Store(true)
 	c.reason = reason
 	c.closeMu.Unlock()
-	c.nc.Close()
+	// On its own goroutine: closing a plain socket waits until its reader
+	// has left the read callback (mqttwire.Receive), which may be the
+	// caller (a DISCONNECT, a failed publish) or busy with a packet.
+	go c.nc.Close()
 }
 
 func (c *conn) serve() {
 	defer c.nc.Close()
-	rd := &reader{r: bufio.NewReaderSize(c.nc, 16<<10), maxPublish: c.s.cfg.MaxPayload}
+	d := &decoder{maxPublish: c.s.cfg.MaxPayload}
+	// The reader's own buffer holds only what a read leaves of a packet
+	// not yet complete: reads from a plain socket land in a shared buffer.
+	rd := mqttwire.NewReader(4<<10, d.limit)
 	c.nc.SetReadDeadline(time.Now().Add(connectTimeout))
-	cp, err := rd.readPacket()
+	first, body, err := mqttwire.ReadPacket(c.nc, rd)
 	if err != nil {
 		c.log.Info("MQTT connection closed before CONNECT", "err", err)
+		return
+	}
+	cp, err := d.decode(first, body)
+	if err != nil {
+		c.log.Warn("MQTT protocol violation: malformed first packet", "err", err)
 		return
 	}
 	cc, ok := cp.(*packets.ConnectPacket)
@@ -97,55 +110,69 @@ func (c *conn) serve() {
 	defer m.Connections.Dec()
 	defer c.cleanup()
 
-	for {
-		if keepalive > 0 {
-			c.nc.SetReadDeadline(time.Now().Add(keepalive * 3 / 2))
-		} else {
-			c.nc.SetReadDeadline(time.Time{})
-		}
-		cp, err := rd.readPacket()
-		var tooLarge errTooLarge
-		if errors.As(err, &tooLarge) {
-			m.Oversized.Inc()
-			c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit)
-			continue
-		}
-		if err != nil {
-			c.readError(err)
-			return
-		}
-		switch p := cp.(type) {
-		case *packets.PublishPacket:
-			c.publish(p, rd.frame)
-		case *packets.PubrelPacket:
-			c.send(&packets.PubcompPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubcomp}, MessageID: p.MessageID})
-		case *packets.PubackPacket, *packets.PubrecPacket, *packets.PubcompPacket:
-			// Deliveries to clients are not retried; nothing to track.
-			if rec, ok := p.(*packets.PubrecPacket); ok {
-				c.send(&packets.PubrelPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubrel, Qos: 1}, MessageID: rec.MessageID})
+	handle := func() error {
+		for {
+			if c.closing.Load() {
+				return net.ErrClosed
 			}
-		case *packets.SubscribePacket:
-			c.subscribe(p)
-		case *packets.UnsubscribePacket:
-			for _, f := range p.Topics {
-				if _, ok := c.subs[f]; ok {
-					delete(c.subs, f)
-					c.s.hub.remove(c, f)
-				}
+			cp, ok, err := d.next(rd)
+			var tooLarge errTooLarge
+			if errors.As(err, &tooLarge) {
+				m.Oversized.Inc()
+				c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit)
+				continue
 			}
-			c.send(&packets.UnsubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Unsuback}, MessageID: p.MessageID})
-		case *packets.PingreqPacket:
-			c.send(&packets.PingrespPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pingresp}})
-		case *packets.DisconnectPacket:
-			c.graceful = true
-			c.close("client disconnected")
-			return
-		default:
-			c.log.Warn("MQTT protocol violation: unexpected packet", "client", c.clientID, "packet", cp.String())
-			c.close("protocol violation")
-			return
+			if err != nil || !ok {
+				return err
+			}
+			if err := c.handle(cp, d.frame); err != nil {
+				return err
+			}
 		}
 	}
+	err = handle() // packets that came with the CONNECT
+	if err == nil {
+		err = mqttwire.Receive(c.nc, rd, mqttwire.Options{Stop: c.closing.Load, Idle: keepalive * 3 / 2}, handle)
+	}
+	c.readError(err)
+}
+
+// handle acts on one packet after the CONNECT; frame is the QoS 0 frame of
+// a PUBLISH (decoder.frame). It returns net.ErrClosed when it closed the
+// connection.
+func (c *conn) handle(cp packets.ControlPacket, frame []byte) error {
+	switch p := cp.(type) {
+	case *packets.PublishPacket:
+		c.publish(p, frame)
+	case *packets.PubrelPacket:
+		c.send(&packets.PubcompPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubcomp}, MessageID: p.MessageID})
+	case *packets.PubackPacket, *packets.PubrecPacket, *packets.PubcompPacket:
+		// Deliveries to clients are not retried; nothing to track.
+		if rec, ok := p.(*packets.PubrecPacket); ok {
+			c.send(&packets.PubrelPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubrel, Qos: 1}, MessageID: rec.MessageID})
+		}
+	case *packets.SubscribePacket:
+		c.subscribe(p)
+	case *packets.UnsubscribePacket:
+		for _, f := range p.Topics {
+			if _, ok := c.subs[f]; ok {
+				delete(c.subs, f)
+				c.s.hub.remove(c, f)
+			}
+		}
+		c.send(&packets.UnsubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Unsuback}, MessageID: p.MessageID})
+	case *packets.PingreqPacket:
+		c.send(&packets.PingrespPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pingresp}})
+	case *packets.DisconnectPacket:
+		c.graceful = true
+		c.close("client disconnected")
+		return net.ErrClosed
+	default:
+		c.log.Warn("MQTT protocol violation: unexpected packet", "client", c.clientID, "packet", cp.String())
+		c.close("protocol violation")
+		return net.ErrClosed
+	}
+	return nil
 }
 
 func (c *conn) readError(err error) {

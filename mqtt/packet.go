@@ -1,13 +1,12 @@
 package mqtt
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/xrealm/xrealm/mqttwire"
 )
 
 // maxControlPacket bounds packets other than PUBLISH (CONNECT, SUBSCRIBE...).
@@ -21,63 +20,60 @@ func (e errTooLarge) Error() string {
 	return fmt.Sprintf("PUBLISH of %d bytes exceeds the %d-byte limit", e.size, e.limit)
 }
 
-// reader reads MQTT packets with size limits, using a reusable body buffer.
-type reader struct {
-	r          *bufio.Reader
+// decoder turns the packets that a mqttwire.Reader finds into Paho's
+// types. It sets the size limits: PUBLISH up to the payload limit (plus
+// the largest topic and packet id), other packets up to maxControlPacket.
+type decoder struct {
 	maxPublish int
-	body       []byte
-	// frame is the PUBLISH last read, encoded as the QoS 0 PUBLISH that
-	// subscribers get; its Payload is a part of it (see readPublish).
+	// frame is the PUBLISH last decoded, encoded as the QoS 0 PUBLISH that
+	// subscribers get; its Payload is a part of it (see decodePublish).
 	frame []byte
 }
 
-// readPacket reads one packet. Oversized PUBLISHes are skipped and reported
-// as errTooLarge; other errors end the connection.
-func (rd *reader) readPacket() (packets.ControlPacket, error) {
-	first, err := rd.r.ReadByte()
-	if err != nil {
-		return nil, err
+// limit is the largest remaining length accepted for a packet with first
+// byte first; it is the mqttwire.Reader's limit.
+func (d *decoder) limit(first byte) int {
+	if first>>4 == packets.Publish {
+		return d.maxPublish + 2 + 65535 + 2
 	}
-	n, err := readVarint(rd.r)
-	if err != nil {
-		return nil, err
+	return maxControlPacket
+}
+
+// next decodes the next complete packet in r; ok is false when r holds
+// none. An oversized PUBLISH is skipped and reported as errTooLarge, and
+// the stream can go on; other errors end the connection.
+func (d *decoder) next(r *mqttwire.Reader) (cp packets.ControlPacket, ok bool, err error) {
+	first, body, ok, err := r.Next()
+	var tl *mqttwire.TooLargeError
+	if errors.As(err, &tl) && tl.First>>4 == packets.Publish {
+		return nil, false, errTooLarge{size: tl.Size, limit: d.maxPublish}
 	}
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	cp, err = d.decode(first, body)
+	return cp, err == nil, err
+}
+
+// decode decodes one packet: its first byte and its body, which the
+// packet does not keep.
+func (d *decoder) decode(first byte, body []byte) (packets.ControlPacket, error) {
 	typ := first >> 4
-	limit := maxControlPacket
-	if typ == packets.Publish {
-		limit = rd.maxPublish + 2 + 65535 + 2 // payload plus the largest topic and packet id
-	}
-	if n > limit {
-		if typ == packets.Publish {
-			if _, err := io.CopyN(io.Discard, rd.r, int64(n)); err != nil {
-				return nil, err
-			}
-			return nil, errTooLarge{size: n, limit: rd.maxPublish}
-		}
-		return nil, fmt.Errorf("%s packet of %d bytes exceeds %d", packets.PacketNames[typ], n, limit)
-	}
 	fh := packets.FixedHeader{
 		MessageType:     typ,
 		Dup:             first&0x08 != 0,
 		Qos:             (first >> 1) & 0x03,
 		Retain:          first&0x01 != 0,
-		RemainingLength: n,
+		RemainingLength: len(body),
 	}
 	if fh.Qos > 2 {
 		return nil, fmt.Errorf("packet with QoS %d", fh.Qos)
 	}
 	if typ == packets.Publish {
-		return rd.readPublish(fh)
+		return d.decodePublish(fh, body)
 	}
 	cp, err := packets.NewControlPacketWithHeader(fh)
 	if err != nil {
-		return nil, err
-	}
-	if cap(rd.body) < n {
-		rd.body = make([]byte, n)
-	}
-	body := rd.body[:n]
-	if _, err := io.ReadFull(rd.r, body); err != nil {
 		return nil, err
 	}
 	if err := cp.Unpack(bodyReader{bytes.NewReader(body)}); err != nil {
@@ -86,33 +82,16 @@ func (rd *reader) readPacket() (packets.ControlPacket, error) {
 	return cp, nil
 }
 
-// readPublish reads the body of a PUBLISH whose fixed header is fh. The
-// message is read into the frame that subscribers will get, a QoS 0
+// decodePublish decodes the body of a PUBLISH whose fixed header is fh.
+// The message is copied into the frame that subscribers will get, a QoS 0
 // PUBLISH of the same topic and payload, so that a message costs one
 // allocation and one copy on its way through the broker, where Paho's
-// Unpack and a separate encoding for the subscribers made six and two. For
-// QoS 0, whose body is the frame's, the body is read into it directly.
-func (rd *reader) readPublish(fh packets.FixedHeader) (*packets.PublishPacket, error) {
-	n := fh.RemainingLength
+// Unpack and a separate encoding for the subscribers made six and two.
+func (d *decoder) decodePublish(fh packets.FixedHeader, body []byte) (*packets.PublishPacket, error) {
+	n := len(body)
 	idLen := 0
 	if fh.Qos > 0 {
 		idLen = 2
-	}
-	var body, frame []byte
-	h := 1 + varintLen(n)
-	if idLen == 0 {
-		frame = make([]byte, h+n)
-		frame[0] = packets.Publish << 4
-		appendVarint(frame[1:1], n)
-		body = frame[h:]
-	} else {
-		if cap(rd.body) < n {
-			rd.body = make([]byte, n)
-		}
-		body = rd.body[:n]
-	}
-	if _, err := io.ReadFull(rd.r, body); err != nil {
-		return nil, err
 	}
 	if n < 2 {
 		return nil, fmt.Errorf("malformed PUBLISH packet: %d bytes, too short for a topic length", n)
@@ -122,22 +101,25 @@ func (rd *reader) readPublish(fh packets.FixedHeader) (*packets.PublishPacket, e
 		return nil, fmt.Errorf("malformed PUBLISH packet: topic of %d bytes and packet id in a body of %d", tl, n)
 	}
 	p := &packets.PublishPacket{FixedHeader: fh, TopicName: string(body[2 : 2+tl])}
-	if idLen > 0 {
-		p.MessageID = uint16(body[2+tl])<<8 | uint16(body[3+tl])
-		payload := body[2+tl+2:]
-		frame = encodePublish(p.TopicName, payload, 0, 0)
-		p.Payload = frame[len(frame)-len(payload):]
+	payload := body[2+tl+idLen:]
+	if len(payload) > d.maxPublish {
+		return nil, errTooLarge{size: len(payload), limit: d.maxPublish}
+	}
+	var frame []byte
+	if idLen == 0 { // the body is the frame's: copy it behind a QoS 0 header
+		h := 1 + mqttwire.LengthSize(n)
+		frame = make([]byte, h+n)
+		frame[0] = packets.Publish << 4
+		mqttwire.AppendLength(frame[1:1], n)
+		copy(frame[h:], body)
 	} else {
-		p.Payload = body[2+tl:]
+		p.MessageID = uint16(body[2+tl])<<8 | uint16(body[3+tl])
+		frame = encodePublish(p.TopicName, payload, 0, 0)
 	}
-	if len(p.Payload) > rd.maxPublish {
-		return nil, errTooLarge{size: len(p.Payload), limit: rd.maxPublish}
-	}
-	rd.frame = frame
+	p.Payload = frame[len(frame)-len(payload):]
+	d.frame = frame
 	return p, nil
 }
-
-var errBadLength = errors.New("malformed remaining length")
 
 // bodyReader reads a packet body. A zero-length read succeeds even at the
 // end of the body: Paho unpacks an empty PUBLISH payload with such a read,
@@ -149,22 +131,6 @@ func (b bodyReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	return b.r.Read(p)
-}
-
-func readVarint(r io.ByteReader) (int, error) {
-	var v, mult int = 0, 1
-	for i := 0; i < 4; i++ {
-		b, err := r.ReadByte()
-		if err != nil {
-			return 0, err
-		}
-		v += int(b&0x7f) * mult
-		if b&0x80 == 0 {
-			return v, nil
-		}
-		mult *= 128
-	}
-	return 0, errBadLength
 }
 
 // encode returns a packet's wire bytes.
@@ -180,42 +146,7 @@ func encode(cp packets.ControlPacket) []byte {
 // it): Paho's PublishPacket.Write builds a header buffer and a body buffer
 // and grows its output, several allocations and copies per message.
 func encodePublish(topic string, payload []byte, qos byte, id uint16) []byte {
-	rest := 2 + len(topic) + len(payload)
-	if qos > 0 {
-		rest += 2
-	}
-	b := make([]byte, 0, 1+varintLen(rest)+rest)
-	b = append(b, packets.Publish<<4|qos<<1)
-	b = appendVarint(b, rest)
-	b = append(b, byte(len(topic)>>8), byte(len(topic)))
-	b = append(b, topic...)
-	if qos > 0 {
-		b = append(b, byte(id>>8), byte(id))
-	}
+	b := make([]byte, 0, mqttwire.PublishSize(topic, qos, len(payload)))
+	b = mqttwire.AppendPublishHeader(b, topic, qos, id, len(payload))
 	return append(b, payload...)
-}
-
-// varintLen is the length of n as an MQTT remaining length.
-func varintLen(n int) int {
-	l := 1
-	for n >= 128 {
-		n >>= 7
-		l++
-	}
-	return l
-}
-
-// appendVarint appends n as an MQTT remaining length.
-func appendVarint(b []byte, n int) []byte {
-	for {
-		d := byte(n & 0x7f)
-		n >>= 7
-		if n > 0 {
-			d |= 0x80
-		}
-		b = append(b, d)
-		if n == 0 {
-			return b
-		}
-	}
 }

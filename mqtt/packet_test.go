@@ -1,17 +1,48 @@
 package mqtt
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/xrealm/xrealm/mqttwire"
 )
 
-func newReader(b []byte, maxPublish int) *reader {
-	return &reader{r: bufio.NewReader(bytes.NewReader(b)), maxPublish: maxPublish}
+// testReader decodes packets from a byte stream, as a connection's read
+// loop does from what its reads brought.
+type testReader struct {
+	decoder
+	r *mqttwire.Reader
+}
+
+func newReader(b []byte, maxPublish int) *testReader {
+	tr := &testReader{decoder: decoder{maxPublish: maxPublish}}
+	tr.r = mqttwire.NewReader(16, tr.limit)
+	for len(b) > 0 {
+		n := copy(tr.r.Space(), b)
+		tr.r.Advance(n)
+		b = b[n:]
+	}
+	return tr
+}
+
+// readPacket decodes the next packet; io.EOF at the end of the stream,
+// io.ErrUnexpectedEOF inside a packet.
+func (tr *testReader) readPacket() (packets.ControlPacket, error) {
+	cp, ok, err := tr.next(tr.r)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return cp, nil
+	case tr.r.Buffered() > 0:
+		return nil, io.ErrUnexpectedEOF
+	default:
+		return nil, io.EOF
+	}
 }
 
 func TestReadPacketMalformed(t *testing.T) {

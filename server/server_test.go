@@ -18,6 +18,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/ubiq"
 )
@@ -380,6 +381,68 @@ func TestWebSocketAndLastWill(t *testing.T) {
 	m := in.wait(t, "/x/web-1/web", 5*time.Second)
 	if !strings.Contains(string(m.Payload()), "leave") {
 		t.Fatalf("will payload = %s", m.Payload())
+	}
+}
+
+// rawConnect dials the MQTT port and sends a CONNECT with the given
+// keepalive and will, without waiting for the CONNACK.
+func rawConnect(t *testing.T, addr, id, user, token string, keepalive uint16, willTopic, will string) net.Conn {
+	t.Helper()
+	nc, err := net.Dial("tcp", strings.TrimPrefix(addr, "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	cp := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
+	cp.ProtocolName, cp.ProtocolVersion, cp.CleanSession = "MQTT", 4, true
+	cp.ClientIdentifier, cp.Keepalive = id, keepalive
+	cp.UsernameFlag, cp.Username, cp.PasswordFlag, cp.Password = true, user, true, []byte(token)
+	if willTopic != "" {
+		cp.WillFlag, cp.WillTopic, cp.WillMessage = true, willTopic, []byte(will)
+	}
+	if err := cp.Write(nc); err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// A client whose socket closes right after its last packet, with no
+// DISCONNECT, is noticed (its will is published) even when the close
+// arrives together with that packet; a client silent for longer than
+// 1.5 times its keepalive is disconnected.
+func TestAbruptCloseAndKeepaliveOverTCP(t *testing.T) {
+	n := startNode(t, nil)
+	watcher := mustConnect(t, n.mqttURL, "ed", n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour))
+	in := newInbox()
+	subscribe(t, watcher, base+"/x/#", in)
+	tok := n.token(t, "ann", "lab/room1", auth.RoleEditor, time.Hour)
+	for i := range 5 {
+		id := fmt.Sprintf("abrupt-%d", i)
+		nc := rawConnect(t, n.mqttURL, id, "ann", tok, 60, base+"/x/"+id+"/gone", "bye")
+		pub := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+		pub.TopicName, pub.Payload = base+"/x/"+id+"/hello", []byte("hi")
+		if err := pub.Write(nc); err != nil {
+			t.Fatal(err)
+		}
+		nc.Close() // CONNECT, PUBLISH and FIN in one burst
+		in.wait(t, "/x/"+id+"/hello", 5*time.Second)
+		if m := in.wait(t, "/x/"+id+"/gone", 5*time.Second); string(m.Payload()) != "bye" {
+			t.Fatalf("%s: will payload %q", id, m.Payload())
+		}
+	}
+
+	nc := rawConnect(t, n.mqttURL, "quiet", "ann", tok, 1, "", "")
+	start := time.Now()
+	nc.SetReadDeadline(start.Add(10 * time.Second))
+	got, err := io.ReadAll(nc) // the CONNACK, then the broker's close
+	if err != nil {
+		t.Fatalf("waiting for the keepalive to expire: %v", err)
+	}
+	if len(got) != 4 || got[0] != 0x20 || got[3] != 0 {
+		t.Fatalf("read % x, want only an accepting CONNACK", got)
+	}
+	if d := time.Since(start); d < 1400*time.Millisecond || d > 4*time.Second {
+		t.Fatalf("a keepalive of 1 s expired after %v, want about 1.5 s", d)
 	}
 }
 

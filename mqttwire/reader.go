@@ -1,0 +1,159 @@
+package mqttwire
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Reader splits an MQTT byte stream into packets. Bytes go in through
+// Space and Advance (or Fill), packets come out of Next. It owns one
+// buffer, and while Receive reads a socket it borrows a shared one for
+// each read. A packet's body is valid until the next call to Space, Fill
+// or Receive's next read.
+type Reader struct {
+	buf        []byte
+	start, end int // unread bytes are buf[start:end]
+	limit      func(first byte) int
+	// skip counts the bytes of a packet over the limit that are still to
+	// be discarded.
+	skip int
+	own  []byte // the reader's own buffer while buf is borrowed
+}
+
+// NewReader returns a Reader whose own buffer starts at size bytes and
+// grows for larger packets. limit gives the largest remaining length
+// accepted for a packet with the given first byte (type and flags).
+func NewReader(size int, limit func(first byte) int) *Reader {
+	return &Reader{buf: make([]byte, max(size, 8)), limit: limit}
+}
+
+// MaxLength is a limit for NewReader that accepts packets of every type up
+// to n bytes.
+func MaxLength(n int) func(byte) int { return func(byte) int { return n } }
+
+// TooLargeError reports a packet whose remaining length is over the
+// Reader's limit. The Reader discards the packet's bytes as they arrive,
+// so the stream may go on with the next packet.
+type TooLargeError struct {
+	First       byte // the packet's first byte: type << 4 | flags
+	Size, Limit int  // its remaining length and the limit
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("MQTT %s packet of %d bytes exceeds the limit of %d", PacketName(e.First), e.Size, e.Limit)
+}
+
+// ErrMalformedLength is returned for a remaining length of more than four
+// bytes; the stream cannot go on.
+var ErrMalformedLength = errors.New("malformed remaining length: more than 4 bytes")
+
+// Next returns the next complete packet in the buffer: its first byte and
+// its body. ok is false when the buffer holds no complete packet yet.
+// After a *TooLargeError, Next may be called again; after any other error
+// the stream is broken.
+func (r *Reader) Next() (first byte, body []byte, ok bool, err error) {
+	if r.skip > 0 {
+		k := min(r.skip, r.end-r.start)
+		r.start += k
+		r.skip -= k
+		if r.skip > 0 {
+			return 0, nil, false, nil
+		}
+	}
+	b := r.buf[r.start:r.end]
+	n, mult, i := 0, 1, 1
+	for ; ; i++ {
+		if i >= len(b) {
+			return 0, nil, false, nil
+		}
+		d := b[i]
+		n += int(d&0x7f) * mult
+		if d&0x80 == 0 {
+			break
+		}
+		if i == 4 {
+			return 0, nil, false, ErrMalformedLength
+		}
+		mult *= 128
+	}
+	if lim := r.limit(b[0]); n > lim {
+		r.start += i + 1
+		r.skip = n
+		k := min(r.skip, r.end-r.start)
+		r.start += k
+		r.skip -= k
+		return 0, nil, false, &TooLargeError{First: b[0], Size: n, Limit: lim}
+	}
+	end := i + 1 + n
+	if len(b) < end {
+		return 0, nil, false, nil
+	}
+	r.start += end
+	return b[0], b[i+1 : end], true, nil
+}
+
+// Space returns the free end of the buffer for the next read, after moving
+// the unread bytes to the front; it grows the buffer when it is full.
+// Bodies returned by Next are invalid afterwards.
+func (r *Reader) Space() []byte {
+	if r.start > 0 {
+		r.end = copy(r.buf, r.buf[r.start:r.end])
+		r.start = 0
+	}
+	if r.end == len(r.buf) {
+		r.buf = append(r.buf, make([]byte, len(r.buf))...)
+	}
+	return r.buf[r.end:]
+}
+
+// Advance records that n bytes were read into Space.
+func (r *Reader) Advance(n int) { r.end += n }
+
+// Buffered is the number of bytes read and not yet taken by Next.
+func (r *Reader) Buffered() int { return r.end - r.start }
+
+// sharedBufs holds read buffers that Receive borrows for one read at a
+// time. sync.Pool keeps a list per P, so a read lands in a buffer that was
+// just read on the same CPU and is in its cache; with a buffer per
+// connection, hundreds of connections' buffers are not, and the kernel's
+// copy into them was the bots' largest cost.
+var sharedBufs = sync.Pool{New: func() any { b := make([]byte, sharedBufSize); return &b }}
+
+const sharedBufSize = 64 << 10
+
+// borrow moves the unread bytes into a shared buffer, in which the next
+// reads land until giveBack; nil when more than a quarter of one is unread
+// (a large packet in progress stays in the reader's own buffer).
+func (r *Reader) borrow() *[]byte {
+	if r.end-r.start > sharedBufSize/4 {
+		return nil
+	}
+	p := sharedBufs.Get().(*[]byte)
+	r.own = r.buf
+	r.end = copy(*p, r.buf[r.start:r.end])
+	r.start = 0
+	r.buf = *p
+	return p
+}
+
+// giveBack moves the unread bytes back into the reader's own buffer and
+// returns the shared one (p from borrow; nil: nothing borrowed).
+func (r *Reader) giveBack(p *[]byte) {
+	if p == nil {
+		return
+	}
+	unread := r.buf[r.start:r.end]
+	if len(unread) > len(r.own) {
+		r.own = make([]byte, 2*len(unread))
+	}
+	r.end = copy(r.own, unread)
+	r.start = 0
+	r.buf, r.own = r.own, nil
+	sharedBufs.Put(p)
+}
+
+var packetNames = [16]string{"reserved", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP", "SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP", "DISCONNECT", "reserved"}
+
+// PacketName names the type of a packet with first byte first.
+func PacketName(first byte) string { return packetNames[first>>4] }
