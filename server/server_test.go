@@ -302,6 +302,14 @@ func TestPubSubPersistAndRights(t *testing.T) {
 	if vin.has("/o/ed-1/big") {
 		t.Error("oversized payload was delivered")
 	}
+	// One just under the limit, larger than a read buffer's quarter
+	// (which a read then completes in the connection's own buffer), comes
+	// through whole.
+	large := `{"object_id":"large","action":"clientEvent","data":{"pad":"` + strings.Repeat("y", 60<<10) + `"}}`
+	publish(t, ed, base+"/o/ed-1/large", 0, large)
+	if m := vin.wait(t, "/o/ed-1/large", 5*time.Second); string(m.Payload()) != large {
+		t.Errorf("a payload of %d bytes arrived as %d bytes", len(large), len(m.Payload()))
+	}
 
 	// REST follows the same rights: a token for another scene reads this
 	// publicly readable scene (as anyone may), but does not write it.
