@@ -116,14 +116,17 @@ func (c *conn) serve() {
 				return net.ErrClosed
 			}
 			cp, ok, err := d.next(rd)
-			var tooLarge errTooLarge
-			if errors.As(err, &tooLarge) {
-				m.Oversized.Inc()
-				c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit)
-				continue
-			}
-			if err != nil || !ok {
+			if err != nil {
+				var tooLarge errTooLarge
+				if errors.As(err, &tooLarge) {
+					m.Oversized.Inc()
+					c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit)
+					continue
+				}
 				return err
+			}
+			if !ok {
+				return nil
 			}
 			if err := c.handle(cp, d.frame); err != nil {
 				return err

@@ -44,12 +44,16 @@ func (d *decoder) limit(first byte) int {
 // the stream can go on; other errors end the connection.
 func (d *decoder) next(r *mqttwire.Reader) (cp packets.ControlPacket, ok bool, err error) {
 	first, body, ok, err := r.Next()
-	var tl *mqttwire.TooLargeError
-	if errors.As(err, &tl) && tl.First>>4 == packets.Publish {
-		return nil, false, errTooLarge{size: tl.Size, limit: d.maxPublish}
-	}
-	if err != nil || !ok {
+	if err != nil {
+		// Only here: a target for errors.As is made on the heap.
+		var tl *mqttwire.TooLargeError
+		if errors.As(err, &tl) && tl.First>>4 == packets.Publish {
+			return nil, false, errTooLarge{size: tl.Size, limit: d.maxPublish}
+		}
 		return nil, false, err
+	}
+	if !ok {
+		return nil, false, nil
 	}
 	cp, err = d.decode(first, body)
 	return cp, err == nil, err
