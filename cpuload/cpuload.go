@@ -1,6 +1,7 @@
 // Package cpuload tells how busy the machine's CPUs are, from the kernel's
 // counters in /proc/stat: the CPU time so far (Read), and the share of it
-// since the previous reading that was not idle (Gauge). It is for
+// since the previous reading that was not idle (Gauge), or, for a process
+// under a cgroup CPU limit, the share of that limit it used if more. It is for
 // controllers that trade CPU for latency (fanout.Clock's write budget) and
 // want to know whether the machine has room for more work, whichever
 // processes use it, and for benchmarks that report what else ran.
@@ -13,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // statPath is the kernel's CPU counters.
@@ -81,25 +83,51 @@ func ParseTimes(line []byte) (Times, error) {
 	return Times{Busy: busy / ticksPerSecond, Idle: idle / ticksPerSecond, Steal: steal / ticksPerSecond}, nil
 }
 
-// Gauge reads the machine's CPU use from a /proc/stat file. Each call to
-// Busy covers the time since the previous call. A Gauge is safe for
-// concurrent use.
+// Gauge reads the machine's CPU use from a /proc/stat file, and, when the
+// process runs under a CPU limit, its cgroup's use against that limit.
+// Each call to Busy covers the time since the previous call. A Gauge is
+// safe for concurrent use.
 type Gauge struct {
-	path string
+	path  string
+	quota *quota           // nil: no CPU limit
+	now   func() time.Time // the clock for the cgroup's share
 
-	mu     sync.Mutex
-	prev   Times // the counters at the previous reading
-	primed bool
+	mu        sync.Mutex
+	prev      Times // the counters at the previous reading
+	prevUsage float64
+	prevAt    time.Time
+	primed    bool
 }
 
 // Machine returns a Gauge for this machine (/proc/stat), or an error if the
 // system has no such file (not Linux) or its format is not understood.
+// When the process's cgroup (v2) or one above it has a CPU limit
+// (cpu.max), the Gauge also reads the cgroup's CPU time (cpu.stat), and
+// Busy is the busier of the two: a container limited to two CPUs of a
+// 32-CPU host is busy when it uses two. (Limits of cgroup v1 are not
+// seen.)
 func Machine() (*Gauge, error) {
-	g := &Gauge{path: statPath}
+	g := &Gauge{path: statPath, now: time.Now}
 	if _, err := readFile(g.path); err != nil {
 		return nil, err
 	}
+	if self, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		q, err := findQuota(cgroupRoot, self)
+		if err != nil {
+			return nil, err
+		}
+		g.quota = q
+	}
 	return g, nil
+}
+
+// Limit is the CPU limit the Gauge measures against besides the machine,
+// in CPUs; 0 when there is none.
+func (g *Gauge) Limit() float64 {
+	if g.quota == nil {
+		return 0
+	}
+	return g.quota.cpus
 }
 
 // Busy returns the share of the machine's CPU time since the previous
@@ -107,18 +135,35 @@ func Machine() (*Gauge, error) {
 // hypervisor took: steal is time the machine could not run), in [0, 1].
 // ok is false on the first call, when no time has passed, and when the
 // counters cannot be read.
+//
+// Under a CPU limit, Busy is the larger of that share and the cgroup's CPU
+// time since the previous call against what the limit allowed in it.
 func (g *Gauge) Busy() (busy float64, ok bool) {
 	t, err := readFile(g.path)
 	if err != nil {
 		return 0, false
 	}
+	var usage float64
+	var at time.Time
+	if g.quota != nil {
+		if usage, err = readUsage(g.quota.stat); err != nil {
+			return 0, false
+		}
+		at = g.now()
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	prev, primed := g.prev, g.primed
-	g.prev, g.primed = t, true
+	prev, prevUsage, prevAt, primed := g.prev, g.prevUsage, g.prevAt, g.primed
+	g.prev, g.prevUsage, g.prevAt, g.primed = t, usage, at, true
 	if !primed || t.Busy+t.Steal < prev.Busy+prev.Steal || t.Idle < prev.Idle || t.Total() == prev.Total() {
 		return 0, false
 	}
 	db := t.Busy + t.Steal - prev.Busy - prev.Steal
-	return min(max(db/(t.Total()-prev.Total()), 0), 1), true
+	busy = db / (t.Total() - prev.Total())
+	if g.quota != nil {
+		if wall := at.Sub(prevAt).Seconds(); wall > 0 && usage >= prevUsage {
+			busy = max(busy, (usage-prevUsage)/(wall*g.quota.cpus))
+		}
+	}
+	return min(max(busy, 0), 1), true
 }

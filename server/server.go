@@ -148,6 +148,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		// Spend CPU on latency while the machine has it to spare.
 		if g, err := cpuload.Machine(); err == nil {
 			cfg.Writer.Clock.FollowLoad(g)
+			if l := g.Limit(); l > 0 {
+				log.Info("MQTT write budget follows the CPU use of this process's cgroup against its limit, and the machine's", "cpus", l)
+			}
 		} else {
 			log.Info("MQTT write budget does not follow the machine's CPU load", "err", err)
 		}

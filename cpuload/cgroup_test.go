@@ -1,0 +1,169 @@
+package cpuload
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseCPUMax(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		cpus    float64
+		limited bool
+		err     string
+	}{
+		{in: "max 100000\n"},
+		{in: "max"},
+		{in: "200000 100000\n", cpus: 2, limited: true},
+		{in: "50000 100000", cpus: 0.5, limited: true},
+		{in: "150000", cpus: 1.5, limited: true},
+		{in: "", err: "want a quota and a period"},
+		{in: "1 2 3", err: "want a quota and a period"},
+		{in: "-5 100000", err: "quota"},
+		{in: "0 100000", err: "quota"},
+		{in: "100000 0", err: "period"},
+		{in: "100000 x", err: "period"},
+	} {
+		cpus, limited, err := parseCPUMax([]byte(tc.in))
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("parseCPUMax(%q): error %v, want one saying %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || cpus != tc.cpus || limited != tc.limited {
+			t.Errorf("parseCPUMax(%q) = %v, %v, %v; want %v, %v", tc.in, cpus, limited, err, tc.cpus, tc.limited)
+		}
+	}
+}
+
+// cgroupTree makes a fake cgroup v2 mount: files maps paths under it to
+// their contents.
+func cgroupTree(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, s := range files {
+		p = filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestFindQuota(t *testing.T) {
+	stat := "usage_usec 5000000\nuser_usec 4000000\nsystem_usec 1000000\n"
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		self  string
+		cpus  float64 // 0: no quota
+		stat  string  // the limited cgroup's cpu.stat, under the root
+		err   string
+	}{
+		{name: "container", self: "0::/\n", cpus: 2, stat: "cpu.stat",
+			files: map[string]string{"cpu.max": "200000 100000\n", "cpu.stat": stat}},
+		{name: "no limit", self: "0::/\n",
+			files: map[string]string{"cpu.max": "max 100000\n", "cpu.stat": stat}},
+		{name: "cgroup v1 only", self: "4:memory:/x\n1:cpu:/\n",
+			files: map[string]string{"cpu.max": "200000 100000\n", "cpu.stat": stat}},
+		{name: "no cpu controller", self: "0::/a\n", files: map[string]string{"a/cgroup.procs": ""}},
+		{name: "the smallest limit above", self: "0::/slice/svc\n", cpus: 0.5, stat: "slice/cpu.stat",
+			files: map[string]string{
+				"cpu.max": "400000 100000", "cpu.stat": stat,
+				"slice/cpu.max": "50000 100000", "slice/cpu.stat": stat,
+				"slice/svc/cpu.max": "max 100000", "slice/svc/cpu.stat": stat,
+			}},
+		{name: "malformed cpu.max", self: "0::/\n", err: "cpu.max",
+			files: map[string]string{"cpu.max": "lots\tof fields here\n"}},
+		{name: "no usage", self: "0::/\n", err: "no usage_usec",
+			files: map[string]string{"cpu.max": "100000 100000", "cpu.stat": "user_usec 1\n"}},
+		{name: "usage not a number", self: "0::/\n", err: "usage_usec",
+			files: map[string]string{"cpu.max": "100000 100000", "cpu.stat": "usage_usec lots\n"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := cgroupTree(t, tc.files)
+			q, err := findQuota(root, []byte(tc.self))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.cpus == 0 {
+				if q != nil {
+					t.Fatalf("quota %+v, want none", q)
+				}
+				return
+			}
+			if q == nil || q.cpus != tc.cpus || q.stat != filepath.Join(root, filepath.FromSlash(tc.stat)) {
+				t.Fatalf("quota %+v, want %v CPUs counted in %s", q, tc.cpus, tc.stat)
+			}
+		})
+	}
+}
+
+// Under a limit of two CPUs, a cgroup that uses them both is busy while
+// the machine is mostly idle; when the machine is the busier, its share
+// counts.
+func TestGaugeBusyUnderQuota(t *testing.T) {
+	dir := t.TempDir()
+	statFile, cgStat := filepath.Join(dir, "stat"), filepath.Join(dir, "cpu.stat")
+	write := func(p, s string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(1000, 0)
+	g := &Gauge{path: statFile, quota: &quota{cpus: 2, stat: cgStat}, now: func() time.Time { return now }}
+	if g.Limit() != 2 {
+		t.Fatalf("Limit() = %v, want 2", g.Limit())
+	}
+	write(statFile, "cpu 1000 0 0 9000 0 0 0 0\n")
+	write(cgStat, "usage_usec 0\n")
+	if _, ok := g.Busy(); ok {
+		t.Fatal("first reading: ok")
+	}
+	for _, step := range []struct {
+		name       string
+		hostBusy   float64 // ticks of the 32-CPU host's 3200 in the second
+		cgroupUsec float64 // µs the cgroup used in the second
+		want       float64
+	}{
+		{name: "cgroup at its limit, host idle", hostBusy: 200, cgroupUsec: 2e6, want: 1},
+		{name: "cgroup at half its limit", hostBusy: 100, cgroupUsec: 1e6, want: 0.5},
+		{name: "host busier than the cgroup", hostBusy: 2400, cgroupUsec: 0.2e6, want: 0.75},
+	} {
+		h, _ := readFile(statFile)
+		busyTicks := h.Busy*ticksPerSecond + step.hostBusy
+		idleTicks := h.Idle*ticksPerSecond + 3200 - step.hostBusy
+		write(statFile, "cpu "+ftoa(busyTicks)+" 0 0 "+ftoa(idleTicks)+" 0 0 0 0\n")
+		u, _ := readUsage(cgStat)
+		write(cgStat, "usage_usec "+ftoa(u*1e6+step.cgroupUsec)+"\n")
+		now = now.Add(time.Second)
+		got, ok := g.Busy()
+		if !ok || math.Abs(got-step.want) > 1e-9 {
+			t.Errorf("%s: Busy() = %v, %v; want %v", step.name, got, ok, step.want)
+		}
+	}
+	// A cgroup counter that cannot be read makes the reading not ok.
+	write(cgStat, "nothing\n")
+	if _, ok := g.Busy(); ok {
+		t.Error("unreadable cpu.stat: ok")
+	}
+}
+
+// ftoa formats a whole number of ticks or µs.
+func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
