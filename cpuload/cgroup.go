@@ -14,53 +14,137 @@ import (
 // cgroupRoot is where cgroup v2 is mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// quota is a CPU limit of the cgroup (v2) the process runs in: a
-// container's --cpus, a Kubernetes CPU limit, a systemd CPUQuota. The
-// machine may be idle while the process's cgroup uses all it may.
+// quota is a CPU limit of a cgroup the process runs in: a container's
+// --cpus, a Kubernetes CPU limit, a systemd CPUQuota. The machine may be
+// idle while the process's cgroup uses all it may.
 type quota struct {
-	cpus float64 // the limit, in CPUs: quota / period
-	stat string  // cpu.stat of the limited cgroup, whose usage_usec counts against it
+	cpus  float64                       // the limit, in CPUs: quota / period
+	usage string                        // the file that counts the limited cgroup's CPU time
+	read  func(string) (float64, error) // its CPU time in seconds from usage
 }
 
+// Usage returns the limited cgroup's CPU time so far, in seconds.
+func (q *quota) Usage() (float64, error) { return q.read(q.usage) }
+
 // findQuota returns the smallest CPU limit on the way from the process's
-// cgroup (v2, from selfCgroup, the contents of /proc/self/cgroup) up to
-// root, or nil when there is none: no cgroup v2, no cpu controller, or
-// "max" all the way up.
+// cgroups (selfCgroup, the contents of /proc/self/cgroup) up to the
+// hierarchy's root, or nil when there is none. root is where the
+// hierarchies are mounted: cgroup v2 at root itself, v1 controllers at
+// root/{controllers} (root/cpu,cpuacct or root/cpu and root/cpuacct). A
+// directory missing on the way up is skipped: in a container with cgroup
+// v1, /proc/self/cgroup names the host's path while the container's own
+// cgroup is mounted at the hierarchy's root.
 func findQuota(root string, selfCgroup []byte) (*quota, error) {
-	var dir string
-	found := false
-	for _, line := range bytes.Split(selfCgroup, []byte("\n")) {
-		if rest, ok := bytes.CutPrefix(line, []byte("0::")); ok {
-			dir, found = path.Clean("/"+string(rest)), true
+	var v2, cpuPath, cpuCtl, acctCtl string
+	hasV2, hasCPU := false, false
+	for _, line := range strings.Split(string(selfCgroup), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2, hasV2 = path.Clean("/"+f[2]), true
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			switch c {
+			case "cpu":
+				cpuPath, cpuCtl, hasCPU = path.Clean("/"+f[2]), f[1], true
+			case "cpuacct":
+				acctCtl = f[1]
+			}
 		}
 	}
-	if !found {
-		return nil, nil // cgroup v1 only
-	}
 	var best *quota
-	for {
-		p := filepath.Join(root, filepath.FromSlash(dir))
-		b, err := os.ReadFile(filepath.Join(p, "cpu.max"))
-		if err == nil {
+	consider := func(cpus float64, limited bool, usage string, read func(string) (float64, error)) {
+		if limited && (best == nil || cpus < best.cpus) {
+			best = &quota{cpus: cpus, usage: usage, read: read}
+		}
+	}
+	if hasCPU && acctCtl != "" { // cgroup v1: the cpu controller's limit, cpuacct's count of the same cgroup
+		for dir := range upward(cpuPath) {
+			p := filepath.Join(root, cpuCtl, filepath.FromSlash(dir))
+			cpus, limited, err := readCFSQuota(p)
+			if err != nil {
+				return nil, err
+			}
+			// The same cgroup in the cpuacct hierarchy (the same
+			// directory when the two controllers share a mount).
+			acct := filepath.Join(root, acctCtl, filepath.FromSlash(dir), "cpuacct.usage")
+			consider(cpus, limited, acct, readV1Usage)
+		}
+	}
+	if hasV2 {
+		for dir := range upward(v2) {
+			p := filepath.Join(root, filepath.FromSlash(dir))
+			b, err := os.ReadFile(filepath.Join(p, "cpu.max"))
+			if err != nil {
+				continue
+			}
 			cpus, limited, err := parseCPUMax(b)
 			if err != nil {
 				return nil, fmt.Errorf("cpu load: %s: %w", filepath.Join(p, "cpu.max"), err)
 			}
-			if limited && (best == nil || cpus < best.cpus) {
-				best = &quota{cpus: cpus, stat: filepath.Join(p, "cpu.stat")}
-			}
+			consider(cpus, limited, filepath.Join(p, "cpu.stat"), readUsage)
 		}
-		if dir == "/" {
-			break
-		}
-		dir = path.Dir(dir)
 	}
 	if best != nil {
-		if _, err := readUsage(best.stat); err != nil {
+		if _, err := best.Usage(); err != nil {
 			return nil, err
 		}
 	}
 	return best, nil
+}
+
+// upward yields dir and each of its parents up to "/".
+func upward(dir string) func(yield func(string) bool) {
+	return func(yield func(string) bool) {
+		for {
+			if !yield(dir) || dir == "/" {
+				return
+			}
+			dir = path.Dir(dir)
+		}
+	}
+}
+
+// readCFSQuota reads a cgroup v1 CPU limit from dir's cpu.cfs_quota_us
+// (-1: none) and cpu.cfs_period_us; a directory without them has none.
+func readCFSQuota(dir string) (cpus float64, limited bool, err error) {
+	qb, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+	if err != nil {
+		return 0, false, nil
+	}
+	pb, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
+	if err != nil {
+		return 0, false, nil
+	}
+	q, err := strconv.ParseInt(strings.TrimSpace(string(qb)), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("cpu load: %s: cpu.cfs_quota_us %q: %w", dir, qb, err)
+	}
+	if q < 0 {
+		return 0, false, nil
+	}
+	p, err := strconv.ParseUint(strings.TrimSpace(string(pb)), 10, 64)
+	if err != nil || p == 0 || q == 0 {
+		return 0, false, fmt.Errorf("cpu load: %s: quota %q per period %q is not a positive limit", dir, qb, pb)
+	}
+	return float64(q) / float64(p), true, nil
+}
+
+// readV1Usage returns a cgroup v1 CPU time in seconds from cpuacct.usage
+// (nanoseconds).
+func readV1Usage(file string) (float64, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, fmt.Errorf("cpu load: %w", err)
+	}
+	ns, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cpu load: %s: %q is not a count of nanoseconds", file, b)
+	}
+	return float64(ns) / 1e9, nil
 }
 
 // parseCPUMax parses a cgroup's cpu.max: "max 100000" (no limit) or

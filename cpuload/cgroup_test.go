@@ -1,8 +1,10 @@
 package cpuload
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -66,7 +68,7 @@ func TestFindQuota(t *testing.T) {
 		files map[string]string
 		self  string
 		cpus  float64 // 0: no quota
-		stat  string  // the limited cgroup's cpu.stat, under the root
+		stat  string  // the file that counts the limited cgroup's CPU time, under the root
 		err   string
 	}{
 		{name: "container", self: "0::/\n", cpus: 2, stat: "cpu.stat",
@@ -82,6 +84,28 @@ func TestFindQuota(t *testing.T) {
 				"slice/cpu.max": "50000 100000", "slice/cpu.stat": stat,
 				"slice/svc/cpu.max": "max 100000", "slice/svc/cpu.stat": stat,
 			}},
+		{name: "v1, cpu and cpuacct mounted apart", self: "4:memory:/x\n3:cpuacct:/svc\n2:cpu:/svc\n0::/\n", cpus: 1.5, stat: "cpuacct/svc/cpuacct.usage",
+			files: map[string]string{
+				"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n",
+				"cpu/svc/cpu.cfs_quota_us": "150000\n", "cpu/svc/cpu.cfs_period_us": "100000\n",
+				"cpuacct/svc/cpuacct.usage": "123456789\n",
+			}},
+		{name: "v1 in a container: the host's path, the container's cgroup at the mount", self: "3:cpu,cpuacct:/docker/abc\n", cpus: 0.5, stat: "cpu,cpuacct/cpuacct.usage",
+			files: map[string]string{
+				"cpu,cpuacct/cpu.cfs_quota_us": "50000", "cpu,cpuacct/cpu.cfs_period_us": "100000",
+				"cpu,cpuacct/cpuacct.usage": "1",
+			}},
+		{name: "v1 without a limit", self: "3:cpu,cpuacct:/\n",
+			files: map[string]string{
+				"cpu,cpuacct/cpu.cfs_quota_us": "-1", "cpu,cpuacct/cpu.cfs_period_us": "100000",
+				"cpu,cpuacct/cpuacct.usage": "1",
+			}},
+		{name: "v1 malformed quota", self: "3:cpu,cpuacct:/\n", err: "cfs_quota_us",
+			files: map[string]string{"cpu,cpuacct/cpu.cfs_quota_us": "lots", "cpu,cpuacct/cpu.cfs_period_us": "100000"}},
+		{name: "v1 zero period", self: "3:cpu,cpuacct:/\n", err: "not a positive limit",
+			files: map[string]string{"cpu,cpuacct/cpu.cfs_quota_us": "5", "cpu,cpuacct/cpu.cfs_period_us": "0"}},
+		{name: "v1 usage not a number", self: "3:cpu,cpuacct:/\n", err: "nanoseconds",
+			files: map[string]string{"cpu,cpuacct/cpu.cfs_quota_us": "5", "cpu,cpuacct/cpu.cfs_period_us": "10", "cpu,cpuacct/cpuacct.usage": "x"}},
 		{name: "malformed cpu.max", self: "0::/\n", err: "cpu.max",
 			files: map[string]string{"cpu.max": "lots\tof fields here\n"}},
 		{name: "no usage", self: "0::/\n", err: "no usage_usec",
@@ -107,7 +131,7 @@ func TestFindQuota(t *testing.T) {
 				}
 				return
 			}
-			if q == nil || q.cpus != tc.cpus || q.stat != filepath.Join(root, filepath.FromSlash(tc.stat)) {
+			if q == nil || q.cpus != tc.cpus || q.usage != filepath.Join(root, filepath.FromSlash(tc.stat)) {
 				t.Fatalf("quota %+v, want %v CPUs counted in %s", q, tc.cpus, tc.stat)
 			}
 		})
@@ -127,7 +151,7 @@ func TestGaugeBusyUnderQuota(t *testing.T) {
 		}
 	}
 	now := time.Unix(1000, 0)
-	g := &Gauge{path: statFile, quota: &quota{cpus: 2, stat: cgStat}, now: func() time.Time { return now }}
+	g := &Gauge{path: statFile, quota: &quota{cpus: 2, usage: cgStat, read: readUsage}, now: func() time.Time { return now }}
 	if g.Limit() != 2 {
 		t.Fatalf("Limit() = %v, want 2", g.Limit())
 	}
@@ -167,3 +191,91 @@ func TestGaugeBusyUnderQuota(t *testing.T) {
 
 // ftoa formats a whole number of ticks or µs.
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+// TestQuotaOfARealCgroup makes a cgroup v1 with a limit of half a CPU (it
+// needs root and the v1 cpu and cpuacct hierarchies, as on the project's
+// CI machine; elsewhere it is skipped), runs a busy loop in it, and reads
+// the limit and the loop's CPU time through findQuota, as Machine would
+// for a process in that cgroup.
+func TestQuotaOfARealCgroup(t *testing.T) {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skip("no /proc/self/cgroup")
+	}
+	var cpuCtl, acctCtl string
+	for _, line := range strings.Split(string(self), "\n") {
+		if f := strings.SplitN(line, ":", 3); len(f) == 3 {
+			for _, c := range strings.Split(f[1], ",") {
+				switch c {
+				case "cpu":
+					cpuCtl = f[1]
+				case "cpuacct":
+					acctCtl = f[1]
+				}
+			}
+		}
+	}
+	if cpuCtl == "" || acctCtl == "" {
+		t.Skip("no cgroup v1 cpu and cpuacct hierarchies")
+	}
+	name := fmt.Sprintf("xrealm-cpuload-test-%d", os.Getpid())
+	ctls := []string{cpuCtl}
+	if acctCtl != cpuCtl {
+		ctls = append(ctls, acctCtl)
+	}
+	var dirs []string
+	t.Cleanup(func() { // after the loop's end below: a cgroup with a process stays
+		for _, d := range dirs {
+			os.Remove(d)
+		}
+	})
+	for _, ctl := range ctls {
+		d := filepath.Join(cgroupRoot, ctl, name)
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Skipf("cannot make a cgroup (not root?): %v", err)
+		}
+		dirs = append(dirs, d)
+	}
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		busy.Process.Kill()
+		busy.Wait()
+	})
+	cpuDir := filepath.Join(cgroupRoot, cpuCtl, name)
+	for file, v := range map[string]string{"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"} {
+		if err := os.WriteFile(filepath.Join(cpuDir, file), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range dirs {
+		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(strconv.Itoa(busy.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q, err := findQuota(cgroupRoot, []byte(fmt.Sprintf("3:%s:/%s\n2:%s:/%s\n", cpuCtl, name, acctCtl, name)))
+	if err != nil || q == nil || q.cpus != 0.5 {
+		t.Fatalf("findQuota: %+v, %v; want half a CPU", q, err)
+	}
+	g := &Gauge{path: statPath, quota: q, now: time.Now}
+	g.Busy()
+	u0, _ := q.Usage()
+	t0 := time.Now()
+	time.Sleep(time.Second)
+	b, ok := g.Busy()
+	u1, err := q.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel holds the loop to half a CPU; it gets less on a machine
+	// busy with other tests.
+	if used := (u1 - u0) / time.Since(t0).Seconds(); used < 0.25 || used > 0.65 {
+		t.Errorf("the loop used %.2f CPUs under a limit of 0.5", used)
+	}
+	if !ok || b < 0.5 {
+		t.Errorf("Busy() = %.2f, %v; want at least 0.5 with the cgroup at its limit", b, ok)
+	}
+	t.Logf("the loop used %.2f CPUs; Busy() = %.2f", (u1-u0)/time.Since(t0).Seconds(), b)
+}

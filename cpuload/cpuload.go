@@ -101,11 +101,10 @@ type Gauge struct {
 
 // Machine returns a Gauge for this machine (/proc/stat), or an error if the
 // system has no such file (not Linux) or its format is not understood.
-// When the process's cgroup (v2) or one above it has a CPU limit
-// (cpu.max), the Gauge also reads the cgroup's CPU time (cpu.stat), and
-// Busy is the busier of the two: a container limited to two CPUs of a
-// 32-CPU host is busy when it uses two. (Limits of cgroup v1 are not
-// seen.)
+// When the process's cgroup or one above it has a CPU limit (cgroup v2
+// cpu.max, v1 cpu.cfs_quota_us), the Gauge also reads the cgroup's CPU
+// time (cpu.stat, cpuacct.usage), and Busy is the busier of the two: a
+// container limited to two CPUs of a 32-CPU host is busy when it uses two.
 func Machine() (*Gauge, error) {
 	g := &Gauge{path: statPath, now: time.Now}
 	if _, err := readFile(g.path); err != nil {
@@ -146,7 +145,7 @@ func (g *Gauge) Busy() (busy float64, ok bool) {
 	var usage float64
 	var at time.Time
 	if g.quota != nil {
-		if usage, err = readUsage(g.quota.stat); err != nil {
+		if usage, err = g.quota.Usage(); err != nil {
 			return 0, false
 		}
 		at = g.now()
