@@ -11,7 +11,8 @@ import (
 	"strings"
 )
 
-// cgroupRoot is where cgroup v2 is mounted.
+// cgroupRoot is where cgroup v2 is mounted, and the cgroup v1 controllers
+// under it.
 const cgroupRoot = "/sys/fs/cgroup"
 
 // quota is a CPU limit of a cgroup the process runs in: a container's
