@@ -23,8 +23,8 @@ type Options struct {
 	Idle time.Duration
 }
 
-// probeEvery bounds how long a plain socket waits for the poller before
-// Receive reads it once more. A read that does not fill its buffer is not
+// probeEvery bounds how long a plain socket that gets no data waits for
+// the poller before Receive reads it once more. A read that does not fill its buffer is not
 // followed by another (see receiveRaw); if the peer's FIN or RST arrived
 // before that read, the poller reported it before the read, and will not
 // again. The read after a probe finds it.
@@ -90,12 +90,30 @@ func receiveWrapped(nc net.Conn, r *Reader, opt Options, handle func() error) er
 // only to get EAGAIN, as a net.Conn's Read does: on a connection that
 // sends one small packet at a time that is half of its reads. The
 // poller's readiness is reset only when RawConn.Read starts, so data that
-// arrives after the short read still ends the wait. A deadline every
-// probeEvery restarts RawConn.Read, whose first read finds a FIN or an
-// error that came before the short read (see probeEvery), and checks Idle.
+// arrives after the short read still ends the wait. A deadline probeEvery
+// after the last data restarts RawConn.Read, whose first read finds a FIN
+// or an error that came before the short read (see probeEvery), and checks
+// Idle.
 func receiveRaw(tc *net.TCPConn, rc syscall.RawConn, r *Reader, opt Options, handle func() error) error {
 	var rerr error
 	last := time.Now() // of the last read that brought data
+	var armed time.Time
+	// arm sets the deadline at which a wait ends: probeEvery after now, or
+	// sooner if the connection would be idle for Idle by then. It reports
+	// false if it is idle for that long already.
+	arm := func(now time.Time) bool {
+		wait := probeEvery
+		if opt.Idle > 0 {
+			left := opt.Idle - now.Sub(last)
+			if left <= 0 {
+				return false
+			}
+			wait = min(wait, left)
+		}
+		tc.SetReadDeadline(now.Add(wait))
+		armed = now
+		return true
+	}
 	read := func(fd uintptr) bool {
 		for {
 			if opt.Stop() {
@@ -113,8 +131,12 @@ func receiveRaw(tc *net.TCPConn, rc syscall.RawConn, r *Reader, opt Options, han
 					rerr = herr
 					return true
 				}
-				if opt.Idle > 0 {
-					last = time.Now()
+				last = time.Now()
+				if last.Sub(armed) >= probeEvery/2 {
+					// Data keeps coming: move the deadline away, so that
+					// a busy connection is not probed (a read and a
+					// wake-up per second) and only a quiet one is.
+					arm(last)
 				}
 				if n < len(sp) {
 					return false
@@ -137,15 +159,9 @@ func receiveRaw(tc *net.TCPConn, rc syscall.RawConn, r *Reader, opt Options, han
 		}
 	}
 	for {
-		wait := probeEvery
-		if opt.Idle > 0 {
-			left := opt.Idle - time.Since(last)
-			if left <= 0 {
-				return &net.OpError{Op: "read", Net: "tcp", Source: tc.LocalAddr(), Addr: tc.RemoteAddr(), Err: os.ErrDeadlineExceeded}
-			}
-			wait = min(wait, left)
+		if !arm(time.Now()) {
+			return &net.OpError{Op: "read", Net: "tcp", Source: tc.LocalAddr(), Addr: tc.RemoteAddr(), Err: os.ErrDeadlineExceeded}
 		}
-		tc.SetReadDeadline(time.Now().Add(wait))
 		err := rc.Read(read)
 		if rerr != nil {
 			return rerr
