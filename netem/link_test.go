@@ -22,6 +22,10 @@ func TestParseTrace(t *testing.T) {
 		{"zero period", "0\n0\n", 0, 0, 0, "period"},
 		{"not a number", "1\nx\n", 0, 0, 0, "line 2"},
 		{"decreasing", "5\n3\n", 0, 0, 0, "before"},
+		{"negative", "-1\n", 0, 0, 0, "line 1"},
+		{"beyond the longest", "1\n18446744073709551615\n", 0, 0, 0, "beyond"},
+		{"one past the longest", "4294967297\n", 0, 0, 0, "beyond"},
+		{"the longest", "4294967296\n", 1, 4294967296 * time.Millisecond, 1500 * 8 / 4294967.296, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

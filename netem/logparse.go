@@ -39,7 +39,7 @@ func parseLog(name string, r io.Reader, fn func(LogRecord)) error {
 		enq, err1 := strconv.ParseUint(f[0], 10, 64)
 		deq, err2 := strconv.ParseInt(f[1], 10, 64)
 		n, err3 := strconv.Atoi(f[2])
-		if err1 != nil || err2 != nil || err3 != nil {
+		if err1 != nil || err2 != nil || err3 != nil || n < 0 {
 			return fmt.Errorf("netem: log %s line %d: malformed %q", name, line, sc.Text())
 		}
 		rec := LogRecord{Enq: enq, Bytes: n}
@@ -53,5 +53,8 @@ func parseLog(name string, r io.Reader, fn func(LogRecord)) error {
 		}
 		fn(rec)
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("netem: read log %s: %w", name, err)
+	}
+	return nil
 }

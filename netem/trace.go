@@ -32,8 +32,13 @@ type Trace struct {
 	period uint64   // ms
 }
 
-// ParseTrace reads a Mahimahi trace: one non-negative integer (milliseconds)
-// per line, non-decreasing. Blank lines are skipped.
+// MaxTraceMs bounds the times in a trace: about 49.7 days, far beyond any
+// recorded link and far below where the emulator's microsecond arithmetic
+// would overflow.
+const MaxTraceMs = 1 << 32
+
+// ParseTrace reads a Mahimahi trace: one non-negative integer (milliseconds,
+// at most MaxTraceMs) per line, non-decreasing. Blank lines are skipped.
 func ParseTrace(name string, r io.Reader) (*Trace, error) {
 	sc := bufio.NewScanner(r)
 	var ms []uint64
@@ -47,6 +52,9 @@ func ParseTrace(name string, r io.Reader) (*Trace, error) {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("netem: trace %s line %d: %q is not a millisecond count", name, line, s)
+		}
+		if v > MaxTraceMs {
+			return nil, fmt.Errorf("netem: trace %s line %d: %d ms is beyond the longest trace supported, %d ms", name, line, v, uint64(MaxTraceMs))
 		}
 		if n := len(ms); n > 0 && v < ms[n-1] {
 			return nil, fmt.Errorf("netem: trace %s line %d: %d is before the previous %d", name, line, v, ms[n-1])
