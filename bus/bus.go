@@ -31,13 +31,22 @@ type Config struct {
 	ClusterAddr string   // host:port for routes
 	Routes      []string // nats-route://host:port of other nodes
 
-	MaxPayload int // largest message in bytes
+	// MaxPayload is the largest message payload clients may send, in
+	// bytes. The NATS server's own limit is HeadroomBytes above it, so that
+	// a message at the limit still fits with the headers the bus adds, and
+	// an object stored from it with its metadata.
+	MaxPayload int
 
 	Verifier TokenVerifier // checks client tokens; nil = clients need the internal secret
 	Insecure bool          // no client authentication at all (benchmarks, dev)
 	OnDeny   func()        // called for each refused client, e.g. to count it
 	Logger   *slog.Logger
 }
+
+// HeadroomBytes is how much larger than Config.MaxPayload a message on the
+// bus may be: room for NATS headers on a payload at the client limit, and
+// for the metadata persist stores with an object.
+const HeadroomBytes = 64 << 10
 
 // Bus is a running embedded NATS server.
 type Bus struct {
@@ -60,7 +69,7 @@ func Start(cfg Config) (*Bus, error) {
 		JetStream:  true,
 		StoreDir:   cfg.DataDir, // NATS keeps its state in DataDir/jetstream
 		NoSigs:     true,
-		MaxPayload: int32(cfg.MaxPayload),
+		MaxPayload: int32(cfg.MaxPayload + HeadroomBytes),
 	}
 	switch {
 	case cfg.NATSAddr != "":

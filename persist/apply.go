@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/xrealm/xrealm/scene"
 	"github.com/xrealm/xrealm/topic"
@@ -121,6 +122,11 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 		changed, err = s.update(ctx, key, t, m)
 	case scene.ActionDelete:
 		changed, err = s.cascadeDelete(ctx, t.Namespace, t.Scene, m.ObjectID)
+	}
+	var tooLarge *tooLargeError
+	if errors.As(err, &tooLarge) || errors.Is(err, nats.ErrMaxPayload) {
+		s.reject(subject, err) // the same write would fail again
+		return nil
 	}
 	if err != nil {
 		return err

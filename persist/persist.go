@@ -477,11 +477,39 @@ func (s *Store) load(ctx context.Context, key string) (*Object, uint64, error) {
 // errConflict reports a compare-and-set that lost against another writer.
 var errConflict = errors.New("revision conflict")
 
+// tooLargeError reports an object too large to store: a create near the
+// payload limit with the metadata added, or updates that grew an object
+// past it. Retrying cannot help, so the message is rejected, not retried.
+type tooLargeError struct {
+	key        string
+	size, most int
+}
+
+func (e *tooLargeError) Error() string {
+	return fmt.Sprintf("object %q would be %d bytes stored, over the store's limit of %d", e.key, e.size, e.most)
+}
+
+// kvOverhead is what a key-value write adds to the value in the message
+// that carries it (headers, the subject), well rounded up.
+const kvOverhead = 4 << 10
+
+// maxObject is the largest encoded object the store writes: the bus
+// connection's payload limit less the write's own overhead.
+func (s *Store) maxObject() int {
+	if nc := s.js.Conn(); nc != nil && nc.MaxPayload() > 2*kvOverhead {
+		return int(nc.MaxPayload()) - kvOverhead
+	}
+	return 1<<20 - kvOverhead
+}
+
 // save writes o under key if the key is still at revision rev (0: absent).
 func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) error {
 	val, err := json.Marshal(o)
 	if err != nil {
 		return fmt.Errorf("persist: encoding %q: %w", key, err)
+	}
+	if most := s.maxObject(); len(val) > most {
+		return &tooLargeError{key: key, size: len(val), most: most}
 	}
 	if rev == 0 {
 		_, err = s.kv.Create(ctx, key, val)

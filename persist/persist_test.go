@@ -381,3 +381,30 @@ func counterValue(t *testing.T, c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestObjectTooLargeIsRejectedNotRetried: a create that fits the bus but,
+// with the metadata the store adds, not the store, and updates that grow a
+// stored object past the limit, are rejected with a reason; they do not
+// hold up the messages after them, in any scene.
+func TestObjectTooLargeIsRejectedNotRetried(t *testing.T) {
+	e := newEnv(t, "", true)
+	most := e.store.maxObject()
+	big := strings.Repeat("x", most-100) // the message fits; the stored object, with its metadata, does not
+	e.pub(tp+"big", `{"object_id":"big","action":"create","persist":true,"data":{"s":"`+big+`"}}`)
+	e.pub(tp+"grow", `{"object_id":"grow","action":"create","persist":true,"data":{"a":"`+strings.Repeat("a", most/2)+`"}}`)
+	e.pub(tp+"grow", `{"object_id":"grow","action":"update","persist":true,"data":{"b":"`+strings.Repeat("b", most/2)+`"}}`)
+	e.pub("realm/s/other/scene/o/test/small", `{"object_id":"small","action":"create","persist":true}`)
+	e.waitObject("other", "scene", "small", nil)
+	if _, err := e.get("ns", "sc", "big"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("big persisted (or failed: %v), want not", err)
+	}
+	if o := e.waitObject("ns", "sc", "grow", nil); o.Attributes["b"] != nil {
+		t.Errorf("the update that made grow too large was applied")
+	}
+	if got := counterValue(t, e.store.invalid); got != 2 {
+		t.Errorf("invalid counter = %v, want 2", got)
+	}
+	if n := strings.Count(e.logs.String(), "over the store's limit"); n != 2 {
+		t.Errorf("%d log lines say why, want 2:\n%s", n, e.logs.String())
+	}
+}
