@@ -120,7 +120,10 @@ func (c *conn) serve() {
 				var tooLarge errTooLarge
 				if errors.As(err, &tooLarge) {
 					m.Oversized.Inc()
-					c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit)
+					c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit, "qos", tooLarge.qos)
+					if tooLarge.hasID {
+						c.ack(tooLarge.qos, tooLarge.id)
+					}
 					continue
 				}
 				return err
@@ -281,6 +284,17 @@ func (c *conn) send(cp packets.ControlPacket) {
 	c.w.Enqueue(&fanout.Frame{Bytes: encode(cp), Urgent: true})
 }
 
+// ack acknowledges a PUBLISH received at qos with packet id id: PUBACK at
+// QoS 1, PUBREC at QoS 2, nothing at QoS 0.
+func (c *conn) ack(qos byte, id uint16) {
+	switch qos {
+	case 1:
+		c.send(&packets.PubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Puback}, MessageID: id})
+	case 2:
+		c.send(&packets.PubrecPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubrec}, MessageID: id})
+	}
+}
+
 // deny logs a refused action (the first few per connection) and counts it.
 func (c *conn) deny(action, what, why string) {
 	c.s.m.AuthDenials.WithLabelValues(action).Inc()
@@ -314,14 +328,7 @@ func (c *conn) mayPublish(name string, payload []byte) bool {
 // p.Payload a part of it (reader.readPublish).
 func (c *conn) publish(p *packets.PublishPacket, frame []byte) {
 	c.s.m.MessagesIn.Inc()
-	ack := func() {
-		switch p.Qos {
-		case 1:
-			c.send(&packets.PubackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Puback}, MessageID: p.MessageID})
-		case 2:
-			c.send(&packets.PubrecPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Pubrec}, MessageID: p.MessageID})
-		}
-	}
+	ack := func() { c.ack(p.Qos, p.MessageID) }
 	if strings.HasPrefix(p.TopicName, "$") {
 		// System topics such as arena-py's $NETWORK/latency are accepted
 		// and dropped: clients must not reach NATS's own $ subjects.

@@ -13,8 +13,15 @@ import (
 const maxControlPacket = 256 << 10
 
 // errTooLarge marks a PUBLISH whose payload exceeds the limit; its bytes
-// have been read and discarded, and the connection can go on.
-type errTooLarge struct{ size, limit int }
+// have been read and discarded, and the connection can go on. At QoS 1 or
+// 2 the refusal is acknowledged with the packet's id, as a denied publish
+// is, so that the client does not keep it in flight for ever.
+type errTooLarge struct {
+	size, limit int
+	qos         byte
+	id          uint16
+	hasID       bool
+}
 
 func (e errTooLarge) Error() string {
 	return fmt.Sprintf("PUBLISH of %d bytes exceeds the %d-byte limit", e.size, e.limit)
@@ -48,7 +55,7 @@ func (d *decoder) next(r *mqttwire.Reader) (cp packets.ControlPacket, ok bool, e
 		// Only here: a target for errors.As is made on the heap.
 		var tl *mqttwire.TooLargeError
 		if errors.As(err, &tl) && tl.First>>4 == packets.Publish {
-			return nil, false, errTooLarge{size: tl.Size, limit: d.maxPublish}
+			return nil, false, errTooLarge{size: tl.Size, limit: d.maxPublish, qos: (tl.First >> 1) & 3, id: tl.ID, hasID: tl.HasID}
 		}
 		return nil, false, err
 	}
@@ -107,7 +114,11 @@ func (d *decoder) decodePublish(fh packets.FixedHeader, body []byte) (*packets.P
 	p := &packets.PublishPacket{FixedHeader: fh, TopicName: string(body[2 : 2+tl])}
 	payload := body[2+tl+idLen:]
 	if len(payload) > d.maxPublish {
-		return nil, errTooLarge{size: len(payload), limit: d.maxPublish}
+		e := errTooLarge{size: len(payload), limit: d.maxPublish, qos: fh.Qos}
+		if idLen > 0 {
+			e.id, e.hasID = uint16(body[2+tl])<<8|uint16(body[3+tl]), true
+		}
+		return nil, e
 	}
 	var frame []byte
 	if idLen == 0 { // the body is the frame's: copy it behind a QoS 0 header

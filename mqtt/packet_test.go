@@ -67,21 +67,32 @@ func TestReadPacketMalformed(t *testing.T) {
 	}
 }
 
+// An oversized PUBLISH is skipped, the packet after it is read, and at
+// QoS 1 or 2 its packet id is recovered so that the refusal can be
+// acknowledged: whether the payload is just over the limit (decoded) or so
+// far over that the reader discards it unread.
 func TestReadPacketOversizedPublishIsSkipped(t *testing.T) {
-	big := encodePublish("a/b", bytes.Repeat([]byte("x"), 5000), 0, 0)
-	small := encodePublish("a/c", []byte("ok"), 0, 0)
-	rd := newReader(append(big, small...), 1000)
-	_, err := rd.readPacket()
-	var tl errTooLarge
-	if !errors.As(err, &tl) {
-		t.Fatalf("err = %v, want errTooLarge", err)
-	}
-	cp, err := rd.readPacket()
-	if err != nil {
-		t.Fatalf("the packet after an oversized one: %v", err)
-	}
-	if p := cp.(*packets.PublishPacket); p.TopicName != "a/c" || string(p.Payload) != "ok" {
-		t.Fatalf("got %s", p)
+	for _, size := range []int{5000, 70000} { // the reader's own limit is 1000+65,539
+		for qos := byte(0); qos <= 2; qos++ {
+			big := encodePublish("a/b", bytes.Repeat([]byte("x"), size), qos, 4242)
+			small := encodePublish("a/c", []byte("ok"), 0, 0)
+			rd := newReader(append(big, small...), 1000)
+			_, err := rd.readPacket()
+			var tl errTooLarge
+			if !errors.As(err, &tl) {
+				t.Fatalf("size %d QoS %d: err = %v, want errTooLarge", size, qos, err)
+			}
+			if tl.qos != qos || tl.hasID != (qos > 0) || (qos > 0 && tl.id != 4242) {
+				t.Errorf("size %d QoS %d: refusal %+v, want QoS %d and id 4242 when QoS > 0", size, qos, tl, qos)
+			}
+			cp, err := rd.readPacket()
+			if err != nil {
+				t.Fatalf("size %d QoS %d: the packet after an oversized one: %v", size, qos, err)
+			}
+			if p := cp.(*packets.PublishPacket); p.TopicName != "a/c" || string(p.Payload) != "ok" {
+				t.Fatalf("size %d QoS %d: got %s", size, qos, p)
+			}
+		}
 	}
 }
 

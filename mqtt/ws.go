@@ -22,7 +22,9 @@ func (s *Server) WebSocketHandler(transport string) http.Handler {
 			s.log.Info("MQTT WebSocket upgrade failed", "remote", r.RemoteAddr, "err", err)
 			return
 		}
-		ws.SetReadLimit(int64(s.cfg.MaxPayload) + 128<<10)
+		// No WebSocket message limit: messages are read as a stream, and
+		// the MQTT reader bounds what it keeps and skips an oversized
+		// PUBLISH as it does over TCP, so the sender stays connected.
 		s.ServeConn(wsstream.New(ws), transport)
 	})
 }

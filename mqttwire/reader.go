@@ -38,6 +38,11 @@ func MaxLength(n int) func(byte) int { return func(byte) int { return n } }
 type TooLargeError struct {
 	First       byte // the packet's first byte: type << 4 | flags
 	Size, Limit int  // its remaining length and the limit
+	// ID is the packet id of a PUBLISH at QoS 1 or 2, which the refusal
+	// must still acknowledge; HasID is false when the packet has none (or
+	// its topic length leaves no room for one).
+	ID    uint16
+	HasID bool
 }
 
 func (e *TooLargeError) Error() string {
@@ -78,12 +83,27 @@ func (r *Reader) Next() (first byte, body []byte, ok bool, err error) {
 		mult *= 128
 	}
 	if lim := r.limit(b[0]); n > lim {
+		e := &TooLargeError{First: b[0], Size: n, Limit: lim}
+		if b[0]>>4 == 3 && (b[0]>>1)&3 != 0 { // PUBLISH at QoS 1 or 2
+			// Wait for its topic and packet id (at most 65,539 bytes), so
+			// that it can be acknowledged.
+			body := b[i+1:]
+			if len(body) < 2 {
+				return 0, nil, false, nil
+			}
+			if idEnd := 2 + (int(body[0])<<8 | int(body[1])) + 2; idEnd <= n {
+				if len(body) < idEnd {
+					return 0, nil, false, nil
+				}
+				e.ID, e.HasID = uint16(body[idEnd-2])<<8|uint16(body[idEnd-1]), true
+			}
+		}
 		r.start += i + 1
 		r.skip = n
 		k := min(r.skip, r.end-r.start)
 		r.start += k
 		r.skip -= k
-		return 0, nil, false, &TooLargeError{First: b[0], Size: n, Limit: lim}
+		return 0, nil, false, e
 	}
 	end := i + 1 + n
 	if len(b) < end {

@@ -402,3 +402,39 @@ func TestReadPacket(t *testing.T) {
 		t.Fatalf("truncated packet: %v, want io.ErrUnexpectedEOF", err)
 	}
 }
+
+// A PUBLISH at QoS 1 or 2 over the limit reports its packet id, however its
+// header arrives; one whose topic length leaves no room for an id reports
+// none, and the stream goes on after both.
+func TestReaderTooLargeKeepsPacketID(t *testing.T) {
+	qos1 := []byte{0x32, 0x88, 0x27} // PUBLISH QoS 1, remaining length 5,000
+	qos1 = append(qos1, 0, 3, 't', '/', 'q', 0x12, 0x34)
+	qos1 = append(qos1, make([]byte, 5000-7)...)
+	bad := []byte{0x34, 0xd0, 0x0f, 0xff, 0xff} // QoS 2, 2,000 bytes, topic length 65,535
+	bad = append(bad, make([]byte, 2000-2)...)
+	stream := append(append(qos1, bad...), publishPacket("t/c", "after")...)
+	for _, chunk := range []int{1, 2, 7, 4096, len(stream)} {
+		r := NewReader(16, MaxLength(1000))
+		var refused []*TooLargeError
+		var got []string
+		for off := 0; off < len(stream); off += chunk {
+			feed(r, stream[off:min(off+chunk, len(stream))])
+			for {
+				p, err := takePayloads(r)
+				got = append(got, p...)
+				var tl *TooLargeError
+				if errors.As(err, &tl) {
+					refused = append(refused, tl)
+					continue
+				}
+				if err != nil {
+					t.Fatalf("chunk %d: %v", chunk, err)
+				}
+				break
+			}
+		}
+		if len(refused) != 2 || !refused[0].HasID || refused[0].ID != 0x1234 || refused[1].HasID || strings.Join(got, "|") != "after" {
+			t.Fatalf("chunk %d: refused %+v %+v, payloads %q", chunk, refused[0], refused[len(refused)-1], got)
+		}
+	}
+}

@@ -713,3 +713,43 @@ func TestUrgentFanOutKeepsOrder(t *testing.T) {
 		g.mu.Unlock()
 	}
 }
+
+// TestPayloadLimitEdges: over TCP and WebSocket, a QoS 1 or 2 publish over
+// the payload limit is refused but acknowledged (more of them than a
+// client keeps in flight), the sender stays connected, and a persisted
+// create at the limit, bigger still once stored with its metadata, is
+// stored, as is everything after it.
+func TestPayloadLimitEdges(t *testing.T) {
+	const limit = 4096
+	n := startNode(t, func(c *Config) { c.MaxPayload = limit })
+	tok := n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour)
+	for _, url := range []string{n.mqttURL, n.wsURL} {
+		c := mustConnect(t, url, "ed", tok)
+		in := newInbox()
+		subscribe(t, c, base+"/#", in)
+		for i := range 25 {
+			for _, size := range []int{limit + 1, 100 << 10, 300 << 10} {
+				tk := c.Publish(base+"/o/ed-1/big", byte(1+i%2), false, strings.Repeat("z", size))
+				if !tk.WaitTimeout(5 * time.Second) {
+					t.Fatalf("%s: an oversized QoS %d publish of %d bytes was never acknowledged", url, 1+i%2, size)
+				}
+			}
+		}
+		id := fmt.Sprintf("edge%d", time.Now().UnixNano())
+		head := `{"object_id":"` + id + `","action":"create","type":"object","persist":true,"data":{"pad":"`
+		edge := head + strings.Repeat("e", limit-len(head)-3) + `"}}`
+		if len(edge) != limit {
+			t.Fatalf("edge payload is %d bytes", len(edge))
+		}
+		publish(t, c, base+"/o/ed-1/"+id, 1, edge)
+		publish(t, c, base+"/o/ed-1/"+id+"b", 1, `{"object_id":"`+id+`b","action":"create","type":"object","persist":true,"data":{}}`)
+		in.wait(t, "/o/ed-1/"+id+"b", 5*time.Second)
+		waitObjects(t, n, "lab/room1", tok, func(o []object) bool { return byID(o, id) != nil && byID(o, id+"b") != nil })
+		if in.has("/o/ed-1/big") {
+			t.Errorf("%s: an oversized payload was delivered", url)
+		}
+		if !c.IsConnectionOpen() {
+			t.Fatalf("%s: the sender was disconnected", url)
+		}
+	}
+}
