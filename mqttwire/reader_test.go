@@ -171,30 +171,12 @@ func TestReaderSkipsTooLarge(t *testing.T) {
 	stream := append(publishPacket("t/a", "before"), publishPacket("t/b", big)...)
 	stream = append(stream, publishPacket("t/c", "after")...)
 	for _, chunk := range []int{1, 3, 100, 4096, len(stream)} {
-		r := NewReader(16, MaxLength(1000))
-		var got []string
-		tooLarge := 0
-		for off := 0; off < len(stream); off += chunk {
-			feed(r, stream[off:min(off+chunk, len(stream))])
-			for {
-				p, err := takePayloads(r)
-				got = append(got, p...)
-				var tl *TooLargeError
-				if errors.As(err, &tl) {
-					if tl.Size != 2+3+5000 || tl.Limit != 1000 || PacketName(tl.First) != "PUBLISH" {
-						t.Fatalf("chunk %d: %+v", chunk, tl)
-					}
-					tooLarge++
-					continue
-				}
-				if err != nil {
-					t.Fatalf("chunk %d: %v", chunk, err)
-				}
-				break
-			}
+		got, refused := feedInChunks(t, NewReader(16, MaxLength(1000)), stream, chunk)
+		if len(refused) != 1 || strings.Join(got, "|") != "before|after" {
+			t.Fatalf("chunk %d: %d too large, payloads %q", chunk, len(refused), got)
 		}
-		if tooLarge != 1 || strings.Join(got, "|") != "before|after" {
-			t.Fatalf("chunk %d: %d too large, payloads %q", chunk, tooLarge, got)
+		if tl := refused[0]; tl.Size != 2+3+5000 || tl.Limit != 1000 || PacketName(tl.First) != "PUBLISH" || tl.HasID {
+			t.Fatalf("chunk %d: %+v", chunk, tl)
 		}
 	}
 }
@@ -414,27 +396,33 @@ func TestReaderTooLargeKeepsPacketID(t *testing.T) {
 	bad = append(bad, make([]byte, 2000-2)...)
 	stream := append(append(qos1, bad...), publishPacket("t/c", "after")...)
 	for _, chunk := range []int{1, 2, 7, 4096, len(stream)} {
-		r := NewReader(16, MaxLength(1000))
-		var refused []*TooLargeError
-		var got []string
-		for off := 0; off < len(stream); off += chunk {
-			feed(r, stream[off:min(off+chunk, len(stream))])
-			for {
-				p, err := takePayloads(r)
-				got = append(got, p...)
-				var tl *TooLargeError
-				if errors.As(err, &tl) {
-					refused = append(refused, tl)
-					continue
-				}
-				if err != nil {
-					t.Fatalf("chunk %d: %v", chunk, err)
-				}
-				break
-			}
-		}
+		got, refused := feedInChunks(t, NewReader(16, MaxLength(1000)), stream, chunk)
 		if len(refused) != 2 || !refused[0].HasID || refused[0].ID != 0x1234 || refused[1].HasID || strings.Join(got, "|") != "after" {
 			t.Fatalf("chunk %d: refused %+v %+v, payloads %q", chunk, refused[0], refused[len(refused)-1], got)
 		}
 	}
+}
+
+// feedInChunks feeds stream to r chunk bytes at a time, taking packets as
+// they complete, and returns the payloads of the PUBLISH packets and the
+// packets refused as too large.
+func feedInChunks(t *testing.T, r *Reader, stream []byte, chunk int) (payloads []string, refused []*TooLargeError) {
+	t.Helper()
+	for off := 0; off < len(stream); off += chunk {
+		feed(r, stream[off:min(off+chunk, len(stream))])
+		for {
+			p, err := takePayloads(r)
+			payloads = append(payloads, p...)
+			var tl *TooLargeError
+			if errors.As(err, &tl) {
+				refused = append(refused, tl)
+				continue
+			}
+			if err != nil {
+				t.Fatalf("chunk %d: %v", chunk, err)
+			}
+			break
+		}
+	}
+	return payloads, refused
 }
