@@ -62,6 +62,7 @@ type conn struct {
 	posBuf    []byte
 	me        memberRecord
 	memberAs  string // uuid of the member key written for room
+	memberRev uint64 // revision of this connection's last write of that key
 	clientID  NetworkId
 	observed  map[string]*room
 	busBuf    []byte // read loop only
@@ -518,21 +519,25 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	if _, _, err := c.s.store.getRoom(ctx, target); errors.Is(err, jetstream.ErrKeyNotFound) {
 		c.s.store.createRoom(ctx, target, rec.Name, rec.Publish)
 	}
-	old, oldAs := c.room, c.memberAs
+	old, oldAs, oldRev := c.room, c.memberAs, c.memberRev
 	c.setRoom(r)
-	c.memberAs = id
+	c.memberAs, c.memberRev = id, rev
 	r.cmdAttachMember(c, rev)
 	if old != nil {
-		c.leaveAs(ctx, old, oldAs)
+		c.leaveAs(ctx, old, oldAs, oldRev)
 	}
 	c.log.Info("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name)
 }
 
 // leave takes the peer out of room r as a member.
-func (c *conn) leave(ctx context.Context, r *room) { c.leaveAs(ctx, r, c.memberAs) }
+func (c *conn) leave(ctx context.Context, r *room) { c.leaveAs(ctx, r, c.memberAs, c.memberRev) }
 
-func (c *conn) leaveAs(ctx context.Context, r *room, as string) {
-	if err := c.s.store.deleteMember(ctx, r.id, as); err != nil {
+// leaveAs takes the peer out of room r, where it was a member as peer uuid
+// as with its member key last written at revision rev. The key is deleted
+// only if nobody wrote it since: a peer that reconnected (the same uuid on
+// a new connection) before its old connection ended keeps its membership.
+func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64) {
+	if err := c.s.store.deleteMember(ctx, r.id, as, rev); err != nil {
 		c.log.Warn("leave room failed", "room", r.id, "err", err)
 	}
 	r.cmdDetachMember(c)
@@ -577,9 +582,12 @@ func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) 
 	if len(ck) == 0 || c.room == nil {
 		return
 	}
-	if _, err := c.s.store.putMember(ctx, c.room.id, &c.me); err != nil {
+	rev, err := c.s.store.putMember(ctx, c.room.id, &c.me)
+	if err != nil {
 		c.log.Warn("append peer properties failed", "room", c.room.id, "err", err)
+		return
 	}
+	c.memberRev = rev
 }
 
 // setObserved replaces the observed rooms: new rooms are attached before

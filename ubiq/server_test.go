@@ -368,3 +368,35 @@ func TestObservedOnlyRoomRemoved(t *testing.T) {
 		return err != nil
 	})
 }
+
+// A peer that reconnects (its uuid on a new connection) before its old
+// connection ends keeps its membership when the old one goes: the old
+// connection deletes its member key only if nobody wrote it since.
+func TestReconnectWithSameUUIDKeepsMembership(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	room := newUUID()
+	w := dialPeer(t, ts.tcp)
+	w.join(JoinArgs{UUID: room})
+	old := dialPeer(t, ts.tcp)
+	old.join(JoinArgs{UUID: room})
+	w.expect("PeerAdded")
+	re := dialPeer(t, ts.tcp)
+	re.uuid = old.uuid
+	re.join(JoinArgs{UUID: room})
+	w.barrier()
+	old.c.Close()
+	eventually(t, "the old connection gone", func() bool { return ts.s.Connections() == 2 })
+	if n := countType(w.barrier(), "PeerRemoved"); n != 0 {
+		t.Fatalf("the watcher was told %d times that the reconnected peer left", n)
+	}
+	late := dialPeer(t, ts.tcp)
+	late.join(JoinArgs{UUID: room})
+	eventually(t, "three member keys", func() bool { return countMembers(ts, room) == 3 })
+	if n := countType(late.barrier(), "PeerAdded"); n != 2 {
+		t.Fatalf("a late joiner was told of %d peers, want 2 (the watcher and the reconnected peer)", n)
+	}
+	re.c.Send(NetworkId{A: 5, B: 5}, []byte("hello"))
+	if f := late.frame(); string(f.frame[HeaderSize:]) != "hello" {
+		t.Fatalf("late joiner got %q", f.frame[HeaderSize:])
+	}
+}

@@ -230,8 +230,31 @@ func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (ui
 	return s.putOwned(ctx, memberKey(room, m.UUID), b)
 }
 
-func (s *store) deleteMember(ctx context.Context, room, peer string) error {
-	return s.deleteOwned(ctx, memberKey(room, peer))
+// deleteMember deletes peer's member key in room if it is still at
+// revision rev (the writer's last write); if another connection has
+// written it since (a reconnect with the same uuid), the key and its
+// index entry are that connection's and stay.
+func (s *store) deleteMember(ctx context.Context, room, peer string, rev uint64) error {
+	key := memberKey(room, peer)
+	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	if isRevisionMismatch(err) {
+		if owned, _ := s.ownedBy(ctx, key, s.node); owned {
+			return nil // written since by a connection of this node
+		}
+		return s.kv.Delete(ctx, ownedKey(s.node, key))
+	}
+	if err != nil {
+		return err
+	}
+	return s.kv.Delete(ctx, ownedKey(s.node, key))
+}
+
+// isRevisionMismatch reports a conditional write or delete that lost to
+// another writer.
+func isRevisionMismatch(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // heartbeat rewrites this node's heartbeat key.
