@@ -20,22 +20,13 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/internal/testnet"
 	"github.com/xrealm/xrealm/ubiq"
 )
 
 type testNode struct {
 	*Server
 	httpURL, mqttURL, wsURL string
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func startNode(t *testing.T, mod func(*Config)) *testNode {
@@ -53,7 +44,8 @@ func startNode(t *testing.T, mod func(*Config)) *testNode {
 	for attempt := 0; attempt < 3; attempt++ {
 		cfg = Defaults()
 		cfg.DataDir = t.TempDir()
-		cfg.HTTPAddr, cfg.MQTTAddr, cfg.MQTTWSAddr = freePort(t), freePort(t), freePort(t)
+		p := testnet.FreePorts(t, 3)
+		cfg.HTTPAddr, cfg.MQTTAddr, cfg.MQTTWSAddr = p[0], p[1], p[2]
 		cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", ""
 		cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
 		cfg.MaxPayload = 64 << 10
@@ -628,7 +620,8 @@ func TestSceneInterestFiltersPoses(t *testing.T) {
 // The Ubiq listeners of xrealm serve answer a Ping over TCP and over
 // secure WebSocket with the server's certificate.
 func TestUbiqListeners(t *testing.T) {
-	tcp, wss := freePort(t), freePort(t)
+	p := testnet.FreePorts(t, 2)
+	tcp, wss := p[0], p[1]
 	n := startNode(t, func(c *Config) { c.UbiqAddr, c.UbiqWSSAddr = tcp, wss })
 	for _, addr := range []string{tcp, "wss://" + wss} {
 		got := make(chan string, 4)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -13,17 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/internal/testnet"
 )
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestCrossNodeRoom runs two clustered buses on loopback with a Ubiq
 // server on each: peers on different nodes share rooms.
@@ -31,8 +21,8 @@ func TestCrossNodeRoom(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster start-up")
 	}
-	addrs := []string{freePort(t), freePort(t)}
-	natsAddrs := []string{freePort(t), freePort(t)}
+	ports := testnet.FreePorts(t, 4)
+	addrs, natsAddrs := ports[:2], ports[2:]
 	buses := make([]*bus.Bus, 2)
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
