@@ -23,6 +23,12 @@ type Frame struct {
 	// Urgent frames (interactions, acknowledgements) are written without
 	// waiting for the linger interval, together with whatever is queued.
 	Urgent bool
+	// Keep frames (acknowledgements, membership changes: messages whose
+	// loss would leave the peer wrong for good) are never dropped: when the
+	// queue is full they are queued beyond its bound, up to as many frames
+	// and bytes again. A connection that falls that far behind is failed
+	// with ErrTooSlow rather than left with a silently wrong view.
+	Keep bool
 	// Within, when positive, bounds how long the frame may wait: the queue
 	// is written at most Within after the frame was queued, or after the
 	// linger interval if that ends sooner. For frames that should not wait a
@@ -149,6 +155,10 @@ func NewWriter(conn Conn, opt Options, onError func(error)) *Writer {
 	return w
 }
 
+// ErrTooSlow fails a Writer whose queue overflowed even the room kept for
+// Keep frames: its reader has fallen too far behind to be told what changed.
+var ErrTooSlow = errors.New("fanout: the peer reads too slowly: its queue is full even for frames that must not be lost")
+
 // Result says what Enqueue did with a frame.
 type Result int
 
@@ -186,6 +196,28 @@ func (w *Writer) Enqueue(f *Frame) Result {
 	}
 	if w.fullLocked(f) && !w.indexed {
 		w.compactLocked()
+	}
+	if w.fullLocked(f) && f.Keep {
+		if len(w.queue) < 2*w.opt.MaxFrames && w.bytes+len(f.Bytes) <= 2*w.opt.MaxBytes {
+			if w.indexed && f.Key != "" {
+				w.index[f.Key] = len(w.queue)
+			}
+			w.queue = append(w.queue, f)
+			w.bytes += len(f.Bytes)
+			w.urgentQ = w.urgentQ || f.Urgent
+			if !w.busy {
+				w.schedule()
+			}
+			w.mu.Unlock()
+			return Queued
+		}
+		if w.err == nil {
+			w.err = ErrTooSlow
+			w.signal() // the writer goroutine reports it
+		}
+		w.mu.Unlock()
+		w.dropped.Add(1)
+		return Dropped
 	}
 	if w.fullLocked(f) {
 		if f.Key != "" && w.replaceLocked(f) {

@@ -385,3 +385,38 @@ func TestGatherFullQueueOfPoses(t *testing.T) {
 	}
 	release(buf)
 }
+
+// Keep frames are queued past the bound, in order, up to the bound again;
+// past that the writer fails with ErrTooSlow instead of losing one.
+func TestWriterKeepFramesAreNotDropped(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})}
+	var failed atomic.Value
+	w := NewWriter(c, Options{MaxFrames: 2}, func(err error) { failed.Store(err) })
+	w.Enqueue(&Frame{Bytes: []byte("x")})
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	enqueueWant(t, w, &Frame{Bytes: []byte("[a]")}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[b]"), Key: "b"}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[c]")}, Dropped)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[K1]"), Keep: true}, Queued)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[b2]"), Key: "b"}, Coalesced)
+	enqueueWant(t, w, &Frame{Bytes: []byte("[K2]"), Keep: true}, Queued)
+	finish(t, c, w, "x[a][b2][K1][K2]")
+	if failed.Load() != nil {
+		t.Fatalf("writer failed: %v", failed.Load())
+	}
+
+	c = &pipeConn{block: make(chan struct{})}
+	w = NewWriter(c, Options{MaxFrames: 2}, func(err error) { failed.Store(err) })
+	w.Enqueue(&Frame{Bytes: []byte("x")})
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	for i := range 4 {
+		enqueueWant(t, w, &Frame{Bytes: []byte(strconv.Itoa(i)), Keep: true}, Queued)
+	}
+	enqueueWant(t, w, &Frame{Bytes: []byte("lost"), Keep: true}, Dropped)
+	close(c.block)
+	waitFor(t, func() bool { return failed.Load() != nil })
+	if err, _ := failed.Load().(error); !errors.Is(err, ErrTooSlow) {
+		t.Fatalf("writer failed with %v, want ErrTooSlow", err)
+	}
+	w.Close()
+}

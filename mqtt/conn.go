@@ -279,9 +279,10 @@ func (c *conn) cleanup() {
 	c.w.Close()
 }
 
-// send queues a control packet; acknowledgements do not wait.
+// send queues a control packet; acknowledgements do not wait, and are not
+// dropped when the queue is full (fanout.Frame.Keep).
 func (c *conn) send(cp packets.ControlPacket) {
-	c.w.Enqueue(&fanout.Frame{Bytes: encode(cp), Urgent: true})
+	c.w.Enqueue(&fanout.Frame{Bytes: encode(cp), Urgent: true, Keep: true})
 }
 
 // ack acknowledges a PUBLISH received at qos with packet id id: PUBACK at

@@ -216,9 +216,12 @@ func (c *conn) deliver(f *fanout.Frame) bool {
 	return false
 }
 
-// sendServer queues a server message to the peer's RoomClient.
+// sendServer queues a server message to the peer's RoomClient. Server
+// messages (room and membership changes, replies) are Keep frames: a full
+// queue coalesces or drops relayed frames, never these, so that a slow
+// peer catches up with a true view of its rooms or is disconnected.
 func (c *conn) sendServer(msg []byte) {
-	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg)})
+	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg), Keep: true})
 }
 
 // clientIDFor returns where server messages go. It is read by room
@@ -249,7 +252,7 @@ func (c *conn) see(id string, added []byte) {
 		delete(c.removing, id) // it came back within the grace period
 		return
 	}
-	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, added)})
+	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, added), Keep: true})
 }
 
 // encodePeerAdded returns the PeerAdded message for p.
@@ -307,7 +310,7 @@ func (c *conn) unsee(id string) {
 }
 
 func (c *conn) sendRemovedLocked(id string) {
-	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id))})
+	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id)), Keep: true})
 }
 
 func (c *conn) flushRemovals() {

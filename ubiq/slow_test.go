@@ -1,6 +1,8 @@
 package ubiq
 
 import (
+	"bufio"
+	"encoding/json"
 	"net"
 	"strings"
 	"testing"
@@ -13,20 +15,7 @@ import (
 // one member never reads: the others get every frame, the stalled peer's
 // bounded queue drops or coalesces, and it stays connected.
 func TestNonReadingClientDoesNotSlowOthers(t *testing.T) {
-	ts := startServer(t, nil, func(c *Config) {
-		c.Writer = fanout.Options{MaxFrames: 64}
-		c.PeerTimeout = time.Minute
-	})
-	id := newUUID()
-	// The stalled peer speaks the protocol by hand and then stops reading.
-	raw, err := net.Dial("tcp", ts.tcp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
-	raw.(*net.TCPConn).SetReadBuffer(4096)
-	stalled := &peer{uuid: newUUID(), clientID: NetworkId{A: 31337, B: 1}}
-	raw.Write(NewFrame(ServerID, EncodeRequest("Join", JoinArgs{UUID: id, Peer: stalled.info(nil, nil)})))
+	ts, id, _, stalled := startWithStalledPeer(t)
 
 	sender, reader := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
 	sender.join(JoinArgs{UUID: id})
@@ -78,4 +67,72 @@ func stalledStats(ts *testServer, uuid string) fanout.Stats {
 		}
 	}
 	return fanout.Stats{}
+}
+
+// TestSlowPeerLearnsOfLateJoiner: a peer whose queue is full of relayed
+// frames still gets the PeerAdded of a member who joined meanwhile, once it
+// reads again: relayed frames are coalesced or dropped, server messages
+// never.
+func TestSlowPeerLearnsOfLateJoiner(t *testing.T) {
+	ts, id, raw, slow := startWithStalledPeer(t)
+	sender := dialPeer(t, ts.tcp)
+	sender.join(JoinArgs{UUID: id})
+	eventually(t, "two members", func() bool { return countMembers(ts, id) == 2 })
+	payload := []byte(strings.Repeat("p", 1000))
+	for i := range 5000 {
+		sender.c.Send(NetworkId{A: 7, B: uint32(i % 100)}, payload)
+	}
+	sender.barrier() // the server has relayed them all
+	if st := stalledStats(ts, slow.uuid); st.Dropped == 0 {
+		t.Fatalf("the slow peer's queue never filled: %+v", st)
+	}
+	late := dialPeer(t, ts.tcp)
+	late.join(JoinArgs{UUID: id})
+	eventually(t, "three members", func() bool { return countMembers(ts, id) == 3 })
+	sender.barrier()
+
+	r := bufio.NewReader(raw)
+	raw.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		f, err := ReadFrame(r, 1<<20)
+		if err != nil {
+			t.Fatalf("the slow peer read everything without a PeerAdded for the late joiner: %v", err)
+		}
+		if IDOf(f) != slow.clientID {
+			continue
+		}
+		var req Request
+		if json.Unmarshal(f[HeaderSize:], &req) != nil || req.Type != "PeerAdded" {
+			continue
+		}
+		var a struct {
+			Peer PeerInfo `json:"peer"`
+		}
+		if json.Unmarshal([]byte(req.Args), &a) == nil && a.Peer.UUID == late.uuid {
+			return
+		}
+	}
+}
+
+// startWithStalledPeer starts a server whose queues hold 64 frames and
+// joins a new room with a peer that speaks the protocol by hand over raw,
+// with a small receive buffer, and does not read until the test does.
+func startWithStalledPeer(t *testing.T) (ts *testServer, room string, raw net.Conn, p *peer) {
+	t.Helper()
+	ts = startServer(t, nil, func(c *Config) {
+		c.Writer = fanout.Options{MaxFrames: 64}
+		c.PeerTimeout = time.Minute
+	})
+	room = newUUID()
+	raw, err := net.Dial("tcp", ts.tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	raw.(*net.TCPConn).SetReadBuffer(4096)
+	p = &peer{uuid: newUUID(), clientID: NetworkId{A: 31337, B: 1}}
+	if _, err := raw.Write(NewFrame(ServerID, EncodeRequest("Join", JoinArgs{UUID: room, Peer: p.info(nil, nil)}))); err != nil {
+		t.Fatal(err)
+	}
+	return ts, room, raw, p
 }
