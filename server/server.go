@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -215,7 +216,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	if s.SFU, err = sfu.Start(ctx, sfu.Config{
 		NC: sfuNC, ID: sfuID(cfg.nodeName()), Site: cfg.Site, Manager: true,
-		Registerer: s.Registry, Logger: log.With("component", "sfu"),
+		Authorize: sfuAccess(access), Registerer: s.Registry, Logger: log.With("component", "sfu"),
 	}); err != nil {
 		return nil, fmt.Errorf("start SFU: %w", err)
 	}
@@ -376,5 +377,26 @@ func (s *Server) Close() {
 	s.wg.Wait()
 	if s.bus != nil {
 		s.bus.Shutdown()
+	}
+}
+
+// sfuAccess lets a WebSocket signal for the SFU session of the scene its URL
+// names (/sfu/ws?scene={namespace}/{scene}) if the request may read that
+// scene, with the same rules as the scene's other routes: a token (Bearer
+// header or the mqtt_token cookie, which a browser sends with the socket),
+// or the scene's settings.
+func sfuAccess(access *httpapi.Access) func(*http.Request, string) error {
+	return func(r *http.Request, session string) error {
+		if access.Insecure {
+			return nil
+		}
+		ns, scene, ok := strings.Cut(r.URL.Query().Get("scene"), "/")
+		if !ok || ns == "" || scene == "" || strings.Contains(scene, "/") {
+			return fmt.Errorf("sfu: the WebSocket URL must name its scene, /sfu/ws?scene={namespace}/{scene}; got scene=%q", r.URL.Query().Get("scene"))
+		}
+		if want := sfu.SessionOf(ns, scene); session != want {
+			return fmt.Errorf("sfu: session %q is not the session of scene %s/%s, %q", session, ns, scene, want)
+		}
+		return access.Scene(r, ns, scene, false)
 	}
 }

@@ -3,6 +3,7 @@ package sfu
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"regexp"
 	"sort"
 	"time"
@@ -43,6 +44,12 @@ type Config struct {
 	Estimators map[string]cc.BandwidthEstimatorFactory
 	// Mode is the allocator mode for point-cloud tracks.
 	Mode allocator.Mode
+	// Authorize, if not nil, decides whether the WebSocket request r may
+	// signal for session (Handler asks once per socket, at its first
+	// signal); its error is sent to the client as the reply. nil lets
+	// every request signal for any session: for nodes reached only by
+	// trusted clients, and for --insecure servers.
+	Authorize func(r *http.Request, session string) error
 	// Registerer receives the node's metrics; nil means none.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().
@@ -122,6 +129,25 @@ func (c *Config) estimator(name string) (cc.BandwidthEstimatorFactory, error) {
 }
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// SessionOf is the SFU session of ARENA scene ns/scene: "{ns}-{scene}"
+// with every character that an id may not hold replaced by '_', cut to 64
+// bytes. The web client names its session the same way (sfuSession in
+// web/src/sfu.ts).
+func SessionOf(ns, scene string) string {
+	b := make([]byte, 0, 64)
+	for _, c := range ns + "-" + scene {
+		switch {
+		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-':
+			b = append(b, byte(c))
+		case c >= 0x10000:
+			b = append(b, '_', '_') // two UTF-16 code units, as JavaScript counts
+		default:
+			b = append(b, '_')
+		}
+	}
+	return string(b[:min(len(b), 64)])
+}
 
 func (c *Config) validate() error {
 	if c.NC == nil {

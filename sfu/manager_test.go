@@ -2,6 +2,7 @@ package sfu
 
 import (
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,6 +26,24 @@ func TestAssignNearSites(t *testing.T) {
 	for _, tc := range tests {
 		if a := m.Assign(JoinRequest{Session: "s", Client: tc.client, Site: tc.site, Near: tc.near}, now); a.Node != tc.want {
 			t.Errorf("client %s at %s near %v: node %s, want %s", tc.client, tc.site, tc.near, a.Node, tc.want)
+		}
+	}
+}
+
+// SessionOf names a scene's session as the web client's sfuSession does:
+// one '_' per UTF-16 code unit of a character an id may not hold, at most
+// 64 of them.
+func TestSessionOf(t *testing.T) {
+	for _, tt := range []struct{ ns, scene, want string }{
+		{"public", "lobby", "public-lobby"},
+		{"lab", "room 1", "lab-room_1"},
+		{"é", "x.y", "_-x_y"},
+		{"ns", "😀", "ns-__"},
+		{strings.Repeat("a", 40), strings.Repeat("b", 40), strings.Repeat("a", 40) + "-" + strings.Repeat("b", 23)},
+	} {
+		got := SessionOf(tt.ns, tt.scene)
+		if got != tt.want || validName("session", got) != nil {
+			t.Errorf("SessionOf(%q, %q) = %q, want %q (a valid id)", tt.ns, tt.scene, got, tt.want)
 		}
 	}
 }

@@ -208,7 +208,10 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 
 // and receives Reply messages in order, interleaved with Event messages
 // for it. The first offer may go to any node's handler: it asks the
 // manager for the client's node (query parameter site=) and forwards the
-// signals there over the bus, so a browser needs one WebSocket only.
+// signals there over the bus, so a browser needs one WebSocket only. A
+// socket signals for one session and client, those of its first join (and,
+// with Config.Authorize, only for a session the request may use); when it
+// closes, the client leaves.
 func (n *Node) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		site := r.URL.Query().Get("site")
@@ -224,8 +227,9 @@ func (n *Node) Handler() http.Handler {
 			return conn.WriteJSON(v)
 		}
 		var (
-			target string
-			evSub  *nats.Subscription
+			target          string
+			session, client string // what this socket signals for, from its first join
+			evSub           *nats.Subscription
 		)
 		defer func() {
 			if evSub != nil {
@@ -235,10 +239,14 @@ func (n *Node) Handler() http.Handler {
 		for {
 			var s Signal
 			if err := conn.ReadJSON(&s); err != nil {
-				if target != "" && s.Session != "" {
-					n.forward(target, Signal{Op: "leave", Session: s.Session, Client: s.Client})
+				if target != "" { // a closed socket leaves, as a tab that closes must
+					n.forward(target, Signal{Op: "leave", Session: session, Client: client})
 				}
 				return
+			}
+			if target != "" && (s.Session != session || s.Client != client) {
+				_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: this WebSocket signals for session %q client %q, not session %q client %q", session, client, s.Session, s.Client)})
+				continue
 			}
 			if target == "" {
 				if err := validName("session", s.Session); err != nil {
@@ -249,12 +257,19 @@ func (n *Node) Handler() http.Handler {
 					_ = send(Reply{Op: "error", Error: err.Error()})
 					continue
 				}
+				if n.cfg.Authorize != nil {
+					if err := n.cfg.Authorize(r, s.Session); err != nil {
+						n.log.Info("SFU signalling refused", "session", s.Session, "client", s.Client, "remote", r.RemoteAddr, "reason", err.Error())
+						_ = send(Reply{Op: "error", Error: err.Error()})
+						continue
+					}
+				}
 				a, err := RequestJoin(r.Context(), n.cfg.NC, JoinRequest{Session: s.Session, Client: s.Client, Site: site})
 				if err != nil {
 					_ = send(Reply{Op: "error", Error: err.Error()})
 					continue
 				}
-				target = a.Signal
+				target, session, client = a.Signal, s.Session, s.Client
 				evSub, _ = n.cfg.NC.Subscribe(subjectEvents(s.Session, s.Client), func(m *nats.Msg) {
 					var ev Event
 					if json.Unmarshal(m.Data, &ev) == nil {

@@ -131,7 +131,10 @@ export class PointCloudView {
 
   private async connect(userClient: string) {
     if (this.stopped) return;
-    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/sfu/ws`;
+    // The scene in the URL lets the server check this page's token (the
+    // mqtt_token cookie, sent with the socket) for the scene's session.
+    const scene = encodeURIComponent(`${this.viewer.ns}/${this.viewer.scene}`);
+    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/sfu/ws?scene=${scene}`;
     const conn = new SFUConnection({
       url, session: sfuSession(this.viewer.ns, this.viewer.scene), client: sfuName(userClient), pointClouds: this.slotCount,
       onPointCloud: (d) => this.onMessage(d),

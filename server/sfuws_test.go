@@ -1,0 +1,145 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/pion/webrtc/v4"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/sfu"
+)
+
+// sfuSocket is a client of /sfu/ws.
+type sfuSocket struct {
+	t *testing.T
+	c *websocket.Conn
+}
+
+func dialSFU(t *testing.T, n *testNode, query string, hdr http.Header) *sfuSocket {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial(strings.Replace(n.httpURL, "http://", "ws://", 1)+"/sfu/ws"+query, hdr)
+	if err != nil {
+		t.Fatalf("dial /sfu/ws%s: %v", query, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &sfuSocket{t, c}
+}
+
+// ask sends s and returns the reply to it, skipping events.
+func (s *sfuSocket) ask(sig sfu.Signal) sfu.Reply {
+	s.t.Helper()
+	if err := s.c.WriteJSON(sig); err != nil {
+		s.t.Fatal(err)
+	}
+	s.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		var r sfu.Reply
+		if err := s.c.ReadJSON(&r); err != nil {
+			s.t.Fatalf("reply to %s: %v", sig.Op, err)
+		}
+		if r.Op == "answer" || r.Op == "ok" || r.Op == "error" {
+			return r
+		}
+	}
+}
+
+// recvOffer returns the SDP of a receive-only offer with gathered candidates.
+func recvOffer(t *testing.T) string {
+	t.Helper()
+	se := sfu.NewSettingEngine([]string{"127.0.0.1"}, 0, 0)
+	pc, err := webrtc.NewAPI(webrtc.WithSettingEngine(se)).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+		t.Fatal(err)
+	}
+	offer, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(offer); err != nil {
+		t.Fatal(err)
+	}
+	<-gathered
+	return pc.LocalDescription().SDP
+}
+
+// TestSFUSignalling: /sfu/ws signals only for the session of the scene its
+// URL names, for a request that may read that scene; a socket signals for
+// one client; and a socket that closes takes its client out of the SFU.
+func TestSFUSignalling(t *testing.T) {
+	n := startNode(t, nil)
+	session := sfu.SessionOf("lab", "room1")
+	stats := func(s *sfuSocket, client string) sfu.Reply {
+		return s.ask(sfu.Signal{Op: "stats", Session: session, Client: client, Frames: &sfu.FrameReport{}})
+	}
+	bad := []struct {
+		name, query string
+		hdr         http.Header
+		session     string
+		want        string
+	}{
+		{"no scene", "", nil, session, "must name its scene"},
+		{"another scene's session", "?scene=lab/room1", nil, sfu.SessionOf("lab", "other"), "is not the session of scene lab/room1"},
+		{"an invalid token", "?scene=lab/room1", http.Header{"Authorization": {"Bearer not-a-token"}}, session, "token"},
+	}
+	for _, b := range bad {
+		r := dialSFU(t, n, b.query, b.hdr).ask(sfu.Signal{Op: "stats", Session: b.session, Client: "c1", Frames: &sfu.FrameReport{}})
+		if r.Op != "error" || !strings.Contains(r.Error, b.want) {
+			t.Errorf("%s: reply %+v, want an error containing %q", b.name, r, b.want)
+		}
+	}
+
+	tok := n.token(t, "vi", "lab/room1", auth.RoleViewer, time.Hour)
+	s := dialSFU(t, n, "?scene=lab%2Froom1", http.Header{"Cookie": {"mqtt_token=" + tok}})
+	if r := s.ask(sfu.Signal{Op: "offer", Session: session, Client: "c1", SDP: recvOffer(t)}); r.Op != "answer" {
+		t.Fatalf("offer with a viewer's token: %+v", r)
+	}
+	if r := stats(s, "c2"); r.Op != "error" || !strings.Contains(r.Error, `signals for session "lab-room1" client "c1"`) {
+		t.Errorf("a second client on the socket: %+v", r)
+	}
+	if r := stats(s, "c1"); r.Op != "ok" {
+		t.Errorf("stats of the socket's own client: %+v", r)
+	}
+	if got := metricSum(t, n, "xrealm_sfu_clients"); got != 1 {
+		t.Fatalf("xrealm_sfu_clients = %v with one client, want 1", got)
+	}
+	s.c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for metricSum(t, n, "xrealm_sfu_clients") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the client is still in the SFU 10 s after its socket closed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// metricSum adds up the samples of a metric on the node's /metrics.
+func metricSum(t *testing.T, n *testNode, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(n.httpURL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	sum := 0.0
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(rest, "{") || strings.HasPrefix(rest, " ")) {
+			f := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
+			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+				sum += v
+			}
+		}
+	}
+	return sum
+}
