@@ -61,16 +61,11 @@ func recvOffer(t *testing.T) string {
 	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
 		t.Fatal(err)
 	}
-	offer, err := pc.CreateOffer(nil)
+	sdp, err := sfu.Gathered(pc, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-gathered
-	return pc.LocalDescription().SDP
+	return sdp
 }
 
 // TestSFUSignalling: /sfu/ws signals only for the session of the scene its

@@ -149,16 +149,11 @@ func (c *Client) connect(ctx context.Context) error {
 			}
 		}
 	})
-	offer, err := pc.CreateOffer(nil)
+	sdp, err := Gathered(pc, true)
 	if err != nil {
 		return fmt.Errorf("sfu client: %w", err)
 	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		return fmt.Errorf("sfu client: %w", err)
-	}
-	<-gathered
-	rep, err := c.request(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: pc.LocalDescription().SDP, Estimator: c.cfg.Estimator})
+	rep, err := c.request(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: sdp, Estimator: c.cfg.Estimator})
 	if err != nil {
 		return err
 	}

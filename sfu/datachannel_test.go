@@ -119,16 +119,11 @@ func dialBrowserLike(t *testing.T, ctx context.Context, nc *nats.Conn, session, 
 			once.Do(func() { close(connected) })
 		}
 	})
-	offer, err := pc.CreateOffer(nil)
+	sdp, err := Gathered(pc, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(offer); err != nil {
-		t.Fatal(err)
-	}
-	<-gathered
-	rep := b.signal(t, Signal{Op: "offer", SDP: pc.LocalDescription().SDP, PointClouds: pointClouds})
+	rep := b.signal(t, Signal{Op: "offer", SDP: sdp, PointClouds: pointClouds})
 	if rep.Op != "answer" {
 		t.Fatalf("offer: %s %s", rep.Op, rep.Error)
 	}

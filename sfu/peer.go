@@ -171,16 +171,7 @@ func (p *peer) start(offer string) (string, error) {
 	p.mu.Lock()
 	p.slots, p.ready = slots, true
 	p.mu.Unlock()
-	ans, err := pc.CreateAnswer(nil)
-	if err != nil {
-		return "", err
-	}
-	gathered := webrtc.GatheringCompletePromise(pc)
-	if err := pc.SetLocalDescription(ans); err != nil {
-		return "", err
-	}
-	<-gathered
-	return pc.LocalDescription().SDP, nil
+	return Gathered(pc, false)
 }
 
 func (p *peer) onTrack(track *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
