@@ -1,7 +1,9 @@
 package auth
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +148,24 @@ func TestRoleFor(t *testing.T) {
 		if got != tt.want || !errors.Is(err, tt.wantErr) {
 			t.Errorf("%d: RoleFor(%q, %v) = %q, %v; want %q, %v", i, tt.user, tt.anon, got, err, tt.want, tt.wantErr)
 		}
+	}
+}
+
+// DenyLog logs at most Burst lines per Interval and says how many it left
+// out on the next line it logs.
+func TestDenyLog(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	d := &DenyLog{Burst: 3, Interval: 50 * time.Millisecond}
+	for i := range 10 {
+		d.Deny(log, "denied", "n", i)
+	}
+	if got := strings.Count(buf.String(), "msg=denied"); got != 3 {
+		t.Fatalf("%d lines in the first interval, want 3:\n%s", got, buf.String())
+	}
+	time.Sleep(60 * time.Millisecond)
+	d.Deny(log, "denied", "n", 10)
+	if !strings.Contains(buf.String(), "n=10 unlogged_refusals_before=7") {
+		t.Fatalf("the first line of the next interval does not count the 7 left out:\n%s", buf.String())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -119,6 +120,7 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	if tok := RequestToken(r); tok != "" && f.Get("id_auth") != "anonymous" {
 		cl, err := a.cfg.Access.Keys.Verify(tok)
 		if err != nil {
+			a.cfg.Access.Refused(r, err)
 			writeError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
@@ -135,7 +137,7 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	role, err := st.RoleFor(user, anonymous)
 	if err != nil {
-		a.log.Warn("token request denied", "user", user, "scene", ns+"/"+scene, "reason", err)
+		a.cfg.Access.Refused(r, fmt.Errorf("no token for user %s in scene %s/%s: %w", user, ns, scene, err))
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
@@ -204,11 +206,14 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	ns, scene := r.PathValue("ns"), r.PathValue("scene")
 	cl, err := a.cfg.Access.Keys.Verify(RequestToken(r))
 	if err != nil {
+		a.cfg.Access.Refused(r, err)
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
 	if cl.Subject != ns {
-		writeError(w, http.StatusForbidden, "only user "+quote(ns)+" may change the settings of scenes in namespace "+quote(ns))
+		msg := "only user " + quote(ns) + " may change the settings of scenes in namespace " + quote(ns)
+		a.cfg.Access.Refused(r, errors.New(msg))
+		writeError(w, http.StatusForbidden, msg)
 		return
 	}
 	var st auth.Settings

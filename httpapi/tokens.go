@@ -3,8 +3,11 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/topic"
@@ -43,6 +46,22 @@ type Access struct {
 		Get(ctx context.Context, ns, scene string) (auth.Settings, error)
 	}
 	Insecure bool
+	// Log and Denials, if not nil, record every refused request: a log line
+	// naming the request and the reason (at a bounded rate), and a count.
+	Log     *slog.Logger
+	Denials prometheus.Counter
+	denials auth.DenyLog
+}
+
+// Refused records a refused request (see Access.Log) and returns err.
+func (a *Access) Refused(r *http.Request, err error) error {
+	if a.Denials != nil {
+		a.Denials.Inc()
+	}
+	if a.Log != nil {
+		a.denials.Deny(a.Log, "HTTP request denied", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr, "reason", err.Error())
+	}
+	return err
 }
 
 // Scene reports whether r may read (write=false) or write scene ns/scene.
@@ -52,6 +71,14 @@ type Access struct {
 // token at all. The error says why not; it wraps ErrUnauthenticated or
 // ErrForbidden.
 func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
+	err := a.scene(r, ns, scene, write)
+	if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
+		return a.Refused(r, err)
+	}
+	return err
+}
+
+func (a *Access) scene(r *http.Request, ns, scene string, write bool) error {
 	if a.Insecure {
 		return nil
 	}

@@ -1,11 +1,17 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
@@ -48,7 +54,9 @@ func TestAccessScene(t *testing.T) {
 	if err := settings.Put(context.Background(), private); err != nil {
 		t.Fatal(err)
 	}
-	a := &Access{Realm: "realm", Keys: keys, Settings: settings}
+	var logs bytes.Buffer
+	denials := prometheus.NewCounter(prometheus.CounterOpts{Name: "d"})
+	a := &Access{Realm: "realm", Keys: keys, Settings: settings, Log: slog.New(slog.NewTextHandler(&logs, nil)), Denials: denials}
 	tok := func(user, scene string, role auth.Role) string {
 		ns, sc, _ := cut(scene)
 		s, err := keys.Issue(user, auth.SceneRights("realm", ns, sc, role, ""), time.Hour)
@@ -88,6 +96,26 @@ func TestAccessScene(t *testing.T) {
 		if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil) != (err == nil) {
 			t.Errorf("%s: err = %v, want %v", tt.name, err, tt.wantErr)
 		}
+	}
+	// Every refusal is counted and logged with its path and reason.
+	refused := 0
+	for _, tt := range tests {
+		if tt.wantErr != nil {
+			refused++
+		}
+	}
+	var m dto.Metric
+	if err := denials.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != float64(refused) {
+		t.Errorf("denials counted %v, want %d", got, refused)
+	}
+	if n := strings.Count(logs.String(), `msg="HTTP request denied" method=GET path=/persist/lab/secret`); n != 2 {
+		t.Errorf("%d log lines for the two refusals of lab/secret, want 2:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), `reason="user dave may not read scene lab/secret"`) {
+		t.Errorf("no reason in the log:\n%s", logs.String())
 	}
 	// The cookie works like the header.
 	r := httptest.NewRequest("GET", "/persist/lab/room", nil)

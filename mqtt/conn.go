@@ -22,9 +22,8 @@ import (
 )
 
 const (
-	connectTimeout  = 10 * time.Second
-	durableTimeout  = 30 * time.Second // longest wait for JetStream to store a QoS 1 object message
-	maxLoggedDenies = 20               // per connection; later denials are counted only
+	connectTimeout = 10 * time.Second
+	durableTimeout = 30 * time.Second // longest wait for JetStream to store a QoS 1 object message
 )
 
 // conn is one MQTT client connection.
@@ -296,13 +295,12 @@ func (c *conn) ack(qos byte, id uint16) {
 	}
 }
 
-// deny logs a refused action (the first few per connection) and counts it.
+// deny logs a refused action (at a bounded rate for the whole front end)
+// and counts it.
 func (c *conn) deny(action, what, why string) {
 	c.s.m.AuthDenials.WithLabelValues(action).Inc()
 	c.denies++
-	if c.denies <= maxLoggedDenies {
-		c.log.Warn("MQTT "+action+" denied", "topic", what, "reason", why, "denied_so_far", c.denies)
-	}
+	c.s.denials.Deny(c.log, "MQTT "+action+" denied", "topic", what, "reason", why, "denied_so_far", c.denies)
 }
 
 // mayPublish checks the connection's rights for a PUBLISH.

@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Connects:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xrealm_mqtt_connects_total", Help: "MQTT CONNECTs by result."}, []string{"result"}),
 		MessagesIn:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_mqtt_messages_in_total", Help: "PUBLISH packets received from MQTT clients."}),
 		MessagesOut:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_mqtt_messages_out_total", Help: "Messages queued to MQTT clients."}),
-		AuthDenials:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xrealm_auth_denials_total", Help: "Actions refused by access control."}, []string{"action"}),
+		AuthDenials:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "xrealm_auth_denials_total", Help: "Actions refused by access control, by action: connect, publish, subscribe (MQTT) and http (REST, token and SFU signalling requests)."}, []string{"action"}),
 		Dropped:      prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_mqtt_dropped_total", Help: "Messages dropped because a connection's queue was full."}),
 		Coalesced:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_mqtt_coalesced_total", Help: "Stale pose messages replaced by newer ones in a full queue."}),
 		Oversized:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_mqtt_oversized_total", Help: "PUBLISH packets refused for exceeding the payload limit."}),

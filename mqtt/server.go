@@ -51,6 +51,9 @@ type Server struct {
 	hub *Hub
 	log *slog.Logger
 	m   *Metrics
+	// denials logs refused actions, a bounded number of lines a second
+	// for all connections together.
+	denials auth.DenyLog
 
 	mu      sync.Mutex
 	clients map[string]*conn // by client id, for session takeover

@@ -171,10 +171,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	mqttMetrics := mqtt.NewMetrics(s.Registry)
 	if s.mqtt, err = mqtt.NewServer(mqtt.Config{
 		NC: front, JS: frontJS, Realm: cfg.Realm, Verifier: s.Keys, Insecure: cfg.Insecure,
 		MaxPayload: cfg.MaxPayload, Writer: cfg.Writer, Logger: log.With("component", "mqtt"),
-		Metrics:       mqtt.NewMetrics(s.Registry),
+		Metrics:       mqttMetrics,
 		SceneInterest: s.sceneInterest,
 	}); err != nil {
 		return nil, err
@@ -198,7 +199,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		return nil, err
 	}
 
-	access := &httpapi.Access{Realm: cfg.Realm, Keys: s.Keys, Settings: s.Settings, Insecure: cfg.Insecure}
+	access := &httpapi.Access{Realm: cfg.Realm, Keys: s.Keys, Settings: s.Settings, Insecure: cfg.Insecure,
+		Log: log.With("component", "http"), Denials: mqttMetrics.AuthDenials.WithLabelValues("http")}
 	s.Mux = http.NewServeMux()
 	httpapi.New(httpapi.Config{Realm: cfg.Realm, PublicHost: cfg.PublicHost, Access: access, Settings: s.Settings, TokenTTL: cfg.TokenTTL, Logger: log}).Register(s.Mux)
 	s.Mux.Handle("/persist/", s.Store.Handler(access.Scene))
