@@ -17,6 +17,7 @@ import (
 
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/server"
+	"github.com/xrealm/xrealm/ubiq"
 )
 
 func runServe(ctx context.Context, args []string) error {
@@ -49,6 +50,11 @@ func runServe(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.UbiqLinger, "ubiq-write-linger", cfg.UbiqLinger, "the same for Ubiq peers' connections (0 = --write-linger)")
 	fs.Float64Var(&cfg.WriteBudget, "write-budget", cfg.WriteBudget, fmt.Sprintf("MQTT lingering writes per second for the whole node; above it every busy connection's linger stretches alike, up to %gx (0 = %d per CPU, negative = no budget)", fanout.MaxStretch, server.WriteBudgetPerCPU))
 	fs.IntVar(&cfg.Writer.MaxFrames, "queue-frames", cfg.Writer.MaxFrames, "per-connection outgoing queue bound, in messages")
+	fs.Func("ice-servers", `STUN/TURN servers in every new Ubiq room's ice-servers property: comma-separated URIs, or a JSON array of {"uri","username","password"} for TURN credentials; "none" for none (default: Ubiq's, stun:stun.l.google.com:19302)`, func(v string) error {
+		s, err := parseICEServers(v)
+		cfg.UbiqICEServers = s
+		return err
+	})
 	fs.DurationVar(&cfg.TokenTTL, "token-ttl", cfg.TokenTTL, "lifetime of tokens issued by /user/v2/mqtt_auth")
 	fs.BoolVar(&cfg.Insecure, "insecure", false, "DEVELOPMENT ONLY: no authentication at all")
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty = off")
@@ -156,4 +162,45 @@ func newLogger(level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, errors.New("log format must be text or json, got " + strconv.Quote(format))
+}
+
+// parseICEServers reads --ice-servers: "none", comma-separated URIs, or a
+// JSON array of ubiq.ICEServer.
+func parseICEServers(v string) ([]ubiq.ICEServer, error) {
+	v = strings.TrimSpace(v)
+	switch {
+	case v == "none":
+		return []ubiq.ICEServer{}, nil
+	case strings.HasPrefix(v, "["):
+		var s []ubiq.ICEServer
+		dec := json.NewDecoder(strings.NewReader(v))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("ice servers: %w", err)
+		}
+		for _, e := range s {
+			if err := checkICEURI(e.URI); err != nil {
+				return nil, err
+			}
+		}
+		return s, nil
+	}
+	var s []ubiq.ICEServer
+	for _, u := range strings.Split(v, ",") {
+		u = strings.TrimSpace(u)
+		if err := checkICEURI(u); err != nil {
+			return nil, err
+		}
+		s = append(s, ubiq.ICEServer{URI: u})
+	}
+	return s, nil
+}
+
+func checkICEURI(u string) error {
+	for _, scheme := range []string{"stun:", "stuns:", "turn:", "turns:"} {
+		if strings.HasPrefix(u, scheme) && len(u) > len(scheme) {
+			return nil
+		}
+	}
+	return fmt.Errorf("ice server %q: want a stun:, stuns:, turn: or turns: URI", u)
 }

@@ -4,8 +4,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/xrealm/xrealm/ubiq"
 )
 
 func TestApplyConfigFile(t *testing.T) {
@@ -68,5 +71,34 @@ func TestMainUsage(t *testing.T) {
 	out.Reset()
 	if code := Main([]string{"token", "--user", "u", "--scene", "bad"}, &out); code != 1 || !strings.Contains(out.String(), "namespace/scene") {
 		t.Fatalf("code %d, output %q", code, out.String())
+	}
+}
+
+func TestParseICEServers(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []ubiq.ICEServer
+		wantErr string
+	}{
+		{"none", []ubiq.ICEServer{}, ""},
+		{"stun:a.example:3478", []ubiq.ICEServer{{URI: "stun:a.example:3478"}}, ""},
+		{"stun:a.example, turn:b.example:3478?transport=udp", []ubiq.ICEServer{{URI: "stun:a.example"}, {URI: "turn:b.example:3478?transport=udp"}}, ""},
+		{`[{"uri":"turns:t.example:5349","username":"u","password":"p"}]`, []ubiq.ICEServer{{URI: "turns:t.example:5349", Username: "u", Password: "p"}}, ""},
+		{"http://a.example", nil, `ice server "http://a.example"`},
+		{"stun:", nil, `ice server "stun:"`},
+		{`[{"uri":"turn:x","user":"u"}]`, nil, `unknown field "user"`},
+		{`[{"uri":"ftp:x"}]`, nil, `ice server "ftp:x"`},
+	}
+	for _, tt := range tests {
+		got, err := parseICEServers(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("parseICEServers(%q): err %v, want containing %q", tt.in, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("parseICEServers(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		}
 	}
 }
