@@ -9,6 +9,8 @@ import (
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/sdp/v3"
+
+	"github.com/xrealm/xrealm/hera/bwe"
 )
 
 // queueProbe measures the queueing delay of every packet the node sends on
@@ -164,44 +166,19 @@ func (q *queueProbe) onSent(seq uint16, now time.Time) {
 
 // onFeedback turns one feedback's arrival times into queueing delays.
 func (q *queueProbe) onFeedback(fb *rtcp.TransportLayerCC) {
+	reps, err := bwe.ParseFeedback(fb)
+	if err != nil {
+		return // chunks, count and deltas disagree: no arrival time can be trusted
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	arrival := int64(fb.ReferenceTime) * 64 * int64(time.Millisecond)
-	seq := fb.BaseSequenceNumber
-	deltas := fb.RecvDeltas
-	left := int(fb.PacketStatusCount)
 	var owds []int64
-	status := func(sym uint16) {
-		if left <= 0 {
-			return
+	for _, r := range reps {
+		if !r.Received {
+			continue
 		}
-		left--
-		s := seq
-		seq++
-		switch sym {
-		case rtcp.TypeTCCPacketReceivedSmallDelta, rtcp.TypeTCCPacketReceivedLargeDelta:
-		default:
-			return // not received, or received without a time
-		}
-		if len(deltas) == 0 {
-			return
-		}
-		arrival += deltas[0].Delta * int64(time.Microsecond)
-		deltas = deltas[1:]
-		if p := q.sent[int(s)%probeRing]; p.ok && p.seq == s {
-			owds = append(owds, arrival-p.at)
-		}
-	}
-	for _, c := range fb.PacketChunks {
-		switch c := c.(type) {
-		case *rtcp.RunLengthChunk:
-			for i := 0; i < int(c.RunLength) && left > 0; i++ {
-				status(c.PacketStatusSymbol)
-			}
-		case *rtcp.StatusVectorChunk:
-			for _, s := range c.SymbolList {
-				status(s)
-			}
+		if p := q.sent[int(r.Seq)%probeRing]; p.ok && p.seq == r.Seq {
+			owds = append(owds, int64(r.Arrival)-p.at)
 		}
 	}
 	if len(owds) == 0 {

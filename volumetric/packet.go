@@ -50,7 +50,7 @@ func (h Header) Marshal(b []byte) {
 // with the fragment's data.
 func ParseHeader(payload []byte) (Header, []byte, error) {
 	if len(payload) < HeaderSize {
-		return Header{}, nil, ErrShortPayload
+		return Header{}, nil, fmt.Errorf("%w: %d bytes, the header is %d", ErrShortPayload, len(payload), HeaderSize)
 	}
 	if payload[0] != headerVersion {
 		return Header{}, nil, fmt.Errorf("volumetric: header version %d, want %d", payload[0], headerVersion)

@@ -69,6 +69,9 @@ func (r *Reassembler) Push(now time.Time, payload []byte) (*Description, error) 
 	}
 	p := r.pending[k]
 	if p == nil {
+		if len(r.pending) >= MaxPending {
+			r.dropOldest(now)
+		}
 		p = &pending{h: h, frags: make([][]byte, h.Count), first: now}
 		r.pending[k] = p
 	}
@@ -96,6 +99,25 @@ func (r *Reassembler) Push(now time.Time, payload []byte) (*Description, error) 
 		buf = append(buf, f...)
 	}
 	return &Description{Client: h.Client, Frame: h.Frame, Description: h.Description, CaptureUs: h.CaptureUs, Data: buf, First: p.first, Done: now}, nil
+}
+
+// MaxPending bounds the descriptions a Reassembler completes at once: a
+// sender (or a corrupted stream) that starts descriptions it never
+// finishes makes the oldest drop, not memory grow until their deadlines.
+const MaxPending = 32
+
+// dropOldest drops the incomplete description that started first.
+func (r *Reassembler) dropOldest(now time.Time) {
+	var oldest fragKey
+	var first time.Time
+	for k, p := range r.pending {
+		if first.IsZero() || p.first.Before(first) {
+			oldest, first = k, p.first
+		}
+	}
+	delete(r.pending, oldest)
+	r.done[oldest] = now
+	r.stats.Expired++
 }
 
 // Expire drops the incomplete descriptions whose deadline passed at now and
