@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/interest"
+	"github.com/xrealm/xrealm/scene"
 )
 
 const (
@@ -352,14 +353,14 @@ func (c *conn) request(payload []byte) {
 	}
 	var req Request
 	if err := json.Unmarshal(payload, &req); err != nil {
-		c.log.Info("Ubiq server message is not JSON {type,args}", "peer", c.uuid(), "err", err)
+		c.log.Info("Ubiq server message is not JSON {type,args}", "peer", c.uuid(), "err", err, "message", scene.Quote(payload))
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, requestTimeout)
 	defer cancel()
 	args := []byte(req.Args)
 	bad := func(err error) {
-		c.log.Info("Ubiq server message has bad arguments", "type", req.Type, "peer", c.uuid(), "err", err)
+		c.log.Info("Ubiq server message has bad arguments", "type", req.Type, "peer", c.uuid(), "err", err, "args", scene.Quote(args))
 	}
 	switch req.Type {
 	case "Join":
@@ -600,8 +601,16 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 	want := map[string]bool{}
 	var list []string
 	for _, id := range rooms {
-		if !validUUID(id) || want[id] || len(want) >= maxObserved {
+		if want[id] {
 			continue
+		}
+		if !validUUID(id) {
+			c.log.Info("Ubiq SetObserved: not a room uuid, ignored", "peer", c.uuid(), "room", scene.Quote([]byte(id)))
+			continue
+		}
+		if len(want) >= maxObserved {
+			c.log.Info("Ubiq SetObserved: too many rooms, the rest ignored", "peer", c.uuid(), "asked", len(rooms), "limit", maxObserved)
+			break
 		}
 		want[id] = true
 		list = append(list, id)

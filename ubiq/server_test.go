@@ -400,3 +400,30 @@ func TestReconnectWithSameUUIDKeepsMembership(t *testing.T) {
 		t.Fatalf("late joiner got %q", f.frame[HeaderSize:])
 	}
 }
+
+// Malformed messages to the server (not JSON, an unknown type, arguments of
+// the wrong shape, bad room ids) are ignored with a log line; the peer stays
+// connected and its next requests are answered.
+func TestMalformedRequestsKeepTheConnection(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	p := dialPeer(t, ts.tcp)
+	p.join(JoinArgs{UUID: newUUID()})
+	for _, m := range [][]byte{
+		[]byte(`not json`),
+		[]byte(`{"type":"Join","args":"{\"uuid\":5}"}`),
+		[]byte(`{"type":"Join","args":"not json"}`),
+		[]byte(`{"type":"AppendPeerProperties","args":"{\"keys\":\"x\"}"}`),
+		[]byte(`{"type":"AppendPeerProperties","args":"{\"keys\":[\"xrealm.position\"],\"values\":[\"[1,2\"]}"}`),
+		[]byte(`{"type":"SetObserved","args":"{\"rooms\":[\"not-a-uuid\",\"\"]}"}`),
+		[]byte(`{"type":"Explode","args":"{}"}`),
+		[]byte(`{"type":5}`),
+	} { // (a frame too short to hold a message is a framing error: TestMalformedHeaderClosesOnlyThatConnection)
+		if err := p.c.Send(ServerID, m); err != nil {
+			t.Fatalf("send %q: %v", m, err)
+		}
+	}
+	p.barrier() // answered: the connection is open and its requests are served
+	if ts.s.Connections() != 1 {
+		t.Fatalf("%d connections, want the peer's", ts.s.Connections())
+	}
+}
