@@ -40,7 +40,10 @@ type Config struct {
 	Verifier TokenVerifier // checks client tokens; nil = clients need the internal secret
 	Insecure bool          // no client authentication at all (benchmarks, dev)
 	OnDeny   func()        // called for each refused client, e.g. to count it
-	Logger   *slog.Logger
+	// OnViolation, if not nil, is called for each action of a connected
+	// client that its permissions refuse: kind is "publish" or "subscribe".
+	OnViolation func(kind string)
+	Logger      *slog.Logger
 }
 
 // HeadroomBytes is how much larger than Config.MaxPayload a message on the
@@ -110,7 +113,7 @@ func Start(cfg Config) (*Bus, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configure NATS server: %w", err)
 	}
-	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats")}, false, false, false)
+	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation}, false, false, false)
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()

@@ -3,32 +3,29 @@ package bus
 import (
 	"context"
 	"errors"
-	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/internal/testnet"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func startBus(t *testing.T) (*Bus, *auth.Keys) {
+func startBus(t *testing.T, mod ...func(*Config)) (*Bus, *auth.Keys) {
 	t.Helper()
 	dir := t.TempDir()
 	keys, err := auth.LoadOrCreateKeys(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Start(Config{DataDir: dir, Name: "t", NATSAddr: freeAddr(t), Verifier: keys, MaxPayload: 1 << 20})
+	cfg := Config{DataDir: dir, Name: "t", NATSAddr: testnet.FreePorts(t, 1)[0], Verifier: keys, MaxPayload: 1 << 20}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	b, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +34,15 @@ func startBus(t *testing.T) (*Bus, *auth.Keys) {
 }
 
 func TestInternalAndTokenClients(t *testing.T) {
-	b, keys := startBus(t)
+	var mu sync.Mutex
+	violations := map[string]int{}
+	b, keys := startBus(t, func(c *Config) {
+		c.OnViolation = func(kind string) {
+			mu.Lock()
+			violations[kind]++
+			mu.Unlock()
+		}
+	})
 	internal, err := b.Connect("svc")
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +87,27 @@ func TestInternalAndTokenClients(t *testing.T) {
 		case <-deadline:
 			t.Fatalf("saw %d permission violations, want 2", denied)
 		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if violations["publish"] != 1 || violations["subscribe"] != 1 {
+		t.Errorf("violations counted %v, want one publish and one subscribe", violations)
+	}
+	// The collector reports the two connections and the viewer's traffic.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(b.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	if got["xrealm_nats_connections"] < 2 || got["xrealm_nats_client_messages_total"] < 2 || got["xrealm_nats_subscriptions"] < 1 {
+		t.Errorf("collector reported %v", got)
 	}
 }
 

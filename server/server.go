@@ -93,9 +93,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 
 	natsDenials := prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_nats_auth_denials_total", Help: "NATS client connections refused by token authentication."})
 	s.Registry.MustRegister(natsDenials)
+	mqttMetrics := mqtt.NewMetrics(s.Registry) // xrealm_auth_denials_total counts every front end's refusals
 	if s.bus, err = bus.Start(bus.Config{
-		OnDeny:  natsDenials.Inc,
-		DataDir: cfg.DataDir, Name: cfg.nodeName(),
+		OnDeny: func() {
+			natsDenials.Inc()
+			mqttMetrics.AuthDenials.WithLabelValues("nats-connect").Inc()
+		},
+		OnViolation: func(kind string) { mqttMetrics.AuthDenials.WithLabelValues("nats-" + kind).Inc() },
+		DataDir:     cfg.DataDir, Name: cfg.nodeName(),
 		NATSAddr: cfg.NATSAddr, NATSWSAddr: cfg.NATSWSAddr,
 		ClusterName: cfg.ClusterName, ClusterAddr: cfg.ClusterAddr, Routes: cfg.Routes,
 		MaxPayload: cfg.MaxPayload, Verifier: s.Keys, Insecure: cfg.Insecure,
@@ -103,6 +108,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}); err != nil {
 		return nil, err
 	}
+	s.Registry.MustRegister(s.bus.Collector())
 	svc, err := s.connect("xrealm-services")
 	if err != nil {
 		return nil, err
@@ -171,7 +177,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
-	mqttMetrics := mqtt.NewMetrics(s.Registry)
 	if s.mqtt, err = mqtt.NewServer(mqtt.Config{
 		NC: front, JS: frontJS, Realm: cfg.Realm, Verifier: s.Keys, Insecure: cfg.Insecure,
 		MaxPayload: cfg.MaxPayload, Writer: cfg.Writer, Logger: log.With("component", "mqtt"),
@@ -180,6 +185,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}); err != nil {
 		return nil, err
 	}
+	s.Registry.MustRegister(s.mqtt.ConnectionCollector())
 
 	ubiqNC, err := s.connect("xrealm-ubiq", nats.NoEcho())
 	if err != nil {

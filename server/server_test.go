@@ -501,6 +501,10 @@ func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
 	if !strings.Contains(metrics, "xrealm_mqtt_coalesced_total ") || strings.Contains(metrics, "xrealm_mqtt_coalesced_total 0\n") {
 		t.Errorf("no coalescing counted for the stalled client: %s", grepLine(metrics, "xrealm_mqtt_"))
 	}
+	// The stalled connection, and only it, is reported as a slow consumer.
+	if !strings.Contains(metrics, `xrealm_mqtt_connection_coalesced_total{client="stalled"`) || strings.Count(metrics, "xrealm_mqtt_connection_coalesced_total{") != 1 {
+		t.Errorf("the stalled client is not the one slow consumer: %s", grepLine(metrics, "xrealm_mqtt_connection_"))
+	}
 	// Its socket filled up: a write into a full socket counts as behind.
 	if !strings.Contains(metrics, "xrealm_mqtt_lingering_writes_behind_total ") || strings.Contains(metrics, "xrealm_mqtt_lingering_writes_behind_total 0\n") {
 		t.Errorf("no write into the stalled client's full socket counted: %s", grepLine(metrics, "xrealm_mqtt_"))
