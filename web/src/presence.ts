@@ -9,6 +9,13 @@ import { isObject, topicFor, type Message, type SceneTopic } from './protocol';
 export const POSE_MIN_INTERVAL_MS = 100; // 10 Hz
 export const HEARTBEAT_MS = 1000;
 export const POSE_TTL_S = 5;
+/**
+ * An avatar whose user sent no pose for this long is not drawn (the user
+ * stays in the list until the pose's ttl): everyone sends a heartbeat pose
+ * every second, so silence means that the sender left this page's interest
+ * set in an interest-managed scene, or stalled. Its next pose draws it again.
+ */
+export const AVATAR_STALE_MS = 2.5 * HEARTBEAT_MS;
 
 export interface User {
   userClient: string;
@@ -42,6 +49,7 @@ AFRAME.registerComponent('xr-billboard', {
 export class Presence {
   readonly users = new Map<string, User>();
   private avatars = new Map<string, HTMLElement>();
+  private lastPose = new Map<string, number>(); // ms epoch of each user's last pose
   private lastSent = 0;
   private lastPos = new THREE.Vector3(Infinity, 0, 0);
   private lastQuat = new THREE.Quaternion();
@@ -160,6 +168,7 @@ export class Presence {
     const ttl = typeof m.ttl === 'number' && m.ttl > 0 ? m.ttl : POSE_TTL_S;
     const color = typeof d.color === 'string' && /^(#[0-9a-fA-F]{3,8}|hsl\([\d.,% ]+\)|[a-z]+)$/.test(d.color) ? d.color : colorFor(t.userClient);
     const known = this.users.get(t.userClient);
+    this.lastPose.set(t.userClient, Date.now());
     this.users.set(t.userClient, { userClient: t.userClient, camid: t.id, displayName: name, color, me: false, expires: Date.now() + ttl * 1000 });
     let av = this.avatars.get(t.userClient);
     if (!av) {
@@ -195,16 +204,25 @@ export class Presence {
     return av;
   }
 
-  private remove(userClient: string) {
+  private undraw(userClient: string) {
     const av = this.avatars.get(userClient);
     if (av) av.remove();
     this.avatars.delete(userClient);
+  }
+
+  private remove(userClient: string) {
+    this.undraw(userClient);
+    this.lastPose.delete(userClient);
     if (this.users.delete(userClient)) this.changed();
   }
 
   private expire() {
     const now = Date.now();
-    for (const u of [...this.users.values()]) if (!u.me && u.expires < now) this.remove(u.userClient);
+    for (const u of [...this.users.values()]) {
+      if (u.me) continue;
+      if (u.expires < now) this.remove(u.userClient);
+      else if (now - (this.lastPose.get(u.userClient) ?? now) > AVATAR_STALE_MS) this.undraw(u.userClient);
+    }
   }
 
   /** Forgets everyone else (after a reconnection: they announce themselves again). */

@@ -227,11 +227,12 @@ describe('interest management', () => {
     await waitFor('A draws B', () => avatar(a, sb));
     await waitFor('B draws A', () => avatar(b, sa));
     await waitFor('C draws B', () => avatar(c, sb));
-    // Avatars seen before the sets settled expire with their ttl; then each
-    // page draws only the senders in its set.
-    await waitFor('A stops drawing C', async () => !(await avatar(a, sc)), 20_000);
-    await waitFor('B stops drawing C', async () => !(await avatar(b, sc)), 20_000);
-    await waitFor('C stops drawing A', async () => !(await avatar(c, sa)), 20_000);
+    // Avatars seen before the sets settled go once their senders have been
+    // silent for AVATAR_STALE_MS (2.5 s), long before the 5 s ttl of their
+    // poses; then each page draws only the senders in its set.
+    await waitFor('A stops drawing C', async () => !(await avatar(a, sc)), 8_000);
+    await waitFor('B stops drawing C', async () => !(await avatar(b, sc)), 8_000);
+    await waitFor('C stops drawing A', async () => !(await avatar(c, sa)), 8_000);
     // C keeps sending a heartbeat pose every second: without filtering its
     // avatar would be back on A and B within this wait.
     await a.waitForTimeout(2500);
