@@ -28,6 +28,7 @@ var (
 	descSubPackets = prometheus.NewDesc("xrealm_sfu_subscriber_packets_total", "Packets forwarded per subscriber.", []string{"node", "client"}, nil)
 	descSubNACK    = prometheus.NewDesc("xrealm_sfu_subscriber_nacks_total", "Sequence numbers NACKed by the subscriber.", []string{"node", "client"}, nil)
 	descSubRTX     = prometheus.NewDesc("xrealm_sfu_subscriber_retransmits_total", "NACKs answered from the shared buffers.", []string{"node", "client"}, nil)
+	descSubLost    = prometheus.NewDesc("xrealm_sfu_subscriber_lost_packets", "Packets the subscriber never got, by its receiver reports (cumulative, summed over its slots): loss after NACK recovery; xrealm_sfu_subscriber_nacks_total counts it before.", []string{"node", "client"}, nil)
 	descSubMiss    = prometheus.NewDesc("xrealm_sfu_subscriber_retransmit_misses_total", "NACKs not answerable (packet no longer buffered): loss after recovery.", []string{"node", "client"}, nil)
 	descSubEst     = prometheus.NewDesc("xrealm_sfu_subscriber_estimate_bps", "Send-side bandwidth estimate per subscriber.", []string{"node", "client"}, nil)
 	descSubAlloc   = prometheus.NewDesc("xrealm_sfu_subscriber_allocated_bps", "Bitrate the allocator forwards to the subscriber (compare with the estimate).", []string{"node", "client"}, nil)
@@ -46,7 +47,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
-		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
+		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubLost, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
@@ -116,13 +117,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFetch, prometheus.CounterValue, fetched, id)
 	ch <- prometheus.MustNewConstMetric(descFetchOK, prometheus.CounterValue, recovered, id)
 	for _, p := range peers {
-		var bytes, pkts, nacks, rtx, miss, fetches, active float64
+		var bytes, pkts, nacks, lost, rtx, miss, fetches, active float64
 		p.mu.Lock()
 		for _, s := range p.slots {
 			st := s.dt.Stats()
 			bytes += float64(st.Bytes)
 			pkts += float64(st.Packets)
 			nacks += float64(st.NACKs)
+			lost += float64(st.Lost)
 			rtx += float64(st.Retransmits)
 			miss += float64(st.RetransmitMisses)
 			fetches += float64(st.Fetches)
@@ -136,6 +138,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSubBytes, prometheus.CounterValue, bytes, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubPackets, prometheus.CounterValue, pkts, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubNACK, prometheus.CounterValue, nacks, id, client)
+		ch <- prometheus.MustNewConstMetric(descSubLost, prometheus.GaugeValue, lost, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubRTX, prometheus.CounterValue, rtx, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubMiss, prometheus.CounterValue, miss, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubSlots, prometheus.GaugeValue, active, id, client)

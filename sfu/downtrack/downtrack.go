@@ -61,6 +61,10 @@ type Stats struct {
 	RetransmitMisses uint64 // of those, no longer in the buffer
 	Fetches          uint64 // of those, asked from upstream (Source.OnMiss)
 	KeyframeRequests uint64
+	// Lost is the subscriber's own count of packets it never got, from its
+	// last receiver report: the loss that NACKs and retransmissions did
+	// not repair (NACKs count it before repair).
+	Lost uint64
 }
 
 // DownTrack is a TrackLocal that forwards one source to one subscriber.
@@ -89,6 +93,7 @@ type DownTrack struct {
 	rtt, rttAt atomic.Int64
 
 	packets, bytes, dropped, nacks, rtx, misses, fetches, kfr atomic.Uint64
+	lost                                                      atomic.Uint64 // from the last receiver report
 }
 
 // ErrNoCodec reports that the subscriber did not negotiate the codec.
@@ -251,6 +256,9 @@ func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
 			ssrc := d.ssrc
 			d.mu.Unlock()
 			for _, r := range p.Reports {
+				if r.SSRC == ssrc {
+					d.lost.Store(uint64(r.TotalLost))
+				}
 				if r.SSRC == ssrc && r.LastSenderReport != 0 {
 					now := time.Now()
 					if rtt, ok := RTT(now, r.LastSenderReport, r.Delay); ok {
@@ -374,5 +382,5 @@ func (d *DownTrack) keyframe() {
 // Stats returns the counters.
 func (d *DownTrack) Stats() Stats {
 	return Stats{Packets: d.packets.Load(), Bytes: d.bytes.Load(), Dropped: d.dropped.Load(), NACKs: d.nacks.Load(),
-		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), KeyframeRequests: d.kfr.Load()}
+		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), KeyframeRequests: d.kfr.Load(), Lost: d.lost.Load()}
 }

@@ -175,11 +175,14 @@ func TestDownTrackRTTFromReport(t *testing.T) {
 	}
 	lsr := CompactNTP(time.Now().Add(-30 * time.Millisecond))
 	d.HandleRTCP([]rtcp.Packet{&rtcp.ReceiverReport{Reports: []rtcp.ReceptionReport{
-		{SSRC: 999, LastSenderReport: lsr}, // another track's
-		{SSRC: 1234, LastSenderReport: lsr, Delay: uint32(10 * 65536 / 1000)},
+		{SSRC: 999, LastSenderReport: lsr, TotalLost: 50}, // another track's
+		{SSRC: 1234, LastSenderReport: lsr, Delay: uint32(10 * 65536 / 1000), TotalLost: 7},
 	}}})
 	rtt, at := d.LastRTT()
 	if at.IsZero() || rtt < 15*time.Millisecond || rtt > 200*time.Millisecond {
 		t.Errorf("RTT %v at %v, want about 20 ms", rtt, at)
+	}
+	if lost := d.Stats().Lost; lost != 7 {
+		t.Errorf("lost %d by the track's report, want 7", lost)
 	}
 }
