@@ -2,6 +2,7 @@ package netem
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -53,10 +54,16 @@ func listenIn(t *testing.T, ns, network, addr string) (l net.Listener, pc net.Pa
 }
 
 // TestEmulatorAccuracy checks the rate of a saturating TCP flow and the
-// delay of small packets against a constant-rate synthetic trace.
+// delay of small packets against constant-rate synthetic traces of 48 and
+// 192 Mbit/s.
 func TestEmulatorAccuracy(t *testing.T) {
 	requireRoot(t)
-	const perMs = 4 // 48 Mbit/s
+	for _, perMs := range []int{4, 16} {
+		t.Run(fmt.Sprintf("%dMbps", perMs*12), func(t *testing.T) { testEmulatorAccuracy(t, perMs) })
+	}
+}
+
+func testEmulatorAccuracy(t *testing.T, perMs int) {
 	delay := 10 * time.Millisecond
 	logs := t.TempDir()
 	e := startEmulator(t, Config{Up: ConstantTrace(perMs), Down: ConstantTrace(perMs), Delay: delay, QueuePackets: 300, LogDir: logs})
