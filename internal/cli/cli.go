@@ -26,7 +26,7 @@ func commands() map[string]command {
 		"token": {runToken, "print a signed token for a user and scene"},
 		"cc":    {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
 		"netem": {runNetem, "run a command behind a trace-driven emulated link"},
-		"bench": {runBench, "run a benchmark: cc"},
+		"bench": {runBench, "run a benchmark: bus, cc, rooms or sfu"},
 		"sfu":   {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
 		"bots":  {runBots, "run synthetic users against a server, with live progress"},
 	}
