@@ -1,22 +1,22 @@
 // End-to-end tests: Debian's Chromium (headless, driven by playwright-core)
-// against a real `xrealm serve`, with a Node MQTT client as the third party.
+// against a real `xrealm serve`, with Python paho-mqtt (web/test/pypub.py, from
+// the .venv that ./scripts/test.sh makes) as the third party that creates objects.
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { MqttClient } from 'mqtt';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchBrowser, mqttClient, startServer, waitFor, type XrealmServer } from './harness';
+import { REPO_DIR, launchBrowser, mqttClient, pythonPublisher, startServer, waitFor, type PythonPublisher, type XrealmServer } from './harness';
 
 let srv: XrealmServer;
 let browser: Browser;
-let bot: MqttClient; // the third client: an editor of the public test scenes
+let bot: PythonPublisher; // the third client (Python paho-mqtt): an editor of the public test scenes
 const pages: Page[] = [];
 const warnings = new Map<Page, string[]>();
 
 beforeAll(async () => {
   srv = await startServer();
   browser = await launchBrowser();
-  bot = await mqttClient(srv, 'bot', srv.token('bot', 'public/objects', 'editor'), 'pyClient-000001');
+  bot = await pythonPublisher(srv, 'bot', srv.token('bot', 'public/objects', 'editor'), 'pyClient-000001');
 }, 600_000);
 
 // Pages a test hands to the next one; every other page is closed after each
@@ -30,7 +30,7 @@ afterEach(async () => {
 });
 
 afterAll(async () => {
-  bot?.end(true);
+  bot?.end();
   await browser?.close();
   await srv?.stop();
 });

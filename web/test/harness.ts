@@ -168,3 +168,57 @@ export async function waitFor<T>(what: string, f: () => Promise<T | undefined | 
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** A third-party client: Eclipse paho-mqtt in Python (web/test/pypub.py), from the repository's .venv. */
+export interface PythonPublisher {
+  publishAsync(topic: string, payload: string, opts: { qos: 0 | 1 }): Promise<void>;
+  end(): void;
+}
+
+/**
+ * Starts web/test/pypub.py with the repository's .venv (made by
+ * ./scripts/test.sh), connected as user with token, and resolves once it is
+ * connected. Each publish resolves when the broker has the message.
+ */
+export async function pythonPublisher(srv: XrealmServer, user: string, token: string, clientId: string): Promise<PythonPublisher> {
+  const py = join(REPO_DIR, '.venv', 'bin', 'python');
+  if (!existsSync(py)) throw new Error(`${py} is missing: run ./scripts/test.sh once, which makes the .venv with paho-mqtt`);
+  const port = new URL(srv.mqttURL).port;
+  const proc = spawn(py, [join(WEB_DIR, 'test', 'pypub.py'), '127.0.0.1', port, clientId, user, token], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let err = '';
+  proc.stderr!.on('data', (d) => (err += d));
+  const waiting: ((line: string) => void)[] = [];
+  let buf = '';
+  proc.stdout!.on('data', (d) => {
+    buf += d;
+    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      waiting.shift()?.(line);
+    }
+  });
+  const next = () => new Promise<string>((res, rej) => {
+    const t = setTimeout(() => rej(new Error(`pypub.py did not answer within 15 s; stderr:\n${err}`)), 15_000);
+    waiting.push((line) => { clearTimeout(t); res(line); });
+  });
+  const ready = await next();
+  if (ready !== 'ready') throw new Error(`pypub.py: ${ready}\n${err}`);
+  let chain = Promise.resolve();
+  return {
+    publishAsync(topic, payload, { qos }) {
+      // one message at a time, in order: each answer belongs to the oldest request
+      const p = chain.then(async () => {
+        const answer = next();
+        proc.stdin!.write(JSON.stringify({ topic, payload, qos }) + '\n');
+        const a = await answer;
+        if (a !== 'ok') throw new Error(`pypub.py: ${a}`);
+      });
+      chain = p.catch(() => {});
+      return p;
+    },
+    end() {
+      proc.stdin!.end();
+      proc.kill();
+    },
+  };
+}
