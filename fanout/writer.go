@@ -170,7 +170,9 @@ const (
 )
 
 // Enqueue queues f. When the queue is full, f replaces the newest queued
-// frame with the same key, or is dropped.
+// frame with the same key, or is dropped; a Keep frame is queued in the
+// room beyond the bound, and fails the writer with ErrTooSlow when that is
+// full too.
 //
 // When the connection is a socket and no write is under way, Enqueue may
 // write itself, with one non-blocking system call, instead of waking the
@@ -197,30 +199,13 @@ func (w *Writer) Enqueue(f *Frame) Result {
 	if w.fullLocked(f) && !w.indexed {
 		w.compactLocked()
 	}
-	if w.fullLocked(f) && f.Keep {
-		if len(w.queue) < 2*w.opt.MaxFrames && w.bytes+len(f.Bytes) <= 2*w.opt.MaxBytes {
-			if w.indexed && f.Key != "" {
-				w.index[f.Key] = len(w.queue)
+	if w.fullLocked(f) && !(f.Keep && w.keepRoomLocked(f)) {
+		if f.Keep {
+			if w.err == nil {
+				w.err = ErrTooSlow
+				w.signal() // the writer goroutine reports it
 			}
-			w.queue = append(w.queue, f)
-			w.bytes += len(f.Bytes)
-			w.urgentQ = w.urgentQ || f.Urgent
-			if !w.busy {
-				w.schedule()
-			}
-			w.mu.Unlock()
-			return Queued
-		}
-		if w.err == nil {
-			w.err = ErrTooSlow
-			w.signal() // the writer goroutine reports it
-		}
-		w.mu.Unlock()
-		w.dropped.Add(1)
-		return Dropped
-	}
-	if w.fullLocked(f) {
-		if f.Key != "" && w.replaceLocked(f) {
+		} else if f.Key != "" && w.replaceLocked(f) {
 			w.countCoalesced(1)
 			w.mu.Unlock()
 			return Coalesced
@@ -504,6 +489,12 @@ func (e *inlineError) Unwrap() error { return e.err }
 // fullLocked reports whether f does not fit the queue's bounds.
 func (w *Writer) fullLocked(f *Frame) bool {
 	return len(w.queue) >= w.opt.MaxFrames || w.bytes+len(f.Bytes) > w.opt.MaxBytes
+}
+
+// keepRoomLocked reports whether the room kept beyond the bound for Keep
+// frames (as much again) takes f.
+func (w *Writer) keepRoomLocked(f *Frame) bool {
+	return len(w.queue) < 2*w.opt.MaxFrames && w.bytes+len(f.Bytes) <= 2*w.opt.MaxBytes
 }
 
 // compactLocked runs when the queue first fills: of the frames that share

@@ -40,6 +40,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrealm/xrealm/bus"
 )
 
 // Names of the JetStream assets the store uses.
@@ -516,25 +518,13 @@ func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) err
 	} else {
 		_, err = s.kv.Update(ctx, key, val, rev)
 	}
-	if isConflict(err) {
+	if bus.IsRevisionConflict(err) {
 		return errConflict
 	}
 	if err != nil {
 		return fmt.Errorf("persist: writing %q: %w", key, err)
 	}
 	return nil
-}
-
-func isConflict(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return true
-	}
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // objectSubject returns the NATS subject of an object topic.

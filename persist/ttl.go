@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xrealm/xrealm/bus"
 )
 
 // sweepEvery is how often the sweeper looks for expired objects.
@@ -100,7 +102,7 @@ func (s *Store) expire(ctx context.Context, key string) error {
 		return nil // renewed meanwhile
 	}
 	err = s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-	if isConflict(err) {
+	if bus.IsRevisionConflict(err) {
 		return nil // another node (or the applier) got there first
 	}
 	if err != nil {

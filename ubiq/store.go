@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xrealm/xrealm/bus"
 )
 
 // Room state in the key-value bucket:
@@ -237,7 +239,7 @@ func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (ui
 func (s *store) deleteMember(ctx context.Context, room, peer string, rev uint64) error {
 	key := memberKey(room, peer)
 	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
-	if isRevisionMismatch(err) {
+	if bus.IsRevisionConflict(err) {
 		if owned, _ := s.ownedBy(ctx, key, s.node); owned {
 			return nil // written since by a connection of this node
 		}
@@ -247,14 +249,6 @@ func (s *store) deleteMember(ctx context.Context, room, peer string, rev uint64)
 		return err
 	}
 	return s.kv.Delete(ctx, ownedKey(s.node, key))
-}
-
-// isRevisionMismatch reports a conditional write or delete that lost to
-// another writer.
-func isRevisionMismatch(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
-		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // heartbeat rewrites this node's heartbeat key.
@@ -328,7 +322,7 @@ func (s *store) appendRoomProps(ctx context.Context, room string, keys, values [
 		b, _ := json.Marshal(r)
 		if _, err := s.kv.Update(ctx, infoKey(room), b, rev); err == nil {
 			return ck, cv, nil
-		} else if !errors.Is(err, jetstream.ErrKeyExists) && !strings.Contains(err.Error(), "wrong last sequence") {
+		} else if !bus.IsRevisionConflict(err) {
 			return nil, nil, err
 		}
 		if ctx.Err() != nil {
