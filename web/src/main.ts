@@ -23,9 +23,15 @@ async function main() {
         const { startEditor } = await import('./editor');
         startEditor(v);
       }
-      if (new URLSearchParams(location.search).get('pointclouds') !== '0') {
-        const { startPointClouds } = await import('./pointcloudview');
-        startPointClouds(v);
+      // The SFU session carries remote point clouds and audio/video
+      // (?pointclouds=0 and ?media=0 turn them off).
+      const q = new URLSearchParams(location.search);
+      const features = [];
+      if (q.get('pointclouds') !== '0') features.push((await import('./pointcloudview')).pointCloudFeature(v));
+      if (q.get('media') !== '0') features.push((await import('./media')).mediaFeature(v));
+      if (features.length) {
+        const { startSFUSession } = await import('./sfusession');
+        (window as any).xrealm.sfu = startSFUSession(v, features);
       }
       return;
     }

@@ -1,5 +1,5 @@
-// Remote point clouds in the viewer: joins the scene's SFU session over
-// /sfu/ws, receives point-cloud fragments on the "pointcloud" data
+// Remote point clouds in the viewer: a feature of the viewer's SFU session
+// (sfusession.ts) that receives point-cloud fragments on the "pointcloud" data
 // channel, has a Web Worker (pcworker.ts) reassemble and decode them
 // (draco3d), merges the descriptions of a frame and draws each publisher
 // as a THREE.Points at its avatar. See docs/web.md.
@@ -7,7 +7,9 @@
 import { THREE } from './aframe';
 import type { FromWorker, ToWorker } from './pcworker';
 import { FrameMerger, PREFIX_SIZE, RateMeter, quantiles, seqGap, type Points } from './pointcloud';
-import { SFUConnection, sfuName, sfuSession, type TrackInfo } from './sfu';
+import type { SFUConnection, TrackInfo } from './sfu';
+import type { SFUFeature } from './sfusession';
+import { avatarElement } from './presence';
 import { h } from './ui';
 import type { Viewer } from './viewer';
 
@@ -44,7 +46,7 @@ export interface PointCloudStats {
   latencyP50Ms: number;
 }
 
-export class PointCloudView {
+export class PointCloudView implements SFUFeature {
   private sfu: SFUConnection | null = null;
   private worker: Worker | null = null;
   private decoderReady: Promise<void> | null = null;
@@ -63,20 +65,18 @@ export class PointCloudView {
   private badMessages = 0;
   private gaps = 0;
   private timers: ReturnType<typeof setInterval>[] = [];
-  private retryMs = 1000;
   private stopped = false;
   readonly el: HTMLElement;
   private v = new THREE.Vector3();
   private q = new THREE.Quaternion();
   private e = new THREE.Euler();
 
-  constructor(private viewer: Viewer, private slotCount = DEFAULT_SLOTS) {
+  constructor(viewer: Viewer, readonly pointClouds = DEFAULT_SLOTS) {
     this.root.name = 'xr-pointclouds';
     (viewer.sceneEl as any).object3D.add(this.root);
     this.el = h('section', { id: 'xr-pointclouds', 'data-state': 'starting' }, h('h3', {}, 'Point clouds'), h('p', { class: 'pc-line' }, 'starting…'));
     document.getElementById('xr-side')?.insertBefore(this.el, document.querySelector('#xr-side .hint'));
     this.timers.push(setInterval(() => this.second(), 1000));
-    this.timers.push(setInterval(() => this.sendPose(), 500));
     const frame = () => {
       if (this.stopped) return;
       this.place();
@@ -85,15 +85,14 @@ export class PointCloudView {
     requestAnimationFrame(frame);
   }
 
-  /** Starts the decoder worker and joins the SFU as the viewer's ARENA client. */
-  async start(userClient: string) {
+  /** Starts the decoder worker: without a decoder, no data channel is asked for. */
+  async ready() {
     try {
       await this.startWorker();
     } catch (e) {
-      this.setState(`no decoder: ${(e as Error).message}`);
-      return;
+      this.onState(`no decoder: ${(e as Error).message}`);
+      throw e;
     }
-    this.connect(userClient);
   }
 
   private startWorker(): Promise<void> {
@@ -129,52 +128,23 @@ export class PointCloudView {
     this.worker?.postMessage(m, transfer);
   }
 
-  private async connect(userClient: string) {
-    if (this.stopped) return;
-    // The scene in the URL lets the server check this page's token (the
-    // mqtt_token cookie, sent with the socket) for the scene's session.
-    const scene = encodeURIComponent(`${this.viewer.ns}/${this.viewer.scene}`);
-    const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/sfu/ws?scene=${scene}`;
-    const conn = new SFUConnection({
-      url, session: sfuSession(this.viewer.ns, this.viewer.scene), client: sfuName(userClient), pointClouds: this.slotCount,
-      onPointCloud: (d) => this.onMessage(d),
-      onSlots: (s) => (this.slots = new Map(s)),
-      onState: (s) => {
-        this.setState(s);
-        if ((s === 'failed' || s === 'disconnected' || s === 'closed') && this.sfu === conn) this.retry(userClient);
-      },
-    });
+  onConnection(conn: SFUConnection) {
     this.sfu = conn;
     this.seqs.clear(); // a new connection numbers its slots afresh
     this.slots = new Map();
-    this.setState('connecting');
-    try {
-      await conn.connect();
-      this.retryMs = 1000;
-    } catch (e) {
-      console.info('xrealm: point clouds: SFU not joined:', (e as Error).message);
-      this.setState(`not joined: ${(e as Error).message}`);
-      if (this.sfu === conn) this.retry(userClient);
-    }
   }
 
-  private retry(userClient: string) {
-    const conn = this.sfu;
-    this.sfu = null;
-    conn?.close();
-    if (this.stopped) return;
-    const ms = this.retryMs * (0.8 + Math.random() * 0.4);
-    this.retryMs = Math.min(this.retryMs * 2, 30_000);
-    setTimeout(() => this.connect(userClient), ms);
+  onSlots(s: Map<string, TrackInfo | undefined>) {
+    this.slots = new Map(s);
   }
 
-  private setState(s: string) {
+  onState(s: string) {
     this.state = s;
     this.el.dataset.state = s;
   }
 
   /** A data-channel message: the prefix is read here, the rest in the worker. */
-  private onMessage(data: ArrayBuffer) {
+  onPointCloud(data: ArrayBuffer) {
     if (data.byteLength < PREFIX_SIZE) {
       this.badMessages++;
       return;
@@ -246,7 +216,7 @@ export class PointCloudView {
    */
   private place() {
     for (const p of this.pubs.values()) {
-      const av = document.querySelector(`#xr-avatars [data-avatar-for="${CSS.escape(p.client)}"]`) as any;
+      const av = avatarElement(p.client);
       const o = av?.object3D;
       if (o) {
         o.getWorldPosition(this.v);
@@ -267,16 +237,6 @@ export class PointCloudView {
         p.avatar = null;
       }
     }
-  }
-
-  private sendPose() {
-    const cam = (this.viewer.sceneEl as any).camera;
-    if (!cam || !this.sfu?.connected) return;
-    cam.getWorldPosition(this.v);
-    const fwd = new THREE.Vector3();
-    cam.getWorldDirection(fwd);
-    const fov = THREE.MathUtils.degToRad(cam.fov ?? 80) * (cam.aspect ?? 1);
-    this.sfu.sendPose([this.v.x, this.v.y, this.v.z], [fwd.x, fwd.y, fwd.z], Math.min(fov, Math.PI)).catch(() => {});
   }
 
   private second() {
@@ -336,8 +296,6 @@ export class PointCloudView {
     this.stopped = true;
     this.timers.forEach(clearInterval);
     this.worker?.terminate();
-    this.sfu?.close();
-    this.sfu = null;
   }
 }
 
@@ -353,23 +311,12 @@ function fmt(n: number): string {
   return n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : n >= 1e3 ? `${(n / 1e3).toFixed(0)}k` : String(Math.round(n));
 }
 
-/** Starts point clouds for a viewer (on by default; ?pointclouds=0 turns them off, ?pcslots=N sets the slots). */
-export function startPointClouds(viewer: Viewer): PointCloudView {
+/** The point-cloud feature of a viewer (?pcslots=N sets the slots, default 12). */
+export function pointCloudFeature(viewer: Viewer): PointCloudView {
   const q = new URLSearchParams(location.search);
   const slots = Math.max(1, Math.min(64, Number(q.get('pcslots')) || DEFAULT_SLOTS));
   const view = new PointCloudView(viewer, slots);
   (window as any).xrealm.pointclouds = view;
-  let started = false;
-  viewer.onSession((s) => {
-    if (started) return;
-    started = true;
-    view.start(s.userClient);
-  });
-  const s = viewer.session();
-  if (s && !started) {
-    started = true;
-    view.start(s.userClient);
-  }
   addEventListener('pagehide', () => view.stop());
   return view;
 }

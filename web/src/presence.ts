@@ -238,3 +238,8 @@ export class Presence {
     this.timers.forEach(clearInterval);
   }
 }
+
+/** The avatar entity drawn for an ARENA client, if there is one now. */
+export function avatarElement(userClient: string): any {
+  return document.querySelector(`#xr-avatars [data-avatar-for="${CSS.escape(userClient)}"]`);
+}

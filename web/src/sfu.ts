@@ -1,8 +1,9 @@
 // SFU signalling over the node's WebSocket (/sfu/ws): the same Signal and
 // Reply JSON as the Go client (sfu/signal.go), one offer, no renegotiation.
-// The browser receives point clouds over a data channel (label
-// "pointcloud"), since it cannot negotiate the SFU's point-cloud RTP codec:
-// see docs/sfu.md, "Point clouds for browsers".
+// What the offer carries comes from the caller (prepare): audio and video
+// transceivers for media.ts. The browser receives point clouds over a data
+// channel (label "pointcloud"), since it cannot negotiate the SFU's
+// point-cloud RTP codec: see docs/sfu.md, "Point clouds for browsers".
 
 export const POINTCLOUD_LABEL = 'pointcloud';
 
@@ -53,11 +54,14 @@ export interface SFUOptions {
   url: string; // ws(s)://host/sfu/ws
   session: string;
   client: string;
-  /** Point-cloud descriptions received at once (data-channel slots). */
+  /** Point-cloud descriptions received at once (data-channel slots); 0: no data channel. */
   pointClouds: number;
   /** How long the data channel may keep retransmitting a message (ms). */
   maxPacketLifeTime?: number;
-  onPointCloud: (data: ArrayBuffer) => void;
+  /** Adds transceivers to the new PeerConnection before its one offer. */
+  prepare?: (pc: RTCPeerConnection) => void;
+  onPointCloud?: (data: ArrayBuffer) => void;
+  onTrack?: (e: RTCTrackEvent) => void;
   onSlots: (slots: Map<string, TrackInfo | undefined>) => void;
   onState?: (state: string) => void;
 }
@@ -89,9 +93,13 @@ export class SFUConnection {
     const pc = new RTCPeerConnection();
     this.pc = pc;
     pc.onconnectionstatechange = () => o.onState?.(pc.connectionState);
-    const dc = pc.createDataChannel(POINTCLOUD_LABEL, { ordered: false, maxPacketLifeTime: o.maxPacketLifeTime ?? 300 });
-    dc.binaryType = 'arraybuffer';
-    dc.onmessage = (e) => o.onPointCloud(e.data as ArrayBuffer);
+    if (o.onTrack) pc.ontrack = o.onTrack;
+    o.prepare?.(pc);
+    if (o.pointClouds > 0) {
+      const dc = pc.createDataChannel(POINTCLOUD_LABEL, { ordered: false, maxPacketLifeTime: o.maxPacketLifeTime ?? 300 });
+      dc.binaryType = 'arraybuffer';
+      dc.onmessage = (e) => o.onPointCloud?.(e.data as ArrayBuffer);
+    }
     await pc.setLocalDescription(await pc.createOffer());
     await gathered(pc);
     const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds });
@@ -111,6 +119,11 @@ export class SFUConnection {
     const o = this.opts;
     if (this.ws?.readyState !== WebSocket.OPEN) return;
     await this.request({ op: 'stats', session: o.session, client: o.client, frames });
+  }
+
+  /** The PeerConnection's statistics (empty before connect). */
+  async getStats(): Promise<RTCStatsReport | null> {
+    return this.pc ? this.pc.getStats() : null;
   }
 
   get connected(): boolean {

@@ -137,11 +137,17 @@ export async function launchBrowser(): Promise<Browser> {
   return chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
 }
 
-/** Chromium for pages that use WebRTC with a server on this machine: loopback candidates, no mDNS names. */
-export async function launchRTCBrowser(): Promise<Browser> {
+/**
+ * Chromium for pages that use WebRTC with a server on this machine: loopback
+ * candidates, no mDNS names. With media, getUserMedia gets Chromium's fake
+ * camera (a test pattern) and microphone (a beep) without asking, and audio
+ * plays without a click.
+ */
+export async function launchRTCBrowser(opts: { media?: boolean } = {}): Promise<Browser> {
   ensureChromium();
+  const media = opts.media ? ['--use-fake-device-for-media-stream', '--use-fake-ui-for-media-stream', '--autoplay-policy=no-user-gesture-required'] : [];
   return chromium.launch({ executablePath: CHROMIUM, headless: true,
-    args: [...CHROMIUM_ARGS, '--allow-loopback-in-peer-connection', '--disable-features=WebRtcHideLocalIpsWithMdns'] });
+    args: [...CHROMIUM_ARGS, '--allow-loopback-in-peer-connection', '--disable-features=WebRtcHideLocalIpsWithMdns', ...media] });
 }
 
 /** A Node MQTT client (the "third client"), connected with a token. */

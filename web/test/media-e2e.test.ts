@@ -1,0 +1,138 @@
+// End-to-end test of audio and video between two viewers: two headless
+// Chromium pages open the same scene on a real `xrealm serve`; page A turns
+// on its microphone and camera (Chromium's fake devices) with the page's
+// buttons; page B receives both through the node's SFU, draws the video
+// where A's avatar has its head and plays the audio through its spatial
+// Web Audio chain. A turns the camera off and on again, which renegotiates
+// nothing: B's panel goes and comes back.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO_DIR, launchRTCBrowser, startServer, waitFor, type XrealmServer } from './harness';
+
+const SCENE = 'media';
+
+let srv: XrealmServer;
+let browser: Browser;
+
+beforeAll(async () => {
+  srv = await startServer();
+  browser = await launchRTCBrowser({ media: true });
+}, 300_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await srv?.stop();
+});
+
+async function open(name: string, problems: string[]): Promise<Page> {
+  const ctx = await browser.newContext({ viewport: { width: 800, height: 450 }, permissions: ['camera', 'microphone'] });
+  const page = await ctx.newPage();
+  page.on('pageerror', (e) => problems.push(`${name} pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error') problems.push(`${name}: ${m.text()}`);
+  });
+  // no point clouds: this test is about the RTP slots
+  await page.goto(`${srv.url}/public/${SCENE}?quality=low&pointclouds=0`);
+  await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+  await waitFor(`${name} joined the SFU`, () => page.evaluate(() => (window as any).xrealm.media?.stats().state === 'connected'), 30_000);
+  return page;
+}
+
+const stats = (p: Page) => p.evaluate(() => (window as any).xrealm.media.stats());
+const userClient = (p: Page) => p.evaluate(() => (window as any).xrealm.session().userClient as string);
+
+/** Pixels that change when the video panels are hidden, rendered into the page's own WebGL buffer. */
+function panelPixels(p: Page): Promise<number> {
+  return p.evaluate(() => {
+    const sc = document.querySelector('a-scene') as any;
+    const r = sc.renderer, gl = r.getContext();
+    const root = sc.object3D.getObjectByName('xr-media');
+    const snap = () => {
+      r.render(sc.object3D, sc.camera);
+      const px = new Uint8Array(gl.drawingBufferWidth * gl.drawingBufferHeight * 4);
+      gl.readPixels(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight, gl.RGBA, gl.UNSIGNED_BYTE, px);
+      return px;
+    };
+    root.visible = false;
+    const a = snap();
+    root.visible = true;
+    const b = snap();
+    let n = 0;
+    for (let i = 0; i < a.length; i += 4) if (Math.abs(a[i] - b[i]) + Math.abs(a[i + 1] - b[i + 1]) + Math.abs(a[i + 2] - b[i + 2]) > 30) n++;
+    return n;
+  });
+}
+
+describe('audio and video', () => {
+  it('carries one viewer\'s microphone and camera to another, drawn at the avatar and played spatially', async () => {
+    const problems: string[] = [];
+    const a = await open('A', problems);
+    const b = await open('B', problems);
+    // A stands 2.5 m in front of B, who looks straight at it
+    await a.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 -1.5'));
+    await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 1'));
+    const aClient = await userClient(a);
+
+    await a.click('#xr-mic');
+    await a.click('#xr-cam');
+    await waitFor('A\'s devices on', async () => {
+      const s = await stats(a);
+      return s.microphone === 'on' && s.camera === 'on';
+    }, 15_000);
+    expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('true');
+    expect(await a.isVisible('#xr-preview')).toBe(true);
+
+    // B: A's video, decoded, at A's avatar
+    const video = async () => (await stats(b)).remote.find((r: any) => r.kind === 'video' && r.client === aClient);
+    await waitFor('A\'s video at its avatar on B', async () => {
+      const v = await video();
+      return v && v.frames >= 10 && v.width > 0 && v.anchor === 'avatar';
+    }, 45_000).catch(async (e) => {
+      throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}; problems ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}`);
+    });
+    const pos = await b.evaluate((name) => {
+      const o = (document.querySelector('a-scene') as any).object3D.getObjectByName('xr-media').children.find((m: any) => m.visible);
+      return o && { x: o.position.x, y: o.position.y, z: o.position.z, mesh: name };
+    }, 'video');
+    expect(pos).toBeTruthy();
+    expect(Math.abs(pos!.z - -1.5)).toBeLessThan(0.3); // the avatar follows A's pose smoothly
+    expect(await panelPixels(b)).toBeGreaterThan(200);
+    // A's head is hidden behind its video; its name tag is not
+    const head = await b.evaluate((c) => {
+      const av = document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any;
+      return [av.querySelector('[data-role="head"]').object3D.visible, av.querySelector('[data-role="nametag"]').object3D.visible];
+    }, aClient);
+    expect(head).toEqual([false, true]);
+
+    // B: A's audio, with sound coming out of the panner (the fake microphone beeps)
+    let loudest = 0;
+    await waitFor('A\'s audio heard on B', async () => {
+      const s = await stats(b);
+      expect(s.audioContext).toBe('running');
+      const r = s.remote.find((x: any) => x.kind === 'audio' && x.client === aClient);
+      loudest = Math.max(loudest, r?.level ?? 0);
+      return loudest > 0.001;
+    }, 30_000).catch(async (e) => {
+      throw new Error(`${e.message}; loudest ${loudest}; B ${JSON.stringify(await stats(b))}`);
+    });
+    expect(await b.getAttribute('#xr-media', 'data-cameras')).toBe('1');
+    mkdirSync(join(REPO_DIR, 'web', 'test-results'), { recursive: true });
+    await b.screenshot({ path: join(REPO_DIR, 'web', 'test-results', 'media.png') });
+
+    // A turns the camera off: the panel goes and the head comes back
+    await a.click('#xr-cam');
+    expect((await stats(a)).camera).toBe('off');
+    await waitFor('A\'s video gone on B', async () => (await video())?.anchor === 'hidden', 15_000);
+    expect(await b.evaluate((c) => (document.querySelector(`#xr-avatars [data-avatar-for="${c}"] [data-role="head"]`) as any).object3D.visible, aClient)).toBe(true);
+    // and on again, on the same connection
+    const before = (await video())!.frames;
+    await a.click('#xr-cam');
+    await waitFor('A\'s video back on B', async () => {
+      const v = await video();
+      return v && v.anchor === 'avatar' && v.frames >= before + 10;
+    }, 30_000);
+    expect(problems).toEqual([]);
+  }, 180_000);
+});
