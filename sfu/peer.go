@@ -235,32 +235,53 @@ func (p *peer) reconcile() {
 		}
 		return nominalVideo
 	}
-	// Audio and video are forwarded whenever a slot is free; point-cloud
-	// descriptions go through the allocator, grouped by publisher.
+	var myFOV float64
+	if myPose != nil {
+		myFOV = myPose.FOV
+	}
+	interest := func(client string, fov float64) float64 {
+		if pub := p.n.poses[p.session+"/"+client]; myPose != nil && pub != nil {
+			return allocator.Interest(allocator.Pose{Position: myPose.Position, Forward: myPose.Forward, FOV: fov}, pub.Position)
+		}
+		return 1
+	}
+	// Audio and video go to the nearest publishers, as many as the client
+	// has slots of the kind (audio by distance alone: people behind are
+	// heard too); point-cloud descriptions go through the allocator,
+	// grouped by publisher.
 	want := map[string]TrackInfo{}
 	groups := map[string]*allocator.Demand{}
 	members := map[string][]TrackInfo{}
-	var avRate float64
+	av := map[webrtc.RTPCodecType][]allocator.Candidate{}
+	avInfo := map[string]TrackInfo{}
 	for _, t := range tracks {
 		if t.Client == p.client {
 			continue
 		}
 		if !t.PointCloud() || t.Description() < 0 {
-			want[t.Key()] = t
-			avRate += rateOf(t)
+			kind := webrtc.NewRTPCodecType(t.Kind)
+			fov := myFOV
+			if kind == webrtc.RTPCodecTypeAudio {
+				fov = 0
+			}
+			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: interest(t.Client, fov), Held: p.holds(t.Key())})
+			avInfo[t.Key()] = t
 			continue
 		}
 		d := groups[t.Client]
 		if d == nil {
-			interest := 1.0
-			if pub := p.n.poses[p.session+"/"+t.Client]; myPose != nil && pub != nil {
-				interest = allocator.Interest(allocator.Pose{Position: myPose.Position, Forward: myPose.Forward, FOV: myPose.FOV}, pub.Position)
-			}
-			d = &allocator.Demand{ID: t.Client, Interest: interest, Rates: make([]float64, 3)}
+			d = &allocator.Demand{ID: t.Client, Interest: interest(t.Client, myFOV), Rates: make([]float64, 3)}
 			groups[t.Client] = d
 		}
 		d.Rates[t.Description()] = rateOf(t)
 		members[t.Client] = append(members[t.Client], t)
+	}
+	var avRate float64
+	for kind, cands := range av {
+		for key := range allocator.Nearest(cands, p.rtpSlots(kind)) {
+			want[key] = avInfo[key]
+			avRate += rateOf(avInfo[key])
+		}
 	}
 	p.n.mu.Unlock()
 	demands := make([]allocator.Demand, 0, len(groups))
@@ -332,6 +353,28 @@ func (p *peer) reconcile() {
 	if changed {
 		p.notify()
 	}
+}
+
+// holds reports whether one of the peer's slots carries the track; p.mu
+// must be held.
+func (p *peer) holds(key string) bool {
+	for _, s := range p.slots {
+		if s.src != nil && s.src.info.Key() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// rtpSlots is the number of the peer's RTP slots of kind; p.mu must be held.
+func (p *peer) rtpSlots(kind webrtc.RTPCodecType) int {
+	n := 0
+	for _, s := range p.slots {
+		if !s.dc && s.kind == kind {
+			n++
+		}
+	}
+	return n
 }
 
 func (p *peer) assign(s *slot, t TrackInfo) bool {
