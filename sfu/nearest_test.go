@@ -2,7 +2,6 @@ package sfu
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -30,13 +29,16 @@ func publishAudio(ctx context.Context, tr *webrtc.TrackLocalStaticRTP) {
 
 // TestNearestAudio: a subscriber with two audio slots among three
 // talkers hears the two nearest, and when a third comes much nearer it
-// takes the slot of the farther one; nothing is renegotiated.
+// takes the slot of the farther one. A talker who stops sending (a muted
+// microphone) gives up the slot, and takes it back when she sends again.
+// Nothing is renegotiated.
 func TestNearestAudio(t *testing.T) {
 	c := startCluster(t, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	talkers := map[string]float64{"alice": 1, "bob": 5, "carol": 10} // metres in front of the listener
 	pubs := map[string]*Client{}
+	mute := map[string]context.CancelFunc{}
 	for name, z := range talkers {
 		cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, name), Session: "talk", Client: name, Site: "a", ICEAddresses: loopback,
 			Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}}})
@@ -48,7 +50,9 @@ func TestNearestAudio(t *testing.T) {
 			t.Fatal(err)
 		}
 		pubs[name] = cl
-		go publishAudio(ctx, cl.Tracks["mic"])
+		pctx, stop := context.WithCancel(ctx)
+		mute[name] = stop
+		go publishAudio(pctx, cl.Tracks["mic"])
 	}
 	var mu sync.Mutex
 	carried := map[string]string{} // mid → client
@@ -82,7 +86,19 @@ func TestNearestAudio(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "carol instead of bob", func() bool { return slices.Equal(heard(), []string{"alice", "carol"}) })
-	if got := fmt.Sprint(heard()); got != "[alice carol]" {
-		t.Fatalf("heard %s", got)
+	// alice mutes: bob has her slot once her track is idle
+	mute["alice"]()
+	waitFor(t, "bob instead of the muted alice", func() bool { return slices.Equal(heard(), []string{"bob", "carol"}) })
+	if !c.nodes[0].directoryEntry("talk/alice/mic").Idle {
+		t.Fatal("alice's track is not idle in the directory")
 	}
+	// and speaks again: 1 m beats bob's 5 m even with his hold
+	go publishAudio(ctx, pubs["alice"].Tracks["mic"])
+	waitFor(t, "alice back", func() bool { return slices.Equal(heard(), []string{"alice", "carol"}) })
+}
+
+func (n *Node) directoryEntry(key string) TrackInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.directory[key]
 }

@@ -186,8 +186,14 @@ func (n *Node) loop() {
 			n.heartbeat()
 		case now := <-al.C:
 			n.mu.Lock()
-			for _, s := range n.local {
+			var changed []TrackInfo
+			for key, s := range n.local {
 				s.measure(now)
+				if t, ok := n.directory[key]; ok && t.Idle != s.idle(now) {
+					t.Idle = !t.Idle
+					n.directory[key] = t
+					changed = append(changed, t)
+				}
 			}
 			var resub []*source
 			for _, s := range n.relayed {
@@ -198,6 +204,9 @@ func (n *Node) loop() {
 			}
 			peers := n.peerList("")
 			n.mu.Unlock()
+			for _, t := range changed {
+				n.announce("add", t) // other nodes' directories
+			}
 			n.shareLinks(now, peers)
 			for _, s := range resub {
 				// the "sub" was lost (link not up in time) or the origin
@@ -241,8 +250,8 @@ func (n *Node) announce(op string, t TrackInfo) {
 func (n *Node) announceAll() {
 	n.mu.Lock()
 	infos := make([]TrackInfo, 0, len(n.local))
-	for _, s := range n.local {
-		infos = append(infos, s.info)
+	for key := range n.local {
+		infos = append(infos, n.directory[key]) // with its idle state
 	}
 	n.mu.Unlock()
 	for _, t := range infos {

@@ -255,7 +255,7 @@ func (p *peer) reconcile() {
 	av := map[webrtc.RTPCodecType][]allocator.Candidate{}
 	avInfo := map[string]TrackInfo{}
 	for _, t := range tracks {
-		if t.Client == p.client {
+		if t.Client == p.client || t.Idle {
 			continue
 		}
 		if !t.PointCloud() || t.Description() < 0 {

@@ -24,7 +24,15 @@ type TrackInfo struct {
 	Kind    string `json:"kind"` // "audio" or "video"
 	Mime    string `json:"mime"`
 	Node    string `json:"node"` // where the publisher is connected
+	// Idle: the publisher sent nothing for IdleAfter (a muted microphone,
+	// a camera turned off); nobody is forwarded the track until it sends
+	// again. The publisher's node sets it.
+	Idle bool `json:"idle,omitempty"`
 }
+
+// IdleAfter is how long a published track may send nothing before it is
+// idle.
+const IdleAfter = 2 * time.Second
 
 // Key is "session/client/track".
 func (t TrackInfo) Key() string { return t.Session + "/" + t.Client + "/" + t.Track }
@@ -151,6 +159,12 @@ func (s *source) measure(now time.Time) {
 		}
 	}
 	s.winAt, s.winB = now, b
+}
+
+// idle reports whether a local source sent nothing for IdleAfter.
+func (s *source) idle(now time.Time) bool {
+	last := s.lastPkt.Load()
+	return last != 0 && now.Sub(time.Unix(0, last)) >= IdleAfter
 }
 
 func (s *source) addDown(d *downtrack.DownTrack) {
