@@ -33,7 +33,8 @@ var codecs = []struct {
 
 var videoFeedback = []webrtc.RTCPFeedback{{Type: "goog-remb"}, {Type: "ccm", Parameter: "fir"}, {Type: "nack"}, {Type: "nack", Parameter: "pli"}, {Type: "transport-cc"}}
 
-// RegisterCodecs registers Opus, VP8 and the point-cloud codec on m.
+// RegisterCodecs registers Opus, VP8 and the point-cloud codec on m, with
+// the header extensions the node reads: transport-cc and audio levels.
 func RegisterCodecs(m *webrtc.MediaEngine) error {
 	for _, c := range codecs {
 		if err := m.RegisterCodec(c.p, c.kind); err != nil {
@@ -44,6 +45,10 @@ func RegisterCodecs(m *webrtc.MediaEngine) error {
 		if err := m.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.TransportCCURI}, k); err != nil {
 			return fmt.Errorf("sfu: register transport-cc: %w", err)
 		}
+	}
+	// publishers' audio levels: who is speaking (TrackInfo.Speaking)
+	if err := m.RegisterHeaderExtension(webrtc.RTPHeaderExtensionCapability{URI: sdp.AudioLevelURI}, webrtc.RTPCodecTypeAudio); err != nil {
+		return fmt.Errorf("sfu: register audio level: %w", err)
 	}
 	return nil
 }

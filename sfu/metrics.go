@@ -21,6 +21,7 @@ var (
 	descSrcPackets = prometheus.NewDesc("xrealm_sfu_source_packets_total", "RTP packets received per source track.", []string{"node", "track", "origin"}, nil)
 	descSrcRate    = prometheus.NewDesc("xrealm_sfu_source_bitrate_bps", "Measured bitrate per source track.", []string{"node", "track", "origin"}, nil)
 	descSrcRelays  = prometheus.NewDesc("xrealm_sfu_source_relays", "Nodes a local source track is relayed to.", []string{"node", "track"}, nil)
+	descSrcState   = prometheus.NewDesc("xrealm_sfu_source_state", "1 while a local source track is idle (nothing sent for 2 s) or speaking (audio level of -50 dBov or louder in the last 2 s), else 0.", []string{"node", "track", "state"}, nil)
 	descRelayBytes = prometheus.NewDesc("xrealm_sfu_relay_bytes_total", "Bytes on relay links.", []string{"node", "peer", "dir"}, nil)
 	descRelayDrop  = prometheus.NewDesc("xrealm_sfu_relay_dropped_total", "Packets dropped on a full relay link (send buffer over its cap, or no free RTP slot).", []string{"node", "peer"}, nil)
 	descRelaySlots = prometheus.NewDesc("xrealm_sfu_relay_slots", "RTP send slots of a relay link, in use and in all (none: media on the SCTP channel).", []string{"node", "peer", "state"}, nil)
@@ -46,7 +47,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays,
+	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays, descSrcState,
 		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubLost, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
@@ -101,6 +102,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSrcRate, prometheus.GaugeValue, float64(s.rate.Load()), id, k, origin)
 			if origin == "local" {
 				ch <- prometheus.MustNewConstMetric(descSrcRelays, prometheus.GaugeValue, float64(s.relayCount()), id, k)
+				a := s.activity(TrackInfo{}, now)
+				ch <- prometheus.MustNewConstMetric(descSrcState, prometheus.GaugeValue, b2f(a.Idle), id, k, "idle")
+				if s.levelExt != 0 {
+					ch <- prometheus.MustNewConstMetric(descSrcState, prometheus.GaugeValue, b2f(a.Speaking), id, k, "speaking")
+				}
 			}
 			if s.frames != nil {
 				fs := s.frames.Stats(now)
@@ -164,4 +170,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descSubAlloc, prometheus.GaugeValue, alloc, id, client)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -5,15 +5,32 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pion/rtp"
+	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 )
 
-// publishAudio sends Opus-sized RTP packets every 20 ms until ctx ends.
-func publishAudio(ctx context.Context, tr *webrtc.TrackLocalStaticRTP) {
+// talker sends Opus-sized RTP packets every 20 ms until ctx ends, with
+// the audio level (RFC 6464) in level when the client negotiated it.
+type talker struct {
+	level atomic.Uint32 // -dBov, 127 is silence
+}
+
+func (tk *talker) run(ctx context.Context, cl *Client, id string) {
+	var ext uint8
+	for _, tr := range cl.PC.GetTransceivers() {
+		if s := tr.Sender(); s != nil && s.Track() != nil && s.Track().ID() == id {
+			for _, e := range s.GetParameters().HeaderExtensions {
+				if e.URI == sdp.AudioLevelURI {
+					ext = uint8(e.ID)
+				}
+			}
+		}
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	payload := make([]byte, 80)
@@ -23,40 +40,43 @@ func publishAudio(ctx context.Context, tr *webrtc.TrackLocalStaticRTP) {
 			return
 		case <-tick.C:
 		}
-		_ = tr.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(i), Timestamp: uint32(i * 960)}, Payload: payload})
+		p := &rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(i), Timestamp: uint32(i * 960)}, Payload: payload}
+		if ext != 0 {
+			b, _ := rtp.AudioLevelExtension{Level: uint8(tk.level.Load())}.Marshal()
+			_ = p.Header.SetExtension(ext, b)
+		}
+		_ = cl.Tracks[id].WriteRTP(p)
 	}
 }
 
-// TestNearestAudio: a subscriber with two audio slots among three
-// talkers hears the two nearest, and when a third comes much nearer it
-// takes the slot of the farther one. A talker who stops sending (a muted
-// microphone) gives up the slot, and takes it back when she sends again.
-// Nothing is renegotiated.
-func TestNearestAudio(t *testing.T) {
-	c := startCluster(t, "a")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	talkers := map[string]float64{"alice": 1, "bob": 5, "carol": 10} // metres in front of the listener
-	pubs := map[string]*Client{}
-	mute := map[string]context.CancelFunc{}
-	for name, z := range talkers {
-		cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, name), Session: "talk", Client: name, Site: "a", ICEAddresses: loopback,
+func publishAudio(ctx context.Context, cl *Client) *talker {
+	tk := &talker{}
+	tk.level.Store(127)
+	go tk.run(ctx, cl, "mic")
+	return tk
+}
+
+// audioSetup starts talkers at the given distances (metres in front of
+// the listener) and a listener with two audio slots; heard returns the
+// clients its slots carry, sorted.
+func audioSetup(t *testing.T, ctx context.Context, c *cluster, session string, at map[string]float64) (pubs map[string]*Client, heard func() []string) {
+	t.Helper()
+	pubs = map[string]*Client{}
+	for name, z := range at {
+		cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, name), Session: session, Client: name, Site: "a", ICEAddresses: loopback,
 			Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cl.Close()
+		t.Cleanup(cl.Close)
 		if err := cl.SetPose(ctx, Pose{Position: [3]float64{0, 1.6, -z}, Forward: [3]float64{0, 0, 1}, FOV: 1.5}); err != nil {
 			t.Fatal(err)
 		}
 		pubs[name] = cl
-		pctx, stop := context.WithCancel(ctx)
-		mute[name] = stop
-		go publishAudio(pctx, cl.Tracks["mic"])
 	}
 	var mu sync.Mutex
 	carried := map[string]string{} // mid → client
-	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "listener"), Session: "talk", Client: "listener", Site: "a", ICEAddresses: loopback,
+	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "listener"), Session: session, Client: "listener", Site: "a", ICEAddresses: loopback,
 		AudioSlots: 2, OnEvent: func(e Event) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -71,14 +91,32 @@ func TestNearestAudio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Close()
+	t.Cleanup(sub.Close)
 	if err := sub.SetPose(ctx, Pose{Position: [3]float64{0, 1.6, 0}, Forward: [3]float64{0, 0, -1}, FOV: 1.5}); err != nil {
 		t.Fatal(err)
 	}
-	heard := func() []string {
+	return pubs, func() []string {
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Sorted(maps.Values(carried))
+	}
+}
+
+// TestNearestAudio: a subscriber with two audio slots among three
+// talkers hears the two nearest, and when a third comes much nearer it
+// takes the slot of the farther one. A talker who stops sending (a muted
+// microphone) gives up the slot, and takes it back when she sends again.
+// Nothing is renegotiated.
+func TestNearestAudio(t *testing.T) {
+	c := startCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pubs, heard := audioSetup(t, ctx, c, "talk", map[string]float64{"alice": 1, "bob": 5, "carol": 10})
+	mute := map[string]context.CancelFunc{}
+	for name, cl := range pubs {
+		pctx, stop := context.WithCancel(ctx)
+		mute[name] = stop
+		publishAudio(pctx, cl)
 	}
 	waitFor(t, "the two nearest talkers", func() bool { return slices.Equal(heard(), []string{"alice", "bob"}) })
 	// carol comes to 0.5 m: she takes bob's slot; alice (1 m, held) stays
@@ -93,8 +131,30 @@ func TestNearestAudio(t *testing.T) {
 		t.Fatal("alice's track is not idle in the directory")
 	}
 	// and speaks again: 1 m beats bob's 5 m even with his hold
-	go publishAudio(ctx, pubs["alice"].Tracks["mic"])
+	publishAudio(ctx, pubs["alice"])
 	waitFor(t, "alice back", func() bool { return slices.Equal(heard(), []string{"alice", "carol"}) })
+}
+
+// TestSpeakersFirst: among three open microphones and two audio slots,
+// one who speaks (by the RTP audio level) is heard even when farthest, and
+// the nearer of the two silent ones keeps the other slot.
+func TestSpeakersFirst(t *testing.T) {
+	c := startCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pubs, heard := audioSetup(t, ctx, c, "class", map[string]float64{"alice": 1, "bob": 2, "carol": 8})
+	talkers := map[string]*talker{}
+	for name, cl := range pubs {
+		talkers[name] = publishAudio(ctx, cl)
+	}
+	waitFor(t, "the two nearest talkers", func() bool { return slices.Equal(heard(), []string{"alice", "bob"}) })
+	talkers["carol"].level.Store(20) // -20 dBov: speech
+	waitFor(t, "carol, who speaks", func() bool { return slices.Equal(heard(), []string{"alice", "carol"}) })
+	if e := c.nodes[0].directoryEntry("class/carol/mic"); !e.Speaking || e.Idle {
+		t.Fatalf("carol's directory entry %+v, want speaking", e)
+	}
+	talkers["carol"].level.Store(127) // silent again: after the hold she is not speaking
+	waitFor(t, "carol not speaking", func() bool { return !c.nodes[0].directoryEntry("class/carol/mic").Speaking })
 }
 
 func (n *Node) directoryEntry(key string) TrackInfo {

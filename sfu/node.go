@@ -189,10 +189,11 @@ func (n *Node) loop() {
 			var changed []TrackInfo
 			for key, s := range n.local {
 				s.measure(now)
-				if t, ok := n.directory[key]; ok && t.Idle != s.idle(now) {
-					t.Idle = !t.Idle
-					n.directory[key] = t
-					changed = append(changed, t)
+				if t, ok := n.directory[key]; ok {
+					if u := s.activity(t, now); u != t {
+						n.directory[key] = u
+						changed = append(changed, u)
+					}
 				}
 			}
 			var resub []*source
@@ -251,7 +252,7 @@ func (n *Node) announceAll() {
 	n.mu.Lock()
 	infos := make([]TrackInfo, 0, len(n.local))
 	for key := range n.local {
-		infos = append(infos, n.directory[key]) // with its idle state
+		infos = append(infos, n.directory[key]) // with its idle and speaking states
 	}
 	n.mu.Unlock()
 	for _, t := range infos {

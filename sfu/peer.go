@@ -11,6 +11,7 @@ import (
 
 	"github.com/pion/interceptor/pkg/cc"
 	"github.com/pion/rtcp"
+	"github.com/pion/sdp/v3"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/xrealm/xrealm/sfu/allocator"
@@ -174,7 +175,7 @@ func (p *peer) start(offer string) (string, error) {
 	return Gathered(pc, false)
 }
 
-func (p *peer) onTrack(track *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
+func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 	info := TrackInfo{Session: p.session, Client: p.client, Track: track.ID(), Kind: track.Kind().String(), Mime: track.Codec().MimeType, Node: p.n.cfg.ID}
 	if validName("track", info.Track) != nil {
 		info.Track = fmt.Sprintf("t%d", track.SSRC())
@@ -184,6 +185,13 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 		_ = p.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
 	})
 	s.hops = p.n.hops
+	if track.Kind() == webrtc.RTPCodecTypeAudio {
+		for _, e := range r.GetParameters().HeaderExtensions {
+			if e.URI == sdp.AudioLevelURI {
+				s.levelExt = uint8(e.ID)
+			}
+		}
+	}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -247,8 +255,8 @@ func (p *peer) reconcile() {
 	}
 	// Audio and video go to the nearest publishers, as many as the client
 	// has slots of the kind (audio by distance alone: people behind are
-	// heard too); point-cloud descriptions go through the allocator,
-	// grouped by publisher.
+	// heard too; speakers first); point-cloud descriptions go through the
+	// allocator, grouped by publisher.
 	want := map[string]TrackInfo{}
 	groups := map[string]*allocator.Demand{}
 	members := map[string][]TrackInfo{}
@@ -264,7 +272,7 @@ func (p *peer) reconcile() {
 			if kind == webrtc.RTPCodecTypeAudio {
 				fov = 0
 			}
-			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: interest(t.Client, fov), Held: p.holds(t.Key())})
+			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: interest(t.Client, fov), Held: p.holds(t.Key()), Active: t.Speaking})
 			avInfo[t.Key()] = t
 			continue
 		}

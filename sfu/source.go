@@ -28,11 +28,23 @@ type TrackInfo struct {
 	// a camera turned off); nobody is forwarded the track until it sends
 	// again. The publisher's node sets it.
 	Idle bool `json:"idle,omitempty"`
+	// Speaking: an audio track whose publisher spoke (an RTP audio level,
+	// RFC 6464, of SpeakingLevel or louder) within SpeakingHold. Among more
+	// microphones than a subscriber has audio slots, speakers go first.
+	Speaking bool `json:"speaking,omitempty"`
 }
 
-// IdleAfter is how long a published track may send nothing before it is
-// idle.
-const IdleAfter = 2 * time.Second
+const (
+	// IdleAfter is how long a published track may send nothing before it
+	// is idle.
+	IdleAfter = 2 * time.Second
+	// SpeakingLevel is the quietest audio level that counts as speech, in
+	// -dBov (0 is the loudest, 127 silence): -50 dBov.
+	SpeakingLevel = 50
+	// SpeakingHold is how long a track stays speaking after its last
+	// packet at SpeakingLevel or louder (pauses between words).
+	SpeakingHold = 2 * time.Second
+)
 
 // Key is "session/client/track".
 func (t TrackInfo) Key() string { return t.Session + "/" + t.Client + "/" + t.Track }
@@ -71,9 +83,15 @@ type source struct {
 	packets atomic.Uint64
 	rate    atomic.Uint64 // bit/s over the last measurement window
 	lastPkt atomic.Int64  // unix ns of the last packet
-	subAt   time.Time     // relayed: when "sub" was last sent (node loop only)
-	winAt   time.Time
-	winB    uint64
+	// levelExt is the RTP header extension ID of the audio level
+	// (local audio sources whose publisher negotiated it; set before the
+	// first packet); lastVoice the unix ns of the last packet at
+	// SpeakingLevel or louder.
+	levelExt  uint8
+	lastVoice atomic.Int64
+	subAt     time.Time // relayed: when "sub" was last sent (node loop only)
+	winAt     time.Time
+	winB      uint64
 }
 
 func newSource(info TrackInfo, keyframe func()) *source {
@@ -112,6 +130,12 @@ func (s *source) write(raw []byte) {
 	s.packets.Add(1)
 	arrived := time.Now()
 	s.lastPkt.Store(arrived.UnixNano())
+	if s.levelExt != 0 {
+		var al rtp.AudioLevelExtension
+		if al.Unmarshal(h.GetExtension(s.levelExt)) == nil && al.Level <= SpeakingLevel {
+			s.lastVoice.Store(arrived.UnixNano())
+		}
+	}
 	_ = s.buf.Write(h.SequenceNumber, raw)
 	if s.cadence != nil {
 		s.cadence.observe(h.SequenceNumber, h.Timestamp, arrived)
@@ -161,10 +185,14 @@ func (s *source) measure(now time.Time) {
 	s.winAt, s.winB = now, b
 }
 
-// idle reports whether a local source sent nothing for IdleAfter.
-func (s *source) idle(now time.Time) bool {
+// activity returns t (the source's directory entry) with the local
+// source's idle and speaking states at now.
+func (s *source) activity(t TrackInfo, now time.Time) TrackInfo {
 	last := s.lastPkt.Load()
-	return last != 0 && now.Sub(time.Unix(0, last)) >= IdleAfter
+	t.Idle = last != 0 && now.Sub(time.Unix(0, last)) >= IdleAfter
+	voice := s.lastVoice.Load()
+	t.Speaking = voice != 0 && now.Sub(time.Unix(0, voice)) < SpeakingHold
+	return t
 }
 
 func (s *source) addDown(d *downtrack.DownTrack) {

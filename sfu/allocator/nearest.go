@@ -13,6 +13,7 @@ type Candidate struct {
 	Key      string
 	Interest float64 // Interest of the publisher for the subscriber (1 without poses)
 	Held     bool    // it has a slot now
+	Active   bool    // its publisher is speaking: before every track that is not
 }
 
 // Nearest returns the keys of the n candidates to forward: those of the
@@ -29,6 +30,9 @@ func Nearest(cands []Candidate, n int) map[string]bool {
 	}
 	c := append([]Candidate(nil), cands...)
 	sort.Slice(c, func(i, j int) bool {
+		if c[i].Active != c[j].Active {
+			return c[i].Active
+		}
 		if si, sj := score(c[i]), score(c[j]); si != sj {
 			return si > sj
 		}

@@ -18,6 +18,8 @@ func TestNearest(t *testing.T) {
 		{"ties by key", []Candidate{{Key: "c", Interest: 1}, {Key: "a", Interest: 1}, {Key: "b", Interest: 1}}, 2, []string{"a", "b"}},
 		{"held keeps against a little closer", []Candidate{{Key: "a", Interest: 0.5, Held: true}, {Key: "b", Interest: 0.6}}, 1, []string{"a"}},
 		{"held yields to much closer", []Candidate{{Key: "a", Interest: 0.2, Held: true}, {Key: "b", Interest: 0.5}}, 1, []string{"b"}},
+		{"speakers first", []Candidate{{Key: "a", Interest: 0.9, Held: true}, {Key: "b", Interest: 0.1, Active: true}, {Key: "c", Interest: 0.5}}, 2, []string{"a", "b"}},
+		{"nearest speakers", []Candidate{{Key: "a", Interest: 0.9}, {Key: "b", Interest: 0.1, Active: true}, {Key: "c", Interest: 0.5, Active: true}}, 1, []string{"c"}},
 		{"no slots", []Candidate{{Key: "a", Interest: 1}}, 0, nil},
 		{"negative slots", []Candidate{{Key: "a", Interest: 1}}, -1, nil},
 		{"none", nil, 3, nil},

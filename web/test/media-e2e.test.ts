@@ -118,6 +118,9 @@ describe('audio and video', () => {
       throw new Error(`${e.message}; loudest ${loudest}; B ${JSON.stringify(await stats(b))}`);
     });
     expect(await b.getAttribute('#xr-media', 'data-cameras')).toBe('1');
+    // the node reads the audio levels Chromium sends (RFC 6464): A speaks
+    const speaking = new RegExp(`xrealm_sfu_source_state\\{(?=[^}]*state="speaking")(?=[^}]*track="public-${SCENE}/${aClient}/)[^}]*\\} 1`);
+    await waitFor('A speaking at the node', async () => speaking.test(await (await fetch(`${srv.url}/metrics`)).text()), 15_000);
     mkdirSync(join(REPO_DIR, 'web', 'test-results'), { recursive: true });
     await b.screenshot({ path: join(REPO_DIR, 'web', 'test-results', 'media.png') });
 
