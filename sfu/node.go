@@ -203,11 +203,11 @@ func (n *Node) loop() {
 					resub = append(resub, s)
 				}
 			}
-			peers := n.peerList("")
-			n.mu.Unlock()
 			for _, t := range changed {
 				n.announce("add", t) // other nodes' directories
 			}
+			peers := n.peerList("")
+			n.mu.Unlock()
 			n.shareLinks(now, peers)
 			for _, s := range resub {
 				// the "sub" was lost (link not up in time) or the origin
@@ -243,6 +243,10 @@ func (n *Node) heartbeat() {
 
 // --- track directory -------------------------------------------------------
 
+// announce publishes a change of a local track's directory entry. Callers
+// hold n.mu, so that the announcements of one track leave in the order of
+// its changes (a late "add" after "remove" would leave a ghost entry on
+// every node).
 func (n *Node) announce(op string, t TrackInfo) {
 	b, _ := json.Marshal(TrackEvent{Op: op, Track: t})
 	_ = n.cfg.NC.Publish("sfu.tracks."+t.Session, b)
@@ -250,13 +254,9 @@ func (n *Node) announce(op string, t TrackInfo) {
 
 func (n *Node) announceAll() {
 	n.mu.Lock()
-	infos := make([]TrackInfo, 0, len(n.local))
+	defer n.mu.Unlock()
 	for key := range n.local {
-		infos = append(infos, n.directory[key]) // with its idle and speaking states
-	}
-	n.mu.Unlock()
-	for _, t := range infos {
-		n.announce("add", t)
+		n.announce("add", n.directory[key]) // with its idle and speaking states
 	}
 }
 
@@ -267,14 +267,17 @@ func (n *Node) handleTrackEvent(m *nats.Msg) {
 	}
 	key := ev.Track.Key()
 	n.mu.Lock()
-	switch ev.Op {
-	case "add":
+	switch {
+	case ev.Track.Node == n.cfg.ID:
+		// our own announcement, back from the bus: the directory already
+		// has this change or a newer one; only the local peers are told
+	case ev.Op == "add":
 		if old, ok := n.directory[key]; ok && old == ev.Track {
 			n.mu.Unlock()
 			return
 		}
 		n.directory[key] = ev.Track
-	case "remove":
+	case ev.Op == "remove":
 		if _, ok := n.directory[key]; !ok {
 			n.mu.Unlock()
 			return
@@ -319,8 +322,8 @@ func (n *Node) addLocal(s *source) {
 	n.mu.Lock()
 	n.local[s.info.Key()] = s
 	n.directory[s.info.Key()] = s.info
-	n.mu.Unlock()
 	n.announce("add", s.info)
+	n.mu.Unlock()
 }
 
 func (n *Node) removeLocal(s *source) {
@@ -328,6 +331,7 @@ func (n *Node) removeLocal(s *source) {
 	if n.local[s.info.Key()] == s {
 		delete(n.local, s.info.Key())
 		delete(n.directory, s.info.Key())
+		n.announce("remove", s.info)
 	}
 	peers := n.peerList(s.info.Session)
 	var links []*relay.Link
@@ -344,7 +348,6 @@ func (n *Node) removeLocal(s *source) {
 	for _, l := range links {
 		l.StopMedia(s.info.Key()) // frees its RTP slot, if any
 	}
-	n.announce("remove", s.info)
 	for _, p := range peers {
 		go p.reconcile()
 	}

@@ -247,11 +247,16 @@ func (p *peer) reconcile() {
 	if myPose != nil {
 		myFOV = myPose.FOV
 	}
-	interest := func(client string, fov float64) float64 {
-		if pub := p.n.poses[p.session+"/"+client]; myPose != nil && pub != nil {
+	// interest ranks a publisher for this client; unknown is its value
+	// when the client has a pose and the publisher none.
+	interest := func(client string, fov, unknown float64) float64 {
+		if myPose == nil {
+			return 1
+		}
+		if pub := p.n.poses[p.session+"/"+client]; pub != nil {
 			return allocator.Interest(allocator.Pose{Position: myPose.Position, Forward: myPose.Forward, FOV: fov}, pub.Position)
 		}
-		return 1
+		return unknown
 	}
 	// Audio and video go to the nearest publishers, as many as the client
 	// has slots of the kind (audio by distance alone: people behind are
@@ -263,22 +268,26 @@ func (p *peer) reconcile() {
 	av := map[webrtc.RTPCodecType][]allocator.Candidate{}
 	avInfo := map[string]TrackInfo{}
 	for _, t := range tracks {
-		if t.Client == p.client || t.Idle {
+		if t.Client == p.client {
 			continue
 		}
 		if !t.PointCloud() || t.Description() < 0 {
+			if t.Idle {
+				continue // muted: its slot goes to the next publisher
+			}
 			kind := webrtc.NewRTPCodecType(t.Kind)
 			fov := myFOV
 			if kind == webrtc.RTPCodecTypeAudio {
 				fov = 0
 			}
-			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: interest(t.Client, fov), Held: p.holds(t.Key()), Active: t.Speaking})
+			// a publisher without a pose ranks below everyone placed
+			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: interest(t.Client, fov, 0), Held: p.holds(t.Key()), Active: t.Speaking})
 			avInfo[t.Key()] = t
 			continue
 		}
 		d := groups[t.Client]
 		if d == nil {
-			d = &allocator.Demand{ID: t.Client, Interest: interest(t.Client, myFOV), Rates: make([]float64, 3)}
+			d = &allocator.Demand{ID: t.Client, Interest: interest(t.Client, myFOV, 1), Rates: make([]float64, 3)}
 			groups[t.Client] = d
 		}
 		d.Rates[t.Description()] = rateOf(t)
@@ -374,7 +383,10 @@ func (p *peer) holds(key string) bool {
 	return false
 }
 
-// rtpSlots is the number of the peer's RTP slots of kind; p.mu must be held.
+// rtpSlots is the number of the peer's RTP slots of kind; p.mu must be
+// held. A Go client's video slots also take point clouds: then the nearest
+// videos chosen can be more than the slots point clouds leave, and the
+// slots go to them in key order.
 func (p *peer) rtpSlots(kind webrtc.RTPCodecType) int {
 	n := 0
 	for _, s := range p.slots {

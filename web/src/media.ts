@@ -25,6 +25,7 @@ export const DEFAULT_VIDEO_SLOTS = 4;
 /** A video slot shows nothing when no frame came for this long (its publisher turned the camera off). */
 const VIDEO_STALE_MS = 1500;
 const PANEL_WIDTH = 0.48;
+const GESTURES = ['pointerdown', 'pointerup', 'click', 'touchend', 'keydown'];
 
 type Kind = 'audio' | 'video';
 
@@ -46,7 +47,7 @@ interface Remote {
   kind: Kind;
   track: MediaStreamTrack;
   client?: string;
-  index: number; // place in the row when the publisher has no avatar
+  index: number; // video: place in the row when the publisher has no avatar
   // video
   video?: HTMLVideoElement;
   mesh?: any; // THREE.Mesh
@@ -78,6 +79,7 @@ export class MediaView implements SFUFeature {
   private state = 'starting';
   private stopped = false;
   private nextIndex = 0;
+  private timer: ReturnType<typeof setInterval> | undefined;
   private preview: HTMLVideoElement;
   private line: HTMLElement;
   readonly el: HTMLElement;
@@ -100,22 +102,26 @@ export class MediaView implements SFUFeature {
     this.el = h('section', { id: 'xr-media', 'data-state': 'starting' }, h('h3', {}, 'Audio and video'),
       h('div', { class: 'media-buttons' }, this.local.audio.button, this.local.video.button), this.preview, this.line);
     document.getElementById('xr-side')?.insertBefore(this.el, document.querySelector('#xr-side .hint'));
-    // Browsers start audio only after a gesture on the page.
-    const resume = () => this.ctx?.state === 'suspended' && this.ctx.resume().catch(() => {});
-    addEventListener('pointerdown', resume);
-    addEventListener('keydown', resume);
+    // Browsers start audio only after a gesture on the page (on touch
+    // screens a click or touchend, not a pointerdown).
+    for (const ev of GESTURES) addEventListener(ev, this.resume);
     const frame = () => {
       if (this.stopped) return;
       this.place();
       requestAnimationFrame(frame);
     };
     requestAnimationFrame(frame);
-    setInterval(() => this.describe(), 1000);
+    this.timer = setInterval(() => this.describe(), 1000);
   }
+
+  private resume = () => {
+    if (this.ctx?.state === 'suspended') this.ctx.resume().catch(() => {});
+  };
 
   /** Turns the microphone or camera on or off. */
   async toggle(kind: Kind, on = !this.local[kind].track) {
     const l = this.local[kind];
+    if (l.state === 'starting' && on === !l.track) on = false; // a click while the browser asks cancels
     if (!on) {
       l.track?.stop();
       l.track = null;
@@ -148,7 +154,14 @@ export class MediaView implements SFUFeature {
     l.track = track;
     l.state = 'on';
     track.onended = () => l.track === track && this.toggle(kind, false); // device unplugged, permission revoked
-    await l.sender?.replaceTrack(track).catch((e) => console.warn(`xrealm: ${kind}: replaceTrack failed:`, e));
+    try {
+      await l.sender?.replaceTrack(track);
+    } catch (e) {
+      track.stop();
+      l.track = null;
+      this.fail(l, `cannot send it: ${(e as Error).message}`);
+      return;
+    }
     this.showLocal(l);
     this.audioContext(); // a click started this: audio can start too
   }
@@ -174,7 +187,15 @@ export class MediaView implements SFUFeature {
   prepare(pc: RTCPeerConnection) {
     for (const l of Object.values(this.local)) {
       l.sender = pc.addTransceiver(l.kind, { direction: 'sendonly' }).sender;
-      if (l.track) l.sender.replaceTrack(l.track).catch((e) => console.warn(`xrealm: ${l.kind}: replaceTrack failed:`, e));
+      const track = l.track;
+      if (track) {
+        l.sender.replaceTrack(track).catch((e) => {
+          if (l.track !== track) return;
+          track.stop();
+          l.track = null;
+          this.fail(l, `cannot send it: ${(e as Error).message}`);
+        });
+      }
     }
     for (let i = 0; i < this.audioSlots; i++) pc.addTransceiver('audio', { direction: 'recvonly' });
     for (let i = 0; i < this.videoSlots; i++) pc.addTransceiver('video', { direction: 'recvonly' });
@@ -184,13 +205,14 @@ export class MediaView implements SFUFeature {
     for (const r of this.remotes.values()) this.dispose(r);
     this.remotes.clear();
     this.slots = new Map();
+    this.nextIndex = 0;
   }
 
   onTrack(e: RTCTrackEvent) {
     const mid = e.transceiver.mid;
     const kind = e.track.kind as Kind;
     if (!mid || (kind !== 'audio' && kind !== 'video')) return;
-    const r: Remote = { mid, kind, track: e.track, index: this.nextIndex++, frames: 0, lastFrame: 0, anchor: 'hidden' };
+    const r: Remote = { mid, kind, track: e.track, index: kind === 'video' ? this.nextIndex++ : -1, frames: 0, lastFrame: 0, anchor: 'hidden' };
     const stream = new MediaStream([e.track]);
     if (kind === 'video') this.startVideo(r, stream);
     else this.startAudio(r, stream);
@@ -292,6 +314,10 @@ export class MediaView implements SFUFeature {
         l.positionX.setValueAtTime(camPos.x, t), l.positionY.setValueAtTime(camPos.y, t), l.positionZ.setValueAtTime(camPos.z, t);
         l.forwardX.setValueAtTime(this.fwd.x, t), l.forwardY.setValueAtTime(this.fwd.y, t), l.forwardZ.setValueAtTime(this.fwd.z, t);
         l.upX.setValueAtTime(this.up.x, t), l.upY.setValueAtTime(this.up.y, t), l.upZ.setValueAtTime(this.up.z, t);
+      } else {
+        // Firefox: no AudioParams on the listener
+        l.setPosition(camPos.x, camPos.y, camPos.z);
+        l.setOrientation(this.fwd.x, this.fwd.y, this.fwd.z, this.up.x, this.up.y, this.up.z);
       }
     }
     const now = performance.now();
@@ -365,6 +391,8 @@ export class MediaView implements SFUFeature {
 
   stop() {
     this.stopped = true;
+    clearInterval(this.timer);
+    for (const ev of GESTURES) removeEventListener(ev, this.resume);
     for (const l of Object.values(this.local)) l.track?.stop();
     for (const r of this.remotes.values()) this.dispose(r);
     this.ctx?.close().catch(() => {});

@@ -88,7 +88,7 @@ export class SFUConnection {
     ws.onmessage = (e) => this.onMessage(String(e.data));
     ws.onclose = () => {
       for (const p of this.pending.splice(0)) p({ op: 'error', error: 'SFU WebSocket closed' });
-      if (!this.closed) o.onState?.('disconnected');
+      if (!this.closed) o.onState?.('closed'); // signalling is gone: the node drops the peer
     };
     const pc = new RTCPeerConnection();
     this.pc = pc;

@@ -9,6 +9,9 @@ import { THREE } from './aframe';
 import { SFUConnection, sfuName, sfuSession, type TrackInfo } from './sfu';
 import type { Viewer } from './viewer';
 
+/** How long ICE may stay "disconnected" before the session rejoins. */
+const DISCONNECTED_GRACE_MS = 5000;
+
 /** A part of the client that rides the SFU connection. */
 export interface SFUFeature {
   /** Resolves when the feature can take data; a rejection leaves it out of the offer. */
@@ -32,6 +35,7 @@ export class SFUSession {
   private retryMs = 1000;
   private stopped = false;
   private poseTimer: ReturnType<typeof setInterval> | null = null;
+  private grace: ReturnType<typeof setTimeout> | undefined;
   private v = new THREE.Vector3();
   private fwd = new THREE.Vector3();
   state = 'starting';
@@ -72,7 +76,12 @@ export class SFUSession {
       onSlots: (s) => fs.forEach((f) => f.onSlots?.(s)),
       onState: (s) => {
         this.setState(s);
-        if ((s === 'failed' || s === 'disconnected' || s === 'closed') && this.conn === conn) this.retry(userClient);
+        if (this.conn !== conn) return;
+        clearTimeout(this.grace);
+        // ICE often recovers from "disconnected" (a blip on Wi-Fi): rejoin,
+        // which drops every stream, only when it lasts
+        if (s === 'disconnected') this.grace = setTimeout(() => this.conn === conn && this.retry(userClient), DISCONNECTED_GRACE_MS);
+        if (s === 'failed' || s === 'closed') this.retry(userClient);
       },
     });
     this.conn = conn;
@@ -114,6 +123,7 @@ export class SFUSession {
 
   stop() {
     this.stopped = true;
+    clearTimeout(this.grace);
     if (this.poseTimer) clearInterval(this.poseTimer);
     this.conn?.close();
     this.conn = null;
