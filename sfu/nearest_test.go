@@ -157,8 +157,47 @@ func TestSpeakersFirst(t *testing.T) {
 	waitFor(t, "carol not speaking", func() bool { return !c.nodes[0].directoryEntry("class/carol/mic").Speaking })
 }
 
-func (n *Node) directoryEntry(key string) TrackInfo {
+// TestActivityAcrossNodes: idle and speaking states reach other nodes'
+// directories, and a track removed at its origin leaves them for good.
+func TestActivityAcrossNodes(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "alice"), Session: "hall", Client: "alice", Site: "a", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, mute := context.WithCancel(ctx)
+	tk := publishAudio(pctx, cl)
+	const key = "hall/alice/mic"
+	far := c.nodes[1]
+	waitFor(t, "the track on node 2", func() bool { _, ok := far.directoryHas(key); return ok })
+	tk.level.Store(10)
+	waitFor(t, "speaking on node 2", func() bool { return far.directoryEntry(key).Speaking })
+	mute()
+	waitFor(t, "idle, not speaking, on node 2", func() bool { e := far.directoryEntry(key); return e.Idle && !e.Speaking })
+	cl.Close()
+	waitFor(t, "the track gone from both nodes", func() bool {
+		_, a := c.nodes[0].directoryHas(key)
+		_, b := far.directoryHas(key)
+		return !a && !b
+	})
+	// periodic announcements must not bring it back
+	time.Sleep(500 * time.Millisecond)
+	if _, ok := far.directoryHas(key); ok {
+		t.Fatal("the removed track came back on node 2")
+	}
+}
+
+func (n *Node) directoryHas(key string) (TrackInfo, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return n.directory[key]
+	t, ok := n.directory[key]
+	return t, ok
+}
+
+func (n *Node) directoryEntry(key string) TrackInfo {
+	t, _ := n.directoryHas(key)
+	return t
 }
