@@ -172,7 +172,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 // Receive and ReadDone make a bot its transport's Receiver: a read's
 // messages are counted together.
 func (b *bot) Receive(r *Received) {
-	b.meter.Stage(r.SentNanos, r.RecvNanos, r.Size)
+	b.meter.Record(r)
 	if b.peers != nil && r.HasPos {
 		b.peers.update(r.From, r.Pos, r.RecvNanos)
 	}

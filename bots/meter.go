@@ -39,6 +39,11 @@ type Accounts struct {
 	mu     sync.Mutex
 	meters []*Meter
 	shards [accountShards]shard
+
+	// round trips of pings between peers (a few a second per bot: one
+	// histogram under one lock)
+	rttMu   sync.Mutex
+	rttLive *hdrhistogram.Histogram
 }
 
 // accountShards is how many latency histograms the meters of a fleet
@@ -59,7 +64,26 @@ func NewAccounts() *Accounts {
 	for i := range a.shards {
 		a.shards[i].live, a.shards[i].win = NewHistogram(), NewHistogram()
 	}
+	a.rttLive = NewHistogram()
 	return a
+}
+
+// RoundTrip records a ping's round trip through the server, sent at
+// sentNanos and echoed back at recvNanos.
+func (a *Accounts) RoundTrip(sentNanos, recvNanos int64) {
+	a.rttMu.Lock()
+	a.rttLive.RecordValue(min(max((recvNanos-sentNanos)/1000, histMin), histMax))
+	a.rttMu.Unlock()
+}
+
+// LiveRoundTrips returns the round trips recorded since the previous
+// call, merged.
+func (a *Accounts) LiveRoundTrips() *hdrhistogram.Histogram {
+	a.rttMu.Lock()
+	defer a.rttMu.Unlock()
+	h := a.rttLive
+	a.rttLive = NewHistogram()
+	return h
 }
 
 // NewMeter adds a meter, for one bot.
@@ -199,6 +223,16 @@ func (m *Meter) Sent(sentNanos int64) {
 func (m *Meter) Received(sentNanos, recvNanos int64, size int) {
 	m.Stage(sentNanos, recvNanos, size)
 	m.Flush()
+}
+
+// Record stages what a transport received: a delivery (Stage), or a
+// ping's round trip (Accounts.RoundTrip), which is not a delivery.
+func (m *Meter) Record(r *Received) {
+	if r.RoundTrip {
+		m.acc.RoundTrip(r.SentNanos, r.RecvNanos)
+		return
+	}
+	m.Stage(r.SentNanos, r.RecvNanos, r.Size)
 }
 
 // Stage counts a received message as Received does, for the next Flush.

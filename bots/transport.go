@@ -31,6 +31,10 @@ type Received struct {
 	Size      int // payload bytes
 	Pos       Vec3
 	HasPos    bool // decoded only when asked for
+	// RoundTrip: SentNanos to RecvNanos is a ping's round trip to another
+	// peer and back (an echo, not a pose): it is timed apart from the
+	// one-way latencies and not counted as a delivery.
+	RoundTrip bool
 }
 
 // Transport connects bots to a server with some protocol.

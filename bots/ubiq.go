@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xrealm/xrealm/interest"
@@ -41,7 +43,28 @@ type UbiqTransport struct {
 	CellSize float64  // grid: hex cell size in metres; 0 = 20
 	Ring     int      // grid: rings of cells observed around one's own; 0 = 1
 	Shard    [16]byte // grid: namespace of the cell room ids
+
+	pings atomic.Int64 // peer pings sent, by all bots
 }
+
+// Peer pings. Once a second, with its Ping to the server, a bot pings the
+// peer it last received a pose from: a frame relayed through the room to
+// that peer's echo object, "ping {sent ns} {sender's index}", which the
+// peer answers at once with "pong {sent ns}" to the sender's echo object.
+// The sender times the round trip (Received.RoundTrip), as Ubiq's
+// experiments measure latency: by ping through the relay. The relay
+// delivers by interest, so a ping reaches its target, and the pong its
+// sender, only while each is in the other's interest set; Pings counts
+// the pings sent, to compare with the round trips timed.
+const (
+	echoB     = 0xec0 // NetworkId.B of a bot's echo object; A is its index + 1
+	avatarB   = 0xb07 // NetworkId.B of a bot's avatar
+	pingMagic = "ping "
+	pongMagic = "pong "
+)
+
+// Pings returns how many peer pings the transport's bots sent.
+func (t *UbiqTransport) Pings() int64 { return t.pings.Load() }
 
 // DefaultUbiqRoom is the room bots join when none is given.
 const DefaultUbiqRoom = "7e1a0b5e-6c55-4d4e-9a55-0000000b0755"
@@ -49,7 +72,8 @@ const DefaultUbiqRoom = "7e1a0b5e-6c55-4d4e-9a55-0000000b0755"
 // Join connects one bot and, except in grid mode, joins its room.
 func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, decodePos bool) (Link, error) {
 	l := &ubiqLink{t: t, peer: fmt.Sprintf("b07b07b0-%04x-4000-8000-%012x", id.Index&0xffff, id.Index),
-		object:   ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xb07},
+		object:   ubiq.NetworkId{A: uint32(id.Index) + 1, B: avatarB},
+		echo:     ubiq.NetworkId{A: uint32(id.Index) + 1, B: echoB},
 		clientID: ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xc11e},
 		sceneID:  ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0x5ce},
 		objectID: id.ObjectID, joined: make(chan struct{})}
@@ -80,6 +104,12 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 			return
 		}
 		payload := f[ubiq.HeaderSize:]
+		if to := ubiq.IDOf(f); to.B == echoB {
+			if to == l.echo {
+				l.onEcho(payload, now, rx)
+			}
+			return // another peer's ping or pong
+		}
 		r = Received{From: f[4:12], RecvNanos: now, Size: len(f)}
 		if decodePos && decoded.due(ubiq.IDOf(f), now, posEvery) {
 			r.SentNanos, r.Pos, r.HasPos = posePositionOf(payload)
@@ -88,6 +118,9 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 		}
 		rx.Receive(&r)
 		rx.ReadDone()
+		if from := ubiq.IDOf(f); from.B == avatarB {
+			l.lastFrom.Store(from.A)
+		}
 	}
 	c, err := ubiq.Dial(ctx, t.Addr, ubiq.ClientOptions{OnFrameAt: onFrame})
 	if err != nil {
@@ -136,12 +169,14 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 }
 
 type ubiqLink struct {
-	t                         *UbiqTransport
-	c                         *ubiq.Client
-	peer, objectID            string
-	object, clientID, sceneID ubiq.NetworkId
-	joined                    chan struct{}
-	joinOnce                  sync.Once
+	t                               *UbiqTransport
+	c                               *ubiq.Client
+	peer, objectID                  string
+	object, echo, clientID, sceneID ubiq.NetworkId
+	joined                          chan struct{}
+	joinOnce                        sync.Once
+	lastFrom                        atomic.Uint32 // avatar index + 1 of the last pose's sender; 0: none yet
+	pong                            []byte        // read goroutine only
 
 	// Used by SendPose only, from the bot's sender goroutine.
 	buf      []byte // the pose's payload
@@ -172,6 +207,12 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 			l.ping = ubiq.EncodeRequest("Ping", ubiq.ClientArgs{ClientID: l.clientID})
 		}
 		l.out = ubiq.AppendFrame(l.out, ubiq.ServerID, l.ping)
+		if to := l.lastFrom.Load(); to != 0 {
+			l.req = append(strconv.AppendInt(append(l.req[:0], pingMagic...), sentNanos, 10), ' ')
+			l.req = strconv.AppendUint(l.req, uint64(l.echo.A), 10)
+			l.out = ubiq.AppendFrame(l.out, ubiq.NetworkId{A: to, B: echoB}, l.req)
+			l.t.pings.Add(1)
+		}
 	}
 	switch l.t.Mode {
 	case UbiqKNN:
@@ -223,6 +264,39 @@ func (l *ubiqLink) SendPose(p Pose, sentNanos int64) error {
 	return l.c.SendFrames(l.out)
 }
 
+// onEcho handles a frame to the bot's echo object: a ping, answered at
+// once, or the pong of its own ping, timed. Malformed ones are ignored.
+func (l *ubiqLink) onEcho(payload []byte, now int64, rx Receiver) {
+	ping, sent, from, ok := parseEcho(payload)
+	switch {
+	case !ok:
+	case ping:
+		l.pong = ubiq.AppendFrame(l.pong[:0], ubiq.NetworkId{A: from, B: echoB}, strconv.AppendInt([]byte(pongMagic), sent, 10))
+		_ = l.c.SendFrames(l.pong)
+	case sent <= now && now-sent <= int64(time.Minute): // a ping of this bot's last minute
+		r := Received{RoundTrip: true, SentNanos: sent, RecvNanos: now}
+		rx.Receive(&r)
+	}
+}
+
+// parseEcho parses "ping {sent} {from}" (from > 0: the sender's echo
+// object index) or "pong {sent}".
+func parseEcho(payload []byte) (ping bool, sent int64, from uint32, ok bool) {
+	s := string(payload)
+	var err error
+	switch {
+	case strings.HasPrefix(s, pingMagic):
+		t, f, found := strings.Cut(s[len(pingMagic):], " ")
+		a, err2 := strconv.ParseUint(f, 10, 32)
+		sent, err = strconv.ParseInt(t, 10, 64)
+		return true, sent, uint32(a), found && err == nil && err2 == nil && a > 0
+	case strings.HasPrefix(s, pongMagic):
+		sent, err = strconv.ParseInt(s[len(pongMagic):], 10, 64)
+		return false, sent, 0, err == nil
+	}
+	return false, 0, 0, false
+}
+
 // decodeTimes is when a bot last decoded a position from each sender.
 // Bots' avatars (B = 0xb07, as Join makes them) are looked up by index in
 // a slice: one memory access per frame instead of a map probe.
@@ -234,7 +308,7 @@ type decodeTimes struct {
 // due reports whether from's position should be decoded at now, and if
 // so records now.
 func (d *decodeTimes) due(from ubiq.NetworkId, now, every int64) bool {
-	if from.B == 0xb07 && from.A < 1<<20 {
+	if from.B == avatarB && from.A < 1<<20 {
 		if int(from.A) >= len(d.bots) {
 			d.bots = append(d.bots, make([]int64, int(from.A)+1-len(d.bots)+64)...)
 		}

@@ -118,23 +118,27 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		w = csv.NewWriter(f)
 		defer w.Flush()
 		w.Write([]string{"t_s", "peers", "sent_per_s", "recv_per_s", "recv_bytes_per_s", "mean_ms", "p50_ms", "p99_ms", "max_ms",
-			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions", "idle_cpu", "steal_cpu"})
+			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions", "idle_cpu", "steal_cpu",
+			"rtt_mean_ms", "rtt_p50_ms", "rtt_p99_ms", "pings_per_s", "pongs_per_s"})
 	}
 	fmt.Printf("# xrealm bench rooms: mode=%s behaviour=%s rate=%gHz size=%dB ramp=%v window=%v addr=%s\n", *mode, *beh, *rate, *size, *ramp, *window, *addr)
-	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %6s %6s %7s %6s %6s %5s %5s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "srvCPU", "botCPU", "ext", "polar", "coll", "idle", "steal")
+	fmt.Printf("# latency: one-way (sender to receiver, one clock) and ping round trip (peer to peer and back through the relay), in ms\n")
+	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %8s %8s %6s %6s %7s %6s %6s %5s %5s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "rttMean", "rtt99", "srvCPU", "botCPU", "ext", "polar", "coll", "idle", "steal")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- r.rampUp(ctx, *ramp, *maxBots) }()
 
-	capP99, capMean := -1, -1
+	capP99, capRTT, capMean := -1, -1, -1
 	var lastTot bots.Totals
+	var lastPings int64
 	lastSrv, lastSelf := procCPU(*serverPID), selfCPU()
 	lastIdle, lastSteal := machineCPU()
 	last := time.Now()
 	tick := time.NewTicker(*window)
 	defer tick.Stop()
 	r.acc.Live() // reset
+	r.acc.LiveRoundTrips()
 	full := false
 	for {
 		select {
@@ -152,17 +156,19 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		now := time.Now()
 		dt := now.Sub(last).Seconds()
 		tot, h := r.acc.Live()
+		rt, pings := r.acc.LiveRoundTrips(), tr.Pings()
 		srv, self := procCPU(*serverPID), selfCPU()
 		idle, steal := machineCPU()
 		peers := r.count()
 		ext, pol, coll := r.flock()
 		row := []float64{now.Sub(r.start).Seconds(), float64(peers), float64(tot.Sent-lastTot.Sent) / dt, float64(tot.Received-lastTot.Received) / dt,
 			float64(tot.Bytes-lastTot.Bytes) / dt, h.Mean() / 1000, float64(h.ValueAtQuantile(50)) / 1000, float64(h.ValueAtQuantile(99)) / 1000,
-			float64(h.Max()) / 1000, (srv - lastSrv) / dt, (self - lastSelf) / dt, ext, pol, coll, (idle - lastIdle) / dt, (steal - lastSteal) / dt}
-		lastTot, lastSrv, lastSelf, last = tot, srv, self, now
+			float64(h.Max()) / 1000, (srv - lastSrv) / dt, (self - lastSelf) / dt, ext, pol, coll, (idle - lastIdle) / dt, (steal - lastSteal) / dt,
+			rt.Mean() / 1000, float64(rt.ValueAtQuantile(50)) / 1000, float64(rt.ValueAtQuantile(99)) / 1000, float64(pings-lastPings) / dt, float64(rt.TotalCount()) / dt}
+		lastTot, lastSrv, lastSelf, last, lastPings = tot, srv, self, now, pings
 		lastIdle, lastSteal = idle, steal
-		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
-			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[9], row[10], ext, pol, coll, row[14], row[15])
+		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
+			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[16], row[18], row[9], row[10], ext, pol, coll, row[14], row[15])
 		if w != nil {
 			rec := make([]string, len(row))
 			for i, v := range row {
@@ -177,7 +183,12 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		if capP99 < 0 && row[7] > 100 {
 			capP99 = r.lastGood(peers)
 		}
-		if row[5] > float64(stopMean.Milliseconds()) {
+		if capRTT < 0 && rt.TotalCount() > 0 && row[18] > 100 {
+			capRTT = r.lastGood(peers)
+		}
+		// the mean rule by ping, as Ubiq's experiment (one-way before the
+		// first pongs come)
+		if mean := row[5]; max(mean, row[16]) > float64(stopMean.Milliseconds()) {
 			capMean = r.lastGood(peers)
 			break
 		}
@@ -189,8 +200,8 @@ func runBenchRooms(ctx context.Context, args []string) error {
 			*hold--
 		}
 	}
-	fmt.Printf("# capacity: p99<=100ms up to %s peers; mean<=%v up to %s peers (of %d started)\n",
-		capStr(capP99, r.count()), *stopMean, capStr(capMean, r.count()), r.count())
+	fmt.Printf("# capacity: ping round trip p99<=100ms up to %s peers; one-way p99<=100ms up to %s peers; mean<=%v up to %s peers (of %d started)\n",
+		capStr(capRTT, r.count()), capStr(capP99, r.count()), *stopMean, capStr(capMean, r.count()), r.count())
 	return nil
 }
 
@@ -252,7 +263,7 @@ type roomBot struct {
 
 // Receive and ReadDone make a roomBot its transport's Receiver.
 func (b *roomBot) Receive(m *bots.Received) {
-	b.meter.Stage(m.SentNanos, m.RecvNanos, m.Size)
+	b.meter.Record(m)
 	if b.seen != nil && m.HasPos {
 		b.seen.update(m.From, m.Pos, m.RecvNanos)
 	}

@@ -1,0 +1,147 @@
+package bots
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/ubiq"
+)
+
+// pingRecorder keeps what a bot's transport hands it.
+type pingRecorder struct {
+	mu    sync.Mutex
+	poses int
+	rtts  []time.Duration
+}
+
+func (p *pingRecorder) Receive(r *Received) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r.RoundTrip {
+		p.rtts = append(p.rtts, time.Duration(r.RecvNanos-r.SentNanos))
+		return
+	}
+	p.poses++
+}
+
+func (p *pingRecorder) ReadDone() {}
+
+// TestUbiqPeerPing: two bots in one room of a real xrealm Ubiq relay ping
+// each other through it; each times round trips of its own pings, which
+// are not counted as poses.
+func TestUbiqPeerPing(t *testing.T) {
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "ping-test", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	nc, err := b.Connect("ubiq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := b.JetStream(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ubiq.NewServer(ctx, ubiq.Config{NC: nc, JS: js, Bucket: "ping-test", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { l.Close() })
+
+	tr := &UbiqTransport{Addr: l.Addr().String(), Mode: UbiqAll, PayloadSize: 100}
+	recs := []*pingRecorder{{}, {}}
+	links := make([]Link, 2)
+	for i := range links {
+		links[i], err = tr.Join(ctx, Identity{Index: i}, recs[i], false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer links[i].Close()
+	}
+	// 30 Hz for 2.5 s: pings at 0 (no peer heard yet), 1 and 2 s
+	for tick := 0; tick < 75; tick++ {
+		for _, l := range links {
+			if err := l.SendPose(Pose{}, time.Now().UnixNano()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second / 30)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for i, r := range recs {
+		r.mu.Lock()
+		rtts, poses := append([]time.Duration(nil), r.rtts...), r.poses
+		r.mu.Unlock()
+		if len(rtts) < 1 || len(rtts) > 3 {
+			t.Errorf("bot %d timed %d round trips, want 1-3 (a ping a second once it heard a peer)", i, len(rtts))
+		}
+		for _, d := range rtts {
+			if d <= 0 || d > 2*time.Second {
+				t.Errorf("bot %d: round trip %v", i, d)
+			}
+		}
+		if poses < 60 || poses > 75 {
+			t.Errorf("bot %d counted %d poses, want the other's 75 or nearly (pings and pongs are not poses)", i, poses)
+		}
+	}
+	if p := tr.Pings(); p < 2 || p > 6 {
+		t.Errorf("Pings() = %d, want 2-6", p)
+	}
+}
+
+// TestUbiqEchoMalformed: frames to a bot's echo object that are not a
+// well-formed ping or pong of the past are ignored (they come off the
+// wire from any peer).
+func TestUbiqEchoMalformed(t *testing.T) {
+	l := &ubiqLink{}
+	rec := &pingRecorder{}
+	now := time.Now().UnixNano()
+	for _, p := range []string{"", "ping", "ping 1", "ping 1 0", "ping 1 x", "ping 1 99999999999", "pong", "pong x", "pong -5", "pong 0",
+		"pong 99999999999999999999", "pong 1000", "pong " + strconv.FormatInt(now+1, 10), "hello"} {
+		l.onEcho([]byte(p), now, rec)
+	}
+	if len(rec.rtts) != 0 || rec.poses != 0 {
+		t.Fatalf("malformed echoes recorded: %+v", rec)
+	}
+	l.onEcho([]byte("pong "+strconv.FormatInt(now-5e6, 10)), now, rec)
+	if len(rec.rtts) != 1 {
+		t.Fatalf("a well-formed pong was not timed")
+	}
+}
+
+func FuzzParseEcho(f *testing.F) {
+	for _, s := range []string{"ping 1700000000000000000 3", "pong 1700000000000000000", "ping 1 0", "pong", "ping  ", ""} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ping, sent, from, ok := parseEcho(b)
+		if !ok {
+			return
+		}
+		// what parses formats back to the same text
+		want := pongMagic + strconv.FormatInt(sent, 10)
+		if ping {
+			if from == 0 {
+				t.Fatalf("ping from 0 accepted: %q", b)
+			}
+			want = pingMagic + strconv.FormatInt(sent, 10) + " " + strconv.FormatUint(uint64(from), 10)
+		}
+		if p2, s2, f2, ok2 := parseEcho([]byte(want)); !ok2 || p2 != ping || s2 != sent || f2 != from {
+			t.Fatalf("%q parsed as %v %d %d, its formatting %q as %v %d %d %v", b, ping, sent, from, want, p2, s2, f2, ok2)
+		}
+	})
+}
