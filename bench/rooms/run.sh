@@ -11,6 +11,9 @@
 #   bench/rooms/*.csv and *.txt.
 # Each group holds /tmp/xrealm-bench.lock while it measures, and every .txt
 # records the load average before and after its run.
+# RAMP (default 1.5s, as issue #4 asks) is the time between two bots;
+# MAX60 (default 350) and MAX10 (default 1050) the fleets of the kNN and
+# grid groups at 60 and 10 Hz.
 # LINGER (default 20ms) is the relay's write linger (`xrealm serve
 # --write-linger`), LINGER10 (default 40ms) the one of the 10 Hz group.
 # PIN=1 pins the bots to CPU 0 and the server to CPU 1 (taskset), and adds
@@ -28,6 +31,9 @@ else
 	[ $# -gt 0 ] && shift
 fi
 LOCK=/tmp/xrealm-bench.lock
+RAMP=${RAMP:-1.5s}
+MAX60=${MAX60:-350}
+MAX10=${MAX10:-1050}
 LINGER=${LINGER:-20ms}
 LINGER10=${LINGER10:-40ms}
 SUFFIX="" BOTS="" PINSRV=""
@@ -80,51 +86,51 @@ group_base() {
 		sleep 8
 		kill -0 "$pid" # the relay must be up (a busy port stops it)
 		run ubiq-node-all-randomwalk-60hz --addr 127.0.0.1:$p --server-pid "$pid" \
-			--mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s
+			--mode all --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max 200 --window 5s
 		kill "$pid" || true
 		rm -f "$cfg"
 	fi
-	run all-randomwalk-60hz --mode all --behaviour randomwalk --rate 60 --size 500 --ramp 500ms --max 200 --window 5s --linger "$LINGER"
+	run all-randomwalk-60hz --mode all --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max 200 --window 5s --linger "$LINGER"
 }
 
 group_baseboids() {
-	run all-boids-60hz --mode all --behaviour boids --rate 60 --size 500 --ramp 500ms --max 200 --window 5s --linger "$LINGER"
+	run all-boids-60hz --mode all --behaviour boids --rate 60 --size 500 --ramp "$RAMP" --max 200 --window 5s --linger "$LINGER"
 }
 
 group_knn() {
-	run knn-randomwalk-60hz --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run knn-randomwalk-60hz --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger "$LINGER"
 }
 
 group_knn5() {
-	run knn-randomwalk-60hz-linger5ms --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 5ms
+	run knn-randomwalk-60hz-linger5ms --mode knn --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger 5ms
 }
 
 group_boids() {
-	run knn-boids-60hz --mode knn --behaviour boids --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run knn-boids-60hz --mode knn --behaviour boids --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger "$LINGER"
 }
 
 group_grid() {
-	run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run grid-randomwalk-60hz --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger "$LINGER"
 }
 
 group_gridboids() {
-	run grid-boids-60hz --mode grid --behaviour boids --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger "$LINGER"
+	run grid-boids-60hz --mode grid --behaviour boids --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger "$LINGER"
 }
 
 group_grid30() {
-	run grid-randomwalk-60hz-linger30ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 30ms
+	run grid-randomwalk-60hz-linger30ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger 30ms
 }
 
 group_grid40() {
-	run grid-randomwalk-60hz-linger40ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp 200ms --max 400 --window 5s --linger 40ms
+	run grid-randomwalk-60hz-linger40ms --mode grid --behaviour randomwalk --rate 60 --size 500 --ramp "$RAMP" --max "$MAX60" --window 5s --linger 40ms
 }
 
 group_knn10() {
-	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER10"
+	run knn-randomwalk-10hz --mode knn --behaviour randomwalk --rate 10 --size 1 --ramp "$RAMP" --max "$MAX10" --window 5s --linger "$LINGER10"
 }
 
 group_boids10() {
-	run knn-boids-10hz --mode knn --behaviour boids --rate 10 --size 1 --ramp 100ms --max 1100 --window 5s --linger "$LINGER10"
+	run knn-boids-10hz --mode knn --behaviour boids --rate 10 --size 1 --ramp "$RAMP" --max "$MAX10" --window 5s --linger "$LINGER10"
 }
 
 # Profiled runs (bots' and server's CPU profiles in $PROF, default /tmp):
