@@ -14,7 +14,7 @@
 // See docs/web.md, "Audio and video".
 
 import { THREE } from './aframe';
-import { avatarElement } from './presence';
+import { avatarElement, standIn } from './presence';
 import type { SFUConnection, TrackInfo } from './sfu';
 import type { SFUFeature } from './sfusession';
 import { h, toast } from './ui';
@@ -25,6 +25,8 @@ export const DEFAULT_VIDEO_SLOTS = 4;
 /** A video slot shows nothing when no frame came for this long (its publisher turned the camera off). */
 const VIDEO_STALE_MS = 1500;
 const PANEL_WIDTH = 0.48;
+/** The parts of an avatar a video panel stands in for. */
+const HEAD = ['head', 'visor'];
 const GESTURES = ['pointerdown', 'pointerup', 'click', 'touchend', 'keydown'];
 
 type Kind = 'audio' | 'video';
@@ -291,7 +293,7 @@ export class MediaView implements SFUFeature {
       r.mesh.material.map?.dispose();
       r.mesh.material.dispose();
       r.mesh.geometry.dispose();
-      showHead(r.avatar, true);
+      r.avatar = standIn(r.avatar, null, HEAD);
     }
     if (r.video) r.video.srcObject = null;
     if (r.audio) r.audio.srcObject = null;
@@ -335,22 +337,18 @@ export class MediaView implements SFUFeature {
       if (!live) {
         r.mesh.visible = false;
         r.anchor = 'hidden';
-        if (r.avatar) showHead(r.avatar, true), (r.avatar = undefined);
+        r.avatar = standIn(r.avatar, null, HEAD);
         continue;
       }
       r.mesh.scale.set(PANEL_WIDTH, (PANEL_WIDTH * r.video.videoHeight) / r.video.videoWidth, 1);
       if (head) {
         r.mesh.position.copy(this.v);
         r.anchor = 'avatar';
-        if (r.avatar !== av) {
-          showHead(r.avatar, true);
-          showHead(av, false);
-          r.avatar = av;
-        }
+        r.avatar = standIn(r.avatar, av, HEAD);
       } else {
         r.mesh.position.set(-2 - 0.8 * r.index, 1.6, -4);
         r.anchor = 'fallback';
-        if (r.avatar) showHead(r.avatar, true), (r.avatar = undefined);
+        r.avatar = standIn(r.avatar, null, HEAD);
       }
       r.mesh.quaternion.copy(camQ); // faces the viewer
       r.mesh.visible = true;
@@ -396,14 +394,6 @@ export class MediaView implements SFUFeature {
     for (const l of Object.values(this.local)) l.track?.stop();
     for (const r of this.remotes.values()) this.dispose(r);
     this.ctx?.close().catch(() => {});
-  }
-}
-
-/** Hides an avatar's head while a video panel stands in for it (the name tag stays). */
-function showHead(av: any, on: boolean) {
-  for (const role of ['head', 'visor']) {
-    const o = av?.querySelector(`[data-role="${role}"]`)?.object3D;
-    if (o) o.visible = on;
   }
 }
 

@@ -9,7 +9,7 @@ import type { FromWorker, ToWorker } from './pcworker';
 import { FrameMerger, PREFIX_SIZE, RateMeter, quantiles, seqGap, type Points } from './pointcloud';
 import type { SFUConnection, TrackInfo } from './sfu';
 import type { SFUFeature } from './sfusession';
-import { avatarElement } from './presence';
+import { avatarElement, standIn } from './presence';
 import { h } from './ui';
 import type { Viewer } from './viewer';
 
@@ -17,6 +17,8 @@ import type { Viewer } from './viewer';
 export const DEFAULT_SLOTS = 12;
 /** The figure's head centre above its feet (volumetric/pointcloud.go): it is put at the avatar's head. */
 const HEAD_HEIGHT = 1.65;
+/** The parts of an avatar a point cloud stands in for. */
+const BODY = ['head', 'visor', 'body'];
 /** A publisher no slot carries and nothing arrived from for this long is removed. */
 const GONE_MS = 3000;
 
@@ -225,11 +227,7 @@ export class PointCloudView implements SFUFeature {
         p.group.position.set(this.v.x, this.v.y - HEAD_HEIGHT, this.v.z);
         p.group.rotation.set(0, this.e.y, 0);
         p.anchor = 'avatar';
-        if (p.avatar !== av) {
-          showAvatarBody(p.avatar, true);
-          showAvatarBody(av, false);
-          p.avatar = av;
-        }
+        p.avatar = standIn(p.avatar, av, BODY);
       } else {
         p.group.position.set(2 * p.index, 0, -4);
         p.group.rotation.set(0, 0, 0);
@@ -246,7 +244,7 @@ export class PointCloudView implements SFUFeature {
     for (const p of [...this.pubs.values()]) {
       if (!carried.has(p.client) && now - p.lastData > GONE_MS) {
         this.root.remove(p.group);
-        showAvatarBody(p.avatar, true);
+        standIn(p.avatar, null, BODY);
         p.points.geometry.dispose();
         p.points.material.dispose();
         this.pubs.delete(p.client);
@@ -296,14 +294,6 @@ export class PointCloudView implements SFUFeature {
     this.stopped = true;
     this.timers.forEach(clearInterval);
     this.worker?.terminate();
-  }
-}
-
-/** Hides an avatar's body while its point cloud stands there (the name tag stays). */
-function showAvatarBody(av: any, on: boolean) {
-  for (const role of ['head', 'visor', 'body']) {
-    const o = av?.querySelector(`[data-role="${role}"]`)?.object3D;
-    if (o) o.visible = on;
   }
 }
 

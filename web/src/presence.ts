@@ -243,3 +243,20 @@ export class Presence {
 export function avatarElement(userClient: string): any {
   return document.querySelector(`#xr-avatars [data-avatar-for="${CSS.escape(userClient)}"]`);
 }
+
+/**
+ * Moves a stand-in (a point cloud, a video panel) from one avatar to
+ * another: the parts named by data-role of the avatar it leaves show
+ * again, those of the avatar it goes to hide (the name tag stays).
+ * Either avatar may be null. Returns to.
+ */
+export function standIn(from: any, to: any, roles: readonly string[]): any {
+  if (from === to) return to;
+  for (const [av, on] of [[from, true], [to, false]]) {
+    for (const role of roles) {
+      const o = av?.querySelector(`[data-role="${role}"]`)?.object3D;
+      if (o) o.visible = on;
+    }
+  }
+  return to;
+}

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import mqtt, { type MqttClient } from 'mqtt';
-import { chromium, type Browser } from 'playwright-core';
+import { chromium, type Browser, type Page } from 'playwright-core';
 
 export const WEB_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const REPO_DIR = resolve(WEB_DIR, '..');
@@ -227,4 +227,30 @@ export async function pythonPublisher(srv: XrealmServer, user: string, token: st
       proc.kill();
     },
   };
+}
+
+/**
+ * Pixels that change when the scene's object named name (a layer such as
+ * xr-pointclouds or xr-media) is hidden, rendered into the page's own
+ * WebGL buffer.
+ */
+export function layerPixels(p: Page, name: string): Promise<number> {
+  return p.evaluate((name) => {
+    const sc = document.querySelector('a-scene') as any;
+    const r = sc.renderer, gl = r.getContext();
+    const root = sc.object3D.getObjectByName(name);
+    const snap = () => {
+      r.render(sc.object3D, sc.camera);
+      const px = new Uint8Array(gl.drawingBufferWidth * gl.drawingBufferHeight * 4);
+      gl.readPixels(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight, gl.RGBA, gl.UNSIGNED_BYTE, px);
+      return px;
+    };
+    root.visible = false;
+    const a = snap();
+    root.visible = true;
+    const b = snap();
+    let n = 0;
+    for (let i = 0; i < a.length; i += 4) if (Math.abs(a[i] - b[i]) + Math.abs(a[i + 1] - b[i + 1]) + Math.abs(a[i + 2] - b[i + 2]) > 30) n++;
+    return n;
+  }, name);
 }

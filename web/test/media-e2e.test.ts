@@ -9,7 +9,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchRTCBrowser, startServer, waitFor, type XrealmServer } from './harness';
+import { REPO_DIR, launchRTCBrowser, layerPixels, startServer, waitFor, type XrealmServer } from './harness';
 
 const SCENE = 'media';
 
@@ -42,28 +42,6 @@ async function open(name: string, problems: string[]): Promise<Page> {
 
 const stats = (p: Page) => p.evaluate(() => (window as any).xrealm.media.stats());
 const userClient = (p: Page) => p.evaluate(() => (window as any).xrealm.session().userClient as string);
-
-/** Pixels that change when the video panels are hidden, rendered into the page's own WebGL buffer. */
-function panelPixels(p: Page): Promise<number> {
-  return p.evaluate(() => {
-    const sc = document.querySelector('a-scene') as any;
-    const r = sc.renderer, gl = r.getContext();
-    const root = sc.object3D.getObjectByName('xr-media');
-    const snap = () => {
-      r.render(sc.object3D, sc.camera);
-      const px = new Uint8Array(gl.drawingBufferWidth * gl.drawingBufferHeight * 4);
-      gl.readPixels(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight, gl.RGBA, gl.UNSIGNED_BYTE, px);
-      return px;
-    };
-    root.visible = false;
-    const a = snap();
-    root.visible = true;
-    const b = snap();
-    let n = 0;
-    for (let i = 0; i < a.length; i += 4) if (Math.abs(a[i] - b[i]) + Math.abs(a[i + 1] - b[i + 1]) + Math.abs(a[i + 2] - b[i + 2]) > 30) n++;
-    return n;
-  });
-}
 
 describe('audio and video', () => {
   it('carries one viewer\'s microphone and camera to another, drawn at the avatar and played spatially', async () => {
@@ -98,7 +76,7 @@ describe('audio and video', () => {
     }, 'video');
     expect(pos).toBeTruthy();
     expect(Math.abs(pos!.z - -1.5)).toBeLessThan(0.3); // the avatar follows A's pose smoothly
-    expect(await panelPixels(b)).toBeGreaterThan(200);
+    expect(await layerPixels(b, 'xr-media')).toBeGreaterThan(200);
     // A's head is hidden behind its video; its name tag is not
     const head = await b.evaluate((c) => {
       const av = document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any;

@@ -11,9 +11,9 @@ import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { MqttClient } from 'mqtt';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchRTCBrowser, mqttClient, startServer, waitFor, xrealmBin, type XrealmServer } from './harness';
+import { REPO_DIR, launchRTCBrowser, layerPixels, mqttClient, startServer, waitFor, xrealmBin, type XrealmServer } from './harness';
 import { startPublisher, stats, type Publisher, type PublisherInfo } from './pcpub';
 
 const SCENE = 'pointclouds';
@@ -48,28 +48,6 @@ afterAll(async () => {
   if (tmp) rmSync(tmp, { recursive: true, force: true });
 });
 
-
-/** Pixels that change when the point clouds are hidden, rendered into the page's own WebGL buffer. */
-function cloudPixels(p: Page): Promise<number> {
-  return p.evaluate(() => {
-    const sc = document.querySelector('a-scene') as any;
-    const r = sc.renderer, gl = r.getContext();
-    const root = sc.object3D.getObjectByName('xr-pointclouds');
-    const snap = () => {
-      r.render(sc.object3D, sc.camera);
-      const px = new Uint8Array(gl.drawingBufferWidth * gl.drawingBufferHeight * 4);
-      gl.readPixels(0, 0, gl.drawingBufferWidth, gl.drawingBufferHeight, gl.RGBA, gl.UNSIGNED_BYTE, px);
-      return px;
-    };
-    root.visible = false;
-    const a = snap();
-    root.visible = true;
-    const b = snap();
-    let n = 0;
-    for (let i = 0; i < a.length; i += 4) if (Math.abs(a[i] - b[i]) + Math.abs(a[i + 1] - b[i + 1]) + Math.abs(a[i + 2] - b[i + 2]) > 30) n++;
-    return n;
-  });
-}
 
 describe('remote point clouds', () => {
   it('decodes and renders a Go publisher\'s Draco point clouds at its avatar', async (ctx) => {
@@ -125,7 +103,7 @@ describe('remote point clouds', () => {
     }, `pointcloud:${PUBLISHER}`);
     expect(drawn).toBeGreaterThanOrEqual(ready.descPoints[0]);
     expect(drawn).toBeLessThanOrEqual(total);
-    expect(await cloudPixels(page)).toBeGreaterThan(200);
+    expect(await layerPixels(page, 'xr-pointclouds')).toBeGreaterThan(200);
 
     // 4. At the avatar: an ARENA client with the publisher's id publishes its camera.
     const arena: MqttClient = await mqttClient(srv, PUBLISHER, srv.token(PUBLISHER, `public/${SCENE}`, 'viewer'), PUBLISHER);
@@ -141,7 +119,7 @@ describe('remote point clouds', () => {
         const p = (await stats(page))?.publishers[0];
         return p?.anchor === 'avatar' && Math.abs(p.position.x - pose.x) < 0.05 && Math.abs(p.position.y - (pose.y - 1.65)) < 0.05 && Math.abs(p.position.z - pose.z) < 0.05;
       }, 20_000);
-      expect(await cloudPixels(page)).toBeGreaterThan(200);
+      expect(await layerPixels(page, 'xr-pointclouds')).toBeGreaterThan(200);
       mkdirSync(join(REPO_DIR, 'web', 'test-results'), { recursive: true });
       await page.screenshot({ path: join(REPO_DIR, 'web', 'test-results', 'pointcloud.png') });
     } finally {
