@@ -11,13 +11,14 @@ const SlotHold = 1.25
 // one of its slots of the track's kind.
 type Candidate struct {
 	Key      string
-	Interest float64 // Interest of the publisher for the subscriber (1 without poses)
+	Interest float64 // Interest of the publisher for the subscriber
 	Held     bool    // it has a slot now
 	Active   bool    // its publisher is speaking: before every track that is not
 }
 
-// Nearest returns the keys of the n candidates to forward: those of the
-// highest interest, where a held track counts SlotHold times its interest.
+// Nearest returns the keys of the n candidates to forward: active ones
+// first, then those of the highest interest, where a held track counts
+// SlotHold times its interest.
 // Ties go to the lower key, so the choice is the same on every call.
 // Audio and video are not budgeted (they are small next to point clouds);
 // what limits them is the subscriber's number of slots.
