@@ -52,20 +52,20 @@ type Config struct {
 
 // Result is one run.
 type Result struct {
-	Trace          string    `json:"trace"`
-	Algo           string    `json:"algo"`
-	Seed           uint64    `json:"seed"`
-	Flows          int       `json:"flows"`
-	DurationS      float64   `json:"duration_s"`
-	ThroughputMbps float64   `json:"throughput_mbps"` // delivered by the link, IP bytes
-	CapacityMbps   float64   `json:"capacity_mbps"`
-	Utilisation    float64   `json:"utilisation"`
-	MeanQDelayMs   float64   `json:"mean_qdelay_ms"`
-	P95QDelayMs    float64   `json:"p95_qdelay_ms"`
-	Drops          uint64    `json:"drops"`
-	GoodputMbps    []float64 `json:"goodput_mbps"` // per flow, at the receiver
-	JainMean       float64   `json:"jain_mean,omitempty"`
-	JainSeries     []float64 `json:"jain_series,omitempty"` // per second
+	Trace          string     `json:"trace"`
+	Algo           string     `json:"algo"`
+	Seed           uint64     `json:"seed"`
+	Flows          int        `json:"flows"`
+	DurationS      float64    `json:"duration_s"`
+	ThroughputMbps float64    `json:"throughput_mbps"` // delivered by the link, IP bytes
+	CapacityMbps   float64    `json:"capacity_mbps"`
+	Utilisation    float64    `json:"utilisation"`
+	MeanQDelayMs   float64    `json:"mean_qdelay_ms"`
+	P95QDelayMs    float64    `json:"p95_qdelay_ms"`
+	Drops          uint64     `json:"drops"`
+	GoodputMbps    []float64  `json:"goodput_mbps"` // per flow, at the receiver
+	JainMean       float64    `json:"jain_mean,omitempty"`
+	JainSeries     []*float64 `json:"jain_series,omitempty"` // per second; null where the link delivered nothing
 	// RateSeries is the receivers' total goodput per second (Mbit/s) over
 	// the measurement window.
 	RateSeries []float64  `json:"rate_series_mbps,omitempty"`
@@ -389,24 +389,41 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 		res.RateSeries = append(res.RateSeries, round2(float64(s)*8/1e6))
 	}
 	if cfg.Flows > 1 {
-		for k := b0; k+per <= b1; k += per {
-			x := make([]float64, cfg.Flows)
-			for f := range counts {
-				for _, v := range counts[f][k : k+per] {
-					x[f] += float64(v)
-				}
-			}
-			res.JainSeries = append(res.JainSeries, Jain(x))
-		}
-		var s float64
-		for _, j := range res.JainSeries {
-			s += j
-		}
-		if n := len(res.JainSeries); n > 0 {
-			res.JainMean = s / float64(n)
-		}
+		res.JainSeries, res.JainMean = jainSeries(counts, b0, b1, per)
 	}
 	return res, nil
+}
+
+// jainSeries is Jain's index of the flows' bytes (counts[flow][bin]) in each
+// window of per bins from bin b0 to b1, and its mean. A window in which no
+// flow received anything (the link was out) has no index: it is nil in the
+// series and left out of the mean, since equal shares of nothing say
+// nothing about fairness.
+func jainSeries(counts [][]int64, b0, b1, per int) (series []*float64, mean float64) {
+	var sum float64
+	var n int
+	for k := b0; k+per <= b1; k += per {
+		x := make([]float64, len(counts))
+		var total float64
+		for f := range counts {
+			for _, v := range counts[f][k : k+per] {
+				x[f] += float64(v)
+			}
+			total += x[f]
+		}
+		if total == 0 {
+			series = append(series, nil)
+			continue
+		}
+		j := Jain(x)
+		series = append(series, &j)
+		sum += j
+		n++
+	}
+	if n > 0 {
+		mean = sum / float64(n)
+	}
+	return series, mean
 }
 
 // Jain is Jain's fairness index (Σx)² / (n·Σx²), 1 for equal shares.

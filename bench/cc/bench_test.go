@@ -25,6 +25,34 @@ func TestJain(t *testing.T) {
 	}
 }
 
+func TestJainSeries(t *testing.T) {
+	// Two flows, bins of 1; windows of 2 bins. The second window is an
+	// outage: no index, and not in the mean.
+	counts := [][]int64{
+		{5, 5, 0, 0, 4, 4},
+		{5, 5, 0, 0, 2, 2},
+	}
+	series, mean := jainSeries(counts, 0, 6, 2)
+	if len(series) != 3 {
+		t.Fatalf("%d windows, want 3", len(series))
+	}
+	if series[0] == nil || *series[0] != 1 {
+		t.Errorf("window 0 = %v, want 1", series[0])
+	}
+	if series[1] != nil {
+		t.Errorf("window 1 (nothing delivered) = %v, want nil", *series[1])
+	}
+	if series[2] == nil || math.Abs(*series[2]-0.9) > 1e-9 {
+		t.Errorf("window 2 = %v, want 0.9", series[2])
+	}
+	if math.Abs(mean-0.95) > 1e-9 {
+		t.Errorf("mean = %v, want 0.95 (the outage left out)", mean)
+	}
+	if _, mean := jainSeries([][]int64{{0, 0}, {0, 0}}, 0, 2, 2); mean != 0 {
+		t.Errorf("mean of a run with no data = %v, want 0", mean)
+	}
+}
+
 func TestMeanP95(t *testing.T) {
 	v := make([]float64, 100)
 	for i := range v {

@@ -15,6 +15,17 @@ COLORS = {"cubic": "tab:blue", "bbr": "tab:orange", "reno": "tab:green", "hera":
           "hera-nopacing": "tab:pink", "hera-5ms": "tab:brown"}
 
 
+def panels(n, width, height):
+    """A figure of n panels of width × height inches, at most three to a row;
+    the unused panels of the last row are hidden."""
+    cols = min(3, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, axes
+
+
 def main():
     out, files = sys.argv[1], sys.argv[2:]
     runs = [json.loads(l) for f in files for l in open(f) if l.strip()]
@@ -23,9 +34,7 @@ def main():
     multi = [r for r in runs if r["flows"] > 1 and not r.get("qoe")]
     traces = sorted({r["trace"] for r in single})
     if traces:
-        cols = min(3, len(traces))
-        rows = (len(traces) + cols - 1) // cols
-        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+        fig, axes = panels(len(traces), 4.2, 3.4)
         for ax, t in zip(axes.flat, traces):
             for r in single:
                 if r["trace"] != t:
@@ -37,8 +46,6 @@ def main():
             ax.set_ylabel("throughput (Mbit/s)")
             ax.invert_xaxis()  # better is up and to the right, as in the paper
             ax.grid(alpha=0.3)
-        for ax in list(axes.flat)[len(traces):]:
-            ax.axis("off")
         handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=a) for a, c in COLORS.items()]
         handles.append(plt.Line2D([], [], marker="x", ls="", color="k", label="invalid run"))
         fig.legend(handles=handles, loc="lower center", ncol=len(handles))
@@ -46,13 +53,15 @@ def main():
         fig.savefig(f"{out}/scatter.png", dpi=110)
     if multi:
         traces = sorted({r["trace"] for r in multi})
-        fig, axes = plt.subplots(1, len(traces), figsize=(6 * len(traces), 3.6), squeeze=False)
+        fig, axes = panels(len(traces), 6, 3.6)
         for ax, t in zip(axes.flat, traces):
             for r in multi:
                 if r["trace"] != t:
                     continue
                 style = "-" if r["valid"] else ":"
-                ax.plot(range(1, len(r["jain_series"]) + 1), r["jain_series"], style, color=COLORS.get(r["algo"], "k"),
+                # null: a second in which the link delivered nothing (no index).
+                js = [float("nan") if v is None else v for v in r["jain_series"]]
+                ax.plot(range(1, len(js) + 1), js, style, color=COLORS.get(r["algo"], "k"),
                         label=f'{r["algo"]} ({r["flows"]} flows)')
             ax.axhline(0.95, color="gray", ls="--", lw=1)
             ax.set_title(t)
@@ -65,7 +74,7 @@ def main():
         fig.savefig(f"{out}/jain.png", dpi=110)
     if qoe:
         traces = sorted({r["trace"] for r in qoe})
-        fig, axes = plt.subplots(1, len(traces), figsize=(5.2 * len(traces), 3.6), squeeze=False)
+        fig, axes = panels(len(traces), 5.2, 3.6)
         for ax, t in zip(axes.flat, traces):
             for r in qoe:
                 q = r["qoe"]
