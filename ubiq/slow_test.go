@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,12 +125,26 @@ func startWithStalledPeer(t *testing.T) (ts *testServer, room string, raw net.Co
 		c.PeerTimeout = time.Minute
 	})
 	room = newUUID()
-	raw, err := net.Dial("tcp", ts.tcp)
+	// The small receive buffer is set before connecting, so that the
+	// window the server sees is small from the start. Set after the
+	// handshake, it shrank under a window already offered: the kernel
+	// dropped the server's 64 KiB loopback segments, and their
+	// retransmissions backed off past the test's read deadline (one run in
+	// ten).
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	raw, err := d.Dial("tcp", ts.tcp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	raw.(*net.TCPConn).SetReadBuffer(4096)
 	p = &peer{uuid: newUUID(), clientID: NetworkId{A: 31337, B: 1}}
 	if _, err := raw.Write(NewFrame(ServerID, EncodeRequest("Join", JoinArgs{UUID: room, Peer: p.info(nil, nil)}))); err != nil {
 		t.Fatal(err)
