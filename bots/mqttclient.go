@@ -153,7 +153,7 @@ func (c *MQTTClient) fail(err error) {
 	c.errMu.Unlock()
 	c.closing.Store(true)
 	// On its own goroutine: closing a plain socket waits until its reader
-	// has left the read callback (mqttwire.Receive), which may be the
+	// has left the read callback (streamread.Receive), which may be the
 	// caller (a Publish from OnPublish that failed).
 	go c.nc.Close()
 }

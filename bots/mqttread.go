@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/mqttwire"
+	"github.com/xrealm/xrealm/streamread"
 )
 
 // DefaultMaxPacket is the largest MQTT packet a client accepts unless
@@ -23,7 +24,7 @@ func (c *MQTTClient) receive() error {
 	if err := c.drain(); err != nil {
 		return err
 	}
-	return mqttwire.Receive(c.nc, c.rd, mqttwire.Options{Stop: c.closing.Load}, c.drain)
+	return streamread.Receive(c.nc, &c.rd.Buffer, streamread.Options{Stop: c.closing.Load}, c.drain)
 }
 
 // drain handles every complete packet in the buffer, with the time of the

@@ -18,6 +18,7 @@ import (
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/mqttwire"
 	"github.com/xrealm/xrealm/persist"
+	"github.com/xrealm/xrealm/streamread"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -73,7 +74,7 @@ func (c *conn) close(reason string) {
 	c.reason = reason
 	c.closeMu.Unlock()
 	// On its own goroutine: closing a plain socket waits until its reader
-	// has left the read callback (mqttwire.Receive), which may be the
+	// has left the read callback (streamread.Receive), which may be the
 	// caller (a DISCONNECT, a failed publish) or busy with a packet.
 	go c.nc.Close()
 }
@@ -137,7 +138,7 @@ func (c *conn) serve() {
 	}
 	err = handle() // packets that came with the CONNECT
 	if err == nil {
-		err = mqttwire.Receive(c.nc, rd, mqttwire.Options{Stop: c.closing.Load, Idle: keepalive * 3 / 2}, handle)
+		err = streamread.Receive(c.nc, &rd.Buffer, streamread.Options{Stop: c.closing.Load, Idle: keepalive * 3 / 2}, handle)
 	}
 	c.readError(err)
 }

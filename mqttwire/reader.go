@@ -3,29 +3,29 @@ package mqttwire
 import (
 	"errors"
 	"fmt"
-	"sync"
+
+	"github.com/xrealm/xrealm/streamread"
 )
 
 // Reader splits an MQTT byte stream into packets. Bytes go in through
-// Space and Advance (or Fill), packets come out of Next. It owns one
-// buffer, and while Receive reads a socket it borrows a shared one for
-// each read. A packet's body is valid until the next call to Space, Fill
-// or Receive's next read.
+// its Buffer (streamread.Receive, or Space and Advance), packets come out
+// of Next. A packet's body is valid until the next call to Space or the
+// next read.
 type Reader struct {
-	buf        []byte
-	start, end int // unread bytes are buf[start:end]
-	limit      func(first byte) int
+	streamread.Buffer
+	limit func(first byte) int
 	// skip counts the bytes of a packet over the limit that are still to
 	// be discarded.
 	skip int
-	own  []byte // the reader's own buffer while buf is borrowed
 }
 
 // NewReader returns a Reader whose own buffer starts at size bytes and
 // grows for larger packets. limit gives the largest remaining length
 // accepted for a packet with the given first byte (type and flags).
 func NewReader(size int, limit func(first byte) int) *Reader {
-	return &Reader{buf: make([]byte, max(size, 8)), limit: limit}
+	r := &Reader{limit: limit}
+	r.Init(size)
+	return r
 }
 
 // MaxLength is a limit for NewReader that accepts packets of every type up
@@ -59,14 +59,14 @@ var ErrMalformedLength = errors.New("malformed remaining length: more than 4 byt
 // the stream is broken.
 func (r *Reader) Next() (first byte, body []byte, ok bool, err error) {
 	if r.skip > 0 {
-		k := min(r.skip, r.end-r.start)
-		r.start += k
+		k := min(r.skip, r.Buffered())
+		r.Discard(k)
 		r.skip -= k
 		if r.skip > 0 {
 			return 0, nil, false, nil
 		}
 	}
-	b := r.buf[r.start:r.end]
+	b := r.Bytes()
 	n, mult, i := 0, 1, 1
 	for ; ; i++ {
 		if i >= len(b) {
@@ -98,10 +98,10 @@ func (r *Reader) Next() (first byte, body []byte, ok bool, err error) {
 				e.ID, e.HasID = uint16(body[idEnd-2])<<8|uint16(body[idEnd-1]), true
 			}
 		}
-		r.start += i + 1
+		r.Discard(i + 1)
 		r.skip = n
-		k := min(r.skip, r.end-r.start)
-		r.start += k
+		k := min(r.skip, r.Buffered())
+		r.Discard(k)
 		r.skip -= k
 		return 0, nil, false, e
 	}
@@ -109,68 +109,8 @@ func (r *Reader) Next() (first byte, body []byte, ok bool, err error) {
 	if len(b) < end {
 		return 0, nil, false, nil
 	}
-	r.start += end
+	r.Discard(end)
 	return b[0], b[i+1 : end], true, nil
-}
-
-// Space returns the free end of the buffer for the next read, after moving
-// the unread bytes to the front; it grows the buffer when it is full.
-// Bodies returned by Next are invalid afterwards.
-func (r *Reader) Space() []byte {
-	if r.start > 0 {
-		r.end = copy(r.buf, r.buf[r.start:r.end])
-		r.start = 0
-	}
-	if r.end == len(r.buf) {
-		r.buf = append(r.buf, make([]byte, len(r.buf))...)
-	}
-	return r.buf[r.end:]
-}
-
-// Advance records that n bytes were read into Space.
-func (r *Reader) Advance(n int) { r.end += n }
-
-// Buffered is the number of bytes read and not yet taken by Next.
-func (r *Reader) Buffered() int { return r.end - r.start }
-
-// sharedBufs holds read buffers that Receive borrows for one read at a
-// time. sync.Pool keeps a list per P, so a read lands in a buffer that was
-// just read on the same CPU and is in its cache; with a buffer per
-// connection, hundreds of connections' buffers are not, and the kernel's
-// copy into them was the bots' largest cost.
-var sharedBufs = sync.Pool{New: func() any { b := make([]byte, sharedBufSize); return &b }}
-
-const sharedBufSize = 64 << 10
-
-// borrow moves the unread bytes into a shared buffer, in which the next
-// reads land until giveBack; nil when more than a quarter of one is unread
-// (a large packet in progress stays in the reader's own buffer).
-func (r *Reader) borrow() *[]byte {
-	if r.end-r.start > sharedBufSize/4 {
-		return nil
-	}
-	p := sharedBufs.Get().(*[]byte)
-	r.own = r.buf
-	r.end = copy(*p, r.buf[r.start:r.end])
-	r.start = 0
-	r.buf = *p
-	return p
-}
-
-// giveBack moves the unread bytes back into the reader's own buffer and
-// returns the shared one (p from borrow; nil: nothing borrowed).
-func (r *Reader) giveBack(p *[]byte) {
-	if p == nil {
-		return
-	}
-	unread := r.buf[r.start:r.end]
-	if len(unread) > len(r.own) {
-		r.own = make([]byte, 2*len(unread))
-	}
-	r.end = copy(r.own, unread)
-	r.start = 0
-	r.buf, r.own = r.own, nil
-	sharedBufs.Put(p)
 }
 
 var packetNames = [16]string{"reserved", "CONNECT", "CONNACK", "PUBLISH", "PUBACK", "PUBREC", "PUBREL", "PUBCOMP", "SUBSCRIBE", "SUBACK", "UNSUBSCRIBE", "UNSUBACK", "PINGREQ", "PINGRESP", "DISCONNECT", "reserved"}

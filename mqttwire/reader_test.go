@@ -6,9 +6,10 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/streamread"
 )
 
 // publishPacket is a QoS 0 PUBLISH of payload on topic.
@@ -42,24 +43,18 @@ func feed(r *Reader, b []byte) {
 	}
 }
 
-// readPayloads feeds stream to r in chunks of chunk bytes, borrowing a
-// shared buffer around each if borrow, and returns the payloads of the
-// PUBLISH packets that come out.
-func readPayloads(t *testing.T, r *Reader, stream []byte, chunk int, borrow bool) []string {
+// readPayloads feeds stream to r in chunks of chunk bytes and returns the
+// payloads of the PUBLISH packets that come out.
+func readPayloads(t *testing.T, r *Reader, stream []byte, chunk int) []string {
 	t.Helper()
 	var got []string
 	for off := 0; off < len(stream); off += chunk {
-		var p *[]byte
-		if borrow {
-			p = r.borrow()
-		}
 		feed(r, stream[off:min(off+chunk, len(stream))])
 		payloads, err := takePayloads(r)
 		if err != nil {
 			t.Fatalf("chunk %d: %v", chunk, err)
 		}
 		got = append(got, payloads...)
-		r.giveBack(p)
 	}
 	return got
 }
@@ -74,7 +69,7 @@ func TestReaderSplitsStream(t *testing.T) {
 	// Feed the stream in chunks of every size: packets split anywhere,
 	// including inside the remaining length, must come out whole.
 	for chunk := 1; chunk <= len(stream); chunk++ {
-		got := readPayloads(t, NewReader(16, MaxLength(1<<10)), stream, chunk, false)
+		got := readPayloads(t, NewReader(16, MaxLength(1<<10)), stream, chunk)
 		if strings.Join(got, "|") != strings.Join(want, "|") {
 			t.Fatalf("chunk %d: payloads %q, want %q", chunk, got, want)
 		}
@@ -99,7 +94,7 @@ func TestReaderRejects(t *testing.T) {
 	}
 	// An incomplete header is not an error: more bytes may come.
 	r := NewReader(8, MaxLength(1024))
-	r.end = copy(r.Space(), "\x30\xff\xff")
+	feed(r, []byte("\x30\xff\xff"))
 	if _, _, ok, err := r.Next(); ok || err != nil {
 		t.Fatalf("incomplete header: ok %v, err %v", ok, err)
 	}
@@ -141,29 +136,6 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-// Reads into a borrowed shared buffer hand the unread bytes back and forth
-// whole: packets split at any point, and a packet too large to move into
-// a shared buffer, come out as they went in.
-func TestReaderBorrowsSharedBuffers(t *testing.T) {
-	huge := strings.Repeat("h", sharedBufSize) // completes over several reads
-	want := []string{"a", strings.Repeat("x", 300), huge, "", "c", huge, "d"}
-	var stream []byte
-	for _, p := range want {
-		stream = append(stream, publishPacket("t/x", p)...)
-	}
-	for _, chunk := range []int{1, 7, 300, 4096, sharedBufSize / 3, sharedBufSize} {
-		got := readPayloads(t, NewReader(16, MaxLength(1<<20)), stream, chunk, true)
-		if len(got) != len(want) {
-			t.Fatalf("chunk %d: %d packets, want %d", chunk, len(got), len(want))
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("chunk %d: packet %d has %d bytes, want %d", chunk, i, len(got[i]), len(want[i]))
-			}
-		}
-	}
-}
-
 // A packet over the limit is reported once and its bytes skipped, however
 // they arrive; the packets around it come out whole.
 func TestReaderSkipsTooLarge(t *testing.T) {
@@ -202,12 +174,12 @@ func TestReaderLimitByType(t *testing.T) {
 	}
 }
 
-// receiveAll runs Receive on the server end of a connection and collects
+// receiveAll runs streamread.Receive on the server end of a connection and collects
 // the payloads of the PUBLISH packets it hands over.
 func receiveAll(nc net.Conn, stop func() bool) ([]string, error) {
 	r := NewReader(16, MaxLength(1<<20))
 	var got []string
-	err := Receive(nc, r, Options{Stop: stop}, func() error {
+	err := streamread.Receive(nc, &r.Buffer, streamread.Options{Stop: stop}, func() error {
 		p, err := takePayloads(r)
 		got = append(got, p...)
 		return err
@@ -235,7 +207,7 @@ func tcpPair(t *testing.T) (client, server net.Conn) {
 	return client, server
 }
 
-// Receive hands over every packet, split across writes anywhere, on a
+// streamread.Receive with a Reader hands over every packet, split across writes anywhere, on a
 // plain socket (raw reads) and on a wrapper (net.Pipe, read through its
 // Read), and ends with io.EOF when the peer closes.
 func TestReceiveSplitWrites(t *testing.T) {
@@ -282,85 +254,15 @@ func TestReceiveSplitWrites(t *testing.T) {
 	}
 }
 
-// An error from handle ends Receive with that error; so do stop, a read
-// deadline, and a malformed length.
-func TestReceiveEnds(t *testing.T) {
-	t.Run("handle error", func(t *testing.T) {
-		c, s := tcpPair(t)
-		c.Write(publishPacket("a", "x"))
-		mine := errors.New("mine")
-		err := Receive(s, NewReader(16, MaxLength(100)), Options{}, func() error { return mine })
-		if err != mine {
-			t.Fatalf("err %v, want handle's", err)
-		}
-	})
-	t.Run("stop", func(t *testing.T) {
-		c, s := tcpPair(t)
-		var stopped atomic.Bool
-		done := make(chan error, 1)
-		go func() {
-			_, err := receiveAll(s, stopped.Load)
-			done <- err
-		}()
-		c.Write(publishPacket("a", "x"))
-		time.Sleep(20 * time.Millisecond)
-		stopped.Store(true)
-		s.Close() // what a connection's close does: ends the poller's wait
-		select {
-		case err := <-done:
-			if !errors.Is(err, net.ErrClosed) {
-				t.Fatalf("err %v, want net.ErrClosed", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("Receive did not end after stop and close")
-		}
-	})
-	t.Run("deadline", func(t *testing.T) {
-		for _, tc := range []struct {
-			name           string
-			client, server net.Conn
-		}{{"tcp", nil, nil}, {"pipe", nil, nil}} {
-			if tc.name == "tcp" {
-				tc.client, tc.server = tcpPair(t)
-			} else {
-				tc.client, tc.server = net.Pipe()
-				defer tc.client.Close()
-			}
-			go func() { // data for a while, then silence
-				for range 5 {
-					tc.client.Write(publishPacket("a", "x"))
-					time.Sleep(20 * time.Millisecond)
-				}
-			}()
-			start := time.Now()
-			r := NewReader(16, MaxLength(100))
-			n := 0
-			err := Receive(tc.server, r, Options{Idle: 150 * time.Millisecond}, func() error {
-				for {
-					_, _, ok, err := r.Next()
-					if err != nil || !ok {
-						return err
-					}
-					n++
-				}
-			})
-			var ne net.Error
-			if !errors.As(err, &ne) || !ne.Timeout() || n != 5 {
-				t.Fatalf("%s: err %v after %d packets, want a timeout after 5", tc.name, err, n)
-			}
-			if d := time.Since(start); d < 230*time.Millisecond {
-				t.Fatalf("%s: timed out after %v, before 150 ms of silence", tc.name, d)
-			}
-		}
-	})
-	t.Run("malformed", func(t *testing.T) {
-		c, s := tcpPair(t)
-		c.Write(append(publishPacket("a", "x"), 0x30, 0xff, 0xff, 0xff, 0xff, 0x01))
-		got, err := receiveAll(s, func() bool { return false })
-		if !errors.Is(err, ErrMalformedLength) || len(got) != 1 {
-			t.Fatalf("err %v after %d packets, want the malformed length after 1", err, len(got))
-		}
-	})
+// A malformed length ends Receive with ErrMalformedLength, after the
+// packets before it.
+func TestReceiveMalformed(t *testing.T) {
+	c, s := tcpPair(t)
+	c.Write(append(publishPacket("a", "x"), 0x30, 0xff, 0xff, 0xff, 0xff, 0x01))
+	got, err := receiveAll(s, func() bool { return false })
+	if !errors.Is(err, ErrMalformedLength) || len(got) != 1 {
+		t.Fatalf("err %v after %d packets, want the malformed length after 1", err, len(got))
+	}
 }
 
 func TestReadPacket(t *testing.T) {

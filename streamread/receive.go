@@ -1,4 +1,4 @@
-package mqttwire
+package streamread
 
 import (
 	"errors"
@@ -32,13 +32,13 @@ const probeEvery = time.Second
 
 // Receive reads nc into r until the connection fails or handle returns an
 // error, which Receive then returns. After each read it calls handle,
-// which takes the complete packets with r.Next; bytes of a packet not yet
-// complete stay in r for the next read. Receive owns nc's read deadline.
+// which takes the complete packets from r (Bytes and Discard); bytes of a
+// packet not yet complete stay in r for the next read. Receive owns nc's read deadline.
 //
 // On a plain socket, handle runs inside RawConn.Read, and closing nc waits
 // until it has returned: handle must not close nc itself (close it on
 // another goroutine, and have Stop report true).
-func Receive(nc net.Conn, r *Reader, opt Options, handle func() error) error {
+func Receive(nc net.Conn, r *Buffer, opt Options, handle func() error) error {
 	if opt.Stop == nil {
 		opt.Stop = func() bool { return false }
 	}
@@ -55,7 +55,7 @@ func Receive(nc net.Conn, r *Reader, opt Options, handle func() error) error {
 // receiveWrapped reads through nc's Read. A timed-out Read may leave a
 // wrapper unusable, so the deadline is not a probe here but the keepalive
 // itself, moved at most once a second (or a quarter of Idle).
-func receiveWrapped(nc net.Conn, r *Reader, opt Options, handle func() error) error {
+func receiveWrapped(nc net.Conn, r *Buffer, opt Options, handle func() error) error {
 	slack := min(time.Second, opt.Idle/4)
 	var set time.Time
 	if opt.Idle <= 0 {
@@ -94,7 +94,7 @@ func receiveWrapped(nc net.Conn, r *Reader, opt Options, handle func() error) er
 // after the last data restarts RawConn.Read, whose first read finds a FIN
 // or an error that came before the short read (see probeEvery), and checks
 // Idle.
-func receiveRaw(tc *net.TCPConn, rc syscall.RawConn, r *Reader, opt Options, handle func() error) error {
+func receiveRaw(tc *net.TCPConn, rc syscall.RawConn, r *Buffer, opt Options, handle func() error) error {
 	var rerr error
 	last := time.Now() // of the last read that brought data
 	var armed time.Time
@@ -168,29 +168,6 @@ func receiveRaw(tc *net.TCPConn, rc syscall.RawConn, r *Reader, opt Options, han
 		}
 		if !errors.Is(err, os.ErrDeadlineExceeded) {
 			return err
-		}
-	}
-}
-
-// ReadPacket reads from nc until r holds a complete packet and returns it:
-// for a handshake, before Receive takes over. Bytes after the packet stay
-// in r.
-func ReadPacket(nc io.Reader, r *Reader) (first byte, body []byte, err error) {
-	for {
-		first, body, ok, err := r.Next()
-		if err != nil || ok {
-			return first, body, err
-		}
-		n, rerr := nc.Read(r.Space())
-		r.Advance(n)
-		if rerr != nil {
-			if first, body, ok, err := r.Next(); err != nil || ok {
-				return first, body, err
-			}
-			if errors.Is(rerr, io.EOF) && r.Buffered() > 0 {
-				rerr = io.ErrUnexpectedEOF
-			}
-			return 0, nil, rerr
 		}
 	}
 }
