@@ -1,7 +1,6 @@
 package ubiq
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/interest"
 	"github.com/xrealm/xrealm/scene"
+	"github.com/xrealm/xrealm/streamread"
 )
 
 const (
@@ -26,16 +26,42 @@ const (
 
 // frameSource reads whole frames from a transport.
 type frameSource interface {
-	next() ([]byte, error)
+	// run reads frames and calls handle with each, until the transport
+	// fails, stop reports true, or handle returns an error; it returns
+	// that error. handle may keep a frame. It must not close the
+	// transport itself (see conn.close).
+	run(stop func() bool, handle func(f []byte) error) error
 }
 
+// streamSource reads frames from a byte stream (TCP or TLS).
 type streamSource struct {
-	r    *bufio.Reader
-	max  int
+	nc   net.Conn
+	r    frameReader
 	slab slab
 }
 
-func (s *streamSource) next() ([]byte, error) { return readFrame(s.r, s.max, s.slab.alloc) }
+func newStreamSource(nc net.Conn, maxPayload int) *streamSource {
+	s := &streamSource{nc: nc}
+	s.r.max = maxPayload
+	s.r.Init(4 << 10)
+	return s
+}
+
+func (s *streamSource) run(stop func() bool, handle func(f []byte) error) error {
+	return streamread.Receive(s.nc, &s.r.Buffer, streamread.Options{Stop: stop}, func() error {
+		for {
+			f, ok, err := s.r.next()
+			if err != nil || !ok {
+				return err
+			}
+			// The frame is in the read buffer, which the next read
+			// overwrites; relayed frames wait in other connections' queues.
+			if err := handle(s.slab.copy(f)); err != nil {
+				return err
+			}
+		}
+	})
+}
 
 // conn is one Ubiq peer connection.
 type conn struct {
@@ -89,9 +115,16 @@ func (c *conn) uuid() string {
 func (c *conn) close(reason string) {
 	c.closeOnce.Do(func() {
 		c.reason.Store(&reason)
-		c.nc.Close()
+		// On its own goroutine: closing a plain socket waits until its
+		// reader has left the read callback (streamread.Receive), which may
+		// be the caller or busy relaying to another connection that is
+		// closing this one.
+		go c.nc.Close()
 	})
 }
+
+// closing reports whether close was called.
+func (c *conn) closing() bool { return c.reason.Load() != nil }
 
 func (c *conn) serve() {
 	defer c.nc.Close()
@@ -123,12 +156,7 @@ func (c *conn) serve() {
 		}
 	}()
 	defer func() { close(reqs); <-handled }()
-	for {
-		f, err := c.src.next()
-		if err != nil {
-			c.readError(err)
-			return
-		}
+	c.readError(c.src.run(c.closing, func(f []byte) error {
 		m.messagesIn.Inc()
 		m.bytesIn.Add(float64(len(f)))
 		if IDOf(f) == ServerID {
@@ -136,15 +164,16 @@ func (c *conn) serve() {
 			if inFlight.Load() == 0 {
 				if p, ok := positionRequest(f[HeaderSize:]); ok {
 					c.setPosition(p)
-					continue
+					return nil
 				}
 			}
 			inFlight.Add(1)
 			reqs <- f[HeaderSize:]
-			continue
+			return nil
 		}
 		c.relay(f)
-	}
+		return nil
+	}))
 }
 
 func (c *conn) readError(err error) {

@@ -1,7 +1,6 @@
 package ubiq
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -448,7 +447,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
-	s.serve(nc, &streamSource{r: bufio.NewReaderSize(nc, 32<<10), max: s.cfg.MaxFrame}, "tcp")
+	s.serve(nc, newStreamSource(nc, s.cfg.MaxFrame), "tcp")
 }
 
 func (s *Server) serve(nc net.Conn, src frameSource, transport string) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/xrealm/xrealm/streamread"
 )
 
 // HeaderSize is the size of a frame's length field and NetworkId.
@@ -84,11 +86,6 @@ func checkLength(n int32, maxPayload int) error {
 // slice. maxPayload bounds the payload; a length outside [MinLength,
 // maxPayload+8] is a *FrameError.
 func ReadFrame(r io.Reader, maxPayload int) ([]byte, error) {
-	return readFrame(r, maxPayload, func(n int) []byte { return make([]byte, n) })
-}
-
-// readFrame is ReadFrame with the frame's memory from alloc.
-func readFrame(r io.Reader, maxPayload int, alloc func(n int) []byte) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, err
@@ -97,7 +94,7 @@ func readFrame(r io.Reader, maxPayload int, alloc func(n int) []byte) ([]byte, e
 	if err := checkLength(n, maxPayload); err != nil {
 		return nil, err
 	}
-	f := alloc(4 + int(n))
+	f := make([]byte, 4+int(n))
 	copy(f, hdr[:])
 	if _, err := io.ReadFull(r, f[4:]); err != nil {
 		if errors.Is(err, io.EOF) {
@@ -108,12 +105,46 @@ func readFrame(r io.Reader, maxPayload int, alloc func(n int) []byte) ([]byte, e
 	return f, nil
 }
 
+// frameReader splits a byte stream into frames. Bytes go in through its
+// Buffer (streamread.Receive), frames come out of next.
+type frameReader struct {
+	streamread.Buffer
+	max int // largest payload
+}
+
+// next returns the next complete frame in the buffer, header included,
+// valid until the next read; ok is false when none is complete yet. An
+// error (a *FrameError) breaks the stream.
+func (r *frameReader) next() (f []byte, ok bool, err error) {
+	b := r.Bytes()
+	if len(b) < 4 {
+		return nil, false, nil
+	}
+	n := int32(binary.LittleEndian.Uint32(b))
+	if err := checkLength(n, r.max); err != nil {
+		return nil, false, err
+	}
+	end := 4 + int(n)
+	if len(b) < end {
+		return nil, false, nil
+	}
+	r.Discard(end)
+	return b[:end], true, nil
+}
+
 // slab hands out frame buffers carved from larger blocks: one allocation
 // per block instead of one per frame. A frame is never written again once
-// read, and a block is freed when no frame in it is referenced.
+// copied in, and a block is freed when no frame in it is referenced.
 type slab struct{ free []byte }
 
 const slabBlock = 64 << 10
+
+// copy returns a copy of f in the slab.
+func (s *slab) copy(f []byte) []byte {
+	c := s.alloc(len(f))
+	copy(c, f)
+	return c
+}
 
 func (s *slab) alloc(n int) []byte {
 	if n > slabBlock/8 {

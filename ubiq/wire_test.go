@@ -216,3 +216,87 @@ func TestEncodePeerRemoved(t *testing.T) {
 		}
 	}
 }
+
+// feedFrames feeds in to a frameReader chunk bytes at a time and returns
+// the frames that come out (copied) and the error that broke the stream.
+func feedFrames(in []byte, chunk, maxPayload int) ([][]byte, error) {
+	r := frameReader{max: maxPayload}
+	var got [][]byte
+	for off := 0; off < len(in); off += chunk {
+		p := in[off:min(off+chunk, len(in))]
+		for len(p) > 0 {
+			n := copy(r.Space(), p)
+			r.Advance(n)
+			p = p[n:]
+		}
+		for {
+			f, ok, err := r.next()
+			if err != nil {
+				return got, err
+			}
+			if !ok {
+				break
+			}
+			got = append(got, bytes.Clone(f))
+		}
+	}
+	return got, nil
+}
+
+// The TCP front end's frame reader finds whole frames however the stream
+// is split, refuses the lengths ReadFrame refuses, and keeps a frame that
+// is not complete yet.
+func TestFrameReaderSplitsStream(t *testing.T) {
+	var stream []byte
+	var want [][]byte
+	for i, n := range []int{4, 100, 20_000, 5, 70_000} {
+		f := NewFrame(NetworkId{A: uint32(i), B: 9}, bytes.Repeat([]byte{byte(i)}, n))
+		want = append(want, f)
+		stream = append(stream, f...)
+	}
+	for _, chunk := range []int{1, 3, 11, 4096, 65_536, len(stream)} {
+		got, err := feedFrames(stream, chunk, 1<<20)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("chunk %d: %d frames, %v; want %d", chunk, len(got), err, len(want))
+		}
+		for i := range want {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Fatalf("chunk %d: frame %d differs", chunk, i)
+			}
+		}
+	}
+	hdr := func(n int32) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(n)) }
+	var fe *FrameError
+	for _, in := range [][]byte{hdr(-1), hdr(0), hdr(11), hdr(1<<20 + 9)} {
+		if got, err := feedFrames(append(append([]byte{}, want[0]...), in...), 2, 1<<20); len(got) != 1 || !errors.As(err, &fe) {
+			t.Errorf("length % x after a frame: %d frames, %v; want 1 and a FrameError", in, len(got), err)
+		}
+	}
+	if got, err := feedFrames(want[1][:50], 7, 1<<20); len(got) != 0 || err != nil {
+		t.Errorf("half a frame: %d frames, %v; want none and no error", len(got), err)
+	}
+}
+
+// The frame reader agrees with ReadFrame on any input, split anywhere.
+func FuzzFrameReader(f *testing.F) {
+	f.Add(NewFrame(ServerID, []byte(`{"type":"Ping","args":"{}"}`)), uint8(3))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1, 2, 3}, uint8(1))
+	f.Add(append(NewFrame(NetworkId{A: 1, B: 2}, []byte("abcd")), 12, 0, 0, 0, 1), uint8(5))
+	f.Fuzz(func(t *testing.T, in []byte, chunk uint8) {
+		got, err := feedFrames(in, int(chunk%64)+1, 1<<16)
+		r := bytes.NewReader(in)
+		for i := 0; ; i++ {
+			want, werr := ReadFrame(r, 1<<16)
+			if werr != nil {
+				var fe *FrameError
+				if len(got) != i || errors.As(werr, &fe) != (err != nil) {
+					t.Fatalf("ReadFrame: %d frames, then %v; frame reader: %d frames, then %v", i, werr, len(got), err)
+				}
+				return
+			}
+			if i >= len(got) || !bytes.Equal(got[i], want) {
+				t.Fatalf("frame %d: frame reader has %d frames, ReadFrame % x", i, len(got), want)
+			}
+		}
+	})
+}

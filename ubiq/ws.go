@@ -46,20 +46,23 @@ type wsConn struct {
 	max int
 }
 
-func (c *wsConn) next() ([]byte, error) {
-	for {
+func (c *wsConn) run(stop func() bool, handle func(f []byte) error) error {
+	for !stop() {
 		typ, msg, err := c.ws.ReadMessage()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if typ != websocket.BinaryMessage {
 			continue
 		}
 		if err := ParseFrame(msg, c.max); err != nil {
-			return nil, err
+			return err
 		}
-		return msg, nil
+		if err := handle(msg); err != nil {
+			return err
+		}
 	}
+	return net.ErrClosed
 }
 
 // Write is called by the connection's writer goroutine only.
