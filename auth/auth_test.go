@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -37,10 +38,14 @@ func TestIssueVerify(t *testing.T) {
 	if _, err := k2.Verify(tok); err != nil {
 		t.Fatalf("reloaded key rejects token: %v", err)
 	}
-	// Another key does not verify it.
-	other, _ := LoadOrCreateKeys(t.TempDir())
-	if _, err := other.Verify(tok); err == nil {
-		t.Fatal("token verified with a different key")
+	// Another key does not verify it, and says why.
+	otherDir := t.TempDir()
+	if _, err := LoadKeys(otherDir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("LoadKeys of an empty data directory: %v, want os.ErrNotExist", err)
+	}
+	other, _ := LoadOrCreateKeys(otherDir)
+	if _, err := other.Verify(tok); err == nil || !strings.Contains(err.Error(), "signed with another key") {
+		t.Fatalf("token signed with a different key: err = %v", err)
 	}
 	expired, _ := k.Issue("bob", r, -time.Minute)
 	if _, err := k.Verify(expired); err == nil || !strings.Contains(err.Error(), "expired") {

@@ -23,15 +23,22 @@ type Keys struct {
 	priv *ecdsa.PrivateKey
 }
 
-// LoadOrCreateKeys reads the signing key from dir/keys, generating and
+// LoadOrCreateKeys reads the signing key from dataDir/keys, generating and
 // saving a new one (mode 0600) when there is none.
 func LoadOrCreateKeys(dataDir string) (*Keys, error) {
-	dir := filepath.Join(dataDir, "keys")
-	path := filepath.Join(dir, KeyFile)
-	b, err := os.ReadFile(path)
+	k, err := LoadKeys(dataDir)
 	if errors.Is(err, os.ErrNotExist) {
-		return createKeys(dir, path)
+		dir := filepath.Join(dataDir, "keys")
+		return createKeys(dir, filepath.Join(dir, KeyFile))
 	}
+	return k, err
+}
+
+// LoadKeys reads the signing key from dataDir/keys. The error wraps
+// os.ErrNotExist when there is none.
+func LoadKeys(dataDir string) (*Keys, error) {
+	path := filepath.Join(dataDir, "keys", KeyFile)
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read signing key: %w", err)
 	}
@@ -121,6 +128,9 @@ func (k *Keys) Verify(token string) (*Claims, error) {
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		return &k.priv.PublicKey, nil
 	}, jwt.WithValidMethods([]string{"ES256"}), jwt.WithExpirationRequired())
+	if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+		return nil, fmt.Errorf("invalid token: %w (it was signed with another key than this server's: a token from `xrealm token` must name the server's data directory with --data)", err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("invalid token: %w", err)
 	}

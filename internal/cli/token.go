@@ -2,9 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -44,7 +46,16 @@ func runToken(ctx context.Context, args []string) error {
 }
 
 func printToken(dataDir, user string, r auth.Rights, ttl time.Duration) error {
-	keys, err := auth.LoadOrCreateKeys(dataDir)
+	keys, err := auth.LoadKeys(dataDir)
+	if errors.Is(err, os.ErrNotExist) {
+		// Making the key here lets a cluster's nodes share one before any
+		// starts; but a mistyped --data would sign with a key no server has.
+		keys, err = auth.LoadOrCreateKeys(dataDir)
+		if err == nil {
+			fmt.Fprintf(os.Stderr, "xrealm token: no signing key in %s, so a new one was made there: only a server started with --data %s accepts this token\n",
+				filepath.Join(dataDir, "keys"), dataDir)
+		}
+	}
 	if err != nil {
 		return err
 	}
