@@ -46,6 +46,10 @@ func New(cfg Config) *API {
 func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /conf/defaults.json", a.defaults)
 	mux.HandleFunc("POST /user/v2/mqtt_auth", a.mqttAuth)
+	mux.HandleFunc("/user/v2/mqtt_auth", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "use POST with form fields scene=namespace/scene and username (and id_auth=anonymous, or a token as Bearer header or mqtt_token cookie); see README.md, \"Connecting a client\"")
+	})
 	mux.HandleFunc("GET /scenes/{ns}/{scene}/settings", a.getSettings)
 	mux.HandleFunc("PUT /scenes/{ns}/{scene}/settings", a.putSettings)
 }
@@ -204,7 +208,14 @@ func (a *API) getSettings(w http.ResponseWriter, r *http.Request) {
 // user named like the namespace) may.
 func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	ns, scene := r.PathValue("ns"), r.PathValue("scene")
-	cl, err := a.cfg.Access.Keys.Verify(RequestToken(r))
+	tok := RequestToken(r)
+	if tok == "" {
+		msg := "changing the settings of scene " + ns + "/" + scene + " needs a token of user " + quote(ns) + " (Bearer header or mqtt_token cookie)"
+		a.cfg.Access.Refused(r, errors.New(msg))
+		writeError(w, http.StatusUnauthorized, msg)
+		return
+	}
+	cl, err := a.cfg.Access.Keys.Verify(tok)
 	if err != nil {
 		a.cfg.Access.Refused(r, err)
 		writeError(w, http.StatusUnauthorized, err.Error())

@@ -265,6 +265,9 @@ def _set_private(world, scene):
     r = requests.put(f"{world.srv.http}/scenes/{ns}/{sc}/settings", headers={"Authorization": f"Bearer {world.tokens['editor']}"},
                      json={"public_read": True}, timeout=5)
     assert r.status_code == 403, r.text
+    # Nor may a request without a token, and it is told what it lacks.
+    r = requests.put(f"{world.srv.http}/scenes/{ns}/{sc}/settings", json={"public_read": True}, timeout=5)
+    assert r.status_code == 401 and "needs a token" in r.json()["error"], r.text
 
 
 REST_CASES = [
@@ -331,6 +334,9 @@ def test_rest_private_scene_and_writes(world):
     # The namespace owner is an editor.
     r = srv.mqtt_auth("lab/private", anonymous=False, token=srv.token("lab", "lab/x", "viewer"))
     assert r.status_code == 200 and r.json()["role"] == "editor", r.text
+    # Tokens are asked for with POST; a GET is told so.
+    r = requests.get(f"{srv.http}/user/v2/mqtt_auth", timeout=5)
+    assert r.status_code == 405 and r.headers["Allow"] == "POST" and "use POST" in r.json()["error"], r.text
 
     # DELETE needs a writer's token.
     url = f"{srv.http}/persist/lab/room1"
