@@ -46,7 +46,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	fs.DurationVar(&d.MaxP99, "max-p99", d.MaxP99, "a ramp stops at the first step with a higher p99")
 	fs.Float64Var(&d.MinRatio, "min-ratio", d.MinRatio, "a ramp stops at the first step with a lower delivery ratio")
 	xenv := fs.String("xrealm-env", "", "extra environment for the xrealm servers, comma-separated KEY=VALUE (e.g. GOMAXPROCS=1)")
-	xflags := fs.String("xrealm-flags", "", "extra flags for `xrealm serve`, space-separated (e.g. --write-linger=1ms)")
+	xflags := fs.String("xrealm-flags", "", "extra `flags` for xrealm serve, space-separated (e.g. --write-linger=1ms)")
 	summary := fs.Bool("summary", false, "only regenerate RESULTS.md and the plots from --out/results.json")
 	profile := fs.String("profile", "", "instead of the benchmark: run xrealm in this process under the CPU profiler with --profile-users bots (a child process) and write the profile here")
 	profUsers := fs.Int("profile-users", 120, "users for --profile")

@@ -45,7 +45,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	qoe := fs.Bool("qoe", false, "add one app-level stream of paced frames (video-like) of the same algorithm next to the bulk flows")
 	qoeRate := fs.Float64("qoe-mbps", 20, "bitrate of the --qoe stream in Mbit/s")
 	qoeFPS := fs.Int("qoe-fps", 60, "frames per second of the --qoe stream")
-	heraArgs := fs.String("hera-args", "", "flags of `xrealm cc load hera` that change hera's parameters for this run, e.g. \"--bucket 4ms\"")
+	heraArgs := fs.String("hera-args", "", "`flags` of \"xrealm cc load hera\" that change hera's parameters for this run, e.g. \"--bucket 4ms\"")
 	tcpInfo := fs.String("tcpinfo-dir", "", "write flow 0's TCP_INFO every 10 ms to a file per run in this directory (diagnostics)")
 	out := fs.String("out", "bench/cc/out", "output directory (results.jsonl is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")

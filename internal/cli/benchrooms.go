@@ -39,7 +39,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		return runRoomsServe(ctx, args[1:])
 	}
 	fs := flag.NewFlagSet("bench rooms", flag.ContinueOnError)
-	addr := fs.String("addr", "", "Ubiq server to test (host:port or ws:// URL); empty = start `xrealm bench rooms serve` as a child")
+	addr := fs.String("addr", "", "Ubiq server to test (host:port or ws:// URL); empty = start \"xrealm bench rooms serve\" as a child")
 	serverPID := fs.Int("server-pid", 0, "pid of the server under test, for its CPU time (set automatically for the child)")
 	mode := fs.String("mode", bots.UbiqAll, "interest: all (baseline), knn or grid")
 	beh := fs.String("behaviour", "randomwalk", "bot behaviour: randomwalk, boids or static")

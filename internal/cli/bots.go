@@ -24,6 +24,11 @@ func runBots(ctx context.Context, args []string) error {
 	}
 	fs := flag.NewFlagSet("bots", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: xrealm bots [flags]: synthetic users on the scene bus (MQTT)\n"+
+			"       xrealm bots pointcloud [flags]: a point-cloud publisher on the SFU (xrealm bots pointcloud -h)")
+		fs.PrintDefaults()
+	}
 	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")
 	tokenURL := fs.String("token-url", "http://127.0.0.1:8080", "get tokens from this server's POST /user/v2/mqtt_auth (anonymous viewers)")
 	dataDir := fs.String("data", "", "sign tokens with the keys in this server data directory instead of asking --token-url")

@@ -24,6 +24,10 @@ func runCC(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
+	if isHelp(args[0]) || len(args) > 1 && args[0] == "unload" && isHelp(args[1]) {
+		fmt.Fprintln(os.Stderr, usage+"\n(xrealm cc load hera -h for the load flags)")
+		return flag.ErrHelp
+	}
 	switch args[0] {
 	case "load":
 		if len(args) < 2 || strings.HasPrefix(args[1], "-") {

@@ -28,14 +28,14 @@ func commands() map[string]command {
 		"netem": {runNetem, "run a command behind a trace-driven emulated link"},
 		"bench": {runBench, "run a benchmark: bus, cc, rooms or sfu"},
 		"sfu":   {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
-		"bots":  {runBots, "run synthetic users against a server, with live progress"},
+		"bots":  {runBots, "run synthetic users against a server, with live progress (bots pointcloud: a point cloud on the SFU)"},
 	}
 }
 
 // Main runs the command line and returns the process exit code.
 func Main(args []string, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) < 1 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) < 1 || isHelp(args[0]) {
 		usage(stderr, cmds)
 		if len(args) < 1 {
 			return 2
@@ -58,6 +58,11 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "-help" || arg == "help"
 }
 
 func usage(w io.Writer, cmds map[string]command) {
@@ -83,6 +88,10 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if len(args) < 1 {
 		return fmt.Errorf("which benchmark? one of: %s", strings.Join(keys(benches), ", "))
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintf(os.Stderr, "usage: xrealm bench <benchmark> [flags]   (xrealm bench <benchmark> -h for its flags)\nbenchmarks: %s\n", strings.Join(keys(benches), ", "))
+		return flag.ErrHelp
 	}
 	b, ok := benches[args[0]]
 	if !ok {
