@@ -88,6 +88,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		}
 	}
 
+	// Bind the front ends' listeners before anything starts, so that a
+	// port in use fails the start at once; they serve once all is ready.
+	bound := map[string]net.Listener{}
+	for _, b := range []struct{ what, addr string }{
+		{"http", cfg.HTTPAddr}, {"https", cfg.HTTPSAddr}, {"mqtt", cfg.MQTTAddr}, {"mqtts", cfg.MQTTSAddr},
+		{"mqtt-ws", cfg.MQTTWSAddr}, {"ubiq", cfg.UbiqAddr}, {"ubiq-ws", cfg.UbiqWSAddr}, {"ubiq-wss", cfg.UbiqWSSAddr},
+	} {
+		if b.addr == "" {
+			continue
+		}
+		l, err := net.Listen("tcp", b.addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s listener on %s: %w", b.what, b.addr, err)
+		}
+		s.lns = append(s.lns, l)
+		bound[b.what] = l
+	}
+
 	s.Registry = prometheus.NewRegistry()
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -231,32 +249,24 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	s.Mux.Handle("/sfu/ws", s.SFU.Handler())
 	s.Mux.Handle("/", webclient.Handler(webclient.Dir()))
 
-	// Listeners: bind all first so that a port in use fails the start.
+	// Serve on the listeners bound at the start.
 	type serveFn func(net.Listener) error
-	var starts []func()
-	listen := func(addr, what string, tlsc *tls.Config, serve serveFn) error {
-		if addr == "" {
-			return nil
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("%s listener on %s: %w", what, addr, err)
+	listen := func(what string, tlsc *tls.Config, serve serveFn) {
+		l, ok := bound[what]
+		if !ok {
+			return
 		}
 		if tlsc != nil {
 			l = tls.NewListener(l, tlsc)
 		}
-		s.lns = append(s.lns, l)
 		log.Info("listening", "what", what, "addr", l.Addr().String())
-		starts = append(starts, func() {
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-					log.Error("listener stopped", "what", what, "err", err)
-				}
-			}()
-		})
-		return nil
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				log.Error("listener stopped", "what", what, "err", err)
+			}
+		}()
 	}
 	httpServe := func(h http.Handler) serveFn {
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
@@ -266,21 +276,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	mqttServe := func(transport string) serveFn {
 		return func(l net.Listener) error { return s.mqtt.Serve(l, transport) }
 	}
-	if err := errors.Join(
-		listen(cfg.HTTPAddr, "http", nil, httpServe(s.Mux)),
-		listen(cfg.HTTPSAddr, "https", tlsConf, httpServe(s.Mux)),
-		listen(cfg.MQTTAddr, "mqtt", nil, mqttServe("tcp")),
-		listen(cfg.MQTTSAddr, "mqtts", tlsConf, mqttServe("tls")),
-		listen(cfg.MQTTWSAddr, "mqtt-ws", nil, httpServe(s.mqtt.WebSocketHandler("ws"))),
-		listen(cfg.UbiqAddr, "ubiq", nil, s.ubiq.Serve),
-		listen(cfg.UbiqWSAddr, "ubiq-ws", nil, httpServe(s.ubiq.WebSocketHandler())),
-		listen(cfg.UbiqWSSAddr, "ubiq-wss", tlsConf, httpServe(s.ubiq.WebSocketHandler())),
-	); err != nil {
-		return nil, err
-	}
-	for _, f := range starts {
-		f()
-	}
+	listen("http", nil, httpServe(s.Mux))
+	listen("https", tlsConf, httpServe(s.Mux))
+	listen("mqtt", nil, mqttServe("tcp"))
+	listen("mqtts", tlsConf, mqttServe("tls"))
+	listen("mqtt-ws", nil, httpServe(s.mqtt.WebSocketHandler("ws")))
+	listen("ubiq", nil, s.ubiq.Serve)
+	listen("ubiq-ws", nil, httpServe(s.ubiq.WebSocketHandler()))
+	listen("ubiq-wss", tlsConf, httpServe(s.ubiq.WebSocketHandler()))
 	log.Info("xrealm is ready", "node", cfg.nodeName(), "realm", cfg.Realm, "data", cfg.DataDir, "replicas", replicas, "cluster", cfg.ClusterName)
 	return s, nil
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -749,4 +750,40 @@ func TestPayloadLimitEdges(t *testing.T) {
 			t.Fatalf("%s: the sender was disconnected", url)
 		}
 	}
+}
+
+// A port in use fails the start at once, naming the listener, before the
+// bus or any service has started (nothing is left in the data directory
+// but the key).
+func TestPortInUseFailsStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	p := testnet.FreePorts(t, 1)
+	cfg.HTTPAddr, cfg.MQTTAddr = p[0], taken.Addr().String()
+	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.MQTTWSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", "", ""
+	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		s.Close()
+		t.Fatal("started on a port in use")
+	}
+	if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "mqtt listener on "+cfg.MQTTAddr) {
+		t.Fatalf("err %v, want the mqtt listener's address in use", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "jetstream")); !os.IsNotExist(err) {
+		t.Fatalf("the bus started before the listeners were bound: %v", err)
+	}
+	// The other listener was released.
+	l, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		t.Fatalf("http port still held after the failed start: %v", err)
+	}
+	l.Close()
 }
