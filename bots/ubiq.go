@@ -146,7 +146,7 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 		if rate == 0 {
 			rate = 5
 		}
-		cfg := fmt.Sprintf(`{"mode":"knn","k":%d,"rate":%g,"hysteresis_ms":500}`, k, rate)
+		cfg := fmt.Sprintf(`{"mode":"knn","k":%d,"rate_hz":%g,"hysteresis_ms":500}`, k, rate)
 		c.Request("AppendRoomProperties", ubiq.PropertiesArgs{Keys: []string{ubiq.InterestKey}, Values: []string{cfg}})
 	}
 	// Keep pinging while waiting, as Ubiq's clients do: the server drops

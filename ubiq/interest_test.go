@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,7 +143,7 @@ func TestKNNInterest(t *testing.T) {
 		pos[i] = interest.Vec3{X: rng.Float64() * 100, Z: rng.Float64() * 100}
 	}
 	ps[0].join(JoinArgs{UUID: id})
-	ps[0].request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":3,"rate":50,"hysteresis_ms":1}`}})
+	ps[0].request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":3,"rate_hz":50,"hysteresis_ms":1}`}})
 	ps[0].expect("RoomPropertiesAppended")
 	for i, p := range ps {
 		if i > 0 {
@@ -263,4 +264,32 @@ func bruteKNN(pos []interest.Vec3, i, k int) []int {
 	out := append([]int(nil), idx[:k]...)
 	sort.Ints(out)
 	return out
+}
+
+func TestParseInterest(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		mode    string
+		k       int
+		rate    float64
+		wantErr string
+	}{
+		{"", "all", 0, 0, ""},
+		{`{"mode":"all"}`, "all", 0, 0, ""},
+		{`{"mode":"knn"}`, "knn", 20, 5, ""},
+		{`{"mode":"knn","k":3,"rate_hz":50}`, "knn", 3, 50, ""},
+		{`{"mode":"knn","rate":7}`, "knn", 20, 7, ""}, // the older name
+		{`{"mode":"knn","rate_hz":1000}`, "knn", 20, 100, ""},
+		{`{"mode":"grid"}`, "all", 0, 0, `mode must be knn or all, got "grid"`},
+		{`{"mode":"knn",`, "all", 0, 0, "unexpected end of JSON"},
+		{`{"mode":"knn","k":"x"}`, "all", 0, 0, "cannot unmarshal"},
+	} {
+		ic, err := parseInterest(tc.in)
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%s: err %v, want %q", tc.in, err, tc.wantErr)
+		}
+		if ic.Mode != tc.mode || ic.Mode == "knn" && (ic.K != tc.k || ic.Rate != tc.rate) {
+			t.Errorf("%s: %+v, want mode %s k %d rate %g", tc.in, ic, tc.mode, tc.k, tc.rate)
+		}
+	}
 }

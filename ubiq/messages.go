@@ -205,6 +205,12 @@ func (p *props) appendAll(keys, values []string) (ck, cv []string) {
 	return ck, cv
 }
 
+// getOr returns the value of k, "" if there is none.
+func (p *props) getOr(k string) string {
+	v, _ := p.get(k)
+	return v
+}
+
 func (p props) clone() props {
 	return props{Keys: append([]string(nil), p.Keys...), Values: append([]string(nil), p.Values...)}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
 	"strconv"
@@ -27,8 +28,9 @@ const (
 )
 
 // InterestKey is the room property that configures interest management:
-// JSON {"mode":"knn","k":20,"rate":5,"hysteresis_ms":500}; absent or
-// mode "all" means every member receives every message.
+// JSON {"mode":"knn","k":20,"rate_hz":5,"hysteresis_ms":500} (the names of
+// a scene's interest settings); absent or mode "all" means every member
+// receives every message.
 const InterestKey = "xrealm.interest"
 
 // PositionKey is the peer property that carries a peer's position for
@@ -41,14 +43,31 @@ const PositionKey = "xrealm.position"
 type interestConfig struct {
 	Mode         string  `json:"mode"`
 	K            int     `json:"k"`
-	Rate         float64 `json:"rate"`
+	Rate         float64 `json:"rate_hz"`
+	OldRate      float64 `json:"rate"` // the name before rate_hz, still read
 	HysteresisMS float64 `json:"hysteresis_ms"`
 }
 
-func parseInterest(s string) interestConfig {
+// parseInterest parses a room's InterestKey. A value that is not valid
+// gives mode "all" and an error that says why.
+func parseInterest(s string) (interestConfig, error) {
+	all := interestConfig{Mode: "all"}
+	if s == "" {
+		return all, nil
+	}
 	var ic interestConfig
-	if s == "" || json.Unmarshal([]byte(s), &ic) != nil || ic.Mode != "knn" {
-		return interestConfig{Mode: "all"}
+	if err := json.Unmarshal([]byte(s), &ic); err != nil {
+		return all, fmt.Errorf("room property %s %q: %w", InterestKey, s, err)
+	}
+	switch ic.Mode {
+	case "all":
+		return all, nil
+	case "knn":
+	default:
+		return all, fmt.Errorf("room property %s %q: mode must be knn or all, got %q", InterestKey, s, ic.Mode)
+	}
+	if ic.Rate == 0 {
+		ic.Rate, ic.OldRate = ic.OldRate, 0
 	}
 	if ic.K <= 0 {
 		ic.K = 20
@@ -60,7 +79,7 @@ func parseInterest(s string) interestConfig {
 	if ic.HysteresisMS == 0 {
 		ic.HysteresisMS = 500
 	}
-	return ic
+	return ic, nil
 }
 
 // audience is an immutable snapshot of who on this node receives a room's
@@ -246,7 +265,11 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		// Switch policy before telling anyone, so that a member reacting to
 		// the change (say, by sending its position) finds it in force.
 		v, _ := rec.Props.get(InterestKey)
-		if ic := parseInterest(v); ic != r.ic {
+		ic, err := parseInterest(v)
+		if err != nil && (old == nil || v != old.Props.getOr(InterestKey)) {
+			r.s.log.Warn("Ubiq room interest ignored: every member receives every message", "room", r.id, "err", err)
+		}
+		if ic != r.ic {
 			r.setInterest(ic)
 		}
 		if old != nil {
