@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
@@ -102,6 +104,9 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 	typ, body, err := c.readPacket()
 	if err != nil {
 		nc.Close()
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, fmt.Errorf("mqtt %s: the server closed the connection instead of answering CONNECT (bots speak MQTT over plain TCP or WebSocket: is this a TLS port, or not an MQTT server?): %w", cfg.Addr, err)
+		}
 		return nil, fmt.Errorf("mqtt %s: waiting for CONNACK: %w", cfg.Addr, err)
 	}
 	if typ>>4 != packets.Connack || len(body) < 2 {

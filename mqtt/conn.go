@@ -174,7 +174,7 @@ func (c *conn) handle(cp packets.ControlPacket, frame []byte) error {
 		c.close("client disconnected")
 		return net.ErrClosed
 	default:
-		c.log.Warn("MQTT protocol violation: unexpected packet", "client", c.clientID, "packet", cp.String())
+		c.log.Warn("MQTT protocol violation: unexpected packet", "packet", cp.String())
 		c.close("protocol violation")
 		return net.ErrClosed
 	}
@@ -187,15 +187,15 @@ func (c *conn) readError(err error) {
 	c.closeMu.Unlock()
 	switch {
 	case reason != "":
-		c.log.Info("MQTT connection closed", "client", c.clientID, "user", c.user, "reason", reason)
+		c.log.Info("MQTT connection closed", "reason", reason)
 	case errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-		c.log.Info("MQTT connection closed by client", "client", c.clientID, "user", c.user)
+		c.log.Info("MQTT connection closed by client")
 	default:
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			c.log.Info("MQTT connection closed: keepalive expired", "client", c.clientID, "user", c.user)
+			c.log.Info("MQTT connection closed: keepalive expired")
 		} else {
-			c.log.Warn("MQTT connection closed on a read error", "client", c.clientID, "user", c.user, "err", err)
+			c.log.Warn("MQTT connection closed on a read error", "err", err)
 		}
 	}
 }
