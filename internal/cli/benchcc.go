@@ -34,7 +34,7 @@ var benchCCDefaultTraces = []string{
 func runBenchCC(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench cc", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	dir := fs.String("traces-dir", "../shared/traces", "directory holding the mmwave/ and cellular/ trace folders")
+	dir := fs.String("traces-dir", "../shared/traces", "directory holding the mmwave/ and cellular/ Mahimahi trace folders (default: the shared traces beside the repository)")
 	traces := fs.String("traces", strings.Join(benchCCDefaultTraces, ","), "comma-separated traces, relative to --traces-dir")
 	algos := fs.String("algos", "cubic,bbr,reno,hera,hera-paper", "comma-separated congestion controls")
 	dur := fs.Duration("duration", 60*time.Second, "length of each run")
@@ -87,7 +87,11 @@ func runBenchCC(ctx context.Context, args []string) error {
 		cfg.HeraParams = &p
 	}
 	for _, t := range strings.Split(*traces, ",") {
-		cfg.Traces = append(cfg.Traces, filepath.Join(*dir, t))
+		path := filepath.Join(*dir, t)
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("bench cc: trace %s: %w (--traces-dir names the folder that holds mmwave/ and cellular/ with Mahimahi traces; the default is the shared traces beside the repository)", path, err)
+		}
+		cfg.Traces = append(cfg.Traces, path)
 	}
 	for _, s := range strings.Split(*seeds, ",") {
 		v, err := strconv.ParseUint(s, 10, 64)
