@@ -3,6 +3,7 @@ package sfu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -15,15 +16,22 @@ import (
 // Manager is the session manager: it tracks the live nodes from their
 // heartbeats and assigns each joining client a node, preferring the
 // client's site and then the least loaded node. A client that joins again
-// keeps its node while that node is alive.
+// keeps its node while that node is alive. A node that announces it is
+// leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
+// when it is chosen (it vanished without announcing it) is dropped until its
+// next heartbeat and the client is placed on another node.
 type Manager struct {
-	nc   *nats.Conn
-	log  *slog.Logger
-	subs []*nats.Subscription
+	nc     *nats.Conn
+	log    *slog.Logger
+	subs   []*nats.Subscription
+	ctx    context.Context // ends at Close; bounds the checks of chosen nodes
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // joins being placed
 
 	mu       sync.Mutex
 	nodes    map[string]*nodeState
 	assigned map[string]string // "session/client" → node
+	closed   bool
 }
 
 type nodeState struct {
@@ -35,18 +43,29 @@ type nodeState struct {
 // nodeTTL is how long a node counts as alive after a heartbeat.
 const nodeTTL = 5 * time.Second
 
+// Placement checks that the chosen node answers (Signal op "ping") before
+// it assigns it, waiting at most probeTimeout, and tries at most
+// placeAttempts nodes: 3 × 2 s stays within RequestJoin's default 10 s.
+const (
+	probeTimeout  = 2 * time.Second
+	placeAttempts = 3
+)
+
 // StartManager starts a session manager on nc.
 func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	m := &Manager{nc: nc, log: log, nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
 	hb, err := nc.Subscribe(subjectNodes, m.handleHeartbeat)
 	if err != nil {
+		m.cancel()
 		return nil, fmt.Errorf("sfu manager: subscribe %s: %w", subjectNodes, err)
 	}
 	join, err := nc.QueueSubscribe(subjectJoin, "sfu-manager", m.handleJoin)
 	if err != nil {
+		m.cancel()
 		_ = hb.Unsubscribe()
 		return nil, fmt.Errorf("sfu manager: subscribe %s: %w", subjectJoin, err)
 	}
@@ -54,11 +73,16 @@ func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 	return m, nil
 }
 
-// Close stops the manager.
+// Close stops the manager; joins being placed are answered with an error.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
 	for _, s := range m.subs {
 		_ = s.Unsubscribe()
 	}
+	m.cancel()
+	m.wg.Wait()
 }
 
 func (m *Manager) handleHeartbeat(msg *nats.Msg) {
@@ -67,24 +91,111 @@ func (m *Manager) handleHeartbeat(msg *nats.Msg) {
 		return
 	}
 	m.mu.Lock()
-	m.nodes[info.ID] = &nodeState{info: info, seen: time.Now()}
+	_, known := m.nodes[info.ID]
+	if info.Leaving {
+		delete(m.nodes, info.ID)
+	} else {
+		m.nodes[info.ID] = &nodeState{info: info, seen: time.Now()}
+	}
 	m.mu.Unlock()
+	switch {
+	case info.Leaving && known:
+		m.log.Info("sfu node left; no longer assigned", "node", info.ID, "site", info.Site)
+	case !info.Leaving && !known:
+		m.log.Info("sfu node joined", "node", info.ID, "site", info.Site)
+	}
 }
 
 func (m *Manager) handleJoin(msg *nats.Msg) {
 	var req JoinRequest
-	var a Assignment
 	if err := json.Unmarshal(msg.Data, &req); err != nil {
-		a.Error = "bad join request: " + err.Error()
-	} else if err := validName("session", req.Session); err != nil {
-		a.Error = err.Error()
-	} else if err := validName("client", req.Client); err != nil {
-		a.Error = err.Error()
-	} else {
-		a = m.Assign(req, time.Now())
+		respondAssignment(msg, Assignment{Error: "bad join request: " + err.Error()})
+		return
 	}
+	if err := validName("session", req.Session); err != nil {
+		respondAssignment(msg, Assignment{Error: err.Error()})
+		return
+	}
+	if err := validName("client", req.Client); err != nil {
+		respondAssignment(msg, Assignment{Error: err.Error()})
+		return
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		respondAssignment(msg, Assignment{Error: "sfu manager: closed"})
+		return
+	}
+	m.wg.Add(1)
+	m.mu.Unlock()
+	// Placing waits for the chosen node's answer: not on the subscription's
+	// goroutine, which would hold up every other join.
+	go func() {
+		defer m.wg.Done()
+		respondAssignment(msg, m.place(m.ctx, req))
+	}()
+}
+
+func respondAssignment(msg *nats.Msg, a Assignment) {
 	b, _ := json.Marshal(a)
 	_ = msg.Respond(b)
+}
+
+// place assigns a node to a client (Assign) and checks that the node
+// answers on its signal subject. A node that does not (no responders: it
+// vanished without announcing that it left; or no answer within
+// probeTimeout) is dropped until its next heartbeat and the next best node
+// is tried, placeAttempts nodes at most.
+func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
+	var unreachable []string
+	for range placeAttempts {
+		a := m.Assign(req, time.Now())
+		if a.Error != "" {
+			if len(unreachable) > 0 {
+				a.Error += fmt.Sprintf(" (nodes %v did not answer)", unreachable)
+			}
+			return a
+		}
+		err := m.probe(ctx, req, a)
+		if err == nil {
+			if len(unreachable) > 0 {
+				m.log.Info("sfu client placed on another node", "session", req.Session, "client", req.Client, "node", a.Node, "unreachable", unreachable)
+			}
+			return a
+		}
+		if !nodeGone(err) || ctx.Err() != nil {
+			return Assignment{Error: err.Error()}
+		}
+		m.log.Info("sfu node did not answer; dropped until its next heartbeat", "node", a.Node, "site", a.Site,
+			"session", req.Session, "client", req.Client, "err", err)
+		m.drop(a.Node)
+		unreachable = append(unreachable, a.Node)
+	}
+	return Assignment{Error: fmt.Sprintf("%v: nodes %v did not answer", errNoNode, unreachable)}
+}
+
+// probe asks the assigned node whether it answers; any reply will do.
+func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client})
+	if _, err := m.nc.RequestWithContext(ctx, a.Signal, b); err != nil {
+		return fmt.Errorf("sfu manager: ping node %s on %s: %w", a.Node, a.Signal, err)
+	}
+	return nil
+}
+
+// nodeGone reports whether a probe's error means that the node is gone
+// rather than that the manager cannot ask (closed, bus down).
+func nodeGone(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// drop forgets a node that did not answer until its next heartbeat.
+func (m *Manager) drop(id string) {
+	m.mu.Lock()
+	delete(m.nodes, id)
+	m.mu.Unlock()
 }
 
 // Assign picks the node for a client at now.
@@ -101,6 +212,7 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	for id, ns := range m.nodes {
 		if now.Sub(ns.seen) >= nodeTTL {
 			delete(m.nodes, id)
+			m.log.Info("sfu node lost: no heartbeat", "node", id, "site", ns.info.Site, "last_heartbeat", ns.seen.Format(time.RFC3339Nano))
 			continue
 		}
 		live = append(live, ns)

@@ -40,6 +40,11 @@ type Node struct {
 	closed    bool
 
 	hops *hopHists // packet ages (hops.go)
+
+	// hbMu orders heartbeats before the leave announcement: once Close
+	// has set closed, heartbeat publishes nothing.
+	hbMu      sync.Mutex
+	announced bool // a heartbeat went out, so the manager may know the node
 }
 
 type linkState struct {
@@ -150,8 +155,15 @@ func (n *Node) Close() {
 	links := n.links
 	n.links = map[string]*linkState{}
 	n.mu.Unlock()
+	left := n.leave() // before the subscriptions go: placement must stop choosing us first
 	for _, s := range n.subs {
 		_ = s.Unsubscribe()
+	}
+	if left {
+		// a join placed before the manager had the announcement then finds
+		// no responders at once (Manager.place) rather than waiting for
+		// a reply
+		_ = n.cfg.NC.FlushTimeout(leaveTimeout)
 	}
 	if n.mgr != nil {
 		n.mgr.Close()
@@ -234,11 +246,46 @@ func (n *Node) peerList(session string) []*peer {
 }
 
 func (n *Node) heartbeat() {
+	n.hbMu.Lock()
+	defer n.hbMu.Unlock()
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
 	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL}
 	n.mu.Unlock()
 	b, _ := json.Marshal(hb)
 	_ = n.cfg.NC.Publish(subjectNodes, b)
+	n.announced = true
+}
+
+// leaveTimeout bounds how long Close waits for the bus to take the leave
+// announcement.
+const leaveTimeout = 2 * time.Second
+
+// leave announces that the node is shutting down (NodeInfo.Leaving), after
+// its last heartbeat; n.closed must be set. It waits until the bus has the
+// announcement, so that it reaches the manager before the node's
+// subscriptions go away, and reports whether it was announced.
+func (n *Node) leave() bool {
+	n.hbMu.Lock()
+	defer n.hbMu.Unlock()
+	if !n.announced {
+		return false // Start failed before the first heartbeat
+	}
+	b, _ := json.Marshal(NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Leaving: true})
+	err := n.cfg.NC.Publish(subjectNodes, b)
+	if err == nil {
+		err = n.cfg.NC.FlushTimeout(leaveTimeout)
+	}
+	if err != nil {
+		n.log.Warn("sfu node leaving without announcing it; the manager drops it when it does not answer or its heartbeat expires",
+			"subject", subjectNodes, "err", err)
+		return false
+	}
+	n.log.Info("sfu node leaving: announced", "site", n.cfg.Site, "subject", subjectNodes)
+	return true
 }
 
 // --- track directory -------------------------------------------------------

@@ -27,6 +27,13 @@ type cluster struct {
 
 func startCluster(t *testing.T, sites ...string) *cluster {
 	t.Helper()
+	return startClusterLogging(t, nil, sites...)
+}
+
+// startClusterLogging is startCluster with logger(i) as node i's logger
+// (node 0 runs the manager); a nil logger is slog.Default().
+func startClusterLogging(t *testing.T, logger func(i int) *slog.Logger, sites ...string) *cluster {
+	t.Helper()
 	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "sfu-test", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +42,11 @@ func startCluster(t *testing.T, sites ...string) *cluster {
 	c := &cluster{b: b}
 	for i, site := range sites {
 		nc := c.conn(t, fmt.Sprintf("node%d", i+1))
-		n, err := Start(context.Background(), Config{NC: nc, ID: fmt.Sprint(i + 1), Site: site, Manager: i == 0,
+		var log *slog.Logger
+		if logger != nil {
+			log = logger(i)
+		}
+		n, err := Start(context.Background(), Config{NC: nc, ID: fmt.Sprint(i + 1), Site: site, Manager: i == 0, Logger: log,
 			ICEAddresses: loopback, Registerer: prometheus.NewRegistry(), Heartbeat: 200 * time.Millisecond, AllocateEvery: 100 * time.Millisecond, RelaySlots: testRelaySlots})
 		if err != nil {
 			t.Fatal(err)

@@ -45,19 +45,23 @@ type Assignment struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// NodeInfo is a node's heartbeat.
+// NodeInfo is a node's heartbeat. A node that shuts down publishes it
+// once more with Leaving set, after its last heartbeat and before it stops
+// answering, so that the manager stops assigning it at once instead of
+// after nodeTTL.
 type NodeInfo struct {
 	ID        string `json:"id"`
 	Site      string `json:"site"`
 	Clients   int    `json:"clients"`
 	Signal    string `json:"signal"`
 	WebSocket string `json:"websocket,omitempty"`
+	Leaving   bool   `json:"leaving,omitempty"`
 }
 
 // Signal is a client's message to its node, over the bus (request/reply)
 // or the WebSocket.
 type Signal struct {
-	Op      string `json:"op"` // "offer", "pose", "stats", "leave"
+	Op      string `json:"op"` // "offer", "pose", "stats", "leave", "ping"
 	Session string `json:"session"`
 	Client  string `json:"client"`
 	SDP     string `json:"sdp,omitempty"`
@@ -196,6 +200,8 @@ func (n *Node) Signal(s Signal) Reply {
 		if p != nil {
 			p.close()
 		}
+		return Reply{Op: "ok"}
+	case "ping": // the manager's check that the node answers (Manager.place)
 		return Reply{Op: "ok"}
 	}
 	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
