@@ -184,11 +184,23 @@ func simulateHeraOpts(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Du
 	}
 	sort.Float64s(qd)
 	r := simResult{mbps: tot * 8 / win / 1e6}
-	if flows > 1 && len(perSec) > 0 {
+	if flows > 1 {
+		// As the benchmark does (jainSeries): a window in which the link
+		// delivered nothing has no index and is left out.
+		n := 0
 		for _, v := range perSec {
-			r.jain1s += Jain(v)
+			var sum float64
+			for _, x := range v {
+				sum += x
+			}
+			if sum > 0 {
+				r.jain1s += Jain(v)
+				n++
+			}
 		}
-		r.jain1s /= float64(len(perSec))
+		if n > 0 {
+			r.jain1s /= float64(n)
+		}
 	}
 	if len(qd) > 0 {
 		r.p95ms = qd[int(0.95*float64(len(qd)))]
