@@ -16,6 +16,8 @@ export default defineConfig({
       '/persist': 'http://localhost:8080',
       '/conf': 'http://localhost:8080',
       '/user': 'http://localhost:8080',
+      '/scenes': 'http://localhost:8080',
+      '/sfu/ws': { target: 'ws://localhost:8080', ws: true },
       '/mqtt': { target: 'ws://localhost:8080', ws: true },
     },
   },

@@ -118,7 +118,7 @@ export class Bus {
 
   private retry(reason: string) {
     if (this.stopped || this.timer) return;
-    const base = Math.min(MAX_BACKOFF_S, 2 ** Math.min(this.attempt, 5) / 2);
+    const base = Math.min(MAX_BACKOFF_S, 2 ** Math.min(this.attempt, 6) / 2);
     const delay = base * (0.75 + Math.random() * 0.5);
     this.h.onStatus({ state: 'reconnecting', inSeconds: Math.round(delay), attempt: this.attempt, reason });
     this.timer = setTimeout(() => {
