@@ -43,6 +43,10 @@ func (i *InterestSettings) Validate() error {
 		return errors.New("interest settings must not be negative")
 	case i.RateHz > 100:
 		return fmt.Errorf("interest rate %g Hz is above 100 Hz", i.RateHz)
+	case i.RateHz != 0 && i.RateHz < 0.1:
+		return fmt.Errorf("interest rate %g Hz is below 0.1 Hz", i.RateHz)
+	case i.HysteresisMs > 3_600_000:
+		return fmt.Errorf("interest hysteresis %d ms is above an hour", i.HysteresisMs)
 	}
 	return nil
 }

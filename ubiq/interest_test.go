@@ -280,6 +280,7 @@ func TestParseInterest(t *testing.T) {
 		{`{"mode":"knn","k":3,"rate_hz":50}`, "knn", 3, 50, ""},
 		{`{"mode":"knn","rate":7}`, "knn", 20, 7, ""}, // the older name
 		{`{"mode":"knn","rate_hz":1000}`, "knn", 20, 100, ""},
+		{`{"mode":"knn","rate_hz":1e-11,"hysteresis_ms":1e13}`, "knn", 20, 0.1, ""}, // crashed the node's ticker
 		{`{"mode":"grid"}`, "all", 0, 0, `mode must be knn or all, got "grid"`},
 		{`{"mode":"knn",`, "all", 0, 0, "unexpected end of JSON"},
 		{`{"mode":"knn","k":"x"}`, "all", 0, 0, "cannot unmarshal"},

@@ -48,6 +48,12 @@ type interestConfig struct {
 	HysteresisMS float64 `json:"hysteresis_ms"`
 }
 
+// Bounds of a room's interest settings (parseInterest).
+const (
+	minInterestRate = 0.1       // Hz
+	maxHysteresisMS = 3_600_000 // an hour
+)
+
 // parseInterest parses a room's InterestKey. A value that is not valid
 // gives mode "all" and an error that says why.
 func parseInterest(s string) (interestConfig, error) {
@@ -72,13 +78,17 @@ func parseInterest(s string) (interestConfig, error) {
 	if ic.K <= 0 {
 		ic.K = 20
 	}
-	if ic.Rate <= 0 {
+	if ic.Rate <= 0 || math.IsNaN(ic.Rate) {
 		ic.Rate = 5
 	}
-	ic.Rate = math.Min(ic.Rate, 100)
-	if ic.HysteresisMS == 0 {
+	// A tiny rate would make the recompute ticker's period overflow (a
+	// peer could crash the node with it): rates keep to [0.1, 100] Hz, and
+	// the hysteresis to an hour.
+	ic.Rate = min(max(ic.Rate, minInterestRate), 100)
+	if ic.HysteresisMS == 0 || math.IsNaN(ic.HysteresisMS) {
 		ic.HysteresisMS = 500
 	}
+	ic.HysteresisMS = min(max(ic.HysteresisMS, 0), maxHysteresisMS)
 	return ic, nil
 }
 
