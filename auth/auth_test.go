@@ -121,6 +121,9 @@ func TestIsClientEvent(t *testing.T) {
 		`{"object_id":"b","action":"create"}`:                         false,
 		`{"action":`:                                                  false,
 		`[]`:                                                          false,
+		// Browsers read the exact key: a create to them.
+		`{"object_id":"b","action":"create","Action":"clientEvent"}`: false,
+		`{"object_id":"b","ACTION":"clientEvent"}`:                   false,
 	} {
 		if got := IsClientEvent([]byte(in)); got != want {
 			t.Errorf("IsClientEvent(%s) = %v", in, got)

@@ -3,6 +3,7 @@ package auth
 import (
 	"encoding/json"
 
+	"github.com/xrealm/xrealm/scene"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -46,12 +47,18 @@ func (r Rights) CanSubscribe(filter string) bool {
 }
 
 // IsClientEvent reports whether payload is a JSON object whose action is
-// "clientEvent". It is how event-only rights are checked.
+// "clientEvent". It is how event-only rights are checked. A payload with
+// another spelling of "action" ("Action") is not: encoding/json would read
+// that one, and browsers the exact key.
 func IsClientEvent(payload []byte) bool {
 	var m struct {
 		Action string `json:"action"`
 	}
-	return json.Unmarshal(payload, &m) == nil && m.Action == "clientEvent"
+	if json.Unmarshal(payload, &m) != nil || m.Action != "clientEvent" {
+		return false
+	}
+	_, variant := scene.CaseVariant(payload, "action")
+	return !variant
 }
 
 // Role is what a user may do in a scene.

@@ -76,6 +76,9 @@ type wire struct {
 	Timestamp json.RawMessage `json:"timestamp"`
 }
 
+// wireFields are the JSON names of wire's fields.
+var wireFields = []string{"object_id", "action", "type", "persist", "ttl", "private", "overwrite", "data", "timestamp"}
+
 // ErrInvalid is wrapped by every error Parse returns.
 var ErrInvalid = errors.New("invalid ARENA message")
 
@@ -97,6 +100,9 @@ func Parse(t topic.SceneTopic, payload []byte) (Message, error) {
 	var w wire
 	if err := json.Unmarshal(payload, &w); err != nil {
 		return fail("malformed JSON: %v", err)
+	}
+	if k, ok := CaseVariant(payload, wireFields...); ok {
+		return fail("key %q differs from a field's name only in case", clipString(k))
 	}
 	var m Message
 	var err error
