@@ -50,6 +50,9 @@ func LoadKeys(dataDir string) (*Keys, error) {
 	if err != nil {
 		return nil, fmt.Errorf("signing key %s: %w", path, err)
 	}
+	if k.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("signing key %s: curve %s, want P-256 (tokens are ES256)", path, k.Curve.Params().Name)
+	}
 	return &Keys{priv: k}, nil
 }
 
