@@ -67,10 +67,12 @@ func needsEscape(t string) bool {
 }
 
 // FromSubject maps a NATS subject produced by ToSubject back to the MQTT
-// topic or filter. Subjects that ToSubject cannot produce (a bad escape)
-// yield an error naming the subject.
+// topic or filter. Subjects that ToSubject cannot produce (a bad escape,
+// a wildcard or separator inside a token, an escape of a character that
+// needs none) yield an error naming the subject: a NATS client must not
+// reach MQTT subscribers with a topic that no MQTT publish could have.
 func FromSubject(s string) (string, error) {
-	if !strings.ContainsAny(s, "%*>") {
+	if !strings.ContainsAny(s, "%*>+#/") {
 		return strings.ReplaceAll(s, ".", "/"), nil
 	}
 	var b strings.Builder
@@ -106,7 +108,11 @@ func FromSubject(s string) (string, error) {
 			j += 2
 		}
 	}
-	return b.String(), nil
+	out := b.String()
+	if ToSubject(out) != s {
+		return "", fmt.Errorf("subject %q: not one that an MQTT topic maps to (it would read as %q)", s, out)
+	}
+	return out, nil
 }
 
 func unhex(a, b byte) (byte, bool) {
