@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -128,6 +129,9 @@ func EncodePLY(c Cloud) []byte {
 	return b.Bytes()
 }
 
+// MaxPLYPoints bounds the vertex count DecodePLY accepts.
+const MaxPLYPoints = 1 << 24
+
 // DecodePLY reads a PLY point cloud (ASCII or binary little-endian) with
 // float or double x, y, z and optional uchar red, green, blue. Other vertex
 // properties are skipped; other elements must follow the vertices.
@@ -182,7 +186,16 @@ func DecodePLY(r io.Reader) (Cloud, error) {
 	if n < 0 {
 		return nil, errors.New("ply header: no vertex element")
 	}
-	out := make(Cloud, n)
+	if n > MaxPLYPoints {
+		return nil, fmt.Errorf("ply header: %d vertices, more than %d", n, MaxPLYPoints)
+	}
+	if !slices.ContainsFunc(props, func(p prop) bool { return p.name == "x" }) ||
+		!slices.ContainsFunc(props, func(p prop) bool { return p.name == "y" }) ||
+		!slices.ContainsFunc(props, func(p prop) bool { return p.name == "z" }) {
+		return nil, errors.New("ply header: the vertex element needs properties x, y and z")
+	}
+	// Grown as points arrive: the count is the file's word, not its size.
+	out := make(Cloud, 0, min(n, 1<<16))
 	set := func(p *Point, name string, v float64) {
 		switch name {
 		case "x":
@@ -206,6 +219,7 @@ func DecodePLY(r io.Reader) (Cloud, error) {
 			if err != nil && line == "" {
 				return nil, fmt.Errorf("ply vertex %d: %w", i, err)
 			}
+			out = append(out, Point{})
 			f := strings.Fields(line)
 			if len(f) < len(props) {
 				return nil, fmt.Errorf("ply vertex %d: %d values, want %d", i, len(f), len(props))
@@ -215,7 +229,7 @@ func DecodePLY(r io.Reader) (Cloud, error) {
 				if err != nil {
 					return nil, fmt.Errorf("ply vertex %d: %w", i, err)
 				}
-				set(&out[i], p.name, v)
+				set(&out[len(out)-1], p.name, v)
 			}
 		}
 	case "binary_little_endian":
@@ -228,6 +242,7 @@ func DecodePLY(r io.Reader) (Cloud, error) {
 			if _, err := io.ReadFull(br, rec); err != nil {
 				return nil, fmt.Errorf("ply vertex %d: %w", i, err)
 			}
+			out = append(out, Point{})
 			off := 0
 			for _, p := range props {
 				b := rec[off : off+p.size]
@@ -251,7 +266,7 @@ func DecodePLY(r io.Reader) (Cloud, error) {
 				default:
 					v = float64(int32(binary.LittleEndian.Uint32(b)))
 				}
-				set(&out[i], p.name, v)
+				set(&out[len(out)-1], p.name, v)
 			}
 		}
 	default:
