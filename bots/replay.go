@@ -96,7 +96,9 @@ func (t *Trace) WriteTo(w io.Writer) (int64, error) {
 	n += int64(c)
 	for _, s := range t.Samples {
 		p := s.Pose
-		c, _ = fmt.Fprintf(bw, "%.3f %.3f %.3f %.3f %.4f %.4f %.4f %.4f\n", s.T, p.Pos.X, p.Pos.Y, p.Pos.Z, p.Rot.X, p.Rot.Y, p.Rot.Z, p.Rot.W)
+		// The time exactly (shortest form): samples less than 1 ms apart
+		// must still increase when read back.
+		c, _ = fmt.Fprintf(bw, "%s %.3f %.3f %.3f %.4f %.4f %.4f %.4f\n", strconv.FormatFloat(s.T, 'f', -1, 64), p.Pos.X, p.Pos.Y, p.Pos.Z, p.Rot.X, p.Rot.Y, p.Rot.Z, p.Rot.W)
 		n += int64(c)
 	}
 	return n, bw.Flush()

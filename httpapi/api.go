@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xrealm/xrealm/auth"
 )
@@ -179,7 +180,13 @@ func anonymousName(want string) string {
 		return r
 	}, want)
 	if len(clean) > 64 {
-		clean = clean[:64]
+		// Cut at a character boundary: the name goes into the token's sub
+		// and the JSON answer, which must stay valid UTF-8.
+		n := 64
+		for n > 0 && !utf8.RuneStart(clean[n]) {
+			n--
+		}
+		clean = clean[:n]
 	}
 	if clean == "" {
 		b := make([]byte, 4)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -157,8 +158,8 @@ func parseArea(s string) (bots.Area, error) {
 	var v [4]float64
 	for i, x := range f {
 		var err error
-		if v[i], err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
-			return bots.Area{}, fmt.Errorf("--area %q: %q is not a number", s, x)
+		if v[i], err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil || math.IsNaN(v[i]) || math.IsInf(v[i], 0) {
+			return bots.Area{}, fmt.Errorf("--area %q: %q is not a finite number", s, x)
 		}
 	}
 	if v[0] >= v[1] || v[2] >= v[3] {

@@ -178,6 +178,9 @@ func parseICEServers(v string) ([]ubiq.ICEServer, error) {
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("ice servers: %w", err)
 		}
+		if dec.More() || dec.InputOffset() != int64(len(v)) {
+			return nil, fmt.Errorf("ice servers: unexpected data after the JSON array: %q", v[dec.InputOffset():])
+		}
 		for _, e := range s {
 			if err := checkICEURI(e.URI); err != nil {
 				return nil, err

@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// FuzzApplyConfigFile writes the input as the --config file of a command
+// whose --http-addr was given on the command line. A file is refused, or
+// it is a JSON object every key of which names a flag; the flags it names
+// that were not given take its values, the given one keeps the command
+// line's.
+func FuzzApplyConfigFile(f *testing.F) {
+	for _, s := range []string{
+		`{"http-addr": ":80", "insecure": true, "max-payload": 2048, "ratio": 0.5, "log-level": "debug"}`,
+		`{"nats-addr": ""}`, `{"max-payload": "4096", "insecure": "1"}`, `{"max-payload": 1e20}`, `{"max-payload": 2.5}`,
+		`{"insecure": null}`, `{"config": "x"}`, `{"htp-addr": ":80"}`, `{"http-addr": {"port": 80}}`,
+		`{"ratio": 1, "ratio": 2}`, `[]`, `null`, ``, `{} {}`,
+	} {
+		f.Add([]byte(s))
+	}
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, file []byte) {
+		path := filepath.Join(dir, "xrealm.json")
+		if err := os.WriteFile(path, file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.String("config", "", "")
+		fs.String("http-addr", ":8080", "")
+		fs.String("nats-addr", ":4222", "")
+		fs.String("log-level", "info", "")
+		fs.Bool("insecure", false, "")
+		fs.Int("max-payload", 1, "")
+		fs.Float64("ratio", 1, "")
+		if err := fs.Parse([]string{"--http-addr", ":81", "--config", path}); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyConfigFile(fs, path); err != nil {
+			return
+		}
+		var m map[string]any
+		// (null decodes as no settings: accepted as an empty file)
+		if !json.Valid(file) || json.Unmarshal(file, &m) != nil || (m == nil && string(bytes.TrimSpace(file)) != "null") {
+			t.Fatalf("accepted %q, which is not a JSON object", file)
+		}
+		if got := fs.Lookup("http-addr").Value.String(); got != ":81" {
+			t.Fatalf("%q overrode --http-addr given on the command line: %q", file, got)
+		}
+		for k, v := range m {
+			fl := fs.Lookup(k)
+			if fl == nil || k == "config" {
+				t.Fatalf("accepted %q with setting %q", file, k)
+			}
+			if k == "http-addr" {
+				continue
+			}
+			got := fl.Value.String()
+			switch v := v.(type) {
+			case string:
+				if k == "nats-addr" || k == "log-level" {
+					if got != v {
+						t.Fatalf("%q: %s = %q, want %q", file, k, got, v)
+					}
+				}
+			case bool:
+				if got != strconv.FormatBool(v) {
+					t.Fatalf("%q: %s = %q, want %v", file, k, got, v)
+				}
+			case float64:
+				if k != "max-payload" && k != "ratio" {
+					continue // a number for a string or bool flag is read as its text
+				}
+				if g, err := strconv.ParseFloat(got, 64); err != nil || g != v {
+					t.Fatalf("%q: %s = %q, want %v", file, k, got, v)
+				}
+			default:
+				t.Fatalf("%q: setting %q of type %T accepted", file, k, v)
+			}
+		}
+	})
+}
+
+// FuzzParseICEServers: --ice-servers is refused, or every server it gives
+// has a stun:, stuns:, turn: or turns: URI with something after the
+// scheme; the JSON form is accepted only when the whole value is JSON,
+// and the list form only gives what the value spells.
+func FuzzParseICEServers(f *testing.F) {
+	for _, s := range []string{
+		"none", "stun:a.example:3478", "stun:a.example, turn:b.example:3478?transport=udp",
+		`[{"uri":"turns:t.example:5349","username":"u","password":"p"}]`, `[]`, `[{"uri":"turn:x","user":"u"}]`,
+		"http://a.example", "stun:", "", ",", ` [{"uri":"stun:x"}] `, `[{"uri":"stun:x"},]`, `[null]`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		got, err := parseICEServers(v)
+		if err != nil {
+			return
+		}
+		for _, s := range got {
+			if checkICEURI(s.URI) != nil || strings.TrimSpace(s.URI) != s.URI {
+				t.Fatalf("parseICEServers(%q) accepted URI %q", v, s.URI)
+			}
+		}
+		tv := strings.TrimSpace(v)
+		switch {
+		case tv == "none":
+			if len(got) != 0 {
+				t.Fatalf("none gave %+v", got)
+			}
+		case strings.HasPrefix(tv, "["):
+			if !json.Valid([]byte(tv)) {
+				t.Fatalf("parseICEServers(%q) accepted a value that is not JSON: %+v", v, got)
+			}
+		default:
+			if n := len(strings.Split(v, ",")); n != len(got) {
+				t.Fatalf("parseICEServers(%q) = %d servers from %d fields", v, len(got), n)
+			}
+			for _, s := range got {
+				if strings.ContainsAny(s.URI, ",") || !strings.Contains(v, s.URI) {
+					t.Fatalf("parseICEServers(%q) made up URI %q", v, s.URI)
+				}
+			}
+		}
+	})
+}
+
+// FuzzParseArea: --area is refused, or gives a box with finite bounds,
+// each minimum below its maximum.
+func FuzzParseArea(f *testing.F) {
+	for _, s := range []string{"-10,10,-10,10", " 0 , 1 , 2 , 3 ", "1,1,0,1", "0,1,0", "0,1,0,1,2", "a,b,c,d", "1e400,2e400,0,1", "0x10,0x20,-1_0,1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := parseArea(s)
+		if err != nil {
+			return
+		}
+		for _, v := range []float64{a.MinX, a.MaxX, a.MinZ, a.MaxZ} {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				t.Fatalf("parseArea(%q) = %+v, not finite", s, a)
+			}
+		}
+		if !(a.MinX < a.MaxX && a.MinZ < a.MaxZ) {
+			t.Fatalf("parseArea(%q) = %+v", s, a)
+		}
+	})
+}
