@@ -96,7 +96,7 @@ func FuzzParseICEServers(f *testing.F) {
 	for _, s := range []string{
 		"none", "stun:a.example:3478", "stun:a.example, turn:b.example:3478?transport=udp",
 		`[{"uri":"turns:t.example:5349","username":"u","password":"p"}]`, `[]`, `[{"uri":"turn:x","user":"u"}]`,
-		"http://a.example", "stun:", "", ",", ` [{"uri":"stun:x"}] `, `[{"uri":"stun:x"},]`, `[null]`,
+		"http://a.example", "stun:", "", ",", ` [{"uri":"stun:x"}] `, `[{"uri":"stun:x"},]`, `[null]`, `[]0`, `[{"uri":"stun:a"}] junk`,
 	} {
 		f.Add(s)
 	}
