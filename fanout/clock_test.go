@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/internal/testnet"
 )
 
 // The clock's heap gives entries back in time order.
@@ -35,7 +37,7 @@ func TestClockSharedBySockets(t *testing.T) {
 	var ws []*Writer
 	var readers sync.WaitGroup
 	for i := 0; i < conns; i++ {
-		server, client := tcpPair(t)
+		server, client := testnet.TCPPair(t)
 		w := NewWriter(server, Options{Linger: 5 * time.Millisecond, Clock: clock}, nil)
 		ws = append(ws, w)
 		readers.Add(1)

@@ -4,36 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
-)
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (*net.TCPConn, *net.TCPConn) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := <-accepted
-	if server == nil {
-		t.Fatal("accept failed")
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return server.(*net.TCPConn), client.(*net.TCPConn)
-}
+	"github.com/xrealm/xrealm/internal/testnet"
+)
 
 // numbered returns frame i: its number, then size-4 bytes of filler.
 func numbered(i uint32, size int) []byte {
@@ -62,7 +38,7 @@ func readNumbered(t *testing.T, r io.Reader, n, size int) {
 
 // On an idle socket, urgent frames are written by Enqueue itself, in order.
 func TestInlineWritesOnIdleSocket(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testnet.TCPPair(t)
 	w := NewWriter(server, Options{Linger: time.Hour}, nil)
 	const n, size = 200, 64
 	done := make(chan struct{})
@@ -82,7 +58,7 @@ func TestInlineWritesOnIdleSocket(t *testing.T) {
 // rest of a partly written frame goes to the writer goroutine, and once the
 // reader resumes every byte arrives in order.
 func TestInlineWriteSlowReaderKeepsOrder(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testnet.TCPPair(t)
 	w := NewWriter(server, Options{MaxFrames: 1 << 20, MaxBytes: 64 << 20}, nil)
 	const n, size = 3000, 10000 // 30 MB: far more than the socket buffers
 	enqueued := make(chan struct{})
@@ -109,7 +85,7 @@ func TestInlineWriteSlowReaderKeepsOrder(t *testing.T) {
 // Enqueue from many goroutines while the writer goroutine and inline writes
 // alternate: no frame is lost or torn.
 func TestInlineConcurrentEnqueue(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testnet.TCPPair(t)
 	w := NewWriter(server, Options{Linger: 200 * time.Microsecond, MaxFrames: 1 << 20, MaxBytes: 64 << 20}, nil)
 	const senders, per, size = 8, 500, 100
 	var wg sync.WaitGroup
@@ -137,7 +113,7 @@ func TestInlineConcurrentEnqueue(t *testing.T) {
 
 // Close waits for a frame that an inline write left partly written.
 func TestCloseFlushesInlineRest(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testnet.TCPPair(t)
 	w := NewWriter(server, Options{MaxBytes: 64 << 20}, nil)
 	const size = 32 << 20 // more than the socket buffers
 	w.Enqueue(&Frame{Bytes: numbered(0, size), Urgent: true})
@@ -149,7 +125,7 @@ func TestCloseFlushesInlineRest(t *testing.T) {
 
 // A write error found inline is reported once, by the writer goroutine.
 func TestInlineErrorReported(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testnet.TCPPair(t)
 	errs := make(chan error, 4)
 	w := NewWriter(server, Options{}, func(err error) { errs <- err })
 	client.SetLinger(0)
@@ -175,7 +151,7 @@ func TestInlineErrorReported(t *testing.T) {
 // An urgent frame takes the frames lingering in the queue along, written by
 // Enqueue itself, in order.
 func TestInlineUrgentTakesQueuedFrames(t *testing.T) {
-	server, client := tcpPair(t)
+	server, client := testnet.TCPPair(t)
 	w := NewWriter(server, Options{Linger: time.Hour}, nil)
 	w.Enqueue(&Frame{Bytes: numbered(0, 50)})           // idle: inline
 	w.Enqueue(&Frame{Bytes: numbered(1, 50), Key: "p"}) // lingers

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/internal/testnet"
 )
 
 // pipeConn records writes; block makes Write wait until released.
@@ -281,7 +283,7 @@ func TestWriterWithinShortensLinger(t *testing.T) {
 			return c, c.String
 		}},
 		{"socket (clock, inline)", func(t *testing.T) (Conn, func() string) {
-			a, b := tcpPair(t)
+			a, b := testnet.TCPPair(t)
 			var mu sync.Mutex
 			var got []byte
 			go func() {
@@ -321,7 +323,7 @@ func TestWriterWithinShortensLinger(t *testing.T) {
 // again: each costs at most one write, and the clock entries they replace
 // come due without writing and are gone once the connection is quiet.
 func TestWriterWithinLeavesNoStaleWrites(t *testing.T) {
-	a, b := tcpPair(t)
+	a, b := testnet.TCPPair(t)
 	go io.Copy(io.Discard, b)
 	clock := NewClock()
 	w := NewWriter(a, Options{Linger: 40 * time.Millisecond, Clock: clock}, nil)

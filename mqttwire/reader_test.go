@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrealm/xrealm/internal/testnet"
+
 	"github.com/xrealm/xrealm/streamread"
 )
 
@@ -187,26 +189,6 @@ func receiveAll(nc net.Conn, stop func() bool) ([]string, error) {
 	return got, err
 }
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 // streamread.Receive with a Reader hands over every packet, split across writes anywhere, on a
 // plain socket (raw reads) and on a wrapper (net.Pipe, read through its
 // Read), and ends with io.EOF when the peer closes.
@@ -221,7 +203,7 @@ func TestReceiveSplitWrites(t *testing.T) {
 	want = append(want, strings.Repeat("z", 200_000)) // larger than a shared buffer
 	stream = append(stream, publishPacket("a/b", want[len(want)-1])...)
 	pipeC, pipeS := net.Pipe()
-	tcpC, tcpS := tcpPair(t)
+	tcpC, tcpS := testnet.TCPPair(t)
 	for _, tc := range []struct {
 		name           string
 		client, server net.Conn
@@ -257,7 +239,7 @@ func TestReceiveSplitWrites(t *testing.T) {
 // A malformed length ends Receive with ErrMalformedLength, after the
 // packets before it.
 func TestReceiveMalformed(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testnet.TCPPair(t)
 	c.Write(append(publishPacket("a", "x"), 0x30, 0xff, 0xff, 0xff, 0xff, 0x01))
 	got, err := receiveAll(s, func() bool { return false })
 	if !errors.Is(err, ErrMalformedLength) || len(got) != 1 {
@@ -266,7 +248,7 @@ func TestReceiveMalformed(t *testing.T) {
 }
 
 func TestReadPacket(t *testing.T) {
-	c, s := tcpPair(t)
+	c, s := testnet.TCPPair(t)
 	go func() {
 		b := append(publishPacket("a", "first"), publishPacket("a", "second")...)
 		for i := range b { // a byte at a time

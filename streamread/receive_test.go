@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/internal/testnet"
 )
 
 // The tests frame their streams as a 4-byte big-endian length and that
@@ -96,33 +98,13 @@ func receiveAll(nc net.Conn, stop func() bool) ([]string, error) {
 	return got, err
 }
 
-// tcpPair returns the two ends of a loopback TCP connection.
-func tcpPair(t *testing.T) (client, server net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, err = ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 // conns returns a plain socket's two ends (raw reads) and a wrapper's
 // (net.Pipe, read through its Read).
 func conns(t *testing.T) []struct {
 	name           string
 	client, server net.Conn
 } {
-	tcpC, tcpS := tcpPair(t)
+	tcpC, tcpS := testnet.TCPPair(t)
 	pipeC, pipeS := net.Pipe()
 	t.Cleanup(func() { pipeC.Close(); pipeS.Close() })
 	return []struct {
@@ -170,7 +152,7 @@ func TestReceiveSplitWrites(t *testing.T) {
 // is found by the probe, up to probeEvery later).
 func TestReceiveSeesCloseAfterBurst(t *testing.T) {
 	for i := range 2 {
-		c, s := tcpPair(t)
+		c, s := testnet.TCPPair(t)
 		c.Write(append(frame("one"), frame("two")...))
 		c.Close()
 		time.Sleep(5 * time.Millisecond)
@@ -196,7 +178,7 @@ func TestReceiveSeesCloseAfterBurst(t *testing.T) {
 // deadline.
 func TestReceiveEnds(t *testing.T) {
 	t.Run("handle error", func(t *testing.T) {
-		c, s := tcpPair(t)
+		c, s := testnet.TCPPair(t)
 		c.Write(frame("x"))
 		mine := errors.New("mine")
 		err := Receive(s, NewBuffer(16), Options{}, func() error { return mine })
@@ -205,7 +187,7 @@ func TestReceiveEnds(t *testing.T) {
 		}
 	})
 	t.Run("stop", func(t *testing.T) {
-		c, s := tcpPair(t)
+		c, s := testnet.TCPPair(t)
 		var stopped atomic.Bool
 		done := make(chan error, 1)
 		go func() {

@@ -1,4 +1,5 @@
-// Package testnet gives tests loopback addresses to listen on.
+// Package testnet gives tests loopback addresses to listen on and loopback
+// connections.
 package testnet
 
 import (
@@ -24,4 +25,26 @@ func FreePorts(t testing.TB, n int) []string {
 		addrs[i] = l.Addr().String()
 	}
 	return addrs
+}
+
+// TCPPair returns the two ends of a loopback TCP connection, closed when
+// the test ends.
+func TCPPair(t testing.TB) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c.(*net.TCPConn), s.(*net.TCPConn)
 }
