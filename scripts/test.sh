@@ -16,7 +16,7 @@ say "go test ./..."
 go test -count=1 -timeout 15m ./...
 
 say "go test -race (front end and connection machinery)"
-go test -count=1 -race -timeout 10m ./fanout/ ./mqtt/ ./mqttwire/ ./topic/ ./auth/
+go test -count=1 -race -timeout 10m ./fanout/ ./mqtt/ ./mqttwire/ ./streamread/ ./topic/ ./auth/
 
 say "pytest tests/python (real clients against bin/xrealm)"
 XREALM_BIN="$PWD/bin/xrealm" .venv/bin/python -m pytest -q tests/python
