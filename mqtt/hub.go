@@ -159,8 +159,8 @@ func (h *Hub) snapshotScenesLocked() {
 // fromBus delivers a message that arrived over NATS.
 func (h *Hub) fromBus(s *sceneSub, m *nats.Msg) {
 	name, err := topic.FromSubject(m.Subject)
-	if err != nil || strings.HasPrefix(name, "$") {
-		return
+	if err != nil || strings.HasPrefix(name, "$") || topic.ValidName(name) != nil {
+		return // a NATS client's subject that no MQTT publish could have (a wildcard)
 	}
 	h.dispatch(s, newOutMsg(name, m.Data))
 }

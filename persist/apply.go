@@ -89,6 +89,9 @@ func (s *Store) applyRetrying(ctx context.Context, msg jetstream.Msg) error {
 // messages return nil.
 func (s *Store) apply(ctx context.Context, subject string, payload []byte) error {
 	mt, err := topic.FromSubject(subject)
+	if err == nil {
+		err = topic.ValidName(mt) // a wildcard subject from a NATS client
+	}
 	if err != nil {
 		s.reject(subject, err)
 		return nil
