@@ -1,8 +1,6 @@
 package auth
 
 import (
-	"encoding/json"
-
 	"github.com/xrealm/xrealm/scene"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -47,14 +45,13 @@ func (r Rights) CanSubscribe(filter string) bool {
 }
 
 // IsClientEvent reports whether payload is a JSON object whose action is
-// "clientEvent". It is how event-only rights are checked. A payload with
-// another spelling of "action" ("Action") is not: encoding/json would read
-// that one, and browsers the exact key.
+// "clientEvent". It is how event-only rights are checked. It reads the
+// action as a browser does: the last "action" key, null included (a
+// string field would skip a null), and a payload with another spelling of
+// the key ("Action", which encoding/json would read) is not one.
 func IsClientEvent(payload []byte) bool {
-	var m struct {
-		Action string `json:"action"`
-	}
-	if json.Unmarshal(payload, &m) != nil || m.Action != "clientEvent" {
+	action, _, err := scene.Peek(payload)
+	if err != nil || action != scene.ActionClientEvent {
 		return false
 	}
 	_, variant := scene.CaseVariant(payload, "action")

@@ -1,8 +1,8 @@
 package scene
 
 import (
+	"bytes"
 	"encoding/json"
-	"strings"
 )
 
 // CaseVariant returns the first top-level key of the JSON object payload
@@ -44,13 +44,17 @@ func CaseVariant(payload []byte, names ...string) (key string, found bool) {
 			if k >= len(payload) || payload[k] != ':' {
 				continue // a value, not a key
 			}
-			key := string(raw[1 : len(raw)-1])
-			if escaped && json.Unmarshal(raw, &key) != nil {
-				continue
+			key := raw[1 : len(raw)-1]
+			if escaped {
+				var s string
+				if json.Unmarshal(raw, &s) != nil {
+					continue
+				}
+				key = []byte(s)
 			}
 			for _, n := range names {
-				if key != n && strings.EqualFold(key, n) {
-					return key, true
+				if string(key) != n && bytes.EqualFold(key, []byte(n)) {
+					return string(key), true
 				}
 			}
 		}

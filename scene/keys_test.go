@@ -3,7 +3,10 @@ package scene
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/xrealm/xrealm/topic"
 )
 
 func TestCaseVariant(t *testing.T) {
@@ -27,10 +30,11 @@ func TestCaseVariant(t *testing.T) {
 			t.Errorf("%s: %q %v, want %q", tc.in, k, ok, tc.want)
 		}
 	}
-	// Peek and Parse refuse such payloads.
+	// Parse refuses such payloads (Peek need not: what it lets through,
+	// the applier's Parse refuses).
 	p := []byte(`{"object_id":"a","action":"update","persist":false,"Persist":true}`)
-	if _, _, err := Peek(p); err == nil {
-		t.Errorf("Peek accepted %s", p)
+	if _, err := Parse(topic.SceneTopic{ID: "a"}, p); err == nil || !strings.Contains(err.Error(), "only in case") {
+		t.Errorf("Parse(%s): %v", p, err)
 	}
 }
 

@@ -16,9 +16,6 @@ func Peek(payload []byte) (action string, persist bool, err error) {
 	if err := json.Unmarshal(payload, &w); err != nil {
 		return "", false, fmt.Errorf("%w: malformed JSON: %v; payload %s", ErrInvalid, err, Quote(payload))
 	}
-	if k, ok := CaseVariant(payload, "action", "persist"); ok {
-		return "", false, fmt.Errorf("%w: key %q differs from a field's name only in case", ErrInvalid, clipString(k))
-	}
 	if action, err = str(w.Action); err != nil {
 		return "", false, fmt.Errorf("%w: action: %v", ErrInvalid, err)
 	}
