@@ -179,19 +179,31 @@ func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) erro
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client})
-	if _, err := m.nc.RequestWithContext(ctx, a.Signal, b); err != nil {
+	msg, err := m.nc.RequestWithContext(ctx, a.Signal, b)
+	if err != nil {
 		return fmt.Errorf("sfu manager: ping node %s on %s: %w", a.Node, a.Signal, err)
+	}
+	var r Reply
+	if err := json.Unmarshal(msg.Data, &r); err != nil || r.Op != "ok" {
+		return fmt.Errorf("sfu manager: ping node %s on %s: %w: %s", a.Node, a.Signal, errNodeRefused, r.Error)
 	}
 	return nil
 }
 
+// errNodeRefused is a ping's error when the node answers that it takes no
+// clients (it is shutting down).
+var errNodeRefused = errors.New("node refused")
+
 // nodeGone reports whether a probe's error means that the node is gone
 // rather than that the manager cannot ask (closed, bus down).
 func nodeGone(err error) bool {
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, errNodeRefused)
 }
 
-// drop forgets a node that did not answer until its next heartbeat.
+// drop forgets a node that did not answer until its next heartbeat (even
+// one that came during the ping: a node that sends heartbeats but does not
+// answer is not one to place clients on).
 func (m *Manager) drop(id string) {
 	m.mu.Lock()
 	delete(m.nodes, id)

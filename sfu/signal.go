@@ -202,6 +202,12 @@ func (n *Node) Signal(s Signal) Reply {
 		}
 		return Reply{Op: "ok"}
 	case "ping": // the manager's check that the node answers (Manager.place)
+		n.mu.Lock()
+		closing := n.closed
+		n.mu.Unlock()
+		if closing {
+			return Reply{Op: "error", Error: "sfu node " + n.cfg.ID + " is shutting down"}
+		}
 		return Reply{Op: "ok"}
 	}
 	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
