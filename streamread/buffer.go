@@ -61,6 +61,9 @@ var sharedBufs = sync.Pool{New: func() any { b := make([]byte, sharedBufSize); r
 
 const sharedBufSize = 64 << 10
 
+// ownShrunk is the size a buffer grown past sharedBufSize returns to.
+const ownShrunk = 4 << 10
+
 // borrow moves the unread bytes into a shared buffer, in which the next
 // reads land until giveBack; nil when more than a quarter of one is unread
 // (a large packet in progress stays in the buffer's own memory).
@@ -83,8 +86,12 @@ func (b *Buffer) giveBack(p *[]byte) {
 		return
 	}
 	unread := b.buf[b.start:b.end]
-	if len(unread) > len(b.own) {
+	switch {
+	case len(unread) > len(b.own):
 		b.own = make([]byte, 2*len(unread))
+	case len(b.own) > sharedBufSize && len(unread) <= ownShrunk/2:
+		// A large packet grew the buffer; it is done: let the memory go.
+		b.own = make([]byte, ownShrunk)
 	}
 	b.end = copy(b.own, unread)
 	b.start = 0

@@ -232,3 +232,22 @@ func TestReceiveEnds(t *testing.T) {
 		}
 	})
 }
+
+// A buffer grown for a large frame gives the memory back once the frame
+// is taken.
+func TestBufferShrinksAfterLargeFrame(t *testing.T) {
+	var b Buffer
+	feed(&b, frame(strings.Repeat("L", 4*sharedBufSize)))
+	if got := take(&b); len(got) != 1 {
+		t.Fatalf("%d frames", len(got))
+	}
+	p := b.borrow()
+	feed(&b, frame("small"))
+	if got := take(&b); len(got) != 1 || got[0] != "small" {
+		t.Fatalf("frames %q", got)
+	}
+	b.giveBack(p)
+	if len(b.buf) > sharedBufSize {
+		t.Fatalf("own buffer still %d bytes", len(b.buf))
+	}
+}

@@ -205,10 +205,10 @@ func (p *props) appendAll(keys, values []string) (ck, cv []string) {
 	return ck, cv
 }
 
-// getOr returns the value of k, "" if there is none.
-func (p *props) getOr(k string) string {
-	v, _ := p.get(k)
-	return v
+// has reports whether k has the value v.
+func (p *props) has(k, v string) bool {
+	got, ok := p.get(k)
+	return ok && got == v
 }
 
 func (p props) clone() props {

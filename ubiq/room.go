@@ -73,19 +73,20 @@ func parseInterest(s string) (interestConfig, error) {
 		return all, fmt.Errorf("room property %s %q: mode must be knn or all, got %q", InterestKey, s, ic.Mode)
 	}
 	if ic.Rate == 0 {
-		ic.Rate, ic.OldRate = ic.OldRate, 0
+		ic.Rate = ic.OldRate
 	}
+	ic.OldRate = 0
 	if ic.K <= 0 {
 		ic.K = 20
 	}
-	if ic.Rate <= 0 || math.IsNaN(ic.Rate) {
+	if ic.Rate <= 0 {
 		ic.Rate = 5
 	}
 	// A tiny rate would make the recompute ticker's period overflow (a
 	// peer could crash the node with it): rates keep to [0.1, 100] Hz, and
 	// the hysteresis to an hour.
 	ic.Rate = min(max(ic.Rate, minInterestRate), 100)
-	if ic.HysteresisMS == 0 || math.IsNaN(ic.HysteresisMS) {
+	if ic.HysteresisMS == 0 {
 		ic.HysteresisMS = 500
 	}
 	ic.HysteresisMS = min(max(ic.HysteresisMS, 0), maxHysteresisMS)
@@ -276,7 +277,7 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		// the change (say, by sending its position) finds it in force.
 		v, _ := rec.Props.get(InterestKey)
 		ic, err := parseInterest(v)
-		if err != nil && (old == nil || v != old.Props.getOr(InterestKey)) {
+		if err != nil && (old == nil || !old.Props.has(InterestKey, v)) {
 			r.s.log.Warn("Ubiq room interest ignored: every member receives every message", "room", r.id, "err", err)
 		}
 		if ic != r.ic {
