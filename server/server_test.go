@@ -787,3 +787,32 @@ func TestPortInUseFailsStart(t *testing.T) {
 	}
 	l.Close()
 }
+
+// A message on a wildcard subject (a NATS client may publish one) does not
+// reach MQTT subscribers: no MQTT publish has such a topic.
+func TestWildcardSubjectNotDelivered(t *testing.T) {
+	n := startNode(t, nil)
+	tok := n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour)
+	c := mustConnect(t, n.mqttURL, "ed", tok)
+	in := newInbox()
+	subscribe(t, c, base+"/#", in)
+	nc, err := n.bus.Connect("wildcard-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	msg := `{"object_id":"x","action":"update","data":{}}`
+	for _, s := range []string{"realm.s.lab.room1.o.*.x", "realm.s.lab.room1.o.>", "realm.s.lab.room1.o.a+b.x", "realm.s.lab.room1.o.ok.x"} {
+		if err := nc.Publish(s, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.wait(t, "/o/ok/x", 5*time.Second) // sent last, so the others came before it
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, m := range in.msgs {
+		if strings.ContainsAny(m.Topic(), "+#") {
+			t.Errorf("delivered topic %q", m.Topic())
+		}
+	}
+}
