@@ -6,6 +6,12 @@
 // encoded descriptions in RTP payloads with a small header (client, frame,
 // description, fragment).
 //
+// Receivers hold incomplete descriptions only within fixed bounds
+// (Reassembler: MaxPending; FrameTracker: MaxTrackedPending,
+// MaxTrackedPendingBytes and MaxTrackedDone), evicting the oldest, so that
+// a sender that starts descriptions it never finishes cannot grow a
+// node's memory.
+//
 // The package is transport-agnostic: it produces and consumes RTP payloads,
 // and the sfu package moves them.
 package volumetric
