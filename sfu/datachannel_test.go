@@ -26,6 +26,8 @@ type browserLike struct {
 	sess  string
 	id    string
 	evSub *nats.Subscription
+	dc    *webrtc.DataChannel // the point-cloud channel, if asked for
+	open  chan struct{}       // closed when dc opened
 
 	mu       sync.Mutex
 	slots    map[string]*TrackInfo // by mid, from the last Event
@@ -51,7 +53,7 @@ func dialBrowserLike(t *testing.T, ctx context.Context, nc *nats.Conn, session, 
 		t.Fatal(err)
 	}
 	b := &browserLike{pc: pc, nc: nc, sig: a.Signal, sess: session, id: client, slots: map[string]*TrackInfo{},
-		complete: map[string]map[int]int{}, seqs: map[int]uint16{}}
+		complete: map[string]map[int]int{}, seqs: map[int]uint16{}, open: make(chan struct{})}
 	t.Cleanup(b.close)
 	b.evSub, err = nc.Subscribe(subjectEvents(session, client), func(m *nats.Msg) {
 		var ev Event
@@ -85,6 +87,8 @@ func dialBrowserLike(t *testing.T, ctx context.Context, nc *nats.Conn, session, 
 		if err != nil {
 			t.Fatal(err)
 		}
+		b.dc = ch
+		ch.OnOpen(func() { close(b.open) })
 		re := volumetric.NewReassembler(500 * time.Millisecond)
 		ch.OnMessage(func(msg webrtc.DataChannelMessage) {
 			pm, err := ParsePointCloudMessage(msg.Data)

@@ -38,6 +38,7 @@ type peer struct {
 	frames          atomic.Pointer[FrameReport] // the client's last report
 	pcSlots         int                         // data-channel slots asked for (Signal.PointClouds)
 	pcc             *pcChannel                  // the point-cloud data channel, if pcSlots > 0
+	pub             *dcPublication              // point clouds the client publishes on that channel (pcpublish.go), if it offered one
 
 	mu        sync.Mutex
 	closed    bool
@@ -91,6 +92,9 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 	if pointClouds > 0 {
 		p.pcc = newPCChannel()
 	}
+	if offersApplication(offer) {
+		p.pub = &dcPublication{p: p}
+	}
 	if p.estName == "" {
 		p.estName = "default"
 	}
@@ -106,7 +110,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 }
 
 func (p *peer) start(offer string) (string, error) {
-	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) }, p.probe.Store, p.pcc != nil)
+	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) }, p.probe.Store, p.pub != nil)
 	if err != nil {
 		return "", err
 	}
@@ -118,11 +122,16 @@ func (p *peer) start(offer string) (string, error) {
 	p.pc = pc
 	p.mu.Unlock()
 	pc.OnTrack(p.onTrack)
-	if p.pcc != nil {
+	if p.pub != nil {
 		pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-			if dc.Label() == PointCloudLabel {
+			if dc.Label() != PointCloudLabel {
+				return
+			}
+			if p.pcc != nil {
 				dc.OnOpen(func() { p.pcc.attach(dc) })
 			}
+			dc.OnMessage(p.pub.onMessage)
+			dc.OnClose(p.pub.close)
 		})
 	}
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
@@ -481,6 +490,9 @@ func (p *peer) close() {
 		delete(p.n.peers, key)
 	}
 	p.n.mu.Unlock()
+	if p.pub != nil {
+		p.pub.close()
+	}
 	p.mu.Lock()
 	pc := p.pc
 	p.mu.Unlock()

@@ -23,12 +23,18 @@ async function main() {
         const { startEditor } = await import('./editor');
         startEditor(v);
       }
-      // The SFU session carries remote point clouds and audio/video
-      // (?pointclouds=0 and ?media=0 turn them off).
+      // The SFU session carries remote point clouds, audio/video and this
+      // page's own point cloud (?pointclouds=0, ?media=0 and ?pcpublish=0
+      // turn them off; ?pcpublish=1 publishes at once).
       const q = new URLSearchParams(location.search);
       const features = [];
       if (q.get('pointclouds') !== '0') features.push((await import('./pointcloudview')).pointCloudFeature(v));
       if (q.get('media') !== '0') features.push((await import('./media')).mediaFeature(v));
+      if (q.get('pcpublish') !== '0') {
+        const pub = (await import('./pcpublish')).pointCloudPublishFeature();
+        features.push(pub);
+        if (q.get('pcpublish') === '1') pub.toggle(true);
+      }
       if (features.length) {
         const { startSFUSession } = await import('./sfusession');
         (window as any).xrealm.sfu = startSFUSession(v, features);

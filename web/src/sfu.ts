@@ -1,9 +1,9 @@
 // SFU signalling over the node's WebSocket (/sfu/ws): the same Signal and
 // Reply JSON as the Go client (sfu/signal.go), one offer, no renegotiation.
 // What the offer carries comes from the caller (prepare): audio and video
-// transceivers for media.ts. The browser receives point clouds over a data
-// channel (label "pointcloud"), since it cannot negotiate the SFU's
-// point-cloud RTP codec: see docs/sfu.md, "Point clouds for browsers".
+// transceivers for media.ts. The browser receives and publishes point clouds
+// over a data channel (label "pointcloud"), since it cannot negotiate the
+// SFU's point-cloud RTP codec: see docs/sfu.md, "Point clouds for browsers".
 
 export const POINTCLOUD_LABEL = 'pointcloud';
 
@@ -56,6 +56,8 @@ export interface SFUOptions {
   client: string;
   /** Point-cloud descriptions received at once (data-channel slots); 0: no data channel. */
   pointClouds: number;
+  /** Opens the point-cloud data channel even with no slots, to publish on it. */
+  pointCloudChannel?: boolean;
   /** How long the data channel may keep retransmitting a message (ms). */
   maxPacketLifeTime?: number;
   /** Adds transceivers to the new PeerConnection before its one offer. */
@@ -70,6 +72,7 @@ export interface SFUOptions {
 export class SFUConnection {
   private ws: WebSocket | null = null;
   private pc: RTCPeerConnection | null = null;
+  private dc: RTCDataChannel | null = null;
   private pending: ((r: Reply) => void)[] = [];
   private closed = false;
   readonly slots = new Map<string, TrackInfo | undefined>();
@@ -95,10 +98,11 @@ export class SFUConnection {
     pc.onconnectionstatechange = () => o.onState?.(pc.connectionState);
     if (o.onTrack) pc.ontrack = o.onTrack;
     o.prepare?.(pc);
-    if (o.pointClouds > 0) {
+    if (o.pointClouds > 0 || o.pointCloudChannel) {
       const dc = pc.createDataChannel(POINTCLOUD_LABEL, { ordered: false, maxPacketLifeTime: o.maxPacketLifeTime ?? 300 });
       dc.binaryType = 'arraybuffer';
       dc.onmessage = (e) => o.onPointCloud?.(e.data as ArrayBuffer);
+      this.dc = dc;
     }
     await pc.setLocalDescription(await pc.createOffer());
     await gathered(pc);
@@ -124,6 +128,16 @@ export class SFUConnection {
   /** The PeerConnection's statistics (empty before connect). */
   async getStats(): Promise<RTCStatsReport | null> {
     return this.pc ? this.pc.getStats() : null;
+  }
+
+  /** The point-cloud data channel (null without one): publishers send fragments on it. */
+  get pointCloudChannel(): RTCDataChannel | null {
+    return this.dc;
+  }
+
+  /** The SFU client id this connection joined as. */
+  get client(): string {
+    return this.opts.client;
   }
 
   get connected(): boolean {

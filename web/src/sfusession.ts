@@ -18,6 +18,8 @@ export interface SFUFeature {
   ready?(): Promise<void>;
   /** Point-cloud descriptions the feature receives at once (data-channel slots). */
   pointClouds?: number;
+  /** The feature sends on the point-cloud data channel (opened even with no slots). */
+  pointCloudChannel?: boolean;
   /** Adds the feature's transceivers to a new PeerConnection before the offer. */
   prepare?(pc: RTCPeerConnection): void;
   /** A new connection: slot mids and sequence numbers start afresh. */
@@ -70,6 +72,7 @@ export class SFUSession {
     const conn = new SFUConnection({
       url, session: sfuSession(this.viewer.ns, this.viewer.scene), client: sfuName(userClient),
       pointClouds: fs.reduce((n, f) => n + (f.pointClouds ?? 0), 0),
+      pointCloudChannel: fs.some((f) => f.pointCloudChannel),
       prepare: (pc) => fs.forEach((f) => f.prepare?.(pc)),
       onPointCloud: (d) => fs.forEach((f) => f.onPointCloud?.(d)),
       onTrack: (e) => fs.forEach((f) => f.onTrack?.(e)),

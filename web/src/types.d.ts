@@ -13,3 +13,8 @@ declare module 'draco3d/draco_decoder_nodejs.js' {
   const createDecoderModule: (options?: Record<string, unknown>) => Promise<any>;
   export default createDecoderModule;
 }
+declare module 'draco3d/draco_encoder_nodejs.js' {
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  const createEncoderModule: (options?: Record<string, unknown>) => Promise<any>;
+  export default createEncoderModule;
+}

@@ -1,0 +1,204 @@
+package sfu
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+	"github.com/pion/webrtc/v4"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xrealm/xrealm/volumetric"
+)
+
+// publishOverDC sends synthetic encoded descriptions of size×(d+1) bytes
+// on b's point-cloud channel, as a browser does (pcpublish.go), until ctx
+// ends.
+func (b *browserLike) publishOverDC(ctx context.Context, size int) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var seq [volumetric.Descriptions]uint16
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for frame := uint32(0); ; frame++ {
+		for d := 0; d < volumetric.Descriptions; d++ {
+			data := make([]byte, size*(d+1))
+			for i := range data {
+				data[i] = byte(rng.Uint32())
+			}
+			frags, _ := volumetric.Packetize(volumetric.Header{Client: 7, Frame: frame, Description: uint8(d), CaptureUs: uint64(time.Now().UnixMicro())}, data, MaxPublishMessage-PointCloudPrefix)
+			for i, f := range frags {
+				msg := append([]byte{byte(d), 0, byte(seq[d] >> 8), byte(seq[d])}, f...)
+				if i == len(frags)-1 {
+					msg[1] = 1
+				}
+				seq[d]++
+				_ = b.dc.Send(msg)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// TestPointCloudPublishedOverDataChannel: a browser-like client on node 1
+// publishes three descriptions on its data channel (no point-cloud RTP
+// codec, no receive slots). Node 1 announces them as its tracks pc0-pc2,
+// and a browser-like subscriber on node 2 receives complete descriptions
+// of all three, relayed like RTP. Malformed messages are dropped and
+// counted; when the publisher leaves, its tracks are gone.
+func TestPointCloudPublishedOverDataChannel(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice := dialBrowserLike(t, ctx, c.conn(t, "alice"), "s5", "alice", "a", 0, pcChannelInit())
+	select {
+	case <-alice.open:
+	case <-ctx.Done():
+		t.Fatal("alice's data channel did not open")
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go alice.publishOverDC(pctx, 2500)
+
+	waitFor(t, "node 1 to announce alice's three descriptions", func() bool {
+		n := 0
+		for _, tr := range c.nodes[0].sessionTracks("s5") {
+			if tr.Client == "alice" && tr.PointCloud() && tr.Description() >= 0 && tr.Node == c.nodes[0].ID() {
+				n++
+			}
+		}
+		return n == volumetric.Descriptions
+	})
+
+	bob := dialBrowserLike(t, ctx, c.conn(t, "bob"), "s5", "bob", "b", 3, pcChannelInit())
+	for d := 0; d < volumetric.Descriptions; d++ {
+		waitFor(t, fmt.Sprintf("bob to receive description %d", d), func() bool { return bob.count("alice", d) >= 10 })
+	}
+
+	// malformed messages: dropped and counted, the publication goes on
+	header := make([]byte, volumetric.HeaderSize)
+	volumetric.Header{Description: 1, Count: 1}.Marshal(header)
+	bad := [][]byte{
+		{0, 1},                                // shorter than the prefix
+		append([]byte{3, 1, 0, 0}, header...), // description 3
+		append([]byte{0, 1, 0, 0}, header...), // the header says description 1
+		append([]byte{0, 1, 0, 0}, make([]byte, MaxPublishMessage)...), // too large
+		{2, 1, 0, 0, 9, 9, 9}, // no fragment header
+	}
+	for _, m := range bad {
+		if err := alice.dc.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := alice.dc.SendText("hello"); err != nil {
+		t.Fatal(err)
+	}
+	counter := func(name string) float64 {
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(&collector{n: c.nodes[0]})
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "client" && l.GetValue() == "s5/alice" {
+						return m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		return -1
+	}
+	waitFor(t, "the malformed messages to be counted", func() bool {
+		return counter("xrealm_sfu_publisher_datachannel_dropped_total") == float64(len(bad)+1)
+	})
+	if n := counter("xrealm_sfu_publisher_datachannel_messages_total"); n <= 0 {
+		t.Errorf("forwarded messages of s5/alice: %v", n)
+	}
+	before := bob.count("alice", 2)
+	waitFor(t, "bob to keep receiving", func() bool { return bob.count("alice", 2) >= before+5 })
+
+	stop()
+	alice.close()
+	waitFor(t, "alice's tracks to be gone from both nodes", func() bool {
+		for _, n := range c.nodes {
+			for _, tr := range n.sessionTracks("s5") {
+				if tr.Client == "alice" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func TestPublishedPacket(t *testing.T) {
+	frag := func(desc uint8, n int) []byte {
+		f, _ := volumetric.Packetize(volumetric.Header{Description: desc, Frame: 9, CaptureUs: 1_000_000}, make([]byte, n), 1000)
+		return f[0]
+	}
+	for _, tc := range []struct {
+		name string
+		msg  webrtc.DataChannelMessage
+		desc int
+		err  string
+	}{
+		{"description 2", webrtc.DataChannelMessage{Data: append([]byte{2, 1, 0, 5}, frag(2, 100)...)}, 2, ""},
+		{"text", webrtc.DataChannelMessage{IsString: true, Data: []byte("x")}, 0, "text message"},
+		{"short", webrtc.DataChannelMessage{Data: []byte{1}}, 0, "shorter than"},
+		{"slot 3", webrtc.DataChannelMessage{Data: append([]byte{3, 1, 0, 5}, frag(2, 100)...)}, 0, "description 3"},
+		{"mismatch", webrtc.DataChannelMessage{Data: append([]byte{0, 1, 0, 5}, frag(2, 100)...)}, 0, "differs"},
+		{"too large", webrtc.DataChannelMessage{Data: append([]byte{0, 1, 0, 5}, make([]byte, MaxPublishMessage)...)}, 0, "at most"},
+		{"no header", webrtc.DataChannelMessage{Data: []byte{0, 1, 0, 5, 1, 2}}, 0, "shorter than the fragment header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw, desc, err := publishedPacket(tc.msg)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || desc != tc.desc {
+				t.Fatalf("desc %d, err %v", desc, err)
+			}
+			var h rtp.Header
+			if _, err := h.Unmarshal(raw); err != nil {
+				t.Fatal(err)
+			}
+			if !h.Marker || h.SequenceNumber != 5 || h.Timestamp != 90_000 || h.SSRC != pcSSRCBase+2 {
+				t.Fatalf("RTP header %+v", h)
+			}
+		})
+	}
+}
+
+func FuzzPublishedPacket(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		raw, desc, err := publishedPacket(webrtc.DataChannelMessage{Data: b})
+		if err != nil {
+			return
+		}
+		var p rtp.Packet
+		if err := p.Unmarshal(raw); err != nil {
+			t.Fatalf("publishedPacket made an RTP packet that does not parse: %v", err)
+		}
+		if desc < 0 || desc >= volumetric.Descriptions || len(raw) > MaxPublishMessage+12 || string(p.Payload) != string(b[PointCloudPrefix:]) {
+			t.Fatalf("description %d, %d bytes from %d", desc, len(raw), len(b))
+		}
+	})
+}

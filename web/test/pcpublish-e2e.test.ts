@@ -1,0 +1,97 @@
+// End-to-end test of a browser publishing a point cloud: two headless
+// Chromium pages open the same scene on a real `xrealm serve`; page A
+// presses "Publish a point cloud", and its Web Worker encodes the synthetic
+// figure with draco3d and sends the fragments up its data channel; the
+// node publishes them as A's tracks pc0-pc2, and page B receives, decodes
+// and draws them at A's avatar. When A stops, B's cloud goes.
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Browser, Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO_DIR, launchRTCBrowser, layerPixels, startServer, waitFor, type XrealmServer } from './harness';
+import { stats } from './pcpub';
+
+const SCENE = 'pcpublish';
+const POINTS = 4000;
+
+let srv: XrealmServer;
+let browser: Browser;
+
+beforeAll(async () => {
+  srv = await startServer();
+  browser = await launchRTCBrowser();
+}, 300_000);
+
+afterAll(async () => {
+  await browser?.close();
+  await srv?.stop();
+});
+
+async function open(name: string, query: string, problems: string[]): Promise<Page> {
+  const page = await (await browser.newContext({ viewport: { width: 800, height: 450 } })).newPage();
+  page.on('pageerror', (e) => problems.push(`${name} pageerror: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() === 'error' || (m.type() === 'warning' && m.text().includes('point cloud'))) problems.push(`${name}: ${m.text()}`);
+  });
+  await page.goto(`${srv.url}/public/${SCENE}?quality=low&media=0&${query}`);
+  await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+  await waitFor(`${name} joined the SFU`, () => page.evaluate(() => (window as any).xrealm.sfu?.connection?.connected), 30_000);
+  return page;
+}
+
+const pubStats = (p: Page) => p.evaluate(() => (window as any).xrealm.pcpublisher.stats());
+
+describe('publishing a point cloud from the browser', () => {
+  it('sends the Draco-encoded figure through the SFU to another viewer, drawn at the avatar', async () => {
+    const problems: string[] = [];
+    const a = await open('A', `pcpoints=${POINTS}&pcfps=10`, problems);
+    const b = await open('B', 'pcpublish=0', problems);
+    expect(await b.$('#xr-pcpub')).toBeNull();
+    await a.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 -1.5'));
+    await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 1.5'));
+    const aClient: string = await a.evaluate(() => (window as any).xrealm.sfu.connection.client);
+
+    await a.click('#xr-pcpub');
+    await waitFor('A publishing', async () => (await pubStats(a)).framesSent >= 5, 30_000).catch(async (e) => {
+      throw new Error(`${e.message}: ${JSON.stringify(await pubStats(a))}; ${JSON.stringify(problems)}`);
+    });
+    expect(await a.getAttribute('#xr-pcpub', 'aria-pressed')).toBe('true');
+
+    // B receives whole frames (all three descriptions) of A's figure
+    let best = 0;
+    await waitFor('a complete frame of A at B', async () => {
+      const p = (await stats(b))?.publishers.find((x: any) => x.client === aClient);
+      best = Math.max(best, p?.lastFramePoints ?? 0);
+      return best === POINTS;
+    }, 40_000).catch(async (e) => {
+      throw new Error(`${e.message}; best ${best} of ${POINTS}; B ${JSON.stringify(await stats(b))}; A ${JSON.stringify(await pubStats(a))}; ${JSON.stringify(problems)}\n${srv.log().slice(-3000)}`);
+    });
+    // at A's avatar: A's camera pose reaches B over the scene bus
+    await waitFor('A\'s cloud at its avatar', async () => (await stats(b))?.publishers.find((x: any) => x.client === aClient)?.anchor === 'avatar', 20_000);
+    const sb = await stats(b);
+    expect(sb.decodeErrors).toBe(0);
+    expect(sb.badMessages).toBe(0);
+    expect(await layerPixels(b, 'xr-pointclouds')).toBeGreaterThan(200);
+    mkdirSync(join(REPO_DIR, 'web', 'test-results'), { recursive: true });
+    await b.screenshot({ path: join(REPO_DIR, 'web', 'test-results', 'pcpublish.png') });
+
+    // frames keep coming at the publisher's rate (loose bounds: a loaded machine)
+    const f0 = (await stats(b)).publishers.find((x: any) => x.client === aClient).frames;
+    await b.waitForTimeout(3000);
+    expect((await stats(b)).publishers.find((x: any) => x.client === aClient).frames - f0).toBeGreaterThanOrEqual(5);
+    const sa = await pubStats(a);
+    expect(sa.state).toBe('publishing');
+    expect(sa.bytesSent).toBeGreaterThan(0);
+    // the node counts what A published and drops none of it
+    const m = await (await fetch(`${srv.url}/metrics`)).text();
+    const line = (name: string) => Number(m.match(new RegExp(`${name}\\{[^}]*client="public-${SCENE}/${aClient}"[^}]*\\} (\\d+)`))?.[1] ?? -1);
+    expect(line('xrealm_sfu_publisher_datachannel_messages_total')).toBeGreaterThan(0);
+    expect(line('xrealm_sfu_publisher_datachannel_dropped_total')).toBe(0);
+
+    // A leaves: its cloud goes from B
+    await a.context().close();
+    await waitFor('A\'s cloud to go', async () => !(await stats(b))?.publishers.some((x: any) => x.client === aClient), 20_000);
+    expect(problems).toEqual([]);
+    await b.context().close();
+  });
+});
