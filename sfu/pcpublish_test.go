@@ -52,7 +52,8 @@ func (b *browserLike) publishOverDC(ctx context.Context, size int) {
 // codec, no receive slots). Node 1 announces them as its tracks pc0-pc2,
 // and a browser-like subscriber on node 2 receives complete descriptions
 // of all three, relayed like RTP. Malformed messages are dropped and
-// counted; when the publisher leaves, its tracks are gone.
+// counted; when the publisher stops, the subscriber's slots are freed, and
+// when it leaves, its tracks are gone.
 func TestPointCloudPublishedOverDataChannel(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -130,7 +131,19 @@ func TestPointCloudPublishedOverDataChannel(t *testing.T) {
 	before := bob.count("alice", 2)
 	waitFor(t, "bob to keep receiving", func() bool { return bob.count("alice", 2) >= before+5 })
 
+	// alice stops publishing but stays: her tracks go idle and bob's
+	// slots are freed
 	stop()
+	waitFor(t, "bob's slots to be freed once alice's tracks are idle", func() bool {
+		bob.mu.Lock()
+		defer bob.mu.Unlock()
+		for _, tr := range bob.slots {
+			if tr != nil && tr.Client == "alice" {
+				return false
+			}
+		}
+		return true
+	})
 	alice.close()
 	waitFor(t, "alice's tracks to be gone from both nodes", func() bool {
 		for _, n := range c.nodes {

@@ -280,10 +280,10 @@ func (p *peer) reconcile() {
 		if t.Client == p.client {
 			continue
 		}
+		if t.Idle {
+			continue // muted, or a point cloud that stopped: its slot goes to the next publisher
+		}
 		if !t.PointCloud() || t.Description() < 0 {
-			if t.Idle {
-				continue // muted: its slot goes to the next publisher
-			}
 			kind := webrtc.NewRTPCodecType(t.Kind)
 			fov := myFOV
 			if kind == webrtc.RTPCodecTypeAudio {

@@ -25,8 +25,8 @@ type TrackInfo struct {
 	Mime    string `json:"mime"`
 	Node    string `json:"node"` // where the publisher is connected
 	// Idle: the publisher sent nothing for IdleAfter (a muted microphone,
-	// a camera turned off); nobody is forwarded an idle audio or video
-	// track until it sends again. The publisher's node sets it.
+	// a camera turned off, a point cloud stopped); nobody is forwarded an
+	// idle track until it sends again. The publisher's node sets it.
 	Idle bool `json:"idle,omitempty"`
 	// Speaking: an audio track whose publisher spoke (an RTP audio level,
 	// RFC 6464, of SpeakingLevel or louder) within SpeakingHold. Among more

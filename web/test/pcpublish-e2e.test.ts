@@ -3,7 +3,7 @@
 // presses "Publish a point cloud", and its Web Worker encodes the synthetic
 // figure with draco3d and sends the fragments up its data channel; the
 // node publishes them as A's tracks pc0-pc2, and page B receives, decodes
-// and draws them at A's avatar. When A stops, B's cloud goes.
+// and draws them at A's avatar. When A stops publishing, B's cloud goes.
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
@@ -88,9 +88,12 @@ describe('publishing a point cloud from the browser', () => {
     expect(line('xrealm_sfu_publisher_datachannel_messages_total')).toBeGreaterThan(0);
     expect(line('xrealm_sfu_publisher_datachannel_dropped_total')).toBe(0);
 
-    // A leaves: its cloud goes from B
-    await a.context().close();
+    // A stops: its tracks go idle at the node, and its cloud goes from B
+    await a.click('#xr-pcpub');
+    expect(await a.getAttribute('#xr-pcpub', 'aria-pressed')).toBe('false');
+    expect((await pubStats(a)).state).toBe('off');
     await waitFor('A\'s cloud to go', async () => !(await stats(b))?.publishers.some((x: any) => x.client === aClient), 20_000);
+    await a.context().close();
     expect(problems).toEqual([]);
     await b.context().close();
   });
