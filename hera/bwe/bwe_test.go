@@ -1,6 +1,9 @@
 package bwe
 
 import (
+	"encoding/binary"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -226,5 +229,115 @@ func TestEstimatorOnSimulatedLink(t *testing.T) {
 				t.Errorf("queue at the end %v, want under 100 ms", qdelay)
 			}
 		})
+	}
+}
+
+// wireFeedback is a TWCC feedback (RTCP PT 205, FMT 15) built byte by byte:
+// base sequence number, status count, then the 16-bit chunks and the
+// delta bytes as given, zero-padded to a 32-bit boundary.
+func wireFeedback(base, count uint16, chunks []uint16, deltas []byte) []byte {
+	b := []byte{0x80 | rtcp.FormatTCC, 205, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2}
+	b = binary.BigEndian.AppendUint16(b, base)
+	b = binary.BigEndian.AppendUint16(b, count)
+	b = append(b, 0, 0, 1, 7) // reference time 64 ms, feedback 7
+	for _, c := range chunks {
+		b = binary.BigEndian.AppendUint16(b, c)
+	}
+	b = append(b, deltas...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)/4-1))
+	return b
+}
+
+// reservedSymbolCases are feedback that give a packet the reserved status
+// symbol 3, as a peer would send them, and where the parsers must say it
+// is; and two that carry it only where it does not count.
+var reservedSymbolCases = []struct {
+	name  string
+	raw   []byte
+	where string // "" if the feedback is valid
+	recv  int    // received packets when valid
+}{
+	// run length 2 of symbol 1, then run length 2 of symbol 3
+	{"run-length chunk", wireFeedback(100, 4, []uint16{0x2002, 0x6002}, []byte{4, 4}),
+		"chunk 1 (run length 2) gives packet 102 (status 3 of 4)", 0},
+	// two-bit status vector 1 0 3 1 0 0 0
+	{"status vector chunk", wireFeedback(200, 5, []uint16{0xd340}, []byte{4, 4}),
+		"chunk 0 (status vector, symbol 2) gives packet 202 (status 3 of 5)", 0},
+	// two-bit status vector 1 1 3 0 0 0 0 for 2 packets: the 3 is padding
+	{"symbol 3 after the status count", wireFeedback(300, 2, []uint16{0xd700}, []byte{4, 4}), "", 2},
+	// run length 0 of symbol 3 describes no packet
+	{"empty run of symbol 3", wireFeedback(400, 1, []uint16{0x6000, 0x2001}, []byte{4}), "", 1},
+}
+
+func TestParseFeedbackReservedSymbol(t *testing.T) {
+	for _, tt := range reservedSymbolCases {
+		t.Run(tt.name, func(t *testing.T) {
+			pkts, err := rtcp.Unmarshal(tt.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reps, err := ParseFeedback(pkts[0].(*rtcp.TransportLayerCC))
+			if tt.where == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				recv := 0
+				for _, r := range reps {
+					if r.Received {
+						recv++
+					}
+				}
+				if recv != tt.recv {
+					t.Fatalf("%d received, want %d (%+v)", recv, tt.recv, reps)
+				}
+				return
+			}
+			if !errors.Is(err, ErrReservedSymbol) || !strings.Contains(err.Error(), tt.where) {
+				t.Fatalf("error %v, want ErrReservedSymbol at %q", err, tt.where)
+			}
+			if reps != nil {
+				t.Fatalf("reports %+v with the error", reps)
+			}
+		})
+	}
+}
+
+// A malformed feedback is counted and skipped; the estimator goes on with
+// the next one and returns no error, which would stop the RTCP reader.
+func TestEstimatorSkipsMalformedFeedback(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	opts := DefaultOptions()
+	opts.Now = func() time.Time { return clock }
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint16(0); seq < 4; seq++ {
+		e.OnSent(seq, 1200)
+	}
+	clock = clock.Add(30 * time.Millisecond)
+	var batch []rtcp.Packet
+	for _, tt := range reservedSymbolCases[:2] {
+		pkts, err := rtcp.Unmarshal(tt.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, pkts...)
+	}
+	missingDelta := &rtcp.TransportLayerCC{PacketStatusCount: 1, PacketChunks: []rtcp.PacketStatusChunk{
+		&rtcp.RunLengthChunk{PacketStatusSymbol: rtcp.TypeTCCPacketReceivedSmallDelta, RunLength: 1}}}
+	batch = append(batch, missingDelta, buildFeedback(0, []int64{1000, 2000, 3000, 4000}, 8))
+	if err := e.WriteRTCP(batch, nil); err != nil {
+		t.Fatalf("WriteRTCP: %v", err)
+	}
+	s := e.GetStats()
+	if s["malformedFeedback"] != uint64(3) || !strings.Contains(s["lastMalformedFeedback"].(string), "deltas") {
+		t.Fatalf("malformed %v, last %q; want 3, the missing delta", s["malformedFeedback"], s["lastMalformedFeedback"])
+	}
+	if s["minRTT"] != 30*time.Millisecond {
+		t.Fatalf("min RTT %v: the valid feedback after the malformed ones was not used", s["minRTT"])
 	}
 }

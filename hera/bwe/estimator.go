@@ -90,6 +90,10 @@ type Estimator struct {
 	lossUntil time.Time
 	lossRate  float64
 	onChange  func(int)
+	// malformed counts the feedback refused by ParseFeedback, and
+	// lastMalformed says why the last one was.
+	malformed     uint64
+	lastMalformed string
 }
 
 var _ cc.BandwidthEstimator = (*Estimator)(nil)
@@ -143,7 +147,12 @@ func (e *Estimator) OnSent(seq uint16, size int) {
 }
 
 // WriteRTCP processes RTCP from the remote side; transport-wide feedback
-// updates the estimate, everything else is ignored.
+// updates the estimate, everything else is ignored. A feedback that
+// ParseFeedback refuses (a reserved status symbol, chunks or deltas that
+// disagree with the status count) is skipped and counted in GetStats
+// ("malformedFeedback", "lastMalformedFeedback"), not returned: the cc
+// interceptor would pass the error to the RTCP reader, and a reader that
+// stops at an error would never read the peer's RTCP again.
 func (e *Estimator) WriteRTCP(pkts []rtcp.Packet, _ interceptor.Attributes) error {
 	for _, p := range pkts {
 		fb, ok := p.(*rtcp.TransportLayerCC)
@@ -152,7 +161,11 @@ func (e *Estimator) WriteRTCP(pkts []rtcp.Packet, _ interceptor.Attributes) erro
 		}
 		reps, err := ParseFeedback(fb)
 		if err != nil {
-			return err
+			e.mu.Lock()
+			e.malformed++
+			e.lastMalformed = err.Error()
+			e.mu.Unlock()
+			continue
 		}
 		e.onFeedback(reps)
 	}
@@ -249,6 +262,9 @@ func (e *Estimator) GetStats() map[string]any {
 		"minRTT":        e.minRTT,
 		"queueDelay":    e.queue,
 		"lossRate":      e.lossRate,
+		// feedback refused by ParseFeedback and skipped
+		"malformedFeedback":     e.malformed,
+		"lastMalformedFeedback": e.lastMalformed,
 	}
 }
 

@@ -1,6 +1,7 @@
 package bwe
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,9 +20,22 @@ type PacketReport struct {
 	Arrival time.Duration
 }
 
+// ErrReservedSymbol reports a TWCC feedback that gives a packet the
+// packet status symbol 3 (binary 11). Section 3.1.1 of
+// draft-holmer-rmcat-transport-wide-cc-extensions-01 defines 0 (not
+// received), 1 (received, small delta) and 2 (received, large or negative
+// delta) and reserves 3; libwebrtc refuses a feedback that carries it
+// (pion/rtcp names it TypeTCCPacketReceivedWithoutDelta). Whether such a
+// packet arrived, and whether a delta follows for it, is unknown, so the
+// whole feedback is refused rather than guessed at.
+var ErrReservedSymbol = errors.New("the reserved packet status symbol 3 (binary 11)")
+
 // ParseFeedback expands a TWCC feedback packet into one report per packet
 // status, in sequence order. It checks that the chunks and deltas agree
-// with the packet status count.
+// with the packet status count, and refuses a feedback that gives one of
+// its packets the reserved status symbol 3 (an error wrapping
+// ErrReservedSymbol that names the chunk); symbols after the status
+// count (padding) are not read.
 func ParseFeedback(fb *rtcp.TransportLayerCC) ([]PacketReport, error) {
 	n := int(fb.PacketStatusCount)
 	reps := make([]PacketReport, 0, n)
@@ -30,16 +44,30 @@ func ParseFeedback(fb *rtcp.TransportLayerCC) ([]PacketReport, error) {
 		reps = append(reps, PacketReport{Seq: seq, Received: symbol == rtcp.TypeTCCPacketReceivedSmallDelta || symbol == rtcp.TypeTCCPacketReceivedLargeDelta})
 		seq++
 	}
-	for _, c := range fb.PacketChunks {
+	invalid := func(chunk int, kind string, symbol uint16) error {
+		if symbol == 3 {
+			return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) %w",
+				fb.FbPktCount, chunk, kind, seq, len(reps)+1, n, ErrReservedSymbol)
+		}
+		return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) the status symbol %d, which is not 2 bits",
+			fb.FbPktCount, chunk, kind, seq, len(reps)+1, n, symbol)
+	}
+	for ci, c := range fb.PacketChunks {
 		switch c := c.(type) {
 		case *rtcp.RunLengthChunk:
+			if c.PacketStatusSymbol > rtcp.TypeTCCPacketReceivedLargeDelta && c.RunLength > 0 && len(reps) < n {
+				return nil, invalid(ci, fmt.Sprintf("run length %d", c.RunLength), c.PacketStatusSymbol)
+			}
 			for i := 0; i < int(c.RunLength) && len(reps) < n; i++ {
 				add(c.PacketStatusSymbol)
 			}
 		case *rtcp.StatusVectorChunk:
-			for _, s := range c.SymbolList {
+			for i, s := range c.SymbolList {
 				if len(reps) == n {
 					break
+				}
+				if s > rtcp.TypeTCCPacketReceivedLargeDelta {
+					return nil, invalid(ci, fmt.Sprintf("status vector, symbol %d", i), s)
 				}
 				add(s)
 			}

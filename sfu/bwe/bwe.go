@@ -29,6 +29,8 @@
 package bwe
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -80,6 +82,18 @@ type WideGCC struct {
 	mu       sync.Mutex
 	last     int
 	onChange func(int)
+	// malformed counts the feedback left out (see WriteRTCP), and
+	// lastMalformed says why the last one was.
+	malformed     uint64
+	lastMalformed string
+}
+
+// malformedFeedback counts one feedback left out for err.
+func (w *WideGCC) malformedFeedback(err error) {
+	w.mu.Lock()
+	w.malformed++
+	w.lastMalformed = err.Error()
+	w.mu.Unlock()
 }
 
 // NewWideGCC returns an estimator with cfg's range.
@@ -102,17 +116,47 @@ func (w *WideGCC) AddStream(info *interceptor.StreamInfo, wr interceptor.RTPWrit
 	return w.inner.AddStream(info, wr)
 }
 
-// WriteRTCP implements cc.BandwidthEstimator.
+// WriteRTCP implements cc.BandwidthEstimator. A transport-wide feedback
+// that CountTWCC refuses (the reserved status symbol) reaches neither
+// estimate, and a batch in which pion's GCC refuses a feedback (deltas that
+// disagree with the statuses) updates no loss counts; both are counted in
+// GetStats ("wideMalformedFeedback", "wideLastMalformedFeedback") and not
+// returned. The cc interceptor would pass an error on to the RTCP reader,
+// and a reader that stops at an error (the SFU's reader of a subscriber's
+// RTCP does) would never handle that peer's NACKs and PLIs again.
 func (w *WideGCC) WriteRTCP(pkts []rtcp.Packet, attr interceptor.Attributes) error {
-	if err := w.inner.WriteRTCP(pkts, attr); err != nil {
-		return err
-	}
 	now := time.Now()
-	for _, p := range pkts {
+	type count struct{ recv, lost int }
+	var counts []count
+	var kept []rtcp.Packet // non-nil once a feedback is left out
+	for i, p := range pkts {
 		if fb, ok := p.(*rtcp.TransportLayerCC); ok {
-			recv, lost := CountTWCC(fb)
-			w.loss.Update(now, recv, lost)
+			recv, lost, err := CountTWCC(fb)
+			if err != nil {
+				w.malformedFeedback(err)
+				if kept == nil {
+					kept = append(make([]rtcp.Packet, 0, len(pkts)), pkts[:i]...)
+				}
+				continue
+			}
+			counts = append(counts, count{recv, lost})
 		}
+		if kept != nil {
+			kept = append(kept, p)
+		}
+	}
+	if kept != nil {
+		pkts = kept
+	}
+	if err := w.inner.WriteRTCP(pkts, attr); err != nil {
+		if errors.Is(err, gcc.ErrSendSideBWEClosed) {
+			return err
+		}
+		w.malformedFeedback(err)
+		counts = nil
+	}
+	for _, c := range counts {
+		w.loss.Update(now, c.recv, c.lost)
 	}
 	t := w.GetTargetBitrate()
 	w.mu.Lock()
@@ -152,40 +196,74 @@ func (w *WideGCC) GetStats() map[string]any {
 	s["wideLossTargetBitrate"] = w.loss.Target()
 	s["wideAverageLoss"] = w.loss.AverageLoss()
 	s["targetBitrate"] = w.GetTargetBitrate()
+	w.mu.Lock()
+	s["wideMalformedFeedback"] = w.malformed
+	s["wideLastMalformedFeedback"] = w.lastMalformed
+	w.mu.Unlock()
 	return s
 }
 
 // Close implements cc.BandwidthEstimator.
 func (w *WideGCC) Close() error { return w.inner.Close() }
 
+// ErrReservedSymbol reports a transport-wide feedback that gives a packet
+// the packet status symbol 3 (binary 11). Section 3.1.1 of
+// draft-holmer-rmcat-transport-wide-cc-extensions-01 defines 0 (not
+// received), 1 (received, small delta) and 2 (received, large or negative
+// delta) and reserves 3; libwebrtc refuses a feedback that carries it
+// (pion/rtcp names it TypeTCCPacketReceivedWithoutDelta). Whether such a
+// packet arrived is unknown, so the whole feedback is refused rather than
+// guessed at, as Hera's parser (hera/bwe.ParseFeedback) does.
+var ErrReservedSymbol = errors.New("the reserved packet status symbol 3 (binary 11)")
+
 // CountTWCC counts the packets a transport-wide feedback reports as
-// received and as not received.
-func CountTWCC(fb *rtcp.TransportLayerCC) (recv, lost int) {
+// received and as not received, reading no more statuses than its status
+// count (the rest is padding). A feedback that gives one of those packets
+// the reserved status symbol 3 is refused with an error wrapping
+// ErrReservedSymbol that names the chunk, and counts nothing.
+func CountTWCC(fb *rtcp.TransportLayerCC) (recv, lost int, err error) {
 	left := int(fb.PacketStatusCount)
-	add := func(sym uint16) {
-		if left <= 0 {
-			return
+	invalid := func(chunk int, kind string, symbol uint16) error {
+		status := int(fb.PacketStatusCount) - left
+		if symbol == 3 {
+			return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) %w",
+				fb.FbPktCount, chunk, kind, fb.BaseSequenceNumber+uint16(status), status+1, fb.PacketStatusCount, ErrReservedSymbol)
 		}
-		left--
+		return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) the status symbol %d, which is not 2 bits",
+			fb.FbPktCount, chunk, kind, fb.BaseSequenceNumber+uint16(status), status+1, fb.PacketStatusCount, symbol)
+	}
+	add := func(sym uint16, n int) {
+		n = min(n, left)
+		left -= n
 		if sym == rtcp.TypeTCCPacketNotReceived {
-			lost++
+			lost += n
 		} else {
-			recv++
+			recv += n
 		}
 	}
-	for _, c := range fb.PacketChunks {
+	for ci, c := range fb.PacketChunks {
+		if left <= 0 {
+			break
+		}
 		switch c := c.(type) {
 		case *rtcp.RunLengthChunk:
-			for i := 0; i < int(c.RunLength); i++ {
-				add(c.PacketStatusSymbol)
+			if c.PacketStatusSymbol > rtcp.TypeTCCPacketReceivedLargeDelta && c.RunLength > 0 {
+				return 0, 0, invalid(ci, fmt.Sprintf("run length %d", c.RunLength), c.PacketStatusSymbol)
 			}
+			add(c.PacketStatusSymbol, int(c.RunLength))
 		case *rtcp.StatusVectorChunk:
-			for _, s := range c.SymbolList {
-				add(s)
+			for i, s := range c.SymbolList {
+				if left <= 0 {
+					break
+				}
+				if s > rtcp.TypeTCCPacketReceivedLargeDelta {
+					return 0, 0, invalid(ci, fmt.Sprintf("status vector, symbol %d", i), s)
+				}
+				add(s, 1)
 			}
 		}
 	}
-	return recv, lost
+	return recv, lost, nil
 }
 
 // LossController is GCC's loss-based controller (draft-ietf-rmcat-gcc-02
