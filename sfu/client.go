@@ -3,7 +3,9 @@ package sfu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -41,6 +43,12 @@ type ClientConfig struct {
 	OnEvent func(Event)
 	// ReportInterval as in Config: RTCP reports per stream; zero is 1 s.
 	ReportInterval time.Duration
+	// Logger; nil means slog.Default().
+	Logger *slog.Logger
+
+	// placed, if set, is called with each assignment before the offer goes
+	// to its node (tests).
+	placed func(Assignment)
 }
 
 // PublishTrack is a track a client sends.
@@ -52,6 +60,7 @@ type PublishTrack struct {
 // Client is a WebRTC client of the SFU that signals over the bus.
 type Client struct {
 	cfg    ClientConfig
+	log    *slog.Logger
 	Node   string
 	PC     *webrtc.PeerConnection
 	Tracks map[string]*webrtc.TrackLocalStaticRTP
@@ -59,15 +68,26 @@ type Client struct {
 	evSub  *nats.Subscription
 }
 
+// Join retries: when the node a client was placed on does not answer its
+// offer (it died after the manager checked it), or the manager is busy, the
+// client asks the manager again, joinAttempts times in all, waiting
+// joinBackoff, then twice that. An offer waits at most offerTimeout.
+const (
+	joinAttempts = 3
+	joinBackoff  = 200 * time.Millisecond
+	offerTimeout = 10 * time.Second
+)
+
 // Dial joins: it asks the manager for a node, offers, and waits for the
-// connection.
+// connection. When the node does not answer the offer, or the manager is
+// busy, it asks the manager again (joinAttempts).
 func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
-	a, err := RequestJoin(ctx, cfg.NC, JoinRequest{Session: cfg.Session, Client: cfg.Client, Site: cfg.Site, Near: cfg.Near})
-	if err != nil {
-		return nil, err
+	c := &Client{cfg: cfg, log: cfg.Logger, Tracks: map[string]*webrtc.TrackLocalStaticRTP{}}
+	if c.log == nil {
+		c.log = slog.Default()
 	}
-	c := &Client{cfg: cfg, Node: a.Node, signal: a.Signal, Tracks: map[string]*webrtc.TrackLocalStaticRTP{}}
 	if cfg.OnEvent != nil {
+		var err error
 		c.evSub, err = cfg.NC.Subscribe(subjectEvents(cfg.Session, cfg.Client), func(m *nats.Msg) {
 			var ev Event
 			if json.Unmarshal(m.Data, &ev) == nil {
@@ -153,7 +173,7 @@ func (c *Client) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sfu client: %w", err)
 	}
-	rep, err := c.request(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: sdp, Estimator: c.cfg.Estimator})
+	rep, err := c.join(ctx, Signal{Op: "offer", Session: c.cfg.Session, Client: c.cfg.Client, SDP: sdp, Estimator: c.cfg.Estimator})
 	if err != nil {
 		return err
 	}
@@ -166,6 +186,50 @@ func (c *Client) connect(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("sfu client %s: not connected: %w", c.cfg.Client, ctx.Err())
 	}
+}
+
+// join asks the manager for a node and sends it the offer, again when the
+// node or the manager asks for it (joinOnce), joinAttempts times at most.
+func (c *Client) join(ctx context.Context, offer Signal) (Reply, error) {
+	wait := joinBackoff
+	for attempt := 1; ; attempt++ {
+		rep, again, err := c.joinOnce(ctx, offer)
+		if err == nil || !again || ctx.Err() != nil {
+			return rep, err
+		}
+		if attempt == joinAttempts {
+			return rep, fmt.Errorf("%w (%d attempts)", err, attempt)
+		}
+		c.log.Info("sfu client: join failed; asking the manager again", "session", c.cfg.Session, "client", c.cfg.Client,
+			"node", c.Node, "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return Reply{}, fmt.Errorf("%w; then %w", err, ctx.Err())
+		}
+		wait *= 2
+	}
+}
+
+// joinOnce asks the manager for a node and sends it the offer. It reports
+// whether to ask again: when the manager is busy, or the node does not
+// answer (no responders, or no answer within offerTimeout).
+func (c *Client) joinOnce(ctx context.Context, offer Signal) (rep Reply, again bool, err error) {
+	a, err := RequestJoin(ctx, c.cfg.NC, JoinRequest{Session: c.cfg.Session, Client: c.cfg.Client, Site: c.cfg.Site, Near: c.cfg.Near})
+	if err != nil {
+		return Reply{}, errors.Is(err, ErrBusy), err
+	}
+	c.Node, c.signal = a.Node, a.Signal
+	if c.cfg.placed != nil {
+		c.cfg.placed(a)
+	}
+	octx, cancel := context.WithTimeout(ctx, offerTimeout)
+	defer cancel()
+	rep, err = c.request(octx, offer)
+	if err != nil {
+		err = fmt.Errorf("%w (node %s)", err, a.Node)
+	}
+	return rep, err != nil && ctx.Err() == nil && nodeGone(err), err
 }
 
 func (c *Client) request(ctx context.Context, s Signal) (Reply, error) {
@@ -207,10 +271,12 @@ func (c *Client) Close() {
 	if c.evSub != nil {
 		_ = c.evSub.Unsubscribe()
 	}
-	if c.PC != nil {
+	if c.PC != nil && c.signal != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_, _ = c.request(ctx, Signal{Op: "leave", Session: c.cfg.Session, Client: c.cfg.Client})
 		cancel()
+	}
+	if c.PC != nil {
 		_ = c.PC.Close()
 	}
 }

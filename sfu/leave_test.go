@@ -123,26 +123,9 @@ func TestNodeVanishes(t *testing.T) {
 
 	// Node 3 (site c) heartbeats but never answers: the manager's request
 	// times out.
-	hung := c.conn(t, "hung")
-	if _, err := hung.Subscribe(subjectSignal("3"), func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
 	hctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go func() {
-		b, _ := json.Marshal(NodeInfo{ID: "3", Site: "c", Signal: subjectSignal("3")})
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			_ = hung.Publish(subjectNodes, b)
-			select {
-			case <-hctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	waitFor(t, "node 3 in the manager's nodes", func() bool { return slices.Contains(mgr.Nodes(), "3") })
+	hungNode(t, hctx, c, "3", "c")
 	if node := dialAt(t, ctx, c, "u2", "c", "a"); node != "1" {
 		t.Fatalf("client at site c near a placed on node %s, want 1 (node 3 does not answer)", node)
 	}
@@ -157,6 +140,31 @@ func TestNodeVanishes(t *testing.T) {
 	if node := dialAt(t, ctx, c, "u3", "b"); node != "1" {
 		t.Fatalf("client at site b placed on node %s, want 1 (node 2's connection is closed)", node)
 	}
+}
+
+// hungNode makes a node id at site that heartbeats, until ctx ends, but
+// never answers its signals (a node that hangs): the manager's pings to it
+// time out. It returns once the manager knows the node.
+func hungNode(t *testing.T, ctx context.Context, c *cluster, id, site string) {
+	t.Helper()
+	hung := c.conn(t, "hung"+id)
+	if _, err := hung.Subscribe(subjectSignal(id), func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		b, _ := json.Marshal(NodeInfo{ID: id, Site: site, Signal: subjectSignal(id)})
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = hung.Publish(subjectNodes, b)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	waitFor(t, "node "+id+" in the manager's nodes", func() bool { return slices.Contains(c.nodes[0].mgr.Nodes(), id) })
 }
 
 // TestPlaceNoNodeAnswers: when no node answers, the join fails and says

@@ -19,19 +19,22 @@ import (
 // keeps its node while that node is alive. A node that announces it is
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
-// next heartbeat and the client is placed on another node.
+// next heartbeat and the client is placed on another node. It places at
+// most maxPlacing joins at once and answers further ones busy.
 type Manager struct {
 	nc     *nats.Conn
 	log    *slog.Logger
-	subs   []*nats.Subscription
-	ctx    context.Context // ends at Close; bounds the checks of chosen nodes
+	hb     *nats.Subscription // subjectNodes
+	join   *nats.Subscription // subjectJoin
+	ctx    context.Context    // ends at Close: joins are answered "shutting down"
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // joins being placed
 
 	mu       sync.Mutex
 	nodes    map[string]*nodeState
 	assigned map[string]string // "session/client" → node
-	closed   bool
+	placing  int               // joins being placed
+	refused  int               // joins answered busy since placing was last below maxPlacing
 }
 
 type nodeState struct {
@@ -51,6 +54,24 @@ const (
 	placeAttempts = 3
 )
 
+// maxPlacing bounds the joins being placed at once, each on its own
+// goroutine for up to placeAttempts × probeTimeout; a join beyond it is
+// answered busy at once (ErrBusy). Placing takes a bus round trip when the
+// nodes answer, so only nodes that do not answer fill it.
+const maxPlacing = 256
+
+// drainTimeout bounds how long Close waits for the joins queued on the
+// manager's subscription to be answered.
+const drainTimeout = 2 * time.Second
+
+// errShuttingDown answers the joins that Close ends or finds queued.
+var errShuttingDown = errors.New("sfu manager: shutting down")
+
+// ErrBusy is what RequestJoin's error wraps when the manager answered that
+// it is placing as many joins as it takes at once: ask again shortly
+// (Dial does).
+var ErrBusy = errors.New("sfu manager busy")
+
 // StartManager starts a session manager on nc.
 func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 	if log == nil {
@@ -69,20 +90,38 @@ func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 		_ = hb.Unsubscribe()
 		return nil, fmt.Errorf("sfu manager: subscribe %s: %w", subjectJoin, err)
 	}
-	m.subs = []*nats.Subscription{hb, join}
+	m.hb, m.join = hb, join
 	return m, nil
 }
 
-// Close stops the manager; joins being placed are answered with an error.
+// Close stops the manager. Joins being placed and those already queued on
+// its subscription are answered with an error ("shutting down"), so that
+// their callers do not wait for their timeout; later joins find no manager
+// (no responders). It returns when every join taken has its answer.
 func (m *Manager) Close() {
-	m.mu.Lock()
-	m.closed = true
-	m.mu.Unlock()
-	for _, s := range m.subs {
-		_ = s.Unsubscribe()
-	}
 	m.cancel()
+	_ = m.hb.Unsubscribe()
+	m.drain()
+	m.mu.Lock() // a join that begin counted before the cancel is in wg
+	m.mu.Unlock()
 	m.wg.Wait()
+}
+
+// drain ends the join subscription after the joins queued on it, which
+// handleJoin answers "shutting down" once the context has ended, and
+// waits for it, at most drainTimeout.
+func (m *Manager) drain() {
+	closed := m.join.StatusChanged(nats.SubscriptionClosed)
+	if err := m.join.Drain(); err != nil {
+		return // already closed (a second Close), or the connection is
+	}
+	select {
+	case <-closed:
+	case <-time.After(drainTimeout):
+		pending, _, _ := m.join.Pending()
+		m.log.Warn("sfu manager: joins still queued when closing; their callers wait for their timeout",
+			"subject", subjectJoin, "queued", pending, "waited", drainTimeout)
+	}
 }
 
 func (m *Manager) handleHeartbeat(msg *nats.Msg) {
@@ -120,20 +159,48 @@ func (m *Manager) handleJoin(msg *nats.Msg) {
 		respondAssignment(msg, Assignment{Error: err.Error()})
 		return
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		respondAssignment(msg, Assignment{Error: "sfu manager: closed"})
+	if err := m.begin(); err != nil {
+		respondAssignment(msg, Assignment{Error: err.Error(), Busy: errors.Is(err, ErrBusy)})
 		return
 	}
-	m.wg.Add(1)
-	m.mu.Unlock()
 	// Placing waits for the chosen node's answer: not on the subscription's
 	// goroutine, which would hold up every other join.
 	go func() {
-		defer m.wg.Done()
+		defer m.end()
 		respondAssignment(msg, m.place(m.ctx, req))
 	}()
+}
+
+// begin counts a join to be placed; it fails when the manager is closing
+// or already placing maxPlacing joins.
+func (m *Manager) begin() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx.Err() != nil {
+		return errShuttingDown
+	}
+	if m.placing >= maxPlacing {
+		if m.refused++; m.refused == 1 {
+			m.log.Warn("sfu manager busy: joins answered busy until a placement ends", "placing", m.placing)
+		}
+		return fmt.Errorf("%w: %d joins being placed; try again shortly", ErrBusy, m.placing)
+	}
+	m.placing++
+	m.wg.Add(1)
+	return nil
+}
+
+// end is called when a join that begin counted has its answer.
+func (m *Manager) end() {
+	m.mu.Lock()
+	m.placing--
+	refused := m.refused
+	m.refused = 0
+	m.mu.Unlock()
+	if refused > 0 {
+		m.log.Info("sfu manager no longer busy", "refused", refused)
+	}
+	m.wg.Done()
 }
 
 func respondAssignment(msg *nats.Msg, a Assignment) {
@@ -145,7 +212,8 @@ func respondAssignment(msg *nats.Msg, a Assignment) {
 // answers on its signal subject. A node that does not (no responders: it
 // vanished without announcing that it left; or no answer within
 // probeTimeout) is dropped until its next heartbeat and the next best node
-// is tried, placeAttempts nodes at most.
+// is tried, placeAttempts nodes at most. When ctx ends (Close) the join is
+// answered "shutting down".
 func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 	var unreachable []string
 	for range placeAttempts {
@@ -157,13 +225,16 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 			return a
 		}
 		err := m.probe(ctx, req, a)
+		if ctx.Err() != nil {
+			return Assignment{Error: errShuttingDown.Error()}
+		}
 		if err == nil {
 			if len(unreachable) > 0 {
 				m.log.Info("sfu client placed on another node", "session", req.Session, "client", req.Client, "node", a.Node, "unreachable", unreachable)
 			}
 			return a
 		}
-		if !nodeGone(err) || ctx.Err() != nil {
+		if !nodeGone(err) {
 			return Assignment{Error: err.Error()}
 		}
 		m.log.Info("sfu node did not answer; dropped until its next heartbeat", "node", a.Node, "site", a.Site,
@@ -266,7 +337,8 @@ func assignment(info NodeInfo) Assignment {
 	return Assignment{Node: info.ID, Site: info.Site, Signal: info.Signal, WebSocket: info.WebSocket}
 }
 
-// RequestJoin asks the manager on the bus for a node.
+// RequestJoin asks the manager on the bus for a node. When the manager is
+// busy the error wraps ErrBusy.
 func RequestJoin(ctx context.Context, nc *nats.Conn, req JoinRequest) (Assignment, error) {
 	b, _ := json.Marshal(req)
 	if _, ok := ctx.Deadline(); !ok {
@@ -283,10 +355,19 @@ func RequestJoin(ctx context.Context, nc *nats.Conn, req JoinRequest) (Assignmen
 		return Assignment{}, fmt.Errorf("sfu: join %s/%s: %w", req.Session, req.Client, err)
 	}
 	if a.Error != "" {
-		return a, fmt.Errorf("sfu: join %s/%s: %s", req.Session, req.Client, a.Error)
+		err := fmt.Errorf("sfu: join %s/%s: %s", req.Session, req.Client, a.Error)
+		if a.Busy {
+			err = busyError{err}
+		}
+		return a, err
 	}
 	return a, nil
 }
+
+// busyError is RequestJoin's error when the manager answered busy.
+type busyError struct{ error }
+
+func (busyError) Is(target error) bool { return target == ErrBusy }
 
 // Nodes returns the IDs of the live nodes.
 func (m *Manager) Nodes() []string {

@@ -43,6 +43,9 @@ type Assignment struct {
 	Signal    string `json:"signal"`              // bus subject for Signal messages
 	WebSocket string `json:"websocket,omitempty"` // the node's WebSocket URL, if it has one
 	Error     string `json:"error,omitempty"`
+	// Busy is set with Error when the manager is placing as many joins as
+	// it takes at once: ask again shortly.
+	Busy bool `json:"busy,omitempty"`
 }
 
 // NodeInfo is a node's heartbeat. A node that shuts down publishes it
