@@ -87,7 +87,7 @@ type Config struct {
 	// are published through JS, so that the delete is acknowledged by the
 	// stream (and cascades to children) before the sweeper moves on.
 	NC       *nats.Conn
-	Replicas int // 1 alone, 3 in a cluster; 0 means 1
+	Replicas int // server.DefaultReplicas unless set; 0 means 1
 	// Realms lists the realms whose object messages are persisted; nil
 	// means ARENA's default, {"realm"}. JetStream refuses to capture
 	// "*.s.*.*.o.*.*" because it overlaps its own API ($JS.>), so the

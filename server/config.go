@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/xrealm/xrealm/fanout"
@@ -37,7 +38,7 @@ type Config struct {
 	ClusterName string
 	ClusterAddr string
 	Routes      []string
-	Replicas    int // JetStream replicas; 0 = 1 alone, 3 in a cluster
+	Replicas    int // JetStream replicas; 0 = DefaultReplicas
 
 	MaxPayload int
 	Writer     fanout.Options
@@ -116,13 +117,33 @@ func (c *Config) nodeName() string {
 }
 
 func (c *Config) replicas() int {
-	switch {
-	case c.Replicas > 0:
+	if c.Replicas > 0 {
 		return c.Replicas
-	case c.ClusterName != "":
-		return 3
 	}
-	return 1
+	return DefaultReplicas(c.ClusterName, c.Routes)
+}
+
+// MaxDefaultReplicas is the most JetStream replicas a node asks for when
+// --replicas is not set.
+const MaxDefaultReplicas = 3
+
+// DefaultReplicas is the JetStream replica count of a node whose --replicas
+// is not set: 1 alone; in a cluster, the cluster size the node is told of,
+// itself and one node per distinct route, at most MaxDefaultReplicas. A
+// stream cannot have more replicas than the cluster has JetStream servers:
+// with 3, a two-node cluster never starts. Routes are expected to name the
+// other nodes; a route to the node itself counts as another node.
+func DefaultReplicas(clusterName string, routes []string) int {
+	if clusterName == "" {
+		return 1
+	}
+	seen := map[string]bool{}
+	for _, r := range routes {
+		if r = strings.TrimSpace(r); r != "" {
+			seen[r] = true
+		}
+	}
+	return min(1+len(seen), MaxDefaultReplicas)
 }
 
 func (c *Config) validate() error {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -140,13 +141,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		return nil, err
 	}
 	replicas := cfg.replicas()
-	if err := retry(ctx, log, "open scene settings", func(ctx context.Context) error {
+	if cfg.Replicas <= 0 {
+		if err := retry(ctx, log, "read the replicas of existing scene state", replicas, func(ctx context.Context) error {
+			replicas, err = defaultReplicas(ctx, js, replicas, log)
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := retry(ctx, log, "open scene settings", replicas, func(ctx context.Context) error {
 		s.Settings, err = auth.OpenSettings(ctx, js, replicas)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	if err := retry(ctx, log, "open persistence store", func(ctx context.Context) error {
+	if err := retry(ctx, log, "open persistence store", replicas, func(ctx context.Context) error {
 		s.Store, err = persist.Open(ctx, persist.Config{JS: js, NC: svc, Replicas: replicas, Realms: []string{cfg.Realm}, Logger: log, Registerer: s.Registry})
 		return err
 	}); err != nil {
@@ -213,7 +222,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
-	if err := retry(ctx, log, "open Ubiq room state", func(ctx context.Context) error {
+	if err := retry(ctx, log, "open Ubiq room state", replicas, func(ctx context.Context) error {
 		s.ubiq, err = ubiq.NewServer(ctx, ubiq.Config{
 			NC: ubiqNC, JS: ubiqJS, TLS: tlsConf, ICEServers: cfg.UbiqICEServers, Replicas: replicas,
 			Writer: ubiqWriter, Logger: log.With("component", "ubiq"), Registerer: s.Registry,
@@ -314,9 +323,43 @@ func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// defaultReplicas returns the replicas a node without --replicas opens its
+// JetStream state with: def (DefaultReplicas), or the replicas the scene
+// settings bucket already has if that is more, so that a node that joins a
+// cluster knowing fewer routes than the cluster has nodes does not shrink
+// the replicas of the cluster's state.
+func defaultReplicas(ctx context.Context, js jetstream.JetStream, def int, log *slog.Logger) (int, error) {
+	st, err := js.Stream(ctx, "KV_"+auth.SettingsBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return def, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if n := st.CachedInfo().Config.Replicas; n > def {
+		log.Info("keeping the replicas of the existing scene state", "replicas", n, "default", def)
+		return n, nil
+	}
+	return def, nil
+}
+
+// Waits between the attempts of retry, and between its log lines.
+const (
+	retryFirstWait = 500 * time.Millisecond
+	retryMaxWait   = 2 * time.Second
+	retryLogEvery  = 10 * time.Second
+)
+
 // retry runs f until it succeeds or ctx ends; in a cluster, JetStream
-// assets cannot be created until enough peers have joined.
-func retry(ctx context.Context, log *slog.Logger, what string, f func(ctx context.Context) error) error {
+// assets cannot be created until enough peers have joined. The wait
+// between attempts doubles from retryFirstWait to retryMaxWait, and a line
+// is logged for the first failure and then at most every retryLogEvery.
+// When JetStream cannot place replicas copies (fewer JetStream servers in
+// the cluster than replicas), the line is a warning and it, and the error
+// once ctx ends, say what to do.
+func retry(ctx context.Context, log *slog.Logger, what string, replicas int, f func(ctx context.Context) error) error {
+	wait := retryFirstWait
+	var logged time.Time
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := f(actx)
@@ -324,15 +367,42 @@ func retry(ctx context.Context, log *slog.Logger, what string, f func(ctx contex
 		if err == nil {
 			return nil
 		}
-		if attempt%5 == 1 {
-			log.Info("retrying", "what", what, "attempt", attempt, "err", err)
+		hint := placementHint(err, replicas)
+		if attempt == 1 || time.Since(logged) >= retryLogEvery {
+			logged = time.Now()
+			if hint != "" {
+				log.Warn("retrying", "what", what, "attempt", attempt, "err", err, "hint", hint)
+			} else {
+				log.Info("retrying", "what", what, "attempt", attempt, "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
+			if hint != "" {
+				return fmt.Errorf("%s: %s; gave up: %w (last error: %v)", what, hint, ctx.Err(), err)
+			}
 			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-time.After(500 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, retryMaxWait)
 	}
+}
+
+// jsErrNoPeers is the JetStream API error code of a stream or consumer that
+// cannot be placed on enough servers ("no suitable peers for placement").
+const jsErrNoPeers jetstream.ErrorCode = 10005
+
+// placementHint returns what to do about err if it is JetStream's refusal
+// to place replicas copies of a stream, and "" otherwise.
+func placementHint(err error, replicas int) string {
+	var apiErr *jetstream.APIError
+	if !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers) && !strings.Contains(err.Error(), "no suitable peers") {
+		return ""
+	}
+	return fmt.Sprintf("the stream needs %d replicas but the cluster has fewer JetStream servers that can hold one: "+
+		"start more nodes, or set --replicas to at most the number of nodes "+
+		"(without --replicas a node uses one per node it knows of, itself and each of its --routes, at most %d)",
+		replicas, MaxDefaultReplicas)
 }
 
 // Addrs returns the bound address of each listener, in the order

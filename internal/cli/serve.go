@@ -44,7 +44,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
 	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
-	fs.IntVar(&cfg.Replicas, "replicas", 0, "JetStream replicas for scene state (default 1 alone, 3 in a cluster)")
+	fs.IntVar(&cfg.Replicas, "replicas", 0, "JetStream replicas for scene state (default: 1 alone; in a cluster one per node this one knows of, itself and each of --routes, at most 3, and never fewer than the existing state has)")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused")
 	fs.DurationVar(&cfg.Writer.Linger, "write-linger", cfg.Writer.Linger, "a connection with steady traffic writes at most once per this interval; an idle one at once (0 = write whenever messages wait)")
 	fs.DurationVar(&cfg.UbiqLinger, "ubiq-write-linger", cfg.UbiqLinger, "the same for Ubiq peers' connections (0 = --write-linger)")
@@ -71,8 +71,10 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if *routes != "" {
-		cfg.Routes = strings.Split(*routes, ",")
+	for _, r := range strings.Split(*routes, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			cfg.Routes = append(cfg.Routes, r)
+		}
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {

@@ -1,0 +1,235 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/internal/testnet"
+)
+
+func TestDefaultReplicas(t *testing.T) {
+	tests := []struct {
+		name     string
+		cluster  string
+		routes   []string
+		explicit int
+		want     int
+	}{
+		{"alone", "", nil, 0, 1},
+		{"alone, routes ignored", "", []string{"nats-route://a:6222"}, 0, 1},
+		{"cluster without routes", "xr", nil, 0, 1},
+		{"two nodes", "xr", []string{"nats-route://b:6222"}, 0, 2},
+		{"three nodes", "xr", []string{"nats-route://b:6222", "nats-route://c:6222"}, 0, 3},
+		{"five nodes: at most 3", "xr", []string{"nats-route://b:6222", "nats-route://c:6222", "nats-route://d:6222", "nats-route://e:6222"}, 0, 3},
+		{"a route given twice counts once", "xr", []string{"nats-route://b:6222", " nats-route://b:6222"}, 0, 2},
+		{"empty routes do not count", "xr", []string{"", " "}, 0, 1},
+		{"--replicas wins", "xr", []string{"nats-route://b:6222"}, 3, 3},
+		{"--replicas alone", "", nil, 2, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Config{ClusterName: tt.cluster, Routes: tt.routes, Replicas: tt.explicit}
+			if got := c.replicas(); got != tt.want {
+				t.Fatalf("replicas() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPlacementHint(t *testing.T) {
+	noPeers := &jetstream.APIError{Code: 400, ErrorCode: jsErrNoPeers, Description: "no suitable peers for placement"}
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"API error", noPeers, true},
+		{"wrapped API error", fmt.Errorf("open scene settings bucket: %w", noPeers), true},
+		{"text only", errors.New("nats: no suitable peers for placement, peer offline"), true},
+		{"other API error", &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}, false},
+		{"timeout", context.DeadlineExceeded, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := placementHint(tt.err, 3)
+			if (h != "") != tt.want {
+				t.Fatalf("placementHint = %q, want a hint: %v", h, tt.want)
+			}
+			if h != "" && (!strings.Contains(h, "needs 3 replicas") || !strings.Contains(h, "--replicas") || !strings.Contains(h, "start more nodes")) {
+				t.Fatalf("hint %q does not say what to do", h)
+			}
+		})
+	}
+}
+
+// A placement failure is logged once as a warning with the hint, not at
+// every attempt, and the error once the context ends says what to do.
+func TestRetryPlacementFailure(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	attempts := 0
+	err := retry(ctx, log, "open scene settings", 3, func(context.Context) error {
+		attempts++
+		return fmt.Errorf("open scene settings bucket: %w", &jetstream.APIError{Code: 400, ErrorCode: jsErrNoPeers, Description: "no suitable peers for placement"})
+	})
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the context's", err)
+	}
+	for _, want := range []string{"open scene settings", "needs 3 replicas", "--replicas", "no suitable peers"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	// 0, 0.5, 1.5 s: the waits double.
+	if attempts > 4 {
+		t.Errorf("%d attempts in 2 s: the waits do not grow", attempts)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "--replicas") {
+		t.Errorf("log %q: want one warning with the hint", logs.String())
+	}
+}
+
+// clusterConfigs returns the configurations of n nodes of one cluster, each
+// with routes to all the others and no front-end listeners.
+func clusterConfigs(t *testing.T, n int) []Config {
+	ports := testnet.FreePorts(t, n)
+	cfgs := make([]Config, n)
+	for i := range cfgs {
+		c := Defaults()
+		c.DataDir = t.TempDir()
+		c.HTTPAddr, c.HTTPSAddr, c.MQTTAddr, c.MQTTSAddr, c.MQTTWSAddr, c.NATSAddr, c.NATSWSAddr = "", "", "", "", "", "", ""
+		c.UbiqAddr, c.UbiqWSSAddr, c.UbiqWSAddr = "", "", ""
+		c.Name, c.ClusterName, c.ClusterAddr = fmt.Sprintf("n%d", i+1), "xr", ports[i]
+		for j, p := range ports {
+			if j != i {
+				c.Routes = append(c.Routes, "nats-route://"+p)
+			}
+		}
+		cfgs[i] = c
+	}
+	return cfgs
+}
+
+// startCluster starts the nodes at once, as an operator would, and returns
+// each one's server or error.
+func startCluster(t *testing.T, cfgs []Config, timeout time.Duration) ([]*Server, []error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	srvs, errs := make([]*Server, len(cfgs)), make([]error, len(cfgs))
+	var wg sync.WaitGroup
+	for i, c := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srvs[i], errs[i] = Start(ctx, c, testLogger().With("node", c.Name))
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, s := range srvs {
+			if s != nil {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					defer cancel()
+					s.Shutdown(ctx)
+				}()
+			}
+		}
+		wg.Wait()
+	})
+	return srvs, errs
+}
+
+// Two nodes started as the README shows, without --replicas, start; scene
+// state has 2 replicas, and settings written on one node are read on the
+// other.
+func TestTwoNodeClusterStartsWithDefaultReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a two-node cluster (15-20 s)")
+	}
+	t.Parallel()
+	srvs, errs := startCluster(t, clusterConfigs(t, 2), 30*time.Second)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := auth.Settings{Namespace: "alice", Scene: "lab", Editors: []string{"bob"}}
+	if err := srvs[0].Settings.Put(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := srvs[1].bus.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(ctx, "KV_"+auth.SettingsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := info.CachedInfo().Config.Replicas; r != 2 {
+		t.Fatalf("settings bucket has %d replicas, want 2", r)
+	}
+	for {
+		got, err := srvs[1].Settings.Get(ctx, "alice", "lab")
+		if err == nil && len(got.Editors) == 1 && got.Editors[0] == "bob" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("node 2 reads %+v, %v; want node 1's settings", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Two nodes asked for 3 replicas cannot start, and say why and what to do.
+func TestTwoNodeClusterTooManyReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a two-node cluster to give up")
+	}
+	t.Parallel()
+	cfgs := clusterConfigs(t, 2)
+	for i := range cfgs {
+		cfgs[i].Replicas = 3
+	}
+	_, errs := startCluster(t, cfgs, 6*time.Second)
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("node %d started with 3 replicas on 2 nodes", i+1)
+		}
+		if !strings.Contains(err.Error(), "needs 3 replicas") || !strings.Contains(err.Error(), "--replicas") {
+			t.Errorf("node %d: error %q does not say what to do", i+1, err)
+		}
+	}
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("XREALM_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
