@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -109,17 +108,71 @@ func Start(cfg Config) (*Bus, error) {
 	if !cfg.Insecure {
 		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger, onDeny: cfg.OnDeny}
 	}
+	// NATS binds its listeners itself, and one it cannot bind shows only
+	// in its log: bind each address once first, so that a port in use
+	// fails the start at once with the bind error, as the other listeners
+	// do.
+	if checkBinds {
+		for _, l := range []struct {
+			what string
+			addr string
+			port int
+		}{
+			{"nats", cfg.NATSAddr, opts.Port}, {"nats-ws", cfg.NATSWSAddr, opts.Websocket.Port}, {"cluster", cfg.ClusterAddr, opts.Cluster.Port},
+		} {
+			if l.port <= 0 || l.addr == "" {
+				continue // off, or a port of the system's choosing
+			}
+			if err := checkBind(l.addr); err != nil {
+				return nil, fmt.Errorf("%s listener on %s: %w", l.what, l.addr, err)
+			}
+		}
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("configure NATS server: %w", err)
 	}
-	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation}, false, false, false)
+	fatal := make(chan string, 1)
+	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation, fatal: fatal}, false, false, false)
 	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
+	if err := waitReady(srv, fatal, readyTimeout); err != nil {
 		srv.Shutdown()
-		return nil, errors.New("NATS server did not become ready within 30s (is a port in use?)")
+		return nil, err
 	}
 	return &Bus{srv: srv, secret: secret, log: cfg.Logger}, nil
+}
+
+// checkBinds turns off the bind check of Start in a test of waitReady's
+// fallback.
+var checkBinds = true
+
+const readyTimeout = 30 * time.Second
+
+// checkBind binds addr and lets it go.
+func checkBind(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return l.Close()
+}
+
+// waitReady waits until srv accepts connections on all its listeners. A
+// fatal error NATS logs meanwhile (a listener it could not bind, should the
+// port be taken after checkBind) ends the wait at once with that error.
+func waitReady(srv *server.Server, fatal <-chan string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("NATS server failed to start: %s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("NATS server did not become ready within %s", timeout)
+		}
+	}
+	return nil
 }
 
 func randomSecret() (string, error) {
@@ -130,6 +183,9 @@ func randomSecret() (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
+// splitHostPort splits a listener address for the NATS options. Port 0
+// becomes server.RANDOM_PORT: to NATS, 0 means its default port for
+// clients and no listener at all for routes and WebSocket.
 func splitHostPort(addr, what string) (string, int, error) {
 	h, p, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -138,6 +194,9 @@ func splitHostPort(addr, what string) (string, int, error) {
 	port, err := strconv.Atoi(p)
 	if err != nil || port < 0 || port > 65535 {
 		return "", 0, fmt.Errorf("%s address %q: bad port", what, addr)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
 	}
 	return h, port, nil
 }

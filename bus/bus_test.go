@@ -3,7 +3,13 @@ package bus
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,5 +186,94 @@ func TestServiceToken(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("service token could publish to a scene")
+	}
+}
+
+// Each NATS listener on a port in use fails the start at once with the bind
+// error, naming the listener; port 0 is a port of the system's choosing,
+// not NATS's default.
+func TestPortInUse(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	tests := []struct {
+		what string
+		mod  func(*Config)
+	}{
+		{"nats", func(c *Config) { c.NATSAddr = addr }},
+		{"nats-ws", func(c *Config) { c.NATSWSAddr = addr }},
+		{"cluster", func(c *Config) { c.ClusterName, c.ClusterAddr = "xr", addr }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.what, func(t *testing.T) {
+			cfg := Config{DataDir: t.TempDir(), Name: "t", Insecure: true, MaxPayload: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
+			tt.mod(&cfg)
+			start := time.Now()
+			b, err := Start(cfg)
+			if err == nil {
+				b.Shutdown()
+				t.Fatal("started on a port in use")
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), tt.what+" listener on "+addr) {
+				t.Fatalf("err %v, want the %s listener's address in use", err, tt.what)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("failed after %s", d)
+			}
+			if _, err := os.Stat(filepath.Join(cfg.DataDir, "jetstream")); !os.IsNotExist(err) {
+				t.Fatalf("JetStream started before the check: %v", err)
+			}
+		})
+	}
+	t.Run("port 0", func(t *testing.T) {
+		b, _ := startBus(t, func(c *Config) { c.NATSAddr, c.NATSWSAddr = "127.0.0.1:0", "127.0.0.1:0" })
+		if u := b.ClientURL(); u == "" || strings.HasSuffix(u, ":4222") {
+			t.Fatalf("client URL %q, want a port of the system's choosing", u)
+		}
+		if b.Server().Addr().(*net.TCPAddr).Port == 0 {
+			t.Fatal("no client port")
+		}
+	})
+}
+
+// Should a port be taken between the check and NATS's bind, the listen
+// error NATS logs ends the start at once.
+func TestListenErrorFailsFast(t *testing.T) {
+	checkBinds = false
+	defer func() { checkBinds = true }()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, tt := range []struct {
+		what string
+		mod  func(*Config)
+	}{
+		{"nats", func(c *Config) { c.NATSAddr = taken.Addr().String() }},
+		{"nats-ws", func(c *Config) { c.NATSWSAddr = taken.Addr().String() }},
+		{"cluster", func(c *Config) {
+			c.ClusterName, c.ClusterAddr, c.Routes = "xr", taken.Addr().String(), []string{"nats-route://127.0.0.1:1"}
+		}},
+	} {
+		t.Run(tt.what, func(t *testing.T) {
+			cfg := Config{DataDir: t.TempDir(), Name: "t", Insecure: true, MaxPayload: 1 << 20, Logger: slog.New(slog.DiscardHandler)}
+			tt.mod(&cfg)
+			start := time.Now()
+			b, err := Start(cfg)
+			if err == nil {
+				b.Shutdown()
+				t.Fatal("started on a port in use")
+			}
+			if !strings.Contains(err.Error(), "address already in use") {
+				t.Fatalf("err %v, want NATS's listen error", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("failed after %s", d)
+			}
+		})
 	}
 }

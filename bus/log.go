@@ -13,11 +13,23 @@ import (
 type logAdapter struct {
 	l           *slog.Logger
 	onViolation func(kind string)
+	// fatal, if not nil, receives the first fatal error the server logs
+	// (a listener it cannot bind): Start waits for it.
+	fatal chan<- string
 }
 
 func (a *logAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
 func (a *logAdapter) Warnf(format string, v ...any)   { a.l.Warn(fmt.Sprintf(format, v...)) }
-func (a *logAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
+func (a *logAdapter) Fatalf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	a.l.Error(msg)
+	if a.fatal != nil {
+		select {
+		case a.fatal <- msg:
+		default:
+		}
+	}
+}
 func (a *logAdapter) Errorf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	if a.onViolation != nil {

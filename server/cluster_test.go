@@ -233,3 +233,26 @@ func testLogger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+func TestClusterConfigValidation(t *testing.T) {
+	tests := []struct {
+		name    string
+		mod     func(*Config)
+		wantErr string
+	}{
+		{"alone", func(c *Config) {}, ""},
+		{"cluster", func(c *Config) { c.ClusterName, c.Name, c.Routes = "xr", "n1", []string{"nats-route://b:6222"} }, ""},
+		{"cluster without a name", func(c *Config) { c.ClusterName, c.Routes = "xr", []string{"nats-route://b:6222"} }, "--name"},
+		{"cluster without routes", func(c *Config) { c.ClusterName, c.Name = "xr", "n1" }, "--routes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Defaults()
+			tt.mod(&c)
+			err := c.validate()
+			if (err != nil) != (tt.wantErr != "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("validate() = %v, want an error naming %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -159,5 +159,9 @@ func (c *Config) validate() error {
 	if c.ClusterName != "" && c.Name == "" {
 		return fmt.Errorf("config: a cluster node needs a unique --name")
 	}
+	if c.ClusterName != "" && len(c.Routes) == 0 {
+		// NATS refuses to start JetStream in a cluster without routes.
+		return fmt.Errorf("config: a cluster node needs --routes to the cluster's other nodes, e.g. --routes nats-route://host2:6222")
+	}
 	return nil
 }

@@ -788,6 +788,57 @@ func TestPortInUseFailsStart(t *testing.T) {
 	l.Close()
 }
 
+// A NATS port in use (client, WebSocket or cluster routes) fails the start
+// at once with the bind error, naming the listener, as the front ends'
+// ports do, and releases the listeners already bound.
+func TestNATSPortInUseFailsStart(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	addr := taken.Addr().String()
+	for _, tt := range []struct {
+		what string
+		mod  func(*Config)
+	}{
+		{"nats", func(c *Config) { c.NATSAddr = addr }},
+		{"nats-ws", func(c *Config) { c.NATSWSAddr = addr }},
+		{"cluster", func(c *Config) {
+			c.Name, c.ClusterName, c.ClusterAddr, c.Routes = "n1", "xr", addr, []string{"nats-route://127.0.0.1:1"}
+		}},
+	} {
+		t.Run(tt.what, func(t *testing.T) {
+			cfg := Defaults()
+			cfg.DataDir = t.TempDir()
+			p := testnet.FreePorts(t, 1)
+			cfg.HTTPAddr = p[0]
+			cfg.HTTPSAddr, cfg.MQTTAddr, cfg.MQTTSAddr, cfg.MQTTWSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", "", "", ""
+			cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
+			tt.mod(&cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			start := time.Now()
+			s, err := Start(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if err == nil {
+				s.Close()
+				t.Fatal("started on a port in use")
+			}
+			if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), tt.what+" listener on "+addr) {
+				t.Fatalf("err %v, want the %s listener's address in use", err, tt.what)
+			}
+			if d := time.Since(start); d > 2*time.Second {
+				t.Fatalf("failed after %s", d)
+			}
+			l, err := net.Listen("tcp", cfg.HTTPAddr)
+			if err != nil {
+				t.Fatalf("http port still held after the failed start: %v", err)
+			}
+			l.Close()
+		})
+	}
+}
+
 // A message on a wildcard subject (a NATS client may publish one) does not
 // reach MQTT subscribers: no MQTT publish has such a topic.
 func TestWildcardSubjectNotDelivered(t *testing.T) {
