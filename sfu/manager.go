@@ -130,18 +130,35 @@ func (m *Manager) handleHeartbeat(msg *nats.Msg) {
 		return
 	}
 	m.mu.Lock()
-	_, known := m.nodes[info.ID]
-	if info.Leaving {
+	old, known := m.nodes[info.ID]
+	var current string // the known node's instance
+	if known {
+		current = old.info.Instance
+	}
+	// A leave from another instance than the one whose heartbeats the
+	// manager has (a second process started with the node's ID, or a
+	// restarted node's old process) is not the known node's: ignored.
+	// A leave without an instance (an older node) cannot be told apart.
+	stale := info.Leaving && known && info.Instance != "" && info.Instance != current
+	switch {
+	case stale:
+	case info.Leaving:
 		delete(m.nodes, info.ID)
-	} else {
+	default:
 		m.nodes[info.ID] = &nodeState{info: info, seen: time.Now()}
 	}
 	m.mu.Unlock()
 	switch {
+	case stale:
+		m.log.Warn("sfu node: ignored a leave announcement from another instance than the node's (a second process with its ID, or its previous run)",
+			"node", info.ID, "site", info.Site, "instance", info.Instance, "current_instance", current, "current_site", old.info.Site)
 	case info.Leaving && known:
-		m.log.Info("sfu node left; no longer assigned", "node", info.ID, "site", info.Site)
+		m.log.Info("sfu node left; no longer assigned", "node", info.ID, "site", info.Site, "instance", info.Instance)
 	case !info.Leaving && !known:
-		m.log.Info("sfu node joined", "node", info.ID, "site", info.Site)
+		m.log.Info("sfu node joined", "node", info.ID, "site", info.Site, "instance", info.Instance)
+	case !info.Leaving && info.Instance != current:
+		m.log.Warn("sfu node: heartbeat from another instance with this node's ID (it restarted, or two processes use the ID)",
+			"node", info.ID, "site", info.Site, "instance", info.Instance, "previous_instance", current, "previous_site", old.info.Site)
 	}
 }
 

@@ -19,9 +19,10 @@ import (
 
 // Node is one SFU.
 type Node struct {
-	cfg Config
-	log *slog.Logger
-	api *webrtc.API // for relay links (data channels only)
+	cfg      Config
+	log      *slog.Logger
+	instance string      // NodeInfo.Instance
+	api      *webrtc.API // for relay links (data channels only)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -68,7 +69,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID),
+		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID), instance: newInstance(),
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
 		groups: map[string]*linkGroup{}, hops: newHopHists(),
@@ -92,6 +93,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("sfu: relay interceptors: %w", err)
 	}
 	n.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.relaySettingEngine()))
+	// A permissions violation the bus reports from here on is about what
+	// Start does: the token lacks the rights of an SFU node.
+	before := cfg.NC.LastError()
+	if err := n.checkUnique(before); err != nil {
+		n.cancel()
+		return nil, err
+	}
 	subs := []struct {
 		subj string
 		h    nats.MsgHandler
@@ -123,17 +131,32 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("sfu: bus: %w", err)
 	}
+	if err := newPermissionError(cfg.NC, before); err != nil {
+		n.Close()
+		return nil, err
+	}
+	col := &collector{n: n}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(&collector{n: n}); err != nil {
+		if err := cfg.Registerer.Register(col); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("sfu: metrics: %w", err)
 		}
 	}
 	_ = cfg.NC.Publish(subjectSync, nil) // learn the tracks that exist
 	n.heartbeat()
+	// the server refuses a publish it does not allow before the Flush's PONG
+	if err := cfg.NC.Flush(); err == nil {
+		if err := newPermissionError(cfg.NC, before); err != nil {
+			n.Close()
+			if cfg.Registerer != nil {
+				cfg.Registerer.Unregister(col)
+			}
+			return nil, err
+		}
+	}
 	n.wg.Add(1)
 	go n.loop()
-	n.log.Info("sfu node started", "site", cfg.Site, "manager", cfg.Manager)
+	n.log.Info("sfu node started", "site", cfg.Site, "manager", cfg.Manager, "instance", n.instance)
 	return n, nil
 }
 
@@ -253,7 +276,7 @@ func (n *Node) heartbeat() {
 		n.mu.Unlock()
 		return
 	}
-	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL}
+	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Instance: n.instance}
 	n.mu.Unlock()
 	b, _ := json.Marshal(hb)
 	_ = n.cfg.NC.Publish(subjectNodes, b)
@@ -274,7 +297,7 @@ func (n *Node) leave() bool {
 	if !n.announced {
 		return false // Start failed before the first heartbeat
 	}
-	b, _ := json.Marshal(NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Leaving: true})
+	b, _ := json.Marshal(NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Leaving: true, Instance: n.instance})
 	err := n.cfg.NC.Publish(subjectNodes, b)
 	if err == nil {
 		err = n.cfg.NC.FlushTimeout(leaveTimeout)

@@ -59,6 +59,10 @@ type NodeInfo struct {
 	Signal    string `json:"signal"`
 	WebSocket string `json:"websocket,omitempty"`
 	Leaving   bool   `json:"leaving,omitempty"`
+	// Instance is random per Start: it tells a node's restarts, or two
+	// processes started with one ID, apart. The manager ignores a leave
+	// announcement whose Instance is not that of the node's last heartbeat.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Signal is a client's message to its node, over the bus (request/reply)
@@ -99,6 +103,10 @@ type Reply struct {
 	Op    string `json:"op"` // "answer", "ok", "error"
 	SDP   string `json:"sdp,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Site and Instance (op "ping" only) are the answering node's
+	// (NodeInfo).
+	Site     string `json:"site,omitempty"`
+	Instance string `json:"instance,omitempty"`
 }
 
 // Event is pushed to a client (subject sfu.client.<session>.<client>, or
@@ -209,9 +217,9 @@ func (n *Node) Signal(s Signal) Reply {
 		closing := n.closed
 		n.mu.Unlock()
 		if closing {
-			return Reply{Op: "error", Error: "sfu node " + n.cfg.ID + " is shutting down"}
+			return Reply{Op: "error", Error: "sfu node " + n.cfg.ID + " is shutting down", Site: n.cfg.Site, Instance: n.instance}
 		}
-		return Reply{Op: "ok"}
+		return Reply{Op: "ok", Site: n.cfg.Site, Instance: n.instance}
 	}
 	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
 }
