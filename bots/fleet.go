@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -20,7 +21,7 @@ type FleetConfig struct {
 	Users     int
 	Realm     string   // "" = "realm"
 	Scenes    []string // "namespace/scene"; bot i joins Scenes[i%len]; none = public/bench
-	Rate      float64  // poses per second per bot; 0 = 10; negative = never send
+	Rate      float64  // poses per second per bot; 0 = 10; otherwise see CheckRate
 	Behaviour Spec
 	Seed      uint64
 	// Prefix starts user names and client ids: {prefix}{i}; "" = "bot".
@@ -51,6 +52,20 @@ type bot struct {
 	peers *peerTable // nil unless the behaviour watches peers
 }
 
+// MaxRate is the highest rate CheckRate accepts: one pose per
+// nanosecond, the resolution of the bots' clocks.
+const MaxRate = 1e9
+
+// CheckRate returns an error unless rate, poses per second per bot, is a
+// finite number above 0 whose period (1/rate) is at least a nanosecond and
+// fits a time.Duration.
+func CheckRate(rate float64) error {
+	if !(rate > 0 && rate <= MaxRate) || float64(time.Second)/rate >= math.MaxInt64 {
+		return fmt.Errorf("rate %g poses/s: want a number above 0 and at most %g", rate, float64(MaxRate))
+	}
+	return nil
+}
+
 // StartFleet connects every bot, then starts them sending. It fails, with
 // every bot disconnected, if any bot cannot join.
 func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
@@ -68,6 +83,9 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	}
 	if cfg.Rate == 0 {
 		cfg.Rate = 10
+	}
+	if err := CheckRate(cfg.Rate); err != nil {
+		return nil, fmt.Errorf("fleet: %w", err)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = "bot"
@@ -141,16 +159,14 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
-	if cfg.Rate > 0 {
-		period := time.Duration(float64(time.Second) / cfg.Rate)
-		for _, b := range f.bots {
-			phase := time.Duration(rng.Int64N(int64(period)))
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
-				f.send(runCtx, b, period, phase)
-			}()
-		}
+	period := time.Duration(float64(time.Second) / cfg.Rate)
+	for _, b := range f.bots {
+		phase := time.Duration(rng.Int64N(int64(period)))
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.send(runCtx, b, period, phase)
+		}()
 	}
 	for _, b := range f.bots {
 		f.wg.Add(1)

@@ -2,12 +2,15 @@ package bots
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +139,34 @@ func TestFleetAgainstMosquitto(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	runFleet(t, &MQTTTransport{Addr: addr}, "static", 5, []string{"public/m"})
+}
+
+// TestFleetRefusesBadRate checks that a rate that is not a positive
+// finite number of poses per second is refused before any bot connects;
+// 0 is the default, 10/s.
+func TestFleetRefusesBadRate(t *testing.T) {
+	for _, rate := range []float64{-5, -1e-9, math.NaN(), math.Inf(1), math.Inf(-1), 2e9, 1e-12} {
+		t.Run(fmt.Sprint(rate), func(t *testing.T) {
+			if err := CheckRate(rate); err == nil {
+				t.Fatalf("CheckRate(%g) accepted it", rate)
+			}
+			_, err := StartFleet(context.Background(), FleetConfig{Transport: noJoin{t}, Users: 2, Rate: rate})
+			if err == nil || !strings.Contains(err.Error(), "rate") {
+				t.Fatalf("StartFleet with rate %g: %v, want an error about the rate", rate, err)
+			}
+		})
+	}
+	for _, rate := range []float64{0.001, 1, 10, 60, MaxRate} {
+		if err := CheckRate(rate); err != nil {
+			t.Errorf("CheckRate(%g): %v", rate, err)
+		}
+	}
+}
+
+// noJoin is a transport that no bot may join.
+type noJoin struct{ t *testing.T }
+
+func (n noJoin) Join(context.Context, Identity, Receiver, bool) (Link, error) {
+	n.t.Error("a bot joined despite a bad configuration")
+	return nil, errors.New("no")
 }

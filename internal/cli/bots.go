@@ -39,7 +39,7 @@ func runBots(ctx context.Context, args []string) error {
 	scene := fs.String("scene", "bots", "scene name; with --scenes N > 1, scenes are {scene}0 ... {scene}N-1")
 	nScenes := fs.Int("scenes", 1, "spread the bots over this many scenes")
 	realm := fs.String("realm", "realm", "realm")
-	rate := fs.Float64("rate", 10, "poses per second per bot")
+	rate := fs.Float64("rate", 10, "poses per second per bot (above 0)")
 	size := fs.Int("size", 310, "pose message size in bytes (padded)")
 	behaviour := fs.String("behaviour", "randomwalk", "static, randomwalk, boids or replay")
 	trace := fs.String("trace", "", "pose trace file for --behaviour replay (lines: t x y z qx qy qz qw)")
@@ -58,6 +58,9 @@ func runBots(ctx context.Context, args []string) error {
 	}
 	if *users < 1 || *nScenes < 1 {
 		return fmt.Errorf("--users (%d) and --scenes (%d) must be at least 1", *users, *nScenes)
+	}
+	if err := bots.CheckRate(*rate); err != nil {
+		return fmt.Errorf("--rate %g: want poses per second per bot above 0 (and at most %g)", *rate, float64(bots.MaxRate))
 	}
 	a, err := parseArea(*area)
 	if err != nil {
