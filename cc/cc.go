@@ -96,7 +96,7 @@ func loadCollection(name string, p hera.Params) (*ebpf.Collection, error) {
 	case "hera-paper":
 		obj = heraPaperObj
 	default:
-		return nil, fmt.Errorf("cc: unknown congestion control %q (want one of %v)", name, Names)
+		return nil, fmt.Errorf("cc: unknown congestion control %q (want one of %s)", name, strings.Join(Names, ", "))
 	}
 	if p.Variant.String() != name {
 		return nil, fmt.Errorf("cc: parameters are for %s, not %s", p.Variant, name)
@@ -147,11 +147,14 @@ func loadCollection(name string, p hera.Params) (*ebpf.Collection, error) {
 }
 
 // Unload removes the named congestion control, or every one this package
-// loaded when name is empty. Unloading one that is not loaded is an error.
+// loaded when name is empty. Unloading one that is not loaded, or a name
+// not in Names, is an error.
 func Unload(name string) error {
 	names := []string{name}
 	if name == "" {
 		names = Names
+	} else if !slices.Contains(Names, name) {
+		return fmt.Errorf("cc: unknown congestion control %q (want one of %s)", name, strings.Join(Names, ", "))
 	}
 	found := false
 	for _, n := range names {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/xrealm/xrealm/cc"
@@ -20,6 +21,12 @@ import (
 // load registers Hera as a TCP congestion control (eBPF struct_ops); it stays
 // registered after the command exits until unload.
 func runCC(ctx context.Context, args []string) error {
+	// Main names the command: "xrealm cc: ...", not "xrealm cc: cc: ...".
+	return trimPrefix(ccCommand(args), "cc: ")
+}
+
+func ccCommand(args []string) error {
+	names := strings.Join(cc.Names, " or ")
 	usage := "usage: xrealm cc load hera|hera-paper [flags] | xrealm cc unload [hera|hera-paper]"
 	if len(args) == 0 {
 		return errors.New(usage)
@@ -31,9 +38,12 @@ func runCC(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "load":
 		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
-			return fmt.Errorf("cc load: name a congestion control (hera or hera-paper)\n%s", usage)
+			return fmt.Errorf("load: name a congestion control (%s)\n%s", names, usage)
 		}
 		name := args[1]
+		if !slices.Contains(cc.Names, name) {
+			return fmt.Errorf("unknown congestion control %q (want one of %s)", name, strings.Join(cc.Names, ", "))
+		}
 		p, err := hera.ForVariant(name)
 		if err != nil {
 			return err
@@ -44,6 +54,9 @@ func runCC(ctx context.Context, args []string) error {
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("load: unexpected arguments %q", fs.Args())
+		}
 		done()
 		if err := cc.Load(name, p); err != nil {
 			return err
@@ -52,15 +65,39 @@ func runCC(ctx context.Context, args []string) error {
 			name, cc.KernelName(name), cc.KernelName(name))
 		return nil
 	case "unload":
+		if len(args) > 2 {
+			return fmt.Errorf("unload: unexpected arguments %q\n%s", args[2:], usage)
+		}
 		name := ""
 		if len(args) > 1 {
 			name = args[1]
 		}
 		return cc.Unload(name)
 	default:
-		return fmt.Errorf("cc: unknown subcommand %q\n%s", args[0], usage)
+		return fmt.Errorf("unknown subcommand %q\n%s", args[0], usage)
 	}
 }
+
+// trimPrefix returns err with prefix cut from the start of its message
+// (a package's name, which Main's "xrealm CMD: " already says); it still
+// unwraps to err.
+func trimPrefix(err error, prefix string) error {
+	if err == nil {
+		return nil
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), prefix); ok {
+		return &trimmedError{msg: msg, err: err}
+	}
+	return err
+}
+
+type trimmedError struct {
+	msg string
+	err error
+}
+
+func (e *trimmedError) Error() string { return e.msg }
+func (e *trimmedError) Unwrap() error { return e.err }
 
 // heraFlags registers flags for every Hera parameter on fs, with p's values
 // as defaults; call the returned function after parsing to store them in p.
