@@ -18,11 +18,17 @@ import (
 // runNetem implements
 //
 //	xrealm netem --up TRACE --down TRACE [--delay 20ms] [--queue-packets N | --queue-bytes N]
-//	             [--loss P] [--seed S] [--log DIR] [--no-realtime] -- CMD ARGS...
+//	             [--loss P] [--seed S] [--log DIR] [--no-realtime] [-- CMD ARGS...]
 //
 // It runs CMD in an emulated client namespace whose traffic to the host
-// namespace passes through a trace-driven link.
+// namespace passes through a trace-driven link. Without CMD it runs an
+// interactive shell there ($SHELL, else /bin/sh), like Mahimahi's shells.
 func runNetem(ctx context.Context, args []string) error {
+	// Main names the command: "xrealm netem: ...", not "xrealm netem: netem: ...".
+	return trimPrefix(netemCommandLine(ctx, args), "netem: ")
+}
+
+func netemCommandLine(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("netem", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	up := fs.String("up", "", "uplink (client→host) Mahimahi trace `file`")
@@ -34,18 +40,13 @@ func runNetem(ctx context.Context, args []string) error {
 	seed := fs.Uint64("seed", 1, "random seed for loss")
 	noRT := fs.Bool("no-realtime", false, "keep the forwarding threads at normal priority (default: SCHED_FIFO, see netem.RealtimePriority)")
 	logDir := fs.String("log", "", "write per-packet logs (uplink.log, downlink.log) to this `dir`")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: xrealm netem --up TRACE --down TRACE [flags] -- CMD ARGS...")
-		fmt.Fprintln(fs.Output(), "Runs CMD in a client network namespace linked to a host namespace through an emulated link.")
-		fmt.Fprintln(fs.Output(), "Inside, XREALM_NETEM_BASE is the host's address and XREALM_NETEM_HOST_NETNS the host namespace.")
-		fs.PrintDefaults()
-	}
+	fs.Usage = func() { netemUsage(fs) }
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *up == "" || *down == "" {
 		fs.Usage()
-		return errors.New("netem: --up and --down are required")
+		return errors.New("--up and --down are required")
 	}
 	upT, err := netem.LoadTrace(*up)
 	if err != nil {
@@ -55,14 +56,7 @@ func runNetem(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cmdArgs := fs.Args()
-	if len(cmdArgs) == 0 {
-		sh := os.Getenv("SHELL")
-		if sh == "" {
-			sh = "/bin/sh"
-		}
-		cmdArgs = []string{sh}
-	}
+	cmdArgs := netemCommand(fs.Args(), os.Getenv)
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
@@ -87,9 +81,30 @@ func runNetem(ctx context.Context, args []string) error {
 		return err
 	}
 	if runErr != nil {
-		return fmt.Errorf("netem: %s: %w", cmdArgs[0], runErr)
+		return fmt.Errorf("%s: %w", cmdArgs[0], runErr)
 	}
 	return nil
+}
+
+func netemUsage(fs *flag.FlagSet) {
+	w := fs.Output()
+	fmt.Fprintln(w, "usage: xrealm netem --up TRACE --down TRACE [flags] [-- CMD ARGS...]")
+	fmt.Fprintln(w, "Runs CMD in a client network namespace linked to a host namespace through an emulated link.")
+	fmt.Fprintln(w, "Without CMD, runs an interactive shell there: $SHELL, else /bin/sh; the link is torn down when it exits.")
+	fmt.Fprintln(w, "Inside, XREALM_NETEM_BASE is the host's address and XREALM_NETEM_HOST_NETNS the host namespace.")
+	fs.PrintDefaults()
+}
+
+// netemCommand is the command netem runs: args, or without them the
+// user's shell ($SHELL, else /bin/sh).
+func netemCommand(args []string, getenv func(string) string) []string {
+	if len(args) > 0 {
+		return args
+	}
+	if sh := getenv("SHELL"); sh != "" {
+		return []string{sh}
+	}
+	return []string{"/bin/sh"}
 }
 
 func printNetemReport(w io.Writer, r netem.Report) {
