@@ -123,6 +123,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Flows < 1 {
 		cfg.Flows = 1
 	}
+	avail, err := cc.Available()
+	if err != nil {
+		return nil, fmt.Errorf("benchcc: %w", err)
+	}
+	if err := CheckAlgos(cfg.Algos, avail); err != nil {
+		return nil, fmt.Errorf("benchcc: %w", err)
+	}
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("benchcc: create %s: %w", cfg.OutDir, err)
 	}

@@ -209,15 +209,14 @@ func simulateHeraOpts(tb testing.TB, p hera.Params, tr *netem.Trace, dur time.Du
 }
 
 // TestSimulatedTraces runs the tuned and published rules in simulation on
-// the benchmark's traces (set XREALM_SIM=1; needs ../shared/traces).
+// the benchmark's traces (set XREALM_SIM=1; the traces are found as by
+// `xrealm bench cc`: $XREALM_TRACES, or shared/traces beside the
+// repository).
 func TestSimulatedTraces(t *testing.T) {
 	if os.Getenv("XREALM_SIM") == "" {
 		t.Skip("skipping: set XREALM_SIM=1 to simulate Hera on the benchmark traces")
 	}
-	dir := "../../../shared/traces"
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("skipping: no traces at %s", dir)
-	}
+	dir := simTraces(t)
 	names := []string{"mmwave/UMa_a", "mmwave/UMa_b", "mmwave/UMa_c", "mmwave/UMa_d", "mmwave/RMa_a", "mmwave/RMa_d", "mmwave/humanmotion", "cellular/highwayGold"}
 	var b strings.Builder
 	for _, n := range names {
@@ -244,7 +243,20 @@ func TestSimulatedSweep(t *testing.T) {
 	if spec == "" {
 		t.Skip("skipping: set XREALM_SIM_SWEEP to sweep parameters in simulation")
 	}
-	dir := "../../../shared/traces"
+	type sweepSet struct {
+		name string
+		p    hera.Params
+		o    simOpts
+	}
+	var sets []sweepSet
+	for _, set := range strings.Split(spec, ";") {
+		p, o, err := parseSweepSet(set)
+		if err != nil {
+			t.Fatalf("XREALM_SIM_SWEEP: %v", err)
+		}
+		sets = append(sets, sweepSet{set, p, o})
+	}
+	dir := simTraces(t)
 	names := []string{"mmwave/UMa_a", "mmwave/UMa_b", "mmwave/UMa_c", "mmwave/UMa_e", "mmwave/RMa_a", "mmwave/RMa_d", "mmwave/humanmotion", "cellular/highwayGold"}
 	if s := os.Getenv("XREALM_SIM_TRACES"); s != "" {
 		names = strings.Split(s, ",")
@@ -257,52 +269,8 @@ func TestSimulatedSweep(t *testing.T) {
 		}
 		trs = append(trs, tr)
 	}
-	for _, set := range strings.Split(spec, ";") {
-		p := hera.DefaultParams()
-		var o simOpts
-		for _, kv := range strings.Split(set, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			var n int
-			fmt.Sscan(v, &n)
-			switch k {
-			case "ob":
-				p.OutageBoostPercent = uint32(n)
-			case "ok":
-				p.OutageRTTs = uint32(n)
-			case "rto":
-				o.rto = n != 0
-			case "undo":
-				o.undo = n != 0
-			case "B":
-				d, _ := time.ParseDuration(v)
-				p.BucketWidth = d
-			case "X":
-				p.Buckets = n
-			case "s":
-				p.DecreaseShift = uint32(n)
-			case "cap":
-				p.HistCap = uint32(n)
-			case "N":
-				p.Backlog = n
-			case "dmax":
-				p.DeltaMax = uint32(n)
-			case "beta":
-				p.LossBetaPermille = uint32(n)
-			case "fg":
-				p.FloorGainEighths = uint32(n)
-			case "bw":
-				d, _ := time.ParseDuration(v)
-				p.BDPWindow = d
-			case "bp":
-				p.BucketPackets = uint32(n)
-			case "gate":
-				p.GateRTTs = uint32(n)
-			case "minc":
-				p.MinCwnd = uint32(n)
-			case "maxc":
-				p.MaxCwnd = uint32(n)
-			}
-		}
+	for _, set := range sets {
+		p, o := set.p, set.o
 		dur, flows := 20*time.Second, 1
 		if n, err := strconv.Atoi(os.Getenv("XREALM_SIM_FLOWS")); err == nil {
 			flows = n
@@ -311,7 +279,7 @@ func TestSimulatedSweep(t *testing.T) {
 			dur = d
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "%-40s", set)
+		fmt.Fprintf(&b, "%-40s", set.name)
 		for i, tr := range trs {
 			r, _ := simulateHeraOpts(t, p, tr, dur, flows, o)
 			fmt.Fprintf(&b, " %s %.2f/%.1f", filepath.Base(names[i])[:5], r.mbps, r.p95ms)
@@ -333,15 +301,22 @@ func TestSimulatedSeries(t *testing.T) {
 	if name == "" {
 		t.Skip("skipping: set XREALM_SIM_SERIES to a trace to print a simulated time series")
 	}
-	tr, err := netem.LoadTrace(filepath.Join("../../../shared/traces", name))
+	spec := os.Getenv("XREALM_SIM_SWEEP")
+	if strings.Contains(spec, ";") {
+		t.Fatalf("XREALM_SIM_SWEEP %q: the series takes one parameter set", spec)
+	}
+	p, o, err := parseSweepSet(spec)
+	if err != nil {
+		t.Fatalf("XREALM_SIM_SWEEP: %v", err)
+	}
+	tr, err := netem.LoadTrace(filepath.Join(simTraces(t), name))
 	if err != nil {
 		t.Skip(err)
 	}
-	p := hera.DefaultParams()
 	var b strings.Builder
-	o := simOpts{series: func(ts float64, cwnd uint32, mbps float64, q int) {
+	o.series = func(ts float64, cwnd uint32, mbps float64, q int) {
 		fmt.Fprintf(&b, "%.1f %d %.1f %d\n", ts, cwnd, mbps, q)
-	}}
+	}
 	dur := 60 * time.Second
 	r, _ := simulateHeraOpts(t, p, tr, dur, 1, o)
 	if out := os.Getenv("XREALM_SIM_SERIES_OUT"); out != "" {
@@ -352,4 +327,94 @@ func TestSimulatedSeries(t *testing.T) {
 		t.Log("\n" + b.String())
 	}
 	t.Logf("%s: %.1f Mbit/s, p95 %.1f ms", name, r.mbps, r.p95ms)
+}
+
+// simTraces returns the traces directory for the simulations, or skips
+// the test saying where it looked.
+func simTraces(t *testing.T) string {
+	t.Helper()
+	dir, err := DefaultTraces()
+	if err != nil {
+		t.Skipf("skipping: %v (set %s=DIR to the traces)", err, TracesEnv)
+	}
+	return dir
+}
+
+// sweepKeys are the parameters XREALM_SIM_SWEEP can set, each with what
+// it sets from its value.
+var sweepKeys = map[string]func(p *hera.Params, o *simOpts, v string) error{
+	"B":    durKey(func(p *hera.Params, d time.Duration) { p.BucketWidth = d }),
+	"bw":   durKey(func(p *hera.Params, d time.Duration) { p.BDPWindow = d }),
+	"X":    intKey(func(p *hera.Params, o *simOpts, n int) { p.Buckets = n }),
+	"N":    intKey(func(p *hera.Params, o *simOpts, n int) { p.Backlog = n }),
+	"s":    intKey(func(p *hera.Params, o *simOpts, n int) { p.DecreaseShift = uint32(n) }),
+	"cap":  intKey(func(p *hera.Params, o *simOpts, n int) { p.HistCap = uint32(n) }),
+	"dmax": intKey(func(p *hera.Params, o *simOpts, n int) { p.DeltaMax = uint32(n) }),
+	"beta": intKey(func(p *hera.Params, o *simOpts, n int) { p.LossBetaPermille = uint32(n) }),
+	"fg":   intKey(func(p *hera.Params, o *simOpts, n int) { p.FloorGainEighths = uint32(n) }),
+	"bp":   intKey(func(p *hera.Params, o *simOpts, n int) { p.BucketPackets = uint32(n) }),
+	"gate": intKey(func(p *hera.Params, o *simOpts, n int) { p.GateRTTs = uint32(n) }),
+	"minc": intKey(func(p *hera.Params, o *simOpts, n int) { p.MinCwnd = uint32(n) }),
+	"maxc": intKey(func(p *hera.Params, o *simOpts, n int) { p.MaxCwnd = uint32(n) }),
+	"ob":   intKey(func(p *hera.Params, o *simOpts, n int) { p.OutageBoostPercent = uint32(n) }),
+	"ok":   intKey(func(p *hera.Params, o *simOpts, n int) { p.OutageRTTs = uint32(n) }),
+	"rto":  intKey(func(p *hera.Params, o *simOpts, n int) { o.rto = n != 0 }),
+	"undo": intKey(func(p *hera.Params, o *simOpts, n int) { o.undo = n != 0 }),
+}
+
+func intKey(set func(*hera.Params, *simOpts, int)) func(*hera.Params, *simOpts, string) error {
+	return func(p *hera.Params, o *simOpts, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a non-negative integer", v)
+		}
+		set(p, o, n)
+		return nil
+	}
+}
+
+func durKey(set func(*hera.Params, time.Duration)) func(*hera.Params, *simOpts, string) error {
+	return func(p *hera.Params, _ *simOpts, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration", v)
+		}
+		set(p, d)
+		return nil
+	}
+}
+
+// parseSweepSet reads one parameter set of XREALM_SIM_SWEEP,
+// "key=value,key=value", over the default parameters. Unknown keys and
+// bad values are errors.
+func parseSweepSet(set string) (hera.Params, simOpts, error) {
+	p := hera.DefaultParams()
+	var o simOpts
+	for _, kv := range strings.Split(set, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		apply := sweepKeys[k]
+		if apply == nil {
+			return p, o, fmt.Errorf("%q: unknown key %q; valid keys: %s", set, k, strings.Join(sortedKeys(sweepKeys), ", "))
+		}
+		if !ok {
+			return p, o, fmt.Errorf("%q: %s has no value (want %s=VALUE)", set, k, k)
+		}
+		if err := apply(&p, &o, v); err != nil {
+			return p, o, fmt.Errorf("%q: %s: %v", set, k, err)
+		}
+	}
+	return p, o, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	benchcc "github.com/xrealm/xrealm/bench/cc"
+	"github.com/xrealm/xrealm/cc"
 	"github.com/xrealm/xrealm/hera"
 	"github.com/xrealm/xrealm/netem"
 )
@@ -28,15 +30,19 @@ var benchCCDefaultTraces = []string{
 	"mmwave/humanmotion", "cellular/highwayGold",
 }
 
+// benchCCOut is bench cc's default --out.
+const benchCCOut = "bench/cc/out"
+
 // runBenchCC implements `xrealm bench cc`: the Hera evaluation over the
 // trace-driven emulator. With --summary it only prints tables from an
-// existing results file.
+// existing results file. Every flag is checked before anything is set up.
 func runBenchCC(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench cc", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	dir := fs.String("traces-dir", "../shared/traces", "directory holding the mmwave/ and cellular/ Mahimahi trace folders (default: the shared traces beside the repository)")
+	dir := fs.String("traces-dir", "", "directory holding the mmwave/ and cellular/ Mahimahi trace folders (default: $"+benchcc.TracesEnv+
+		", else ../shared/traces from the current directory, else shared/traces beside the repository)")
 	traces := fs.String("traces", strings.Join(benchCCDefaultTraces, ","), "comma-separated traces, relative to --traces-dir")
-	algos := fs.String("algos", "cubic,bbr,reno,hera,hera-paper", "comma-separated congestion controls")
+	algos := fs.String("algos", "cubic,bbr,reno,hera,hera-paper", "comma-separated congestion controls: the kernel's available ones (/proc/sys/net/ipv4/tcp_available_congestion_control) and hera, hera-paper (loaded by the bench)")
 	dur := fs.Duration("duration", 60*time.Second, "length of each run")
 	seeds := fs.String("seeds", "1,2,3", "comma-separated seeds (one run per seed)")
 	delay := fs.Duration("delay", 10*time.Millisecond, "one-way delay of the emulated link")
@@ -47,10 +53,13 @@ func runBenchCC(ctx context.Context, args []string) error {
 	qoeFPS := fs.Int("qoe-fps", 60, "frames per second of the --qoe stream")
 	heraArgs := fs.String("hera-args", "", "`flags` of \"xrealm cc load hera\" that change hera's parameters for this run, e.g. \"--bucket 4ms\"")
 	tcpInfo := fs.String("tcpinfo-dir", "", "write flow 0's TCP_INFO every 10 ms to a file per run in this directory (diagnostics)")
-	out := fs.String("out", "bench/cc/out", "output directory (results.jsonl is appended to)")
+	out := fs.String("out", benchCCOut, "output directory (results.jsonl in it is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench cc: unexpected arguments %q", fs.Args())
 	}
 	if *summary != "" {
 		rs, err := benchcc.ReadResults(*summary)
@@ -64,14 +73,32 @@ func runBenchCC(ctx context.Context, args []string) error {
 		benchcc.RunsTable(os.Stdout, rs)
 		return nil
 	}
-	if os.Geteuid() != 0 {
-		return errors.New("bench cc: needs root (network namespaces, TUN devices, BPF congestion control)")
-	}
 	cfg := benchcc.Config{
-		Algos: strings.Split(*algos, ","), Duration: *dur, Delay: *delay,
+		Algos: splitList(*algos), Duration: *dur, Delay: *delay,
 		QueuePackets: *queue, Flows: *flows, OutDir: *out,
 		QoE: *qoe, QoERate: *qoeRate * 1e6, QoEFPS: *qoeFPS, TCPInfoDir: *tcpInfo,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	kernel, err := cc.Available()
+	if err != nil {
+		return fmt.Errorf("bench cc: %w", err)
+	}
+	if err := benchcc.CheckAlgos(cfg.Algos, kernel); err != nil {
+		return fmt.Errorf("bench cc: --algos: %w", err)
+	}
+	switch {
+	case *dur <= 0:
+		return fmt.Errorf("bench cc: --duration %v: want a positive duration", *dur)
+	case *delay < 0:
+		return fmt.Errorf("bench cc: --delay %v: want a duration of at least 0", *delay)
+	case *queue < 1:
+		return fmt.Errorf("bench cc: --queue-packets %d: want at least 1", *queue)
+	case *flows < 1:
+		return fmt.Errorf("bench cc: --flows %d: want at least 1", *flows)
+	case *qoe && !(*qoeRate > 0 && *qoeRate < math.Inf(1)):
+		return fmt.Errorf("bench cc: --qoe-mbps %g: want a positive bitrate", *qoeRate)
+	case *qoe && *qoeFPS < 1:
+		return fmt.Errorf("bench cc: --qoe-fps %d: want at least 1", *qoeFPS)
 	}
 	if *heraArgs != "" {
 		p := hera.DefaultParams()
@@ -86,20 +113,36 @@ func runBenchCC(ctx context.Context, args []string) error {
 		}
 		cfg.HeraParams = &p
 	}
-	for _, t := range strings.Split(*traces, ",") {
-		path := filepath.Join(*dir, t)
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("bench cc: trace %s: %w (--traces-dir names the folder that holds mmwave/ and cellular/ with Mahimahi traces; the default is the shared traces beside the repository)", path, err)
-		}
-		cfg.Traces = append(cfg.Traces, path)
-	}
-	for _, s := range strings.Split(*seeds, ",") {
+	for _, s := range splitList(*seeds) {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("bench cc: seed %q: %w", s, err)
+			return fmt.Errorf("bench cc: --seeds: %q is not a non-negative integer", s)
 		}
 		cfg.Seeds = append(cfg.Seeds, v)
 	}
+	if len(cfg.Seeds) == 0 {
+		return errors.New("bench cc: --seeds is empty")
+	}
+	if *dir == "" {
+		if *dir, err = benchcc.DefaultTraces(); err != nil {
+			return fmt.Errorf("bench cc: %w", err)
+		}
+	}
+	for _, t := range splitList(*traces) {
+		path := filepath.Join(*dir, t)
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("bench cc: trace %s: %w (--traces-dir names the folder that holds mmwave/ and cellular/ with Mahimahi traces; by default $%s, else ../shared/traces, else shared/traces beside the repository)",
+				path, err, benchcc.TracesEnv)
+		}
+		cfg.Traces = append(cfg.Traces, path)
+	}
+	if len(cfg.Traces) == 0 {
+		return errors.New("bench cc: --traces is empty")
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("bench cc: needs root (network namespaces, TUN devices, BPF congestion control)")
+	}
+	fmt.Fprintf(os.Stderr, "bench cc: traces from %s; %s\n", *dir, outNotice("appending results to", filepath.Join(*out, "results.jsonl"), *out == benchCCOut, "--out DIR"))
 	// Spare Ps for the emulator's forwarding threads (see netem.Config).
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)

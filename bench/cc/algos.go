@@ -1,0 +1,47 @@
+package benchcc
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/xrealm/xrealm/cc"
+)
+
+// KnownAlgos returns the congestion controls a run can use: the kernel's
+// available ones (/proc/sys/net/ipv4/tcp_available_congestion_control)
+// and those Run loads itself (cc.Names), sorted.
+func KnownAlgos() ([]string, error) {
+	avail, err := cc.Available()
+	if err != nil {
+		return nil, err
+	}
+	return validAlgos(avail), nil
+}
+
+func validAlgos(kernel []string) []string {
+	out := slices.Concat(kernel, cc.Names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// CheckAlgos returns an error naming the congestion controls in algos that
+// are neither among the kernel's available ones nor loaded by Run, with
+// the valid names; nil if every one is valid and there is at least one.
+func CheckAlgos(algos, kernel []string) error {
+	valid := validAlgos(kernel)
+	var bad []string
+	for _, a := range algos {
+		if !slices.Contains(valid, a) {
+			bad = append(bad, fmt.Sprintf("%q", a))
+		}
+	}
+	switch {
+	case len(algos) == 0:
+		return fmt.Errorf("no congestion control given; valid: %s", strings.Join(valid, ", "))
+	case len(bad) > 0:
+		return fmt.Errorf("unknown congestion control %s; valid: %s (the kernel's available ones and %s; a control built as a kernel module, e.g. vegas, is available after modprobe tcp_vegas)",
+			strings.Join(bad, ", "), strings.Join(valid, ", "), strings.Join(cc.Names, ", "))
+	}
+	return nil
+}
