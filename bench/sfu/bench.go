@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -21,6 +23,7 @@ import (
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/cpuload"
 	"github.com/xrealm/xrealm/sfu"
+	"github.com/xrealm/xrealm/volumetric"
 )
 
 // PaperFullRate is the bitrate of one full-quality stream in the paper's
@@ -159,6 +162,87 @@ func parseHops(log string, from, to time.Time) (HopSummary, bool) {
 	return h, found
 }
 
+// Setups are the SFU setups a campaign can run (Config.Setups).
+var Setups = []string{"central", "2sfu", "4sfu"}
+
+// Scenarios are the scenarios a campaign can run (Config.Scenarios): 1,
+// everyone sends the base description; 2, 4 senders × 3 descriptions.
+var Scenarios = []int{1, 2}
+
+// Validate checks the campaign's settings that are lists of choices or
+// counts, so that a campaign with one it cannot run stops before anything
+// is set up rather than recording failed runs. It does not look at the
+// machine.
+func (c *Config) Validate() error {
+	if len(c.Setups) == 0 {
+		return fmt.Errorf("no setup; want some of %s", strings.Join(Setups, ", "))
+	}
+	for _, s := range c.Setups {
+		if !slices.Contains(Setups, s) {
+			return fmt.Errorf("setup %q unknown; want some of %s", s, strings.Join(Setups, ", "))
+		}
+	}
+	if len(c.Scenarios) == 0 {
+		return errors.New("no scenario; want some of 1, 2")
+	}
+	for _, sc := range c.Scenarios {
+		if !slices.Contains(Scenarios, sc) {
+			return fmt.Errorf("scenario %d unknown; want some of 1 (everyone sends the base description), 2 (4 senders × 3 descriptions)", sc)
+		}
+	}
+	if len(c.Users) == 0 {
+		return errors.New("no user count")
+	}
+	for _, n := range c.Users {
+		if n < 1 {
+			return fmt.Errorf("user count %d: want at least 1", n)
+		}
+	}
+	est := keys(sfu.DefaultEstimators())
+	if !slices.Contains(est, c.Estimator) {
+		return fmt.Errorf("estimator %q unknown; want one of %s", c.Estimator, strings.Join(est, ", "))
+	}
+	switch {
+	case !(c.PaperLinkRate > 0 && c.PaperLinkRate <= math.MaxFloat64):
+		return fmt.Errorf("link rate %g: want a positive bit rate", c.PaperLinkRate)
+	case c.Measure <= 0:
+		return fmt.Errorf("measurement window %v: want a positive duration", c.Measure)
+	case c.Warmup < 0 || c.Queue <= 0 || c.DirectDelay < 0 || c.RTCPInterval <= 0:
+		return fmt.Errorf("warm-up %v, queue %v, direct delay %v, RTCP interval %v: want durations of at least 0 (the queue and RTCP interval above 0)",
+			c.Warmup, c.Queue, c.DirectDelay, c.RTCPInterval)
+	case c.RelaySlots < 0:
+		return fmt.Errorf("relay slots %d: want at least 0", c.RelaySlots)
+	case c.Clip.Points < volumetric.Descriptions || c.Clip.Frames < 1 || !(c.Clip.FPS > 0 && c.Clip.FPS <= 1000):
+		return fmt.Errorf("clip of %d points, %d frames at %g fps: want at least %d points and 1 frame, and 0 < fps ≤ 1000",
+			c.Clip.Points, c.Clip.Frames, c.Clip.FPS, volumetric.Descriptions)
+	}
+	for i, d := range c.CentralDelays {
+		if d < 0 {
+			return fmt.Errorf("delay of link central–site %d %v: want at least 0", i+1, d)
+		}
+	}
+	return nil
+}
+
+// makeDirs creates the directories of the clip cache and the results file.
+func (c *Config) makeDirs() error {
+	for _, dir := range []string{filepath.Dir(c.ClipPath), filepath.Dir(c.Out)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func keys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // sfuSites are the sites that run an SFU in each setup.
 func sfuSites(setup string) ([]string, error) {
 	switch setup {
@@ -178,6 +262,12 @@ var near = map[string][]string{"s3": {"s1"}, "s4": {"s2"}}
 // Run runs every setup × scenario × user count and appends each result to
 // cfg.Out. The topology is created once and removed when Run returns.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.makeDirs(); err != nil {
+		return nil, err
+	}
 	clip, err := bots.CachedClip(ctx, cfg.ClipPath, cfg.Clip)
 	if err != nil {
 		return nil, err

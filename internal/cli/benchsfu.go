@@ -17,6 +17,9 @@ import (
 	"github.com/xrealm/xrealm/sfu"
 )
 
+// benchSFUOut is bench sfu's default --out.
+const benchSFUOut = "bench/sfu/results.jsonl"
+
 // runBenchSFU runs the distributed-SFU evaluation (bench/sfu/RESULTS.md):
 //
 //	flock /tmp/xrealm-bench.lock xrealm bench sfu --users 8,16,32,48,64
@@ -26,7 +29,7 @@ import (
 func runBenchSFU(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench sfu", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	setups := fs.String("setups", "central,2sfu,4sfu", "SFU setups: central, 2sfu (sites 1, 2), 4sfu (one per site)")
+	setups := fs.String("setups", strings.Join(benchsfu.Setups, ","), "SFU setups: central, 2sfu (sites 1, 2), 4sfu (one per site)")
 	users := fs.String("users", "8,16,24,32,40,48,56,64", "user counts")
 	scenarios := fs.String("scenarios", "1,2", "1: everyone sends the base description; 2: 4 senders × 3 descriptions")
 	linkRate := fs.Float64("paper-link-rate", 1e9, "link capacity at the paper's scale, bit/s (divided by the scale factor)")
@@ -38,13 +41,13 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	points := fs.Int("points", 1000, "points per frame of the replayed clip (the paper: 100k)")
 	fps := fs.Float64("fps", 2, "frames per second of the replayed clip (the paper: 30)")
 	frames := fs.Int("frames", 20, "frames in the clip's loop")
-	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached")
+	clipDir := fs.String("clip-dir", os.TempDir(), "where the pre-encoded clip is cached (created if missing)")
 	estimator := fs.String("estimator", "gcc", "bandwidth estimator towards clients: gcc or hera")
 	rtcpInterval := fs.Duration("rtcp-interval", 5*time.Second, "RTCP report interval per stream of the SFUs and the bots (xrealm sfu --rtcp-interval; RFC 3550's recommended minimum, 5 s: at the bench's scaled-down rates 1 s made RTCP as many packets as the media)")
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (xrealm sfu --relay-slots); 0 = SCTP data channel")
 	phase := fs.String("phase", "spread", "publishers' frame clocks: spread (user u captures at frac(u·φ) of the frame period, like independent cameras) or aligned (all at once: the worst case)")
 	shared := fs.Bool("shared-links", true, "SFUs budget subscribers from one IP address as a group (xrealm sfu --shared-links)")
-	out := fs.String("out", "bench/sfu/results.jsonl", "results file (appended to)")
+	out := fs.String("out", benchSFUOut, "results file (appended to; its directory is created)")
 	logDir := fs.String("log-dir", filepath.Join(os.TempDir(), "xrsfu-logs"), "where the child processes' logs are kept, per run")
 	summary := fs.String("summary", "", "print Markdown tables and write SVG plots next to this results.jsonl, then exit")
 	role := fs.String("role", "", "internal: bus or bots (a child process of the bench)")
@@ -60,6 +63,9 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	botDelays := fs.String("bot-delays", "", "internal (bots): egress delay routes")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench sfu: unexpected arguments %q", fs.Args())
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	switch *role {
@@ -95,33 +101,39 @@ func runBenchSFU(ctx context.Context, args []string) error {
 		benchsfu.Tables(os.Stdout, rs)
 		return benchsfu.Plots(filepath.Dir(*summary), rs)
 	}
+	cfg := benchsfu.Config{Setups: splitList(*setups), PaperLinkRate: *linkRate, DirectDelay: *direct, Queue: *queue,
+		Warmup: *warmup, Measure: *measure, Estimator: *estimator, RelaySlots: *relaySlots, RTCPInterval: *rtcpInterval, Aligned: *phase == "aligned", NoSharedLinks: !*shared, Out: *out, LogDir: *logDir, Log: log,
+		Clip: bots.ClipConfig{Points: *points, Frames: *frames, FPS: *fps, Seed: 1}}
+	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
+	var err error
+	if cfg.Users, err = ints(*users); err != nil {
+		return fmt.Errorf("bench sfu: --users: %w", err)
+	}
+	if cfg.Scenarios, err = ints(*scenarios); err != nil {
+		return fmt.Errorf("bench sfu: --scenarios: %w", err)
+	}
+	ds := strings.Split(*delays, ",")
+	if len(ds) != 4 {
+		return fmt.Errorf("bench sfu: --delays %q: want 4 durations", *delays)
+	}
+	for i, d := range ds {
+		if cfg.CentralDelays[i], err = time.ParseDuration(strings.TrimSpace(d)); err != nil {
+			return fmt.Errorf("bench sfu: --delays: %w", err)
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("bench sfu: %w (see xrealm bench sfu -h)", err)
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("bench sfu: needs root (network namespaces, veth, tc)")
 	}
+	fmt.Fprintf(os.Stderr, "bench sfu: %s\n", outNotice("appending results to", *out, *out == benchSFUOut, "--out FILE"))
 	exe, err := privateCopy()
 	if err != nil {
 		return err
 	}
 	defer os.Remove(exe)
-	cfg := benchsfu.Config{Exe: exe, Setups: strings.Split(*setups, ","), PaperLinkRate: *linkRate, DirectDelay: *direct, Queue: *queue,
-		Warmup: *warmup, Measure: *measure, Estimator: *estimator, RelaySlots: *relaySlots, RTCPInterval: *rtcpInterval, Aligned: *phase == "aligned", NoSharedLinks: !*shared, Out: *out, LogDir: *logDir, Log: log,
-		Clip: bots.ClipConfig{Points: *points, Frames: *frames, FPS: *fps, Seed: 1}}
-	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
-	if cfg.Users, err = ints(*users); err != nil {
-		return fmt.Errorf("--users: %w", err)
-	}
-	if cfg.Scenarios, err = ints(*scenarios); err != nil {
-		return fmt.Errorf("--scenarios: %w", err)
-	}
-	ds := strings.Split(*delays, ",")
-	if len(ds) != 4 {
-		return fmt.Errorf("--delays %q: want 4 durations", *delays)
-	}
-	for i, d := range ds {
-		if cfg.CentralDelays[i], err = time.ParseDuration(d); err != nil {
-			return fmt.Errorf("--delays: %w", err)
-		}
-	}
+	cfg.Exe = exe
 	rs, err := benchsfu.Run(ctx, cfg)
 	benchsfu.Tables(os.Stdout, rs)
 	return err
