@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +43,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench rooms", flag.ContinueOnError)
 	addr := fs.String("addr", "", "Ubiq server to test (host:port or ws:// URL); empty = start \"xrealm bench rooms serve\" as a child")
 	serverPID := fs.Int("server-pid", 0, "pid of the server under test, for its CPU time (set automatically for the child)")
-	mode := fs.String("mode", bots.UbiqAll, "interest: all (baseline), knn or grid")
+	mode := fs.String("mode", bots.UbiqAll, "interest: all (the baseline: everyone receives everyone), knn or grid")
 	beh := fs.String("behaviour", "randomwalk", "bot behaviour: randomwalk, boids or static")
 	area := fs.Float64("area", 200, "side of the square the bots move in, metres")
 	rate := fs.Float64("rate", 60, "poses per second per bot")
@@ -61,6 +63,12 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	serverCPUs := fs.String("server-cpus", "", "child server: pin it to these CPUs (taskset list, e.g. 1); empty = no pinning")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench rooms: unexpected arguments %q", fs.Args())
+	}
+	if err := checkRoomsFlags(*mode, *beh, *rate, *area, *size, *maxBots, *k, *cell, *ring, *ramp, *window); err != nil {
+		return fmt.Errorf("bench rooms: %w", err)
 	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)
 	if err != nil {
@@ -202,6 +210,41 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	}
 	fmt.Printf("# capacity: ping round trip p99<=100ms up to %s peers; one-way p99<=100ms up to %s peers; mean<=%v up to %s peers (of %d started)\n",
 		capStr(capRTT, r.count()), capStr(capP99, r.count()), *stopMean, capStr(capMean, r.count()), r.count())
+	return nil
+}
+
+// roomsModes and roomsBehaviours are bench rooms' --mode and --behaviour
+// choices.
+var (
+	roomsModes      = []string{bots.UbiqAll, bots.UbiqKNN, bots.UbiqGrid}
+	roomsBehaviours = []string{"randomwalk", "boids", "static"}
+)
+
+// checkRoomsFlags refuses bench rooms settings it cannot run, before
+// anything starts.
+func checkRoomsFlags(mode, beh string, rate, area float64, size, maxBots, k int, cell float64, ring int, ramp, window time.Duration) error {
+	switch {
+	case !slices.Contains(roomsModes, mode):
+		return fmt.Errorf("--mode %q: want one of %s", mode, strings.Join(roomsModes, ", "))
+	case !slices.Contains(roomsBehaviours, beh):
+		return fmt.Errorf("--behaviour %q: want one of %s", beh, strings.Join(roomsBehaviours, ", "))
+	case bots.CheckRate(rate) != nil:
+		return fmt.Errorf("--rate %g: want poses per second per bot above 0 (and at most %g)", rate, float64(bots.MaxRate))
+	case !(area > 0 && area <= math.MaxFloat64):
+		return fmt.Errorf("--area %g: want a side above 0 metres", area)
+	case size < 0:
+		return fmt.Errorf("--size %d: want at least 0 bytes", size)
+	case maxBots < 1:
+		return fmt.Errorf("--max %d: want at least 1 bot", maxBots)
+	case ramp <= 0 || window <= 0:
+		return fmt.Errorf("--ramp %v and --window %v: want positive durations", ramp, window)
+	case mode == bots.UbiqKNN && k < 1:
+		return fmt.Errorf("--k %d: want at least 1", k)
+	case mode == bots.UbiqGrid && !(cell > 0 && cell <= math.MaxFloat64):
+		return fmt.Errorf("--cell %g: want a cell size above 0 metres", cell)
+	case mode == bots.UbiqGrid && ring < 0:
+		return fmt.Errorf("--ring %d: want at least 0", ring)
+	}
 	return nil
 }
 
