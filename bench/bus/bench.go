@@ -66,11 +66,19 @@ type Config struct {
 	Log     *slog.Logger
 }
 
-// Defaults returns the full benchmark's configuration.
+// Experiments are the experiments a run can do, in the order of the full
+// benchmark.
+var Experiments = []string{"ramp", "efficiency", "isolation", "security", "interaction", "generator"}
+
+// Behaviours are the bots' behaviours a run can use (Config.Behaviour).
+var Behaviours = []string{"static", "randomwalk", "boids"}
+
+// Defaults returns the full benchmark's configuration. Its Out is the
+// committed results, bench/bus relative to the repository root.
 func Defaults() Config {
 	return Config{
 		Out:              "bench/bus",
-		Experiments:      []string{"ramp", "efficiency", "isolation", "security", "interaction", "generator"},
+		Experiments:      slices.Clone(Experiments),
 		Systems:          []string{"mosquitto", "xrealm"},
 		Rate:             10,
 		Size:             310,
@@ -192,13 +200,104 @@ type ConfigSummary struct {
 	MinRatio  float64 `json:"min_ratio"`
 }
 
+// Check returns an error if cfg names an experiment, system or behaviour
+// the benchmark does not know, or has a rate it cannot send at.
+func (cfg *Config) Check() error {
+	if cfg.Out == "" {
+		return errors.New("no output directory")
+	}
+	if len(cfg.Experiments) == 0 {
+		return fmt.Errorf("no experiment; want some of %s", strings.Join(Experiments, ", "))
+	}
+	for _, e := range cfg.Experiments {
+		if !slices.Contains(Experiments, e) {
+			return fmt.Errorf("unknown experiment %q; want some of %s", e, strings.Join(Experiments, ", "))
+		}
+	}
+	for _, s := range cfg.Systems {
+		if err := checkSystem(s); err != nil {
+			return err
+		}
+	}
+	if !slices.Contains(Behaviours, cfg.Behaviour) {
+		return fmt.Errorf("unknown behaviour %q; want one of %s", cfg.Behaviour, strings.Join(Behaviours, ", "))
+	}
+	if err := bots.CheckRate(cfg.Rate); err != nil {
+		return err
+	}
+	return nil
+}
+
+// checkSystem returns an error unless name is a system runner.system can
+// start.
+func checkSystem(name string) error {
+	base, extra, variant := strings.Cut(name, ":")
+	switch {
+	case strings.HasPrefix(name, "xrealm@") && len(name) > len("xrealm@"):
+	case variant && (base == "xrealm" || base == "xrealm-insecure") && strings.TrimSpace(extra) != "":
+	case name == "xrealm", name == "xrealm-insecure", name == "mosquitto":
+	default:
+		return fmt.Errorf("unknown system %q (want xrealm, xrealm-insecure, mosquitto, xrealm:FLAGS or xrealm@EXECUTABLE)", name)
+	}
+	return nil
+}
+
+// Partial returns how cfg falls short of the full benchmark, whose results
+// are the committed ones: experiments left out, a system of the
+// comparison missing, shorter measurement windows, fewer repetitions or
+// another workload. None means a full run.
+func (cfg *Config) Partial() []string {
+	full := Defaults()
+	var why []string
+	var missing []string
+	for _, e := range Experiments {
+		if !slices.Contains(cfg.Experiments, e) {
+			missing = append(missing, e)
+		}
+	}
+	if len(missing) > 0 {
+		why = append(why, "without the experiments "+strings.Join(missing, ", "))
+	}
+	for _, s := range full.Systems {
+		if !slices.Contains(cfg.Systems, s) {
+			why = append(why, "without the system "+s)
+		} else if s == "mosquitto" && cfg.Mosquitto == "" {
+			why = append(why, "without Mosquitto (not installed)")
+		}
+	}
+	if slices.Contains(cfg.Experiments, "interaction") && cfg.Python == "" {
+		why = append(why, "without the arena-py agent (no --python)")
+	}
+	for _, d := range []struct {
+		flag      string
+		got, want time.Duration
+	}{{"--warmup", cfg.Warmup, full.Warmup}, {"--step", cfg.Step, full.Step}, {"--drain", cfg.Drain, full.Drain}} {
+		if d.got < d.want {
+			why = append(why, fmt.Sprintf("%s %v (the full run's: %v)", d.flag, d.got, d.want))
+		}
+	}
+	for _, n := range []struct {
+		flag      string
+		got, want int
+	}{{"--efficiency-repeat", cfg.EfficiencyRepeat, full.EfficiencyRepeat}, {"--security-repeat", cfg.SecurityRepeat, full.SecurityRepeat}, {"--clicks", cfg.Clicks, full.Clicks}} {
+		if n.got < n.want {
+			why = append(why, fmt.Sprintf("%s %d (the full run's: %d)", n.flag, n.got, n.want))
+		}
+	}
+	if cfg.Rate != full.Rate || cfg.Size != full.Size || cfg.Behaviour != full.Behaviour {
+		why = append(why, fmt.Sprintf("another workload (%g poses/s of %d bytes, %s; the full run's: %g of %d, %s)",
+			cfg.Rate, cfg.Size, cfg.Behaviour, full.Rate, full.Size, full.Behaviour))
+	}
+	return why
+}
+
 // Run runs the configured experiments and writes the results to cfg.Out.
 func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	if cfg.Out == "" {
-		return nil, errors.New("bench bus: no output directory")
+	if err := cfg.Check(); err != nil {
+		return nil, fmt.Errorf("bench bus: %w", err)
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
@@ -231,7 +330,7 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		case "generator":
 			err = b.generator(ctx)
 		default:
-			err = fmt.Errorf("unknown experiment %q (want ramp, efficiency, isolation, security, interaction, generator)", e)
+			err = fmt.Errorf("unknown experiment %q (want one of %s)", e, strings.Join(Experiments, ", "))
 		}
 		if err != nil {
 			return res, err

@@ -21,7 +21,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	d := benchbus.Defaults()
 	fs := flag.NewFlagSet("bench bus", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	out := fs.String("out", d.Out, "directory for RESULTS.md, results.json and the plots")
+	out := fs.String("out", d.Out, "directory for RESULTS.md, results.json and the plots; the default is the committed results (relative to the repository root), which a run replaces")
 	exps := fs.String("experiments", strings.Join(d.Experiments, ","), "comma-separated: ramp, efficiency, isolation, security, interaction, generator")
 	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems for the ramp, efficiency and isolation: xrealm, mosquitto, and xrealm variants as xrealm:SERVE-FLAGS (e.g. xrealm:--write-linger=2ms), other builds as xrealm@EXECUTABLE")
 	xbin := fs.String("xrealm", "", "xrealm executable to benchmark (default: this one)")
@@ -64,6 +64,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
+		fmt.Fprintf(os.Stderr, "bench bus: regenerating RESULTS.md and the plots in %s from its results.json\n", *out)
 		return benchbus.Write(*out, r)
 	}
 	var err error
@@ -108,6 +109,13 @@ func runBenchBus(ctx context.Context, args []string) error {
 		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto)")
 	}
 	d.Command = "xrealm bench bus " + strings.Join(args, " ")
+	if err := d.Check(); err != nil {
+		return fmt.Errorf("bench bus: %w", err)
+	}
+	abs, _ := filepath.Abs(d.Out)
+	_, err = os.Stat(filepath.Join(d.Out, "RESULTS.md"))
+	committed := filepath.Clean(d.Out) == filepath.Clean(benchbus.Defaults().Out) && err == nil
+	fmt.Fprint(os.Stderr, busOutNotice(d.Out, abs, committed, d.Partial()))
 	log, err := newLogger("info", "text")
 	if err != nil {
 		return err
@@ -119,6 +127,29 @@ func runBenchBus(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "results in %s (%s)\n", filepath.Join(d.Out, "RESULTS.md"), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// busOutNotice is what bench bus prints at its start about where it
+// writes (out, and its absolute path abs): a line, and a loud warning when
+// a run that is not the full benchmark (partial says how) is about to
+// replace the committed results (committed: out is the default, bench/bus,
+// and holds a RESULTS.md).
+func busOutNotice(out, abs string, committed bool, partial []string) string {
+	where := out
+	if abs != "" && abs != out {
+		where += " (" + abs + ")"
+	}
+	if !committed {
+		return fmt.Sprintf("bench bus: writing results to %s\n", where)
+	}
+	msg := fmt.Sprintf("bench bus: writing results to %s: the committed results, which this run replaces; --out DIR writes elsewhere\n", where)
+	if len(partial) == 0 {
+		return msg
+	}
+	return msg + fmt.Sprintf("\nWARNING: this run is not the full benchmark (%s), yet it will REPLACE the committed results in %s\n"+
+		"(RESULTS.md, results.json and the plots). For a trial, stop now (Ctrl-C) and pass --out DIR; "+
+		"if they are already replaced, git checkout -- %s restores them.\n\n",
+		strings.Join(partial, "; "), out, out)
 }
 
 func defaultPython() string {
