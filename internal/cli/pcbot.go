@@ -11,8 +11,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/sfu"
 	"github.com/xrealm/xrealm/volumetric"
@@ -29,14 +27,14 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bots pointcloud", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	bus := fs.String("bus", "nats://127.0.0.1:4222", "NATS URL of the SFU's bus")
-	token := fs.String("token", "", "NATS token (xrealm token --role sfu); empty for an --insecure bus")
+	token := fs.String("token", "", "NATS token with the rights of an SFU client (xrealm token --role sfu --data <the server's data dir>); empty for an --insecure bus")
 	session := fs.String("session", "", "SFU session")
 	client := fs.String("client", "pcbot", "SFU client id (the web client places the cloud at the avatar of this ARENA client)")
 	id := fs.Uint("id", 77, "client number in fragment headers")
 	points := fs.Int("points", 10000, "points per frame")
 	frames := fs.Int("frames", 15, "frames in the replayed loop")
 	fps := fs.Float64("fps", 15, "frames per second")
-	x := fs.Float64("x", 0, "the publisher's position, sent as its SFU pose")
+	x := fs.Float64("x", 0, "the publisher's x position, sent as its SFU pose")
 	z := fs.Float64("z", -3, "the publisher's z position, sent as its SFU pose")
 	stdin := fs.Bool("stdin", false, "stop when stdin closes")
 	if err := fs.Parse(args); err != nil {
@@ -62,22 +60,38 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := []nats.Option{nats.Name("xrealm-pointcloud-bot")}
-	if *token != "" {
-		opts = append(opts, nats.Token(*token))
-	}
-	nc, err := nats.Connect(*bus, opts...)
+	nc, perms, err := connectBus(*bus, *token, "xrealm-pointcloud-bot", log)
 	if err != nil {
 		return fmt.Errorf("bus %s: %w", *bus, err)
 	}
 	defer nc.Close()
-	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// A token without the rights of an SFU client (a scene viewer's) has
+	// its join refused by the bus, which the request only sees as a
+	// timeout: the bot stops at the first permissions violation instead.
+	rctx, refused := context.WithCancelCause(ctx)
+	defer refused(nil)
+	go func() {
+		select {
+		case pe := <-perms:
+			refused(pe)
+		case <-rctx.Done():
+		}
+	}()
+	// permErr is err, or the violation that ended the bot
+	permErr := func(err error) error {
+		var pe *sfu.PermissionError
+		if errors.As(context.Cause(rctx), &pe) {
+			return pe
+		}
+		return err
+	}
+	dctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	defer cancel()
 	b, err := bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: *session, Client: *client, ID: uint32(*id), Clip: clip,
 		Publish: []int{0, 1, 2}, ICEAddresses: []string{"127.0.0.1"}, Logger: log,
 		Pose: &sfu.Pose{Position: [3]float64{*x, 0, *z}, Forward: [3]float64{0, 0, 1}, FOV: 1.5}})
 	if err != nil {
-		return err
+		return permErr(err)
 	}
 	defer b.Close()
 	var bytes int
@@ -90,5 +104,5 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 		"fps": clip.FPS, "bytesPerFrame": bytes / len(clip.Frames)}); err != nil {
 		return err
 	}
-	return b.Run(ctx)
+	return permErr(b.Run(rctx))
 }

@@ -27,11 +27,11 @@ import (
 func runSFU(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("sfu", flag.ContinueOnError)
 	join := fs.String("join", "", "NATS URL of the bus to join (an xrealm serve node's --nats-addr)")
-	token := fs.String("token", "", "NATS token (needs publish and subscribe on sfu.>); empty for an --insecure bus")
+	token := fs.String("token", "", "NATS token with the rights of an SFU node (xrealm token --role sfu --data <the server's data dir>); empty for an --insecure bus")
 	id := fs.String("id", "", "node ID, unique among SFU nodes; the lower ID offers on relay links")
 	site := fs.String("site", "default", "site name; clients of the same site are assigned here first")
 	httpAddr := fs.String("http-addr", "", "HTTP address for WebSocket signalling (/sfu/ws) and /metrics; empty = off")
-	publicWS := fs.String("public-ws", "", "WebSocket URL announced to clients (default ws://<http-addr>/sfu/ws)")
+	publicWS := fs.String("public-ws", "", "WebSocket URL announced to clients in heartbeats and join replies (default ws://<http-addr>/sfu/ws, with the host's first non-loopback IPv4, else its host name, when --http-addr names no host)")
 	ice := fs.String("ice-addrs", "", "comma-separated local IPs for ICE (default: all)")
 	ports := fs.String("udp-ports", "", "UDP port range for ICE, e.g. 50000-50100 (default: ephemeral)")
 	mode := fs.String("mode", "track-selection", "allocator mode for point clouds: track-selection or layers")
@@ -84,11 +84,7 @@ func runSFU(ctx context.Context, args []string) error {
 			return fmt.Errorf("--udp-ports %q: want MIN-MAX", *ports)
 		}
 	}
-	opts := []nats.Option{nats.Name("xrealm-sfu-" + *id), nats.MaxReconnects(-1)}
-	if *token != "" {
-		opts = append(opts, nats.Token(*token))
-	}
-	nc, err := nats.Connect(*join, opts...)
+	nc, perms, err := connectBus(*join, *token, "xrealm-sfu-"+*id, log, nats.MaxReconnects(-1))
 	if err != nil {
 		return fmt.Errorf("--join %s: %w", *join, err)
 	}
@@ -103,7 +99,7 @@ func runSFU(ctx context.Context, args []string) error {
 		}
 		cfg.WebSocketURL = *publicWS
 		if cfg.WebSocketURL == "" {
-			cfg.WebSocketURL = "ws://" + ln.Addr().String() + "/sfu/ws"
+			cfg.WebSocketURL = announcedWS(ln.Addr(), interfaceIPs, os.Hostname)
 		}
 	}
 	node, err := sfu.Start(ctx, cfg)
@@ -126,8 +122,107 @@ func runSFU(ctx context.Context, args []string) error {
 	if *logStats > 0 {
 		go logNodeStats(ctx, log, reg, node, *logStats)
 	}
-	<-ctx.Done()
-	return nil
+	select {
+	case <-ctx.Done():
+		return nil
+	case pe := <-perms: // everything a node does is within its token's rights
+		return pe
+	}
+}
+
+// connectBus connects to the bus at url as an SFU node or Go client named
+// name, with token unless it is empty (an --insecure bus). A bus that
+// refuses the token gets an error that says which token it takes. The
+// channel receives the first permissions violation the bus reports (the
+// token lacks the rights of an SFU service), explained; the others are
+// logged.
+func connectBus(url, token, name string, log *slog.Logger, opts ...nats.Option) (*nats.Conn, <-chan *sfu.PermissionError, error) {
+	perms := make(chan *sfu.PermissionError, 1)
+	opts = append([]nats.Option{nats.Name(name), nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+		if pe := sfu.AsPermissionError(err); pe != nil {
+			select {
+			case perms <- pe:
+			default:
+			}
+			return
+		}
+		args := []any{"err", err}
+		if sub != nil {
+			args = append(args, "subject", sub.Subject)
+		}
+		log.Warn("bus error", args...)
+	})}, opts...)
+	if token != "" {
+		opts = append(opts, nats.Token(token))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, busConnectError(err, token != "")
+	}
+	return nc, perms, nil
+}
+
+// busConnectError explains a refused token: the bus (xrealm serve) takes
+// tokens that its own key signed.
+func busConnectError(err error, withToken bool) error {
+	if !errors.Is(err, nats.ErrAuthorization) {
+		return err
+	}
+	if !withToken {
+		return fmt.Errorf("%w: the bus takes no client without a token (only an --insecure bus does): pass --token; %s", err, sfu.TokenHint)
+	}
+	return fmt.Errorf("%w: the bus refused the token: it must be unexpired and signed by the server's key, "+
+		"which only `xrealm token` given the server's data directory with --data uses; %s", err, sfu.TokenHint)
+}
+
+// announcedWS is the WebSocket URL of a node listening on addr. A listener
+// on every address (--http-addr :PORT) has no host a remote client can
+// dial, so it announces the first of ips that is a non-loopback,
+// non-link-local IPv4 address instead, else the host name (--public-ws
+// overrides both).
+func announcedWS(addr net.Addr, ips func() []net.IP, hostname func() (string, error)) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "ws://" + addr.String() + "/sfu/ws"
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = reachableHost(ips(), hostname)
+	}
+	return "ws://" + net.JoinHostPort(host, port) + "/sfu/ws"
+}
+
+func reachableHost(ips []net.IP, hostname func() (string, error)) string {
+	for _, ip := range ips {
+		if ip4 := ip.To4(); ip4 != nil && !ip4.IsLoopback() && !ip4.IsLinkLocalUnicast() && !ip4.IsUnspecified() {
+			return ip4.String()
+		}
+	}
+	if h, err := hostname(); err == nil && h != "" {
+		return h
+	}
+	return "localhost"
+}
+
+// interfaceIPs returns the addresses of the host's interfaces that are up,
+// in the interfaces' order.
+func interfaceIPs() []net.IP {
+	ifcs, _ := net.Interfaces()
+	var out []net.IP
+	for _, ifc := range ifcs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			switch v := a.(type) {
+			case *net.IPNet:
+				out = append(out, v.IP)
+			case *net.IPAddr:
+				out = append(out, v.IP)
+			}
+		}
+	}
+	return out
 }
 
 // logNodeStats logs sums and means of the node's metrics every period.
