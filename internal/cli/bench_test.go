@@ -1,0 +1,203 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRefusesBadFlags runs commands of the bench, bots, cc and netem
+// families with a setting they cannot run and checks that each exits
+// non-zero with an error that names the setting (and the valid choices),
+// before anything is built or started, and without the command's name
+// twice ("xrealm cc: cc: ..."). Each case also points every output at a
+// temporary directory, so that a check that let a case through could not
+// overwrite the repository's results.
+func TestRefusesBadFlags(t *testing.T) {
+	tmp := t.TempDir()
+	noTraces := filepath.Join(tmp, "traces")
+	if err := os.Mkdir(noTraces, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	busOut := []string{"--out", filepath.Join(tmp, "bus"), "--mosquitto", "", "--python", ""}
+	sfuOut := []string{"--out", filepath.Join(tmp, "sfu", "r.jsonl"), "--clip-dir", filepath.Join(tmp, "clips"), "--log-dir", filepath.Join(tmp, "logs")}
+	ccOut := []string{"--out", filepath.Join(tmp, "cc"), "--traces-dir", noTraces}
+	tests := []struct {
+		args []string
+		env  string // $XREALM_TRACES
+		want []string
+	}{
+		{args: []string{"bench", "bus", "--experiments", "ramp,rampp"}, want: []string{`unknown experiment "rampp"`, "ramp, efficiency, isolation"}},
+		{args: []string{"bench", "bus", "--systems", "xrealm,nats"}, want: []string{`unknown system "nats"`}},
+		{args: []string{"bench", "bus", "--behaviour", "replay"}, want: []string{`unknown behaviour "replay"`, "static, randomwalk, boids"}},
+		{args: []string{"bench", "bus", "--rate", "0"}, want: []string{"rate 0"}},
+		{args: []string{"bench", "sfu", "--setups", "foo"}, want: []string{`setup "foo" unknown`, "central, 2sfu, 4sfu"}},
+		{args: []string{"bench", "sfu", "--scenarios", "3"}, want: []string{"scenario 3 unknown", "1 (everyone sends"}},
+		{args: []string{"bench", "sfu", "--scenarios", "1,x"}, want: []string{"--scenarios", `"x" is not an integer`}},
+		{args: []string{"bench", "sfu", "--users", "0"}, want: []string{"user count 0"}},
+		{args: []string{"bench", "sfu", "--estimator", "bbr"}, want: []string{`estimator "bbr" unknown`, "gcc, hera"}},
+		{args: []string{"bench", "sfu", "--phase", "late"}, want: []string{`--phase "late"`}},
+		{args: []string{"bench", "rooms", "--mode", "bogus"}, want: []string{`--mode "bogus"`, "all, knn, grid"}},
+		{args: []string{"bench", "rooms", "--behaviour", "flock"}, want: []string{`--behaviour "flock"`}},
+		{args: []string{"bench", "rooms", "--rate", "-5"}, want: []string{"--rate -5"}},
+		{args: []string{"bench", "rooms", "--mode", "grid", "--cell", "0"}, want: []string{"--cell 0"}},
+		{args: []string{"bench", "cc", "--algos", "cubic,cubc"}, want: []string{`unknown congestion control "cubc"`, "hera, hera-paper"}},
+		{args: []string{"bench", "cc", "--algos", ""}, want: []string{"no congestion control"}},
+		{args: []string{"bench", "cc", "--flows", "0"}, want: []string{"--flows 0"}},
+		{args: []string{"bench", "cc", "--seeds", "one"}, want: []string{"--seeds", `"one"`}},
+		{args: []string{"bench", "cc"}, want: []string{filepath.Join(noTraces, "mmwave", "UMa_a"), "--traces-dir"}},
+		{args: []string{"bench", "cc", "--traces-dir", ""}, env: filepath.Join(tmp, "nowhere"), want: []string{"no traces directory at " + filepath.Join(tmp, "nowhere"), "XREALM_TRACES"}},
+		{args: []string{"bots", "--rate", "0"}, want: []string{"--rate 0", "above 0"}},
+		{args: []string{"bots", "--rate", "-5"}, want: []string{"--rate -5"}},
+		{args: []string{"bots", "--rate", "NaN"}, want: []string{"--rate NaN"}},
+		{args: []string{"bots", "--rate", "Inf"}, want: []string{"--rate +Inf"}},
+		{args: []string{"cc", "bogus"}, want: []string{`unknown subcommand "bogus"`}},
+		{args: []string{"cc", "load"}, want: []string{"name a congestion control"}},
+		{args: []string{"cc", "load", "bogus"}, want: []string{`unknown congestion control "bogus"`, "hera, hera-paper"}},
+		{args: []string{"cc", "unload", "bogus"}, want: []string{`unknown congestion control "bogus"`, "hera, hera-paper"}},
+		{args: []string{"cc", "unload", "hera", "hera-paper"}, want: []string{"unexpected arguments"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none")}, want: []string{"open trace"}},
+	}
+	for _, tc := range tests {
+		args := tc.args
+		switch {
+		case len(args) > 1 && args[1] == "bus":
+			args = append(append([]string(nil), args...), busOut...)
+		case len(args) > 1 && args[1] == "sfu":
+			args = append(append([]string(nil), args...), sfuOut...)
+		case len(args) > 1 && args[1] == "cc":
+			args = append(append([]string(nil), ccOut...), args[2:]...) // a later --traces-dir wins
+			args = append([]string{"bench", "cc"}, args...)
+		}
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Setenv("XREALM_TRACES", tc.env)
+			var out bytes.Buffer
+			if rc := Main(args, &out); rc == 0 {
+				t.Fatalf("exit code 0; output %q", out.String())
+			}
+			msg := out.String()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%q does not say %q", msg, w)
+				}
+			}
+			if cmd := tc.args[0]; strings.Contains(msg, fmt.Sprintf("xrealm %s: %s:", cmd, cmd)) {
+				t.Errorf("%q names the command twice", msg)
+			}
+		})
+	}
+}
+
+func TestBusOutNotice(t *testing.T) {
+	tests := []struct {
+		out, abs  string
+		committed bool
+		partial   []string
+		want      []string
+		not       []string
+	}{
+		{"bench/bus", "/src/xrealm/bench/bus", true, nil,
+			[]string{"writing results to bench/bus (/src/xrealm/bench/bus): the committed results, which this run replaces; --out DIR writes elsewhere"}, []string{"WARNING"}},
+		{"bench/bus", "/src/xrealm/bench/bus", true, []string{"without the experiments isolation", "--step 2s (the full run's: 10s)"},
+			[]string{"writing results to bench/bus", "WARNING: this run is not the full benchmark (without the experiments isolation; --step 2s (the full run's: 10s))",
+				"REPLACE the committed results in bench/bus", "--out DIR", "git checkout -- bench/bus"}, nil},
+		// the default from outside the repository: nothing committed there
+		{"bench/bus", "/tmp/bench/bus", false, []string{"without the system mosquitto"}, []string{"writing results to bench/bus (/tmp/bench/bus)\n"}, []string{"WARNING", "committed"}},
+		{"/tmp/trial", "/tmp/trial", false, []string{"without the system mosquitto"}, []string{"writing results to /tmp/trial\n"}, []string{"WARNING", "committed"}},
+	}
+	for _, tc := range tests {
+		got := busOutNotice(tc.out, tc.abs, tc.committed, tc.partial)
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("busOutNotice(%q, %v, %q) = %q, does not say %q", tc.out, tc.committed, tc.partial, got, w)
+			}
+		}
+		for _, w := range tc.not {
+			if strings.Contains(got, w) {
+				t.Errorf("busOutNotice(%q, %v, %q) = %q, says %q", tc.out, tc.committed, tc.partial, got, w)
+			}
+		}
+	}
+}
+
+func TestOutNotice(t *testing.T) {
+	tests := []struct {
+		path      string
+		isDefault bool
+		want      string
+	}{
+		{"bench/sfu/results.jsonl", true, "appending results to bench/sfu/results.jsonl (the default; --out FILE writes elsewhere)"},
+		{"/tmp/r.jsonl", false, "appending results to /tmp/r.jsonl"},
+	}
+	for _, tc := range tests {
+		if got := outNotice("appending results to", tc.path, tc.isDefault, "--out FILE"); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// TestNetemShell checks that netem without a command runs the user's
+// shell, and that its usage says so.
+func TestNetemShell(t *testing.T) {
+	tests := []struct {
+		args  []string
+		shell string
+		want  string
+	}{
+		{[]string{"iperf3", "-c", "10.0.0.1"}, "/bin/zsh", "iperf3 -c 10.0.0.1"},
+		{nil, "/bin/zsh", "/bin/zsh"},
+		{nil, "", "/bin/sh"},
+	}
+	for _, tc := range tests {
+		got := netemCommand(tc.args, func(k string) string {
+			if k == "SHELL" {
+				return tc.shell
+			}
+			return ""
+		})
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("netemCommand(%q) with SHELL=%q = %q, want %q", tc.args, tc.shell, got, tc.want)
+		}
+	}
+	var b bytes.Buffer
+	fs := flag.NewFlagSet("netem", flag.ContinueOnError)
+	fs.SetOutput(&b)
+	netemUsage(fs)
+	for _, w := range []string{"[-- CMD ARGS...]", "Without CMD", "$SHELL"} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("usage %q does not say %q", b.String(), w)
+		}
+	}
+}
+
+func TestTrimPrefix(t *testing.T) {
+	base := errors.New("cc: unknown congestion control")
+	tests := []struct {
+		err  error
+		want string
+	}{
+		{base, "unknown congestion control"},
+		{errors.New("hera: unknown variant"), "hera: unknown variant"},
+		{fmt.Errorf("wrapped: %w", base), "wrapped: cc: unknown congestion control"},
+	}
+	for _, tc := range tests {
+		got := trimPrefix(tc.err, "cc: ")
+		if got.Error() != tc.want {
+			t.Errorf("trimPrefix(%q) = %q, want %q", tc.err, got, tc.want)
+		}
+		if !errors.Is(got, tc.err) {
+			t.Errorf("trimPrefix(%q) no longer wraps it", tc.err)
+		}
+	}
+	if trimPrefix(nil, "cc: ") != nil {
+		t.Error("trimPrefix(nil) is not nil")
+	}
+	if !errors.Is(trimPrefix(flag.ErrHelp, "cc: "), flag.ErrHelp) {
+		t.Error("help is no longer help")
+	}
+}
