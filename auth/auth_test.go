@@ -177,3 +177,32 @@ func TestDenyLog(t *testing.T) {
 		t.Fatalf("the first line of the next interval does not count the 7 left out:\n%s", buf.String())
 	}
 }
+
+// The settings store refuses names the KV bucket cannot key with the
+// name rule's message, never NATS's "invalid key".
+func TestSettingsKey(t *testing.T) {
+	tests := []struct {
+		ns, scene, key, wantErr string
+	}{
+		{"alice", "lab", "alice.lab", ""},
+		{"a-b_c", "x=1", "a-b_c.x=1", ""},
+		{"alice", "+", "", `scene name "+": '+' is not allowed`},
+		{"+", "lab", "", `namespace name "+"`},
+		{"alice", "a.b", "", `'.' is not allowed`},
+		{"alice", "café", "", `'é' is not allowed`},
+		{"alice", "a~b", "", `'~' is not allowed`},
+		{"", "lab", "", "namespace name is empty"},
+	}
+	for _, tt := range tests {
+		key, err := settingsKey(tt.ns, tt.scene)
+		if tt.wantErr == "" {
+			if err != nil || key != tt.key {
+				t.Errorf("settingsKey(%q, %q) = %q, %v; want %q", tt.ns, tt.scene, key, err, tt.key)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("settingsKey(%q, %q) = %v, want an error saying %q", tt.ns, tt.scene, err, tt.wantErr)
+		}
+	}
+}

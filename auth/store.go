@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/xrealm/xrealm/topic"
 )
 
 // SettingsBucket is the JetStream KV bucket that holds scene settings.
@@ -30,11 +32,14 @@ func OpenSettings(ctx context.Context, js jetstream.JetStream, replicas int) (*S
 	return &SettingsStore{kv: kv}, nil
 }
 
+// settingsKey is the KV key of a scene's settings. The names must pass
+// topic.ValidSceneName, which the HTTP routes check before they get here.
 func settingsKey(ns, scene string) (string, error) {
-	for _, p := range []string{ns, scene} {
-		if p == "" || strings.ContainsAny(p, "./*> \t\r\n") {
-			return "", fmt.Errorf("scene name %q/%q: names may not be empty or contain '.', '/', '*', '>' or spaces", ns, scene)
-		}
+	if err := topic.ValidSceneName("namespace", ns); err != nil {
+		return "", err
+	}
+	if err := topic.ValidSceneName("scene", scene); err != nil {
+		return "", err
 	}
 	return ns + "." + scene, nil
 }

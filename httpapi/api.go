@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/topic"
 )
 
 // Config configures the routes.
@@ -117,9 +118,20 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ns, scene, ok := strings.Cut(f.Get("scene"), "/")
-	if !ok || ns == "" || scene == "" || strings.Contains(scene, "/") {
+	if !ok {
 		writeError(w, http.StatusBadRequest, "scene must be \"namespace/scene\", got "+quote(f.Get("scene")))
 		return
+	}
+	if err := CheckScene(ns, scene); err != nil {
+		writeError(w, http.StatusBadRequest, "scene "+quote(f.Get("scene"))+": "+err.Error())
+		return
+	}
+	userClient := f.Get("userclient")
+	if userClient != "" {
+		if err := topic.ValidLevel("userclient", userClient); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
 	}
 	user, anonymous := "", true
 	if tok := RequestToken(r); tok != "" && f.Get("id_auth") != "anonymous" {
@@ -137,7 +149,7 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := a.cfg.Settings.Get(r.Context(), ns, scene)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.internalError(w, r, err)
 		return
 	}
 	role, err := st.RoleFor(user, anonymous)
@@ -146,7 +158,6 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	userClient := f.Get("userclient")
 	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, role, userClient), a.cfg.TokenTTL)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
@@ -205,16 +216,27 @@ func (a *API) getSettings(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := a.cfg.Settings.Get(r.Context(), ns, scene)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// internalError answers 500 for a failure that is not the client's (the
+// settings store unavailable), and logs it.
+func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
+	a.log.Error("HTTP request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	writeError(w, http.StatusInternalServerError, err.Error())
 }
 
 // putSettings replaces a scene's settings; only the namespace's owner (the
 // user named like the namespace) may.
 func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	ns, scene := r.PathValue("ns"), r.PathValue("scene")
+	if err := CheckScene(ns, scene); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	tok := RequestToken(r)
 	if tok == "" {
 		msg := "changing the settings of scene " + ns + "/" + scene + " needs a token of user " + quote(ns) + " (Bearer header or mqtt_token cookie)"
@@ -242,10 +264,16 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.Namespace, st.Scene = ns, scene
+	if st.Interest != nil {
+		if err := st.Interest.Validate(); err != nil {
+			writeError(w, http.StatusBadRequest, "settings of "+ns+"/"+scene+": "+err.Error())
+			return
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := a.cfg.Settings.Put(ctx, st); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.internalError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, st)

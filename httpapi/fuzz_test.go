@@ -252,6 +252,9 @@ func FuzzSettingsRoute(f *testing.F) {
 			{"alice", "room", `{"unknown":1}`},
 			{"alice", "room", `{} trailing`},
 			{"alice", "a.b", `{}`},
+			{"alice", "+", `{}`},
+			{"+", "#", `{}`},
+			{"alice", "café", `{}`},
 			{"alice", "%2F", `{}`},
 			{"lab", "secret", `{"public_read":true}`},
 		} {
@@ -264,7 +267,18 @@ func FuzzSettingsRoute(f *testing.F) {
 		}
 		tok := e.tokens[int(which)%len(e.tokens)]
 		path := "/scenes/" + url.PathEscape(ns) + "/" + url.PathEscape(scene) + "/settings"
+		bad := CheckScene(ns, scene) != nil
+		g := e.do(http.MethodGet, path, "", tok)
+		switch {
+		case g.Code == http.StatusOK && bad:
+			t.Fatalf("GET %s: 200 for names CheckScene refuses", path)
+		case g.Code >= 500:
+			t.Fatalf("GET %s: status %d: %s", path, g.Code, g.Body)
+		}
 		w := e.do(http.MethodPut, path, body, tok)
+		if w.Code == http.StatusOK && bad {
+			t.Fatalf("PUT %s: 200 for names CheckScene refuses", path)
+		}
 		switch w.Code {
 		case http.StatusOK:
 		case http.StatusBadRequest, http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMovedPermanently, http.StatusTemporaryRedirect:
@@ -282,7 +296,7 @@ func FuzzSettingsRoute(f *testing.F) {
 		if put.Namespace != ns || put.Scene != scene {
 			t.Fatalf("PUT %s stored settings of %s/%s", path, put.Namespace, put.Scene)
 		}
-		g := e.do(http.MethodGet, path, "", tok)
+		g = e.do(http.MethodGet, path, "", tok)
 		if g.Code != http.StatusOK {
 			if g.Code == http.StatusForbidden || g.Code == http.StatusUnauthorized {
 				return // the owner made the scene unreadable even to itself

@@ -37,6 +37,23 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 // ErrForbidden is returned when a valid token does not allow the action.
 var ErrForbidden = errors.New("forbidden")
 
+// ErrBadRequest is returned for a request that names no valid scene: a
+// namespace or scene name that topic.ValidSceneName refuses.
+var ErrBadRequest = errors.New("bad request")
+
+// CheckScene checks the namespace and scene names of a request with
+// topic.ValidSceneName. Its error wraps ErrBadRequest, names the bad part,
+// and has HTTPStatus 400.
+func CheckScene(ns, scene string) error {
+	if err := topic.ValidSceneName("namespace", ns); err != nil {
+		return wrap(ErrBadRequest, err.Error())
+	}
+	if err := topic.ValidSceneName("scene", scene); err != nil {
+		return wrap(ErrBadRequest, err.Error())
+	}
+	return nil
+}
+
 // Access decides scene access for HTTP routes with the same rules as the
 // bus: a token's rights, or the scene's settings for a request without one.
 type Access struct {
@@ -69,8 +86,12 @@ func (a *Access) Refused(r *http.Request, err error) error {
 // settings give the token's user (or an anonymous caller), the same rule the
 // token endpoint applies: a token for one scene never reads less than no
 // token at all. The error says why not; it wraps ErrUnauthenticated or
-// ErrForbidden.
+// ErrForbidden, or ErrBadRequest for names CheckScene refuses (also with
+// Insecure).
 func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
+	if err := CheckScene(ns, scene); err != nil {
+		return err
+	}
 	err := a.scene(r, ns, scene, write)
 	if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
 		return a.Refused(r, err)
@@ -143,8 +164,11 @@ func wrap(kind error, msg string) error { return wrapped{kind, msg} }
 
 // HTTPStatus is the status a handler answers with for this error.
 func (w wrapped) HTTPStatus() int {
-	if errors.Is(w.kind, ErrUnauthenticated) {
+	switch {
+	case errors.Is(w.kind, ErrUnauthenticated):
 		return http.StatusUnauthorized
+	case errors.Is(w.kind, ErrBadRequest):
+		return http.StatusBadRequest
 	}
 	return http.StatusForbidden
 }

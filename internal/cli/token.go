@@ -7,42 +7,78 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/topic"
 )
 
 func runToken(ctx context.Context, args []string) error {
+	req, err := parseToken(args)
+	if err != nil {
+		return err
+	}
+	return printToken(req.data, req.user, req.rights, req.ttl)
+}
+
+// tokenRequest is what `xrealm token` was asked for.
+type tokenRequest struct {
+	data, user string
+	rights     auth.Rights
+	ttl        time.Duration
+}
+
+// parseToken reads the flags of `xrealm token`. A token is for one scene:
+// --scene, --realm and --userclient must be literal names, never MQTT
+// wildcards, which would widen the token's rights (--scene '+/+' would
+// edit every scene) or make filters MQTT refuses ('a/#' gave realm/s/a/#/#).
+func parseToken(args []string) (tokenRequest, error) {
 	fs := flag.NewFlagSet("token", flag.ContinueOnError)
 	user := fs.String("user", "", "user name (the token's sub; the MQTT user name)")
-	scene := fs.String("scene", "", "scene as namespace/scene")
+	scene := fs.String("scene", "", "one scene, as namespace/scene (names of "+topic.SceneNameChars+"; no wildcards)")
 	role := fs.String("role", "viewer", "editor or viewer in --scene; or sfu for an SFU node joining the bus (xrealm sfu --token), which needs no --scene")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
 	data := fs.String("data", "./data", "data directory of the server (holds the signing key)")
 	realm := fs.String("realm", "realm", "realm")
 	client := fs.String("userclient", "", "limit a viewer's own topics to this client id (default: any)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return tokenRequest{}, err
+	}
+	if fs.NArg() > 0 {
+		return tokenRequest{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if *user == "" {
-		return fmt.Errorf("--user is required")
+		return tokenRequest{}, fmt.Errorf("--user is required")
 	}
 	if *ttl <= 0 {
-		return fmt.Errorf("--ttl must be positive, got %s", *ttl)
+		return tokenRequest{}, fmt.Errorf("--ttl must be positive, got %s", *ttl)
 	}
+	req := tokenRequest{data: *data, user: *user, ttl: *ttl}
 	if *role == "sfu" {
-		return printToken(*data, *user, auth.ServiceRights("sfu"), *ttl)
-	}
-	ns, sc, ok := strings.Cut(*scene, "/")
-	if !ok || ns == "" || sc == "" || strings.Contains(sc, "/") {
-		return fmt.Errorf("--scene must be namespace/scene, got %q", *scene)
+		req.rights = auth.ServiceRights("sfu")
+		return req, nil
 	}
 	r, ok := auth.ParseRole(*role)
 	if !ok {
-		return fmt.Errorf("--role must be editor, viewer or sfu, got %q", *role)
+		return tokenRequest{}, fmt.Errorf("--role must be editor, viewer or sfu, got %q", *role)
 	}
-	return printToken(*data, *user, auth.SceneRights(*realm, ns, sc, r, *client), *ttl)
+	if *scene == "" {
+		return tokenRequest{}, fmt.Errorf("--scene is required: namespace/scene (a token is for one scene)")
+	}
+	ns, sc, err := topic.ParseSceneName(*scene)
+	if err != nil {
+		return tokenRequest{}, fmt.Errorf("--scene: %w (a token is for one scene)", err)
+	}
+	if err := topic.ValidLevel("--realm", *realm); err != nil {
+		return tokenRequest{}, err
+	}
+	if *client != "" {
+		if err := topic.ValidLevel("--userclient", *client); err != nil {
+			return tokenRequest{}, err
+		}
+	}
+	req.rights = auth.SceneRights(*realm, ns, sc, r, *client)
+	return req, nil
 }
 
 func printToken(dataDir, user string, r auth.Rights, ttl time.Duration) error {

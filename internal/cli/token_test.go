@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/topic"
+)
+
+func TestParseToken(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		want    auth.Rights // when wantErr is ""
+		wantErr string
+	}{
+		{"editor", []string{"--user", "alice", "--scene", "alice/lab", "--role", "editor"},
+			auth.SceneRights("realm", "alice", "lab", auth.RoleEditor, ""), ""},
+		{"viewer with client id", []string{"--user", "bob", "--scene", "alice/lab", "--userclient", "cam_1"},
+			auth.SceneRights("realm", "alice", "lab", auth.RoleViewer, "cam_1"), ""},
+		{"sfu needs no scene", []string{"--user", "sfu-2", "--role", "sfu"}, auth.ServiceRights("sfu"), ""},
+		{"every scene", []string{"--user", "eve", "--scene", "+/+", "--role", "editor"}, auth.Rights{}, `namespace name "+": '+' is not allowed (an MQTT wildcard`},
+		{"every scene of a namespace", []string{"--user", "eve", "--scene", "alice/+", "--role", "editor"}, auth.Rights{}, `scene name "+"`},
+		{"hash", []string{"--user", "eve", "--scene", "a/#"}, auth.Rights{}, `scene name "#"`},
+		{"three levels", []string{"--user", "eve", "--scene", "a/b/c"}, auth.Rights{}, `scene name "b/c"`},
+		{"dot", []string{"--user", "eve", "--scene", "a/b.c"}, auth.Rights{}, `'.' is not allowed`},
+		{"no namespace", []string{"--user", "eve", "--scene", "lab"}, auth.Rights{}, "want namespace/scene"},
+		{"no scene", []string{"--user", "eve"}, auth.Rights{}, "--scene is required"},
+		{"wildcard realm", []string{"--user", "eve", "--scene", "a/b", "--realm", "+"}, auth.Rights{}, `--realm "+"`},
+		{"wildcard userclient", []string{"--user", "eve", "--scene", "a/b", "--userclient", "#"}, auth.Rights{}, `--userclient "#"`},
+		{"no user", []string{"--scene", "a/b"}, auth.Rights{}, "--user is required"},
+		{"bad role", []string{"--user", "eve", "--scene", "a/b", "--role", "admin"}, auth.Rights{}, "--role must be"},
+		{"stray argument", []string{"--user", "eve", "--scene", "a/b", "extra"}, auth.Rights{}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := parseToken(tt.args)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one saying %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(req.rights, tt.want) {
+				t.Fatalf("rights %+v, want %+v", req.rights, tt.want)
+			}
+			for _, f := range append(append(append([]string(nil), req.rights.Publ...), req.rights.Subs...), req.rights.Evts...) {
+				if err := topic.ValidFilter(f); err != nil {
+					t.Fatalf("right %q: %v", f, err)
+				}
+			}
+		})
+	}
+}
