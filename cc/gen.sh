@@ -10,7 +10,9 @@ if [[ ! -s vmlinux.h ]]; then
 	bpftool btf dump file /sys/kernel/btf/vmlinux format c > vmlinux.h.tmp
 	mv vmlinux.h.tmp vmlinux.h
 fi
-CFLAGS=(-g -O2 -target bpf -D__TARGET_ARCH_x86 -I. -Wall -Werror)
+# The source paths in BTF line info are kept relative (cc/bpf/…), so that the
+# objects do not depend on where the repository was cloned.
+CFLAGS=(-g -O2 -target bpf -D__TARGET_ARCH_x86 -I. -Wall -Werror "-ffile-prefix-map=$PWD=cc/bpf")
 clang "${CFLAGS[@]}" -DHERA_VARIANT=1 -c hera.bpf.c -o hera.bpf.o
 clang "${CFLAGS[@]}" -DHERA_VARIANT=0 -c hera.bpf.c -o hera_paper.bpf.o
 # Drop DWARF (keeps BTF, which the loader needs) to keep the objects small.
