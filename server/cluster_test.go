@@ -126,17 +126,19 @@ func clusterConfigs(t *testing.T, n int) []Config {
 }
 
 // startCluster starts the nodes at once, as an operator would, and returns
-// each one's server or error.
-func startCluster(t *testing.T, cfgs []Config, timeout time.Duration) ([]*Server, []error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+// each one's server or error. logs, if not nil, gets each node's log too.
+func startCluster(t *testing.T, ctx context.Context, cfgs []Config, logs func(node int) io.Writer) ([]*Server, []error) {
 	srvs, errs := make([]*Server, len(cfgs)), make([]error, len(cfgs))
 	var wg sync.WaitGroup
 	for i, c := range cfgs {
+		log := testLogger().With("node", c.Name)
+		if logs != nil {
+			log = slog.New(teeHandler{log.Handler(), slog.NewTextHandler(logs(i), nil)})
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			srvs[i], errs[i] = Start(ctx, c, testLogger().With("node", c.Name))
+			srvs[i], errs[i] = Start(ctx, c, log)
 		}()
 	}
 	wg.Wait()
@@ -166,13 +168,15 @@ func TestTwoNodeClusterStartsWithDefaultReplicas(t *testing.T) {
 		t.Skip("starts a two-node cluster (15-20 s)")
 	}
 	t.Parallel()
-	srvs, errs := startCluster(t, clusterConfigs(t, 2), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srvs, errs := startCluster(t, ctx, clusterConfigs(t, 2), nil)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("node %d: %v", i+1, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st := auth.Settings{Namespace: "alice", Scene: "lab", Editors: []string{"bob"}}
 	if err := srvs[0].Settings.Put(ctx, st); err != nil {
@@ -216,7 +220,23 @@ func TestTwoNodeClusterTooManyReplicas(t *testing.T) {
 	for i := range cfgs {
 		cfgs[i].Replicas = 3
 	}
-	_, errs := startCluster(t, cfgs, 6*time.Second)
+	// Once both nodes have warned that the replicas cannot be placed, stop
+	// them, as an operator would.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	warned := map[int]bool{}
+	_, errs := startCluster(t, ctx, cfgs, func(node int) io.Writer {
+		return writerFunc(func(p []byte) {
+			if bytes.Contains(p, []byte("level=WARN")) && bytes.Contains(p, []byte("needs 3 replicas")) {
+				mu.Lock()
+				defer mu.Unlock()
+				if warned[node] = true; len(warned) == len(cfgs) {
+					cancel()
+				}
+			}
+		})
+	})
 	for i, err := range errs {
 		if err == nil {
 			t.Fatalf("node %d started with 3 replicas on 2 nodes", i+1)
@@ -255,4 +275,33 @@ func TestClusterConfigValidation(t *testing.T) {
 			}
 		})
 	}
+}
+
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// teeHandler sends each record to two handlers.
+type teeHandler struct{ a, b slog.Handler }
+
+func (h teeHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.a.Enabled(ctx, l) || h.b.Enabled(ctx, l)
+}
+
+func (h teeHandler) Handle(ctx context.Context, r slog.Record) error {
+	if h.a.Enabled(ctx, r.Level) {
+		_ = h.a.Handle(ctx, r.Clone())
+	}
+	if h.b.Enabled(ctx, r.Level) {
+		return h.b.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return teeHandler{h.a.WithAttrs(as), h.b.WithAttrs(as)}
+}
+
+func (h teeHandler) WithGroup(n string) slog.Handler {
+	return teeHandler{h.a.WithGroup(n), h.b.WithGroup(n)}
 }
