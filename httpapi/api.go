@@ -1,12 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -230,7 +232,10 @@ func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // putSettings replaces a scene's settings; only the namespace's owner (the
-// user named like the namespace) may.
+// user named like the namespace) may. It replaces all of them: a field the
+// body leaves out is false or empty, so {"interest":{...}} alone makes a
+// public scene private. The answer is the settings as stored; a PUT that
+// takes public or anonymous reading away is logged (logLostAccess).
 func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	ns, scene := r.PathValue("ns"), r.PathValue("scene")
 	if err := CheckScene(ns, scene); err != nil {
@@ -256,8 +261,13 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, msg)
 		return
 	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "reading the settings: "+err.Error())
+		return
+	}
 	var st auth.Settings
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
 		writeError(w, http.StatusBadRequest, "malformed settings: "+err.Error())
@@ -272,11 +282,42 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
+	before, beforeErr := a.cfg.Settings.Get(ctx, ns, scene)
 	if err := a.cfg.Settings.Put(ctx, st); err != nil {
 		a.internalError(w, r, err)
 		return
 	}
+	if beforeErr == nil {
+		a.logLostAccess(before, st, body)
+	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// logLostAccess logs, at INFO, a PUT that took public or anonymous reading
+// away from a scene, with the fields its body left out: PUT replaces the
+// settings, so a body with only "interest" makes a public scene private.
+func (a *API) logLostAccess(before, after auth.Settings, body []byte) {
+	lostPublic := before.PublicRead && !after.PublicRead
+	lostAnonymous := before.PublicRead && before.AnonymousUsers && !(after.PublicRead && after.AnonymousUsers)
+	if !lostPublic && !lostAnonymous {
+		return
+	}
+	var given map[string]json.RawMessage
+	_ = json.NewDecoder(bytes.NewReader(body)).Decode(&given)
+	var omitted []string
+	for _, f := range []string{"public_read", "anonymous_users", "public_write", "editors", "viewers", "interest"} {
+		if _, ok := given[f]; !ok {
+			omitted = append(omitted, f)
+		}
+	}
+	msg := "scene settings: a PUT took anonymous reading away from the scene"
+	if lostPublic {
+		msg = "scene settings: a PUT made a public scene private"
+	}
+	a.log.Info(msg, "scene", after.Namespace+"/"+after.Scene,
+		"public_read", after.PublicRead, "anonymous_users", after.AnonymousUsers,
+		"omitted", strings.Join(omitted, ","),
+		"hint", "PUT replaces all settings; fields left out are false or empty (GET, change, PUT to keep the others)")
 }
 
 func statusOf(err error) int {

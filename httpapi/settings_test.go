@@ -1,0 +1,89 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/auth"
+)
+
+// PUT replaces a scene's settings: the answer is what was stored, fields
+// left out included, and a PUT that makes a public scene private, or shuts
+// anonymous readers out, is logged at INFO with the fields it left out.
+func TestPutSettingsReplaces(t *testing.T) {
+	dir := t.TempDir()
+	keys, err := auth.LoadOrCreateKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := settingsStore(t, dir)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	mux := http.NewServeMux()
+	New(Config{Realm: "realm", Access: &Access{Realm: "realm", Keys: keys, Settings: settings}, Settings: settings, Logger: log}).Register(mux)
+	alice, err := keys.Issue("alice", auth.SceneRights("realm", "alice", "grid", auth.RoleEditor, ""), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(scene, body string) auth.Settings {
+		t.Helper()
+		r := httptest.NewRequest(http.MethodPut, "/scenes/alice/"+scene+"/settings", strings.NewReader(body))
+		r.Header.Set("Authorization", "Bearer "+alice)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Fatalf("PUT %s: %d %s", body, w.Code, w.Body)
+		}
+		var st auth.Settings
+		if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	const interest = `"interest":{"mode":"grid","cell_size":10}`
+	tests := []struct {
+		name, scene, body string
+		wantPublic        bool
+		wantLog           string // "" = no log line
+	}{
+		{"interest alone makes a public scene private", "grid", `{` + interest + `}`, false,
+			"a PUT made a public scene private"},
+		{"already private: no line", "grid", `{"editors":["bob"]}`, false, ""},
+		{"made public again: no line", "grid", `{"public_read":true,"anonymous_users":true,` + interest + `}`, true, ""},
+		{"anonymous readers shut out", "grid", `{"public_read":true}`, true,
+			"a PUT took anonymous reading away"},
+		{"the whole settings: no line", "lobby", `{"public_read":true,"anonymous_users":true,` + interest + `}`, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs.Reset()
+			st := put(tt.scene, tt.body)
+			if st.PublicRead != tt.wantPublic || st.Namespace != "alice" || st.Scene != tt.scene {
+				t.Fatalf("answer %+v, want public_read %v", st, tt.wantPublic)
+			}
+			line := logs.String()
+			if tt.wantLog == "" {
+				if line != "" {
+					t.Fatalf("logged %q", line)
+				}
+				return
+			}
+			if !strings.Contains(line, "level=INFO") || !strings.Contains(line, tt.wantLog) || !strings.Contains(line, "scene=alice/grid") || !strings.Contains(line, "PUT replaces all settings") {
+				t.Fatalf("log %q, want an INFO line saying %q", line, tt.wantLog)
+			}
+		})
+	}
+	// The first PUT's line named the fields it left out.
+	logs.Reset()
+	put("grid", `{"public_read":true,"anonymous_users":true}`)
+	put("grid", `{`+interest+`}`)
+	if !strings.Contains(logs.String(), "omitted=public_read,anonymous_users,public_write,editors,viewers") {
+		t.Fatalf("log %q does not name the fields left out", logs.String())
+	}
+}
