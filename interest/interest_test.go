@@ -297,3 +297,201 @@ func TestKNNChurnMatchesBruteForce(t *testing.T) {
 		}
 	}
 }
+
+// TestKNNPeersWithoutPosition: peers added without a position have no set
+// and fill, stably and after every positioned peer, the free places of the
+// positioned observers' sets.
+func TestKNNPeersWithoutPosition(t *testing.T) {
+	k := NewKNN(KNNConfig{K: 2, Hysteresis: 500 * time.Millisecond})
+	t0 := time.Unix(1000, 0)
+	members := func(obs string) []string {
+		m := k.Members(obs)
+		sort.Strings(m)
+		return m
+	}
+	k.Set("a", Vec3{})
+	k.Add("b")
+	k.Add("c")
+	ch := k.Recompute(t0)
+	if len(ch) != 1 || ch[0].Observer != "a" || !ch[0].First || len(ch[0].Entered) != 2 {
+		t.Fatalf("first recompute: %+v, want a's first set only", ch)
+	}
+	if got := members("a"); !slices.Equal(got, []string{"b", "c"}) {
+		t.Fatalf("a's set %v, want the peers without a position", got)
+	}
+	if !k.Positioned("a") || k.Positioned("b") || k.Interested("b", "a") || len(k.Members("b")) != 0 {
+		t.Fatal("a peer without a position has a set")
+	}
+	// The set is full: another peer without a position does not displace
+	// one that is in it.
+	k.Add("d")
+	k.Add("b") // already there: no change
+	if ch := k.Recompute(t0.Add(100 * time.Millisecond)); len(ch) != 0 {
+		t.Fatalf("changes %+v, want none", ch)
+	}
+	// A positioned peer takes a place: c, the later of the two, leaves
+	// after the hysteresis period, b stays.
+	k.Set("e", Vec3{X: 1000})
+	ch = k.Recompute(t0.Add(200 * time.Millisecond))
+	if !hasChange(ch, "a", "e", true) || !hasChange(ch, "e", "a", true) || !hasChange(ch, "e", "b", true) {
+		t.Fatalf("changes %+v: e must enter a's set, and a and b e's", ch)
+	}
+	for _, c := range ch {
+		if c.Observer == "e" && !c.First {
+			t.Fatal("e's first set is not marked First")
+		}
+	}
+	if got := members("a"); !slices.Equal(got, []string{"b", "c", "e"}) {
+		t.Fatalf("a's set %v during c's hysteresis", got)
+	}
+	ch = k.Recompute(t0.Add(800 * time.Millisecond))
+	if !hasChange(ch, "a", "c", false) || !slices.Equal(members("a"), []string{"b", "e"}) {
+		t.Fatalf("changes %+v, a's set %v: c must have left", ch, members("a"))
+	}
+	// b gets a position: it keeps its place, now as a positioned peer, and
+	// gets a set of its own.
+	k.Set("b", Vec3{X: 1})
+	ch = k.Recompute(t0.Add(900 * time.Millisecond))
+	if !k.Positioned("b") || !slices.Equal(members("b"), []string{"a", "e"}) || !slices.Equal(members("a"), []string{"b", "e"}) {
+		t.Fatalf("b's set %v, a's %v", members("b"), members("a"))
+	}
+	if hasChange(ch, "a", "b", false) {
+		t.Fatal("b left a's set when it got its position")
+	}
+	// Removed and back without a position before a recompute: no set, and
+	// no Change for it.
+	k.Remove("b")
+	k.Add("b")
+	ch = k.Recompute(t0.Add(time.Second))
+	if k.Positioned("b") || len(k.Members("b")) != 0 {
+		t.Fatal("b back without a position keeps its set")
+	}
+	for _, c := range ch {
+		if c.Observer == "b" {
+			t.Fatalf("change for b without a position: %+v", c)
+		}
+	}
+	if k.Len() != 5 {
+		t.Fatalf("Len %d, want 5", k.Len())
+	}
+}
+
+// TestKNNChurnWithoutPositions: as TestKNNChurnMatchesBruteForce, with
+// peers that join without a position, get one later, or come back
+// without one. A positioned observer's set is its k nearest positioned
+// peers and, if fewer than k, as many peers without a position as fit;
+// the changes, applied in order (a First change starting anew), rebuild
+// the sets.
+func TestKNNChurnWithoutPositions(t *testing.T) {
+	const K = 4
+	r := rand.New(rand.NewSource(5))
+	k := NewKNN(KNNConfig{K: K, Hysteresis: -1})
+	pos := map[string]Vec3{}
+	loose := map[string]bool{}
+	mirror := map[string]map[string]bool{}
+	name := func(i int) string { return fmt.Sprintf("p%03d", i) }
+	place := func() Vec3 { return Vec3{X: r.Float64() * 30, Z: r.Float64() * 30} }
+	now := time.Unix(0, 0)
+	for round := 0; round < 200; round++ {
+		for i := 0; i < 2; i++ { // leave
+			id := name(r.Intn(12))
+			if _, ok := pos[id]; ok || loose[id] {
+				delete(pos, id)
+				delete(loose, id)
+				k.Remove(id)
+			}
+		}
+		for i := 0; i < 2; i++ { // join or move, with or without a position
+			id := name(r.Intn(12))
+			if r.Intn(3) == 0 {
+				if _, ok := pos[id]; !ok {
+					loose[id] = true
+					k.Add(id)
+				}
+			} else {
+				delete(loose, id)
+				pos[id] = place()
+				k.Set(id, pos[id])
+			}
+		}
+		if round%5 == 2 { // leave and come back without a position
+			for id := range pos {
+				delete(pos, id)
+				loose[id] = true
+				k.Remove(id)
+				k.Add(id)
+				break
+			}
+		}
+		now = now.Add(200 * time.Millisecond)
+		for _, ch := range k.Recompute(now) {
+			if ch.First {
+				delete(mirror, ch.Observer)
+			}
+			m := mirror[ch.Observer]
+			if m == nil {
+				if !ch.First {
+					t.Fatalf("round %d: %s's first change is not marked First", round, ch.Observer)
+				}
+				m = map[string]bool{}
+				mirror[ch.Observer] = m
+			}
+			for _, id := range ch.Entered {
+				if m[id] {
+					t.Fatalf("round %d: %s entered %s's set twice", round, id, ch.Observer)
+				}
+				m[id] = true
+			}
+			for _, id := range ch.Left {
+				if !m[id] {
+					t.Fatalf("round %d: %s left %s's set without entering", round, id, ch.Observer)
+				}
+				delete(m, id)
+			}
+		}
+		if k.Len() != len(pos)+len(loose) {
+			t.Fatalf("round %d: Len %d, want %d", round, k.Len(), len(pos)+len(loose))
+		}
+		for id := range loose {
+			if k.Positioned(id) || len(k.Members(id)) != 0 {
+				t.Fatalf("round %d: %s has no position but a set", round, id)
+			}
+			delete(mirror, id)
+		}
+		for obs := range pos {
+			if !k.Positioned(obs) {
+				t.Fatalf("round %d: %s not positioned", round, obs)
+			}
+			var near, fill []string
+			for _, id := range k.Members(obs) {
+				if loose[id] {
+					fill = append(fill, id)
+				} else {
+					near = append(near, id)
+				}
+			}
+			sort.Strings(near)
+			if want := bruteKNN(pos, obs, K); !slices.Equal(near, want) {
+				t.Fatalf("round %d observer %s: positioned members %v, want %v", round, obs, near, want)
+			}
+			if want := min(K-len(near), len(loose)); len(fill) != want {
+				t.Fatalf("round %d observer %s: %d members without a position, want %d", round, obs, len(fill), want)
+			}
+			got := k.Members(obs)
+			sort.Strings(got)
+			var mir []string
+			for id := range mirror[obs] {
+				mir = append(mir, id)
+			}
+			sort.Strings(mir)
+			if !slices.Equal(mir, got) {
+				t.Fatalf("round %d observer %s: changes give %v, set is %v", round, obs, mir, got)
+			}
+		}
+		for id := range mirror {
+			if _, ok := pos[id]; !ok {
+				delete(mirror, id)
+			}
+		}
+	}
+}

@@ -19,15 +19,26 @@ type Change struct {
 	Observer string
 	Entered  []string
 	Left     []string
+	// First: this is the observer's first set (it had no position at the
+	// previous Recompute, so it had none). Entered is the whole set, and
+	// a caller that gave the observer everyone until now (see Add) takes
+	// away the peers not in it. A first set is reported even when empty.
+	First bool
 }
 
 // KNN keeps, for each peer of one room, the set of peers it is interested
-// in: its k nearest on the X-Z plane, recomputed by Recompute. Sets are asymmetric: P may be
-// in Q's set without Q being in P's.
+// in: its k nearest on the X-Z plane, recomputed by Recompute. Sets are
+// asymmetric: P may be in Q's set without Q being in P's.
 //
-// Set, Remove and Recompute must be called from one goroutine at a time;
-// Interested and Members may be called from any goroutine at any time and
-// see the sets of the last Recompute.
+// A peer may be present without a position (Add): it has no set of its
+// own (callers let it receive everyone, see Positioned), and it ranks after
+// every positioned peer, as if infinitely far: it fills the places that
+// positioned peers leave free in the sets of observers with fewer than k
+// positioned peers around, and gives its place up when nearer peers come.
+//
+// Set, Add, Remove and Recompute must be called from one goroutine at a
+// time; Interested, Positioned and Members may be called from any goroutine
+// at any time and see the sets of the last Recompute.
 type KNN struct {
 	cfg   KNNConfig
 	slots []knnPeer        // by slot; a removed peer's slot is reused after the next Recompute
@@ -37,8 +48,9 @@ type KNN struct {
 	live  int
 	snap  atomic.Pointer[map[string]map[string]struct{}]
 	nb    neighbours
-	pts   []Vec3  // positions of the live peers, in tree order's input
+	pts   []Vec3  // positions of the live positioned peers, in tree order's input
 	slot  []int32 // slot of each entry of pts
+	loose []int32 // slots of the live peers without a position, in slot order
 	// stamp[s] == gen: slot s is among the current observer's k nearest;
 	// has[s] == gen: slot s is in the current observer's set.
 	stamp, has []uint32
@@ -48,10 +60,11 @@ type KNN struct {
 // knnPeer is one peer's position and set. Members are slots, not ids, so
 // that a recompute hashes no strings for observers whose set is unchanged.
 type knnPeer struct {
-	id   string
-	pos  Vec3
-	live bool
-	set  []knnMember
+	id     string
+	pos    Vec3
+	live   bool
+	placed bool // pos is known: Set, not only Add
+	set    []knnMember
 }
 
 type knnMember struct {
@@ -75,30 +88,48 @@ func NewKNN(cfg KNNConfig) *KNN {
 	return k
 }
 
-// Len returns the number of peers.
+// Len returns the number of peers, with or without a position.
 func (k *KNN) Len() int { return k.live }
 
-// Set adds peer id at p, or moves it there.
+// Set adds peer id at p, or moves it there (a peer added without a
+// position gets one).
 func (k *KNN) Set(id string, p Vec3) {
+	pe := k.peer(id)
+	pe.pos, pe.placed = p, true
+}
+
+// Add adds peer id without a position, if it is not there: it has no set
+// until Set gives it a position, and it ranks after every positioned peer
+// in the sets of the others (see KNN). A peer removed since the last
+// Recompute comes back without a position, and without its set.
+func (k *KNN) Add(id string) {
+	if s, ok := k.index[id]; ok && k.slots[s].live {
+		return
+	}
+	k.peer(id).placed = false
+}
+
+// peer returns the live peer id, added (without a position) if need be.
+func (k *KNN) peer(id string) *knnPeer {
 	if s, ok := k.index[id]; ok {
 		pe := &k.slots[s]
-		pe.pos = p
 		if !pe.live { // removed and back before a recompute: it never left
 			pe.live = true
 			k.live++
 		}
-		return
+		return pe
 	}
 	var s int32
 	if n := len(k.free); n > 0 {
 		s, k.free = k.free[n-1], k.free[:n-1]
-		k.slots[s] = knnPeer{id: id, pos: p, live: true, set: k.slots[s].set[:0]}
+		k.slots[s] = knnPeer{id: id, live: true, set: k.slots[s].set[:0]}
 	} else {
 		s = int32(len(k.slots))
-		k.slots = append(k.slots, knnPeer{id: id, pos: p, live: true})
+		k.slots = append(k.slots, knnPeer{id: id, live: true})
 	}
 	k.index[id] = s
 	k.live++
+	return &k.slots[s]
 }
 
 // Remove removes a peer. It leaves every set at the next Recompute, without
@@ -115,16 +146,23 @@ func (k *KNN) Remove(id string) {
 
 // Recompute recomputes every set from the current positions and returns
 // the changes, one per observer whose set changed. An observer's first set
-// is reported as all Entered; a removed observer gets no Change.
+// is reported as all Entered, with First set; a removed observer gets no
+// Change, nor does a peer without a position (it has no set).
 func (k *KNN) Recompute(now time.Time) []Change {
 	var changes []Change
 	next := make(map[string]map[string]struct{}, k.live)
 	old := *k.snap.Load()
-	k.pts, k.slot = k.pts[:0], k.slot[:0]
+	k.pts, k.slot, k.loose = k.pts[:0], k.slot[:0], k.loose[:0]
 	for s := range k.slots {
-		if k.slots[s].live {
-			k.pts = append(k.pts, k.slots[s].pos)
+		pe := &k.slots[s]
+		switch {
+		case !pe.live:
+		case pe.placed:
+			k.pts = append(k.pts, pe.pos)
 			k.slot = append(k.slot, int32(s))
+		default:
+			k.loose = append(k.loose, int32(s))
+			pe.set = pe.set[:0] // back without a position (Add): no set
 		}
 	}
 	var tree *kdTree
@@ -147,6 +185,7 @@ func (k *KNN) Recompute(now time.Time) []Change {
 			k.has[m.slot] = k.gen
 		}
 		var ch Change
+		free := k.cfg.K
 		if tree != nil {
 			k.nb.reset(k.cfg.K)
 			tree.nearest(k.pts[i], int32(i), &k.nb)
@@ -154,6 +193,28 @@ func (k *KNN) Recompute(now time.Time) []Change {
 				t := k.slot[j]
 				k.stamp[t] = k.gen
 				if k.has[t] != k.gen {
+					pe.set = append(pe.set, knnMember{slot: t})
+					ch.Entered = append(ch.Entered, k.slots[t].id)
+				}
+			}
+			free -= len(k.nb.idx)
+		}
+		if free > 0 && len(k.loose) > 0 {
+			// Peers without a position take the free places, those in
+			// the set already first, so that none is swapped for another.
+			for _, t := range k.loose {
+				if free > 0 && k.has[t] == k.gen {
+					k.stamp[t] = k.gen
+					free--
+				}
+			}
+			for _, t := range k.loose {
+				if free == 0 {
+					break
+				}
+				if k.has[t] != k.gen {
+					k.stamp[t] = k.gen
+					free--
 					pe.set = append(pe.set, knnMember{slot: t})
 					ch.Entered = append(ch.Entered, k.slots[t].id)
 				}
@@ -177,21 +238,18 @@ func (k *KNN) Recompute(now time.Time) []Change {
 			kept = append(kept, m)
 		}
 		pe.set = kept
-		if len(ch.Entered) == 0 && len(ch.Left) == 0 {
-			if prev, ok := old[pe.id]; ok {
-				next[pe.id] = prev // unchanged: share the old snapshot
-				continue
-			}
+		prev, had := old[pe.id]
+		if had && len(ch.Entered) == 0 && len(ch.Left) == 0 {
+			next[pe.id] = prev // unchanged: share the old snapshot
+			continue
 		}
 		set := make(map[string]struct{}, len(pe.set))
 		for _, m := range pe.set {
 			set[k.slots[m.slot].id] = struct{}{}
 		}
 		next[pe.id] = set
-		if len(ch.Entered) > 0 || len(ch.Left) > 0 {
-			ch.Observer = pe.id
-			changes = append(changes, ch)
-		}
+		ch.Observer, ch.First = pe.id, !had
+		changes = append(changes, ch)
 	}
 	// Every set has now let go of the removed peers: their slots are free.
 	for _, s := range k.dead {
@@ -208,9 +266,19 @@ func (k *KNN) Recompute(now time.Time) []Change {
 	return changes
 }
 
-// Interested reports whether sender is in observer's set.
+// Interested reports whether sender is in observer's set. It is false for
+// an observer without a set: one without a position at the last Recompute
+// (see Positioned).
 func (k *KNN) Interested(observer, sender string) bool {
 	_, ok := (*k.snap.Load())[observer][sender]
+	return ok
+}
+
+// Positioned reports whether id had a position at the last Recompute, and
+// so a set. A peer without one has no set: a caller lets it receive
+// everyone, as Policy does.
+func (k *KNN) Positioned(id string) bool {
+	_, ok := (*k.snap.Load())[id]
 	return ok
 }
 

@@ -9,6 +9,18 @@ import (
 // Policy decides, from peers' positions, whose updates each observer
 // receives. Set and Interested may be called from any goroutine; Tick must
 // be called from one goroutine, at the policy's recompute rate.
+//
+// A peer has no position until Set and a Tick (or again once forgotten).
+// Such a peer has no area of interest, and counts as farther away than
+// every positioned peer:
+//   - as an observer it receives everyone;
+//   - as a sender it ranks after every positioned peer. With kNN, an
+//     observer with fewer than k positioned peers in its set (a room small
+//     enough for everyone to fit) receives it; one whose set is full does
+//     not. A policy knows only the peers Set, so every sender without a
+//     position fills such a set, however many there are (KNN.Add counts
+//     them against k). With a grid it is in no cell, so within no
+//     observer's radius: no observer with a position receives it.
 type Policy interface {
 	// Set records the position of peer id.
 	Set(id string, p Vec3, now time.Time)
@@ -18,7 +30,8 @@ type Policy interface {
 	// removed.
 	Tick(now time.Time)
 	// Interested reports whether observer receives sender's updates. An
-	// observer with no position yet receives everyone's.
+	// observer with no position yet receives everyone's; a sender with no
+	// position is received as described on Policy.
 	Interested(observer, sender string) bool
 }
 
@@ -86,7 +99,8 @@ type knnPolicy struct {
 }
 
 // NewKNNPolicy returns a Policy in which an observer receives the updates
-// of its k nearest peers (with hysteresis, see KNNConfig).
+// of its k nearest peers (with hysteresis, see KNNConfig), and those of
+// peers without a position while it has fewer than k.
 func NewKNNPolicy(cfg KNNConfig) Policy { return &knnPolicy{knn: NewKNN(cfg)} }
 
 func (p *knnPolicy) Set(id string, v Vec3, _ time.Time) { p.ps.set(id, v) }
@@ -104,12 +118,18 @@ func (p *knnPolicy) Tick(now time.Time) {
 }
 
 func (p *knnPolicy) Interested(observer, sender string) bool {
-	set, ok := (*p.knn.snap.Load())[observer]
+	snap := *p.knn.snap.Load()
+	set, ok := snap[observer]
 	if !ok {
 		return true // not positioned yet: no set, receives everyone
 	}
-	_, in := set[sender]
-	return in || observer == sender
+	if _, in := set[sender]; in || observer == sender {
+		return true
+	}
+	// A sender without a position ranks last: it fits while the set has
+	// places free, that is while fewer than k peers have positions.
+	_, placed := snap[sender]
+	return !placed && len(set) < p.knn.cfg.K
 }
 
 // gridPolicy is a Policy of hex-grid areas of interest.
@@ -160,7 +180,10 @@ func (p *gridPolicy) Interested(observer, sender string) bool {
 	}
 	sc, ok := cells[sender]
 	if !ok {
-		return false // a sender with no position yet is nowhere near
+		// A sender with no position is in no cell, so within no radius
+		// (see Policy); including it would also show a new sender to the
+		// whole scene until the next Tick places it.
+		return false
 	}
 	return Distance(oc, sc) <= p.radius
 }
