@@ -162,6 +162,17 @@ type room struct {
 	by      map[string][]*conn
 	obs     []*conn
 	audFull bool
+	// vis holds the PeerAdded and PeerRemoved messages of grant and
+	// ungrant, in order, until publish has published the audience.
+	vis []visibility
+}
+
+// visibility is a PeerAdded (added: the message) or a PeerRemoved (added
+// nil) for connection c about peer id, waiting for publish.
+type visibility struct {
+	c     *conn
+	id    string
+	added []byte
 }
 
 func newRoom(s *Server, id string) *room {
@@ -204,6 +215,7 @@ func (r *room) start() {
 		}
 		r.onEntry(e)
 	}
+	r.publish()
 	go r.loop()
 }
 
@@ -238,16 +250,33 @@ func (r *room) loop() {
 		case now := <-r.tickC:
 			r.tick(now)
 		}
-		if r.audDirty {
-			r.rebuild()
-		}
+		r.publish()
 	}
 }
 
-// do runs f on the room goroutine and waits for it.
+// publish publishes the audience if it changed, then sends the PeerAdded
+// and PeerRemoved messages held back by grant and ungrant: a peer told
+// that another was added receives every frame the other sends after
+// that, and one told that another was removed no frame it sends after.
+func (r *room) publish() {
+	if r.audDirty {
+		r.rebuild()
+	}
+	for i, v := range r.vis {
+		if v.added != nil {
+			v.c.see(v.id, v.added)
+		} else {
+			v.c.unsee(v.id)
+		}
+		r.vis[i] = visibility{}
+	}
+	r.vis = r.vis[:0]
+}
+
+// do runs f on the room goroutine and waits for it and for its messages.
 func (r *room) do(f func()) {
 	done := make(chan struct{})
-	r.cmds <- func() { f(); close(done) }
+	r.cmds <- func() { f(); r.publish(); close(done) }
 	<-done
 }
 
@@ -407,7 +436,7 @@ func (r *room) grant(c *conn, a *attachment, id string) {
 	if m.added == nil {
 		m.added = encodePeerAdded(m.rec.info())
 	}
-	c.see(m.rec.UUID, m.added)
+	r.vis = append(r.vis, visibility{c, m.rec.UUID, m.added})
 	if r.knn != nil {
 		r.audDirty = true
 		if !a.observer && r.by != nil {
@@ -422,7 +451,7 @@ func (r *room) ungrant(c *conn, a *attachment, id string) {
 		return
 	}
 	delete(a.granted, id)
-	c.unsee(id)
+	r.vis = append(r.vis, visibility{c: c, id: id})
 	if r.knn != nil {
 		r.audDirty = true
 		if !a.observer && r.by != nil {
