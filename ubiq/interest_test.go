@@ -214,6 +214,9 @@ func TestKNNHysteresis(t *testing.T) {
 	place(o, 0)
 	near.join(JoinArgs{UUID: id})
 	place(near, 1)
+	// Until its position is applied, near ranks after every positioned
+	// peer: wait, so that far (below) does not displace it.
+	eventually(t, "near's position applied", func() bool { return positioned(ts, id, near) })
 	var a struct {
 		Peer PeerInfo `json:"peer"`
 	}
@@ -291,6 +294,129 @@ func TestParseInterest(t *testing.T) {
 		}
 		if ic.Mode != tc.mode || ic.Mode == "knn" && (ic.K != tc.k || ic.Rate != tc.rate) {
 			t.Errorf("%s: %+v, want mode %s k %d rate %g", tc.in, ic, tc.mode, tc.k, tc.rate)
+		}
+	}
+}
+
+// positioned reports whether kNN room id on ts has applied p's position at
+// its last recompute.
+func positioned(ts *testServer, id string, p *peer) bool {
+	r := ts.s.acquireActive(id)
+	if r == nil {
+		return false
+	}
+	defer ts.s.release(r)
+	var ok bool
+	r.do(func() { ok = r.knn != nil && r.knn.Positioned(p.uuid) })
+	return ok
+}
+
+// peerAddedUUID decodes a PeerAdded.
+func peerAddedUUID(t *testing.T, m msg) string {
+	t.Helper()
+	var a struct {
+		Peer PeerInfo `json:"peer"`
+	}
+	m.decode(t, &a)
+	return a.Peer.UUID
+}
+
+// TestKNNPeerWithoutPosition is a new user's walkthrough: in a kNN room,
+// only A reports a position. B, which never does (an unmodified Ubiq
+// client), has no set and knows everyone; A's set has places free (k = 5),
+// and B, ranked after every positioned peer, takes one. Both are told of
+// the other and receive the other's frames.
+func TestKNNPeerWithoutPosition(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	id := newUUID()
+	a, b := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	a.join(JoinArgs{UUID: id})
+	a.request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":5,"rate_hz":5}`}})
+	a.expect("RoomPropertiesAppended")
+	a.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{"0,0,0"}})
+	eventually(t, "A's position applied", func() bool { return positioned(ts, id, a) })
+	b.join(JoinArgs{UUID: id})
+	if u := peerAddedUUID(t, b.expect("PeerAdded")); u != a.uuid {
+		t.Fatalf("B told of %s, want A", u)
+	}
+	if u := peerAddedUUID(t, a.expect("PeerAdded")); u != b.uuid {
+		t.Fatalf("A told of %s, want B", u)
+	}
+	a.c.Send(NetworkId{A: 77, B: 1}, []byte("from A"))
+	b.c.Send(NetworkId{A: 77, B: 2}, []byte("from B"))
+	if f := b.frame(); IDOf(f.frame) != (NetworkId{A: 77, B: 1}) || string(f.frame[HeaderSize:]) != "from A" {
+		t.Fatalf("B received %v %q", IDOf(f.frame), f.frame[HeaderSize:])
+	}
+	if f := a.frame(); IDOf(f.frame) != (NetworkId{A: 77, B: 2}) || string(f.frame[HeaderSize:]) != "from B" {
+		t.Fatalf("A received %v %q", IDOf(f.frame), f.frame[HeaderSize:])
+	}
+	for _, p := range []*peer{a, b} {
+		if n := countType(p.barrier(), "PeerRemoved"); n != 0 {
+			t.Fatalf("peer %s: %d PeerRemoved", p.uuid[:8], n)
+		}
+	}
+}
+
+// TestKNNPeerWithoutPositionFullSets: where the positioned peers' sets are
+// full, a peer without a position is in none of them, but still knows
+// everyone and receives every frame; once it reports a position, it keeps
+// only its own k nearest.
+func TestKNNPeerWithoutPositionFullSets(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	id := newUUID()
+	a, c, far, b := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp), dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	a.join(JoinArgs{UUID: id})
+	a.request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":1,"rate_hz":50,"hysteresis_ms":1}`}})
+	a.expect("RoomPropertiesAppended")
+	for _, pp := range []struct {
+		p   *peer
+		pos string
+	}{{a, "0,0,0"}, {c, "1,0,0"}, {far, "1000,0,0"}} {
+		if pp.p != a {
+			pp.p.join(JoinArgs{UUID: id})
+		}
+		pp.p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{pp.pos}})
+		eventually(t, "position applied", func() bool { return positioned(ts, id, pp.p) })
+	}
+	b.join(JoinArgs{UUID: id})
+	known := map[string]bool{}
+	for len(known) < 3 {
+		applyPeerEvents(t, known, []msg{b.expect("PeerAdded")})
+	}
+	if !known[a.uuid] || !known[c.uuid] || !known[far.uuid] {
+		t.Fatalf("B knows %v, want a, c and far", known)
+	}
+	for i, p := range []*peer{a, c, far} {
+		p.c.Send(NetworkId{A: 88, B: uint32(i)}, []byte("pose"))
+	}
+	got := map[uint32]bool{}
+	for len(got) < 3 {
+		got[IDOf(b.frame().frame).B] = true
+	}
+	// b's frames reach nobody: every positioned peer's set is full.
+	b.c.Send(NetworkId{A: 88, B: 9}, []byte("unseen"))
+	time.Sleep(100 * time.Millisecond) // several recomputes
+	for _, p := range []*peer{a, c, far} {
+		for _, m := range p.barrier() {
+			if m.typ == "" && IDOf(m.frame) == (NetworkId{A: 88, B: 9}) {
+				t.Fatalf("peer %s with a full set received b's frame", p.uuid[:8])
+			}
+			if m.typ == "PeerAdded" && peerAddedUUID(t, m) == b.uuid {
+				t.Fatalf("peer %s with a full set was told of b", p.uuid[:8])
+			}
+		}
+	}
+	// b reports a position next to far: it now knows only far.
+	b.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{"1001,0,0"}})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(known) != 1 || !known[far.uuid] {
+		if time.Now().After(deadline) {
+			t.Fatalf("B knows %v once positioned, want only far", known)
+		}
+		select {
+		case m := <-b.in:
+			applyPeerEvents(t, known, []msg{m})
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

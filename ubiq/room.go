@@ -392,6 +392,9 @@ func (r *room) addMember(tok string, m *memberState) {
 		}
 	}
 	r.posMu.Unlock()
+	if _, ok := r.placed[id]; !ok && r.knn != nil {
+		r.knn.Add(id) // ranks after the positioned peers until it has a position
+	}
 	// A local connection waiting for this record joins the audience before
 	// the others hear of it, so that their answers to PeerAdded reach it.
 	r.attachPending()
@@ -416,7 +419,9 @@ func (r *room) removeMember(tok string, m *memberState) {
 	}
 }
 
-// wants reports whether the connection should know about member id.
+// wants reports whether the connection should know about member id. With
+// kNN, a member without a position yet (at the last recompute) has no set
+// and knows everyone, as an observer does.
 func (r *room) wants(c *conn, a *attachment, id string) bool {
 	if c.uuid() == id {
 		return false
@@ -424,7 +429,7 @@ func (r *room) wants(c *conn, a *attachment, id string) bool {
 	if a.observer || r.knn == nil {
 		return a.member || a.observer
 	}
-	return a.member && r.knn.Interested(c.uuid(), id)
+	return a.member && (r.knn.Interested(c.uuid(), id) || !r.knn.Positioned(c.uuid()))
 }
 
 func (r *room) grant(c *conn, a *attachment, id string) {
@@ -566,8 +571,12 @@ func (r *room) setInterest(ic interestConfig) {
 	r.knnOn.Store(ic.Mode == "knn")
 	if ic.Mode == "knn" {
 		r.knn = interest.NewKNN(interest.KNNConfig{K: ic.K, Hysteresis: time.Duration(ic.HysteresisMS * float64(time.Millisecond))})
-		for id, p := range r.placed {
-			r.knn.Set(id, p)
+		for _, m := range r.members {
+			if p, ok := r.placed[m.rec.UUID]; ok {
+				r.knn.Set(m.rec.UUID, p)
+			} else {
+				r.knn.Add(m.rec.UUID)
+			}
 		}
 		r.knn.Recompute(time.Now())
 		r.ticker = time.NewTicker(time.Duration(float64(time.Second) / ic.Rate))
@@ -624,6 +633,11 @@ func (r *room) tick(now time.Time) {
 		a := r.local[c]
 		if a.observer {
 			continue // observers know everyone
+		}
+		if ch.First {
+			// c has a position now: from knowing everyone to its set.
+			r.reconcile(c, a)
+			continue
 		}
 		for _, id := range ch.Entered {
 			r.grant(c, a, id)
