@@ -311,6 +311,16 @@ func positioned(ts *testServer, id string, p *peer) bool {
 	return ok
 }
 
+// tickRoom runs one interest recompute of room id now, as its ticker does.
+func tickRoom(ts *testServer, id string) {
+	r := ts.s.acquireActive(id)
+	if r == nil {
+		return
+	}
+	defer ts.s.release(r)
+	r.do(func() { r.tick(time.Now()) })
+}
+
 // peerAddedUUID decodes a PeerAdded.
 func peerAddedUUID(t *testing.T, m msg) string {
 	t.Helper()
@@ -395,7 +405,10 @@ func TestKNNPeerWithoutPositionFullSets(t *testing.T) {
 	}
 	// b's frames reach nobody: every positioned peer's set is full.
 	b.c.Send(NetworkId{A: 88, B: 9}, []byte("unseen"))
-	time.Sleep(100 * time.Millisecond) // several recomputes
+	b.barrier() // the server has handled b's frame
+	for range 3 {
+		tickRoom(ts, id) // recomputes must not put b in a full set either
+	}
 	for _, p := range []*peer{a, c, far} {
 		for _, m := range p.barrier() {
 			if m.typ == "" && IDOf(m.frame) == (NetworkId{A: 88, B: 9}) {

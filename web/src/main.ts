@@ -25,15 +25,17 @@ async function main() {
       }
       // The SFU session carries remote point clouds, audio/video and this
       // page's own point cloud (?pointclouds=0, ?media=0 and ?pcpublish=0
-      // turn them off; ?pcpublish=1 publishes at once).
+      // turn them off; ?pcpublish=1 publishes at once). A page with none
+      // of them does not join the SFU.
       const q = new URLSearchParams(location.search);
       const features = [];
       if (q.get('pointclouds') !== '0') features.push((await import('./pointcloudview')).pointCloudFeature(v));
       if (q.get('media') !== '0') features.push((await import('./media')).mediaFeature(v));
-      if (q.get('pcpublish') !== '0') {
+      const publish = q.get('pcpublish');
+      if (publish === '1' || (publish !== '0' && features.length > 0)) {
         const pub = (await import('./pcpublish')).pointCloudPublishFeature();
         features.push(pub);
-        if (q.get('pcpublish') === '1') pub.toggle(true);
+        if (publish === '1') pub.toggle(true);
       }
       if (features.length) {
         const { startSFUSession } = await import('./sfusession');
