@@ -30,6 +30,55 @@ type PacketReport struct {
 // whole feedback is refused rather than guessed at.
 var ErrReservedSymbol = errors.New("the reserved packet status symbol 3 (binary 11)")
 
+// WalkStatuses calls f with the sequence number and status symbol of each
+// packet a TWCC feedback reports, in order, reading no more statuses than
+// its status count (the rest is padding). It refuses a feedback that gives
+// one of those packets the reserved status symbol 3 (an error wrapping
+// ErrReservedSymbol that names the chunk and packet), or that has a chunk
+// of an unknown type; f has then seen the statuses before it. It does not
+// check that the chunks cover the status count.
+func WalkStatuses(fb *rtcp.TransportLayerCC, f func(seq, symbol uint16)) error {
+	n := int(fb.PacketStatusCount)
+	done := 0
+	invalid := func(chunk int, kind string, symbol uint16) error {
+		seq := fb.BaseSequenceNumber + uint16(done)
+		if symbol == 3 {
+			return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) %w",
+				fb.FbPktCount, chunk, kind, seq, done+1, n, ErrReservedSymbol)
+		}
+		return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) the status symbol %d, which is not 2 bits",
+			fb.FbPktCount, chunk, kind, seq, done+1, n, symbol)
+	}
+	add := func(symbol uint16) {
+		f(fb.BaseSequenceNumber+uint16(done), symbol)
+		done++
+	}
+	for ci, c := range fb.PacketChunks {
+		switch c := c.(type) {
+		case *rtcp.RunLengthChunk:
+			if c.PacketStatusSymbol > rtcp.TypeTCCPacketReceivedLargeDelta && c.RunLength > 0 && done < n {
+				return invalid(ci, fmt.Sprintf("run length %d", c.RunLength), c.PacketStatusSymbol)
+			}
+			for i := 0; i < int(c.RunLength) && done < n; i++ {
+				add(c.PacketStatusSymbol)
+			}
+		case *rtcp.StatusVectorChunk:
+			for i, s := range c.SymbolList {
+				if done == n {
+					break
+				}
+				if s > rtcp.TypeTCCPacketReceivedLargeDelta {
+					return invalid(ci, fmt.Sprintf("status vector, symbol %d", i), s)
+				}
+				add(s)
+			}
+		default:
+			return fmt.Errorf("bwe: TWCC feedback %d has an unknown chunk type %T", fb.FbPktCount, c)
+		}
+	}
+	return nil
+}
+
 // ParseFeedback expands a TWCC feedback packet into one report per packet
 // status, in sequence order. It checks that the chunks and deltas agree
 // with the packet status count, and refuses a feedback that gives one of
@@ -39,41 +88,11 @@ var ErrReservedSymbol = errors.New("the reserved packet status symbol 3 (binary 
 func ParseFeedback(fb *rtcp.TransportLayerCC) ([]PacketReport, error) {
 	n := int(fb.PacketStatusCount)
 	reps := make([]PacketReport, 0, n)
-	seq := fb.BaseSequenceNumber
-	add := func(symbol uint16) {
+	err := WalkStatuses(fb, func(seq, symbol uint16) {
 		reps = append(reps, PacketReport{Seq: seq, Received: symbol == rtcp.TypeTCCPacketReceivedSmallDelta || symbol == rtcp.TypeTCCPacketReceivedLargeDelta})
-		seq++
-	}
-	invalid := func(chunk int, kind string, symbol uint16) error {
-		if symbol == 3 {
-			return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) %w",
-				fb.FbPktCount, chunk, kind, seq, len(reps)+1, n, ErrReservedSymbol)
-		}
-		return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) the status symbol %d, which is not 2 bits",
-			fb.FbPktCount, chunk, kind, seq, len(reps)+1, n, symbol)
-	}
-	for ci, c := range fb.PacketChunks {
-		switch c := c.(type) {
-		case *rtcp.RunLengthChunk:
-			if c.PacketStatusSymbol > rtcp.TypeTCCPacketReceivedLargeDelta && c.RunLength > 0 && len(reps) < n {
-				return nil, invalid(ci, fmt.Sprintf("run length %d", c.RunLength), c.PacketStatusSymbol)
-			}
-			for i := 0; i < int(c.RunLength) && len(reps) < n; i++ {
-				add(c.PacketStatusSymbol)
-			}
-		case *rtcp.StatusVectorChunk:
-			for i, s := range c.SymbolList {
-				if len(reps) == n {
-					break
-				}
-				if s > rtcp.TypeTCCPacketReceivedLargeDelta {
-					return nil, invalid(ci, fmt.Sprintf("status vector, symbol %d", i), s)
-				}
-				add(s)
-			}
-		default:
-			return nil, fmt.Errorf("bwe: TWCC feedback %d has an unknown chunk type %T", fb.FbPktCount, c)
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	if len(reps) != n {
 		return nil, fmt.Errorf("bwe: TWCC feedback %d: chunks describe %d packets, status count says %d", fb.FbPktCount, len(reps), n)

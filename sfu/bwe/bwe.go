@@ -30,7 +30,6 @@ package bwe
 
 import (
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -39,6 +38,8 @@ import (
 	"github.com/pion/interceptor/pkg/cc"
 	"github.com/pion/interceptor/pkg/gcc"
 	"github.com/pion/rtcp"
+
+	herabwe "github.com/xrealm/xrealm/hera/bwe"
 )
 
 // Config is the range of WideGCC. Zero values take the defaults below.
@@ -207,14 +208,9 @@ func (w *WideGCC) GetStats() map[string]any {
 func (w *WideGCC) Close() error { return w.inner.Close() }
 
 // ErrReservedSymbol reports a transport-wide feedback that gives a packet
-// the packet status symbol 3 (binary 11). Section 3.1.1 of
-// draft-holmer-rmcat-transport-wide-cc-extensions-01 defines 0 (not
-// received), 1 (received, small delta) and 2 (received, large or negative
-// delta) and reserves 3; libwebrtc refuses a feedback that carries it
-// (pion/rtcp names it TypeTCCPacketReceivedWithoutDelta). Whether such a
-// packet arrived is unknown, so the whole feedback is refused rather than
-// guessed at, as Hera's parser (hera/bwe.ParseFeedback) does.
-var ErrReservedSymbol = errors.New("the reserved packet status symbol 3 (binary 11)")
+// the reserved packet status symbol 3 (binary 11); it is Hera's
+// (hera/bwe.ErrReservedSymbol), whose parser reads the statuses for both.
+var ErrReservedSymbol = herabwe.ErrReservedSymbol
 
 // CountTWCC counts the packets a transport-wide feedback reports as
 // received and as not received, reading no more statuses than its status
@@ -222,46 +218,15 @@ var ErrReservedSymbol = errors.New("the reserved packet status symbol 3 (binary 
 // the reserved status symbol 3 is refused with an error wrapping
 // ErrReservedSymbol that names the chunk, and counts nothing.
 func CountTWCC(fb *rtcp.TransportLayerCC) (recv, lost int, err error) {
-	left := int(fb.PacketStatusCount)
-	invalid := func(chunk int, kind string, symbol uint16) error {
-		status := int(fb.PacketStatusCount) - left
-		if symbol == 3 {
-			return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) %w",
-				fb.FbPktCount, chunk, kind, fb.BaseSequenceNumber+uint16(status), status+1, fb.PacketStatusCount, ErrReservedSymbol)
-		}
-		return fmt.Errorf("bwe: TWCC feedback %d: chunk %d (%s) gives packet %d (status %d of %d) the status symbol %d, which is not 2 bits",
-			fb.FbPktCount, chunk, kind, fb.BaseSequenceNumber+uint16(status), status+1, fb.PacketStatusCount, symbol)
-	}
-	add := func(sym uint16, n int) {
-		n = min(n, left)
-		left -= n
-		if sym == rtcp.TypeTCCPacketNotReceived {
-			lost += n
+	err = herabwe.WalkStatuses(fb, func(_, symbol uint16) {
+		if symbol == rtcp.TypeTCCPacketNotReceived {
+			lost++
 		} else {
-			recv += n
+			recv++
 		}
-	}
-	for ci, c := range fb.PacketChunks {
-		if left <= 0 {
-			break
-		}
-		switch c := c.(type) {
-		case *rtcp.RunLengthChunk:
-			if c.PacketStatusSymbol > rtcp.TypeTCCPacketReceivedLargeDelta && c.RunLength > 0 {
-				return 0, 0, invalid(ci, fmt.Sprintf("run length %d", c.RunLength), c.PacketStatusSymbol)
-			}
-			add(c.PacketStatusSymbol, int(c.RunLength))
-		case *rtcp.StatusVectorChunk:
-			for i, s := range c.SymbolList {
-				if left <= 0 {
-					break
-				}
-				if s > rtcp.TypeTCCPacketReceivedLargeDelta {
-					return 0, 0, invalid(ci, fmt.Sprintf("status vector, symbol %d", i), s)
-				}
-				add(s, 1)
-			}
-		}
+	})
+	if err != nil {
+		return 0, 0, err
 	}
 	return recv, lost, nil
 }
