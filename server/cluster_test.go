@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ func TestDefaultReplicas(t *testing.T) {
 		{"three nodes", "xr", []string{"nats-route://b:6222", "nats-route://c:6222"}, 0, 3},
 		{"five nodes: at most 3", "xr", []string{"nats-route://b:6222", "nats-route://c:6222", "nats-route://d:6222", "nats-route://e:6222"}, 0, 3},
 		{"a route given twice counts once", "xr", []string{"nats-route://b:6222", " nats-route://b:6222"}, 0, 2},
+		{"one node by two schemes counts once", "xr", []string{"nats-route://b:6222", "nats://user:pw@B:6222"}, 0, 2},
 		{"empty routes do not count", "xr", []string{"", " "}, 0, 1},
 		{"--replicas wins", "xr", []string{"nats-route://b:6222"}, 3, 3},
 		{"--replicas alone", "", nil, 2, 2},
@@ -41,8 +43,161 @@ func TestDefaultReplicas(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Config{ClusterName: tt.cluster, Routes: tt.routes, Replicas: tt.explicit}
-			if got := c.replicas(); got != tt.want {
+			if got, _ := c.replicas(context.Background()); got != tt.want {
 				t.Fatalf("replicas() = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// fakeAddrs is a machine with the interface addresses ifaces and the names
+// of hosts.
+type fakeAddrs struct {
+	ifaces []string
+	hosts  map[string][]string
+}
+
+func (f fakeAddrs) LookupHost(_ context.Context, host string) ([]netip.Addr, error) {
+	as, ok := f.hosts[host]
+	if !ok {
+		return nil, fmt.Errorf("lookup %s: no such host", host)
+	}
+	return parseAddrs(as), nil
+}
+
+func (f fakeAddrs) InterfaceAddrs() ([]netip.Addr, error) { return parseAddrs(f.ifaces), nil }
+
+func parseAddrs(as []string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range as {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+// The rule of selfRoutes on a machine with the interface addresses
+// 10.0.0.5 and fd00::5.
+func TestSelfRoutesRule(t *testing.T) {
+	sys := fakeAddrs{
+		ifaces: []string{"127.0.0.1", "::1", "10.0.0.5", "fd00::5", "fe80::5"},
+		hosts: map[string][]string{
+			"localhost": {"127.0.0.1", "::1"},
+			"me":        {"10.0.0.5", "fd00::5"},
+			"me-lo":     {"127.0.1.1"},
+			"b":         {"10.0.0.6"},
+			"cluster":   {"10.0.0.5", "10.0.0.6"}, // a name for every node
+			"empty":     {},
+		},
+	}
+	tests := []struct {
+		name   string
+		listen string
+		route  string
+		self   bool
+	}{
+		{"127.0.0.1", ":6222", "nats-route://127.0.0.1:6222", true},
+		{"another loopback address", ":6222", "nats-route://127.0.0.2:6222", true},
+		{"::1", ":6222", "nats-route://[::1]:6222", true},
+		{"localhost", ":6222", "nats-route://localhost:6222", true},
+		{"0.0.0.0", ":6222", "nats-route://0.0.0.0:6222", true},
+		{"the machine's address", ":6222", "nats-route://10.0.0.5:6222", true},
+		{"the machine's IPv6 address", ":6222", "nats-route://[fd00::5]:6222", true},
+		{"IPv4-mapped", ":6222", "nats-route://[::ffff:10.0.0.5]:6222", true},
+		{"link-local with a zone", ":6222", "nats-route://[fe80::5%25eth0]:6222", true},
+		{"the machine's name", ":6222", "nats-route://me:6222", true},
+		{"the machine's name on 127.0.1.1", ":6222", "nats-route://me-lo:6222", true},
+		{"another scheme, with a user", ":6222", "nats://u:p@localhost:6222", true},
+		{"listening on 0.0.0.0", "0.0.0.0:6222", "nats-route://me:6222", true},
+		{"listening on ::", "[::]:6222", "nats-route://127.0.0.1:6222", true},
+
+		{"another port", ":6222", "nats-route://127.0.0.1:6223", false},
+		{"no port", ":6222", "nats-route://127.0.0.1", false},
+		{"another host", ":6222", "nats-route://10.0.0.6:6222", false},
+		{"another host by name", ":6222", "nats-route://b:6222", false},
+		{"a name for the whole cluster", ":6222", "nats-route://cluster:6222", false},
+		{"a name that does not resolve", ":6222", "nats-route://nowhere:6222", false},
+		{"a name without addresses", ":6222", "nats-route://empty:6222", false},
+		{"not a URL", ":6222", "127.0.0.1:6222", false},
+		{"cluster listener on port 0", ":0", "nats-route://127.0.0.1:0", false},
+		{"no cluster address", "", "nats-route://127.0.0.1:6222", false},
+
+		// A listener on one address is reached only there: another node
+		// of the same machine can listen on the same port elsewhere.
+		{"listening on the machine's address, route to it", "10.0.0.5:6222", "nats-route://me:6222", false}, // me is also fd00::5
+		{"listening on the machine's address, route to it by IP", "10.0.0.5:6222", "nats-route://10.0.0.5:6222", true},
+		{"listening on the machine's address, route to loopback", "10.0.0.5:6222", "nats-route://127.0.0.1:6222", false},
+		{"listening on the machine's name", "me:6222", "nats-route://[fd00::5]:6222", true},
+		{"listening on loopback, route to loopback", "127.0.0.1:6222", "nats-route://127.0.0.1:6222", true},
+		{"listening on loopback, route to the machine's address", "127.0.0.1:6222", "nats-route://10.0.0.5:6222", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := selfRoutes(context.Background(), tt.listen, []string{tt.route}, sys)
+			if got[0] != tt.self {
+				t.Fatalf("route %s with --cluster-addr %q: self = %v, want %v", tt.route, tt.listen, got[0], tt.self)
+			}
+		})
+	}
+}
+
+// Self-routes on this machine, resolved as xrealm serve resolves them: a
+// node given the whole cluster's routes, itself among them, counts the
+// others only.
+func TestDefaultReplicasSelfRoutes(t *testing.T) {
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The machine's own non-loopback address, and an address that is not
+	// the machine's.
+	var machineIP string
+	local := map[netip.Addr]bool{}
+	ifaces, err := systemAddrs{}.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range ifaces {
+		local[a] = true
+		if machineIP == "" && a.Is4() && !a.IsLoopback() && !a.IsLinkLocalUnicast() {
+			machineIP = a.String()
+		}
+	}
+	var otherIP string
+	for _, a := range []string{"198.51.100.7", "203.0.113.7", "192.0.2.77"} {
+		if !local[netip.MustParseAddr(a)] {
+			otherIP = a
+			break
+		}
+	}
+	tests := []struct {
+		name   string
+		routes []string
+		want   int
+		self   int
+		skip   string
+	}{
+		{"two nodes, 127.0.0.1", []string{"nats-route://127.0.0.1:6222", "nats-route://b.invalid:6222"}, 2, 1, ""},
+		{"two nodes, localhost", []string{"nats-route://localhost:6222", "nats-route://b.invalid:6222"}, 2, 1, ""},
+		{"two nodes, the host name", []string{"nats-route://" + host + ":6222", "nats-route://b.invalid:6222"}, 2, 1, ""},
+		{"two nodes, the machine's address", []string{"nats-route://" + machineIP + ":6222", "nats-route://" + otherIP + ":6222"}, 2, 1,
+			map[bool]string{true: "no non-loopback IPv4 interface address"}[machineIP == ""]},
+		{"three nodes, each given all", []string{"nats-route://127.0.0.1:6222", "nats-route://" + otherIP + ":6222", "nats-route://b.invalid:6222"}, 3, 1, ""},
+		{"alone with a route to itself", []string{"nats-route://localhost:6222", "nats-route://127.0.0.1:6222"}, 1, 2, ""},
+		{"another node on this machine", []string{"nats-route://127.0.0.1:6223"}, 2, 0, ""},
+		{"other hosts", []string{"nats-route://" + otherIP + ":6222", "nats-route://b.invalid:6222"}, 3, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.skip != "" {
+				t.Skip(tt.skip)
+			}
+			if otherIP == "" {
+				t.Skip("every test address is this machine's")
+			}
+			c := Config{ClusterName: "xr", ClusterAddr: ":6222", Routes: tt.routes}
+			got, self := c.replicas(context.Background())
+			if got != tt.want || len(self) != tt.self {
+				t.Fatalf("routes %q: replicas %d, self-routes %q; want %d replicas and %d self-routes", tt.routes, got, self, tt.want, tt.self)
 			}
 		})
 	}
@@ -164,18 +319,50 @@ func startCluster(t *testing.T, ctx context.Context, cfgs []Config, logs func(no
 // state has 2 replicas, and settings written on one node are read on the
 // other.
 func TestTwoNodeClusterStartsWithDefaultReplicas(t *testing.T) {
+	testTwoNodeClusterStarts(t, false)
+}
+
+// Two nodes given the same full route list, each its own route included,
+// start as well: a node does not count the route to itself.
+func TestTwoNodeClusterFullRouteLists(t *testing.T) {
+	testTwoNodeClusterStarts(t, true)
+}
+
+func testTwoNodeClusterStarts(t *testing.T, fullRoutes bool) {
 	if testing.Short() {
 		t.Skip("starts a two-node cluster (15-20 s)")
 	}
 	t.Parallel()
+	cfgs := clusterConfigs(t, 2)
+	if fullRoutes {
+		all := []string{"nats-route://" + cfgs[0].ClusterAddr, "nats-route://" + cfgs[1].ClusterAddr}
+		for i := range cfgs {
+			cfgs[i].Routes = all
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srvs, errs := startCluster(t, ctx, clusterConfigs(t, 2), nil)
+	var mu sync.Mutex
+	notCounted := map[int]bool{}
+	srvs, errs := startCluster(t, ctx, cfgs, func(node int) io.Writer {
+		return writerFunc(func(p []byte) {
+			if bytes.Contains(p, []byte("not counting routes to this node's own cluster address")) {
+				mu.Lock()
+				defer mu.Unlock()
+				notCounted[node] = true
+			}
+		})
+	})
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("node %d: %v", i+1, err)
 		}
 	}
+	mu.Lock()
+	if fullRoutes && len(notCounted) != len(cfgs) || !fullRoutes && len(notCounted) != 0 {
+		t.Errorf("nodes that logged not counting a route to themselves: %v; routes to themselves: %v", notCounted, fullRoutes)
+	}
+	mu.Unlock()
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st := auth.Settings{Namespace: "alice", Scene: "lab", Editors: []string{"bob"}}

@@ -1,9 +1,14 @@
 package server
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,7 +43,7 @@ type Config struct {
 	ClusterName string
 	ClusterAddr string
 	Routes      []string
-	Replicas    int // JetStream replicas; 0 = DefaultReplicas
+	Replicas    int // JetStream replicas; 0 = DefaultReplicas of the routes to other nodes
 
 	MaxPayload int
 	Writer     fanout.Options
@@ -116,11 +121,34 @@ func (c *Config) nodeName() string {
 	return h
 }
 
-func (c *Config) replicas() int {
+// replicas returns the JetStream replicas the node asks for: --replicas if
+// set, else DefaultReplicas of the routes that lead to other nodes. self
+// lists the routes left out as this node's own (see selfRoutes).
+func (c *Config) replicas(ctx context.Context) (n int, self []string) {
 	if c.Replicas > 0 {
-		return c.Replicas
+		return c.Replicas, nil
 	}
-	return DefaultReplicas(c.ClusterName, c.Routes)
+	if c.ClusterName == "" {
+		return 1, nil
+	}
+	others, self := c.otherRoutes(ctx, systemAddrs{})
+	return DefaultReplicas(c.ClusterName, others), self
+}
+
+// otherRoutes splits c.Routes into the routes to other nodes and those to
+// this node itself.
+func (c *Config) otherRoutes(ctx context.Context, sys localAddrs) (others, self []string) {
+	ctx, cancel := context.WithTimeout(ctx, selfRouteLookupTimeout)
+	defer cancel()
+	isSelf := selfRoutes(ctx, c.ClusterAddr, c.Routes, sys)
+	for i, r := range c.Routes {
+		if isSelf[i] {
+			self = append(self, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return others, self
 }
 
 // MaxDefaultReplicas is the most JetStream replicas a node asks for when
@@ -131,8 +159,10 @@ const MaxDefaultReplicas = 3
 // is not set: 1 alone; in a cluster, the cluster size the node is told of,
 // itself and one node per distinct route, at most MaxDefaultReplicas. A
 // stream cannot have more replicas than the cluster has JetStream servers:
-// with 3, a two-node cluster never starts. Routes are expected to name the
-// other nodes; a route to the node itself counts as another node.
+// with 3, a two-node cluster never starts. routes must name the other
+// nodes only: a route to the node itself would count as another node
+// (Config drops those first, see selfRoutes). Routes to the same host:port
+// count once.
 func DefaultReplicas(clusterName string, routes []string) int {
 	if clusterName == "" {
 		return 1
@@ -140,10 +170,150 @@ func DefaultReplicas(clusterName string, routes []string) int {
 	seen := map[string]bool{}
 	for _, r := range routes {
 		if r = strings.TrimSpace(r); r != "" {
-			seen[r] = true
+			seen[routeKey(r)] = true
 		}
 	}
 	return min(1+len(seen), MaxDefaultReplicas)
+}
+
+// routeKey is what identifies the node a route leads to: its host:port
+// (host in lower case, without scheme or user), or the route itself if it
+// has none.
+func routeKey(route string) string {
+	if u, err := url.Parse(route); err == nil && u.Host != "" {
+		return strings.ToLower(u.Host)
+	}
+	return route
+}
+
+// selfRouteLookupTimeout bounds the name lookups of selfRoutes together; a
+// route whose host does not resolve in time counts as another node.
+const selfRouteLookupTimeout = 5 * time.Second
+
+// localAddrs is what selfRoutes needs to know of the machine: name lookups
+// and the addresses of its network interfaces.
+type localAddrs interface {
+	LookupHost(ctx context.Context, host string) ([]netip.Addr, error)
+	InterfaceAddrs() ([]netip.Addr, error)
+}
+
+// systemAddrs is the machine's resolver and interfaces.
+type systemAddrs struct{}
+
+func (systemAddrs) LookupHost(ctx context.Context, host string) ([]netip.Addr, error) {
+	return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+}
+
+func (systemAddrs) InterfaceAddrs() ([]netip.Addr, error) {
+	as, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		var ip net.IP
+		switch a := a.(type) {
+		case *net.IPNet:
+			ip = a.IP
+		case *net.IPAddr:
+			ip = a.IP
+		}
+		if addr, ok := netip.AddrFromSlice(ip); ok {
+			out = append(out, addr.Unmap())
+		}
+	}
+	return out, nil
+}
+
+// selfRoutes reports which routes lead to this node's own cluster listener
+// at clusterAddr (--cluster-addr). NATS-style configurations often give
+// every node the same full route list; NATS itself notices a route to
+// itself once connected and drops it, but counted as a node it would ask
+// for more replicas than the cluster has servers.
+//
+// A route is this node's when all of:
+//   - its port is the port of clusterAddr (a listener on port 0, of the
+//     system's choosing, has no route of its own);
+//   - its host resolves, within selfRouteLookupTimeout, to at least one
+//     address, and every address it resolves to is one this node listens
+//     on: with clusterAddr's host empty, 0.0.0.0 or ::, a loopback address,
+//     an unspecified address (a dial to which reaches this machine) or an
+//     address of one of the machine's network interfaces
+//     (net.InterfaceAddrs); with any other host, the addresses that host
+//     resolves to.
+//
+// The rule errs towards counting a route as another node: a host that does
+// not resolve, resolves to several addresses of which one is not this
+// node's (a name for the whole cluster), or names this machine's address
+// on another port (another node on the same machine) is another node. A
+// node that is counted wrongly asks for too many replicas, and says so
+// (placementHint); one dropped wrongly would keep fewer copies silently.
+func selfRoutes(ctx context.Context, clusterAddr string, routes []string, sys localAddrs) []bool {
+	self := make([]bool, len(routes))
+	lhost, lport, err := net.SplitHostPort(clusterAddr)
+	if err != nil {
+		return self
+	}
+	port, err := strconv.Atoi(lport)
+	if err != nil || port <= 0 {
+		return self
+	}
+	var ours func(netip.Addr) bool
+	for i, r := range routes {
+		u, err := url.Parse(strings.TrimSpace(r))
+		if err != nil || u.Hostname() == "" {
+			continue
+		}
+		if p, err := strconv.Atoi(u.Port()); err != nil || p != port {
+			continue
+		}
+		if ours == nil {
+			ours = listenerAccepts(ctx, lhost, sys)
+		}
+		addrs, err := lookup(ctx, u.Hostname(), sys)
+		if err != nil || len(addrs) == 0 {
+			continue
+		}
+		self[i] = true
+		for _, a := range addrs {
+			if !ours(a) {
+				self[i] = false
+				break
+			}
+		}
+	}
+	return self
+}
+
+// listenerAccepts returns whether a cluster listener on host accepts
+// connections at an address (see selfRoutes).
+func listenerAccepts(ctx context.Context, host string, sys localAddrs) func(netip.Addr) bool {
+	if a, err := netip.ParseAddr(host); host == "" || err == nil && a.IsUnspecified() {
+		local := map[netip.Addr]bool{}
+		if as, err := sys.InterfaceAddrs(); err == nil {
+			for _, a := range as {
+				local[a.Unmap().WithZone("")] = true
+			}
+		}
+		return func(a netip.Addr) bool {
+			a = a.Unmap().WithZone("")
+			return a.IsLoopback() || a.IsUnspecified() || local[a]
+		}
+	}
+	as, _ := lookup(ctx, host, sys)
+	set := map[netip.Addr]bool{}
+	for _, a := range as {
+		set[a.Unmap().WithZone("")] = true
+	}
+	return func(a netip.Addr) bool { return set[a.Unmap().WithZone("")] }
+}
+
+// lookup returns the addresses of host, an IP address or a name.
+func lookup(ctx context.Context, host string, sys localAddrs) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	return sys.LookupHost(ctx, host)
 }
 
 func (c *Config) validate() error {

@@ -140,7 +140,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
-	replicas := cfg.replicas()
+	replicas, self := cfg.replicas(ctx)
+	if len(self) > 0 {
+		log.Info("not counting routes to this node's own cluster address as nodes", "routes", self, "cluster_addr", cfg.ClusterAddr, "replicas", replicas)
+	}
 	if cfg.Replicas <= 0 {
 		if err := retry(ctx, log, "read the replicas of existing scene state", replicas, func(ctx context.Context) error {
 			replicas, err = defaultReplicas(ctx, js, replicas, log)
@@ -401,7 +404,7 @@ func placementHint(err error, replicas int) string {
 	}
 	return fmt.Sprintf("the stream needs %d replicas but the cluster has fewer JetStream servers that can hold one: "+
 		"start more nodes, or set --replicas to at most the number of nodes "+
-		"(without --replicas a node uses one per node it knows of, itself and each of its --routes, at most %d)",
+		"(without --replicas a node uses one per node it knows of, itself and each of its --routes to another node, at most %d)",
 		replicas, MaxDefaultReplicas)
 }
 
