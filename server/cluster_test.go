@@ -259,6 +259,59 @@ func TestRetryPlacementFailure(t *testing.T) {
 	}
 }
 
+// The hint stays once an attempt has failed for want of servers, when
+// later attempts fail otherwise (the meta leader being elected, timeouts),
+// and the first placement failure is logged at once, as a warning.
+func TestRetryKeepsPlacementHint(t *testing.T) {
+	noPeers := fmt.Errorf("open scene settings bucket: %w", &jetstream.APIError{Code: 400, ErrorCode: jsErrNoPeers, Description: "no suitable peers for placement"})
+	notAvailable := errors.New("nats: JetStream not available")
+	tests := []struct {
+		name string
+		errs []error // one per attempt; the last repeats
+		last string
+	}{
+		{"then unavailable", []error{notAvailable, noPeers, notAvailable}, "nats: JetStream not available"},
+		{"then timeouts", []error{noPeers, context.DeadlineExceeded}, "context deadline exceeded"},
+		{"placement last", []error{notAvailable, noPeers}, "open scene settings bucket"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var logs bytes.Buffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+			defer cancel()
+			attempt := 0
+			err := retry(ctx, log, "open scene settings", 3, func(context.Context) error {
+				attempt++
+				return tt.errs[min(attempt, len(tt.errs))-1]
+			})
+			if attempt < len(tt.errs) {
+				t.Fatalf("%d attempts, want at least %d", attempt, len(tt.errs))
+			}
+			if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err %v, want the context's", err)
+			}
+			for _, want := range []string{"needs 3 replicas", "start more nodes", "--replicas", "no suitable peers", "last error: " + tt.last} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			// The first attempt's line, and the first placement
+			// failure's at once if that came later.
+			var warned bool
+			for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+				if strings.Contains(l, "level=WARN") && strings.Contains(l, "no suitable peers") && strings.Contains(l, "--replicas") {
+					warned = true
+				}
+			}
+			if !warned {
+				t.Errorf("log %q: want a warning with the placement error and the hint", logs.String())
+			}
+		})
+	}
+}
+
 // clusterConfigs returns the configurations of n nodes of one cluster, each
 // with routes to all the others and no front-end listeners.
 func clusterConfigs(t *testing.T, n int) []Config {

@@ -359,10 +359,16 @@ const (
 // is logged for the first failure and then at most every retryLogEvery.
 // When JetStream cannot place replicas copies (fewer JetStream servers in
 // the cluster than replicas), the line is a warning and it, and the error
-// once ctx ends, say what to do.
+// once ctx ends, say what to do. That advice stays once any attempt has
+// given cause for it: a later attempt may fail otherwise (JetStream not
+// available while the cluster elects its meta leader, a timeout) without
+// there being more servers. The first attempt that fails for want of
+// servers is logged at once, even within retryLogEvery of the last line.
 func retry(ctx context.Context, log *slog.Logger, what string, replicas int, f func(ctx context.Context) error) error {
 	wait := retryFirstWait
 	var logged time.Time
+	var hint string
+	var placementErr error // the last error that gave the hint
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := f(actx)
@@ -370,8 +376,12 @@ func retry(ctx context.Context, log *slog.Logger, what string, replicas int, f f
 		if err == nil {
 			return nil
 		}
-		hint := placementHint(err, replicas)
-		if attempt == 1 || time.Since(logged) >= retryLogEvery {
+		h := placementHint(err, replicas)
+		first := h != "" && hint == ""
+		if h != "" {
+			hint, placementErr = h, err
+		}
+		if attempt == 1 || first || time.Since(logged) >= retryLogEvery {
 			logged = time.Now()
 			if hint != "" {
 				log.Warn("retrying", "what", what, "attempt", attempt, "err", err, "hint", hint)
@@ -381,10 +391,14 @@ func retry(ctx context.Context, log *slog.Logger, what string, replicas int, f f
 		}
 		select {
 		case <-ctx.Done():
-			if hint != "" {
+			switch {
+			case hint == "":
+				return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+			case h != "":
 				return fmt.Errorf("%s: %s; gave up: %w (last error: %v)", what, hint, ctx.Err(), err)
+			default:
+				return fmt.Errorf("%s: %s; gave up: %w (last error: %v; last placement error: %v)", what, hint, ctx.Err(), err, placementErr)
 			}
-			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, retryMaxWait)
