@@ -49,6 +49,9 @@ type ClientConfig struct {
 	// placed, if set, is called with each assignment before the offer goes
 	// to its node (tests).
 	placed func(Assignment)
+	// offerTimeout, if set, returns how long an offer to node waits,
+	// instead of offerTimeout (tests).
+	offerTimeout func(node string) time.Duration
 }
 
 // PublishTrack is a track a client sends.
@@ -69,9 +72,11 @@ type Client struct {
 }
 
 // Join retries: when the node a client was placed on does not answer its
-// offer (it died after the manager checked it), or the manager is busy, the
-// client asks the manager again, joinAttempts times in all, waiting
-// joinBackoff, then twice that. An offer waits at most offerTimeout.
+// offer (it died after the manager checked it, or hangs), or the manager is
+// busy, the client asks the manager again, joinAttempts times in all,
+// waiting joinBackoff, then twice that. An offer waits at most
+// offerTimeout. A node that did not answer is sent a leave for the client
+// (it may have taken the offer) and excluded from the next placements.
 const (
 	joinAttempts = 3
 	joinBackoff  = 200 * time.Millisecond
@@ -189,11 +194,16 @@ func (c *Client) connect(ctx context.Context) error {
 }
 
 // join asks the manager for a node and sends it the offer, again when the
-// node or the manager asks for it (joinOnce), joinAttempts times at most.
+// node or the manager asks for it (joinOnce), joinAttempts times at most,
+// excluding the nodes that did not answer.
 func (c *Client) join(ctx context.Context, offer Signal) (Reply, error) {
 	wait := joinBackoff
+	var failed []string // nodes that did not answer the offer
 	for attempt := 1; ; attempt++ {
-		rep, again, err := c.joinOnce(ctx, offer)
+		rep, failedNode, again, err := c.joinOnce(ctx, offer, failed)
+		if failedNode != "" {
+			failed = append(failed, failedNode)
+		}
 		if err == nil || !again || ctx.Err() != nil {
 			return rep, err
 		}
@@ -201,7 +211,7 @@ func (c *Client) join(ctx context.Context, offer Signal) (Reply, error) {
 			return rep, fmt.Errorf("%w (%d attempts)", err, attempt)
 		}
 		c.log.Info("sfu client: join failed; asking the manager again", "session", c.cfg.Session, "client", c.cfg.Client,
-			"node", c.Node, "attempt", attempt, "retry_in", wait, "err", err)
+			"node", c.Node, "attempt", attempt, "retry_in", wait, "exclude", failed, "err", err)
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -211,25 +221,47 @@ func (c *Client) join(ctx context.Context, offer Signal) (Reply, error) {
 	}
 }
 
-// joinOnce asks the manager for a node and sends it the offer. It reports
-// whether to ask again: when the manager is busy, or the node does not
-// answer (no responders, or no answer within offerTimeout).
-func (c *Client) joinOnce(ctx context.Context, offer Signal) (rep Reply, again bool, err error) {
-	a, err := RequestJoin(ctx, c.cfg.NC, JoinRequest{Session: c.cfg.Session, Client: c.cfg.Client, Site: c.cfg.Site, Near: c.cfg.Near})
+// joinOnce asks the manager for a node, not one of exclude, and sends it
+// the offer. It reports whether to ask again: when the manager is busy, or
+// the node does not answer (no responders, or no answer within
+// offerTimeout). A node that does not answer is returned as failed, after
+// a leave for the client was sent to it: one that hangs, or is only slow,
+// may have registered the client, and would refuse its next offer
+// ("already connected") and keep a peer nobody uses.
+func (c *Client) joinOnce(ctx context.Context, offer Signal, exclude []string) (rep Reply, failed string, again bool, err error) {
+	a, err := RequestJoin(ctx, c.cfg.NC, JoinRequest{Session: c.cfg.Session, Client: c.cfg.Client, Site: c.cfg.Site, Near: c.cfg.Near, Exclude: exclude})
 	if err != nil {
-		return Reply{}, errors.Is(err, ErrBusy), err
+		return Reply{}, "", errors.Is(err, ErrBusy), err
 	}
 	c.Node, c.signal = a.Node, a.Signal
 	if c.cfg.placed != nil {
 		c.cfg.placed(a)
 	}
-	octx, cancel := context.WithTimeout(ctx, offerTimeout)
+	timeout := offerTimeout
+	if c.cfg.offerTimeout != nil {
+		timeout = c.cfg.offerTimeout(a.Node)
+	}
+	octx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rep, err = c.request(octx, offer)
-	if err != nil {
-		err = fmt.Errorf("%w (node %s)", err, a.Node)
+	if err == nil {
+		return rep, "", false, nil
 	}
-	return rep, err != nil && ctx.Err() == nil && nodeGone(err), err
+	err = fmt.Errorf("%w (node %s)", err, a.Node)
+	if ctx.Err() != nil || !nodeGone(err) {
+		return rep, "", false, err
+	}
+	c.leaveBestEffort()
+	return rep, a.Node, true, err
+}
+
+// leaveBestEffort sends a leave for the client to its node without
+// waiting for a reply: the node may not answer.
+func (c *Client) leaveBestEffort() {
+	b, _ := json.Marshal(Signal{Op: "leave", Session: c.cfg.Session, Client: c.cfg.Client})
+	if err := c.cfg.NC.Publish(c.signal, b); err != nil {
+		c.log.Debug("sfu client: leave not sent", "node", c.Node, "err", err)
+	}
 }
 
 func (c *Client) request(ctx context.Context, s Signal) (Reply, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -354,4 +355,24 @@ func FuzzParsePointCloudMessage(f *testing.F) {
 		}
 		_, _, _ = volumetric.ParseHeader(m.Payload)
 	})
+}
+
+// TestJoinAfterLeave: a leave that reaches a node while it makes the
+// client's connection (the client gave up waiting for the answer) closes
+// the connection being made instead of leaving it to ICE's timeout.
+func TestJoinAfterLeave(t *testing.T) {
+	c := startCluster(t, "a")
+	n := c.nodes[0]
+	est, err := n.cfg.estimator("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &peer{n: n, session: "s", client: "c", estFactory: est}
+	p.close() // the leave
+	if _, err := p.start("v=0"); !errors.Is(err, errLeft) {
+		t.Fatalf("start after leave: %v, want errLeft", err)
+	}
+	if s := p.pc.ConnectionState(); s != webrtc.PeerConnectionStateClosed {
+		t.Errorf("connection %s, want closed", s)
+	}
 }

@@ -32,14 +32,20 @@ func (l *logLines) logger() *slog.Logger {
 
 // has reports whether a line holds every part.
 func (l *logLines) has(parts ...string) bool {
+	return l.count(parts...) > 0
+}
+
+// count returns how many lines hold every part.
+func (l *logLines) count(parts ...string) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
 	for line := range strings.Lines(l.b.String()) {
 		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 func startLoggedCluster(t *testing.T, sites ...string) (*cluster, []*logLines) {
@@ -147,8 +153,16 @@ func TestNodeVanishes(t *testing.T) {
 // time out. It returns once the manager knows the node.
 func hungNode(t *testing.T, ctx context.Context, c *cluster, id, site string) {
 	t.Helper()
-	hung := c.conn(t, "hung"+id)
-	if _, err := hung.Subscribe(subjectSignal(id), func(*nats.Msg) {}); err != nil {
+	fakeNode(t, ctx, c, id, site, func(*nats.Msg) {})
+}
+
+// fakeNode makes a node id at site that heartbeats until ctx ends and
+// hands the messages on its signal subject to handle, one at a time. It
+// returns once the manager knows the node.
+func fakeNode(t *testing.T, ctx context.Context, c *cluster, id, site string, handle nats.MsgHandler) {
+	t.Helper()
+	nc := c.conn(t, "fake"+id)
+	if _, err := nc.Subscribe(subjectSignal(id), handle); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -156,7 +170,7 @@ func hungNode(t *testing.T, ctx context.Context, c *cluster, id, site string) {
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			_ = hung.Publish(subjectNodes, b)
+			_ = nc.Publish(subjectNodes, b)
 			select {
 			case <-ctx.Done():
 				return
@@ -165,6 +179,12 @@ func hungNode(t *testing.T, ctx context.Context, c *cluster, id, site string) {
 		}
 	}()
 	waitFor(t, "node "+id+" in the manager's nodes", func() bool { return slices.Contains(c.nodes[0].mgr.Nodes(), id) })
+}
+
+// respondSignal answers a signal message with r.
+func respondSignal(m *nats.Msg, r Reply) {
+	b, _ := json.Marshal(r)
+	_ = m.Respond(b)
 }
 
 // TestPlaceNoNodeAnswers: when no node answers, the join fails and says

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -19,8 +21,10 @@ import (
 // keeps its node while that node is alive. A node that announces it is
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
-// next heartbeat and the client is placed on another node. It places at
-// most maxPlacing joins at once and answers further ones busy.
+// next heartbeat and the client is placed on another node. A join may
+// exclude nodes (JoinRequest.Exclude: those that failed the client), which
+// then also lose their hold on the client. It places at most maxPlacing
+// joins at once and answers further ones busy.
 type Manager struct {
 	nc     *nats.Conn
 	log    *slog.Logger
@@ -29,12 +33,16 @@ type Manager struct {
 	ctx    context.Context    // ends at Close: joins are answered "shutting down"
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // joins being placed
+	// probeWait is how long a ping waits for its node (probeTimeout;
+	// tests that hold pings lengthen it).
+	probeWait atomic.Int64
 
 	mu       sync.Mutex
 	nodes    map[string]*nodeState
 	assigned map[string]string // "session/client" → node
 	placing  int               // joins being placed
-	refused  int               // joins answered busy since placing was last below maxPlacing
+	busy     bool              // answering busy: placing reached maxPlacing and has not yet fallen below busyLowWater
+	refused  int               // joins answered busy while busy
 }
 
 type nodeState struct {
@@ -60,16 +68,23 @@ const (
 // nodes answer, so only nodes that do not answer fill it.
 const maxPlacing = 256
 
+// busyLowWater: once busy, the manager logs that it no longer is when
+// placing falls below it, not at each placement that ends (under sustained
+// overload that logged a pair of lines per join).
+const busyLowWater = maxPlacing * 3 / 4
+
 // drainTimeout bounds how long Close waits for the joins queued on the
 // manager's subscription to be answered.
 const drainTimeout = 2 * time.Second
 
-// errShuttingDown answers the joins that Close ends or finds queued.
+// errShuttingDown answers the joins that Close ends or finds queued, with
+// Busy set: another manager (every serve node runs one, in the queue group
+// sfu-manager) can place them.
 var errShuttingDown = errors.New("sfu manager: shutting down")
 
-// ErrBusy is what RequestJoin's error wraps when the manager answered that
-// it is placing as many joins as it takes at once: ask again shortly
-// (Dial does).
+// ErrBusy is what RequestJoin's error wraps when the manager answered busy
+// (Assignment.Busy): it is placing as many joins as it takes at once, or it
+// is shutting down. Ask again shortly (Dial and the WebSocket handler do).
 var ErrBusy = errors.New("sfu manager busy")
 
 // StartManager starts a session manager on nc.
@@ -79,6 +94,7 @@ func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 	}
 	m := &Manager{nc: nc, log: log, nodes: map[string]*nodeState{}, assigned: map[string]string{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.probeWait.Store(int64(probeTimeout))
 	hb, err := nc.Subscribe(subjectNodes, m.handleHeartbeat)
 	if err != nil {
 		m.cancel()
@@ -95,9 +111,10 @@ func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 }
 
 // Close stops the manager. Joins being placed and those already queued on
-// its subscription are answered with an error ("shutting down"), so that
-// their callers do not wait for their timeout; later joins find no manager
-// (no responders). It returns when every join taken has its answer.
+// its subscription are answered busy ("shutting down"), so that their
+// callers do not wait for their timeout and ask again, which another
+// manager may answer; later joins find no manager (no responders) or
+// another one. It returns when every join taken has its answer.
 func (m *Manager) Close() {
 	m.cancel()
 	_ = m.hb.Unsubscribe()
@@ -177,7 +194,7 @@ func (m *Manager) handleJoin(msg *nats.Msg) {
 		return
 	}
 	if err := m.begin(); err != nil {
-		respondAssignment(msg, Assignment{Error: err.Error(), Busy: errors.Is(err, ErrBusy)})
+		respondAssignment(msg, Assignment{Error: err.Error(), Busy: true}) // ErrBusy or errShuttingDown
 		return
 	}
 	// Placing waits for the chosen node's answer: not on the subscription's
@@ -189,7 +206,8 @@ func (m *Manager) handleJoin(msg *nats.Msg) {
 }
 
 // begin counts a join to be placed; it fails when the manager is closing
-// or already placing maxPlacing joins.
+// (errShuttingDown) or already placing maxPlacing joins (ErrBusy). The
+// first refusal of a busy spell is logged.
 func (m *Manager) begin() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -197,8 +215,10 @@ func (m *Manager) begin() error {
 		return errShuttingDown
 	}
 	if m.placing >= maxPlacing {
-		if m.refused++; m.refused == 1 {
-			m.log.Warn("sfu manager busy: joins answered busy until a placement ends", "placing", m.placing)
+		m.refused++
+		if !m.busy {
+			m.busy = true
+			m.log.Warn("sfu manager busy: joins answered busy until placements end", "placing", m.placing, "low_water", busyLowWater)
 		}
 		return fmt.Errorf("%w: %d joins being placed; try again shortly", ErrBusy, m.placing)
 	}
@@ -207,15 +227,20 @@ func (m *Manager) begin() error {
 	return nil
 }
 
-// end is called when a join that begin counted has its answer.
+// end is called when a join that begin counted has its answer. A busy
+// spell ends, and is logged with the joins it refused, when placing falls
+// below busyLowWater.
 func (m *Manager) end() {
 	m.mu.Lock()
 	m.placing--
-	refused := m.refused
-	m.refused = 0
+	refused, placing := 0, m.placing
+	if m.busy && m.placing < busyLowWater {
+		m.busy = false
+		refused, m.refused = m.refused, 0
+	}
 	m.mu.Unlock()
 	if refused > 0 {
-		m.log.Info("sfu manager no longer busy", "refused", refused)
+		m.log.Info("sfu manager no longer busy", "refused", refused, "placing", placing)
 	}
 	m.wg.Done()
 }
@@ -230,7 +255,7 @@ func respondAssignment(msg *nats.Msg, a Assignment) {
 // vanished without announcing that it left; or no answer within
 // probeTimeout) is dropped until its next heartbeat and the next best node
 // is tried, placeAttempts nodes at most. When ctx ends (Close) the join is
-// answered "shutting down".
+// answered busy, "shutting down".
 func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 	var unreachable []string
 	for range placeAttempts {
@@ -243,7 +268,7 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 		}
 		err := m.probe(ctx, req, a)
 		if ctx.Err() != nil {
-			return Assignment{Error: errShuttingDown.Error()}
+			return Assignment{Error: errShuttingDown.Error(), Busy: true}
 		}
 		if err == nil {
 			if len(unreachable) > 0 {
@@ -264,7 +289,7 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 
 // probe asks the assigned node whether it answers; any reply will do.
 func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) error {
-	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(m.probeWait.Load()))
 	defer cancel()
 	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client})
 	msg, err := m.nc.RequestWithContext(ctx, a.Signal, b)
@@ -298,12 +323,14 @@ func (m *Manager) drop(id string) {
 	m.mu.Unlock()
 }
 
-// Assign picks the node for a client at now.
+// Assign picks the node for a client at now: the node it was given before,
+// while that node is alive and not excluded (req.Exclude), else the best
+// live node not excluded.
 func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := req.Session + "/" + req.Client
-	if id, ok := m.assigned[key]; ok {
+	if id, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, id) {
 		if ns := m.nodes[id]; ns != nil && now.Sub(ns.seen) < nodeTTL {
 			return assignment(ns.info)
 		}
@@ -315,9 +342,15 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 			m.log.Info("sfu node lost: no heartbeat", "node", id, "site", ns.info.Site, "last_heartbeat", ns.seen.Format(time.RFC3339Nano))
 			continue
 		}
+		if slices.Contains(req.Exclude, id) {
+			continue
+		}
 		live = append(live, ns)
 	}
 	if len(live) == 0 {
+		if len(req.Exclude) > 0 {
+			return Assignment{Error: fmt.Sprintf("%v (excluding nodes %v, which failed the client)", errNoNode, req.Exclude)}
+		}
 		return Assignment{Error: errNoNode.Error()}
 	}
 	sort.Slice(live, func(i, j int) bool {

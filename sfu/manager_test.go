@@ -1,6 +1,9 @@
 package sfu
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -45,5 +48,87 @@ func TestSessionOf(t *testing.T) {
 		if got != tt.want || validName("session", got) != nil {
 			t.Errorf("SessionOf(%q, %q) = %q, want %q (a valid id)", tt.ns, tt.scene, got, tt.want)
 		}
+	}
+}
+
+// TestAssignExclude: a join that excludes nodes (the client's retry after
+// they failed it) is placed elsewhere, even when the client was given an
+// excluded node before and it is alive, and then keeps its new node.
+func TestAssignExclude(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	now := time.Now()
+	for _, n := range []NodeInfo{{ID: "1", Site: "s1"}, {ID: "2", Site: "s2"}, {ID: "3", Site: "s3"}} {
+		m.nodes[n.ID] = &nodeState{info: n, seen: now}
+	}
+	req := JoinRequest{Session: "s", Client: "c", Site: "s1", Near: []string{"s3"}}
+	for _, tc := range []struct {
+		exclude []string
+		want    string
+	}{
+		{nil, "1"},
+		{[]string{"1"}, "3"},      // its near site, not the sticky node
+		{nil, "3"},                // keeps the node it has now
+		{[]string{"3", "1"}, "2"}, // excluded in any order
+		{[]string{"2", "3"}, "1"}, // the node given before, again allowed
+	} {
+		req.Exclude = tc.exclude
+		if a := m.Assign(req, now); a.Node != tc.want || a.Error != "" {
+			t.Errorf("exclude %v: %+v, want node %s", tc.exclude, a, tc.want)
+		}
+	}
+	req.Exclude = []string{"1", "2", "3"}
+	if a := m.Assign(req, now); a.Node != "" || !strings.Contains(a.Error, "excluding nodes [1 2 3]") {
+		t.Errorf("every node excluded: %+v, want an error naming them", a)
+	}
+}
+
+// TestManagerBusyLog: the manager logs that it is busy once when a join
+// finds maxPlacing being placed, and that it no longer is once placing
+// falls below busyLowWater, not each time a placement ends under
+// sustained overload.
+func TestManagerBusyLog(t *testing.T) {
+	logs := &logLines{}
+	m := &Manager{log: logs.logger(), nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	defer m.cancel()
+	busy := `msg="sfu manager busy: joins answered busy until placements end"`
+	notBusy := `msg="sfu manager no longer busy"`
+	fill := func() {
+		for m.placing < maxPlacing {
+			if err := m.begin(); err != nil {
+				t.Fatalf("placing %d: %v", m.placing, err)
+			}
+		}
+	}
+	fill()
+	for range 3 { // sustained overload: a placement ends, a join takes its place, the next is refused
+		if err := m.begin(); !errors.Is(err, ErrBusy) {
+			t.Fatalf("join beyond maxPlacing: %v, want ErrBusy", err)
+		}
+		m.end()
+		fill()
+	}
+	if n, k := logs.count(busy), logs.count(notBusy); n != 1 || k != 0 {
+		t.Errorf("under sustained overload: %d busy and %d no-longer-busy lines, want 1 and 0", n, k)
+	}
+	for m.placing > busyLowWater {
+		m.end()
+	}
+	if logs.has(notBusy) {
+		t.Errorf("no longer busy at %d being placed, want below %d", m.placing, busyLowWater)
+	}
+	m.end()
+	if !logs.has(notBusy, "refused=3", fmt.Sprintf("placing=%d", busyLowWater-1)) {
+		t.Errorf("the manager did not log that it is no longer busy, with the 3 joins it refused:\n%s", logs.b.String())
+	}
+	fill()
+	if err := m.begin(); !errors.Is(err, ErrBusy) {
+		t.Fatalf("join beyond maxPlacing: %v, want ErrBusy", err)
+	}
+	if n := logs.count(busy); n != 2 {
+		t.Errorf("%d busy lines after a second spell, want 2", n)
+	}
+	for m.placing > 0 {
+		m.end()
 	}
 }

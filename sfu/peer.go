@@ -2,6 +2,7 @@ package sfu
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -119,8 +120,13 @@ func (p *peer) start(offer string) (string, error) {
 		return "", err
 	}
 	p.mu.Lock()
+	closed := p.closed
 	p.pc = pc
 	p.mu.Unlock()
+	if closed { // the client left (a leave after its offer timed out) while the node made its connection
+		_ = pc.Close()
+		return "", errLeft
+	}
 	pc.OnTrack(p.onTrack)
 	if p.pub != nil {
 		pc.OnDataChannel(func(dc *webrtc.DataChannel) {
@@ -183,6 +189,10 @@ func (p *peer) start(offer string) (string, error) {
 	p.mu.Unlock()
 	return Gathered(pc, false)
 }
+
+// errLeft is a join's error when the client left before its connection
+// was made.
+var errLeft = errors.New("left while joining")
 
 func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 	info := TrackInfo{Session: p.session, Client: p.client, Track: track.ID(), Kind: track.Kind().String(), Mime: track.Codec().MimeType, Node: p.n.cfg.ID}

@@ -1,6 +1,7 @@
 package sfu
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,10 @@ type JoinRequest struct {
 	// Near lists further sites in order of preference, used when no node
 	// runs at Site (for example the sites with a direct link to it).
 	Near []string `json:"near,omitempty"`
+	// Exclude lists nodes not to place the client on, even the node it was
+	// given before: those that failed it (Dial sends the nodes that did not
+	// answer its offer when it asks again).
+	Exclude []string `json:"exclude,omitempty"`
 }
 
 // Assignment is the manager's answer.
@@ -43,8 +48,10 @@ type Assignment struct {
 	Signal    string `json:"signal"`              // bus subject for Signal messages
 	WebSocket string `json:"websocket,omitempty"` // the node's WebSocket URL, if it has one
 	Error     string `json:"error,omitempty"`
-	// Busy is set with Error when the manager is placing as many joins as
-	// it takes at once: ask again shortly.
+	// Busy is set with Error when this manager cannot place the join now
+	// but a manager may shortly: it is placing as many joins as it takes at
+	// once, or it is shutting down (another manager of the queue group may
+	// take the next request). Ask again shortly.
 	Busy bool `json:"busy,omitempty"`
 }
 
@@ -287,7 +294,7 @@ func (n *Node) Handler() http.Handler {
 						continue
 					}
 				}
-				a, err := RequestJoin(r.Context(), n.cfg.NC, JoinRequest{Session: s.Session, Client: s.Client, Site: site})
+				a, err := n.requestJoinPatiently(r.Context(), JoinRequest{Session: s.Session, Client: s.Client, Site: site})
 				if err != nil {
 					_ = send(Reply{Op: "error", Error: err.Error()})
 					continue
@@ -305,6 +312,28 @@ func (n *Node) Handler() http.Handler {
 			}
 		}
 	})
+}
+
+// requestJoinPatiently asks the manager for a node for a WebSocket client,
+// asking again while the manager answers busy (at its limit, or shutting
+// down while another manager may take the join): joinAttempts times in
+// all, joinBackoff and then twice that apart, as Dial does.
+func (n *Node) requestJoinPatiently(ctx context.Context, req JoinRequest) (Assignment, error) {
+	wait := joinBackoff
+	for attempt := 1; ; attempt++ {
+		a, err := RequestJoin(ctx, n.cfg.NC, req)
+		if !errors.Is(err, ErrBusy) || attempt == joinAttempts {
+			return a, err
+		}
+		n.log.Info("sfu: manager busy; asking again for a WebSocket client", "session", req.Session, "client", req.Client,
+			"attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return a, err
+		}
+		wait *= 2
+	}
 }
 
 // forward sends a signal to a node over the bus.
