@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -355,6 +356,39 @@ func FuzzParsePointCloudMessage(f *testing.F) {
 		}
 		_, _, _ = volumetric.ParseHeader(m.Payload)
 	})
+}
+
+// TestPeerSettingEngine: a client peer with a data channel gets the relay
+// links' SCTP tuning but keeps SRTP replay protection, which only relay
+// links turn off (for retransmissions answering forwarded NACKs on their
+// RTP slots). It reads pion's unexported settings.
+func TestPeerSettingEngine(t *testing.T) {
+	n := &Node{}
+	field := func(se webrtc.SettingEngine, path ...string) reflect.Value {
+		v := reflect.ValueOf(se)
+		for _, f := range path {
+			if v = v.FieldByName(f); !v.IsValid() {
+				t.Fatalf("pion's SettingEngine has no field %v: update this test", path)
+			}
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name            string
+		se              webrtc.SettingEngine
+		tuned, noReplay bool
+	}{
+		{"client", n.peerSettingEngine(false), false, false},
+		{"client with a data channel", n.peerSettingEngine(true), true, false},
+		{"relay link", n.relaySettingEngine(), true, true},
+	} {
+		tuned := field(tc.se, "sctp", "rtoMax").Int() == int64(300*time.Millisecond) &&
+			field(tc.se, "sctp", "minCwnd").Uint() == 128<<10 && field(tc.se, "sctp", "maxReceiveBufferSize").Uint() == 4<<20
+		noReplay := field(tc.se, "disableSRTPReplayProtection").Bool()
+		if tuned != tc.tuned || noReplay != tc.noReplay {
+			t.Errorf("%s: SCTP tuned %v, SRTP replay protection off %v; want %v, %v", tc.name, tuned, noReplay, tc.tuned, tc.noReplay)
+		}
+	}
 }
 
 // TestJoinAfterLeave: a leave that reaches a node while it makes the

@@ -61,7 +61,7 @@ func RegisterCodecs(m *webrtc.MediaEngine) error {
 // estimator for what the node sends. onEstimator receives the estimator,
 // onProbe the queue probe (qprobe.go).
 // With dataChannels (point clouds over a data channel) SCTP is tuned as
-// for relay links.
+// for relay links (peerSettingEngine).
 func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.BandwidthEstimator), onProbe func(*queueProbe), dataChannels bool) (*webrtc.API, error) {
 	m := &webrtc.MediaEngine{}
 	if err := RegisterCodecs(m); err != nil {
@@ -108,11 +108,7 @@ func (n *Node) newPeerAPI(est cc.BandwidthEstimatorFactory, onEstimator func(cc.
 		return nil, err
 	}
 	reg.Add(hx)
-	se := n.settingEngine()
-	if dataChannels {
-		se = n.relaySettingEngine()
-	}
-	return webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(se)), nil
+	return webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.peerSettingEngine(dataChannels))), nil
 }
 
 // settingEngine restricts ICE to the configured addresses and ports.
@@ -124,20 +120,38 @@ func (n *Node) settingEngine() webrtc.SettingEngine {
 	return se
 }
 
-// relaySettingEngine tunes SCTP for relay links, whose media channel is
-// partially reliable and already rate-controlled by the allocators: after
-// a loss, pion's defaults (RTO up to 60 s, congestion window down to one
-// MTU) stall the link for seconds while media keeps arriving; a short RTO
-// ceiling and a floor under the window keep it flowing.
+// peerSettingEngine is a client peer's: with dataChannels (its point-cloud
+// channel) SCTP is tuned as for relay links (tuneSCTP); SRTP replay
+// protection stays on, as for any client.
+func (n *Node) peerSettingEngine(dataChannels bool) webrtc.SettingEngine {
+	se := n.settingEngine()
+	if dataChannels {
+		tuneSCTP(&se)
+	}
+	return se
+}
+
+// relaySettingEngine is the relay links': SCTP tuned (tuneSCTP) and, for
+// their RTP slots, SRTP replay protection off.
 func (n *Node) relaySettingEngine() webrtc.SettingEngine {
 	se := n.settingEngine()
-	se.SetSCTPRTOMax(300 * time.Millisecond)
-	se.SetSCTPMinCwnd(128 << 10)
-	se.SetSCTPMaxReceiveBufferSize(4 << 20)
+	tuneSCTP(&se)
 	// RTP slots: a retransmission answering a forwarded NACK is an old
 	// sequence number on its slot, which SRTP's replay window would drop.
 	se.DisableSRTPReplayProtection(true)
 	return se
+}
+
+// tuneSCTP tunes SCTP for media channels that are partially reliable and
+// already rate-controlled (relay links' media channel, by the allocators;
+// a client's point-cloud channel, by its estimate): after a loss, pion's
+// defaults (RTO up to 60 s, congestion window down to one MTU) stall the
+// channel for seconds while media keeps arriving; a short RTO ceiling and
+// a floor under the window keep it flowing.
+func tuneSCTP(se *webrtc.SettingEngine) {
+	se.SetSCTPRTOMax(300 * time.Millisecond)
+	se.SetSCTPMinCwnd(128 << 10)
+	se.SetSCTPMaxReceiveBufferSize(4 << 20)
 }
 
 // NewSettingEngine returns a setting engine that uses UDP over IPv4 on the

@@ -396,6 +396,20 @@ func (n *Node) addLocal(s *source) {
 	n.mu.Unlock()
 }
 
+// addLocalIfAbsent adds s as addLocal does unless a local source has its
+// key, and reports whether it did.
+func (n *Node) addLocalIfAbsent(s *source) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.local[s.info.Key()] != nil {
+		return false
+	}
+	n.local[s.info.Key()] = s
+	n.directory[s.info.Key()] = s.info
+	n.announce("add", s.info)
+	return true
+}
+
 func (n *Node) removeLocal(s *source) {
 	n.mu.Lock()
 	if n.local[s.info.Key()] == s {

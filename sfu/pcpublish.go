@@ -2,7 +2,6 @@ package sfu
 
 import (
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -24,7 +23,11 @@ import (
 // number seq, timestamp the header's capture time on a 90 kHz clock), so
 // subscribers, relays and the allocator see no difference. A message that
 // is not a valid fragment of a description, or larger than an RTP packet
-// may be, is dropped and counted.
+// may be, is dropped and counted, and so is every message of a description
+// whose track the client already publishes over RTP (its "pc<d>" track on
+// this node): the description is refused for the publication's lifetime.
+// The capture times in these headers come from the browser's clock, so the
+// node records no hop ages for these tracks (hops.go).
 const (
 	// MaxPublishMessage is the largest message a client may publish
 	// (prefix, fragment header and data): its RTP packet must fit the
@@ -40,10 +43,12 @@ type dcPublication struct {
 	p       *peer
 	mu      sync.Mutex
 	sources [volumetric.Descriptions]*source
+	refused [volumetric.Descriptions]bool // the client publishes the description's track over RTP
 	closed  bool
 
 	received, dropped atomic.Uint64 // messages
-	warned            atomic.Bool
+	warned            atomic.Bool   // a malformed message was logged
+	warnedTaken       atomic.Bool   // a refused description was logged
 }
 
 // onMessage handles one message the client sent on its point-cloud channel.
@@ -52,7 +57,7 @@ func (d *dcPublication) onMessage(msg webrtc.DataChannelMessage) {
 	if err != nil {
 		d.dropped.Add(1)
 		if d.warned.CompareAndSwap(false, true) { // once per client: a flood must not flood the log
-			slog.Warn("point-cloud message from client dropped", "session", d.p.session, "client", d.p.client, "err", err)
+			d.p.n.log.Warn("point-cloud message from client dropped", "session", d.p.session, "client", d.p.client, "err", err)
 		}
 		return
 	}
@@ -102,11 +107,14 @@ func publishedPacket(msg webrtc.DataChannelMessage) ([]byte, int, error) {
 }
 
 // source returns the source of description desc, announcing it on its
-// first message; nil once the publication closed.
+// first message; nil once the publication closed, or when the description
+// is refused: the client already publishes its track over RTP, which
+// announcing this one would replace (and the RTP track's end would then
+// unannounce it and stop it on the relay links).
 func (d *dcPublication) source(desc int) *source {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed {
+	if d.closed || d.refused[desc] {
 		return nil
 	}
 	if s := d.sources[desc]; s != nil {
@@ -114,11 +122,19 @@ func (d *dcPublication) source(desc int) *source {
 	}
 	p := d.p
 	info := TrackInfo{Session: p.session, Client: p.client, Track: fmt.Sprintf("pc%d", desc), Kind: webrtc.RTPCodecTypeVideo.String(), Mime: MimeTypePointCloud, Node: p.n.cfg.ID}
-	s := newSource(info, func() {}) // every description is self-contained: nothing to ask for
-	s.hops = p.n.hops
+	// Every description is self-contained: nothing to ask for. No hop
+	// ages: the capture times are the browser's clock.
+	s := newSource(info, func() {})
+	if !p.n.addLocalIfAbsent(s) {
+		d.refused[desc] = true
+		if d.warnedTaken.CompareAndSwap(false, true) {
+			p.n.log.Warn("client publishes a point-cloud description on its data channel that it already publishes over RTP; its messages are dropped",
+				"session", p.session, "client", p.client, "track", info.Track)
+		}
+		return nil
+	}
 	d.sources[desc] = s
-	p.n.addLocal(s)
-	slog.Info("client publishes point clouds on its data channel", "session", p.session, "client", p.client, "track", info.Track)
+	p.n.log.Info("client publishes point clouds on its data channel", "session", p.session, "client", p.client, "track", info.Track)
 	return s
 }
 

@@ -215,3 +215,87 @@ func FuzzPublishedPacket(f *testing.F) {
 		}
 	})
 }
+
+// TestOnePointCloudChannel: a client that opens further pointcloud data
+// channels after its first has them closed by the node (logged once);
+// their closing does not end the publication on the first, which still
+// publishes.
+func TestOnePointCloudChannel(t *testing.T) {
+	c, logs := startLoggedCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice := dialBrowserLike(t, ctx, c.conn(t, "alice"), "s6", "alice", "a", 0, pcChannelInit())
+	select {
+	case <-alice.open:
+	case <-ctx.Done():
+		t.Fatal("alice's data channel did not open")
+	}
+	for i := range 2 {
+		extra, err := alice.pc.CreateDataChannel(PointCloudLabel, pcChannelInit())
+		if err != nil {
+			t.Fatal(err)
+		}
+		closed := make(chan struct{})
+		extra.OnClose(func() { close(closed) })
+		select {
+		case <-closed:
+		case <-ctx.Done():
+			t.Fatalf("extra channel %d was not closed by the node", i+1)
+		}
+	}
+	if n := logs[0].count("client opened another point-cloud data channel", "client=alice"); n != 1 {
+		t.Errorf("the node logged %d times that alice opened another channel, want once", n)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go alice.publishOverDC(pctx, 500)
+	waitFor(t, "node 1 to announce alice's descriptions from her first channel", func() bool {
+		n := 0
+		for _, tr := range c.nodes[0].sessionTracks("s6") {
+			if tr.Client == "alice" && tr.PointCloud() {
+				n++
+			}
+		}
+		return n == volumetric.Descriptions
+	})
+}
+
+// TestDataChannelDescriptionTakenByRTP: a data-channel message for a
+// description whose track the client already publishes over RTP is dropped
+// and counted (logged once), and the RTP track stays the node's; another
+// description is published, without hop ages (the browser's clock).
+func TestDataChannelDescriptionTakenByRTP(t *testing.T) {
+	c, logs := startLoggedCluster(t, "a")
+	n := c.nodes[0]
+	rtpTrack := newSource(TrackInfo{Session: "s7", Client: "alice", Track: "pc0", Kind: "video", Mime: MimeTypePointCloud, Node: n.ID()}, func() {})
+	n.addLocal(rtpTrack)
+	d := &dcPublication{p: &peer{n: n, session: "s7", client: "alice"}}
+	msg := func(desc uint8) webrtc.DataChannelMessage {
+		f, _ := volumetric.Packetize(volumetric.Header{Description: desc, Frame: 1, CaptureUs: 1_000_000}, make([]byte, 100), 1000)
+		return webrtc.DataChannelMessage{Data: append([]byte{desc, 1, 0, 1}, f[0]...)}
+	}
+	d.onMessage(msg(0))
+	d.onMessage(msg(0))
+	d.onMessage(msg(1))
+	if got, dropped := d.received.Load(), d.dropped.Load(); got != 1 || dropped != 2 {
+		t.Errorf("%d messages forwarded, %d dropped; want 1 and 2", got, dropped)
+	}
+	n.mu.Lock()
+	pc0, pc1 := n.local["s7/alice/pc0"], n.local["s7/alice/pc1"]
+	n.mu.Unlock()
+	if pc0 != rtpTrack {
+		t.Error("the data channel's description 0 replaced the client's RTP track pc0")
+	}
+	if pc1 == nil || pc1.hops != nil {
+		t.Errorf("description 1: source %v, want one that records no hop ages", pc1)
+	}
+	if k := logs[0].count("already publishes over RTP", "client=alice", "track=pc0"); k != 1 {
+		t.Errorf("the refusal was logged %d times, want once", k)
+	}
+	d.close()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.local["s7/alice/pc0"] != rtpTrack || n.local["s7/alice/pc1"] != nil {
+		t.Error("closing the data-channel publication did not remove just its own track")
+	}
+}

@@ -40,6 +40,8 @@ type peer struct {
 	pcSlots         int                         // data-channel slots asked for (Signal.PointClouds)
 	pcc             *pcChannel                  // the point-cloud data channel, if pcSlots > 0
 	pub             *dcPublication              // point clouds the client publishes on that channel (pcpublish.go), if it offered one
+	pcTaken         atomic.Bool                 // a PointCloudLabel channel was taken; later ones are closed
+	extraWarned     atomic.Bool                 // a second PointCloudLabel channel was logged
 
 	mu        sync.Mutex
 	closed    bool
@@ -111,6 +113,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 }
 
 func (p *peer) start(offer string) (string, error) {
+	// with a data channel (point clouds): SCTP tuned as for relay links
 	api, err := p.n.newPeerAPI(p.estFactory, func(e cc.BandwidthEstimator) { p.est.Store(&estimatorBox{e}) }, p.probe.Store, p.pub != nil)
 	if err != nil {
 		return "", err
@@ -129,16 +132,7 @@ func (p *peer) start(offer string) (string, error) {
 	}
 	pc.OnTrack(p.onTrack)
 	if p.pub != nil {
-		pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-			if dc.Label() != PointCloudLabel {
-				return
-			}
-			if p.pcc != nil {
-				dc.OnOpen(func() { p.pcc.attach(dc) })
-			}
-			dc.OnMessage(p.pub.onMessage)
-			dc.OnClose(p.pub.close)
-		})
+		pc.OnDataChannel(p.onDataChannel)
 	}
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
@@ -193,6 +187,30 @@ func (p *peer) start(offer string) (string, error) {
 // errLeft is a join's error when the client left before its connection
 // was made.
 var errLeft = errors.New("left while joining")
+
+// onDataChannel takes the client's first PointCloudLabel channel: it
+// carries the point clouds the client receives (pcc) and publishes (pub),
+// and the publication ends when it closes. A later channel with that label
+// is closed (logged once per client): two channels would write to the same
+// sources and re-attach the subscriber side. Other labels are ignored.
+func (p *peer) onDataChannel(dc *webrtc.DataChannel) {
+	if dc.Label() != PointCloudLabel {
+		return
+	}
+	if !p.pcTaken.CompareAndSwap(false, true) {
+		if p.extraWarned.CompareAndSwap(false, true) {
+			p.n.log.Warn("client opened another point-cloud data channel; closed it (only the first one is used)",
+				"session", p.session, "client", p.client, "label", dc.Label())
+		}
+		_ = dc.Close()
+		return
+	}
+	if p.pcc != nil {
+		dc.OnOpen(func() { p.pcc.attach(dc) })
+	}
+	dc.OnMessage(p.pub.onMessage)
+	dc.OnClose(p.pub.close)
+}
 
 func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 	info := TrackInfo{Session: p.session, Client: p.client, Track: track.ID(), Kind: track.Kind().String(), Mime: track.Codec().MimeType, Node: p.n.cfg.ID}
