@@ -51,9 +51,30 @@ func AsPermissionError(err error) *PermissionError {
 	return pe
 }
 
+// busCheck flushes nc and returns the permissions violation it reports
+// since before (newPermissionError), or the Flush's error: a check whose
+// Flush failed has not seen the server's answers.
+//
+// The connection's error handler would also see the violations, but NATS
+// calls it on its own goroutine, unordered with the Flush's return, so
+// Start relies on LastError, which the reader sets before it reads the
+// PONG; the commands (internal/cli) report later violations through
+// their handler.
+func busCheck(nc *nats.Conn, before error) error {
+	if err := nc.Flush(); err != nil {
+		if pe := newPermissionError(nc, before); pe != nil {
+			return pe
+		}
+		return fmt.Errorf("sfu: bus: %w", err)
+	}
+	return newPermissionError(nc, before)
+}
+
 // newPermissionError returns the permissions violation nc reports since
 // before, its LastError when Start began, after a Flush: the server
 // answers a subscription or publish it refuses before the Flush's PONG.
+// A violation is a new error value each time, so a LastError other than
+// before is a new one.
 func newPermissionError(nc *nats.Conn, before error) error {
 	err := nc.LastError()
 	if err == nil || err == before {
@@ -99,10 +120,7 @@ func (n *Node) checkUnique(before error) error {
 	if err := nc.PublishRequest(signal, inbox, b); err != nil {
 		return fmt.Errorf("sfu: ping %s: %w", signal, err)
 	}
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("sfu: bus: %w", err)
-	}
-	if err := newPermissionError(nc, before); err != nil {
+	if err := busCheck(nc, before); err != nil {
 		return err
 	}
 	msg, err := sub.NextMsg(duplicateTimeout)

@@ -248,3 +248,25 @@ func TestAsPermissionError(t *testing.T) {
 		}
 	}
 }
+
+// TestBusCheckFlushFails: a start-time check whose Flush fails fails, with
+// the Flush's error (Start went on before, without having seen the
+// server's answers).
+func TestBusCheckFlushFails(t *testing.T) {
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "sfu-buscheck", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Shutdown()
+	nc, err := b.Connect("check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := busCheck(nc, nc.LastError()); err != nil {
+		t.Fatalf("open connection: %v", err)
+	}
+	nc.Close()
+	if err := busCheck(nc, nc.LastError()); !errors.Is(err, nats.ErrConnectionClosed) {
+		t.Fatalf("closed connection: %v, want nats.ErrConnectionClosed", err)
+	}
+}

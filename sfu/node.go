@@ -127,11 +127,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.mgr = m
 	}
-	if err := cfg.NC.Flush(); err != nil {
-		n.Close()
-		return nil, fmt.Errorf("sfu: bus: %w", err)
-	}
-	if err := newPermissionError(cfg.NC, before); err != nil {
+	if err := busCheck(cfg.NC, before); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -144,15 +140,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	_ = cfg.NC.Publish(subjectSync, nil) // learn the tracks that exist
 	n.heartbeat()
-	// the server refuses a publish it does not allow before the Flush's PONG
-	if err := cfg.NC.Flush(); err == nil {
-		if err := newPermissionError(cfg.NC, before); err != nil {
-			n.Close()
-			if cfg.Registerer != nil {
-				cfg.Registerer.Unregister(col)
-			}
-			return nil, err
+	// the server refuses a publish it does not allow before the Flush's
+	// PONG; a Flush that fails (the bus went away) fails Start too
+	if err := busCheck(cfg.NC, before); err != nil {
+		n.Close()
+		if cfg.Registerer != nil {
+			cfg.Registerer.Unregister(col)
 		}
+		return nil, err
 	}
 	n.wg.Add(1)
 	go n.loop()
