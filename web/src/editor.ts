@@ -16,6 +16,14 @@ import type { Viewer } from './viewer';
 
 export const CREATABLE = ['box', 'sphere', 'cylinder', 'cone', 'plane', 'circle', 'ring', 'torus', 'text', 'light', 'image', 'gltf-model', 'entity'] as const;
 
+/** A colour as the colour input takes it (#rrggbb), from #rrggbb or #rgb; null for other forms. */
+export function hexColor(v: unknown): string | null {
+  if (typeof v !== 'string') return null;
+  if (/^#[0-9a-fA-F]{6}$/.test(v)) return v.toLowerCase();
+  if (/^#[0-9a-fA-F]{3}$/.test(v)) return '#' + [...v.slice(1)].map((x) => x + x).join('').toLowerCase();
+  return null;
+}
+
 function defaultsFor(kind: string, url: string): JsonObject {
   const color = `#${randomSuffix(3).split('').map((c) => '3579bdf'[parseInt(c, 36) % 7]).join('')}`;
   switch (kind) {
@@ -147,7 +155,10 @@ export function startEditor(v: Viewer) {
     const mat = isObject(d.material) ? d.material : {};
     const light = isObject(d.light) ? d.light : d;
     const colorNow = kind === 'text' ? d.color : kind === 'light' ? light.color : mat.color ?? d.color;
-    const color = typeof colorNow === 'string' && /^#[0-9a-fA-F]{6}$/.test(colorNow) ? colorNow : '#cccccc';
+    // the colour input takes #rrggbb only: #rgb is widened; another form
+    // (a name, rgba()) shows grey and is left alone unless changed
+    const known = hexColor(colorNow);
+    const color = known ?? '#cccccc';
     const opacity = typeof mat.opacity === 'number' ? mat.opacity : 1;
     const pos = isObject(d.position) ? { x: Number(d.position.x) || 0, y: Number(d.position.y) || 0, z: Number(d.position.z) || 0 } : { x: 0, y: 0, z: 0 };
     const scale = isObject(d.scale) ? { x: Number(d.scale.x ?? 1), y: Number(d.scale.y ?? 1), z: Number(d.scale.z ?? 1) } : { x: 1, y: 1, z: 1 };
@@ -200,16 +211,22 @@ export function startEditor(v: Viewer) {
         parent: parentSel.value || null,
         'click-listener': (detail.querySelector('#f-click') as HTMLInputElement).checked ? true : null,
       };
-      const c = (detail.querySelector('#f-color') as HTMLInputElement).value;
-      if (kind === 'text') delta.color = c;
-      else if (kind === 'light') {
-        if (isObject(d.light)) delta.light = { color: c };
-        else delta.color = c;
+      const input = (detail.querySelector('#f-color') as HTMLInputElement).value;
+      const c = known || input !== color ? input : undefined; // undefined: keep the object's colour
+      if (kind === 'text') {
+        if (c) delta.color = c;
+      } else if (kind === 'light') {
+        if (c && isObject(d.light)) delta.light = { color: c };
+        else if (c) delta.color = c;
       } else if (kind !== 'gltf-model' && kind !== 'entity') {
         const op = detail.querySelector('#f-opacity') as HTMLInputElement | null;
         const opv = op ? Math.min(1, Math.max(0, Number(op.value))) : 1;
-        delta.material = { color: c, opacity: opv, transparent: opv < 1 };
-        if (typeof d.color === 'string') delta.color = null;
+        const m: JsonObject = { opacity: opv, transparent: opv < 1 };
+        if (c) {
+          m.color = c;
+          if (typeof d.color === 'string') delta.color = null;
+        }
+        delta.material = m;
       }
       const url = detail.querySelector('#f-url') as HTMLInputElement | null;
       if (url) delta.url = url.value.trim();

@@ -72,7 +72,7 @@ export async function startSceneList() {
     }, 'You are a guest (anonymous viewer). To sign in, open any page with ', h('code', {}, '?token=<token>'),
     ' or paste one: ', tokenInput, h('button', { type: 'submit' }, 'Sign in'));
 
-  const nameInput = h('input', { id: 'new-scene-name', placeholder: 'scene name', pattern: '[A-Za-z0-9_@-]+', required: true, size: 16 });
+  const nameInput = h('input', { id: 'new-scene-name', placeholder: 'scene name', pattern: '[A-Za-z0-9_=\\-]+', title: 'letters, digits, - _ =', required: true, size: 16 });
   const createMsg = h('span', { id: 'new-scene-msg' });
   const createForm = h('form', {
     id: 'new-scene',
