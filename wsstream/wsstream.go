@@ -24,10 +24,16 @@ type Conn struct {
 func New(ws *websocket.Conn) *Conn { return &Conn{ws: ws} }
 
 // Read reads from the current binary message and moves on to the next.
+// A close by the peer with status 1000 (normal), 1001 (going away: a tab
+// closed) or none is the end of the stream, io.EOF; other closes and
+// failures are returned as they are.
 func (c *Conn) Read(p []byte) (int, error) {
 	for {
 		if c.r == nil {
 			typ, r, err := c.ws.NextReader()
+			if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway, websocket.CloseNoStatusReceived) {
+				return 0, io.EOF
+			}
 			if err != nil {
 				return 0, err
 			}

@@ -365,7 +365,9 @@ export class MediaView implements SFUFeature {
     if (cams) parts.push(`${cams} camera${cams > 1 ? 's' : ''}`);
     if (mics) parts.push(`${mics} microphone${mics > 1 ? 's' : ''}`);
     if (this.ctx?.state === 'suspended' && mics) parts.push('click the page to hear them');
-    this.line.textContent = parts.length ? parts.join(' · ') : this.state === 'connected' ? 'nobody is sharing' : this.state;
+    const mine = [this.local.video.track ? 'camera' : '', this.local.audio.track ? 'microphone' : ''].filter(Boolean);
+    const idle = mine.length ? `sharing your ${mine.join(' and ')}; nobody else is` : 'nobody is sharing';
+    this.line.textContent = parts.length ? parts.join(' · ') : this.state === 'connected' ? idle : this.state;
   }
 
   /** What the page sends and receives (for tests and the console). */

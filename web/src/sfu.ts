@@ -86,7 +86,7 @@ export class SFUConnection {
     this.ws = ws;
     await new Promise<void>((res, rej) => {
       ws.onopen = () => res();
-      ws.onerror = () => rej(new Error(`SFU WebSocket ${o.url} failed`));
+      ws.onerror = () => rej(new Error('the server cannot be reached; trying again'));
     });
     ws.onmessage = (e) => this.onMessage(String(e.data));
     ws.onclose = () => {
