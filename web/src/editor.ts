@@ -90,7 +90,8 @@ export function startEditor(v: Viewer) {
       const who = s.signedIn ? `user ${s.username}` : `a guest (${s.displayName})`;
       const me = identity();
       banner.textContent = `Read-only: you are ${who} with the ${s.role} role in ${v.ns}/${v.scene}, so you can look but not change anything. ` +
-        (me ? 'Your token does not give you write access to this scene.' : 'To edit, open this page with ?token=<token of a user who may edit this scene> (its namespace owner or a listed editor).');
+        (me ? `Roles come from the scene's settings, not from the token: the owner of namespace ${v.ns} edits, and lists editors in the settings (docs/protocol.md, "Scene settings").`
+          : 'To edit, open this page with ?token=<token of a user who may edit this scene> (its namespace owner or a listed editor).');
     }
     for (const c of editControls()) (c as HTMLInputElement).disabled = !canEdit;
   };

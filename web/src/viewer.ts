@@ -88,11 +88,20 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   const otherMode = mode === 'view'
     ? h('a', { href: `/${ns}/${scene}/edit`, id: 'xr-to-edit' }, 'Edit')
     : h('a', { href: `/${ns}/${scene}`, id: 'xr-to-view' }, 'View only');
+  // The side panel can be hidden (it starts hidden on a phone-sized screen).
+  const narrow = matchMedia('(max-width: 450px)').matches;
+  document.body.classList.toggle('panel-hidden', narrow);
+  const panelToggle = h('button', { id: 'xr-panel-toggle', title: 'Show or hide the side panel', 'aria-pressed': String(!narrow),
+    onclick: () => {
+      const hidden = document.body.classList.toggle('panel-hidden');
+      panelToggle.setAttribute('aria-pressed', String(!hidden));
+    } }, 'Panel');
   const top = h('header', { id: 'xr-top' },
     h('a', { href: '/', class: 'brand' }, 'xrealm'),
     h('span', { class: 'scene-name' }, `${ns}/${scene}`),
     statusEl, whoEl, me ? null : nameInput, otherMode,
     me ? h('button', { onclick: () => { setIdentityToken(null); location.reload(); } }, 'Sign out') : null,
+    panelToggle,
   );
   const usersEl = h('ul', { id: 'xr-users' });
   const chatLog = h('div', { id: 'xr-chat-log', 'aria-live': 'polite' });
@@ -101,7 +110,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   const side = h('aside', { id: 'xr-side' },
     h('section', {}, h('h3', {}, 'People here'), usersEl),
     h('section', { id: 'xr-chat' }, h('h3', {}, 'Chat'), chatLog, chatForm),
-    h('p', { class: 'hint' }, 'Drag to look, WASD to move, click objects that listen.'),
+    h('p', { class: 'hint' }, matchMedia('(pointer: coarse)').matches ? 'Drag to look, tap objects that listen.' : 'Drag to look, WASD to move, click objects that listen.'),
   );
   const holder = h('div', { id: 'xr-scene-holder' });
   holder.innerHTML = sceneMarkup(camHeight);

@@ -203,6 +203,25 @@ describe('presence', () => {
   }, 90_000);
 });
 
+describe('layout', () => {
+  it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
+    const phone = await open('/public/layout', { width: 390, height: 700 });
+    expect(await phone.isVisible('#xr-side')).toBe(false);
+    expect(await phone.getAttribute('#xr-panel-toggle', 'aria-pressed')).toBe('false');
+    await phone.click('#xr-panel-toggle');
+    expect(await phone.isVisible('#xr-side')).toBe(true);
+    expect(await phone.getAttribute('#xr-panel-toggle', 'aria-pressed')).toBe('true');
+    // the top bar stays one line: nothing wraps below its 38 px
+    expect(await phone.$eval('#xr-top', (el) => el.scrollHeight)).toBeLessThanOrEqual(38);
+    const wide = await open('/public/layout');
+    expect(await wide.isVisible('#xr-side')).toBe(true);
+    await wide.click('#xr-panel-toggle');
+    expect(await wide.isVisible('#xr-side')).toBe(false);
+    await close(phone);
+    await close(wide);
+  });
+});
+
 describe('interest management', () => {
   it('in a kNN scene, a page draws only the avatars in its interest set', async () => {
     // The owner of namespace "public" turns on kNN interest with k = 1.
