@@ -127,9 +127,14 @@ func (p *knnPolicy) Interested(observer, sender string) bool {
 		return true
 	}
 	// A sender without a position ranks last: it fits while the set has
-	// places free, that is while fewer than k peers have positions.
+	// places free, that is while fewer than k peers have positions. A full
+	// set (the usual case in a large scene: this runs per delivery) needs
+	// no second lookup.
+	if len(set) >= p.knn.cfg.K {
+		return false
+	}
 	_, placed := snap[sender]
-	return !placed && len(set) < p.knn.cfg.K
+	return !placed
 }
 
 // gridPolicy is a Policy of hex-grid areas of interest.

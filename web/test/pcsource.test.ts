@@ -92,3 +92,20 @@ describe('DracoEncoder', () => {
     expect(p.colors).not.toBeNull();
   });
 });
+
+// A measurement, not a test: XREALM_PC_ENCODE=1 npx vitest run test/pcsource.test.ts -t 'encoding cost'
+// prints the time and size of encoding ten frames of the figure (docs/web.md quotes it).
+describe.skipIf(!process.env.XREALM_PC_ENCODE)('encoding cost', () => {
+  it('of the figure at 10k, 20k and 50k points', async () => {
+    const require = createRequire(import.meta.url);
+    const enc = await DracoEncoder.load({ wasmBinary: readFileSync(require.resolve('draco3d/draco_encoder.wasm')) });
+    for (const n of [10_000, 20_000, 50_000]) {
+      const f = new Figure(n, 15), s = new Splitter(n);
+      const t0 = performance.now();
+      let bytes = 0;
+      for (let k = 0; k < 10; k++) for (const p of s.split(f.frame(k))) bytes += enc.encode(p).length;
+      console.log(`${n} points: ${((performance.now() - t0) / 10).toFixed(1)} ms and ${Math.round(bytes / 10)} bytes a frame`);
+      expect(bytes).toBeGreaterThan(0);
+    }
+  });
+});
