@@ -16,12 +16,22 @@ type Cell struct{ Q, R int }
 // Size is the distance from a cell's centre to its corners, in metres.
 type Grid struct{ Size float64 }
 
-// CellOf returns the cell that contains p.
+// maxAxial bounds a cell's axial coordinates: steps between cells within
+// it do not overflow an int, and floats up to it are exact integers.
+const maxAxial = 1 << 52
+
+// CellOf returns the cell that contains p. A position more than maxAxial
+// cells from the origin (absurd, but any finite number comes off the wire)
+// is in a cell on that bound, not in one that an int conversion out of range
+// makes up (amd64 makes every such number the same, near the origin's in
+// steps).
 func (g Grid) CellOf(p Vec3) Cell {
 	q := (2.0 / 3.0 * p.X) / g.Size
 	r := (-1.0/3.0*p.X + math.Sqrt(3)/3.0*p.Z) / g.Size
-	return roundAxial(q, r)
+	return roundAxial(clampAxial(q), clampAxial(r))
 }
+
+func clampAxial(v float64) float64 { return max(-maxAxial, min(v, maxAxial)) }
 
 // Centre returns the centre of cell c.
 func (g Grid) Centre(c Cell) Vec3 {

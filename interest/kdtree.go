@@ -81,11 +81,11 @@ func (h *neighbours) reset(k int) {
 	h.k, h.idx, h.dist = k, h.idx[:0], h.dist[:0]
 }
 
-func (h *neighbours) worst() float64 {
-	if len(h.idx) < h.k {
-		return 1e308
-	}
-	return h.dist[0]
+// full reports whether a peer at squared distance d or farther cannot
+// enter: there are k already, all nearer. While there are fewer, any may,
+// even one so far that d overflowed to +Inf.
+func (h *neighbours) full(d float64) bool {
+	return len(h.idx) == h.k && d >= h.dist[0]
 }
 
 func (h *neighbours) push(i int32, d float64) {
@@ -150,7 +150,7 @@ func (t *kdTree) search(qx, qz float64, self int32, lo, hi, depth int, h *neighb
 			nlo, nhi, flo, fhi = mid+1, hi, lo, mid
 		}
 		t.search(qx, qz, self, nlo, nhi, depth+1, h)
-		if diff*diff >= h.worst() {
+		if h.full(diff * diff) {
 			return
 		}
 		lo, hi, depth = flo, fhi, depth+1 // the far side, iteratively
