@@ -3,7 +3,6 @@ package sfu
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -71,21 +70,9 @@ type Client struct {
 	evSub  *nats.Subscription
 }
 
-// Join retries: when the node a client was placed on does not answer its
-// offer (it died after the manager checked it, or hangs), or the manager is
-// busy, the client asks the manager again, joinAttempts times in all,
-// waiting joinBackoff, then twice that. An offer waits at most
-// offerTimeout. A node that did not answer is sent a leave for the client
-// (it may have taken the offer) and excluded from the next placements.
-const (
-	joinAttempts = 3
-	joinBackoff  = 200 * time.Millisecond
-	offerTimeout = 10 * time.Second
-)
-
 // Dial joins: it asks the manager for a node, offers, and waits for the
 // connection. When the node does not answer the offer, or the manager is
-// busy, it asks the manager again (joinAttempts).
+// busy, it asks the manager again (placement).
 func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	c := &Client{cfg: cfg, log: cfg.Logger, Tracks: map[string]*webrtc.TrackLocalStaticRTP{}}
 	if c.log == nil {
@@ -193,94 +180,35 @@ func (c *Client) connect(ctx context.Context) error {
 	}
 }
 
-// join asks the manager for a node and sends it the offer, again when the
-// node or the manager asks for it (joinOnce), joinAttempts times at most,
-// excluding the nodes that did not answer.
+// join places the client (placement): it asks the manager for a node and
+// sends it the offer, again when the manager is busy or the node does not
+// answer.
 func (c *Client) join(ctx context.Context, offer Signal) (Reply, error) {
-	wait := joinBackoff
-	var failed []string // nodes that did not answer the offer
-	for attempt := 1; ; attempt++ {
-		rep, failedNode, again, err := c.joinOnce(ctx, offer, failed)
-		if failedNode != "" {
-			failed = append(failed, failedNode)
-		}
-		if err == nil || !again || ctx.Err() != nil {
-			return rep, err
-		}
-		if attempt == joinAttempts {
-			return rep, fmt.Errorf("%w (%d attempts)", err, attempt)
-		}
-		c.log.Info("sfu client: join failed; asking the manager again", "session", c.cfg.Session, "client", c.cfg.Client,
-			"node", c.Node, "attempt", attempt, "retry_in", wait, "exclude", failed, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return Reply{}, fmt.Errorf("%w; then %w", err, ctx.Err())
-		}
-		wait *= 2
+	p := placement{
+		nc:       c.cfg.NC,
+		req:      JoinRequest{Session: c.cfg.Session, Client: c.cfg.Client, Site: c.cfg.Site, Near: c.cfg.Near},
+		log:      c.log,
+		retryMsg: "sfu client: join failed; asking the manager again",
+		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
+			c.Node, c.signal = a.Node, a.Signal
+			return c.request(ctx, s)
+		},
+		placed:  c.cfg.placed,
+		timeout: c.cfg.offerTimeout,
 	}
-}
-
-// joinOnce asks the manager for a node, not one of exclude, and sends it
-// the offer. It reports whether to ask again: when the manager is busy, or
-// the node does not answer (no responders, or no answer within
-// offerTimeout). A node that does not answer is returned as failed, after
-// a leave for the client was sent to it: one that hangs, or is only slow,
-// may have registered the client, and would refuse its next offer
-// ("already connected") and keep a peer nobody uses.
-func (c *Client) joinOnce(ctx context.Context, offer Signal, exclude []string) (rep Reply, failed string, again bool, err error) {
-	a, err := RequestJoin(ctx, c.cfg.NC, JoinRequest{Session: c.cfg.Session, Client: c.cfg.Client, Site: c.cfg.Site, Near: c.cfg.Near, Exclude: exclude})
-	if err != nil {
-		return Reply{}, "", errors.Is(err, ErrBusy), err
-	}
-	c.Node, c.signal = a.Node, a.Signal
-	if c.cfg.placed != nil {
-		c.cfg.placed(a)
-	}
-	timeout := offerTimeout
-	if c.cfg.offerTimeout != nil {
-		timeout = c.cfg.offerTimeout(a.Node)
-	}
-	octx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	rep, err = c.request(octx, offer)
-	if err == nil {
-		return rep, "", false, nil
-	}
-	err = fmt.Errorf("%w (node %s)", err, a.Node)
-	if ctx.Err() != nil || !nodeGone(err) {
-		return rep, "", false, err
-	}
-	c.leaveBestEffort()
-	return rep, a.Node, true, err
-}
-
-// leaveBestEffort sends a leave for the client to its node without
-// waiting for a reply: the node may not answer.
-func (c *Client) leaveBestEffort() {
-	b, _ := json.Marshal(Signal{Op: "leave", Session: c.cfg.Session, Client: c.cfg.Client})
-	if err := c.cfg.NC.Publish(c.signal, b); err != nil {
-		c.log.Debug("sfu client: leave not sent", "node", c.Node, "err", err)
-	}
+	_, rep, err := p.run(ctx, offer)
+	return rep, err
 }
 
 func (c *Client) request(ctx context.Context, s Signal) (Reply, error) {
-	b, _ := json.Marshal(s)
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 	}
-	m, err := c.cfg.NC.RequestWithContext(ctx, c.signal, b)
+	rep, err := requestSignal(ctx, c.cfg.NC, c.signal, s)
 	if err != nil {
-		return Reply{}, fmt.Errorf("sfu client %s: %s: %w", c.cfg.Client, s.Op, err)
-	}
-	var rep Reply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
-		return Reply{}, fmt.Errorf("sfu client %s: %s: %w", c.cfg.Client, s.Op, err)
-	}
-	if rep.Op == "error" {
-		return rep, fmt.Errorf("sfu client %s: %s: %s", c.cfg.Client, s.Op, rep.Error)
+		return rep, fmt.Errorf("sfu client %s: %w", c.cfg.Client, err)
 	}
 	return rep, nil
 }

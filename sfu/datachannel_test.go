@@ -39,12 +39,10 @@ type browserLike struct {
 	gaps     int
 }
 
-func dialBrowserLike(t *testing.T, ctx context.Context, nc *nats.Conn, session, client, site string, pointClouds int, dc *webrtc.DataChannelInit) *browserLike {
+// newBrowserLikePC returns a PeerConnection with a browser's codecs (no
+// point-cloud codec) on the loopback address; the caller closes it.
+func newBrowserLikePC(t *testing.T) *webrtc.PeerConnection {
 	t.Helper()
-	a, err := RequestJoin(ctx, nc, JoinRequest{Session: session, Client: client, Site: site})
-	if err != nil {
-		t.Fatal(err)
-	}
 	m := &webrtc.MediaEngine{}
 	if err := m.RegisterDefaultCodecs(); err != nil {
 		t.Fatal(err)
@@ -54,6 +52,16 @@ func dialBrowserLike(t *testing.T, ctx context.Context, nc *nats.Conn, session, 
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pc
+}
+
+func dialBrowserLike(t *testing.T, ctx context.Context, nc *nats.Conn, session, client, site string, pointClouds int, dc *webrtc.DataChannelInit) *browserLike {
+	t.Helper()
+	a, err := RequestJoin(ctx, nc, JoinRequest{Session: session, Client: client, Site: site})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := newBrowserLikePC(t)
 	b := &browserLike{pc: pc, nc: nc, sig: a.Signal, sess: session, id: client, slots: map[string]*TrackInfo{},
 		complete: map[string]map[int]int{}, seqs: map[int]uint16{}, open: make(chan struct{})}
 	t.Cleanup(b.close)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http/httptest"
 	"regexp"
@@ -324,94 +325,204 @@ func TestClientRetriesJoin(t *testing.T) {
 			if !clientLog.has(`msg="sfu client: join failed; asking the manager again"`, "node=2", "attempt=1", "exclude=[2]", "no responders") {
 				t.Error("the client did not log its retry")
 			}
-			n1 := c.nodes[0]
-			n1.mu.Lock()
-			_, ok := n1.peers["s1/pcbot"]
-			n1.mu.Unlock()
-			if !ok {
+			if !hasPeer(c.nodes[0], "s1/pcbot") {
 				t.Error("node 1 has no peer for the client")
 			}
 		})
 	}
 }
 
-// TestClientExcludesFailedNode: the node a client is placed on (site b)
+// hasPeer reports whether n has a peer for key ("session/client").
+func hasPeer(n *Node, key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.peers[key] != nil
+}
+
+// joinPath joins client pcbot of session s1 at site b through cluster c,
+// one of the two ways a client is placed (placement): placed and timeout
+// are the placement's hooks. It returns the node the client is on and the
+// log its retries go to.
+type joinPath func(t *testing.T, ctx context.Context, c *cluster, nodeLogs []*logLines, placed func(Assignment), timeout func(string) time.Duration) (string, *logLines)
+
+// joinOverBus joins with the Go client (Dial).
+func joinOverBus(t *testing.T, ctx context.Context, c *cluster, _ []*logLines, placed func(Assignment), timeout func(string) time.Duration) (string, *logLines) {
+	t.Helper()
+	clientLog := &logLines{}
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pcbot"), Session: "s1", Client: "pcbot", Site: "b", ICEAddresses: loopback, VideoSlots: 1,
+		Logger: clientLog.logger(), placed: placed, offerTimeout: timeout})
+	if err != nil {
+		t.Fatalf("client at site b: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	if s := cl.PC.ConnectionState(); s != webrtc.PeerConnectionStateConnected {
+		t.Errorf("client's connection %s, want connected", s)
+	}
+	return cl.Node, clientLog
+}
+
+// joinOverWebSocket joins as a browser does, through node 1's WebSocket
+// handler: one offer, answered over the socket, and a connection.
+func joinOverWebSocket(t *testing.T, ctx context.Context, c *cluster, nodeLogs []*logLines, placed func(Assignment), timeout func(string) time.Duration) (string, *logLines) {
+	t.Helper()
+	n1 := c.nodes[0]
+	var node string
+	n1.wsPlaced = func(a Assignment) {
+		node = a.Node
+		if placed != nil {
+			placed(a)
+		}
+	}
+	n1.wsOfferTimeout = timeout
+	pc, rep := offerOverWebSocket(t, ctx, n1, "s1", "pcbot", "b")
+	if rep.Op != "answer" {
+		t.Fatalf("WebSocket client at site b: reply %+v, want an answer", rep)
+	}
+	connected := make(chan struct{})
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		if s == webrtc.PeerConnectionStateConnected {
+			close(connected)
+		}
+	})
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: rep.SDP}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-connected:
+	case <-ctx.Done():
+		t.Fatal("the WebSocket client did not connect")
+	}
+	return node, nodeLogs[0]
+}
+
+// offerOverWebSocket connects to n's WebSocket handler with ?site=site,
+// sends the offer of a browser-like PeerConnection (one receive-only video
+// slot) for session and client, and returns the connection and the reply.
+// The socket stays open until the test ends.
+func offerOverWebSocket(t *testing.T, ctx context.Context, n *Node, session, client, site string) (*webrtc.PeerConnection, Reply) {
+	t.Helper()
+	pc := newBrowserLikePC(t)
+	t.Cleanup(func() { _ = pc.Close() })
+	if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionRecvonly}); err != nil {
+		t.Fatal(err)
+	}
+	sdp, err := Gathered(pc, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(n.Handler())
+	t.Cleanup(srv.Close)
+	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site="+site, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ws.Close() })
+	if err := ws.WriteJSON(Signal{Op: "offer", Session: session, Client: client, SDP: sdp}); err != nil {
+		t.Fatal(err)
+	}
+	for { // events may come before the answer
+		var rep Reply
+		if err := ws.ReadJSON(&rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Op != "slots" {
+			return pc, rep
+		}
+	}
+}
+
+// TestJoinExcludesFailedNode: the node a client is placed on (site b)
 // answers the manager's pings but not the client's offer: a node that
 // hangs in the offer, or answers too late. Here it hands the offer to
 // node 2, which registers the client, and drops the answer. The client
-// sends the failed node a leave, which reaches node 2, and asks the
-// manager again excluding it, and connects to node 1. Before, the manager
-// kept the client on the node that answered its pings, whose node refused
-// the second offer ("already connected") and kept the first peer.
-func TestClientExcludesFailedNode(t *testing.T) {
-	c, logs := startLoggedCluster(t, "a", "c")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	n2 := c.nodes[1]
-	var (
-		mu  sync.Mutex
-		ops []string // what node 9 received
-	)
-	fakeNode(t, ctx, c, "9", "b", func(m *nats.Msg) {
-		var s Signal
-		if err := json.Unmarshal(m.Data, &s); err != nil {
-			t.Error(err)
-			return
-		}
-		mu.Lock()
-		ops = append(ops, s.Op+" "+s.Session+"/"+s.Client)
-		mu.Unlock()
-		switch s.Op {
-		case "ping":
-			respondSignal(m, Reply{Op: "ok", Site: "b"})
-		case "offer", "leave":
-			if r := n2.Signal(s); r.Op == "error" {
-				t.Errorf("node 2: %s: %s", s.Op, r.Error)
+// (the Go client, or node 1's WebSocket handler for a browser) sends the
+// failed node a leave, which reaches node 2, and asks the manager again
+// excluding it, and connects to node 1. Before, the manager kept the
+// client on the node that answered its pings, whose node refused the
+// second offer ("already connected") and kept the first peer; and the
+// WebSocket handler did not ask again at all.
+func TestJoinExcludesFailedNode(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		join     joinPath
+		retryMsg string
+	}{
+		{"bus", joinOverBus, `msg="sfu client: join failed; asking the manager again"`},
+		{"WebSocket", joinOverWebSocket, `msg="sfu: join of a WebSocket client failed; asking the manager again"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, logs := startLoggedCluster(t, "a", "c")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			n2 := c.nodes[1]
+			var (
+				mu  sync.Mutex
+				ops []string // what node 9 received
+			)
+			fakeNode(t, ctx, c, "9", "b", func(m *nats.Msg) {
+				var s Signal
+				if err := json.Unmarshal(m.Data, &s); err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				ops = append(ops, s.Op+" "+s.Session+"/"+s.Client)
+				mu.Unlock()
+				switch s.Op {
+				case "ping":
+					respondSignal(m, Reply{Op: "ok", Site: "b"})
+				case "offer", "leave":
+					if r := n2.Signal(s); r.Op == "error" {
+						t.Errorf("node 2: %s: %s", s.Op, r.Error)
+					}
+					// the answer never reaches the client
+				}
+			})
+			var (
+				pmu    sync.Mutex
+				placed []string
+			)
+			node, retryLog := tc.join(t, ctx, c, logs,
+				func(a Assignment) {
+					pmu.Lock()
+					placed = append(placed, a.Node)
+					pmu.Unlock()
+				},
+				func(node string) time.Duration {
+					if node == "9" {
+						return 300 * time.Millisecond // never answers: no need to wait 10 s
+					}
+					return offerTimeout
+				})
+			pmu.Lock()
+			if node != "1" || !slices.Equal(placed, []string{"9", "1"}) {
+				t.Errorf("client on node %s, placed on %v; want node 1 after node 9", node, placed)
 			}
-			// the answer never reaches the client
-		}
-	})
-	clientLog := &logLines{}
-	var placed []string
-	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pcbot"), Session: "s1", Client: "pcbot", Site: "b", ICEAddresses: loopback, VideoSlots: 1,
-		Logger: clientLog.logger(),
-		placed: func(a Assignment) { placed = append(placed, a.Node) },
-		offerTimeout: func(node string) time.Duration {
-			if node == "9" {
-				return 300 * time.Millisecond // never answers: no need to wait 10 s
+			pmu.Unlock()
+			if !retryLog.has(tc.retryMsg, "node=9", "attempt=1", "exclude=[9]") {
+				t.Error("the client did not log its retry excluding node 9")
 			}
-			return offerTimeout
-		}})
-	if err != nil {
-		t.Fatalf("client at site b: %v (placed on %v)", err, placed)
-	}
-	t.Cleanup(cl.Close)
-	if cl.Node != "1" || !slices.Equal(placed, []string{"9", "1"}) {
-		t.Errorf("client on node %s, placed on %v; want node 1 after node 9", cl.Node, placed)
-	}
-	if !clientLog.has(`msg="sfu client: join failed; asking the manager again"`, "node=9", "attempt=1", "exclude=[9]") {
-		t.Error("the client did not log its retry excluding node 9")
-	}
-	waitFor(t, "node 9 to receive the client's leave", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(ops, "leave s1/pcbot")
-	})
-	mu.Lock()
-	if want := []string{"ping s1/pcbot", "offer s1/pcbot", "leave s1/pcbot"}; !slices.Equal(ops, want) {
-		t.Errorf("node 9 received %v, want %v", ops, want)
-	}
-	mu.Unlock()
-	waitFor(t, "node 2 to drop the peer of the offer it took", func() bool {
-		n2.mu.Lock()
-		defer n2.mu.Unlock()
-		return n2.peers["s1/pcbot"] == nil
-	})
-	if !slices.Contains(c.nodes[0].mgr.Nodes(), "9") {
-		t.Error("the manager dropped node 9, which answers its pings")
-	}
-	if logs[0].has("sfu node did not answer", "node=9") {
-		t.Error("the manager says node 9 did not answer its ping")
+			waitFor(t, "node 9 to receive the client's leave", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(ops, "leave s1/pcbot")
+			})
+			mu.Lock()
+			if want := []string{"ping s1/pcbot", "offer s1/pcbot", "leave s1/pcbot"}; !slices.Equal(ops, want) {
+				t.Errorf("node 9 received %v, want %v", ops, want)
+			}
+			mu.Unlock()
+			waitFor(t, "node 2 to drop the peer of the offer it took", func() bool { return !hasPeer(n2, "s1/pcbot") })
+			if !hasPeer(c.nodes[0], "s1/pcbot") {
+				t.Error("node 1 has no peer for the client")
+			}
+			if !slices.Contains(c.nodes[0].mgr.Nodes(), "9") {
+				t.Error("the manager dropped node 9, which answers its pings")
+			}
+			if logs[0].has("sfu node did not answer", "node=9") {
+				t.Error("the manager says node 9 did not answer its ping")
+			}
+		})
 	}
 }
 
@@ -459,7 +570,93 @@ func TestWebSocketJoinRetriesBusy(t *testing.T) {
 	if rep.Op != "answer" || joins.Load() != 2 {
 		t.Errorf("reply %+v after %d joins, want an answer after 2", rep, joins.Load())
 	}
-	if !logs[0].has(`msg="sfu: manager busy; asking again for a WebSocket client"`, "client=w1", "attempt=1") {
+	if !logs[0].has(`msg="sfu: join of a WebSocket client failed; asking the manager again"`, "client=w1", "attempt=1", "shutting down") {
 		t.Error("the handler did not log its retry")
+	}
+}
+
+func TestJoinBackoff(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		retry int
+		rand  float64
+		want  time.Duration
+	}{
+		{1, 0, 250 * ms},
+		{1, 0.5, 187500 * time.Microsecond},
+		{2, 0, 500 * ms},
+		{3, 0, time.Second},
+		{4, 0, 2 * time.Second},
+		{4, 0.999999, 1000001 * time.Microsecond}, // at least half
+		{5, 0, 4 * time.Second},                   // the bound
+		{6, 0, 4 * time.Second},
+		{1000, 0.5, 3 * time.Second},
+	} {
+		b := joinBackoff
+		b.rand = func() float64 { return tc.rand }
+		if got := b.delay(tc.retry); got != tc.want {
+			t.Errorf("delay(%d) with rand %v = %s, want %s", tc.retry, tc.rand, got, tc.want)
+		}
+	}
+	for retry := 1; retry < 10; retry++ { // math/rand: within [half, whole] of the bounded step
+		step := min(joinBackoff.base<<(retry-1), joinBackoff.max)
+		if d := joinBackoff.delay(retry); d <= step/2 || d > step {
+			t.Errorf("delay(%d) = %s, want in (%s, %s]", retry, d, step/2, step)
+		}
+	}
+}
+
+// TestPlacementHonoursContext: a placement waiting to ask a busy manager
+// again stops when its context ends, with both errors, and asks no more.
+func TestPlacementHonoursContext(t *testing.T) {
+	c := startCluster(t, "a")
+	c.nodes[0].mgr.Close() // the manager below answers busy
+	nc := c.conn(t, "busy")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var joins atomic.Int32
+	if _, err := nc.Subscribe(subjectJoin, func(m *nats.Msg) {
+		joins.Add(1)
+		b, _ := json.Marshal(Assignment{Error: "sfu manager busy: test", Busy: true})
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// the caller gives up when the placement logs its retry, i.e. while
+	// it waits to ask again
+	giveUp := slog.New(slog.NewTextHandler(writerFunc(func([]byte) { cancel() }), nil))
+	p := placement{nc: c.conn(t, "client"), req: JoinRequest{Session: "s1", Client: "u1", Site: "a"}, log: giveUp,
+		retryMsg: "retry", send: func(context.Context, Assignment, Signal) (Reply, error) {
+			t.Error("a busy placement sent its signal")
+			return Reply{}, nil
+		}}
+	_, _, err := p.run(ctx, Signal{Op: "offer", Session: "s1", Client: "u1"})
+	if !errors.Is(err, ErrBusy) || !errors.Is(err, context.Canceled) {
+		t.Errorf("err %v, want ErrBusy and context.Canceled", err)
+	}
+	if n := joins.Load(); n != 1 {
+		t.Errorf("%d joins, want 1: the placement asked again after its context ended", n)
+	}
+}
+
+// writerFunc is an io.Writer that hands what is written to f.
+type writerFunc func([]byte)
+
+func (f writerFunc) Write(p []byte) (int, error) {
+	f(p)
+	return len(p), nil
+}
+
+func TestWaitHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := wait(ctx, time.Hour); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait with an ended context: %v, want context.Canceled", err)
+	}
+	if err := wait(context.Background(), 0); err != nil {
+		t.Fatalf("wait 0: %v", err)
 	}
 }

@@ -42,6 +42,11 @@ type Node struct {
 
 	hops *hopHists // packet ages (hops.go)
 
+	// wsPlaced and wsOfferTimeout are the WebSocket handler's placement
+	// hooks (placement.placed, placement.timeout; tests).
+	wsPlaced       func(Assignment)
+	wsOfferTimeout func(node string) time.Duration
+
 	// hbMu orders heartbeats before the leave announcement: once Close
 	// has set closed, heartbeat publishes nothing.
 	hbMu      sync.Mutex

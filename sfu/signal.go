@@ -36,8 +36,8 @@ type JoinRequest struct {
 	// runs at Site (for example the sites with a direct link to it).
 	Near []string `json:"near,omitempty"`
 	// Exclude lists nodes not to place the client on, even the node it was
-	// given before: those that failed it (Dial sends the nodes that did not
-	// answer its offer when it asks again).
+	// given before: those that failed it (Dial and the WebSocket handler
+	// send the nodes that did not answer its offer when they ask again).
 	Exclude []string `json:"exclude,omitempty"`
 }
 
@@ -238,8 +238,10 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 
 // and receives Reply messages in order, interleaved with Event messages
 // for it. The first offer may go to any node's handler: it asks the
 // manager for the client's node (query parameter site=) and forwards the
-// signals there over the bus, so a browser needs one WebSocket only. A
-// socket signals for one session and client, those of its first join (and,
+// signals there over the bus, so a browser needs one WebSocket only. It
+// places the client as Dial does (placement): when the manager is busy, or
+// the node does not answer the first message, it asks the manager again,
+// excluding that node. A socket signals for one session and client, those of its first join (and,
 // with Config.Authorize, only for a session the request may use); when it
 // closes, the client leaves.
 func (n *Node) Handler() http.Handler {
@@ -294,18 +296,31 @@ func (n *Node) Handler() http.Handler {
 						continue
 					}
 				}
-				a, err := n.requestJoinPatiently(r.Context(), JoinRequest{Session: s.Session, Client: s.Client, Site: site})
-				if err != nil {
-					_ = send(Reply{Op: "error", Error: err.Error()})
-					continue
-				}
-				target, session, client = a.Signal, s.Session, s.Client
+				// subscribed before the offer: the node's first events may
+				// come before its answer reaches this handler
 				evSub, _ = n.cfg.NC.Subscribe(subjectEvents(s.Session, s.Client), func(m *nats.Msg) {
 					var ev Event
 					if json.Unmarshal(m.Data, &ev) == nil {
 						_ = send(ev)
 					}
 				})
+				a, rep, err := n.placeWebSocketClient(r.Context(), JoinRequest{Session: s.Session, Client: s.Client, Site: site}, s)
+				if a.Node == "" { // no node answered: the next message asks again
+					if evSub != nil {
+						_ = evSub.Unsubscribe()
+						evSub = nil
+					}
+					_ = send(Reply{Op: "error", Error: err.Error()})
+					continue
+				}
+				target, session, client = a.Signal, s.Session, s.Client
+				if err != nil && rep.Op != "error" {
+					rep = Reply{Op: "error", Error: err.Error()}
+				}
+				if err := send(rep); err != nil {
+					return
+				}
+				continue
 			}
 			if err := send(n.forward(target, s)); err != nil {
 				return
@@ -314,43 +329,49 @@ func (n *Node) Handler() http.Handler {
 	})
 }
 
-// requestJoinPatiently asks the manager for a node for a WebSocket client,
-// asking again while the manager answers busy (at its limit, or shutting
-// down while another manager may take the join): joinAttempts times in
-// all, joinBackoff and then twice that apart, as Dial does.
-func (n *Node) requestJoinPatiently(ctx context.Context, req JoinRequest) (Assignment, error) {
-	wait := joinBackoff
-	for attempt := 1; ; attempt++ {
-		a, err := RequestJoin(ctx, n.cfg.NC, req)
-		if !errors.Is(err, ErrBusy) || attempt == joinAttempts {
-			return a, err
-		}
-		n.log.Info("sfu: manager busy; asking again for a WebSocket client", "session", req.Session, "client", req.Client,
-			"attempt", attempt, "retry_in", wait, "err", err)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return a, err
-		}
-		wait *= 2
+// placeWebSocketClient places a WebSocket client whose first message is
+// first (placement): it asks the manager for a node and sends the node
+// first, again while the manager answers busy or the node does not
+// answer, as Dial does.
+func (n *Node) placeWebSocketClient(ctx context.Context, req JoinRequest, first Signal) (Assignment, Reply, error) {
+	p := placement{
+		nc:       n.cfg.NC,
+		req:      req,
+		log:      n.log,
+		retryMsg: "sfu: join of a WebSocket client failed; asking the manager again",
+		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
+			return n.signalNode(ctx, a.Signal, s)
+		},
+		placed:  n.wsPlaced,
+		timeout: n.wsOfferTimeout,
 	}
+	return p.run(ctx, first)
 }
 
-// forward sends a signal to a node over the bus.
+// forward sends a signal to a node over the bus; an error is an error
+// reply.
 func (n *Node) forward(subject string, s Signal) Reply {
-	if subject == subjectSignal(n.cfg.ID) {
-		return n.Signal(s)
-	}
-	b, _ := json.Marshal(s)
-	m, err := n.cfg.NC.Request(subject, b, 20e9)
-	if err != nil {
-		return Reply{Op: "error", Error: err.Error()}
-	}
-	var rep Reply
-	if err := json.Unmarshal(m.Data, &rep); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rep, err := n.signalNode(ctx, subject, s)
+	if err != nil && rep.Op != "error" {
 		return Reply{Op: "error", Error: err.Error()}
 	}
 	return rep
+}
+
+// signalNode sends a signal to the node whose signal subject is subject,
+// this node's own directly, and returns its reply: with an error when it
+// is an error reply or the node did not answer.
+func (n *Node) signalNode(ctx context.Context, subject string, s Signal) (Reply, error) {
+	if subject == subjectSignal(n.cfg.ID) {
+		rep := n.Signal(s)
+		if rep.Op == "error" {
+			return rep, fmt.Errorf("%s: %s", s.Op, rep.Error)
+		}
+		return rep, nil
+	}
+	return requestSignal(ctx, n.cfg.NC, subject, s)
 }
 
 var errNoNode = errors.New("sfu: no SFU node is available")
