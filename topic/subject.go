@@ -77,7 +77,8 @@ func FromSubject(s string) (string, error) {
 	}
 	var b strings.Builder
 	b.Grow(len(s))
-	for i, tok := range strings.Split(s, ".") {
+	toks := strings.Split(s, ".")
+	for i, tok := range toks {
 		if i > 0 {
 			b.WriteByte('/')
 		}
@@ -86,6 +87,9 @@ func FromSubject(s string) (string, error) {
 			b.WriteByte('+')
 			continue
 		case ">":
+			if i != len(toks)-1 {
+				return "", fmt.Errorf("subject %q: '>' is token %d of %d; as a wildcard ('#') it must be the last", s, i+1, len(toks))
+			}
 			b.WriteByte('#')
 			continue
 		case "%00":
@@ -93,6 +97,12 @@ func FromSubject(s string) (string, error) {
 		}
 		for j := 0; j < len(tok); j++ {
 			c := tok[j]
+			if c == '+' || c == '#' {
+				// ToSubject maps only whole "+" and "#" levels (to "*" and
+				// ">"); one inside a level is no MQTT topic's, yet a token
+				// that also holds a '*' would map back to itself.
+				return "", fmt.Errorf("subject %q: MQTT wildcard %q inside token %q", s, c, tok)
+			}
 			if c != '%' {
 				b.WriteByte(c)
 				continue

@@ -1,6 +1,7 @@
 package topic
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -155,9 +156,12 @@ func TestSubjectRoundTrip(t *testing.T) {
 			t.Errorf("FromSubject(%q) = %q, %v; want %q", got, back, err, tt.in)
 		}
 	}
-	for _, bad := range []string{"a.%2", "a.%ZZ"} {
-		if _, err := FromSubject(bad); err == nil {
-			t.Errorf("FromSubject(%q) = nil error", bad)
+	// Bad escapes, and wildcards where no MQTT topic or filter has them.
+	for _, bad := range []string{"a.%2", "a.%ZZ", "0.*#", "a.*+", "a.b*#c", ">.0", "a.>.b"} {
+		if name, err := FromSubject(bad); err == nil {
+			t.Errorf("FromSubject(%q) = %q, nil error", bad, name)
+		} else if !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("FromSubject(%q): error %q does not quote the subject", bad, err)
 		}
 	}
 }
