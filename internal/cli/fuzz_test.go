@@ -154,3 +154,42 @@ func FuzzParseArea(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseUDPPorts: --udp-ports is refused, or it is MIN-MAX in decimal
+// (spaces around each allowed) with 1 <= MIN <= MAX, which it gives back.
+func FuzzParseUDPPorts(f *testing.F) {
+	for _, s := range []string{"50000-50100", " 1 - 65535 ", "5-5", "0-10", "20-10", "-5-10", "10-70000", "50000-50100,60000", "50000-", "0x10-0x20", "+1-2", "1-2-3", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		lo, hi, err := parseUDPPorts(s)
+		if err != nil {
+			if !strings.Contains(err.Error(), strconv.Quote(s)) {
+				t.Fatalf("parseUDPPorts(%q): error %q does not quote the input", s, err)
+			}
+			return
+		}
+		if lo == 0 || hi < lo {
+			t.Fatalf("parseUDPPorts(%q) = %d-%d", s, lo, hi)
+		}
+		a, b, _ := strings.Cut(s, "-")
+		digits := func(s string) string { return strings.TrimLeft(strings.TrimSpace(s), "0") } // both are at least 1
+		if digits(a) != strconv.Itoa(int(lo)) || digits(b) != strconv.Itoa(int(hi)) {
+			t.Fatalf("parseUDPPorts(%q) = %d-%d, which is not what it says", s, lo, hi)
+		}
+	})
+}
+
+func TestParseUDPPortsMalformed(t *testing.T) {
+	for _, s := range []string{"", "50000", "50000-", "-50100", "0-10", "20-10", "-5-10", "10-70000", "70000-80000",
+		"50000-50100,60000", "50000-50100junk", "1-2-3", "a-b", "0x10-0x20", "1.5-2"} {
+		if lo, hi, err := parseUDPPorts(s); err == nil {
+			t.Errorf("parseUDPPorts(%q) = %d-%d, want an error", s, lo, hi)
+		} else if !strings.Contains(err.Error(), "--udp-ports") || !strings.Contains(err.Error(), strconv.Quote(s)) {
+			t.Errorf("parseUDPPorts(%q): error %q does not name the flag and its value", s, err)
+		}
+	}
+	if lo, hi, err := parseUDPPorts("50000-50100"); err != nil || lo != 50000 || hi != 50100 {
+		t.Errorf(`parseUDPPorts("50000-50100") = %d-%d, %v`, lo, hi, err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,8 +81,8 @@ func runSFU(ctx context.Context, args []string) error {
 		cfg.ICEAddresses = strings.Split(*ice, ",")
 	}
 	if *ports != "" {
-		if _, err := fmt.Sscanf(*ports, "%d-%d", &cfg.UDPPortMin, &cfg.UDPPortMax); err != nil || cfg.UDPPortMin == 0 || cfg.UDPPortMax < cfg.UDPPortMin {
-			return fmt.Errorf("--udp-ports %q: want MIN-MAX", *ports)
+		if cfg.UDPPortMin, cfg.UDPPortMax, err = parseUDPPorts(*ports); err != nil {
+			return err
 		}
 	}
 	nc, perms, err := connectBus(*join, *token, "xrealm-sfu-"+*id, log, nats.MaxReconnects(-1))
@@ -291,4 +292,17 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 		log.Info("sfu hops", "in_local_p50_ms", h.InLocal.P50, "in_local_p99_ms", h.InLocal.P99, "in_relay_p50_ms", h.InRelay.P50, "in_relay_p99_ms", h.InRelay.P99,
 			"out_p99_ms", h.Out.P99, "fanout_p99_ms", h.Fanout.P99, "fanout_max_ms", h.Fanout.Max, "lag_p99_ms", l.P99, "lag_max_ms", l.Max)
 	}
+}
+
+// parseUDPPorts reads --udp-ports, MIN-MAX: two ports from 1 to 65535, the
+// first not above the second, and nothing else (Sscanf let "50000-50100,60000"
+// through as 50000-50100).
+func parseUDPPorts(s string) (lo, hi uint16, err error) {
+	a, b, ok := strings.Cut(s, "-")
+	l, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 16)
+	h, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 16)
+	if !ok || err1 != nil || err2 != nil || l == 0 || h < l {
+		return 0, 0, fmt.Errorf("--udp-ports %q: want MIN-MAX, two ports from 1 to 65535 with MIN not above MAX, e.g. 50000-50100", s)
+	}
+	return uint16(l), uint16(h), nil
 }
