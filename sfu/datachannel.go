@@ -277,12 +277,13 @@ func negotiated(sender *webrtc.RTPSender, mime string) bool {
 }
 
 var (
-	descDCSent    = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_messages_total", "Point-cloud messages sent on the subscriber's data channel.", []string{"node", "client"}, nil)
-	descDCDropped = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_dropped_total", "Point-cloud messages dropped: the subscriber's data channel was full or not open.", []string{"node", "client"}, nil)
-	descDCRate    = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_estimate_bps", "The point-cloud data channel's own rate estimate (the allocator's budget for it).", []string{"node", "client"}, nil)
-	descDCPubIn   = prometheus.NewDesc("xrealm_sfu_publisher_datachannel_messages_total", "Point-cloud messages the client published on its data channel and the node forwarded.", []string{"node", "client"}, nil)
-	descDCPubDrop = prometheus.NewDesc("xrealm_sfu_publisher_datachannel_dropped_total", "Point-cloud messages the client published on its data channel that were malformed or too large.", []string{"node", "client"}, nil)
-	dcDescs       = []*prometheus.Desc{descDCSent, descDCDropped, descDCRate, descDCPubIn, descDCPubDrop}
+	descDCSent     = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_messages_total", "Point-cloud messages sent on the subscriber's data channel.", []string{"node", "client"}, nil)
+	descDCDropped  = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_dropped_total", "Point-cloud messages dropped: the subscriber's data channel was full or not open.", []string{"node", "client"}, nil)
+	descDCRate     = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_estimate_bps", "The point-cloud data channel's own rate estimate (the allocator's budget for it).", []string{"node", "client"}, nil)
+	descDCPubIn    = prometheus.NewDesc("xrealm_sfu_publisher_datachannel_messages_total", "Point-cloud messages the client published on its data channel and the node forwarded.", []string{"node", "client"}, nil)
+	descDCPubDrop  = prometheus.NewDesc("xrealm_sfu_publisher_datachannel_dropped_total", "Point-cloud messages the client published on its data channel that were malformed or too large.", []string{"node", "client"}, nil)
+	descRTPRefused = prometheus.NewDesc("xrealm_sfu_publisher_rtp_refused_packets_total", "RTP packets the client sent on a point-cloud track it already publishes on its data channel, dropped.", []string{"node", "client"}, nil)
+	dcDescs        = []*prometheus.Desc{descDCSent, descDCDropped, descDCRate, descDCPubIn, descDCPubDrop, descRTPRefused}
 )
 
 // collectDC reports a client's point-cloud data channel, if it has one.
@@ -290,6 +291,7 @@ func (p *peer) collectDC(ch chan<- prometheus.Metric, node, client string) {
 	if d := p.pub; d != nil {
 		ch <- prometheus.MustNewConstMetric(descDCPubIn, prometheus.CounterValue, float64(d.received.Load()), node, client)
 		ch <- prometheus.MustNewConstMetric(descDCPubDrop, prometheus.CounterValue, float64(d.dropped.Load()), node, client)
+		ch <- prometheus.MustNewConstMetric(descRTPRefused, prometheus.CounterValue, float64(p.rtpRefused.Load()), node, client)
 	}
 	c := p.pcc
 	if c == nil {

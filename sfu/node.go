@@ -388,26 +388,20 @@ func (n *Node) sessionTracks(session string) []TrackInfo {
 	return out
 }
 
-func (n *Node) addLocal(s *source) {
-	n.mu.Lock()
-	n.local[s.info.Key()] = s
-	n.directory[s.info.Key()] = s.info
-	n.announce("add", s.info)
-	n.mu.Unlock()
-}
-
-// addLocalIfAbsent adds s as addLocal does unless a local source has its
-// key, and reports whether it did.
-func (n *Node) addLocalIfAbsent(s *source) bool {
+// addLocal adds s, a track a local client publishes, to the node's
+// sources and the directory and announces it, unless a local source
+// already has its key and keep(that source) holds: then it adds nothing
+// and returns that source. A nil keep replaces any.
+func (n *Node) addLocal(s *source, keep func(old *source) bool) (kept *source) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.local[s.info.Key()] != nil {
-		return false
+	if old := n.local[s.info.Key()]; old != nil && keep != nil && keep(old) {
+		return old
 	}
 	n.local[s.info.Key()] = s
 	n.directory[s.info.Key()] = s.info
 	n.announce("add", s.info)
-	return true
+	return nil
 }
 
 func (n *Node) removeLocal(s *source) {

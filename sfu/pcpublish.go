@@ -121,11 +121,12 @@ func (d *dcPublication) source(desc int) *source {
 		return s
 	}
 	p := d.p
-	info := TrackInfo{Session: p.session, Client: p.client, Track: fmt.Sprintf("pc%d", desc), Kind: webrtc.RTPCodecTypeVideo.String(), Mime: MimeTypePointCloud, Node: p.n.cfg.ID}
+	info := TrackInfo{Session: p.session, Client: p.client, Track: fmt.Sprintf("pc%d", desc), Kind: webrtc.RTPCodecTypeVideo.String(), Mime: MimeTypePointCloud, Node: p.n.cfg.ID,
+		DataChannel: true}
 	// Every description is self-contained: nothing to ask for. No hop
 	// ages: the capture times are the browser's clock.
 	s := newSource(info, func() {})
-	if !p.n.addLocalIfAbsent(s) {
+	if p.n.addLocal(s, func(*source) bool { return true }) != nil {
 		d.refused[desc] = true
 		if d.warnedTaken.CompareAndSwap(false, true) {
 			p.n.log.Warn("client publishes a point-cloud description on its data channel that it already publishes over RTP; its messages are dropped",

@@ -101,27 +101,7 @@ func TestPointCloudPublishedOverDataChannel(t *testing.T) {
 	if err := alice.dc.SendText("hello"); err != nil {
 		t.Fatal(err)
 	}
-	counter := func(name string) float64 {
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(&collector{n: c.nodes[0]})
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "client" && l.GetValue() == "s5/alice" {
-						return m.GetCounter().GetValue()
-					}
-				}
-			}
-		}
-		return -1
-	}
+	counter := func(name string) float64 { return clientCounter(t, c.nodes[0], name, "s5/alice") }
 	waitFor(t, "the malformed messages to be counted", func() bool {
 		return counter("xrealm_sfu_publisher_datachannel_dropped_total") == float64(len(bad)+1)
 	})
@@ -155,6 +135,31 @@ func TestPointCloudPublishedOverDataChannel(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// clientCounter returns the value of n's counter name for client
+// ("session/client"), -1 when it has none.
+func clientCounter(t *testing.T, n *Node, name, client string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(&collector{n: n})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "client" && l.GetValue() == client {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }
 
 func TestPublishedPacket(t *testing.T) {
@@ -268,7 +273,7 @@ func TestDataChannelDescriptionTakenByRTP(t *testing.T) {
 	c, logs := startLoggedCluster(t, "a")
 	n := c.nodes[0]
 	rtpTrack := newSource(TrackInfo{Session: "s7", Client: "alice", Track: "pc0", Kind: "video", Mime: MimeTypePointCloud, Node: n.ID()}, func() {})
-	n.addLocal(rtpTrack)
+	n.addLocal(rtpTrack, nil)
 	d := &dcPublication{p: &peer{n: n, session: "s7", client: "alice"}}
 	msg := func(desc uint8) webrtc.DataChannelMessage {
 		f, _ := volumetric.Packetize(volumetric.Header{Description: desc, Frame: 1, CaptureUs: 1_000_000}, make([]byte, 100), 1000)
@@ -297,5 +302,108 @@ func TestDataChannelDescriptionTakenByRTP(t *testing.T) {
 	defer n.mu.Unlock()
 	if n.local["s7/alice/pc0"] != rtpTrack || n.local["s7/alice/pc1"] != nil {
 		t.Error("closing the data-channel publication did not remove just its own track")
+	}
+}
+
+// TestRTPDescriptionTakenByDataChannel: an RTP track pc0 of a client that
+// already publishes description 0 on its data channel is refused, not
+// announced in its place: its packets are dropped and counted, the
+// refusal is logged once, and the data channel's track stays the node's
+// and goes on.
+func TestRTPDescriptionTakenByDataChannel(t *testing.T) {
+	c, logs := startLoggedCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	n := c.nodes[0]
+	m := &webrtc.MediaEngine{}
+	if err := RegisterCodecs(m); err != nil {
+		t.Fatal(err)
+	}
+	pc, err := webrtc.NewAPI(webrtc.WithMediaEngine(m), webrtc.WithSettingEngine(NewSettingEngine(loopback, 0, 0))).NewPeerConnection(webrtc.Configuration{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	track, err := webrtc.NewTrackLocalStaticRTP(webrtc.RTPCodecCapability{MimeType: MimeTypePointCloud}, "pc0", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.AddTransceiverFromTrack(track, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+		t.Fatal(err)
+	}
+	dc, err := pc.CreateDataChannel(PointCloudLabel, pcChannelInit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := make(chan struct{})
+	dc.OnOpen(func() { close(open) })
+	offer, err := Gathered(pc, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := n.Signal(Signal{Op: "offer", Session: "s8", Client: "alice", SDP: offer})
+	if rep.Op != "answer" {
+		t.Fatalf("offer: %+v", rep)
+	}
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: rep.SDP}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-open:
+	case <-ctx.Done():
+		t.Fatal("alice's data channel did not open")
+	}
+	frag, _ := volumetric.Packetize(volumetric.Header{Description: 0, Frame: 1, Count: 1, CaptureUs: uint64(time.Now().UnixMicro())}, make([]byte, 100), 1000)
+	sendDC := func(seq uint16) {
+		if err := dc.Send(append([]byte{0, 1, byte(seq >> 8), byte(seq)}, frag[0]...)); err != nil {
+			t.Error(err)
+		}
+	}
+	sendDC(1)
+	const key = "s8/alice/pc0"
+	local := func() *source {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.local[key]
+	}
+	waitFor(t, "node 1 to announce pc0 from alice's data channel", func() bool { s := local(); return s != nil && s.info.DataChannel })
+	dcSource := local()
+
+	// then description 0 over RTP
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for seq := uint16(1); ; seq++ {
+			_ = track.WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq, Timestamp: uint32(seq) * 3000, Marker: true}, Payload: frag[0]})
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	refused := func() float64 {
+		return clientCounter(t, n, "xrealm_sfu_publisher_rtp_refused_packets_total", "s8/alice")
+	}
+	waitFor(t, "alice's RTP packets to be refused and counted", func() bool { return refused() >= 3 })
+	if local() != dcSource {
+		t.Error("alice's RTP track pc0 replaced her data channel's")
+	}
+	n.mu.Lock()
+	entry := n.directory[key]
+	n.mu.Unlock()
+	if !entry.DataChannel {
+		t.Errorf("directory entry %+v, want the data channel's", entry)
+	}
+	if k := logs[0].count("already publishes on its data channel", "client=alice", "track=pc0"); k != 1 {
+		t.Errorf("the refusal was logged %d times, want once", k)
+	}
+	before := clientCounter(t, n, "xrealm_sfu_publisher_datachannel_messages_total", "s8/alice")
+	sendDC(2)
+	waitFor(t, "the data channel's publication to go on", func() bool {
+		return clientCounter(t, n, "xrealm_sfu_publisher_datachannel_messages_total", "s8/alice") > before
+	})
+	if local() != dcSource {
+		t.Error("alice's data channel's pc0 is gone")
 	}
 }

@@ -42,6 +42,7 @@ type peer struct {
 	pub             *dcPublication              // point clouds the client publishes on that channel (pcpublish.go), if it offered one
 	pcTaken         atomic.Bool                 // a PointCloudLabel channel was taken; later ones are closed
 	extraWarned     atomic.Bool                 // a second PointCloudLabel channel was logged
+	rtpRefused      atomic.Uint64               // RTP packets of tracks refused: the client publishes them on its data channel
 
 	mu        sync.Mutex
 	closed    bool
@@ -234,10 +235,25 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 		p.mu.Unlock()
 		return
 	}
+	p.mu.Unlock()
+	buf := make([]byte, 1500)
+	if p.n.addLocal(s, func(old *source) bool { return old.info.DataChannel }) != nil {
+		// The client publishes this description on its data channel
+		// already (pcpublish.go): the track would replace that one, whose
+		// end would then unannounce it. Its packets are read (so that the
+		// interceptors see them) and dropped.
+		p.n.log.Warn("client publishes a point-cloud description over RTP that it already publishes on its data channel; its packets are dropped",
+			"session", p.session, "client", p.client, "track", info.Track, "ssrc", ssrc)
+		for {
+			if _, _, err := track.Read(buf); err != nil {
+				return
+			}
+			p.rtpRefused.Add(1)
+		}
+	}
+	p.mu.Lock()
 	p.published = append(p.published, s)
 	p.mu.Unlock()
-	p.n.addLocal(s)
-	buf := make([]byte, 1500)
 	for {
 		k, _, err := track.Read(buf)
 		if err != nil {

@@ -32,6 +32,11 @@ type TrackInfo struct {
 	// RFC 6464, of SpeakingLevel or louder) within SpeakingHold. Among more
 	// microphones than a subscriber has audio slots, speakers go first.
 	Speaking bool `json:"speaking,omitempty"`
+	// DataChannel: a point-cloud description the client publishes on its
+	// data channel (pcpublish.go), not over RTP. Its capture times are the
+	// client's clock (a browser's), so no node records hop ages for it
+	// (hops.go); and an RTP track with its key does not replace it.
+	DataChannel bool `json:"datachannel,omitempty"`
 }
 
 const (
