@@ -86,6 +86,17 @@ func captureTime(payload []byte) (time.Time, bool) {
 	return time.UnixMicro(int64(h.CaptureUs)), true
 }
 
+// hopsFor returns the histograms a source of track t records its packet
+// ages in: none for a description published on a data channel, whose
+// capture times are the client's clock (a browser's), on its first node
+// and on every node it is relayed to.
+func (n *Node) hopsFor(t TrackInfo) *hopHists {
+	if t.DataChannel {
+		return nil
+	}
+	return n.hops
+}
+
 // HopStats returns the node's packet ages since the last call.
 func (n *Node) HopStats() HopStats { return n.hops.take() }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pion/rtp"
 	"github.com/xrealm/xrealm/volumetric"
 )
 
@@ -62,5 +63,78 @@ func TestLagProbe(t *testing.T) {
 	time.Sleep(30 * time.Millisecond)
 	if q := p.Take(); q.N == 0 || q.Max < 0 {
 		t.Fatalf("Take = %+v, want samples", q)
+	}
+}
+
+// TestRelayedHopAges: node 2 records the ages of the packets of a
+// point-cloud track relayed from node 1 when its publisher sends it over
+// RTP, and records none when the publisher sends it on its data channel
+// (a browser: its capture times are its own clock), nor does node 1.
+func TestRelayedHopAges(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		dataChannel bool
+		// publish publishes description 0 (and, over the data channel, 1
+		// and 2) as client alice of session s9 on node 1 until ctx ends.
+		publish func(t *testing.T, ctx context.Context, c *cluster)
+	}{
+		{"RTP", false, func(t *testing.T, ctx context.Context, c *cluster) {
+			cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "alice"), Session: "s9", Client: "alice", Site: "a", ICEAddresses: loopback,
+				Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(cl.Close)
+			go func() {
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for frame := uint32(1); ; frame++ {
+					frags, _ := volumetric.Packetize(volumetric.Header{Client: 7, Frame: frame, Description: 0, CaptureUs: uint64(time.Now().UnixMicro())}, make([]byte, 500), 1000)
+					_ = cl.Tracks["pc0"].WriteRTP(&rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: uint16(frame), Timestamp: frame * 3000, Marker: true}, Payload: frags[0]})
+					select {
+					case <-ctx.Done():
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+		}},
+		{"data channel", true, func(t *testing.T, ctx context.Context, c *cluster) {
+			alice := dialBrowserLike(t, ctx, c.conn(t, "alice"), "s9", "alice", "a", 0, pcChannelInit())
+			select {
+			case <-alice.open:
+			case <-ctx.Done():
+				t.Fatal("alice's data channel did not open")
+			}
+			go alice.publishOverDC(ctx, 500)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCluster(t, "a", "b")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			tc.publish(t, ctx, c)
+			bob := dialBrowserLike(t, ctx, c.conn(t, "bob"), "s9", "bob", "b", 3, pcChannelInit())
+			waitFor(t, "bob on node 2 to receive alice's description 0", func() bool { return bob.count("alice", 0) >= 5 })
+			var tr TrackInfo
+			for _, ti := range c.nodes[1].sessionTracks("s9") {
+				if ti.Client == "alice" && ti.Track == "pc0" {
+					tr = ti
+				}
+			}
+			if tr.DataChannel != tc.dataChannel {
+				t.Errorf("node 2's directory entry %+v: datachannel %v, want %v", tr, tr.DataChannel, tc.dataChannel)
+			}
+			relayed, origin := c.nodes[1].HopStats(), c.nodes[0].HopStats()
+			if tc.dataChannel {
+				if relayed.InRelay.N != 0 || relayed.Out.N != 0 || origin.InLocal.N != 0 || origin.Out.N != 0 {
+					t.Errorf("hop ages of a data channel's track recorded: node 2 %+v, node 1 %+v", relayed, origin)
+				}
+				return
+			}
+			if relayed.InRelay.N == 0 || origin.InLocal.N == 0 {
+				t.Errorf("hop ages of an RTP track not recorded: node 2 %+v, node 1 %+v", relayed, origin)
+			}
+		})
 	}
 }

@@ -453,7 +453,7 @@ func (n *Node) acquire(t TrackInfo) *source {
 	}
 	origin := t.Node
 	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
-	s.hops = n.hops
+	s.hops = n.hopsFor(t)
 	s.fetch = newFetcher(func(seqs []uint16) {
 		if n.ctx.Err() == nil { // the batch timer may fire after Close
 			n.sendControl(origin, relay.Control{Op: "nack", Track: key, Seqs: seqs})

@@ -26,8 +26,9 @@ import (
 // may be, is dropped and counted, and so is every message of a description
 // whose track the client already publishes over RTP (its "pc<d>" track on
 // this node): the description is refused for the publication's lifetime.
-// The capture times in these headers come from the browser's clock, so the
-// node records no hop ages for these tracks (hops.go).
+// The capture times in these headers come from the browser's clock, so no
+// node records hop ages for these tracks (TrackInfo.DataChannel, hops.go),
+// neither this one nor those they are relayed to.
 const (
 	// MaxPublishMessage is the largest message a client may publish
 	// (prefix, fragment header and data): its RTP packet must fit the
@@ -126,6 +127,7 @@ func (d *dcPublication) source(desc int) *source {
 	// Every description is self-contained: nothing to ask for. No hop
 	// ages: the capture times are the browser's clock.
 	s := newSource(info, func() {})
+	s.hops = p.n.hopsFor(info)
 	if p.n.addLocal(s, func(*source) bool { return true }) != nil {
 		d.refused[desc] = true
 		if d.warnedTaken.CompareAndSwap(false, true) {

@@ -222,7 +222,7 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 	s := newSource(info, func() {
 		_ = p.pc.WriteRTCP([]rtcp.Packet{&rtcp.PictureLossIndication{MediaSSRC: ssrc}})
 	})
-	s.hops = p.n.hops
+	s.hops = p.n.hopsFor(info)
 	if track.Kind() == webrtc.RTPCodecTypeAudio {
 		for _, e := range r.GetParameters().HeaderExtensions {
 			if e.URI == sdp.AudioLevelURI {
