@@ -11,7 +11,7 @@ import {
   ProtocolError, type JsonObject, type Message, type StoredObject,
 } from './protocol';
 import { rotationDegrees, type SceneObject } from './scene';
-import { h, toast } from './ui';
+import { h, panelToggle, toast } from './ui';
 import type { Viewer } from './viewer';
 
 export const CREATABLE = ['box', 'sphere', 'cylinder', 'cone', 'plane', 'circle', 'ring', 'torus', 'text', 'light', 'image', 'gltf-model', 'entity'] as const;
@@ -79,6 +79,8 @@ export function startEditor(v: Viewer) {
     h('section', {}, h('h3', {}, 'Scene'), h('div', { class: 'row' }, exportBtn), h('div', { class: 'row' }, importFile, importBtn)),
   );
   document.getElementById('app')!.appendChild(panel);
+  // Editor shows and hides it, as Panel does the side panel.
+  document.getElementById('xr-top')!.insertBefore(panelToggle('editor', 'Editor', 'Show or hide the scene editor'), document.getElementById('xr-side-toggle'));
   const editControls = () => [typeSel, urlInput, idInput, createBtn, importFile, importBtn, ...detail.querySelectorAll<HTMLInputElement>('input, select, textarea, button.write')];
 
   const applyRights = () => {

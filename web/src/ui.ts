@@ -44,3 +44,30 @@ export function toast(msg: string, kind: 'info' | 'error' = 'info') {
   box.appendChild(t);
   setTimeout(() => t.remove(), kind === 'error' ? 8000 : 3500);
 }
+
+/** A phone held upright: panels start hidden, span the width, and show one at a time. */
+export const NARROW_SCREEN = '(max-width: 450px)';
+const panels: { name: string; button: HTMLButtonElement }[] = [];
+
+/**
+ * A top-bar button that shows and hides a panel: the class `${name}-hidden`
+ * on the body hides it (style.css). The panel starts hidden on a narrow
+ * screen, where showing it hides the other panels, since each spans the
+ * width there.
+ */
+export function panelToggle(name: string, label: string, title: string): HTMLButtonElement {
+  const button = h('button', { id: `xr-${name}-toggle`, class: 'panel-toggle', title,
+    onclick: () => {
+      const on = button.getAttribute('aria-pressed') !== 'true';
+      for (const p of panels) if (p.button === button || (on && matchMedia(NARROW_SCREEN).matches)) showPanel(p, p.button === button && on);
+    } }, label);
+  const p = { name, button };
+  panels.push(p);
+  showPanel(p, !matchMedia(NARROW_SCREEN).matches);
+  return button;
+}
+
+function showPanel(p: { name: string; button: HTMLButtonElement }, on: boolean) {
+  document.body.classList.toggle(`${p.name}-hidden`, !on);
+  p.button.setAttribute('aria-pressed', String(on));
+}

@@ -7,7 +7,7 @@ import { Bus, type Status } from './bus';
 import { Presence } from './presence';
 import { randomSuffix, topicFor, type Message, type SceneTopic, type StoredObject } from './protocol';
 import { Renderer, SceneModel } from './scene';
-import { clearError, h, showError, toast } from './ui';
+import { clearError, h, panelToggle, showError, toast } from './ui';
 
 export interface Viewer {
   ns: string;
@@ -88,20 +88,12 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   const otherMode = mode === 'view'
     ? h('a', { href: `/${ns}/${scene}/edit`, id: 'xr-to-edit' }, 'Edit')
     : h('a', { href: `/${ns}/${scene}`, id: 'xr-to-view' }, 'View only');
-  // The side panel can be hidden (it starts hidden on a phone-sized screen).
-  const narrow = matchMedia('(max-width: 450px)').matches;
-  document.body.classList.toggle('panel-hidden', narrow);
-  const panelToggle = h('button', { id: 'xr-panel-toggle', title: 'Show or hide the side panel', 'aria-pressed': String(!narrow),
-    onclick: () => {
-      const hidden = document.body.classList.toggle('panel-hidden');
-      panelToggle.setAttribute('aria-pressed', String(!hidden));
-    } }, 'Panel');
   const top = h('header', { id: 'xr-top' },
     h('a', { href: '/', class: 'brand' }, 'xrealm'),
     h('span', { class: 'scene-name' }, `${ns}/${scene}`),
     statusEl, whoEl, me ? null : nameInput, otherMode,
     me ? h('button', { onclick: () => { setIdentityToken(null); location.reload(); } }, 'Sign out') : null,
-    panelToggle,
+    panelToggle('side', 'Panel', 'Show or hide the side panel'),
   );
   const usersEl = h('ul', { id: 'xr-users' });
   const chatLog = h('div', { id: 'xr-chat-log', 'aria-live': 'polite' });

@@ -207,16 +207,45 @@ describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });
     expect(await phone.isVisible('#xr-side')).toBe(false);
-    expect(await phone.getAttribute('#xr-panel-toggle', 'aria-pressed')).toBe('false');
-    await phone.click('#xr-panel-toggle');
+    expect(await phone.getAttribute('#xr-side-toggle', 'aria-pressed')).toBe('false');
+    await phone.click('#xr-side-toggle');
     expect(await phone.isVisible('#xr-side')).toBe(true);
-    expect(await phone.getAttribute('#xr-panel-toggle', 'aria-pressed')).toBe('true');
+    expect(await phone.getAttribute('#xr-side-toggle', 'aria-pressed')).toBe('true');
     // the top bar stays one line: nothing wraps below its 38 px
     expect(await phone.$eval('#xr-top', (el) => el.scrollHeight)).toBeLessThanOrEqual(38);
     const wide = await open('/public/layout');
     expect(await wide.isVisible('#xr-side')).toBe(true);
-    await wide.click('#xr-panel-toggle');
+    await wide.click('#xr-side-toggle');
     expect(await wide.isVisible('#xr-side')).toBe(false);
+    await close(phone);
+    await close(wide);
+  });
+
+  it('the editor panel has the same control: Editor shows and hides it, and on a phone one panel shows at a time', async () => {
+    const wide = await open('/public/layout/edit');
+    expect(await wide.isVisible('#xr-editor')).toBe(true);
+    expect(await wide.getAttribute('#xr-editor-toggle', 'aria-pressed')).toBe('true');
+    await wide.click('#xr-editor-toggle');
+    expect(await wide.isVisible('#xr-editor')).toBe(false);
+    expect(await wide.getAttribute('#xr-editor-toggle', 'aria-pressed')).toBe('false');
+    expect(await wide.isVisible('#xr-side')).toBe(true); // the other panel stays
+    await wide.click('#xr-editor-toggle');
+    expect(await wide.isVisible('#xr-editor')).toBe(true);
+
+    const phone = await open('/public/layout/edit', { width: 390, height: 700 });
+    expect(await phone.isVisible('#xr-editor')).toBe(false);
+    expect(await phone.isVisible('#xr-side')).toBe(false);
+    await phone.click('#xr-editor-toggle');
+    expect(await phone.isVisible('#xr-editor')).toBe(true);
+    // it spans the width and leaves most of the view free
+    const box = (await phone.locator('#xr-editor').boundingBox())!;
+    expect(box.x + box.width).toBeGreaterThan(370);
+    expect(box.y + box.height).toBeLessThan(0.6 * 700);
+    await phone.click('#xr-side-toggle');
+    expect(await phone.isVisible('#xr-side')).toBe(true);
+    expect(await phone.isVisible('#xr-editor')).toBe(false);
+    expect(await phone.getAttribute('#xr-editor-toggle', 'aria-pressed')).toBe('false');
+    expect(await phone.$eval('#xr-top', (el) => el.scrollHeight)).toBeLessThanOrEqual(38);
     await close(phone);
     await close(wide);
   });
