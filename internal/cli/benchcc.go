@@ -103,11 +103,10 @@ func runBenchCC(ctx context.Context, args []string) error {
 	if *heraArgs != "" {
 		p := hera.DefaultParams()
 		hfs := flag.NewFlagSet("hera-args", flag.ContinueOnError)
-		done := heraFlags(hfs, &p)
+		heraFlags(hfs, &p)
 		if err := hfs.Parse(strings.Fields(*heraArgs)); err != nil {
 			return fmt.Errorf("bench cc: --hera-args: %w", err)
 		}
-		done()
 		if err := p.Validate(); err != nil {
 			return fmt.Errorf("bench cc: --hera-args: %w", err)
 		}

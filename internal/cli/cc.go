@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/xrealm/xrealm/cc"
@@ -50,14 +52,13 @@ func ccCommand(args []string) error {
 		}
 		fs := flag.NewFlagSet("cc load", flag.ContinueOnError)
 		fs.SetOutput(os.Stderr)
-		done := heraFlags(fs, &p)
+		heraFlags(fs, &p)
 		if err := fs.Parse(args[2:]); err != nil {
 			return err
 		}
 		if fs.NArg() > 0 {
 			return fmt.Errorf("load: unexpected arguments %q", fs.Args())
 		}
-		done()
 		if err := cc.Load(name, p); err != nil {
 			return err
 		}
@@ -100,31 +101,45 @@ func (e *trimmedError) Error() string { return e.msg }
 func (e *trimmedError) Unwrap() error { return e.err }
 
 // heraFlags registers flags for every Hera parameter on fs, with p's values
-// as defaults; call the returned function after parsing to store them in p.
-func heraFlags(fs *flag.FlagSet, p *hera.Params) func() {
+// as defaults; parsing stores them in p.
+func heraFlags(fs *flag.FlagSet, p *hera.Params) {
 	fs.DurationVar(&p.BucketWidth, "bucket", p.BucketWidth, "bucket width B (absolute RTT for hera-paper, queueing delay for hera)")
 	fs.IntVar(&p.Backlog, "backlog", p.Backlog, "backlog length N (RTT samples averaged)")
 	fs.IntVar(&p.Buckets, "buckets", p.Buckets, "number of histogram buckets X")
-	d := fs.Uint("delta-max", uint(p.DeltaMax), "step unit Δmax in segments")
-	hc := fs.Uint("hist-cap", uint(p.HistCap), "histogram total at which all buckets are halved")
-	mn := fs.Uint("min-cwnd", uint(p.MinCwnd), "lower window bound in segments")
-	mx := fs.Uint("max-cwnd", uint(p.MaxCwnd), "upper window bound in segments")
-	in := fs.Uint("init-cwnd", uint(p.InitCwnd), "initial window in segments")
-	ds := fs.Uint("decrease-shift", uint(p.DecreaseShift), "hera: decrease unit is Δmax + cwnd>>shift (0: Δmax only)")
-	lb := fs.Uint("loss-beta", uint(p.LossBetaPermille), "hera: window multiplier on loss, per mille (0: no loss response)")
+	fs.Var(uint32Flag{&p.DeltaMax}, "delta-max", "step unit Δmax in segments")
+	fs.Var(uint32Flag{&p.HistCap}, "hist-cap", "histogram total at which all buckets are halved")
+	fs.Var(uint32Flag{&p.MinCwnd}, "min-cwnd", "lower window bound in segments")
+	fs.Var(uint32Flag{&p.MaxCwnd}, "max-cwnd", "upper window bound in segments")
+	fs.Var(uint32Flag{&p.InitCwnd}, "init-cwnd", "initial window in segments")
+	fs.Var(uint32Flag{&p.DecreaseShift}, "decrease-shift", "hera: decrease unit is Δmax + cwnd>>shift (0: Δmax only)")
+	fs.Var(uint32Flag{&p.LossBetaPermille}, "loss-beta", "hera: window multiplier on loss, per mille (0: no loss response)")
 	fs.DurationVar(&p.MinRTTWindow, "min-rtt-window", p.MinRTTWindow, "hera: how long a minimum RTT sample stays valid")
 	fs.BoolVar(&p.Pacing, "pacing", p.Pacing, "ask the kernel to pace the flow at 1.2·cwnd/srtt")
-	fg := fs.Uint("floor-gain", uint(p.FloorGainEighths), "hera: keep the window at or above gain/8 × the largest delivered BDP of the last --bdp-window (0: no floor)")
+	fs.Var(uint32Flag{&p.FloorGainEighths}, "floor-gain", "hera: keep the window at or above gain/8 × the largest delivered BDP of the last --bdp-window (0: no floor)")
 	fs.DurationVar(&p.BDPWindow, "bdp-window", p.BDPWindow, "hera: how long a delivered-BDP sample stays the floor's maximum")
-	bp := fs.Uint("bucket-packets", uint(p.BucketPackets), "hera: a bucket is at least this many packet times at the delivered rate (0: B only)")
-	gr := fs.Uint("gate-rtts", uint(p.GateRTTs), "hera: the next update is at most this many minimum RTTs away (0: one sample's RTT)")
-	pm := fs.Uint("pacing-max-rtts", uint(p.PacingMaxRTTs), "hera: pace at cwnd over min(srtt, this many minimum RTTs) (0: srtt)")
-	ork := fs.Uint("outage-rtts", uint(p.OutageRTTs), "hera: a sample this many minimum RTTs above the minimum is an outage (0: no outage boost)")
-	obp := fs.Uint("outage-boost", uint(p.OutageBoostPercent), "hera: multiply the window by this percentage once per outage (0: off)")
-	return func() {
-		p.BucketPackets, p.GateRTTs, p.PacingMaxRTTs = uint32(*bp), uint32(*gr), uint32(*pm)
-		p.OutageRTTs, p.OutageBoostPercent = uint32(*ork), uint32(*obp)
-		p.DeltaMax, p.HistCap, p.MinCwnd, p.MaxCwnd, p.InitCwnd = uint32(*d), uint32(*hc), uint32(*mn), uint32(*mx), uint32(*in)
-		p.DecreaseShift, p.LossBetaPermille, p.FloorGainEighths = uint32(*ds), uint32(*lb), uint32(*fg)
+	fs.Var(uint32Flag{&p.BucketPackets}, "bucket-packets", "hera: a bucket is at least this many packet times at the delivered rate (0: B only)")
+	fs.Var(uint32Flag{&p.GateRTTs}, "gate-rtts", "hera: the next update is at most this many minimum RTTs away (0: one sample's RTT)")
+	fs.Var(uint32Flag{&p.PacingMaxRTTs}, "pacing-max-rtts", "hera: pace at cwnd over min(srtt, this many minimum RTTs) (0: srtt)")
+	fs.Var(uint32Flag{&p.OutageRTTs}, "outage-rtts", "hera: a sample this many minimum RTTs above the minimum is an outage (0: no outage boost)")
+	fs.Var(uint32Flag{&p.OutageBoostPercent}, "outage-boost", "hera: multiply the window by this percentage once per outage (0: off)")
+}
+
+// uint32Flag is a flag for a uint32 parameter: a value beyond 32 bits is
+// refused, not cut to its low bits (--max-cwnd 4294967297 was a window of 1).
+type uint32Flag struct{ p *uint32 }
+
+func (f uint32Flag) String() string {
+	if f.p == nil {
+		return "0"
 	}
+	return strconv.FormatUint(uint64(*f.p), 10)
+}
+
+func (f uint32Flag) Set(s string) error {
+	v, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return fmt.Errorf("want a whole number from 0 to %d", uint32(math.MaxUint32))
+	}
+	*f.p = uint32(v)
+	return nil
 }
