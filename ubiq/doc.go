@@ -15,8 +15,10 @@
 // PeerRemoved and property notifications. Relayed frames travel on one
 // core NATS subject per room: a node holds one subscription per room that
 // has local members or observers and fans out locally through per
-// connection fanout.Writers, which batch while a connection is busy and
-// coalesce stale frames for the same object when its queue is full.
+// connection fanout.Writers, which batch while a connection is busy. When a
+// queue is full, a newer frame replaces a stale one only for the objects
+// that their sender declared as state (CoalesceKey); other frames may be
+// events, and are never replaced.
 //
 // Beyond Ubiq, a peer may observe rooms it is not a member of
 // (SetObserved, for hex-grid areas of interest), and a room may restrict

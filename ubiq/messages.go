@@ -205,6 +205,12 @@ func (p *props) appendAll(keys, values []string) (ck, cv []string) {
 	return ck, cv
 }
 
+// value returns k's value, "" if it has none.
+func (p *props) value(k string) string {
+	v, _ := p.get(k)
+	return v
+}
+
 // has reports whether k has the value v.
 func (p *props) has(k, v string) bool {
 	got, ok := p.get(k)

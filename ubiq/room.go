@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -131,6 +130,10 @@ type room struct {
 	// others counts the other nodes that have this room active (their
 	// presence keys r.{room}.n.{node}); frames go on the bus only if some do.
 	others atomic.Int32
+
+	// state holds the objects whose frames members declared as state
+	// (CoalesceKey): only those frames coalesce in a full queue.
+	state atomic.Pointer[stateKeys]
 
 	posMu   sync.Mutex
 	posNext map[string]interest.Vec3
@@ -346,6 +349,9 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		if m := r.members[tok]; m != nil {
 			old := m.rec
 			m.rec, m.rev, m.added = rec, e.Revision(), nil
+			if v, _ := rec.Props.get(CoalesceKey); v != old.Props.value(CoalesceKey) {
+				r.setStateObjects(rec.UUID, &m.rec.Props)
+			}
 			if ck, cv := rec.Props.diff(old.Props); len(ck) > 0 {
 				msg := EncodeRequest("PeerPropertiesAppended", PeerPropertiesArgs{UUID: rec.UUID, Keys: ck, Values: cv})
 				for c, a := range r.local {
@@ -375,6 +381,7 @@ func (r *room) attachPending() {
 func (r *room) addMember(tok string, m *memberState) {
 	r.members[tok] = m
 	id := m.rec.UUID
+	r.setStateObjects(id, &m.rec.Props)
 	if v, ok := m.rec.Props.get(PositionKey); ok {
 		if p, ok := parsePosition(v); ok {
 			r.placed[id] = p
@@ -408,6 +415,7 @@ func (r *room) addMember(tok string, m *memberState) {
 func (r *room) removeMember(tok string, m *memberState) {
 	delete(r.members, tok)
 	id := m.rec.UUID
+	r.setStateObjects(id, nil)
 	delete(r.placed, id)
 	if r.knn != nil {
 		r.knn.Remove(id)
@@ -695,9 +703,10 @@ func without(l []*conn, c *conn) []*conn {
 // audience and returns the number of connections it was queued for.
 func (r *room) dispatch(sender string, from *conn, frame []byte) int {
 	a := r.aud.Load()
-	// The key (the NetworkId) points into the frame, which is never
-	// written again once read: no copy per frame.
-	f := &fanout.Frame{Bytes: frame, Key: unsafe.String(&frame[4], 8)}
+	// Only frames to an object that the sender declared as state carry a
+	// key, and may replace or be replaced by a newer one in a full queue;
+	// any other frame may be an event (see CoalesceKey).
+	f := &fanout.Frame{Bytes: frame, Key: r.frameKey(sender, frame)}
 	n := 0
 	if !a.knn {
 		for _, c := range a.all {

@@ -14,7 +14,7 @@ import (
 
 // TestNonReadingClientDoesNotSlowOthers fills a room with traffic while
 // one member never reads: the others get every frame, the stalled peer's
-// bounded queue drops or coalesces, and it stays connected.
+// bounded queue drops, and it stays connected.
 func TestNonReadingClientDoesNotSlowOthers(t *testing.T) {
 	ts, id, _, stalled := startWithStalledPeer(t)
 
@@ -28,7 +28,8 @@ func TestNonReadingClientDoesNotSlowOthers(t *testing.T) {
 	payload := []byte(strings.Repeat("p", 1000))
 	for b := range 400 {
 		for i := range 50 {
-			// 100 objects: a full queue coalesces older poses of the same one.
+			// 100 objects, none declared as state (CoalesceKey): a full
+			// queue drops the newer frames.
 			sender.c.Send(NetworkId{A: 7, B: uint32((b*50 + i) % 100)}, payload)
 		}
 		for i := range 50 {

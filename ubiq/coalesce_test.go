@@ -1,0 +1,223 @@
+package ubiq
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/internal/testnet"
+)
+
+func TestParseCoalesce(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []NetworkId
+		bad  int
+	}{
+		{"", nil, 0},
+		{"7-1", []NetworkId{{A: 7, B: 1}}, 0},
+		{"00001f2e-00000007, ffffffff-0", []NetworkId{{A: 0x1f2e, B: 7}, {A: 0xffffffff}}, 0},
+		{`["a-b","c-d"]`, []NetworkId{{A: 0xa, B: 0xb}, {A: 0xc, B: 0xd}}, 0},
+		{"1-2 3-4\t5-6", []NetworkId{{A: 1, B: 2}, {A: 3, B: 4}, {A: 5, B: 6}}, 0},
+		{"avatar, 1-2, 1-2-3, 123456789-1, -1, 1-, g-1", []NetworkId{{A: 1, B: 2}}, 6},
+	} {
+		got, bad := parseCoalesce(tc.in)
+		if !slices.Equal(got, tc.want) || bad != tc.bad {
+			t.Errorf("parseCoalesce(%q) = %v, %d bad; want %v, %d bad", tc.in, got, bad, tc.want, tc.bad)
+		}
+	}
+	var many bytes.Buffer
+	for i := range maxCoalesceIDs + 10 {
+		fmt.Fprintf(&many, "%x-1,", i)
+	}
+	if got, _ := parseCoalesce(many.String()); len(got) != maxCoalesceIDs {
+		t.Errorf("%d ids kept, want at most %d", len(got), maxCoalesceIDs)
+	}
+}
+
+// gatedConn is the server's end of a peer's connection whose writes can be
+// held: while held, the connection's writer blocks in Write, as on a peer
+// that stopped reading, and what the room relays to the peer waits in its
+// queue.
+type gatedConn struct {
+	net.Conn
+	mu      sync.Mutex
+	held    bool
+	release chan struct{}
+	blocked chan struct{} // gets a value when a write starts waiting
+}
+
+func (g *gatedConn) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	held, release := g.held, g.release
+	g.mu.Unlock()
+	if held {
+		select {
+		case g.blocked <- struct{}{}:
+		default:
+		}
+		<-release
+	}
+	return g.Conn.Write(p)
+}
+
+func (g *gatedConn) hold() {
+	g.mu.Lock()
+	g.held, g.release = true, make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedConn) open() {
+	g.mu.Lock()
+	if g.held {
+		g.held = false
+		close(g.release)
+	}
+	g.mu.Unlock()
+}
+
+// rawPeer is a peer that speaks the protocol by hand over a connection the
+// server serves through a gatedConn.
+type rawPeer struct {
+	t        *testing.T
+	nc       net.Conn
+	gate     *gatedConn
+	uuid     string
+	clientID NetworkId
+	in       chan []byte
+}
+
+func dialGated(t *testing.T, ts *testServer) *rawPeer {
+	cli, srv := testnet.TCPPair(t)
+	p := &rawPeer{t: t, nc: cli, gate: &gatedConn{Conn: srv, blocked: make(chan struct{}, 1)}, uuid: newUUID(),
+		clientID: NetworkId{A: 4000 + idSeq.Add(1), B: 9}, in: make(chan []byte, 1024)}
+	ts.s.ServeConn(p.gate)
+	t.Cleanup(p.gate.open) // before the server shuts down, if a test failed while held
+	go func() {
+		defer close(p.in)
+		for {
+			f, err := ReadFrame(cli, 1<<20)
+			if err != nil {
+				return
+			}
+			p.in <- f
+		}
+	}()
+	return p
+}
+
+func (p *rawPeer) send(id NetworkId, payload []byte) {
+	p.t.Helper()
+	if _, err := p.nc.Write(NewFrame(id, payload)); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// until reads frames until a server message of type typ whose args
+// contain sub, and returns the frames before it.
+func (p *rawPeer) until(typ, sub string) [][]byte {
+	p.t.Helper()
+	var before [][]byte
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case f, ok := <-p.in:
+			if !ok {
+				p.t.Fatalf("connection closed before %s", typ)
+			}
+			if IDOf(f) == p.clientID {
+				var r Request
+				if json.Unmarshal(f[HeaderSize:], &r) == nil && r.Type == typ && bytes.Contains([]byte(r.Args), []byte(sub)) {
+					return before
+				}
+			}
+			before = append(before, f)
+		case <-deadline:
+			p.t.Fatalf("no %s %q within 10s", typ, sub)
+		}
+	}
+}
+
+// A receiver's queue is full; a newer frame to an object that its sender
+// declared as state (CoalesceKey) replaces the stale one still queued,
+// while a frame to any other object, which may be an event (a Ubiq RPC, a
+// WebRTC offer), is never replaced: the newer one is dropped instead.
+func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
+	pose, event, filler := NetworkId{A: 0x1f2e, B: 7}, NetworkId{A: 0x1f2e, B: 8}, NetworkId{A: 0x1f2e, B: 9}
+	for _, tc := range []struct {
+		name      string
+		atJoin    string // CoalesceKey in the sender's Join
+		appended  string // CoalesceKey appended after the Join
+		want      []string
+		coalesced uint64
+		dropped   uint64
+	}{
+		{name: "declared at join", atJoin: "1f2e-7", want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
+		{name: "declared later", appended: "00001f2e-00000007", want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
+		{name: "another object declared", atJoin: "1f2e-6", want: []string{"pose 1", "event 1"}, dropped: 2},
+		{name: "nothing declared", want: []string{"pose 1", "event 1"}, dropped: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startServer(t, nil, func(c *Config) {
+				c.Writer = fanout.Options{MaxFrames: 16}
+				c.PeerTimeout = time.Minute
+			})
+			room := newUUID()
+			slow := dialGated(t, ts)
+			slow.send(ServerID, EncodeRequest("Join", JoinArgs{UUID: room, Peer: PeerInfo{UUID: slow.uuid, ClientID: slow.clientID, Keys: []string{}, Values: []string{}}}))
+			slow.until("SetRoom", room)
+
+			sender := dialPeer(t, ts.tcp)
+			keys, values := []string{}, []string{}
+			if tc.atJoin != "" {
+				keys, values = []string{CoalesceKey}, []string{tc.atJoin}
+			}
+			sender.join(JoinArgs{UUID: room, Peer: sender.info(keys, values)})
+			slow.until("PeerAdded", sender.uuid)
+			if tc.appended != "" {
+				sender.request("AppendPeerProperties", PropertiesArgs{Keys: []string{CoalesceKey}, Values: []string{tc.appended}})
+				// The room has taken it in before it tells the others.
+				slow.until("PeerPropertiesAppended", CoalesceKey)
+			}
+
+			// The slow peer stops reading: its writer blocks on the first
+			// frame, and the rest wait in its queue.
+			slow.gate.hold()
+			sender.c.Send(filler, []byte("plug"))
+			<-slow.gate.blocked
+			sender.c.Send(pose, []byte("pose 1"))
+			sender.c.Send(event, []byte("event 1"))
+			for i := range 14 {
+				sender.c.Send(filler, fmt.Appendf(nil, "filler %d", i))
+			}
+			sender.barrier()
+			if st := stalledStats(ts, slow.uuid); st.Queued != 16 || st.Dropped != 0 || st.Coalesced != 0 {
+				t.Fatalf("queue before it is full: %+v, want 16 queued and nothing dropped", st)
+			}
+			sender.c.Send(pose, []byte("pose 2"))
+			sender.c.Send(event, []byte("event 2"))
+			sender.barrier()
+			if st := stalledStats(ts, slow.uuid); st.Coalesced != tc.coalesced || st.Dropped != tc.dropped {
+				t.Fatalf("full queue: %d coalesced and %d dropped, want %d and %d", st.Coalesced, st.Dropped, tc.coalesced, tc.dropped)
+			}
+
+			slow.gate.open()
+			slow.send(ServerID, EncodeRequest("Ping", ClientArgs{ClientID: slow.clientID}))
+			var got []string
+			for _, f := range slow.until("Ping", "") {
+				if id := IDOf(f); id == pose || id == event {
+					got = append(got, string(f[HeaderSize:]))
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("the slow peer received %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
