@@ -28,6 +28,14 @@ const PANEL_WIDTH = 0.48;
 /** The parts of an avatar a video panel stands in for. */
 const HEAD = ['head', 'visor'];
 const GESTURES = ['pointerdown', 'pointerup', 'click', 'touchend', 'keydown'];
+/**
+ * Samples the audio level is measured over: about 0.7 s (the longest
+ * analyser window). A reading is the RMS over that window, not over the
+ * last few milliseconds, so that it does not fall to the noise floor
+ * between syllables, or between the 20 ms beeps that Chromium's fake
+ * microphone makes every 500 ms.
+ */
+const LEVEL_WINDOW = 32768;
 
 type Kind = 'audio' | 'video';
 
@@ -273,7 +281,7 @@ export class MediaView implements SFUFeature {
     const ctx = this.audioContext();
     const src = ctx.createMediaStreamSource(stream);
     const panner = new PannerNode(ctx, { panningModel: 'HRTF', distanceModel: 'inverse', refDistance: 1, rolloffFactor: 1, maxDistance: 100 });
-    const analyser = new AnalyserNode(ctx, { fftSize: 512 });
+    const analyser = new AnalyserNode(ctx, { fftSize: LEVEL_WINDOW });
     src.connect(panner).connect(ctx.destination);
     panner.connect(analyser);
     r.nodes = [src, panner, analyser];
@@ -372,7 +380,7 @@ export class MediaView implements SFUFeature {
 
   /** What the page sends and receives (for tests and the console). */
   stats(): MediaStats {
-    const buf = new Float32Array(512);
+    const buf = new Float32Array(LEVEL_WINDOW);
     return {
       state: this.state,
       microphone: this.local.audio.state,
@@ -382,7 +390,9 @@ export class MediaView implements SFUFeature {
         let level = 0;
         if (r.analyser) {
           r.analyser.getFloatTimeDomainData(buf);
-          level = Math.sqrt(buf.reduce((a, x) => a + x * x, 0) / buf.length);
+          let sum = 0;
+          for (const x of buf) sum += x * x;
+          level = Math.sqrt(sum / buf.length);
         }
         return { mid: r.mid, kind: r.kind, client: r.client ?? '', frames: r.frames, width: r.video?.videoWidth ?? 0, height: r.video?.videoHeight ?? 0, anchor: r.anchor, level };
       }),

@@ -95,6 +95,15 @@ describe('audio and video', () => {
     }, 30_000).catch(async (e) => {
       throw new Error(`${e.message}; loudest ${loudest}; B ${JSON.stringify(await stats(b))}`);
     });
+    // Every reading hears it, not just the loudest: the level is the RMS over
+    // the last 0.7 s, and the fake microphone beeps for 20 ms every 500 ms
+    // (a reading over the last 12 ms was mostly the noise floor, ~1e-5).
+    const readings: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      readings.push((await stats(b)).remote.find((x: any) => x.kind === 'audio' && x.client === aClient)?.level ?? 0);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    expect(Math.min(...readings), `readings ${readings}`).toBeGreaterThan(0.01);
     expect(await b.getAttribute('#xr-media', 'data-cameras')).toBe('1');
     // the node reads the audio levels Chromium sends (RFC 6464): A speaks
     const speaking = new RegExp(`xrealm_sfu_source_state\\{(?=[^}]*state="speaking")(?=[^}]*track="public-${SCENE}/${aClient}/)[^}]*\\} 1`);
