@@ -1,12 +1,15 @@
 package sfu
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,8 +38,7 @@ func (e *PermissionError) Unwrap() error { return e.Err }
 var permissionRE = regexp.MustCompile(`(?i)permissions violation for (publish|subscription) to "([^"]*)"`)
 
 // AsPermissionError explains err when it is a NATS permissions violation
-// (as a nats.ErrHandler or Conn.LastError reports it) and returns nil
-// otherwise.
+// (as a nats.ErrHandler reports it) and returns nil otherwise.
 func AsPermissionError(err error) *PermissionError {
 	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
 		return nil
@@ -51,39 +53,142 @@ func AsPermissionError(err error) *PermissionError {
 	return pe
 }
 
-// busCheck flushes nc and returns the permissions violation it reports
-// since before (newPermissionError), or the Flush's error: a check whose
-// Flush failed has not seen the server's answers.
+// busWatch sees the permissions violations the bus reports to a
+// connection from when it is made (watchBus), through the connection's
+// error handler, which it wraps: Start fails on the first (the token lacks
+// the rights of an SFU node). The wrapped handler still sees every error;
+// the commands (internal/cli) report later violations through theirs.
 //
-// The connection's error handler would also see the violations, but NATS
-// calls it on its own goroutine, unordered with the Flush's return, so
-// Start relies on LastError, which the reader sets before it reads the
-// PONG; the commands (internal/cli) report later violations through
-// their handler.
-func busCheck(nc *nats.Conn, before error) error {
-	if err := nc.Flush(); err != nil {
-		if pe := newPermissionError(nc, before); pe != nil {
+// NATS calls the error handler on its own goroutine, unordered with the
+// return of a Flush, so a check cannot just flush and look. It asks for a
+// marker instead (check): NATS calls the handler in the order in which
+// the bus's answers arrived, so once the handler has seen the marker it
+// has seen every violation of what the connection sent before it. (Before,
+// Start read the connection's LastError after a Flush: one slot, which
+// any later error, a slow consumer on another subscription of the same
+// connection for instance, overwrote, and which a reconnect clears.)
+type busWatch struct {
+	nc      *nats.Conn
+	markers string // prefix of the marker subjects
+	wrapped nats.ErrHandler
+
+	mu      sync.Mutex
+	active  bool
+	refused *PermissionError         // the violation to report (handle)
+	waiting map[string]chan struct{} // markers not yet seen, by subject
+	seq     int
+}
+
+// watchBus starts watching nc. Marker subjects are prefix.<n>: prefix
+// must be a subject the connection may publish and subscribe to that
+// nothing else uses.
+func watchBus(nc *nats.Conn, prefix string) *busWatch {
+	w := &busWatch{nc: nc, markers: prefix, wrapped: nc.ErrorHandler(), active: true, waiting: map[string]chan struct{}{}}
+	nc.SetErrorHandler(w.handle)
+	return w
+}
+
+// stop ends the watch; the handler passes every error on from then on.
+func (w *busWatch) stop() {
+	w.mu.Lock()
+	w.active = false
+	w.mu.Unlock()
+}
+
+func (w *busWatch) handle(nc *nats.Conn, sub *nats.Subscription, err error) {
+	w.mu.Lock()
+	marker := false
+	if w.active {
+		if sub != nil && errors.Is(err, nats.ErrSlowConsumer) {
+			marker = w.seen(sub.Subject)
+		}
+		if pe := AsPermissionError(err); pe != nil {
+			// the first refusal of one of the node's own subjects says
+			// best what it needs; an inbox's only if there is none
+			if w.refused == nil || !strings.HasPrefix(w.refused.Subject, "sfu.") && strings.HasPrefix(pe.Subject, "sfu.") {
+				w.refused = pe
+			}
+			w.seen(pe.Subject)
+		}
+	}
+	w.mu.Unlock()
+	if !marker && w.wrapped != nil {
+		w.wrapped(nc, sub, err)
+	}
+}
+
+// seen marks the marker subject as seen and reports whether it is one;
+// w.mu is held.
+func (w *busWatch) seen(subject string) bool {
+	done, ok := w.waiting[subject]
+	if ok {
+		delete(w.waiting, subject)
+		close(done)
+	}
+	return ok
+}
+
+// busCheckTimeout bounds the wait for a check's marker.
+const busCheckTimeout = 10 * time.Second
+
+// check returns a permissions violation the bus reported since the watch
+// began, as a *PermissionError (the first on a subject under sfu., else
+// the first), or nil, once the bus has answered everything the connection
+// sent before the call. The marker is
+// a message to a subscription on a subject of its own whose channel
+// nobody reads: NATS reports it as a slow consumer to the error handler.
+// If the bus refuses the connection that subject instead, the violation
+// is the marker. A Flush that fails (the bus went away) fails the check
+// with its error, since the bus's answers were not all seen. The wait is
+// bounded by busCheckTimeout, not by ctx's end: a start that is cancelled
+// still checks (the node stops with ctx after).
+func (w *busWatch) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), busCheckTimeout)
+	defer cancel()
+	w.mu.Lock()
+	w.seq++
+	subject := fmt.Sprintf("%s.%d", w.markers, w.seq)
+	done := make(chan struct{})
+	w.waiting[subject] = done
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.waiting, subject)
+		w.mu.Unlock()
+	}()
+	sub, err := w.nc.ChanSubscribe(subject, make(chan *nats.Msg))
+	if err != nil {
+		return fmt.Errorf("sfu: bus check: subscribe %s: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := w.nc.Publish(subject, nil); err != nil {
+		return fmt.Errorf("sfu: bus check: publish %s: %w", subject, err)
+	}
+	if err := w.nc.Flush(); err != nil {
+		if pe := w.violation(); pe != nil {
 			return pe
 		}
 		return fmt.Errorf("sfu: bus: %w", err)
 	}
-	return newPermissionError(nc, before)
-}
-
-// newPermissionError returns the permissions violation nc reports since
-// before, its LastError when Start began, after a Flush: the server
-// answers a subscription or publish it refuses before the Flush's PONG.
-// A violation is a new error value each time, so a LastError other than
-// before is a new one.
-func newPermissionError(nc *nats.Conn, before error) error {
-	err := nc.LastError()
-	if err == nil || err == before {
-		return nil
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if pe := w.violation(); pe != nil {
+			return pe
+		}
+		return fmt.Errorf("sfu: bus check: the connection's error handler did not report the marker %s (was it replaced?): %w", subject, ctx.Err())
 	}
-	if pe := AsPermissionError(err); pe != nil {
+	if pe := w.violation(); pe != nil {
 		return pe
 	}
 	return nil
+}
+
+// violation returns the violation to report, or nil.
+func (w *busWatch) violation() *PermissionError {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.refused
 }
 
 // newInstance returns a random NodeInfo.Instance.
@@ -107,7 +212,7 @@ const duplicateTimeout = time.Second
 // answers that it is shutting down does not count. It also reports a
 // permissions violation on the subjects it uses (the token lacks the
 // rights) at once instead of after the timeout.
-func (n *Node) checkUnique(before error) error {
+func (n *Node) checkUnique(ctx context.Context, w *busWatch) error {
 	nc := n.cfg.NC
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
@@ -120,7 +225,7 @@ func (n *Node) checkUnique(before error) error {
 	if err := nc.PublishRequest(signal, inbox, b); err != nil {
 		return fmt.Errorf("sfu: ping %s: %w", signal, err)
 	}
-	if err := busCheck(nc, before); err != nil {
+	if err := w.check(ctx); err != nil {
 		return err
 	}
 	msg, err := sub.NextMsg(duplicateTimeout)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -200,8 +201,10 @@ func TestStartWithoutRights(t *testing.T) {
 			t.Errorf("err %q does not say %q", err, want)
 		}
 	}
-	if !strings.HasPrefix(pe.Subject, "sfu.") && !strings.HasPrefix(pe.Subject, "_INBOX.") {
-		t.Errorf("refused subject %q, want one of the node's", pe.Subject)
+	// the bus refuses the inbox of the ID check first, then its ping: the
+	// node's own subject is the one named
+	if pe.Subject != "sfu.node.9.signal" || pe.Op != "publish to" {
+		t.Errorf("refused: %s %q, want publish to sfu.node.9.signal (the first of the node's own subjects)", pe.Op, pe.Subject)
 	}
 	if d := time.Since(start); d > duplicateTimeout {
 		t.Errorf("failing took %s, want at once", d)
@@ -262,11 +265,64 @@ func TestBusCheckFlushFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := busCheck(nc, nc.LastError()); err != nil {
+	w := watchBus(nc, "sfu.node.x.buscheck")
+	if err := w.check(context.Background()); err != nil {
 		t.Fatalf("open connection: %v", err)
 	}
 	nc.Close()
-	if err := busCheck(nc, nc.LastError()); !errors.Is(err, nats.ErrConnectionClosed) {
+	if err := w.check(context.Background()); !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Fatalf("closed connection: %v, want nats.ErrConnectionClosed", err)
+	}
+}
+
+// TestBusCheckSeesEveryViolation: a check reports a violation even when
+// another error came after it (here a slow consumer on another
+// subscription of the connection, which took the connection's LastError,
+// where the check used to look), and the connection's own error handler
+// still sees both errors but not the check's marker.
+func TestBusCheckSeesEveryViolation(t *testing.T) {
+	b, keys := startTokenBus(t)
+	svc, err := keys.Issue("sfu-t", auth.ServiceRights("sfu"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		seen []error // by the connection's own handler
+	)
+	nc, err := b.Connect("sfu-t", nats.Token(svc), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		mu.Lock()
+		seen = append(seen, err)
+		mu.Unlock()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	w := watchBus(nc, "sfu.node.t.buscheck")
+	defer w.stop()
+	if err := nc.Publish("scene.elsewhere", nil); err != nil { // outside sfu.>: refused
+		t.Fatal(err)
+	}
+	slow, err := nc.ChanSubscribe("sfu.other", make(chan *nats.Msg)) // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = slow.Unsubscribe() }()
+	if err := nc.Publish("sfu.other", nil); err != nil {
+		t.Fatal(err)
+	}
+	err = w.check(context.Background())
+	var pe *PermissionError
+	if !errors.As(err, &pe) || pe.Subject != "scene.elsewhere" || pe.Op != "publish to" {
+		t.Fatalf("check: %v, want the refused publish to scene.elsewhere", err)
+	}
+	if AsPermissionError(nc.LastError()) != nil {
+		t.Errorf("LastError %v: the violation was not overwritten; the test shows nothing", nc.LastError())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || AsPermissionError(seen[0]) == nil || !errors.Is(seen[1], nats.ErrSlowConsumer) {
+		t.Errorf("the connection's handler saw %v, want the violation and the other subscription's slow consumer (not the marker)", seen)
 	}
 }

@@ -100,8 +100,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n.api = webrtc.NewAPI(webrtc.WithMediaEngine(me), webrtc.WithInterceptorRegistry(reg), webrtc.WithSettingEngine(n.relaySettingEngine()))
 	// A permissions violation the bus reports from here on is about what
 	// Start does: the token lacks the rights of an SFU node.
-	before := cfg.NC.LastError()
-	if err := n.checkUnique(before); err != nil {
+	watch := watchBus(cfg.NC, "sfu.node."+cfg.ID+".buscheck."+n.instance)
+	defer watch.stop()
+	if err := n.checkUnique(ctx, watch); err != nil {
 		n.cancel()
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.mgr = m
 	}
-	if err := busCheck(cfg.NC, before); err != nil {
+	if err := watch.check(ctx); err != nil {
 		n.Close()
 		return nil, err
 	}
@@ -145,9 +146,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	_ = cfg.NC.Publish(subjectSync, nil) // learn the tracks that exist
 	n.heartbeat()
-	// the server refuses a publish it does not allow before the Flush's
-	// PONG; a Flush that fails (the bus went away) fails Start too
-	if err := busCheck(cfg.NC, before); err != nil {
+	// the first heartbeat's publish is checked too; a check whose Flush
+	// fails (the bus went away) fails Start
+	if err := watch.check(ctx); err != nil {
 		n.Close()
 		if cfg.Registerer != nil {
 			cfg.Registerer.Unregister(col)
