@@ -32,17 +32,38 @@ function colorFor(s: string): string {
   return `hsl(${h % 360}, 70%, 55%)`;
 }
 
-AFRAME.registerComponent('xr-billboard', {
+/**
+ * Name tags: a tag keeps the size on screen that it has at ref metres
+ * from the camera (its world size grows with distance), within min and
+ * max times its own size, so that it is readable from across a room and
+ * not huge up close. Its bottom stays just above the head.
+ */
+export const NAMETAG = { ref: 3, min: 0.5, max: 4, bottom: 0.26 };
+
+/** The scale of a name tag seen from distance metres. */
+export function nametagScale(distance: number): number {
+  return Math.min(NAMETAG.max, Math.max(NAMETAG.min, distance / NAMETAG.ref));
+}
+
+/** xr-nametag: turns the tag to the camera and scales it with the distance (NAMETAG). */
+AFRAME.registerComponent('xr-nametag', {
   init(this: any) {
     this.q = new THREE.Quaternion();
     this.pq = new THREE.Quaternion();
+    this.cp = new THREE.Vector3();
+    this.p = new THREE.Vector3();
   },
   tick(this: any) {
     const cam = this.el.sceneEl?.camera;
     if (!cam) return;
+    const o = this.el.object3D;
     cam.getWorldQuaternion(this.q);
-    this.el.object3D.parent.getWorldQuaternion(this.pq);
-    this.el.object3D.quaternion.copy(this.pq.invert().multiply(this.q));
+    o.parent.getWorldQuaternion(this.pq);
+    o.quaternion.copy(this.pq.invert().multiply(this.q));
+    const s = nametagScale(cam.getWorldPosition(this.cp).distanceTo(o.getWorldPosition(this.p)));
+    o.scale.setScalar(s);
+    const mesh = this.el.getObject3D('xr-text');
+    if (mesh) o.position.y = NAMETAG.bottom + (s * mesh.scale.y) / 2;
   },
 });
 
@@ -193,7 +214,7 @@ export class Presence {
       <a-entity data-role="head" geometry="primitive: sphere; radius: 0.18" material="color: ${color}; roughness: 0.6"></a-entity>
       <a-entity data-role="visor" geometry="primitive: box; width: 0.22; height: 0.07; depth: 0.08" position="0 0.03 -0.15" material="color: #222"></a-entity>
       <a-entity data-role="body" geometry="primitive: cone; radiusBottom: 0.22; radiusTop: 0.05; height: 0.5" position="0 -0.55 0" material="color: ${color}; opacity: 0.6; transparent: true"></a-entity>
-      <a-entity data-role="nametag" position="0 0.38 0" xr-billboard></a-entity>`;
+      <a-entity data-role="nametag" position="0 0.38 0" xr-nametag></a-entity>`;
     const tag = av.querySelector('[data-role="nametag"]') as any;
     tag.setAttribute('xr-text', { value: name, color: '#ffffff', background: 'rgba(0,0,0,0.55)', width: 0.7, fontSize: 48 });
     av.addEventListener('loaded', () => {

@@ -170,6 +170,45 @@ describe('presence', () => {
     await close(a);
   });
 
+  it('name tags keep a readable size on screen far away, and are not huge up close', async () => {
+    const a = await open('/public/nametags');
+    const b = await open('/public/nametags', { width: 480, height: 360 });
+    const sa = await session(a);
+    const tag = `[data-avatar-for="${sa.userClient}"] [data-role="nametag"]`;
+    await waitFor('B sees A', () => b.$(tag));
+    await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 0'));
+    // A stands d metres in front of B, who looks at it (-z); what B sees of A's tag
+    const seen = async (d: number) => {
+      await a.evaluate((d) => (document.querySelector('#xr-camera') as any).setAttribute('position', `0 1.6 ${-d}`), d);
+      await waitFor(`A's avatar at ${d} m on B`, async () => Math.abs((await worldPos(b, `[data-avatar-for="${sa.userClient}"]`))!.z + d) < 0.01);
+      await b.waitForTimeout(100); // a frame or two: the tag scales in its tick
+      return b.evaluate((sel) => {
+        const sc = document.querySelector('a-scene') as any;
+        const el = document.querySelector(sel) as any;
+        const mesh = el.getObject3D('xr-text');
+        mesh.updateMatrixWorld(true);
+        const V = mesh.position.constructor;
+        const [top, bottom] = [new V(0, 0.5, 0), new V(0, -0.5, 0)].map((v) => mesh.localToWorld(v));
+        const head = el.parentElement.object3D.getWorldPosition(new V());
+        const px = (v: any) => (v.clone().project(sc.camera).y * sc.canvas.clientHeight) / 2;
+        return { pixels: px(top) - px(bottom), scale: el.object3D.scale.y, bottomAboveHead: bottom.y - head.y };
+      }, tag);
+    };
+    const [near, mid, far, veryFar] = [await seen(1.2), await seen(3), await seen(12), await seen(30)];
+    // at 12 m as large on screen as at 3 m (it was a quarter of that), and readable
+    expect(far.pixels / mid.pixels).toBeGreaterThan(0.8);
+    expect(far.pixels).toBeGreaterThan(10);
+    // at 1.2 m at most half its own size (it was 2.5 times as large on screen as at 3 m)
+    expect(near.scale).toBeCloseTo(0.5, 2);
+    expect(near.pixels / mid.pixels).toBeLessThan(1.5);
+    // far away it grows at most 4 times
+    expect(veryFar.scale).toBeCloseTo(4, 2);
+    // and it stays above the head (radius 0.18 m) at any size
+    for (const t of [near, mid, far, veryFar]) expect(t.bottomAboveHead).toBeGreaterThan(0.18);
+    await close(a);
+    await close(b);
+  });
+
   it('a dropped connection fires the last will, then the page reconnects and reloads the scene', async () => {
     const watcher = await mqttClient(srv, 'bot', srv.token('bot', 'public/objects', 'editor'), 'watcher-1');
     const seen: any[] = [];
