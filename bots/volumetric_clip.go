@@ -23,6 +23,13 @@ type Clip struct {
 	Frames    [][volumetric.Descriptions][]byte
 }
 
+// MaxClipFPS bounds a clip's frame rate (as the SFU bench does). A rate
+// that is NaN, infinite or so high that the frame period rounds to 0 made
+// a bot's ticker panic (xrealm pcbot --fps NaN was accepted).
+const MaxClipFPS = 1000
+
+func validFPS(fps float64) bool { return fps > 0 && fps <= MaxClipFPS }
+
 // ClipConfig says what EncodeClip makes.
 type ClipConfig struct {
 	Points int     // points per frame (the paper: 100k)
@@ -34,8 +41,9 @@ type ClipConfig struct {
 // EncodeClip generates the synthetic figure (volumetric.Source), splits each
 // frame into the 15/25/60 % descriptions and encodes each with Draco.
 func EncodeClip(ctx context.Context, cfg ClipConfig) (*Clip, error) {
-	if cfg.Points < volumetric.Descriptions || cfg.Frames < 1 || cfg.FPS <= 0 {
-		return nil, fmt.Errorf("bots: clip of %d points × %d frames at %v fps is empty", cfg.Points, cfg.Frames, cfg.FPS)
+	if cfg.Points < volumetric.Descriptions || cfg.Frames < 1 || !validFPS(cfg.FPS) {
+		return nil, fmt.Errorf("bots: clip of %d points × %d frames at %v fps: want at least %d points, a frame, and above 0 up to %v fps",
+			cfg.Points, cfg.Frames, cfg.FPS, volumetric.Descriptions, MaxClipFPS)
 	}
 	d, err := volumetric.NewDraco()
 	if err != nil {
@@ -88,8 +96,11 @@ func LoadClip(path string) (*Clip, error) {
 	if err := gob.NewDecoder(f).Decode(&c); err != nil {
 		return nil, fmt.Errorf("bots: clip %s: %w", path, err)
 	}
-	if len(c.Frames) == 0 || c.FPS <= 0 {
+	if len(c.Frames) == 0 {
 		return nil, fmt.Errorf("bots: clip %s is empty", path)
+	}
+	if !validFPS(c.FPS) {
+		return nil, fmt.Errorf("bots: clip %s: %v fps, want above 0 up to %v", path, c.FPS, MaxClipFPS)
 	}
 	return &c, nil
 }
