@@ -174,7 +174,10 @@ func splitList(s string) []string {
 	return out
 }
 
-// parseInts parses "a,b,c" or "from:step:to".
+// maxRampSteps bounds the values of a from:step:to list.
+const maxRampSteps = 10000
+
+// parseInts parses "a,b,c" or "from:step:to" of non-negative numbers.
 func parseInts(flagName, s string) ([]int, error) {
 	if f := strings.Split(s, ":"); len(f) == 3 {
 		var v [3]int
@@ -185,12 +188,18 @@ func parseInts(flagName, s string) ([]int, error) {
 			}
 			v[i] = n
 		}
-		if v[1] <= 0 || v[0] > v[2] {
-			return nil, fmt.Errorf("%s %q: want from:step:to with step > 0 and from ≤ to", flagName, s)
+		if v[0] < 0 || v[1] <= 0 || v[0] > v[2] {
+			return nil, fmt.Errorf("%s %q: want from:step:to with from ≥ 0, step > 0 and from ≤ to", flagName, s)
 		}
-		var out []int
-		for n := v[0]; n <= v[2]; n += v[1] {
-			out = append(out, n)
+		// Counted, not stepped to the end: a step past the largest int
+		// wrapped around, and the list grew until memory ran out.
+		steps := (v[2] - v[0]) / v[1] // one less than the values
+		if steps >= maxRampSteps {
+			return nil, fmt.Errorf("%s %q: more than %d values", flagName, s, maxRampSteps)
+		}
+		out := make([]int, steps+1)
+		for i := range out {
+			out[i] = v[0] + i*v[1]
 		}
 		return out, nil
 	}

@@ -193,3 +193,53 @@ func TestParseUDPPortsMalformed(t *testing.T) {
 		t.Errorf(`parseUDPPorts("50000-50100") = %d-%d, %v`, lo, hi, err)
 	}
 }
+
+// FuzzParseInts: a bench's list of counts, "a,b,c" or "from:step:to", is
+// refused with an error that names the flag, or is a non-empty list of at
+// most maxRampSteps non-negative numbers: each of the list's, or from,
+// from+step, ... up to to.
+func FuzzParseInts(f *testing.F) {
+	for _, s := range []string{"1,2,3", " 4 , ,5", "0:10:100", "5:1:5", "0:1:9223372036854775807", "-5:1:5", "5:0:10", "10:1:5", "1:2", "a,b", "-1", "-0", "+7,007", "", ",", "0:1:9999", "0:1:10000"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseInts("--ramp", s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "--ramp") {
+				t.Fatalf("parseInts(%q): error %q does not name the flag", s, err)
+			}
+			return
+		}
+		if len(got) == 0 || len(got) > maxRampSteps {
+			t.Fatalf("parseInts(%q): %d values", s, len(got))
+		}
+		for _, n := range got {
+			if n < 0 {
+				t.Fatalf("parseInts(%q) = %v: a negative count", s, got)
+			}
+		}
+		if f := strings.Split(s, ":"); len(f) == 3 {
+			from, _ := strconv.Atoi(strings.TrimSpace(f[0]))
+			step, _ := strconv.Atoi(strings.TrimSpace(f[1]))
+			to, _ := strconv.Atoi(strings.TrimSpace(f[2]))
+			for i, n := range got {
+				if n != from+i*step || n > to {
+					t.Fatalf("parseInts(%q) = %v: value %d is not from + %d steps up to %d", s, got, n, i, to)
+				}
+			}
+			if last := got[len(got)-1]; to-last >= step {
+				t.Fatalf("parseInts(%q) = %v: stops short of %d", s, got, to)
+			}
+			return
+		}
+		want := splitList(s)
+		if len(want) != len(got) {
+			t.Fatalf("parseInts(%q) = %v, from %d fields", s, got, len(want))
+		}
+		for i, x := range want {
+			if n, err := strconv.Atoi(x); err != nil || got[i] != n {
+				t.Fatalf("parseInts(%q) = %v: field %q read as %d", s, got, x, got[i])
+			}
+		}
+	})
+}
