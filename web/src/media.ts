@@ -14,7 +14,7 @@
 // See docs/web.md, "Audio and video".
 
 import { THREE } from './aframe';
-import { avatarElement, standIn } from './presence';
+import { avatarElement, covered, standIn } from './presence';
 import type { SFUConnection, TrackInfo } from './sfu';
 import type { SFUFeature } from './sfusession';
 import { h, toast } from './ui';
@@ -25,6 +25,13 @@ export const DEFAULT_VIDEO_SLOTS = 4;
 /** A video slot shows nothing when no frame came for this long (its publisher turned the camera off). */
 const VIDEO_STALE_MS = 1500;
 const PANEL_WIDTH = 0.48;
+/**
+ * Where a panel stands when a point cloud stands in for the avatar's body:
+ * beside the figure's head, this far to the viewer's right, so that its
+ * inner edge is 0.4 m from the figure's axis (its shoulders reach 0.34 m;
+ * pcsource.ts).
+ */
+const BESIDE = PANEL_WIDTH / 2 + 0.4;
 /** The parts of an avatar a video panel stands in for. */
 const HEAD = ['head', 'visor'];
 const GESTURES = ['pointerdown', 'pointerup', 'click', 'touchend', 'keydown'];
@@ -96,6 +103,7 @@ export class MediaView implements SFUFeature {
   private v = new THREE.Vector3();
   private q = new THREE.Quaternion();
   private fwd = new THREE.Vector3();
+  private right = new THREE.Vector3();
   private up = new THREE.Vector3();
 
   constructor(private viewer: Viewer, private audioSlots = DEFAULT_AUDIO_SLOTS, private videoSlots = DEFAULT_VIDEO_SLOTS) {
@@ -301,7 +309,7 @@ export class MediaView implements SFUFeature {
       r.mesh.material.map?.dispose();
       r.mesh.material.dispose();
       r.mesh.geometry.dispose();
-      r.avatar = standIn(r.avatar, null, HEAD);
+      r.avatar = standIn(`video:${r.mid}`, r.avatar, null, HEAD);
     }
     if (r.video) r.video.srcObject = null;
     if (r.audio) r.audio.srcObject = null;
@@ -345,18 +353,19 @@ export class MediaView implements SFUFeature {
       if (!live) {
         r.mesh.visible = false;
         r.anchor = 'hidden';
-        r.avatar = standIn(r.avatar, null, HEAD);
+        r.avatar = standIn(`video:${r.mid}`, r.avatar, null, HEAD);
         continue;
       }
       r.mesh.scale.set(PANEL_WIDTH, (PANEL_WIDTH * r.video.videoHeight) / r.video.videoWidth, 1);
       if (head) {
         r.mesh.position.copy(this.v);
+        if (covered(av, 'body')) r.mesh.position.addScaledVector(this.right.set(1, 0, 0).applyQuaternion(camQ), BESIDE);
         r.anchor = 'avatar';
-        r.avatar = standIn(r.avatar, av, HEAD);
+        r.avatar = standIn(`video:${r.mid}`, r.avatar, av, HEAD);
       } else {
         r.mesh.position.set(-2 - 0.8 * r.index, 1.6, -4);
         r.anchor = 'fallback';
-        r.avatar = standIn(r.avatar, null, HEAD);
+        r.avatar = standIn(`video:${r.mid}`, r.avatar, null, HEAD);
       }
       r.mesh.quaternion.copy(camQ); // faces the viewer
       r.mesh.visible = true;

@@ -227,7 +227,7 @@ export class PointCloudView implements SFUFeature {
         p.group.position.set(this.v.x, this.v.y - HEAD_HEIGHT, this.v.z);
         p.group.rotation.set(0, this.e.y, 0);
         p.anchor = 'avatar';
-        p.avatar = standIn(p.avatar, av, BODY);
+        p.avatar = standIn(`pointcloud:${p.client}`, p.avatar, av, BODY);
       } else {
         p.group.position.set(2 * p.index, 0, -4);
         p.group.rotation.set(0, 0, 0);
@@ -244,7 +244,7 @@ export class PointCloudView implements SFUFeature {
     for (const p of [...this.pubs.values()]) {
       if (!carried.has(p.client) && now - p.lastData > GONE_MS) {
         this.root.remove(p.group);
-        standIn(p.avatar, null, BODY);
+        standIn(`pointcloud:${p.client}`, p.avatar, null, BODY);
         p.points.geometry.dispose();
         p.points.material.dispose();
         this.pubs.delete(p.client);

@@ -266,18 +266,30 @@ export function avatarElement(userClient: string): any {
 }
 
 /**
- * Moves a stand-in (a point cloud, a video panel) from one avatar to
- * another: the parts named by data-role of the avatar it leaves show
- * again, those of the avatar it goes to hide (the name tag stays).
- * Either avatar may be null. Returns to.
+ * Moves a stand-in (a point cloud, a video panel), named by holder, from
+ * one avatar to another: the parts named by data-role of the avatar it
+ * leaves show again unless another stand-in still covers them, those of
+ * the avatar it goes to hide (the name tag stays). Either avatar may be
+ * null. Returns to.
  */
-export function standIn(from: any, to: any, roles: readonly string[]): any {
+export function standIn(holder: string, from: any, to: any, roles: readonly string[]): any {
   if (from === to) return to;
-  for (const [av, on] of [[from, true], [to, false]]) {
+  for (const [av, on] of [[from, false], [to, true]]) {
+    if (!av) continue;
+    const by: Map<string, Set<string>> = (av.__standIns ??= new Map());
     for (const role of roles) {
-      const o = av?.querySelector(`[data-role="${role}"]`)?.object3D;
-      if (o) o.visible = on;
+      const set = by.get(role) ?? new Set<string>();
+      by.set(role, set);
+      if (on) set.add(holder);
+      else set.delete(holder);
+      const o = av.querySelector(`[data-role="${role}"]`)?.object3D;
+      if (o) o.visible = set.size === 0;
     }
   }
   return to;
+}
+
+/** Whether a stand-in covers the avatar's part role. */
+export function covered(av: any, role: string): boolean {
+  return (av?.__standIns?.get(role)?.size ?? 0) > 0;
 }

@@ -26,15 +26,15 @@ afterAll(async () => {
   await srv?.stop();
 });
 
-async function open(name: string, problems: string[]): Promise<Page> {
+async function open(name: string, problems: string[], scene = SCENE, query = 'pointclouds=0'): Promise<Page> {
   const ctx = await browser.newContext({ viewport: { width: 800, height: 450 }, permissions: ['camera', 'microphone'] });
   const page = await ctx.newPage();
   page.on('pageerror', (e) => problems.push(`${name} pageerror: ${e.message}`));
   page.on('console', (m) => {
     if (m.type() === 'error') problems.push(`${name}: ${m.text()}`);
   });
-  // no point clouds: this test is about the RTP slots
-  await page.goto(`${srv.url}/public/${SCENE}?quality=low&pointclouds=0`);
+  // no point clouds unless asked: the first test is about the RTP slots
+  await page.goto(`${srv.url}/public/${scene}?quality=low&${query}`);
   await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
   await waitFor(`${name} joined the SFU`, () => page.evaluate(() => (window as any).xrealm.media?.stats().state === 'connected'), 30_000);
   return page;
@@ -123,6 +123,79 @@ describe('audio and video', () => {
       const v = await video();
       return v && v.anchor === 'avatar' && v.frames >= before + 10;
     }, 30_000);
+    expect(problems).toEqual([]);
+  }, 180_000);
+
+  it('draws a camera beside the head of a point cloud at the same avatar, so that both show', async () => {
+    const problems: string[] = [];
+    const scene = 'media-pointcloud';
+    const a = await open('A', problems, scene, 'pointclouds=0&pcpoints=4000&pcfps=10');
+    const b = await open('B', problems, scene, 'pcpublish=0');
+    await a.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 -1.5'));
+    await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 1'));
+    const aClient = await userClient(a);
+    await a.click('#xr-cam');
+    await a.click('#xr-pcpub');
+    const video = async () => (await stats(b)).remote.find((r: any) => r.kind === 'video' && r.client === aClient);
+    const cloud = () => b.evaluate((c) => (window as any).xrealm.pointclouds.stats().publishers.find((p: any) => p.client === c), aClient);
+    await waitFor('A\'s video and point cloud at its avatar on B', async () => {
+      const [v, p] = [await video(), await cloud()];
+      return v?.anchor === 'avatar' && v.frames >= 3 && p?.anchor === 'avatar' && p.points > 0;
+    }, 60_000).catch(async (e) => {
+      throw new Error(`${e.message}; B media ${JSON.stringify(await stats(b))}; B point clouds ${JSON.stringify(await cloud())}; problems ${JSON.stringify(problems)}`);
+    });
+    // The points of the cloud that B sees inside the video panel's outline,
+    // and where the panel is from A's avatar (its head).
+    const layout = () => b.evaluate((c) => {
+      const sc = document.querySelector('a-scene') as any;
+      sc.object3D.updateMatrixWorld(true);
+      const panel = sc.object3D.getObjectByName('xr-media').children.find((m: any) => m.visible);
+      const pts = sc.object3D.getObjectByName(`pointcloud:${c}`);
+      const V = panel.position.constructor;
+      const head = (document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any).object3D.getWorldPosition(new V());
+      const corners = [[-0.5, -0.5], [0.5, -0.5], [0.5, 0.5], [-0.5, 0.5]].map(([x, y]) => panel.localToWorld(new V(x, y, 0)).project(sc.camera));
+      const [x0, x1] = [Math.min(...corners.map((v: any) => v.x)), Math.max(...corners.map((v: any) => v.x))];
+      const [y0, y1] = [Math.min(...corners.map((v: any) => v.y)), Math.max(...corners.map((v: any) => v.y))];
+      const pos = pts?.geometry.getAttribute('position');
+      const n = pos ? Math.min(pts.geometry.drawRange.count, pos.count) : 0; // no cloud: none
+      let inside = 0;
+      const v = new V();
+      for (let i = 0; i < n; i++) {
+        v.fromBufferAttribute(pos, i);
+        pts.localToWorld(v).project(sc.camera);
+        if (v.x > x0 && v.x < x1 && v.y > y0 && v.y < y1) inside++;
+      }
+      return { inside, n, fromHead: panel.position.distanceTo(head) };
+    }, aClient);
+    // Both show: the panel is beside the figure's head, and hides (almost) none of its points
+    // (at the head it hid the head and shoulders, over a tenth of them).
+    for (let i = 0; i < 3; i++) {
+      const l = await layout();
+      expect(l.n).toBeGreaterThan(0);
+      expect(l.inside / l.n, JSON.stringify(l)).toBeLessThan(0.01);
+      expect(l.fromHead).toBeGreaterThan(0.5);
+      await b.waitForTimeout(300); // the figure walks and turns
+    }
+    expect(await layerPixels(b, 'xr-media')).toBeGreaterThan(200);
+    expect(await layerPixels(b, 'xr-pointclouds')).toBeGreaterThan(200);
+    const parts = () => b.evaluate((c) => {
+      const av = document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any;
+      return ['head', 'body'].map((r) => av.querySelector(`[data-role="${r}"]`).object3D.visible);
+    }, aClient);
+    expect(await parts()).toEqual([false, false]);
+    // The camera goes: the cloud still stands in for the head, which stays hidden.
+    await a.click('#xr-cam');
+    await waitFor('A\'s video gone on B', async () => (await video())?.anchor === 'hidden', 15_000);
+    expect(await parts()).toEqual([false, false]);
+    // The camera comes back and the cloud goes: the panel is at the head again.
+    await a.click('#xr-cam');
+    await a.click('#xr-pcpub');
+    await waitFor('A\'s cloud gone on B', async () => !(await cloud()), 20_000);
+    await waitFor('A\'s video at its head on B', async () => {
+      const v = await video();
+      return v?.anchor === 'avatar' && (await layout()).fromHead < 0.05;
+    }, 30_000);
+    expect(await parts()).toEqual([false, true]);
     expect(problems).toEqual([]);
   }, 180_000);
 });
