@@ -147,13 +147,16 @@ func (p *rawPeer) until(typ, sub string) [][]byte {
 // A receiver's queue is full; a newer frame to an object that its sender
 // declared as state (CoalesceKey) replaces the stale one still queued,
 // while a frame to any other object, which may be an event (a Ubiq RPC, a
-// WebRTC offer), is never replaced: the newer one is dropped instead.
+// WebRTC offer), is never replaced: the newer one is dropped instead. The
+// sender is on the receiver's node, or on another node, whose frames come
+// over the bus and whose properties through the room's key watch.
 func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 	pose, event, filler := NetworkId{A: 0x1f2e, B: 7}, NetworkId{A: 0x1f2e, B: 8}, NetworkId{A: 0x1f2e, B: 9}
 	for _, tc := range []struct {
 		name      string
 		atJoin    string // CoalesceKey in the sender's Join
 		appended  string // CoalesceKey appended after the Join
+		remote    bool   // the sender is on another node
 		want      []string
 		coalesced uint64
 		dropped   uint64
@@ -162,18 +165,28 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 		{name: "declared later", appended: "00001f2e-00000007", want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
 		{name: "another object declared", atJoin: "1f2e-6", want: []string{"pose 1", "event 1"}, dropped: 2},
 		{name: "nothing declared", want: []string{"pose 1", "event 1"}, dropped: 2},
+		{name: "declared at join, on another node", atJoin: "1f2e-7", remote: true, want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
+		{name: "declared later, on another node", appended: "1f2e-7", remote: true, want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
+		{name: "nothing declared, on another node", remote: true, want: []string{"pose 1", "event 1"}, dropped: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ts := startServer(t, nil, func(c *Config) {
+			bucket := fmt.Sprintf("ubiq-coalesce-%d", bucketSeq.Add(1))
+			mod := func(c *Config) {
+				c.Bucket = bucket
 				c.Writer = fanout.Options{MaxFrames: 16}
 				c.PeerTimeout = time.Minute
-			})
+			}
+			ts, senderNode := startServer(t, nil, mod), ""
 			room := newUUID()
 			slow := dialGated(t, ts)
 			slow.send(ServerID, EncodeRequest("Join", JoinArgs{UUID: room, Peer: PeerInfo{UUID: slow.uuid, ClientID: slow.clientID, Keys: []string{}, Values: []string{}}}))
 			slow.until("SetRoom", room)
 
-			sender := dialPeer(t, ts.tcp)
+			senderNode = ts.tcp
+			if tc.remote {
+				senderNode = startServer(t, nil, mod).tcp
+			}
+			sender := dialPeer(t, senderNode)
 			keys, values := []string{}, []string{}
 			if tc.atJoin != "" {
 				keys, values = []string{CoalesceKey}, []string{tc.atJoin}
@@ -196,13 +209,20 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 			for i := range 14 {
 				sender.c.Send(filler, fmt.Appendf(nil, "filler %d", i))
 			}
+			// (From another node the frames come over the bus: the sender's
+			// barrier does not wait for them, the queue's counters do.)
 			sender.barrier()
+			eventually(t, "16 frames queued", func() bool { return stalledStats(ts, slow.uuid).Queued >= 16 })
 			if st := stalledStats(ts, slow.uuid); st.Queued != 16 || st.Dropped != 0 || st.Coalesced != 0 {
 				t.Fatalf("queue before it is full: %+v, want 16 queued and nothing dropped", st)
 			}
 			sender.c.Send(pose, []byte("pose 2"))
 			sender.c.Send(event, []byte("event 2"))
 			sender.barrier()
+			eventually(t, "two more frames handled", func() bool {
+				st := stalledStats(ts, slow.uuid)
+				return st.Coalesced+st.Dropped >= 2
+			})
 			if st := stalledStats(ts, slow.uuid); st.Coalesced != tc.coalesced || st.Dropped != tc.dropped {
 				t.Fatalf("full queue: %d coalesced and %d dropped, want %d and %d", st.Coalesced, st.Dropped, tc.coalesced, tc.dropped)
 			}
@@ -219,5 +239,45 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 				t.Fatalf("the slow peer received %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A sender's state objects replace its previous ones (none when it
+// leaves), leave other senders' alone, and queue under keys that differ
+// between senders of the same object.
+func TestStateKeys(t *testing.T) {
+	a, b := NetworkId{A: 1, B: 2}, NetworkId{A: 3, B: 4}
+	var m stateKeys
+	steps := []struct {
+		sender string
+		ids    []NetworkId
+		want   map[stateObject]bool
+	}{
+		{"p", []NetworkId{a}, map[stateObject]bool{{"p", a}: true}},
+		{"q", []NetworkId{a, b}, map[stateObject]bool{{"p", a}: true, {"q", a}: true, {"q", b}: true}},
+		{"p", []NetworkId{b}, map[stateObject]bool{{"p", b}: true, {"q", a}: true, {"q", b}: true}},
+		{"q", nil, map[stateObject]bool{{"p", b}: true}},
+		{"p", nil, map[stateObject]bool{}},
+	}
+	for i, st := range steps {
+		m = m.withSender(st.sender, st.ids)
+		if len(m) != len(st.want) {
+			t.Fatalf("step %d: %d objects, want %d", i, len(m), len(st.want))
+		}
+		for k := range st.want {
+			if _, ok := m[k]; !ok {
+				t.Fatalf("step %d: %v missing", i, k)
+			}
+		}
+		if !sameStateObjects(m, st.sender, st.ids) {
+			t.Fatalf("step %d: sameStateObjects is false for what was just set", i)
+		}
+	}
+	m = stateKeys{}.withSender("p", []NetworkId{a}).withSender("q", []NetworkId{a})
+	if m[stateObject{"p", a}] == m[stateObject{"q", a}] {
+		t.Fatal("two senders' frames to one object share a queue key")
+	}
+	if sameStateObjects(m, "p", []NetworkId{a, b}) || sameStateObjects(m, "p", nil) {
+		t.Fatal("sameStateObjects is true for another set")
 	}
 }
