@@ -117,6 +117,27 @@ collect:
 	}
 }
 
+// TestHugeTTLLosesNothing: a ttl beyond what a duration holds ("ttl":
+// 1e10, about 317 years) is refused, and the object it would have replaced
+// stays; it used to be stored with an expiry in the past, which the sweeper
+// then deleted, publishing a delete to every client.
+func TestHugeTTLLosesNothing(t *testing.T) {
+	e := newEnv(t, "", true)
+	e.pub(tp+"keep", `{"object_id":"keep","action":"create","persist":true,"data":{"v":1}}`)
+	e.waitObject("ns", "sc", "keep", nil)
+	e.pub(tp+"keep", `{"object_id":"keep","action":"create","persist":true,"ttl":1e10,"data":{"v":2}}`)
+	e.pub(tp+"marker", `{"object_id":"marker","action":"create","persist":true,"data":{}}`)
+	e.waitObject("ns", "sc", "marker", nil) // the applier is past the huge ttl
+	time.Sleep(3 * sweepEvery)
+	o, err := e.get("ns", "sc", "keep")
+	if err != nil {
+		t.Fatalf("keep: %v", err)
+	}
+	if o.ExpireAt != nil || o.Attributes["v"] != 1.0 {
+		t.Fatalf("keep: expireAt %v, attributes %v; want the first create's", o.ExpireAt, o.Attributes)
+	}
+}
+
 func TestRestartResumes(t *testing.T) {
 	dir := t.TempDir()
 	e := newEnv(t, dir, true)

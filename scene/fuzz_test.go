@@ -3,6 +3,7 @@ package scene
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/xrealm/xrealm/topic"
 )
@@ -14,6 +15,7 @@ func FuzzParse(f *testing.F) {
 		`{"object_id":"other","action":"create"}`,
 		`{"object_id":"box","action":"explode"}`,
 		`{"object_id":"box","action":"create","ttl":"x"}`,
+		`{"object_id":"box","action":"create","persist":true,"ttl":1e10}`,
 		`{"object_id":"box","action":"delete","timestamp":"2024-01-01T00:00:00+00Z"}`,
 		`{"object_id":"box",`,
 		`[]`, `null`, ``, `{}`,
@@ -44,6 +46,11 @@ func FuzzParse(f *testing.F) {
 		}
 		if m.TTL < 0 {
 			t.Fatalf("accepted negative ttl %v", m.TTL)
+		}
+		// The persistence layer stores now + ttl: it must be a duration
+		// forward, or the object expires at once.
+		if d := time.Duration(m.TTL * float64(time.Second)); d < 0 || m.TTL >= 1 && d < time.Second {
+			t.Fatalf("accepted ttl %v s, which is %v as a duration", m.TTL, d)
 		}
 		// Peek, the hot-path reader, agrees with Parse on what it reads.
 		action, persist, err := Peek(payload)

@@ -50,6 +50,11 @@ type Message struct {
 	Timestamp string         `json:"timestamp,omitempty"`
 }
 
+// MaxTTL is the longest ttl, in seconds: 100 years. One beyond what a
+// time.Duration holds (about 292 years; "ttl": 1e10) came out of the
+// conversion negative, and the object expired as soon as it was stored.
+const MaxTTL = 3_155_760_000 // 100 years of 365.25 days
+
 // maxQuoted is how much of a payload an error message quotes.
 const maxQuoted = 120
 
@@ -141,6 +146,9 @@ func Parse(t topic.SceneTopic, payload []byte) (Message, error) {
 	}
 	if m.TTL < 0 || math.IsInf(m.TTL, 0) || math.IsNaN(m.TTL) {
 		return fail("ttl %v is not a positive number of seconds", m.TTL)
+	}
+	if m.TTL > MaxTTL {
+		return fail("ttl %v is beyond the longest, %d seconds (100 years)", m.TTL, MaxTTL)
 	}
 	if isNull(w.Data) {
 		// absent or null: no data

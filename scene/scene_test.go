@@ -60,6 +60,8 @@ func TestParse(t *testing.T) {
 		{name: "persist not bool", payload: `{"object_id":"box","action":"create","persist":"yes"}`, wantErr: "persist: want true or false"},
 		{name: "negative ttl", payload: `{"object_id":"box","action":"create","ttl":-1}`, wantErr: "ttl -1"},
 		{name: "ttl not a number", payload: `{"object_id":"box","action":"create","ttl":{}}`, wantErr: "ttl: want a number"},
+		{name: "ttl beyond a duration", payload: `{"object_id":"box","action":"create","ttl":1e10}`, wantErr: "ttl 1e+10 is beyond the longest, 3155760000 seconds"},
+		{name: "ttl string beyond a duration", payload: `{"object_id":"box","action":"create","ttl":"1e300"}`, wantErr: "ttl 1e+300 is beyond"},
 		{name: "data not an object", payload: `{"object_id":"box","action":"create","data":[1]}`, wantErr: "data is not a JSON object"},
 	}
 	for _, tt := range tests {
