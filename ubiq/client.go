@@ -3,15 +3,16 @@ package ubiq
 import (
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/xrealm/xrealm/streamread"
 )
 
 // Client is a minimal Ubiq peer connection, for tests, bots and tools: it
@@ -26,6 +27,7 @@ type Client struct {
 	buf     []byte
 	done    chan struct{}
 	err     error
+	closing atomic.Bool // Close was called: the reader stops
 }
 
 // ClientOptions configure Dial.
@@ -76,57 +78,31 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-// readTCP reads as much as the socket has in one system call and hands
-// out every whole frame in it, so that a burst of frames costs one read.
+// readTCP reads the socket with streamread.Receive, which hands over
+// whatever one read system call brought (a burst of frames costs one read)
+// and waits for the poller after a read that emptied the socket, instead
+// of reading again only to get EAGAIN. Every whole frame goes to onFrame
+// with the time of the read that completed it.
 func (c *Client) readTCP(maxPayload int) {
 	defer close(c.done)
-	const chunk = 64 << 10
-	buf := make([]byte, chunk)
-	start, end := 0, 0 // unread bytes are buf[start:end]
-	for {
-		if start == end {
-			start, end = 0, 0
-			if len(buf) > 16*chunk {
-				buf = make([]byte, chunk) // do not keep a large frame's buffer
-			}
-		}
-		// Room for the rest of a partial frame, or at least 4 KiB.
-		need := 4096
-		if end-start >= 4 {
-			need = max(need, 4+int(binary.LittleEndian.Uint32(buf[start:]))-(end-start))
-		}
-		if len(buf)-end < need {
-			nb := buf
-			if len(buf)-(end-start) < need {
-				nb = make([]byte, end-start+need+chunk)
-			}
-			copy(nb, buf[start:end])
-			buf, start, end = nb, 0, end-start
-		}
-		n, err := c.nc.Read(buf[end:])
-		if n == 0 && err != nil {
-			c.fail(err)
-			return
-		}
-		end += n
+	r := frameReader{max: maxPayload}
+	r.Init(4 << 10)
+	err := streamread.Receive(c.nc, &r.Buffer, streamread.Options{Stop: c.closing.Load}, func() error {
 		now := time.Now().UnixNano()
-		for end-start >= 4 {
-			l := int32(binary.LittleEndian.Uint32(buf[start:]))
-			if err := checkLength(l, maxPayload); err != nil {
-				c.fail(err)
-				return
+		for {
+			f, ok, err := r.next()
+			if err != nil || !ok {
+				return err
 			}
-			if end-start < 4+int(l) {
-				break
-			}
-			c.onFrame(buf[start:start+4+int(l)], now)
-			start += 4 + int(l)
+			c.onFrame(f, now)
 		}
-	}
+	})
+	c.fail(err)
 }
 
 func (c *Client) fail(err error) {
 	c.err = err
+	c.closing.Store(true)
 	c.nc.Close()
 }
 
@@ -187,12 +163,16 @@ func (c *Client) Request(typ string, args any) error {
 	return c.Send(ServerID, EncodeRequest(typ, args))
 }
 
-// Close disconnects.
+// Close disconnects. On TCP the socket closes on a goroutine of its own:
+// closing a plain socket waits until its reader has left the read callback
+// (streamread.Receive), which may be the caller (OnFrame).
 func (c *Client) Close() error {
 	if c.ws != nil {
 		return c.ws.Close()
 	}
-	return c.nc.Close()
+	c.closing.Store(true)
+	go c.nc.Close()
+	return nil
 }
 
 // Done is closed when the connection has ended; Err then says why.

@@ -3,6 +3,9 @@ package ubiq
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net"
 	"testing"
@@ -27,16 +30,7 @@ func TestClientReadsSplitAndBatchedFrames(t *testing.T) {
 		max  int
 	}{{"whole", len(stream)}, {"small pieces", 7}, {"random pieces", 9000}} {
 		t.Run(chunking.name, func(t *testing.T) {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			go func() {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
+			addr := serveOne(t, func(c net.Conn) {
 				defer c.Close()
 				rng := rand.New(rand.NewPCG(1, 2))
 				for off := 0; off < len(stream); {
@@ -47,11 +41,11 @@ func TestClientReadsSplitAndBatchedFrames(t *testing.T) {
 					off += n
 				}
 				time.Sleep(time.Second)
-			}()
+			})
 			got := make(chan []byte, len(sizes))
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			c, err := Dial(ctx, l.Addr().String(), ClientOptions{OnFrameAt: func(f []byte, at int64) {
+			c, err := Dial(ctx, addr, ClientOptions{OnFrameAt: func(f []byte, at int64) {
 				if at <= 0 {
 					t.Errorf("read time %d", at)
 				}
@@ -125,4 +119,107 @@ func TestClientSendFrames(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientEnds: a TCP client's reader ends, and Done closes, however
+// the connection ends: closed by the caller, from another goroutine or
+// from OnFrame (the reader itself, which a close of a plain socket would
+// wait for), by the peer, or on a malformed frame, which Err reports.
+func TestClientEnds(t *testing.T) {
+	hello := NewFrame(NetworkId{A: 1, B: 2}, []byte("hello"))
+	short := binary.LittleEndian.AppendUint32(nil, 11) // below MinLength
+	for _, tc := range []struct {
+		name      string
+		send      []byte
+		closeIn   bool // Close from OnFrame on the first frame
+		closeOut  bool // Close from the test once a frame arrived
+		peerClose bool // the server closes after sending
+		wantFrame bool // *FrameError
+		wantEOF   bool
+	}{
+		{name: "closed from OnFrame", send: hello, closeIn: true},
+		{name: "closed from outside", send: hello, closeOut: true},
+		{name: "peer closes", send: hello, peerClose: true, wantEOF: true},
+		{name: "malformed length", send: append(append([]byte(nil), hello...), short...), wantFrame: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := serveOne(t, func(s net.Conn) {
+				s.Write(tc.send)
+				if tc.peerClose {
+					s.Close()
+				}
+			})
+			got := make(chan struct{}, 8)
+			var c *Client
+			var err error
+			ready := make(chan struct{})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err = Dial(ctx, addr, ClientOptions{OnFrame: func(f []byte) {
+				<-ready
+				if !bytes.Equal(f, hello) {
+					t.Errorf("frame % x, want % x", f, hello)
+				}
+				if tc.closeIn {
+					c.Close()
+				}
+				got <- struct{}{}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			close(ready)
+			select {
+			case <-got:
+			case <-ctx.Done():
+				t.Fatal("no frame")
+			}
+			if tc.closeOut {
+				c.Close()
+			}
+			select {
+			case <-c.Done():
+			case <-ctx.Done():
+				t.Fatal("the reader did not end")
+			}
+			var fe *FrameError
+			if errors.As(c.Err(), &fe) != tc.wantFrame {
+				t.Fatalf("Err() = %v, want a FrameError: %v", c.Err(), tc.wantFrame)
+			}
+			if errors.Is(c.Err(), io.EOF) != tc.wantEOF {
+				t.Fatalf("Err() = %v, want EOF: %v", c.Err(), tc.wantEOF)
+			}
+			if tc.closeIn || tc.closeOut {
+				if !errors.Is(c.Err(), net.ErrClosed) {
+					t.Fatalf("Err() = %v after Close, want net.ErrClosed", c.Err())
+				}
+			}
+		})
+	}
+}
+
+// serveOne listens on loopback and runs serve on the first connection
+// accepted, which is closed when the test ends.
+func serveOne(t *testing.T, serve func(net.Conn)) (addr string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 1)
+	t.Cleanup(func() {
+		l.Close()
+		if c, ok := <-accepted; ok {
+			c.Close()
+		}
+	})
+	go func() {
+		defer close(accepted)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		accepted <- c
+		serve(c)
+	}()
+	return l.Addr().String()
 }
