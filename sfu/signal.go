@@ -241,9 +241,9 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 
 // signals there over the bus, so a browser needs one WebSocket only. It
 // places the client as Dial does (placement): when the manager is busy, or
 // the node does not answer the first message, it asks the manager again,
-// excluding that node. A socket signals for one session and client, those of its first join (and,
-// with Config.Authorize, only for a session the request may use); when it
-// closes, the client leaves.
+// excluding that node. A socket signals for one session and client, those
+// of its first join (and, with Config.Authorize, only for a session the
+// request may use); when it closes, the client leaves.
 func (n *Node) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		site := r.URL.Query().Get("site")
