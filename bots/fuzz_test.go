@@ -28,6 +28,8 @@ func FuzzReadTrace(f *testing.F) {
 		"0 0 0 0 0 0 0 1\n0.01 1 0 0 0 0 0 1\n",
 		"0 0 0 0 0 0 0 1\n0.0001 1 0 0 0 0 0 1\n", // under 1 ms apart: written back exactly
 		"1e9 0 0 0 0 0 0 1\n2e9 1 1 1 0 0 0 1\n",
+		"0 0 0 0 0 0 0 1\n1e10 1 1 1 0 0 0 1\n",  // beyond what a time.Duration holds
+		"0 0 0 0 0 0 0 1\n1e-10 1 1 1 0 0 0 1\n", // under a nanosecond
 		"0 1 2 3\n", "0 1 2 x 0 0 0 1\n", "1 0 0 0 0 0 0 1\n0.5 0 0 0 0 0 0 1\n",
 		"0 NaN 0 0 0 0 0 1\n", "0 Inf 0 0 0 0 0 1\n", "0 0x1p3 0 0 0 0 0 1\n", "0 1_0 0 0 0 0 0 1\n",
 		"# only a comment\n", "", "\r\n", "   #\n0 0 0 0 0 0 0 0\n",
@@ -91,7 +93,13 @@ func FuzzReadTrace(f *testing.F) {
 				sane = sane && math.Abs(v) < 1e9
 			}
 		}
+		if tr.Duration() < 0 {
+			t.Fatalf("ReadTrace(%q): a trace of increasing times lasts %v", in, tr.Duration())
+		}
 		r := NewReplay(tr, math.Abs(phase)*tr.Duration().Seconds())
+		if len(tr.Samples) > 1 && !(r.dur > 0) {
+			t.Fatalf("ReadTrace(%q): a replay of %d samples over %v s does not move (duration %v)", in, len(tr.Samples), tr.Samples[len(tr.Samples)-1].T-tr.Samples[0].T, r.dur)
+		}
 		for k := 0; k < 50; k++ {
 			p := r.Step(37*time.Millisecond, nil)
 			if !sane {

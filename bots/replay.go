@@ -32,12 +32,22 @@ type TraceSample struct {
 	Pose Pose
 }
 
-// Duration returns the time the trace covers.
+// Duration returns the time the trace covers, at most the longest
+// time.Duration (a trace from 0 to 1e10 s came out negative).
 func (t *Trace) Duration() time.Duration {
+	ns := t.span() * float64(time.Second)
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// span is the time the trace covers, in seconds.
+func (t *Trace) span() float64 {
 	if len(t.Samples) == 0 {
 		return 0
 	}
-	return time.Duration((t.Samples[len(t.Samples)-1].T - t.Samples[0].T) * float64(time.Second))
+	return t.Samples[len(t.Samples)-1].T - t.Samples[0].T
 }
 
 // ReadTraceFile reads a trace file.
@@ -126,7 +136,7 @@ type Replay struct {
 
 // NewReplay plays tr starting phase seconds into it.
 func NewReplay(tr *Trace, phase float64) *Replay {
-	r := &Replay{tr: tr, start: tr.Samples[0].T, dur: tr.Duration().Seconds()}
+	r := &Replay{tr: tr, start: tr.Samples[0].T, dur: tr.span()} // not Duration's: under 1 ns it is 0
 	if r.dur > 0 {
 		r.now = math.Mod(phase, r.dur)
 	}
