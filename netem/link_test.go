@@ -2,6 +2,7 @@ package netem
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -184,6 +185,9 @@ func TestNewLinkRejects(t *testing.T) {
 		{},
 		{Trace: tr, QueuePackets: 1, QueueBytes: 1},
 		{Trace: tr, Loss: 1},
+		{Trace: tr, Loss: -0.1},
+		{Trace: tr, Loss: math.NaN()},
+		{Trace: tr, QueuePackets: -1},
 		{Trace: tr, Delay: -1},
 	} {
 		if _, err := NewLink(cfg); err == nil {
