@@ -48,7 +48,6 @@ type peer struct {
 	closed    bool
 	ready     bool // slots are bound; set once by start
 	slots     []*slot
-	published []*source
 	alloc     *allocator.Allocator
 	budget    float64 // bit/s of the last allocation
 	allocated float64
@@ -251,9 +250,6 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 			p.rtpRefused.Add(1)
 		}
 	}
-	p.mu.Lock()
-	p.published = append(p.published, s)
-	p.mu.Unlock()
 	for {
 		k, _, err := track.Read(buf)
 		if err != nil {
