@@ -62,6 +62,9 @@ func runBots(ctx context.Context, args []string) error {
 	if err := bots.CheckRate(*rate); err != nil {
 		return fmt.Errorf("--rate %g: want poses per second per bot above 0 (and at most %g)", *rate, float64(bots.MaxRate))
 	}
+	if !(*speed >= 0 && *speed <= math.MaxFloat64) {
+		return fmt.Errorf("--speed %g: want metres per second, at least 0 (0: the default, 3)", *speed)
+	}
 	a, err := parseArea(*area)
 	if err != nil {
 		return err
