@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -658,5 +659,58 @@ func TestWaitHonoursContext(t *testing.T) {
 	}
 	if err := wait(context.Background(), 0); err != nil {
 		t.Fatalf("wait 0: %v", err)
+	}
+}
+
+// TestWebSocketClosedDuringPlacement: a browser that closes its socket
+// while the handler waits to ask a busy manager again ends the placement:
+// the handler returns without asking for all its attempts (a tab that is
+// gone is not placed).
+func TestWebSocketClosedDuringPlacement(t *testing.T) {
+	c := startCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := c.nodes[0]
+	n.mgr.Close() // the manager below answers busy
+	mgr := c.conn(t, "mgr")
+	var joins atomic.Int32
+	asked := make(chan struct{}, joinAttempts)
+	if _, err := mgr.Subscribe(subjectJoin, func(m *nats.Msg) {
+		joins.Add(1)
+		b, _ := json.Marshal(Assignment{Error: "sfu manager busy: test", Busy: true})
+		_ = m.Respond(b)
+		asked <- struct{}{}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	returned := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(returned)
+		n.Handler().ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site=a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteJSON(Signal{Op: "offer", Session: "s1", Client: "w1", SDP: "v=0"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-ctx.Done():
+		t.Fatal("the handler did not ask the manager")
+	}
+	ws.Close()
+	select {
+	case <-returned:
+	case <-ctx.Done():
+		t.Fatal("the handler did not return after its socket closed")
+	}
+	if got := joins.Load(); got >= joinAttempts {
+		t.Errorf("the handler asked the manager %d times for a closed socket, want fewer than %d", got, joinAttempts)
 	}
 }

@@ -267,15 +267,34 @@ func (n *Node) Handler() http.Handler {
 			if evSub != nil {
 				_ = evSub.Unsubscribe()
 			}
-		}()
-		for {
-			var s Signal
-			if err := conn.ReadJSON(&s); err != nil {
-				if target != "" { // a closed socket leaves, as a tab that closes must
-					n.forward(target, Signal{Op: "leave", Session: session, Client: client})
-				}
-				return
+			// a socket that closes or fails leaves, as a tab that closes
+			// must (also when the answer to its join could not be sent)
+			if target != "" {
+				n.forward(target, Signal{Op: "leave", Session: session, Client: client})
 			}
+		}()
+		// The socket is read on a goroutine of its own, so that a socket
+		// that closes while its join is being placed ends the placement
+		// (ctx) instead of leaving it to retry for a tab that is gone.
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		signals := make(chan Signal)
+		go func() {
+			defer cancel()
+			defer close(signals)
+			for {
+				var s Signal
+				if err := conn.ReadJSON(&s); err != nil {
+					return
+				}
+				select {
+				case signals <- s:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		for s := range signals {
 			if target != "" && (s.Session != session || s.Client != client) {
 				_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: this WebSocket signals for session %q client %q, not session %q client %q", session, client, s.Session, s.Client)})
 				continue
@@ -304,7 +323,7 @@ func (n *Node) Handler() http.Handler {
 						_ = send(ev)
 					}
 				})
-				a, rep, err := n.placeWebSocketClient(r.Context(), JoinRequest{Session: s.Session, Client: s.Client, Site: site}, s)
+				a, rep, err := n.placeWebSocketClient(ctx, JoinRequest{Session: s.Session, Client: s.Client, Site: site}, s)
 				if a.Node == "" { // no node answered: the next message asks again
 					if evSub != nil {
 						_ = evSub.Unsubscribe()
