@@ -240,7 +240,8 @@ export class PointCloudView implements SFUFeature {
   private second() {
     const now = performance.now();
     this.toWorker({ type: 'tick' });
-    const carried = new Set([...this.slots.values()].filter((t) => t).map((t) => t!.client));
+    // the data-channel slots: a publisher's camera or microphone (other slots) does not keep its cloud
+    const carried = new Set([...this.slots].filter(([slot, t]) => t && slot.startsWith('dc')).map(([, t]) => t!.client));
     for (const p of [...this.pubs.values()]) {
       if (!carried.has(p.client) && now - p.lastData > GONE_MS) {
         this.root.remove(p.group);

@@ -141,8 +141,8 @@ describe('audio and video', () => {
     await waitFor('A\'s video and point cloud at its avatar on B', async () => {
       const [v, p] = [await video(), await cloud()];
       return v?.anchor === 'avatar' && v.frames >= 3 && p?.anchor === 'avatar' && p.points > 0;
-    }, 60_000).catch(async (e) => {
-      throw new Error(`${e.message}; B media ${JSON.stringify(await stats(b))}; B point clouds ${JSON.stringify(await cloud())}; problems ${JSON.stringify(problems)}`);
+    }, 90_000).catch(async (e) => {
+      throw new Error(`${e.message}; B media ${JSON.stringify(await stats(b))}; B point clouds ${JSON.stringify(await b.evaluate(() => [(window as any).xrealm.pointclouds.stats(), [...(window as any).xrealm.pointclouds.slots]]))}; A ${JSON.stringify(await a.evaluate(() => (window as any).xrealm.pcpublisher.stats()))}; problems ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}`);
     });
     // The points of the cloud that B sees inside the video panel's outline,
     // and where the panel is from A's avatar (its head).
@@ -190,12 +190,15 @@ describe('audio and video', () => {
     // The camera comes back and the cloud goes: the panel is at the head again.
     await a.click('#xr-cam');
     await a.click('#xr-pcpub');
-    await waitFor('A\'s cloud gone on B', async () => !(await cloud()), 20_000);
+    // (once the node finds A's point-cloud tracks idle: slow on a loaded machine)
+    await waitFor('A\'s cloud gone on B', async () => !(await cloud()), 60_000).catch(async (e) => {
+      throw new Error(`${e.message}; B ${JSON.stringify(await cloud())} ${JSON.stringify(await b.evaluate(() => [...(window as any).xrealm.pointclouds.slots]))}; A ${JSON.stringify(await a.evaluate(() => (window as any).xrealm.pcpublisher.stats()))} pressed ${await a.getAttribute('#xr-pcpub', 'aria-pressed')}`);
+    });
     await waitFor('A\'s video at its head on B', async () => {
       const v = await video();
       return v?.anchor === 'avatar' && (await layout()).fromHead < 0.05;
     }, 30_000);
     expect(await parts()).toEqual([false, true]);
     expect(problems).toEqual([]);
-  }, 180_000);
+  }, 300_000);
 });
