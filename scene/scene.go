@@ -118,7 +118,7 @@ func Parse(t topic.SceneTopic, payload []byte) (Message, error) {
 		return fail("object_id missing")
 	}
 	if m.ObjectID != t.ID {
-		return fail("object_id %q does not equal the topic id %q", clipString(m.ObjectID), t.ID)
+		return fail("object_id %q does not equal the topic id %q", clipString(m.ObjectID), clipString(t.ID))
 	}
 	if m.Action, err = str(w.Action); err != nil {
 		return fail("action: %v", err)
