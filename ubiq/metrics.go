@@ -32,7 +32,7 @@ func newMetrics(s *Server) *metrics {
 		bytesIn:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_bytes_in_total", Help: "Bytes of frames received from Ubiq peers."}),
 		messagesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_out_total", Help: "Relayed frames queued to Ubiq peers."}),
 		dropped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dropped_total", Help: "Relayed frames dropped because a connection's queue was full."}),
-		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames for the same object replaced by newer ones in a full queue."}),
+		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames replaced in a full queue by newer ones from the same sender to the same object, one it declared as state (peer property xrealm.coalesce)."}),
 		malformed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_malformed_total", Help: "Connections closed for a malformed frame header."}),
 		timeouts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_timeouts_total", Help: "Peers dropped for being silent to the server."}),
 		nodesSwept:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_nodes_swept_total", Help: "Cluster nodes whose heartbeat stopped and whose room keys this node deleted."}),
