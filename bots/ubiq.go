@@ -191,7 +191,9 @@ type ubiqLink struct {
 
 func (l *ubiqLink) join(room string) error {
 	return l.c.Request("Join", ubiq.JoinArgs{UUID: room, Name: "xrealm bench", Peer: ubiq.PeerInfo{
-		UUID: l.peer, SceneID: l.sceneID, ClientID: l.clientID, Keys: []string{}, Values: []string{}}})
+		UUID: l.peer, SceneID: l.sceneID, ClientID: l.clientID,
+		// the avatar's poses are state: a full queue keeps the newest
+		Keys: []string{ubiq.CoalesceKey}, Values: []string{l.object.String()}}})
 }
 
 // SendPose sends the pose, and the Ping and position request when they are

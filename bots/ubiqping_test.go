@@ -101,6 +101,50 @@ func TestUbiqPeerPing(t *testing.T) {
 	if p := tr.Pings(); p < 2 || p > 6 {
 		t.Errorf("Pings() = %d, want 2-6", p)
 	}
+
+	// A Ubiq client that joins the room learns that each bot's avatar
+	// poses are state (ubiq.CoalesceKey): a full queue keeps the newest
+	// pose, while the pings to its echo object are never coalesced.
+	declared := make(chan map[string]string, 4)
+	watcherID := ubiq.NetworkId{A: 0xbae, B: 1}
+	watcher, err := ubiq.Dial(ctx, l.Addr().String(), ubiq.ClientOptions{OnFrame: func(f []byte) {
+		if ubiq.IDOf(f) != watcherID { // the server's messages to the watcher
+			return
+		}
+		var added struct {
+			Peer ubiq.PeerInfo `json:"peer"`
+		}
+		if typ, err := ubiq.DecodeServer(f[ubiq.HeaderSize:], &added); err != nil || typ != "PeerAdded" {
+			return
+		}
+		props := map[string]string{}
+		for i, k := range added.Peer.Keys {
+			if i < len(added.Peer.Values) {
+				props[k] = added.Peer.Values[i]
+			}
+		}
+		props["uuid"] = added.Peer.UUID
+		declared <- props
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close()
+	if err := watcher.Request("Join", ubiq.JoinArgs{UUID: DefaultUbiqRoom, Peer: ubiq.PeerInfo{UUID: "0bae0000-0000-4000-8000-000000000000",
+		ClientID: watcherID, Keys: []string{}, Values: []string{}}}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{links[0].(*ubiqLink).peer: "1-b07", links[1].(*ubiqLink).peer: "2-b07"}
+	for range want {
+		select {
+		case props := <-declared:
+			if w, ok := want[props["uuid"]]; !ok || props[ubiq.CoalesceKey] != w {
+				t.Errorf("peer %s declares %s=%q, want %q", props["uuid"], ubiq.CoalesceKey, props[ubiq.CoalesceKey], w)
+			}
+		case <-ctx.Done():
+			t.Fatal("the watcher did not see both bots")
+		}
+	}
 }
 
 // TestUbiqEchoMalformed: frames to a bot's echo object that are not a
