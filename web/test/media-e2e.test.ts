@@ -68,7 +68,7 @@ describe('audio and video', () => {
       const v = await video();
       return v && v.frames >= 10 && v.width > 0 && v.anchor === 'avatar';
     }, 45_000).catch(async (e) => {
-      throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}; problems ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}`);
+      throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}; problems ${JSON.stringify(problems)}; metrics:\n${(await (await fetch(`${srv.url}/metrics`)).text()).split("\n").filter((l) => /^xrealm_sfu/.test(l)).join("\n")}\nserver log:\n${srv.log().slice(-6000)}`);
     });
     const pos = await b.evaluate((name) => {
       const o = (document.querySelector('a-scene') as any).object3D.getObjectByName('xr-media').children.find((m: any) => m.visible);
@@ -124,12 +124,19 @@ describe('audio and video', () => {
       return v && v.anchor === 'avatar' && v.frames >= before + 10;
     }, 30_000);
     expect(problems).toEqual([]);
+    // gone before the next test: pages on this machine share one path at the node, and its budget
+    await a.context().close();
+    await b.context().close();
   }, 180_000);
 
   it('draws a camera beside the head of a point cloud at the same avatar, so that both show', async () => {
     const problems: string[] = [];
     const scene = 'media-pointcloud';
-    const a = await open('A', problems, scene, 'pointclouds=0&pcpoints=4000&pcfps=10');
+    // A small cloud (about 0.1 Mbit/s): the node gives point clouds what is
+    // left of a subscriber's budget after audio and video, and pages on
+    // one machine share one path's budget at the node (sfu/shared.go),
+    // which starts at a few hundred kbit/s.
+    const a = await open('A', problems, scene, 'pointclouds=0&pcpoints=1000&pcfps=4');
     const b = await open('B', problems, scene, 'pcpublish=0');
     await a.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 -1.5'));
     await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 1'));
@@ -142,7 +149,7 @@ describe('audio and video', () => {
       const [v, p] = [await video(), await cloud()];
       return v?.anchor === 'avatar' && v.frames >= 3 && p?.anchor === 'avatar' && p.points > 0;
     }, 90_000).catch(async (e) => {
-      throw new Error(`${e.message}; B media ${JSON.stringify(await stats(b))}; B point clouds ${JSON.stringify(await b.evaluate(() => [(window as any).xrealm.pointclouds.stats(), [...(window as any).xrealm.pointclouds.slots]]))}; A ${JSON.stringify(await a.evaluate(() => (window as any).xrealm.pcpublisher.stats()))}; problems ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}`);
+      throw new Error(`${e.message}; B media ${JSON.stringify(await stats(b))}; B point clouds ${JSON.stringify(await b.evaluate(() => [(window as any).xrealm.pointclouds.stats(), [...(window as any).xrealm.pointclouds.slots]]))}; A ${JSON.stringify(await a.evaluate(() => (window as any).xrealm.pcpublisher.stats()))}; problems ${JSON.stringify(problems)}; metrics:\n${(await (await fetch(`${srv.url}/metrics`)).text()).split("\n").filter((l) => /^xrealm_sfu/.test(l)).join("\n")}\nserver log:\n${srv.log().slice(-6000)}`);
     });
     // The points of the cloud that B sees inside the video panel's outline,
     // and where the panel is from A's avatar (its head).
@@ -186,7 +193,10 @@ describe('audio and video', () => {
     // The camera goes: the cloud still stands in for the head, which stays hidden.
     await a.click('#xr-cam');
     await waitFor('A\'s video gone on B', async () => (await video())?.anchor === 'hidden', 15_000);
-    expect(await parts()).toEqual([false, false]);
+    // (waited for: on a loaded machine B may draw A's avatar afresh, and the cloud hides its parts a frame later)
+    await waitFor('A\'s head and body hidden by the cloud alone', async () => JSON.stringify(await parts()) === '[false,false]', 5000).catch(async (e) => {
+      throw new Error(`${e.message}: ${JSON.stringify(await parts())}; B point clouds ${JSON.stringify(await cloud())}`);
+    });
     // The camera comes back and the cloud goes: the panel is at the head again.
     await a.click('#xr-cam');
     await a.click('#xr-pcpub');
@@ -200,5 +210,7 @@ describe('audio and video', () => {
     }, 30_000);
     expect(await parts()).toEqual([false, true]);
     expect(problems).toEqual([]);
+    await a.context().close();
+    await b.context().close();
   }, 300_000);
 });
