@@ -252,10 +252,22 @@ describe('layout', () => {
     expect(await phone.getAttribute('#xr-side-toggle', 'aria-pressed')).toBe('true');
     // the top bar stays one line: nothing wraps below its 38 px
     expect(await phone.$eval('#xr-top', (el) => el.scrollHeight)).toBeLessThanOrEqual(38);
+    // the panel spans the top; the VR button keeps to the bottom corner
+    const phoneVR = (await phone.locator('.a-enter-vr-button').first().boundingBox())!;
+    expect(phoneVR.x + phoneVR.width).toBeGreaterThan(390 - 40);
     const wide = await open('/public/layout');
     expect(await wide.isVisible('#xr-side')).toBe(true);
+    // the VR button stays clear of the side panel, and goes back to the
+    // corner while the panel is hidden
+    const vr = wide.locator('.a-enter-vr-button').first();
+    const width = wide.viewportSize()!.width;
+    const side = (await wide.locator('#xr-side').boundingBox())!;
+    const beside = (await vr.boundingBox())!;
+    expect(beside.x + beside.width).toBeLessThanOrEqual(side.x);
     await wide.click('#xr-side-toggle');
     expect(await wide.isVisible('#xr-side')).toBe(false);
+    const corner = (await vr.boundingBox())!;
+    expect(corner.x + corner.width).toBeGreaterThan(width - 40);
     await close(phone);
     await close(wide);
   });
