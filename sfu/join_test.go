@@ -662,10 +662,11 @@ func TestWaitHonoursContext(t *testing.T) {
 	}
 }
 
-// TestWebSocketClosedDuringPlacement: a browser that closes its socket
-// while the handler waits to ask a busy manager again ends the placement:
-// the handler returns without asking for all its attempts (a tab that is
-// gone is not placed).
+// TestWebSocketClosedDuringPlacement: a browser that sends a leave and
+// closes its socket (as sfu.ts does when a tab closes) while the handler
+// waits to ask a busy manager again ends the placement: the handler
+// returns without asking for all its attempts (a tab that is gone is not
+// placed), and the leave does not start a placement of its own.
 func TestWebSocketClosedDuringPlacement(t *testing.T) {
 	c := startCluster(t, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -703,6 +704,10 @@ func TestWebSocketClosedDuringPlacement(t *testing.T) {
 	case <-asked:
 	case <-ctx.Done():
 		t.Fatal("the handler did not ask the manager")
+	}
+	// as a browser's tab that closes: a leave, then the close
+	if err := ws.WriteJSON(Signal{Op: "leave", Session: "s1", Client: "w1"}); err != nil {
+		t.Fatal(err)
 	}
 	ws.Close()
 	select {

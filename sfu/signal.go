@@ -231,6 +231,10 @@ func (n *Node) Signal(s Signal) Reply {
 	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
 }
 
+// signalQueue is how many signals a WebSocket's reader holds while the
+// handler places its join.
+const signalQueue = 16
+
 var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10, CheckOrigin: func(*http.Request) bool { return true }}
 
 // Handler serves WebSocket signalling (mount it at /sfu/ws). A client sends
@@ -243,7 +247,9 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 
 // the node does not answer the first message, it asks the manager again,
 // excluding that node. A socket signals for one session and client, those
 // of its first join (and, with Config.Authorize, only for a session the
-// request may use); when it closes, the client leaves.
+// request may use); before that join it takes only an offer (a leave ends
+// it). When it closes, the client leaves, also while its join is being
+// placed (the placement ends).
 func (n *Node) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		site := r.URL.Query().Get("site")
@@ -275,10 +281,13 @@ func (n *Node) Handler() http.Handler {
 		}()
 		// The socket is read on a goroutine of its own, so that a socket
 		// that closes while its join is being placed ends the placement
-		// (ctx) instead of leaving it to retry for a tab that is gone.
+		// (ctx) instead of leaving it to retry for a tab that is gone. Its
+		// queue holds what a browser sends before it closes (a leave, a
+		// stats report) so that the reader still sees the close; a client
+		// that sends more than that while it waits is held back by it.
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		signals := make(chan Signal)
+		signals := make(chan Signal, signalQueue)
 		go func() {
 			defer cancel()
 			defer close(signals)
@@ -300,6 +309,13 @@ func (n *Node) Handler() http.Handler {
 				continue
 			}
 			if target == "" {
+				if s.Op == "leave" { // nothing placed to leave: the client is gone
+					return
+				}
+				if s.Op != "offer" {
+					_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: %q before an offer: this WebSocket has no connection to signal for yet", s.Op)})
+					continue
+				}
 				if err := validName("session", s.Session); err != nil {
 					_ = send(Reply{Op: "error", Error: err.Error()})
 					continue
