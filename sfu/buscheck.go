@@ -66,7 +66,8 @@ func AsPermissionError(err error) *PermissionError {
 // has seen every violation of what the connection sent before it. (Before,
 // Start read the connection's LastError after a Flush: one slot, which
 // any later error, a slow consumer on another subscription of the same
-// connection for instance, overwrote, and which a reconnect clears.)
+// connection for instance, overwrote, and which a reconnect clears. Each
+// check leaves the marker's slow consumer there; nothing reads it.)
 type busWatch struct {
 	nc      *nats.Conn
 	markers string // prefix of the marker subjects
@@ -97,10 +98,12 @@ func (w *busWatch) stop() {
 
 func (w *busWatch) handle(nc *nats.Conn, sub *nats.Subscription, err error) {
 	w.mu.Lock()
-	marker := false
+	// a marker is never passed on, also one that comes after its check
+	// gave up waiting
+	marker := sub != nil && errors.Is(err, nats.ErrSlowConsumer) && strings.HasPrefix(sub.Subject, w.markers+".")
 	if w.active {
-		if sub != nil && errors.Is(err, nats.ErrSlowConsumer) {
-			marker = w.seen(sub.Subject)
+		if marker {
+			w.seen(sub.Subject)
 		}
 		if pe := AsPermissionError(err); pe != nil {
 			// the first refusal of one of the node's own subjects says
