@@ -148,7 +148,7 @@ func Parse(t topic.SceneTopic, payload []byte) (Message, error) {
 		return fail("ttl %v is not a positive number of seconds", m.TTL)
 	}
 	if m.TTL > MaxTTL {
-		return fail("ttl %v is beyond the longest, %d seconds (100 years)", m.TTL, MaxTTL)
+		return fail("ttl %v is beyond the longest, %d seconds (100 years)", m.TTL, int64(MaxTTL))
 	}
 	if isNull(w.Data) {
 		// absent or null: no data
