@@ -203,7 +203,11 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 			// frame, and the rest wait in its queue.
 			slow.gate.hold()
 			sender.c.Send(filler, []byte("plug"))
-			<-slow.gate.blocked
+			select {
+			case <-slow.gate.blocked:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the slow peer's writer did not block on the plug frame")
+			}
 			sender.c.Send(pose, []byte("pose 1"))
 			sender.c.Send(event, []byte("event 1"))
 			for i := range 14 {
