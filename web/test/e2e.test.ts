@@ -181,7 +181,13 @@ describe('presence', () => {
     const seen = async (d: number) => {
       await a.evaluate((d) => (document.querySelector('#xr-camera') as any).setAttribute('position', `0 1.6 ${-d}`), d);
       await waitFor(`A's avatar at ${d} m on B`, async () => Math.abs((await worldPos(b, `[data-avatar-for="${sa.userClient}"]`))!.z + d) < 0.01);
-      await b.waitForTimeout(100); // a frame or two: the tag scales in its tick
+      // the tag scales in its tick: wait until two frames apart it holds one scale
+      const scale = () => b.evaluate((sel) => (document.querySelector(sel) as any).object3D.scale.y, tag);
+      await waitFor(`A's tag settled at ${d} m`, async () => {
+        const before = await scale();
+        await b.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+        return Math.abs((await scale()) - before) < 1e-9;
+      });
       return b.evaluate((sel) => {
         const sc = document.querySelector('a-scene') as any;
         const el = document.querySelector(sel) as any;
