@@ -719,3 +719,45 @@ func TestWebSocketClosedDuringPlacement(t *testing.T) {
 		t.Errorf("the handler asked the manager %d times for a closed socket, want fewer than %d", got, joinAttempts)
 	}
 }
+
+// TestWebSocketTakesAnOfferFirst: before its first join a socket answers
+// any signal but an offer with an error, and starts no placement.
+func TestWebSocketTakesAnOfferFirst(t *testing.T) {
+	c := startCluster(t, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n := c.nodes[0]
+	mgr := c.conn(t, "watch")
+	var joins atomic.Int32
+	if _, err := mgr.Subscribe(subjectJoin, func(*nats.Msg) { joins.Add(1) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := mgr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(n.Handler())
+	defer srv.Close()
+	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site=a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for _, op := range []string{"stats", "pose"} {
+		if err := ws.WriteJSON(Signal{Op: op, Session: "s1", Client: "w1"}); err != nil {
+			t.Fatal(err)
+		}
+		var rep Reply
+		if err := ws.ReadJSON(&rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Op != "error" || !strings.Contains(rep.Error, fmt.Sprintf("%q before an offer", op)) {
+			t.Errorf("%s first: reply %+v, want an error that it came before an offer", op, rep)
+		}
+	}
+	if err := mgr.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := joins.Load(); got != 0 {
+		t.Errorf("%d join requests for a socket that sent no offer", got)
+	}
+}

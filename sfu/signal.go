@@ -312,10 +312,6 @@ func (n *Node) Handler() http.Handler {
 				if s.Op == "leave" { // nothing placed to leave: the client is gone
 					return
 				}
-				if s.Op != "offer" {
-					_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: %q before an offer: this WebSocket has no connection to signal for yet", s.Op)})
-					continue
-				}
 				if err := validName("session", s.Session); err != nil {
 					_ = send(Reply{Op: "error", Error: err.Error()})
 					continue
@@ -330,6 +326,10 @@ func (n *Node) Handler() http.Handler {
 						_ = send(Reply{Op: "error", Error: err.Error()})
 						continue
 					}
+				}
+				if s.Op != "offer" {
+					_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: %q before an offer: this WebSocket has no connection to signal for yet", s.Op)})
+					continue
 				}
 				// subscribed before the offer: the node's first events may
 				// come before its answer reaches this handler
