@@ -232,8 +232,12 @@ describe('presence', () => {
     });
     await p.evaluate(() => (window as any).xrealm.bus.dropForTest());
     await waitFor('will', () => seen.find((m) => m.action === 'leave' && m.object_id === s.userClient));
-    await waitFor('reconnecting status', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'reconnecting');
-    expect(await p.textContent('#xr-status')).toMatch(/reconnecting in \d+s/);
+    // state and text read together: while refused, the page goes on
+    // between "reconnecting in Ns" and "Connecting…"
+    await waitFor('reconnecting status', async () => {
+      const st = await p.$eval('#xr-status', (el) => ({ state: el.getAttribute('data-state'), text: el.textContent ?? '' }));
+      return st.state === 'reconnecting' && /reconnecting in \d+s/.test(st.text);
+    });
     // Meanwhile the scene changes.
     await publish('objects', { object_id: 'during-drop', action: 'create', type: 'object', persist: true, data: { object_type: 'sphere', position: { x: -3, y: 1, z: -5 } } });
     await publish('objects', { object_id: 'before-drop', action: 'delete', persist: true });
