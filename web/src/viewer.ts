@@ -161,6 +161,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
     presence: (s) => presence.presenceMessages(s),
     onStatus: (s) => {
       statusEl.textContent = statusText(s);
+      statusEl.title = statusEl.textContent; // the bar may cut it short on a narrow screen
       statusEl.className = `status ${s.state}`;
       statusEl.dataset.state = s.state;
       chatInput.disabled = s.state !== 'connected';

@@ -307,6 +307,12 @@ describe('layout', () => {
     expect(await phone.isVisible('#xr-editor')).toBe(false);
     expect(await phone.getAttribute('#xr-editor-toggle', 'aria-pressed')).toBe('false');
     expect(await phone.$eval('#xr-top', (el) => el.scrollHeight)).toBeLessThanOrEqual(38);
+    // the last top-bar button stays on screen (it stood 5 px past the edge),
+    // also with the long status of a lost connection (330 px of text)
+    const right = () => phone.$eval('#xr-side-toggle', (el) => el.getBoundingClientRect().right);
+    expect(await right()).toBeLessThanOrEqual(390);
+    await phone.$eval('#xr-status', (el) => { el.textContent = 'Disconnected (connection lost); reconnecting in 16s…'; });
+    expect(await right()).toBeLessThanOrEqual(390);
     await close(phone);
     await close(wide);
   });
