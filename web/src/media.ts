@@ -43,6 +43,8 @@ const GESTURES = ['pointerdown', 'pointerup', 'click', 'touchend', 'keydown'];
  * microphone makes every 500 ms.
  */
 const LEVEL_WINDOW = 32768;
+/** The bottom of the panel's level meter: quieter is shown as silent. */
+const LEVEL_FLOOR_DB = -60;
 
 type Kind = 'audio' | 'video';
 
@@ -99,6 +101,7 @@ export class MediaView implements SFUFeature {
   private timer: ReturnType<typeof setInterval> | undefined;
   private preview: HTMLVideoElement;
   private line: HTMLElement;
+  private meter: HTMLMeterElement;
   readonly el: HTMLElement;
   private v = new THREE.Vector3();
   private q = new THREE.Quaternion();
@@ -117,8 +120,9 @@ export class MediaView implements SFUFeature {
     };
     this.preview = h('video', { id: 'xr-preview', muted: true, autoplay: true, playsInline: true, hidden: true });
     this.line = h('p', { class: 'media-line' }, 'starting…');
+    this.meter = h('meter', { id: 'xr-audio-level', min: 0, max: -LEVEL_FLOOR_DB, low: 20, high: 50, optimum: 30, hidden: true });
     this.el = h('section', { id: 'xr-media', 'data-state': 'starting' }, h('h3', {}, 'Audio and video'),
-      h('div', { class: 'media-buttons' }, this.local.audio.button, this.local.video.button), this.preview, this.line);
+      h('div', { class: 'media-buttons' }, this.local.audio.button, this.local.video.button), this.preview, this.line, this.meter);
     document.getElementById('xr-side')?.insertBefore(this.el, document.querySelector('#xr-side .hint'));
     // Browsers start audio only after a gesture on the page (on touch
     // screens a click or touchend, not a pointerdown).
@@ -378,9 +382,17 @@ export class MediaView implements SFUFeature {
     const mics = s.remote.filter((r) => r.kind === 'audio' && r.client).length;
     this.el.dataset.cameras = String(cams);
     this.el.dataset.microphones = String(mics);
+    // the loudest microphone you hear, in dB below full scale
+    const level = Math.max(0, ...s.remote.filter((r) => r.kind === 'audio' && r.client).map((r) => r.level));
+    const db = level > 0 ? Math.max(LEVEL_FLOOR_DB, Math.round(20 * Math.log10(level))) : LEVEL_FLOOR_DB;
+    const hearing = mics > 0 && this.ctx?.state === 'running';
+    this.el.dataset.level = level.toFixed(4);
+    this.meter.hidden = !hearing;
+    this.meter.value = db - LEVEL_FLOOR_DB;
+    this.meter.title = `Loudest microphone: ${db > LEVEL_FLOOR_DB ? db : `below ${LEVEL_FLOOR_DB}`} dB`;
     const parts = [];
     if (cams) parts.push(`${cams} camera${cams > 1 ? 's' : ''}`);
-    if (mics) parts.push(`${mics} microphone${mics > 1 ? 's' : ''}`);
+    if (mics) parts.push(`${mics} microphone${mics > 1 ? 's' : ''}` + (hearing ? `, loudest ${db > LEVEL_FLOOR_DB ? `${db}\u00a0dB` : 'silent'}` : ''));
     if (this.ctx?.state === 'suspended' && mics) parts.push('click the page to hear them');
     const mine = [this.local.video.track ? 'camera' : '', this.local.audio.track ? 'microphone' : ''].filter(Boolean);
     const idle = mine.length ? `sharing your ${mine.join(' and ')}; nobody else is` : 'nobody is sharing';

@@ -104,6 +104,12 @@ describe('audio and video', () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(Math.min(...readings), `readings ${readings}`).toBeGreaterThan(0.01);
+    // and the panel shows it: a meter and the line, in dB (0.01 is -40 dB),
+    // refreshed once a second
+    await waitFor('A\'s level in B\'s panel', async () => /1 microphone, loudest -[1-3]\d\u00a0dB/.test((await b.textContent('#xr-media .media-line')) ?? ''), 5_000)
+      .catch(async (e) => { throw new Error(`${e.message}: ${await b.textContent('#xr-media .media-line')}`); });
+    expect(await b.isVisible('#xr-audio-level')).toBe(true);
+    expect(await b.$eval('#xr-audio-level', (m) => (m as HTMLMeterElement).value)).toBeGreaterThan(20);
     expect(await b.getAttribute('#xr-media', 'data-cameras')).toBe('1');
     // the node reads the audio levels Chromium sends (RFC 6464): A speaks
     const speaking = new RegExp(`xrealm_sfu_source_state\\{(?=[^}]*state="speaking")(?=[^}]*track="public-${SCENE}/${aClient}/)[^}]*\\} 1`);
