@@ -8,6 +8,7 @@ into bin/xrealm) and talk to it only over the wire.
 import base64
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -27,10 +28,48 @@ XREALM_BIN = os.environ.get("XREALM_BIN") or os.path.join(REPO, "bin", "xrealm")
 ACTIVE = []
 
 
+# Ports free_port has handed out in this process, never handed out again.
+_GIVEN = set()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago.
+
+    It is taken below the kernel's ephemeral range (from which the port
+    that bind(0) gives comes too): a cluster node dials its routes before
+    the other nodes listen, and its outgoing connection could take a port
+    of that range as its source port before the node it was chosen for
+    binds it ("address already in use", seen in test_three_node_cluster).
+    A port is never handed out twice in one run.
+    """
+    low = _ephemeral_low()
+    if low > 11000:
+        for _ in range(500):
+            port = random.randint(10000, low - 1)
+            if port in _GIVEN:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _GIVEN.add(port)
+            return port
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def wait_until(pred, timeout, interval=0.05, what="condition"):
