@@ -396,6 +396,20 @@ func joinOverWebSocket(t *testing.T, ctx context.Context, c *cluster, nodeLogs [
 	return node, nodeLogs[0]
 }
 
+// dialSignalling serves h (a node's WebSocket handler) on a test server and
+// dials it for site; both close when the test ends.
+func dialSignalling(t *testing.T, ctx context.Context, h http.Handler, site string) *websocket.Conn {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site="+site, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ws.Close() })
+	return ws
+}
+
 // offerOverWebSocket connects to n's WebSocket handler with ?site=site,
 // sends the offer of a browser-like PeerConnection (one receive-only video
 // slot) for session and client, and returns the connection and the reply.
@@ -411,13 +425,7 @@ func offerOverWebSocket(t *testing.T, ctx context.Context, n *Node, session, cli
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(n.Handler())
-	t.Cleanup(srv.Close)
-	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site="+site, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ws.Close() })
+	ws := dialSignalling(t, ctx, n.Handler(), site)
 	if err := ws.WriteJSON(Signal{Op: "offer", Session: session, Client: client, SDP: sdp}); err != nil {
 		t.Fatal(err)
 	}
@@ -554,13 +562,7 @@ func TestWebSocketJoinRetriesBusy(t *testing.T) {
 	if err := mgr.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(n.Handler())
-	defer srv.Close()
-	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site=a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := dialSignalling(t, ctx, n.Handler(), "a")
 	if err := ws.WriteJSON(Signal{Op: "offer", Session: "s1", Client: "w1", SDP: "v=0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -688,15 +690,10 @@ func TestWebSocketClosedDuringPlacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	returned := make(chan struct{})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ws := dialSignalling(t, ctx, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(returned)
 		n.Handler().ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site=a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}), "a")
 	if err := ws.WriteJSON(Signal{Op: "offer", Session: "s1", Client: "w1", SDP: "v=0"}); err != nil {
 		t.Fatal(err)
 	}
@@ -735,13 +732,7 @@ func TestWebSocketTakesAnOfferFirst(t *testing.T) {
 	if err := mgr.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(n.Handler())
-	defer srv.Close()
-	ws, _, err := websocket.DefaultDialer.DialContext(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"?site=a", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ws.Close()
+	ws := dialSignalling(t, ctx, n.Handler(), "a")
 	for _, op := range []string{"stats", "pose"} {
 		if err := ws.WriteJSON(Signal{Op: op, Session: "s1", Client: "w1"}); err != nil {
 			t.Fatal(err)
