@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -92,19 +93,55 @@ func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
 	if err := CheckScene(ns, scene); err != nil {
 		return err
 	}
-	err := a.scene(r, ns, scene, write)
+	return a.refusedIf(r, a.scene(r, RequestToken(r), ns, scene, write))
+}
+
+// SceneAs reports whether r may read scene ns/scene as client, the id it
+// takes there (an SFU client id), presenting token (the request's own when
+// token is ""). The rules are Scene's; in addition, a token whose rights
+// name the scene binds its holder to the client ids it may publish
+// presence as (realm/s/ns/scene/x/{client}/...): the userclient it was
+// issued for (auth.SceneRights), any for an editor or a token issued
+// without one. So one user cannot take another's id in the scene, as
+// ARENA binds a client id to its token. A request that the scene's
+// settings alone allow (no token, or one for another scene) names no
+// client and may use any.
+func (a *Access) SceneAs(r *http.Request, token, ns, scene, client string) error {
+	if err := CheckScene(ns, scene); err != nil {
+		return err
+	}
+	if token == "" {
+		token = RequestToken(r)
+	}
+	if err := a.scene(r, token, ns, scene, false); err != nil {
+		return a.refusedIf(r, err)
+	}
+	if a.Insecure || token == "" {
+		return nil
+	}
+	cl, err := a.Keys.Verify(token)
+	if err != nil || !tokenAllows(cl.Rights(), a.Realm, ns, scene, false) {
+		return nil // allowed by the scene's settings (scene checked the token)
+	}
+	if client == "" || strings.ContainsAny(client, "/+#") || !coversAll(cl.Rights().Publ, a.Realm+"/s/"+ns+"/"+scene+"/"+topic.MsgPresence+"/"+client+"/+") {
+		return a.Refused(r, wrap(ErrForbidden, fmt.Sprintf("user %s may not act as client %q in scene %s/%s: the token binds its holder to the client id (userclient) it was issued for", cl.Subject, client, ns, scene)))
+	}
+	return nil
+}
+
+func (a *Access) refusedIf(r *http.Request, err error) error {
 	if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
 		return a.Refused(r, err)
 	}
 	return err
 }
 
-func (a *Access) scene(r *http.Request, ns, scene string, write bool) error {
+func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error {
 	if a.Insecure {
 		return nil
 	}
 	user, anonymous := "", true
-	if tok := RequestToken(r); tok != "" {
+	if tok != "" {
 		cl, err := a.Keys.Verify(tok)
 		if err != nil {
 			return wrap(ErrUnauthenticated, err.Error())

@@ -480,11 +480,13 @@ func (s *Server) Close() {
 
 // sfuAccess lets a WebSocket signal for the SFU session of the scene its URL
 // names (/sfu/ws?scene={namespace}/{scene}) if the request may read that
-// scene, with the same rules as the scene's other routes: a token (Bearer
-// header or the mqtt_token cookie, which a browser sends with the socket),
-// or the scene's settings.
-func sfuAccess(access *httpapi.Access) func(*http.Request, string) error {
-	return func(r *http.Request, session string) error {
+// scene, with the same rules as the scene's other routes: a token (the one
+// in the first offer, else the Bearer header or the mqtt_token cookie,
+// which a browser sends with the socket), or the scene's settings; a token
+// for the scene binds its holder to its own client id
+// (httpapi.Access.SceneAs).
+func sfuAccess(access *httpapi.Access) func(r *http.Request, session, client, token string) error {
+	return func(r *http.Request, session, client, token string) error {
 		if access.Insecure {
 			return nil
 		}
@@ -495,6 +497,6 @@ func sfuAccess(access *httpapi.Access) func(*http.Request, string) error {
 		if want := sfu.SessionOf(ns, scene); session != want {
 			return fmt.Errorf("sfu: session %q is not the session of scene %s/%s, %q", session, ns, scene, want)
 		}
-		return access.Scene(r, ns, scene, false)
+		return access.SceneAs(r, token, ns, scene, client)
 	}
 }

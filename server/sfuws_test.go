@@ -138,3 +138,53 @@ func metricSum(t *testing.T, n *testNode, name string) float64 {
 	}
 	return sum
 }
+
+// TestSFUClientBoundToToken: a token issued for a userclient joins the
+// SFU only as that client, so one viewer cannot take another's id; the
+// token in the offer counts in place of the socket's cookie (tabs of one
+// browser share the cookie); an editor's token, and a viewer's issued
+// without a userclient, may join as any client.
+func TestSFUClientBoundToToken(t *testing.T) {
+	n := startNode(t, nil)
+	session := sfu.SessionOf("lab", "room1")
+	issue := func(user string, role auth.Role, userClient string) string {
+		tok, err := n.Keys.Issue(user, auth.SceneRights("realm", "lab", "room1", role, userClient), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	alice, bob := issue("alice", auth.RoleViewer, "xr-alice"), issue("bob", auth.RoleViewer, "xr-bob")
+	cases := []struct {
+		name          string
+		cookie, offer string // tokens
+		client        string
+		want          string // "" = answered
+	}{
+		{"own client, cookie", alice, "", "xr-alice", ""},
+		{"another's client, cookie", alice, "", "xr-bob", `user alice may not act as client "xr-bob"`},
+		{"another's client, token in the offer", "", bob, "xr-alice", `user bob may not act as client "xr-alice"`},
+		{"the offer's token, not the cookie", alice, bob, "xr-bob", ""},
+		{"a viewer issued no userclient", issue("carol", auth.RoleViewer, ""), "", "anything", ""},
+		{"an editor", issue("dave", auth.RoleEditor, "xr-dave"), "", "someone-else", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var hdr http.Header
+			if c.cookie != "" {
+				hdr = http.Header{"Cookie": {"mqtt_token=" + c.cookie}}
+			}
+			s := dialSFU(t, n, "?scene=lab/room1", hdr)
+			r := s.ask(sfu.Signal{Op: "offer", Session: session, Client: c.client, SDP: recvOffer(t), Token: c.offer})
+			switch {
+			case c.want == "" && r.Op != "answer":
+				t.Fatalf("offer as %q: %+v, want an answer", c.client, r)
+			case c.want != "" && (r.Op != "error" || !strings.Contains(r.Error, c.want)):
+				t.Fatalf("offer as %q: %+v, want an error containing %q", c.client, r, c.want)
+			}
+			if r.Op == "answer" {
+				s.ask(sfu.Signal{Op: "leave", Session: session, Client: c.client})
+			}
+		})
+	}
+}

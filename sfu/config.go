@@ -45,11 +45,13 @@ type Config struct {
 	// Mode is the allocator mode for point-cloud tracks.
 	Mode allocator.Mode
 	// Authorize, if not nil, decides whether the WebSocket request r may
-	// signal for session (Handler asks once per socket, at its first
-	// signal); its error is sent to the client as the reply. nil lets
-	// every request signal for any session: for nodes reached only by
-	// trusted clients, and for --insecure servers.
-	Authorize func(r *http.Request, session string) error
+	// signal for session as client, presenting token (the first offer's
+	// Signal.Token; "" when it has none, and the request's own credentials
+	// apply). Handler asks at each signal before the socket's join is
+	// placed; its error is sent to the client as the reply. nil lets every
+	// request signal for any session as any client: for nodes reached only
+	// by trusted clients, and for --insecure servers.
+	Authorize func(r *http.Request, session, client, token string) error
 	// Registerer receives the node's metrics; nil means none.
 	Registerer prometheus.Registerer
 	// Logger; nil means slog.Default().

@@ -90,6 +90,11 @@ type Signal struct {
 	PointClouds int `json:"pointclouds,omitempty"`
 	// Frames is the client's frame delivery report (op "stats").
 	Frames *FrameReport `json:"frames,omitempty"`
+	// Token (WebSocket signalling only) is the client's scene token, which
+	// Config.Authorize checks in place of the request's cookie or header:
+	// a page presents its own, since one browser's tabs share a cookie.
+	// The handler never forwards it to a node.
+	Token string `json:"token,omitempty"`
 }
 
 // FrameReport is what a subscriber measured of the point-cloud
@@ -246,8 +251,8 @@ var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 
 // places the client as Dial does (placement): when the manager is busy, or
 // the node does not answer the first message, it asks the manager again,
 // excluding that node. A socket signals for one session and client, those
-// of its first join (and, with Config.Authorize, only for a session the
-// request may use); before that join it takes only an offer (a leave ends
+// of its first join (and, with Config.Authorize, only for a session and
+// client the request, or the token in its offer, may use); before that join it takes only an offer (a leave ends
 // it). When it closes, the client leaves, also while its join is being
 // placed (the placement ends).
 func (n *Node) Handler() http.Handler {
@@ -304,6 +309,8 @@ func (n *Node) Handler() http.Handler {
 			}
 		}()
 		for s := range signals {
+			token := s.Token
+			s.Token = "" // a node has no use for it: it stays here
 			if target != "" && (s.Session != session || s.Client != client) {
 				_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: this WebSocket signals for session %q client %q, not session %q client %q", session, client, s.Session, s.Client)})
 				continue
@@ -321,7 +328,7 @@ func (n *Node) Handler() http.Handler {
 					continue
 				}
 				if n.cfg.Authorize != nil {
-					if err := n.cfg.Authorize(r, s.Session); err != nil {
+					if err := n.cfg.Authorize(r, s.Session, s.Client, token); err != nil {
 						n.log.Info("SFU signalling refused", "session", s.Session, "client", s.Client, "remote", r.RemoteAddr, "reason", err.Error())
 						_ = send(Reply{Op: "error", Error: err.Error()})
 						continue

@@ -26,6 +26,7 @@ export interface Signal {
   estimator?: string;
   pointclouds?: number;
   frames?: unknown;
+  token?: string; // offer only: the page's scene token
 }
 
 export interface Reply {
@@ -54,6 +55,9 @@ export interface SFUOptions {
   url: string; // ws(s)://host/sfu/ws
   session: string;
   client: string;
+  /** This page's scene token, sent with the offer: the server checks it (not
+   * the cookie, which the browser's tabs share) and binds the client id to it. */
+  token?: string;
   /** Point-cloud descriptions received at once (data-channel slots); 0: no data channel. */
   pointClouds: number;
   /** Opens the point-cloud data channel even with no slots, to publish on it. */
@@ -106,7 +110,7 @@ export class SFUConnection {
     }
     await pc.setLocalDescription(await pc.createOffer());
     await gathered(pc);
-    const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds });
+    const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds, token: o.token });
     if (rep.op !== 'answer' || !rep.sdp) throw new Error(`SFU refused the offer: ${rep.error ?? rep.op}`);
     await pc.setRemoteDescription({ type: 'answer', sdp: rep.sdp });
   }

@@ -65,12 +65,13 @@ export class SFUSession {
   private async connect(userClient: string) {
     if (this.stopped) return;
     const fs = this.usable;
-    // The scene in the URL lets the server check this page's token (the
-    // mqtt_token cookie, sent with the socket) for the scene's session.
+    // The scene in the URL lets the server check this page's token (sent
+    // with the offer) for the scene's session.
     const scene = encodeURIComponent(`${this.viewer.ns}/${this.viewer.scene}`);
     const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/sfu/ws?scene=${scene}`;
     const conn = new SFUConnection({
       url, session: sfuSession(this.viewer.ns, this.viewer.scene), client: sfuName(userClient),
+      token: this.viewer.session()?.token,
       pointClouds: fs.reduce((n, f) => n + (f.pointClouds ?? 0), 0),
       pointCloudChannel: fs.some((f) => f.pointCloudChannel),
       prepare: (pc) => fs.forEach((f) => f.prepare?.(pc)),
