@@ -101,7 +101,9 @@ export class MediaView implements SFUFeature {
   private timer: ReturnType<typeof setInterval> | undefined;
   private preview: HTMLVideoElement;
   private line: HTMLElement;
+  private levelRow: HTMLElement;
   private meter: HTMLMeterElement;
+  private levelValue: HTMLElement;
   readonly el: HTMLElement;
   private v = new THREE.Vector3();
   private q = new THREE.Quaternion();
@@ -120,9 +122,13 @@ export class MediaView implements SFUFeature {
     };
     this.preview = h('video', { id: 'xr-preview', muted: true, autoplay: true, playsInline: true, hidden: true });
     this.line = h('p', { class: 'media-line' }, 'starting…');
-    this.meter = h('meter', { id: 'xr-audio-level', min: 0, max: -LEVEL_FLOOR_DB, low: 20, high: 50, optimum: 30, hidden: true });
+    // The loudest microphone you hear: its meter and its value in dB on one
+    // line (the value in a fixed width, so that the meter keeps its length).
+    this.meter = h('meter', { id: 'xr-audio-level', min: 0, max: -LEVEL_FLOOR_DB, low: 20, high: 50, optimum: 30, 'aria-label': 'Loudest microphone' });
+    this.levelValue = h('span', { id: 'xr-audio-db', class: 'media-level-value' });
+    this.levelRow = h('div', { id: 'xr-audio-row', class: 'media-level', hidden: true }, h('span', { 'aria-hidden': 'true' }, 'loudest'), this.meter, this.levelValue);
     this.el = h('section', { id: 'xr-media', 'data-state': 'starting' }, h('h3', {}, 'Audio and video'),
-      h('div', { class: 'media-buttons' }, this.local.audio.button, this.local.video.button), this.preview, this.line, this.meter);
+      h('div', { class: 'media-buttons' }, this.local.audio.button, this.local.video.button), this.preview, this.line, this.levelRow);
     document.getElementById('xr-side')?.insertBefore(this.el, document.querySelector('#xr-side .hint'));
     // Browsers start audio only after a gesture on the page (on touch
     // screens a click or touchend, not a pointerdown).
@@ -387,12 +393,13 @@ export class MediaView implements SFUFeature {
     const db = level > 0 ? Math.max(LEVEL_FLOOR_DB, Math.round(20 * Math.log10(level))) : LEVEL_FLOOR_DB;
     const hearing = mics > 0 && this.ctx?.state === 'running';
     this.el.dataset.level = level.toFixed(4);
-    this.meter.hidden = !hearing;
+    this.levelRow.hidden = !hearing;
     this.meter.value = db - LEVEL_FLOOR_DB;
-    this.meter.title = `Loudest microphone: ${db > LEVEL_FLOOR_DB ? db : `below ${LEVEL_FLOOR_DB}`} dB`;
+    this.levelRow.title = `Loudest microphone: ${db > LEVEL_FLOOR_DB ? db : `below ${LEVEL_FLOOR_DB}`} dB`;
+    this.levelValue.textContent = db > LEVEL_FLOOR_DB ? `${db}\u00a0dB` : 'silent';
     const parts = [];
     if (cams) parts.push(`${cams} camera${cams > 1 ? 's' : ''}`);
-    if (mics) parts.push(`${mics} microphone${mics > 1 ? 's' : ''}` + (hearing ? `, loudest ${db > LEVEL_FLOOR_DB ? `${db}\u00a0dB` : 'silent'}` : ''));
+    if (mics) parts.push(`${mics} microphone${mics > 1 ? 's' : ''}`);
     if (this.ctx?.state === 'suspended' && mics) parts.push('click the page to hear them');
     const mine = [this.local.video.track ? 'camera' : '', this.local.audio.track ? 'microphone' : ''].filter(Boolean);
     const idle = mine.length ? `sharing your ${mine.join(' and ')}; nobody else is` : 'nobody is sharing';

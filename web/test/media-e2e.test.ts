@@ -104,12 +104,26 @@ describe('audio and video', () => {
       await new Promise((r) => setTimeout(r, 200));
     }
     expect(Math.min(...readings), `readings ${readings}`).toBeGreaterThan(0.01);
-    // and the panel shows it: a meter and the line, in dB (0.01 is -40 dB),
-    // refreshed once a second
-    await waitFor('A\'s level in B\'s panel', async () => /1 microphone, loudest -[1-3]\d\u00a0dB/.test((await b.textContent('#xr-media .media-line')) ?? ''), 5_000)
-      .catch(async (e) => { throw new Error(`${e.message}: ${await b.textContent('#xr-media .media-line')}`); });
+    // and the panel shows it: the line, and a meter with the value in dB
+    // (0.01 is -40 dB), refreshed once a second
+    await waitFor('A\'s level in B\'s panel', async () => /^-[1-3]\d\u00a0dB$/.test((await b.textContent('#xr-audio-db')) ?? ''), 5_000)
+      .catch(async (e) => { throw new Error(`${e.message}: ${await b.textContent('#xr-audio-db')}`); });
+    expect(await b.textContent('#xr-media .media-line')).toMatch(/1 microphone/);
     expect(await b.isVisible('#xr-audio-level')).toBe(true);
     expect(await b.$eval('#xr-audio-level', (m) => (m as HTMLMeterElement).value)).toBeGreaterThan(20);
+    // the value and its meter share one line, inside the panel (the value
+    // wrapped under the line's text); the value's box keeps one text line
+    const level = await b.evaluate(() => {
+      const box = (s: string) => document.querySelector(s)!.getBoundingClientRect().toJSON();
+      const side = document.querySelector('#xr-side')!;
+      return { value: box('#xr-audio-db'), meter: box('#xr-audio-level'), side: box('#xr-side'), overflow: side.scrollWidth - side.clientWidth };
+    });
+    const mid = (r: DOMRect) => r.top + r.height / 2;
+    expect(Math.abs(mid(level.value) - mid(level.meter)), JSON.stringify(level)).toBeLessThan(level.meter.height);
+    expect(level.value.left, JSON.stringify(level)).toBeGreaterThanOrEqual(level.meter.right);
+    expect(level.value.height, JSON.stringify(level)).toBeLessThan(24); // one line of 12 px text
+    expect(level.value.right, JSON.stringify(level)).toBeLessThanOrEqual(level.side.right);
+    expect(level.overflow, JSON.stringify(level)).toBeLessThanOrEqual(0);
     expect(await b.getAttribute('#xr-media', 'data-cameras')).toBe('1');
     // the node reads the audio levels Chromium sends (RFC 6464): A speaks
     const speaking = new RegExp(`xrealm_sfu_source_state\\{(?=[^}]*state="speaking")(?=[^}]*track="public-${SCENE}/${aClient}/)[^}]*\\} 1`);
