@@ -311,8 +311,13 @@ describe('layout', () => {
     // also with the long status of a lost connection (330 px of text)
     const right = () => phone.$eval('#xr-side-toggle', (el) => el.getBoundingClientRect().right);
     expect(await right()).toBeLessThanOrEqual(390);
+    // and the name field keeps a width that shows a guest's name (it was
+    // squeezed to 60 px, 48 px of text)
+    const nameWidth = () => phone.$eval('#xr-name', (el) => el.getBoundingClientRect().width);
+    expect(await nameWidth()).toBeGreaterThanOrEqual(84);
     await phone.$eval('#xr-status', (el) => { el.textContent = 'Disconnected (connection lost); reconnecting in 16s…'; });
     expect(await right()).toBeLessThanOrEqual(390);
+    expect(await nameWidth()).toBeGreaterThanOrEqual(84);
     await close(phone);
     await close(wide);
   });
