@@ -145,13 +145,17 @@ func (p *rawPeer) until(typ, sub string) [][]byte {
 }
 
 // A receiver's queue is full; a newer frame to an object that its sender
-// declared as state (CoalesceKey) replaces the stale one still queued,
-// while a frame to any other object, which may be an event (a Ubiq RPC, a
-// WebRTC offer), is never replaced: the newer one is dropped instead. The
+// declared as state (CoalesceKey) replaces the stale one still queued, and
+// one that finds no older frame of its object queued goes past the bound,
+// where the next one replaces it. A frame to any other object, which may
+// be an event (a Ubiq RPC, a WebRTC offer), is never replaced nor
+// replaces one: it goes past the bound, in order. Nothing is lost. The
 // sender is on the receiver's node, or on another node, whose frames come
 // over the bus and whose properties through the room's key watch.
 func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
-	pose, event, filler := NetworkId{A: 0x1f2e, B: 7}, NetworkId{A: 0x1f2e, B: 8}, NetworkId{A: 0x1f2e, B: 9}
+	pose, event, filler, late := NetworkId{A: 0x1f2e, B: 7}, NetworkId{A: 0x1f2e, B: 8}, NetworkId{A: 0x1f2e, B: 9}, NetworkId{A: 0x1f2e, B: 0xa}
+	declared := []string{"pose 2", "event 1", "event 2", "late 2"}
+	undeclared := []string{"pose 1", "event 1", "pose 2", "event 2", "late 1", "late 2"}
 	for _, tc := range []struct {
 		name      string
 		atJoin    string // CoalesceKey in the sender's Join
@@ -159,15 +163,14 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 		remote    bool   // the sender is on another node
 		want      []string
 		coalesced uint64
-		dropped   uint64
 	}{
-		{name: "declared at join", atJoin: "1f2e-7", want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
-		{name: "declared later", appended: "00001f2e-00000007", want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
-		{name: "another object declared", atJoin: "1f2e-6", want: []string{"pose 1", "event 1"}, dropped: 2},
-		{name: "nothing declared", want: []string{"pose 1", "event 1"}, dropped: 2},
-		{name: "declared at join, on another node", atJoin: "1f2e-7", remote: true, want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
-		{name: "declared later, on another node", appended: "1f2e-7", remote: true, want: []string{"pose 2", "event 1"}, coalesced: 1, dropped: 1},
-		{name: "nothing declared, on another node", remote: true, want: []string{"pose 1", "event 1"}, dropped: 2},
+		{name: "declared at join", atJoin: "1f2e-7 1f2e-a", want: declared, coalesced: 2},
+		{name: "declared later", appended: "00001f2e-00000007,1f2e-a", want: declared, coalesced: 2},
+		{name: "another object declared", atJoin: "1f2e-6", want: undeclared},
+		{name: "nothing declared", want: undeclared},
+		{name: "declared at join, on another node", atJoin: "1f2e-7,1f2e-a", remote: true, want: declared, coalesced: 2},
+		{name: "declared later, on another node", appended: `["1f2e-7","1f2e-a"]`, remote: true, want: declared, coalesced: 2},
+		{name: "nothing declared, on another node", remote: true, want: undeclared},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bucket := fmt.Sprintf("ubiq-coalesce-%d", bucketSeq.Add(1))
@@ -220,22 +223,29 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 			if st := stalledStats(ts, slow.uuid); st.Queued != 16 || st.Dropped != 0 || st.Coalesced != 0 {
 				t.Fatalf("queue before it is full: %+v, want 16 queued and nothing dropped", st)
 			}
+			// The queue is full: these go past its bound of 16, or replace
+			// a queued frame of their object.
 			sender.c.Send(pose, []byte("pose 2"))
 			sender.c.Send(event, []byte("event 2"))
+			sender.c.Send(late, []byte("late 1"))
+			sender.c.Send(late, []byte("late 2"))
 			sender.barrier()
-			eventually(t, "two more frames handled", func() bool {
+			eventually(t, "four more frames handled", func() bool {
 				st := stalledStats(ts, slow.uuid)
-				return st.Coalesced+st.Dropped >= 2
+				return uint64(st.Queued)+st.Coalesced >= 20
 			})
-			if st := stalledStats(ts, slow.uuid); st.Coalesced != tc.coalesced || st.Dropped != tc.dropped {
-				t.Fatalf("full queue: %d coalesced and %d dropped, want %d and %d", st.Coalesced, st.Dropped, tc.coalesced, tc.dropped)
+			if st := stalledStats(ts, slow.uuid); st.Coalesced != tc.coalesced || uint64(st.Queued) != 20-tc.coalesced {
+				t.Fatalf("full queue: %d coalesced and %d queued, want %d and %d", st.Coalesced, st.Queued, tc.coalesced, 20-tc.coalesced)
+			}
+			if c := connOf(ts, slow.uuid); c == nil || c.lost.Load() != 0 {
+				t.Fatal("the slow peer was disconnected, or its queue refused frames")
 			}
 
 			slow.gate.open()
 			slow.send(ServerID, EncodeRequest("Ping", ClientArgs{ClientID: slow.clientID}))
 			var got []string
 			for _, f := range slow.until("Ping", "") {
-				if id := IDOf(f); id == pose || id == event {
+				if id := IDOf(f); id == pose || id == event || id == late {
 					got = append(got, string(f[HeaderSize:]))
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -102,6 +103,15 @@ type conn struct {
 
 	closeOnce sync.Once
 	reason    atomic.Pointer[string]
+
+	// lost counts the frames that the queue refused for good: those that
+	// came once it had overflowed (the peer is then disconnected) or while
+	// it closed. (The writer's own count of dropped frames also counts the
+	// state frames that deliver then queued past the bound.)
+	lost atomic.Uint64
+	// behind is set when the queue overflowed and the peer is disconnected
+	// for it (tooSlow).
+	behind atomic.Bool
 }
 
 func (c *conn) uuid() string {
@@ -128,7 +138,13 @@ func (c *conn) closing() bool { return c.reason.Load() != nil }
 
 func (c *conn) serve() {
 	defer c.nc.Close()
-	c.w = fanout.NewWriter(c.nc, c.s.cfg.Writer, func(err error) { c.close("write failed: " + err.Error()) })
+	c.w = fanout.NewWriter(c.nc, c.s.cfg.Writer, func(err error) {
+		if errors.Is(err, fanout.ErrTooSlow) {
+			c.tooSlow() // already done by whoever queued the frame that overflowed
+			return
+		}
+		c.close("write failed: " + err.Error())
+	})
 	c.vis = map[string]int{}
 	c.removing = map[string]time.Time{}
 	c.observed = map[string]*room{}
@@ -237,21 +253,85 @@ func (c *conn) relay(f []byte) {
 	}
 }
 
-// deliver queues a relayed frame and reports whether it was queued.
-func (c *conn) deliver(f *fanout.Frame) bool {
-	if c.w.Enqueue(f) != fanout.Dropped { // queued, or coalesced (counted by the writer's OnCoalesce)
+// relayed is a relayed frame as its receivers' queues hold it; one is
+// shared by all of them. A frame to an object that its sender declared as
+// state (CoalesceKey) carries that object's key, so that in a full queue
+// it replaces the older frame of the same sender to the same object. Any
+// other frame may be an event, which nothing supersedes (a WebRTC offer or
+// ICE candidate, an RPC): it is a Keep frame, which a full queue takes
+// past its bound, up to the bound again, like the server's own messages.
+// A receiver that falls further behind than that is disconnected
+// (tooSlow). So a relayed frame is delivered, or replaced by newer state
+// its sender declared, or its receiver is disconnected: never silently
+// lost.
+type relayed struct {
+	f *fanout.Frame
+	// kept is f as a Keep frame, for a state frame that finds a queue full
+	// with no older frame of its key to replace; made on first need.
+	kept *fanout.Frame
+}
+
+func newRelayed(frame []byte, key string) relayed {
+	return relayed{f: &fanout.Frame{Bytes: frame, Key: key, Keep: key == ""}}
+}
+
+// deliver queues a relayed frame and reports whether it was queued. It
+// never waits for the peer: a peer that has fallen too far behind is
+// disconnected instead.
+func (c *conn) deliver(m *relayed) bool {
+	res := c.w.Enqueue(m.f) // queued, coalesced (counted by the writer's OnCoalesce), or refused
+	if res == fanout.Dropped && !m.f.Keep {
+		// State with no older frame of its key in the full queue to
+		// replace: the newest state of its object, which nothing
+		// supersedes yet. It goes past the bound like an event, and the
+		// next frame of its key replaces it there.
+		if m.kept == nil {
+			m.kept = &fanout.Frame{Bytes: m.f.Bytes, Key: m.f.Key, Keep: true}
+		}
+		res = c.w.Enqueue(m.kept)
+	}
+	if res != fanout.Dropped {
 		return true
 	}
+	c.lost.Add(1)
 	c.s.m.dropped.Inc()
+	c.tooSlow()
 	return false
 }
 
+// keep queues a frame that must not be lost (a server message); a queue
+// that cannot take it has overflowed, and the peer is disconnected.
+func (c *conn) keep(f *fanout.Frame) {
+	if c.w.Enqueue(f) == fanout.Dropped {
+		c.lost.Add(1)
+		c.tooSlow()
+	}
+}
+
+// tooSlow disconnects the peer because its queue overflowed: it did not
+// read while as many frames or bytes again as the bound piled up past it
+// (Config.Writer). A frame that must not be lost was refused, so the peer
+// is told by disconnection (it reconnects and joins afresh, with a true
+// view of its room). It does not wait: it may run on another peer's read
+// loop.
+func (c *conn) tooSlow() {
+	if c.closing() || !c.behind.CompareAndSwap(false, true) {
+		return // closing anyway, or done: what is refused now goes with the connection
+	}
+	o := c.s.cfg.Writer
+	c.s.m.slow.Inc()
+	behind := fmt.Sprintf("more than %d frames or %d bytes queued", 2*o.MaxFrames, 2*o.MaxBytes)
+	c.log.Warn("Ubiq peer disconnected: it fell too far behind, its queue overflowed", "peer", c.uuid(), "behind", behind,
+		"written_frames", c.w.Stats().Written, "connected_for", time.Since(c.started).Round(time.Millisecond))
+	c.close("fell too far behind: " + behind)
+}
+
 // sendServer queues a server message to the peer's RoomClient. Server
-// messages (room and membership changes, replies) are Keep frames: a full
-// queue coalesces or drops relayed frames, never these, so that a slow
-// peer catches up with a true view of its rooms or is disconnected.
+// messages (room and membership changes, replies) are Keep frames, as
+// relayed events are: a full queue takes them past its bound, so that a
+// slow peer catches up with a true view of its rooms or is disconnected.
 func (c *conn) sendServer(msg []byte) {
-	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg), Keep: true})
+	c.keep(&fanout.Frame{Bytes: NewFrame(c.clientIDFor(), msg), Keep: true})
 }
 
 // clientIDFor returns where server messages go. It is read by room
@@ -282,7 +362,7 @@ func (c *conn) see(id string, added []byte) {
 		delete(c.removing, id) // it came back within the grace period
 		return
 	}
-	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, added), Keep: true})
+	c.keep(&fanout.Frame{Bytes: NewFrame(c.clientID, added), Keep: true})
 }
 
 // encodePeerAdded returns the PeerAdded message for p.
@@ -340,7 +420,7 @@ func (c *conn) unsee(id string) {
 }
 
 func (c *conn) sendRemovedLocked(id string) {
-	c.w.Enqueue(&fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id)), Keep: true})
+	c.keep(&fanout.Frame{Bytes: NewFrame(c.clientID, encodePeerRemoved(id)), Keep: true})
 }
 
 func (c *conn) flushRemovals() {

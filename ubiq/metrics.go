@@ -13,6 +13,7 @@ type metrics struct {
 	bytesIn     prometheus.Counter
 	messagesOut prometheus.Counter
 	dropped     prometheus.Counter
+	slow        prometheus.Counter
 	coalesced   prometheus.Counter
 	malformed   prometheus.Counter
 	timeouts    prometheus.Counter
@@ -31,14 +32,15 @@ func newMetrics(s *Server) *metrics {
 		messagesIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_in_total", Help: "Frames received from Ubiq peers."}),
 		bytesIn:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_bytes_in_total", Help: "Bytes of frames received from Ubiq peers."}),
 		messagesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_out_total", Help: "Relayed frames queued to Ubiq peers."}),
-		dropped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dropped_total", Help: "Relayed frames dropped because a connection's queue was full."}),
+		dropped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dropped_total", Help: "Relayed frames not queued because their receiver's connection was ending: its queue had overflowed (xrealm_ubiq_slow_disconnects_total), or it was closing. A full queue takes frames past its bound; it drops none."}),
+		slow:        prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_slow_disconnects_total", Help: "Peers disconnected for falling too far behind: their queue was full past its bound by as much again (frames or bytes), and could not take an event or server message."}),
 		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames replaced in a full queue by newer ones from the same sender to the same object, one it declared as state (peer property xrealm.coalesce)."}),
 		malformed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_malformed_total", Help: "Connections closed for a malformed frame header."}),
 		timeouts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_timeouts_total", Help: "Peers dropped for being silent to the server."}),
 		nodesSwept:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_nodes_swept_total", Help: "Cluster nodes whose heartbeat stopped and whose room keys this node deleted."}),
 		keysSwept:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_node_rooms_total", Help: "Rooms that lost members, observers or presence of a dead node in a sweep by this node."}),
 
-		connDropped:   prometheus.NewDesc("xrealm_ubiq_connection_dropped_total", "Frames dropped by this connection's full queue.", labels, nil),
+		connDropped:   prometheus.NewDesc("xrealm_ubiq_connection_dropped_total", "Frames this connection's queue refused once it had overflowed (the peer is then disconnected) or while it closed.", labels, nil),
 		connCoalesced: prometheus.NewDesc("xrealm_ubiq_connection_coalesced_total", "Stale frames replaced in this connection's full queue.", labels, nil),
 		connWritten:   prometheus.NewDesc("xrealm_ubiq_connection_written_total", "Frames written to this connection.", labels, nil),
 		connQueued:    prometheus.NewDesc("xrealm_ubiq_connection_queued", "Frames waiting in this connection's queue.", labels, nil),
@@ -46,7 +48,7 @@ func newMetrics(s *Server) *metrics {
 }
 
 func (m *metrics) plain() []prometheus.Collector {
-	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept}
+	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.slow, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept}
 }
 
 // Describe implements prometheus.Collector.
@@ -79,7 +81,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		seen[l] = true
 		st := c.w.Stats()
-		ch <- prometheus.MustNewConstMetric(m.connDropped, prometheus.CounterValue, float64(st.Dropped), l[:]...)
+		ch <- prometheus.MustNewConstMetric(m.connDropped, prometheus.CounterValue, float64(c.lost.Load()), l[:]...)
 		ch <- prometheus.MustNewConstMetric(m.connCoalesced, prometheus.CounterValue, float64(st.Coalesced), l[:]...)
 		ch <- prometheus.MustNewConstMetric(m.connWritten, prometheus.CounterValue, float64(st.Written), l[:]...)
 		ch <- prometheus.MustNewConstMetric(m.connQueued, prometheus.GaugeValue, float64(st.Queued), l[:]...)

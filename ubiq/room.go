@@ -15,7 +15,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/interest"
 )
 
@@ -705,24 +704,24 @@ func (r *room) dispatch(sender string, from *conn, frame []byte) int {
 	a := r.aud.Load()
 	// Only frames to an object that the sender declared as state carry a
 	// key, and may replace or be replaced by a newer one in a full queue;
-	// any other frame may be an event (see CoalesceKey).
-	f := &fanout.Frame{Bytes: frame, Key: r.frameKey(sender, frame)}
+	// any other frame may be an event (see CoalesceKey and relayed).
+	f := newRelayed(frame, r.frameKey(sender, frame))
 	n := 0
 	if !a.knn {
 		for _, c := range a.all {
-			if c != from && c.deliver(f) {
+			if c != from && c.deliver(&f) {
 				n++
 			}
 		}
 		return n
 	}
 	for _, c := range a.obs {
-		if c != from && c.deliver(f) {
+		if c != from && c.deliver(&f) {
 			n++
 		}
 	}
 	for _, c := range a.bySender[sender] {
-		if c.deliver(f) {
+		if c.deliver(&f) {
 			n++
 		}
 	}

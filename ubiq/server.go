@@ -61,6 +61,11 @@ type Config struct {
 	// Writer bounds each connection's queue. A zero Linger means 5ms: a
 	// busy connection then gets one write per 5ms instead of one per
 	// frame (an idle one is written at once); negative turns it off.
+	// Zero bounds are fanout's defaults (4096 frames, 8 MiB), and MaxBytes
+	// is raised to hold at least one frame of MaxFrame. Past the bound a
+	// queue takes as much again of frames that must not be lost (events
+	// and server messages); a peer that falls further behind than that is
+	// disconnected.
 	Writer     fanout.Options
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil = metrics not registered
@@ -125,6 +130,17 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Writer.Linger == 0 {
 		cfg.Writer.Linger = 5 * time.Millisecond
 	}
+	// The bounds are made explicit (fanout's defaults) for the log line of
+	// a peer disconnected for falling behind, and a queue must hold the
+	// largest frame: an event bigger than twice the byte bound would
+	// otherwise disconnect even a peer whose queue is empty.
+	if cfg.Writer.MaxFrames <= 0 {
+		cfg.Writer.MaxFrames = 4096
+	}
+	if cfg.Writer.MaxBytes <= 0 {
+		cfg.Writer.MaxBytes = 8 << 20
+	}
+	cfg.Writer.MaxBytes = max(cfg.Writer.MaxBytes, HeaderSize+cfg.MaxFrame)
 	if cfg.ICEServers == nil {
 		cfg.ICEServers = DefaultICEServers
 	}
