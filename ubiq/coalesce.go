@@ -13,8 +13,9 @@ import (
 // frame from this peer to one of these objects replaces the older one
 // still queued. Frames to any other object are events as far as the
 // server knows (RPCs, a grab, WebRTC signalling): they never replace a
-// queued frame, nor are they replaced. The property is stored and sent to
-// the other peers like any other.
+// queued frame, nor are they replaced, and a full queue takes them past its
+// bound (see relayed). The property is stored and sent to the other peers
+// like any other.
 const CoalesceKey = "xrealm.coalesce"
 
 // maxCoalesceIDs bounds the objects one peer may name in CoalesceKey; the

@@ -18,7 +18,9 @@
 // connection fanout.Writers, which batch while a connection is busy. When a
 // queue is full, a newer frame replaces a stale one only for the objects
 // that their sender declared as state (CoalesceKey); other frames may be
-// events, and are never replaced.
+// events, and are never replaced. Nothing is dropped: events and the
+// server's own messages are queued past the bound, up to the bound again,
+// and a peer that falls further behind is disconnected.
 //
 // Beyond Ubiq, a peer may observe rooms it is not a member of
 // (SetObserved, for hex-grid areas of interest), and a room may restrict
