@@ -5,7 +5,7 @@ import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchBrowser, mqttClient, pythonPublisher, startServer, waitFor, type PythonPublisher, type XrealmServer } from './harness';
+import { MARK_OFF, MARK_ON, REPO_DIR, launchBrowser, mqttClient, pythonPublisher, startServer, toggleMark, waitFor, type PythonPublisher, type XrealmServer } from './harness';
 
 let srv: XrealmServer;
 let browser: Browser;
@@ -286,9 +286,17 @@ describe('layout', () => {
     const wide = await open('/public/layout/edit');
     expect(await wide.isVisible('#xr-editor')).toBe(true);
     expect(await wide.getAttribute('#xr-editor-toggle', 'aria-pressed')).toBe('true');
+    // the state shows without colour too: a filled dot while pressed, a
+    // hollow one while not, as on the Microphone, Camera and Publish
+    // buttons; the dot is not part of the button's name
+    expect(await toggleMark(wide, '#xr-editor-toggle')).toBe(MARK_ON);
+    for (const off of ['#xr-mic', '#xr-cam', '#xr-pcpub']) expect(await toggleMark(wide, off)).toBe(MARK_OFF);
+    expect(await wide.getByRole('button', { name: 'Editor', exact: true, pressed: true }).count()).toBe(1);
     await wide.click('#xr-editor-toggle');
     expect(await wide.isVisible('#xr-editor')).toBe(false);
     expect(await wide.getAttribute('#xr-editor-toggle', 'aria-pressed')).toBe('false');
+    expect(await toggleMark(wide, '#xr-editor-toggle')).toBe(MARK_OFF);
+    expect(await toggleMark(wide, '#xr-side-toggle')).toBe(MARK_ON);
     expect(await wide.isVisible('#xr-side')).toBe(true); // the other panel stays
     await wide.click('#xr-editor-toggle');
     expect(await wide.isVisible('#xr-editor')).toBe(true);

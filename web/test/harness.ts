@@ -175,6 +175,19 @@ export async function waitFor<T>(what: string, f: () => Promise<T | undefined | 
   }
 }
 
+/**
+ * What a toggle button (Panel, Editor, Microphone, Camera, Publish) shows
+ * before its label: its ::before content, a hollow dot while off and a
+ * filled one while pressed, so that the state shows without colour.
+ */
+export const toggleMark = async (p: Page, selector: string): Promise<string> => {
+  // the computed content is quoted, with its alternative text: "●" / ""
+  const content = await p.$eval(selector, (el) => getComputedStyle(el, '::before').content);
+  return /^"([^"]*)"/.exec(content)?.[1] ?? content;
+};
+export const MARK_OFF = '\u25cb';
+export const MARK_ON = '\u25cf';
+
 /** A third-party client: Eclipse paho-mqtt in Python (web/test/pypub.py), from the repository's .venv. */
 export interface PythonPublisher {
   publishAsync(topic: string, payload: string, opts: { qos: 0 | 1 }): Promise<void>;

@@ -9,7 +9,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchRTCBrowser, layerPixels, startServer, waitFor, type XrealmServer } from './harness';
+import { MARK_OFF, MARK_ON, REPO_DIR, launchRTCBrowser, layerPixels, startServer, toggleMark, waitFor, type XrealmServer } from './harness';
 
 const SCENE = 'media';
 
@@ -53,6 +53,7 @@ describe('audio and video', () => {
     await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 1'));
     const aClient = await userClient(a);
 
+    expect(await toggleMark(a, '#xr-mic')).toBe(MARK_OFF);
     await a.click('#xr-mic');
     await a.click('#xr-cam');
     await waitFor('A\'s devices on', async () => {
@@ -60,6 +61,9 @@ describe('audio and video', () => {
       return s.microphone === 'on' && s.camera === 'on';
     }, 15_000);
     expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('true');
+    // on shows without colour too: a filled dot, not in the button's name
+    for (const on of ['#xr-mic', '#xr-cam']) expect(await toggleMark(a, on)).toBe(MARK_ON);
+    expect(await a.getByRole('button', { name: 'Microphone', exact: true, pressed: true }).count()).toBe(1);
     expect(await a.isVisible('#xr-preview')).toBe(true);
 
     // B: A's video, decoded, at A's avatar
@@ -134,6 +138,8 @@ describe('audio and video', () => {
     // A turns the camera off: the panel goes and the head comes back
     await a.click('#xr-cam');
     expect((await stats(a)).camera).toBe('off');
+    expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('false');
+    expect(await toggleMark(a, '#xr-cam')).toBe(MARK_OFF);
     await waitFor('A\'s video gone on B', async () => (await video())?.anchor === 'hidden', 15_000);
     expect(await b.evaluate((c) => (document.querySelector(`#xr-avatars [data-avatar-for="${c}"] [data-role="head"]`) as any).object3D.visible, aClient)).toBe(true);
     // and on again, on the same connection

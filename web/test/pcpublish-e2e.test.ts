@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_DIR, launchRTCBrowser, layerPixels, startServer, waitFor, type XrealmServer } from './harness';
+import { MARK_OFF, MARK_ON, REPO_DIR, launchRTCBrowser, layerPixels, startServer, toggleMark, waitFor, type XrealmServer } from './harness';
 import { stats } from './pcpub';
 
 const SCENE = 'pcpublish';
@@ -56,6 +56,7 @@ describe('publishing a point cloud from the browser', () => {
       throw new Error(`${e.message}: ${JSON.stringify(await pubStats(a))}; ${JSON.stringify(problems)}`);
     });
     expect(await a.getAttribute('#xr-pcpub', 'aria-pressed')).toBe('true');
+    expect(await toggleMark(a, '#xr-pcpub')).toBe(MARK_ON); // on, without colour too
 
     // B receives whole frames (all three descriptions) of A's figure
     let best = 0;
@@ -91,6 +92,7 @@ describe('publishing a point cloud from the browser', () => {
     // A stops: its tracks go idle at the node, and its cloud goes from B
     await a.click('#xr-pcpub');
     expect(await a.getAttribute('#xr-pcpub', 'aria-pressed')).toBe('false');
+    expect(await toggleMark(a, '#xr-pcpub')).toBe(MARK_OFF);
     expect((await pubStats(a)).state).toBe('off');
     await waitFor('A\'s cloud to go', async () => !(await stats(b))?.publishers.some((x: any) => x.client === aClient), 20_000);
     await a.context().close();
