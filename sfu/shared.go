@@ -3,6 +3,7 @@ package sfu
 import (
 	"maps"
 	"math"
+	"net"
 	"sort"
 	"sync"
 	"time"
@@ -19,6 +20,13 @@ import (
 // (allocator.SharedLink) and splits the group's budget among its members
 // by their demand; a member's allocator then spends min(own estimate,
 // its share).
+//
+// A subscriber on the node's own host (the remote address is loopback or
+// one of the host's addresses: browser tabs on a developer's machine, the
+// bench's clients at an SFU's site) is in no group: no network path lies
+// between them, only the host's CPU, whose scheduling delays the signals
+// would take for a queue (bench/sfu/NOTES.md, 2026-11-24). Each such
+// subscriber is budgeted by its own estimator alone.
 
 // linkGroup is the state of one remote address's subscribers.
 type linkGroup struct {
@@ -41,6 +49,7 @@ type peerLink struct {
 	floor            time.Duration // least RTT seen, forgotten slowly
 	floorAt          time.Time     // when the floor was last moved up
 	remote           string
+	onHost           bool    // the client is on the node's host: in no group
 	share            float64 // bit/s; 0 = not limited
 	qdelay           time.Duration
 	tail             time.Duration      // the group's p95 per-packet queueing delay (qprobe.go); < 0 unknown
@@ -251,10 +260,11 @@ const (
 )
 
 // remoteIP is the IP address of the peer's selected ICE candidate pair's
-// remote side, "" while none is selected or when it is the local side's.
+// remote side, "" while none is selected or when the client is on the
+// node's host.
 func (p *peer) remoteIP() string {
 	p.mu.Lock()
-	if p.link.remote != "" || p.pc == nil {
+	if p.link.remote != "" || p.link.onHost || p.pc == nil {
 		r := p.link.remote
 		p.mu.Unlock()
 		return r
@@ -286,12 +296,44 @@ func (p *peer) remoteIP() string {
 	if err != nil || cp == nil || cp.Remote == nil || cp.Local == nil {
 		return ""
 	}
-	if cp.Remote.Address == cp.Local.Address {
-		// a client on the node's own host: no path to share (the
-		// bench's clients at an SFU's site)
+	if p.n.onHost(cp.Remote.Address) {
+		p.mu.Lock()
+		p.link.onHost = true
+		p.mu.Unlock()
 		return ""
 	}
 	return cp.Remote.Address
+}
+
+// onHost reports whether addr is a loopback address or one of the
+// addresses of the node's host (of Config.Net when set).
+func (n *Node) onHost(addr string) bool {
+	ip := net.ParseIP(addr)
+	if ip == nil {
+		return false
+	}
+	if ip.IsLoopback() {
+		return true
+	}
+	var addrs []net.Addr
+	if n.cfg.Net == nil {
+		addrs, _ = net.InterfaceAddrs()
+	} else {
+		ifs, _ := n.cfg.Net.Interfaces()
+		for _, i := range ifs {
+			a, _ := i.Addrs()
+			addrs = append(addrs, a...)
+		}
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.Equal(ip) {
+			return true
+		}
+		if ipa, ok := a.(*net.IPAddr); ok && ipa.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // linkShare is the peer's share of its group's budget, +Inf when not
