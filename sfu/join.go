@@ -20,11 +20,28 @@ import (
 // joinBackoff between attempts. A node that did not answer is sent a leave
 // for the client (it may have taken the offer) and excluded from the next
 // placements (JoinRequest.Exclude). A signal waits at most offerTimeout for
-// its node.
+// its node, a join request joinRequestTimeout for the manager, and the
+// whole placement at most placementTimeout.
 const (
-	joinAttempts = 5
-	offerTimeout = 10 * time.Second
+	joinAttempts       = 5
+	offerTimeout       = 10 * time.Second
+	joinRequestTimeout = 10 * time.Second // the manager probes up to 3 nodes for 2 s each
 )
+
+// placementTimeout bounds a whole placement, all attempts and the waits
+// between them: without it, nodes that take an offer and never answer cost
+// up to joinAttempts join requests and offers of 10 s each, a minute or
+// more before a browser heard why it has no connection. 25 s still leaves
+// room for the usual failover, a node that does not answer its offer
+// (10 s) and a second one that does, and is about as long as someone
+// looking at a connecting page waits before taking it for hung. After it
+// the placement ends with an error that names its attempts and the nodes
+// it placed the client on and excluded.
+const placementTimeout = 25 * time.Second
+
+// errPlacementTimeout is the cause of a placement's context when
+// placementTimeout (placement.deadline) ran out; its error wraps it.
+var errPlacementTimeout = errors.New("gave up placing the client")
 
 // joinBackoff spaces the attempts: 250 ms, 500 ms, 1 s, 2 s (at most 4 s),
 // each shortened by up to half at random, so that the clients a busy
@@ -84,18 +101,52 @@ type placement struct {
 	// timeout, if set, is how long a signal to node waits instead of
 	// offerTimeout (tests).
 	timeout func(node string) time.Duration
+	// deadline, if set, bounds the placement instead of placementTimeout
+	// (tests).
+	deadline time.Duration
 }
 
 // run places the client. It returns the assignment of the node that
 // answered the first signal (its answer, or an error it replied), with
-// the reply; an assignment with no Node when no node answered.
+// the reply; an assignment with no Node when no node answered. When
+// placementTimeout runs out first it returns an error wrapping
+// errPlacementTimeout that names the attempts and the nodes excluded.
 func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, error) {
 	req := p.req
 	req.Exclude = append([]string(nil), req.Exclude...)
+	limit := placementTimeout
+	if p.deadline > 0 {
+		limit = p.deadline
+	}
+	pctx, cancel := context.WithTimeoutCause(ctx, limit, errPlacementTimeout)
+	defer cancel()
+	var tried []string // the nodes the client was placed on, in order
+	placed := p.placed
+	p.placed = func(a Assignment) {
+		tried = append(tried, a.Node)
+		if placed != nil {
+			placed(a)
+		}
+	}
+	timedOut := func(attempts int, err error) error {
+		nodes := "none"
+		if len(tried) > 0 {
+			nodes = fmt.Sprint(tried)
+		}
+		excluded := "none"
+		if len(req.Exclude) > 0 {
+			excluded = fmt.Sprint(req.Exclude)
+		}
+		return fmt.Errorf("sfu: join %s/%s: %w after %v: %d attempts, placed on nodes %s, excluded %s as they did not answer; last error: %w",
+			req.Session, req.Client, errPlacementTimeout, limit, attempts, nodes, excluded, err)
+	}
 	for attempt := 1; ; attempt++ {
-		a, rep, failed, err := p.once(ctx, req, first)
+		a, rep, failed, err := p.once(pctx, req, first)
 		if failed != "" {
 			req.Exclude = append(req.Exclude, failed)
+		}
+		if err != nil && a.Node == "" && ctx.Err() == nil && context.Cause(pctx) == errPlacementTimeout {
+			return Assignment{}, Reply{}, timedOut(attempt, err)
 		}
 		retry := failed != "" || errors.Is(err, ErrBusy)
 		if err == nil || !retry || ctx.Err() != nil {
@@ -107,7 +158,10 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 		d := joinBackoff.delay(attempt)
 		p.log.Info(p.retryMsg, "session", req.Session, "client", req.Client, "node", failed,
 			"attempt", attempt, "retry_in", d, "exclude", req.Exclude, "err", err)
-		if werr := wait(ctx, d); werr != nil {
+		if werr := wait(pctx, d); werr != nil {
+			if ctx.Err() == nil {
+				return Assignment{}, Reply{}, timedOut(attempt, err)
+			}
 			return Assignment{}, Reply{}, fmt.Errorf("%w; then %w", err, werr)
 		}
 	}
@@ -115,12 +169,14 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 
 // once asks the manager for a node, not one of req.Exclude, and sends it
 // s. A node that does not answer (no responders, or no answer within the
-// timeout) is returned as failed, after a leave for the client was sent
-// to it: one that hangs, or is only slow, may have registered the client,
-// and would refuse its next offer ("already connected") and keep a peer
-// nobody uses.
+// timeout or before the placement's deadline) is returned as failed, after
+// a leave for the client was sent to it: one that hangs, or is only slow,
+// may have registered the client, and would refuse its next offer
+// ("already connected") and keep a peer nobody uses.
 func (p placement) once(ctx context.Context, req JoinRequest, s Signal) (a Assignment, rep Reply, failed string, err error) {
-	a, err = RequestJoin(ctx, p.nc, req)
+	jctx, jcancel := context.WithTimeout(ctx, joinRequestTimeout)
+	a, err = RequestJoin(jctx, p.nc, req)
+	jcancel()
 	if err != nil {
 		return Assignment{}, Reply{}, "", err
 	}
@@ -138,7 +194,10 @@ func (p placement) once(ctx context.Context, req JoinRequest, s Signal) (a Assig
 		return a, rep, "", nil
 	}
 	err = fmt.Errorf("%w (node %s)", err, a.Node)
-	if ctx.Err() != nil || !nodeGone(err) {
+	// a context that the caller ended is not the node's failure; the
+	// placement's deadline is: the node did not answer in the time left
+	gaveUp := ctx.Err() != nil && context.Cause(ctx) != errPlacementTimeout
+	if gaveUp || !nodeGone(err) {
 		return a, rep, "", err
 	}
 	b, _ := json.Marshal(Signal{Op: "leave", Session: s.Session, Client: s.Client})

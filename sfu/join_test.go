@@ -752,3 +752,73 @@ func TestWebSocketTakesAnOfferFirst(t *testing.T) {
 		t.Errorf("%d join requests for a socket that sent no offer", got)
 	}
 }
+
+// TestPlacementDeadline: a placement whose nodes take the offer and never
+// answer ends when its deadline (placementTimeout, short here) runs out,
+// with an error that says so and names the nodes it placed the client on
+// and excluded, each of which got a leave. Node 8 gives up on its offer
+// early and is excluded; node 9's offer would wait offerTimeout, longer
+// than the deadline, and node 1 (the manager's) answers nothing. Before,
+// such a placement took up to five join requests and offers, about a
+// minute, before a browser heard why.
+func TestPlacementDeadline(t *testing.T) {
+	c := startCluster(t, "z")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.nodes[0].subs[0].Unsubscribe(); err != nil { // node 1's signal subject
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		ops = map[string][]string{} // by node: what it received
+	)
+	for _, id := range []string{"8", "9"} {
+		fakeNode(t, ctx, c, id, "a", func(m *nats.Msg) {
+			var s Signal
+			if err := json.Unmarshal(m.Data, &s); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			ops[id] = append(ops[id], s.Op)
+			mu.Unlock()
+			if s.Op == "ping" { // the manager's: it places clients here
+				respondSignal(m, Reply{Op: "ok", Site: "a"})
+			}
+		})
+	}
+	var placed []string
+	n1 := c.nodes[0]
+	p := placement{nc: c.conn(t, "client"), req: JoinRequest{Session: "s1", Client: "u1", Site: "a"}, log: slog.New(slog.DiscardHandler),
+		retryMsg: "retry",
+		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
+			return n1.signalNode(ctx, a.Signal, s) // as the WebSocket handler does
+		},
+		placed: func(a Assignment) { placed = append(placed, a.Node) },
+		timeout: func(node string) time.Duration {
+			if node == "8" {
+				return 300 * time.Millisecond
+			}
+			return offerTimeout
+		},
+		deadline: 2 * time.Second,
+	}
+	a, _, err := p.run(ctx, Signal{Op: "offer", Session: "s1", Client: "u1", SDP: "v=0"})
+	if !errors.Is(err, errPlacementTimeout) {
+		t.Fatalf("placement on nodes that never answer: assignment %+v, err %v; want the placement's deadline", a, err)
+	}
+	if a.Node != "" {
+		t.Errorf("assignment %+v, want none: no node answered", a)
+	}
+	want := fmt.Sprintf("placed on nodes %v, excluded %v as they did not answer", placed, placed)
+	if len(placed) == 0 || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "attempts") {
+		t.Errorf("err %q, want one with the attempts and %q", err, want)
+	}
+	for _, id := range placed {
+		waitFor(t, "node "+id+" to receive the client's leave", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(ops[id], "leave")
+		})
+	}
+}
