@@ -322,10 +322,10 @@ describe('layout', () => {
     // and the name field keeps a width that shows a guest's name (it was
     // squeezed to 60 px, 48 px of text)
     const nameWidth = () => phone.$eval('#xr-name', (el) => el.getBoundingClientRect().width);
-    expect(await nameWidth()).toBeGreaterThanOrEqual(84);
+    expect(await nameWidth()).toBeGreaterThanOrEqual(88);
     await phone.$eval('#xr-status', (el) => { el.textContent = 'Disconnected (connection lost); reconnecting in 16s…'; });
     expect(await right()).toBeLessThanOrEqual(390);
-    expect(await nameWidth()).toBeGreaterThanOrEqual(84);
+    expect(await nameWidth()).toBeGreaterThanOrEqual(88);
     await close(phone);
     await close(wide);
   });
