@@ -152,7 +152,7 @@ describe('audio and video', () => {
       return v && v.anchor === 'avatar' && v.frames >= before + 10;
     }, 30_000);
     expect(problems).toEqual([]);
-    // gone before the next test: pages on this machine share one path at the node, and its budget
+    // gone before the next test: their streams would take the CPU it needs
     await a.context().close();
     await b.context().close();
   }, 180_000);
@@ -161,9 +161,8 @@ describe('audio and video', () => {
     const problems: string[] = [];
     const scene = 'media-pointcloud';
     // A small cloud (about 0.1 Mbit/s): the node gives point clouds what is
-    // left of a subscriber's budget after audio and video, and pages on
-    // one machine share one path's budget at the node (sfu/shared.go),
-    // which starts at a few hundred kbit/s.
+    // left of a subscriber's budget after audio and video, and a new
+    // subscriber's estimate starts at a few hundred kbit/s.
     const a = await open('A', problems, scene, 'pointclouds=0&pcpoints=1000&pcfps=4');
     const b = await open('B', problems, scene, 'pcpublish=0');
     await a.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 -1.5'));
