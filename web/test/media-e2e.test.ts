@@ -240,4 +240,38 @@ describe('audio and video', () => {
     await a.context().close();
     await b.context().close();
   }, 300_000);
+
+  it('rejoins the SFU as its own client when another tab of the browser took the cookie', async () => {
+    // Two tabs of one browser share the mqtt_token cookie, which holds the
+    // token the later tab was issued. A token binds its holder to its own
+    // SFU client id (docs/sfu.md), so a page sends its own token with its
+    // offer: the first tab's rejoin must not be refused as the second's.
+    const problems: string[] = [];
+    const a = await open('A', problems, 'media-tabs');
+    const b = await a.context().newPage();
+    b.on('pageerror', (e) => problems.push(`B pageerror: ${e.message}`));
+    await b.goto(`${srv.url}/public/media-tabs?quality=low&pointclouds=0`);
+    await waitFor('B joined the SFU', () => b.evaluate(() => (window as any).xrealm.media?.stats().state === 'connected'), 30_000);
+    const bToken = await b.evaluate(() => (window as any).xrealm.session().token as string);
+    const cookie = await a.evaluate(() => document.cookie);
+    expect(cookie, 'the shared cookie holds the later tab\'s token').toContain(`mqtt_token=${bToken}`);
+    expect(await a.evaluate(() => (window as any).xrealm.session().token)).not.toBe(bToken);
+
+    // A's signalling socket drops: it rejoins with a new offer
+    await a.evaluate(() => {
+      const x = (window as any).xrealm;
+      x.oldSFU = x.sfu.connection;
+      x.oldSFU.ws.close();
+    });
+    await waitFor('A rejoined the SFU', () => a.evaluate(() => {
+      const x = (window as any).xrealm;
+      return x.sfu.connection !== x.oldSFU && x.sfu.connection?.connected === true;
+    }), 60_000).catch((e) => {
+      throw new Error(`${e.message}; page problems ${JSON.stringify(problems)}; server log:\n${srv.log().slice(-3000)}`);
+    });
+    expect(await a.evaluate(() => (window as any).xrealm.sfu.connection.client)).toBe(await userClient(a));
+    expect(srv.log()).not.toContain('SFU signalling refused');
+    expect(problems).toEqual([]);
+    await a.context().close();
+  }, 180_000);
 });
