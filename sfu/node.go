@@ -42,6 +42,11 @@ type Node struct {
 
 	hops *hopHists // packet ages (hops.go)
 
+	// ctlMu guards controls, the control messages waiting to be sent to
+	// each other node (sendControl); a leaf lock
+	ctlMu    sync.Mutex
+	controls map[string]*controlQueue
+
 	// wsPlaced and wsOfferTimeout are the WebSocket handler's placement
 	// hooks (placement.placed, placement.timeout; tests).
 	wsPlaced       func(Assignment)
@@ -486,21 +491,62 @@ func (n *Node) release(s *source, remaining int) {
 	n.sendControl(s.info.Node, relay.Control{Op: "unsub", Track: key})
 }
 
+// controlQueue holds the control messages for one node that are not sent
+// yet, in the order they were made.
+type controlQueue struct {
+	pending []relay.Control
+	running bool // a goroutine is sending them (drainControls)
+}
+
 // sendControl sends a control message to another node, linking first if
-// needed; it does not block the caller.
+// needed; it does not block the caller. Messages to one node go in the
+// order they were made: a sub and the unsub after it must not swap, or
+// the origin would relay a track this node no longer forwards, or stop
+// one it does.
 func (n *Node) sendControl(node string, c relay.Control) {
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		l, err := n.link(node)
-		if err != nil {
-			n.log.Warn("relay control not sent", "peer", node, "op", c.Op, "track", c.Track, "err", err)
+	n.ctlMu.Lock()
+	if n.controls == nil {
+		n.controls = map[string]*controlQueue{}
+	}
+	q := n.controls[node]
+	if q == nil {
+		q = &controlQueue{}
+		n.controls[node] = q
+	}
+	q.pending = append(q.pending, c)
+	start := !q.running
+	q.running = true
+	n.ctlMu.Unlock()
+	if start {
+		n.wg.Add(1)
+		go n.drainControls(node, q)
+	}
+}
+
+// drainControls sends q's messages to node one after the other until q is
+// empty.
+func (n *Node) drainControls(node string, q *controlQueue) {
+	defer n.wg.Done()
+	for {
+		n.ctlMu.Lock()
+		if len(q.pending) == 0 {
+			q.running = false
+			delete(n.controls, node)
+			n.ctlMu.Unlock()
 			return
 		}
-		if err := l.SendControl(c); err != nil {
+		c := q.pending[0]
+		q.pending[0] = relay.Control{}
+		q.pending = q.pending[1:]
+		n.ctlMu.Unlock()
+		l, err := n.link(node)
+		if err == nil {
+			err = l.SendControl(c)
+		}
+		if err != nil {
 			n.log.Warn("relay control not sent", "peer", node, "op", c.Op, "track", c.Track, "err", err)
 		}
-	}()
+	}
 }
 
 // --- relay links ---------------------------------------------------------------

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xrealm/xrealm/bus"
 	"github.com/xrealm/xrealm/sfu/bwe"
+	"github.com/xrealm/xrealm/sfu/relay"
 	"github.com/xrealm/xrealm/volumetric"
 )
 
@@ -219,6 +220,40 @@ func TestCascade(t *testing.T) {
 	waitFor(t, "node 1 to stop relaying after the subscriber left", func() bool { return c.nodes[0].localRelays(key) == 0 })
 	if c.nodes[1].hasRelayed(key) {
 		t.Fatal("node 2 still holds the relayed source")
+	}
+}
+
+// TestRelayControlsInOrder: the control messages a node sends another go
+// in the order they were made (sendControl). Node 2 asks node 1 to relay
+// a track and to stop, 100 times, and then to relay a second track: once
+// node 1 relays that one, it has handled everything before it, and must
+// not relay the first (each message on a goroutine of its own, as
+// before, let a "sub" overtake the "unsub" after it).
+func TestRelayControlsInOrder(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}, {ID: "pc1", Mime: MimeTypePointCloud}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 2000)
+	go publishFrames(pctx, pub.Tracks["pc1"], 7, 1, 2000)
+	first, second := "s1/alice/pc0", "s1/alice/pc1"
+	origin, other := c.nodes[0], c.nodes[1]
+	waitFor(t, "node 1 to hold both tracks", func() bool { return origin.localRelays(first) == 0 && origin.localRelays(second) == 0 })
+	for range 100 {
+		other.sendControl(origin.cfg.ID, relay.Control{Op: "sub", Track: first})
+		other.sendControl(origin.cfg.ID, relay.Control{Op: "unsub", Track: first})
+	}
+	other.sendControl(origin.cfg.ID, relay.Control{Op: "sub", Track: second})
+	waitFor(t, "node 1 to relay the second track", func() bool { return origin.localRelays(second) == 1 })
+	if got := origin.localRelays(first); got != 0 {
+		t.Fatalf("node 1 relays the first track to %d nodes after its last unsub, want 0", got)
 	}
 }
 
