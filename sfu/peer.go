@@ -269,12 +269,12 @@ func (p *peer) reconcile() {
 	}
 	tracks := p.n.sessionTracks(p.session)
 	sort.Slice(tracks, func(i, j int) bool { return tracks[i].Key() < tracks[j].Key() })
-	budget := math.Inf(1)
+	estimate := math.Inf(1)
 	if e := p.est.Load(); e != nil {
-		budget = float64(e.GetTargetBitrate())
+		estimate = float64(e.GetTargetBitrate())
 	}
 	share := p.linkShare()
-	budget = math.Min(budget, share)
+	budget := math.Min(estimate, share)
 	p.n.mu.Lock()
 	myPose := p.n.poses[p.session+"/"+p.client]
 	rateOf := func(t TrackInfo) float64 {
@@ -370,6 +370,22 @@ func (p *peer) reconcile() {
 		p.pathCosts(demands)
 	}
 	dec, used := p.alloc.Allocate(pcBudget, demands)
+	if used == 0 && avRate == 0 && p.pcc == nil && estimate <= share {
+		// Nothing would flow on the PeerConnection, so no feedback would
+		// come, and its estimator (GCC, Hera), which moves only on
+		// feedback, would keep a low estimate for good: a subscriber cut
+		// off by a burst of congestion (or of CPU load) never received
+		// again. So the most interesting publisher's cheapest choice
+		// flows, as a WebRTC sender keeps its video at its minimum rate
+		// rather than stopping it; its feedback lets the estimate rise
+		// again where the path has room. Nothing else goes to this
+		// subscriber, so the flow competes only with itself; not when the
+		// share of a group of subscribers on one path is the limit
+		// (shared.go): the others' feedback keeps that one moving.
+		if least := p.alloc.Least(demands); least > 0 {
+			dec, used = p.alloc.Allocate(least, demands)
+		}
+	}
 	fwd := make(map[string]float64, len(dec))
 	for _, d := range demands {
 		for i, r := range d.Rates {

@@ -223,6 +223,43 @@ func TestCascade(t *testing.T) {
 	}
 }
 
+// TestStarvedSubscriberKeepsOneFlow: a subscriber whose estimate is below
+// every point cloud it could receive still gets the nearest publisher's
+// cheapest description, so that feedback keeps coming and the estimate
+// can rise again (with nothing forwarded, GCC, which moves only on
+// feedback, kept a low estimate for good: TestConcurrentJoins under load).
+func TestStarvedSubscriberKeepsOneFlow(t *testing.T) {
+	c := startClusterWith(t, func(_ int, cfg *Config) {
+		cfg.Estimator = bwe.NewFactory(bwe.Config{Min: 20_000, Max: 50_000, Initial: 50_000})
+	}, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 20000) // about 1.5 Mbit/s, 30 times the estimate
+	rcv := newReceiver()
+	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "sub"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
+		VideoSlots: 1, OnTrack: rcv.onTrack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	p := c.nodes[0].peerOf("s1", "bob")
+	waitForExplained(t, "complete frames at a subscriber whose estimate fits none", func() bool { return rcv.count(7) >= 10 }, c.forwarding)
+	p.mu.Lock()
+	budget := p.budget
+	p.mu.Unlock()
+	if budget > 50_000 {
+		t.Fatalf("the subscriber's budget is %v bit/s, above the estimator's 50 kbit/s maximum: the test does not starve it", budget)
+	}
+}
+
 // TestRelayControlsInOrder: the control messages a node sends another go
 // in the order they were made (sendControl). Node 2 asks node 1 to relay
 // a track and to stop, 100 times, and then to relay a second track: once

@@ -121,17 +121,7 @@ func New(m Mode) *Allocator { return &Allocator{Mode: m, starved: map[string]int
 // Allocate spends budget (bit/s) on demands and returns the decision and the
 // bitrate it uses.
 func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float64) {
-	order := make([]Demand, len(demands))
-	copy(order, demands)
-	sort.SliceStable(order, func(i, j int) bool {
-		if order[i].Interest != order[j].Interest {
-			return order[i].Interest > order[j].Interest
-		}
-		if si, sj := a.starved[order[i].ID], a.starved[order[j].ID]; si != sj {
-			return si > sj
-		}
-		return order[i].ID < order[j].ID
-	})
+	order := a.order(demands)
 	dec := Decision{}
 	used := 0.0
 	switch a.Mode {
@@ -207,6 +197,43 @@ func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float6
 		}
 	}
 	return dec, used
+}
+
+// order returns demands most interesting first; ties go to the one left
+// out longest, then by ID.
+func (a *Allocator) order(demands []Demand) []Demand {
+	order := make([]Demand, len(demands))
+	copy(order, demands)
+	sort.SliceStable(order, func(i, j int) bool {
+		if order[i].Interest != order[j].Interest {
+			return order[i].Interest > order[j].Interest
+		}
+		if si, sj := a.starved[order[i].ID], a.starved[order[j].ID]; si != sj {
+			return si > sj
+		}
+		return order[i].ID < order[j].ID
+	})
+	return order
+}
+
+// Least is the smallest budget with which Allocate forwards something: the
+// rate of the cheapest choice (the base description in Layers, the whole
+// publisher in TrackSelection) of the first demand in Allocate's order
+// that has one; 0 when no demand has anything to forward.
+func (a *Allocator) Least(demands []Demand) float64 {
+	for _, d := range a.order(demands) {
+		if len(d.Rates) == 0 {
+			continue
+		}
+		r := d.rate(Set(1<<len(d.Rates) - 1))
+		if a.Mode == Layers {
+			r = d.rate(Combos[0])
+		}
+		if r > 0 {
+			return r
+		}
+	}
+	return 0
 }
 
 func hasCost(ds []Demand) bool {

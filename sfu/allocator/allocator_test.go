@@ -117,3 +117,50 @@ func TestInterest(t *testing.T) {
 		t.Error("ParseMode(bogus) succeeded")
 	}
 }
+
+// TestLeast: Least is the budget with which Allocate forwards exactly the
+// most interesting publisher's cheapest choice.
+func TestLeast(t *testing.T) {
+	near := Demand{ID: "near", Interest: 0.9, Rates: []float64{150, 250, 600}}
+	far := Demand{ID: "far", Interest: 0.1, Rates: []float64{100, 200, 500}}
+	unannounced := Demand{ID: "quiet", Interest: 1, Rates: []float64{0, 0, 0}}
+	tests := []struct {
+		name    string
+		mode    Mode
+		demands []Demand
+		least   float64
+		want    Decision
+	}{
+		{"layers: the nearest's base", Layers, []Demand{far, near}, 150, Decision{"near": Combos[0]}},
+		{"layers: past a publisher with nothing announced", Layers, []Demand{unannounced, far, near}, 150, Decision{"quiet": Combos[0], "near": Combos[0]}},
+		{"tracks: the nearest whole", TrackSelection, []Demand{far, near}, 1000, Decision{"near": 0b111}},
+		{"nothing to forward", Layers, []Demand{unannounced}, 0, nil},
+		{"no demands", Layers, nil, 0, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New(tc.mode)
+			least := a.Least(tc.demands)
+			if least != tc.least {
+				t.Fatalf("Least = %v, want %v", least, tc.least)
+			}
+			if least == 0 {
+				return
+			}
+			dec, used := a.Allocate(least, tc.demands)
+			if used != least {
+				t.Errorf("Allocate(Least) uses %v, want %v", used, least)
+			}
+			for id, set := range dec {
+				if set != tc.want[id] {
+					t.Errorf("Allocate(Least) forwards %v of %s, want %v", set, id, tc.want[id])
+				}
+			}
+			for id, set := range tc.want {
+				if dec[id] != set {
+					t.Errorf("Allocate(Least) forwards %v of %s, want %v", dec[id], id, set)
+				}
+			}
+		})
+	}
+}
