@@ -103,6 +103,11 @@ type conn struct {
 
 	closeOnce sync.Once
 	reason    atomic.Pointer[string]
+	done      chan struct{} // closed by close
+
+	// throttle holds the read loop back to the inbound budget
+	// (Config.Inbound).
+	throttle throttle
 
 	// lost counts the frames that the queue refused for good: those that
 	// came once it had overflowed (the peer is then disconnected) or while
@@ -125,6 +130,7 @@ func (c *conn) uuid() string {
 func (c *conn) close(reason string) {
 	c.closeOnce.Do(func() {
 		c.reason.Store(&reason)
+		close(c.done) // ends a wait for the inbound budget
 		// On its own goroutine: closing a plain socket waits until its
 		// reader has left the read callback (streamread.Receive), which may
 		// be the caller or busy relaying to another connection that is
@@ -149,6 +155,9 @@ func (c *conn) serve() {
 	c.removing = map[string]time.Time{}
 	c.observed = map[string]*room{}
 	c.lastServer.Store(time.Now().UnixNano())
+	if c.s.cfg.Inbound.limited() {
+		c.throttle.lim = newLimiter(c.s.cfg.Inbound, time.Now())
+	}
 	if !c.s.register(c) {
 		c.w.Close()
 		return
@@ -175,6 +184,12 @@ func (c *conn) serve() {
 	c.readError(c.src.run(c.closing, func(f []byte) error {
 		m.messagesIn.Inc()
 		m.bytesIn.Add(float64(len(f)))
+		// Every frame counts against the inbound budget, server messages
+		// too: a flood of property changes or joins reaches every member
+		// as a flood of relayed frames does.
+		if !c.admit(f) {
+			return nil // closed while it waited; the read loop ends
+		}
 		if IDOf(f) == ServerID {
 			c.lastServer.Store(time.Now().UnixNano())
 			if inFlight.Load() == 0 {

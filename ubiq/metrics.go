@@ -20,7 +20,11 @@ type metrics struct {
 	nodesSwept  prometheus.Counter
 	keysSwept   prometheus.Counter
 
-	connDropped, connCoalesced, connWritten, connQueued *prometheus.Desc
+	throttledFrames  prometheus.Counter
+	throttledSeconds prometheus.Counter
+	throttleEpisodes prometheus.Counter
+
+	connDropped, connCoalesced, connWritten, connQueued, connThrottled *prometheus.Desc
 }
 
 func newMetrics(s *Server) *metrics {
@@ -40,15 +44,21 @@ func newMetrics(s *Server) *metrics {
 		nodesSwept:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_nodes_swept_total", Help: "Cluster nodes whose heartbeat stopped and whose room keys this node deleted."}),
 		keysSwept:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_node_rooms_total", Help: "Rooms that lost members, observers or presence of a dead node in a sweep by this node."}),
 
+		throttledFrames:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_throttled_frames_total", Help: "Frames from peers that had spent their inbound budget: the server waited before handling each, and read nothing more from that peer meanwhile."}),
+		throttledSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_throttled_seconds_total", Help: "Time connections' read loops waited for their inbound budget to refill, summed over connections."}),
+		throttleEpisodes: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_throttle_episodes_total", Help: "Times a peer went over its inbound budget after having had its whole burst (each is logged at INFO, at most once a minute per connection)."}),
+
 		connDropped:   prometheus.NewDesc("xrealm_ubiq_connection_dropped_total", "Frames this connection's queue refused once it had overflowed (the peer is then disconnected) or while it closed.", labels, nil),
 		connCoalesced: prometheus.NewDesc("xrealm_ubiq_connection_coalesced_total", "Stale frames replaced in this connection's full queue.", labels, nil),
 		connWritten:   prometheus.NewDesc("xrealm_ubiq_connection_written_total", "Frames written to this connection.", labels, nil),
 		connQueued:    prometheus.NewDesc("xrealm_ubiq_connection_queued", "Frames waiting in this connection's queue.", labels, nil),
+		connThrottled: prometheus.NewDesc("xrealm_ubiq_connection_throttled_seconds_total", "Time this connection's read loop waited for its inbound budget to refill.", labels, nil),
 	}
 }
 
 func (m *metrics) plain() []prometheus.Collector {
-	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.slow, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept}
+	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.slow, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept,
+		m.throttledFrames, m.throttledSeconds, m.throttleEpisodes}
 }
 
 // Describe implements prometheus.Collector.
@@ -60,6 +70,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.connCoalesced
 	ch <- m.connWritten
 	ch <- m.connQueued
+	ch <- m.connThrottled
 }
 
 // Collect implements prometheus.Collector.
@@ -85,5 +96,6 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.connCoalesced, prometheus.CounterValue, float64(st.Coalesced), l[:]...)
 		ch <- prometheus.MustNewConstMetric(m.connWritten, prometheus.CounterValue, float64(st.Written), l[:]...)
 		ch <- prometheus.MustNewConstMetric(m.connQueued, prometheus.GaugeValue, float64(st.Queued), l[:]...)
+		ch <- prometheus.MustNewConstMetric(m.connThrottled, prometheus.CounterValue, float64(c.throttle.waited.Load())/1e9, l[:]...)
 	}
 }

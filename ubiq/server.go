@@ -66,7 +66,13 @@ type Config struct {
 	// queue takes as much again of frames that must not be lost (events
 	// and server messages); a peer that falls further behind than that is
 	// disconnected.
-	Writer     fanout.Options
+	Writer fanout.Options
+	// Inbound is each connection's inbound budget: frames and bytes a
+	// second, with bursts, that a peer may send (relayed frames and
+	// server messages alike). Past it the server reads from that peer
+	// only as fast as the budget allows, holding back the sender alone.
+	// Zero fields are DefaultBudget's; a negative rate lifts that limit.
+	Inbound    Budget
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil = metrics not registered
 }
@@ -141,6 +147,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.Writer.MaxBytes = 8 << 20
 	}
 	cfg.Writer.MaxBytes = max(cfg.Writer.MaxBytes, HeaderSize+cfg.MaxFrame)
+	cfg.Inbound = cfg.Inbound.withDefaults()
 	if cfg.ICEServers == nil {
 		cfg.ICEServers = DefaultICEServers
 	}
@@ -470,7 +477,7 @@ func (s *Server) serve(nc net.Conn, src frameSource, transport string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		c := &conn{s: s, nc: nc, src: src, transport: transport, session: newUUID(), started: time.Now(),
+		c := &conn{s: s, nc: nc, src: src, transport: transport, session: newUUID(), started: time.Now(), done: make(chan struct{}),
 			log: s.log.With("remote", nc.RemoteAddr().String(), "transport", transport)}
 		c.serve()
 	}()

@@ -1,0 +1,301 @@
+package ubiq
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBucket drives one token bucket through sequences of takes at given
+// times (no clock: the times are passed in).
+func TestBucket(t *testing.T) {
+	type step struct {
+		at   time.Duration // since the bucket was made
+		n    float64
+		wait time.Duration
+		full bool
+	}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name        string
+		rate, burst float64
+		steps       []step
+	}{
+		{"a burst passes, the next waits for one token", 100, 3, []step{
+			{0, 1, 0, true}, {0, 1, 0, false}, {0, 1, 0, false},
+			{0, 1, 10 * ms, false}, // 1 token at 100/s
+		}},
+		{"waiting out the debt brings the level to zero", 100, 2, []step{
+			{0, 2, 0, true}, {0, 1, 10 * ms, false},
+			{10 * ms, 1, 10 * ms, false}, // level 0 at 10ms: the next waits again
+			{40 * ms, 1, 0, true},        // 3 tokens came back, capped at the burst of 2
+		}},
+		{"refill stops at the burst: rest longer does not save more", 10, 5, []step{
+			{0, 5, 0, true}, {10 * time.Second, 5, 0, true}, {10 * time.Second, 1, 100 * ms, false},
+		}},
+		{"the sender has rested once the bucket is full again", 1000, 10, []step{
+			{0, 10, 0, true}, {5 * ms, 1, 0, false}, {9 * ms, 1, 0, false},
+			{20 * ms, 1, 0, true},
+		}},
+		{"a take larger than the burst passes from a full bucket and leaves debt", 1 << 20, 4 << 20, []step{
+			{0, 6 << 20, 2 * time.Second, true},
+			{2 * time.Second, 100, 95368 * time.Nanosecond, false}, // 100 B at 1 MiB/s
+		}},
+		{"a steady sender within its rate never waits", 60, 60, []step{
+			{0, 1, 0, true}, {17 * ms, 1, 0, true}, {34 * ms, 1, 0, true}, {1000 * ms, 1, 0, true},
+		}},
+		{"a steady sender over its rate waits, one token at a time", 100, 1, []step{
+			{0, 1, 0, true}, {1 * ms, 1, 9 * ms, false}, {10 * ms, 1, 10 * ms, false}, {20 * ms, 1, 10 * ms, false},
+		}},
+		{"a time before the last take (a late caller) refills nothing", 100, 2, []step{
+			{10 * ms, 2, 0, true}, {5 * ms, 1, 10 * ms, false},
+		}},
+		{"no rate: no limit", 0, 1, []step{
+			{0, 1e9, 0, true}, {0, 1e9, 0, true},
+		}},
+		{"a burst below one is one", 10, 0, []step{
+			{0, 1, 0, true}, {0, 1, 100 * ms, false},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Unix(1000, 0)
+			b := newBucket(tc.rate, tc.burst, t0)
+			for i, s := range tc.steps {
+				wait, full := b.take(t0.Add(s.at), s.n)
+				if !near(wait, s.wait) || full != s.full {
+					t.Fatalf("step %d (take %g at %v): wait %v full %v, want %v %v", i, s.n, s.at, wait, full, s.wait, s.full)
+				}
+			}
+		})
+	}
+}
+
+// TestLimiter: a frame waits for whichever of the two buckets is further
+// in debt, and both are charged.
+func TestLimiter(t *testing.T) {
+	ms := time.Millisecond
+	type step struct {
+		at     time.Duration
+		size   int
+		wait   time.Duration
+		rested bool
+	}
+	for _, tc := range []struct {
+		name   string
+		budget Budget
+		steps  []step
+	}{
+		{"frames run out first", Budget{FramesPerSecond: 100, FrameBurst: 2, BytesPerSecond: 1e6, ByteBurst: 1e6}, []step{
+			{0, 100, 0, true}, {0, 100, 0, false}, {0, 100, 10 * ms, false},
+		}},
+		{"bytes run out first", Budget{FramesPerSecond: 100, FrameBurst: 100, BytesPerSecond: 1000, ByteBurst: 1000}, []step{
+			{0, 600, 0, true}, {0, 600, 200 * ms, false},
+			{200 * ms, 100, 100 * ms, false}, // bytes at zero; frames plenty
+		}},
+		{"a frame waits for the longer of the two", Budget{FramesPerSecond: 10, FrameBurst: 1, BytesPerSecond: 1000, ByteBurst: 100}, []step{
+			{0, 100, 0, true}, {0, 150, 150 * ms, false}, // frames: 100ms, bytes: 150ms
+		}},
+		{"rested only when both are full", Budget{FramesPerSecond: 1000, FrameBurst: 10, BytesPerSecond: 100, ByteBurst: 100}, []step{
+			{0, 100, 0, true}, {20 * ms, 1, 0, false}, // frames full again, bytes not
+			{2 * time.Second, 1, 0, true},
+		}},
+		{"a byte limit alone", Budget{FramesPerSecond: -1, BytesPerSecond: 1000, ByteBurst: 1000}.withDefaults(), []step{
+			{0, 1000, 0, true}, {0, 1, 1 * ms, false},
+		}},
+		{"the default lets a rooms bot through untouched", DefaultBudget, []step{
+			// 60 poses of 512 bytes a second, with a Ping, a peer ping and
+			// pongs in the same instant as one of them: never a wait.
+			{0, 512, 0, true}, {0, 80, 0, false}, {0, 60, 0, false}, {0, 40, 0, false},
+			{16 * ms, 512, 0, true}, {33 * ms, 512, 0, true}, {50 * ms, 512, 0, true},
+		}},
+		{"the default holds a flood to its burst, then its rate", DefaultBudget, []step{
+			{0, 1 << 20, 0, true}, {0, 1 << 20, 0, false}, {0, 1 << 20, 0, false}, {0, 1 << 20, 0, false},
+			{0, 1 << 20, 2 * time.Second, false}, // 5 MiB against a 4 MiB burst at 512 KiB/s
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Unix(1000, 0)
+			b := tc.budget.withDefaults()
+			l := newLimiter(b, t0)
+			for i, s := range tc.steps {
+				wait, rested := l.take(t0.Add(s.at), s.size)
+				if !near(wait, s.wait) || rested != s.rested {
+					t.Fatalf("step %d (%d bytes at %v): wait %v rested %v, want %v %v", i, s.size, s.at, wait, rested, s.wait, s.rested)
+				}
+			}
+		})
+	}
+}
+
+// TestBudgetDefaults: zero fields take the defaults, negative rates stay
+// (no limit), and a budget with neither limit limits nothing.
+func TestBudgetDefaults(t *testing.T) {
+	if got := (Budget{}).withDefaults(); got != DefaultBudget {
+		t.Fatalf("zero budget: %+v, want %+v", got, DefaultBudget)
+	}
+	b := Budget{FramesPerSecond: -1, BytesPerSecond: 500}.withDefaults()
+	if b.FramesPerSecond != -1 || b.BytesPerSecond != 500 || b.ByteBurst != DefaultBudget.ByteBurst || !b.limited() {
+		t.Fatalf("partial budget: %+v", b)
+	}
+	if (Budget{FramesPerSecond: -1, BytesPerSecond: -1}).withDefaults().limited() {
+		t.Fatal("a budget with both rates negative limits")
+	}
+	if s := b.String(); s != "no frames limit, 500 bytes/s (burst 4194304)" {
+		t.Fatalf("String: %q", s)
+	}
+}
+
+// near reports whether a wait is want, give or take a microsecond of
+// floating-point rounding; a wait is never zero where one is due.
+func near(got, want time.Duration) bool {
+	if want == 0 || got == 0 {
+		return got == want
+	}
+	return got > want-time.Microsecond && got < want+time.Microsecond
+}
+
+// TestFloodIsThrottled: a peer that sends as fast as it can write, in a
+// room with a reader that keeps up and one that reads slowly (a small
+// receive buffer, 4 KiB a millisecond at most) behind a queue bound of 64
+// frames. The flood is held to the inbound budget, by reading the flooder
+// no faster, which is counted and logged once. Both readers stay
+// connected and get every frame, in order. Without the budget the server
+// fans the flood out as fast as it comes, and the slow reader falls more
+// than twice its bound behind and is disconnected.
+func TestFloodIsThrottled(t *testing.T) {
+	for _, transport := range []string{"tcp", "ws"} {
+		t.Run(transport, func(t *testing.T) { testFlood(t, transport) })
+	}
+}
+
+func testFlood(t *testing.T, transport string) {
+	const frames, size = 2000, 100
+	logs := &logBuffer{}
+	ts, id, raw, slow := startWithStalledPeer(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+		c.Inbound = Budget{FramesPerSecond: 1000, FrameBurst: 100, BytesPerSecond: -1}
+	})
+	addr := ts.tcp
+	if transport == "ws" {
+		addr = ts.ws
+	}
+	flooder, reader := dialPeer(t, addr), dialPeer(t, ts.tcp)
+	flooder.join(JoinArgs{UUID: id})
+	reader.join(JoinArgs{UUID: id})
+	eventually(t, "all three members", func() bool { return countMembers(ts, id) == 3 })
+
+	// The slow reader's frames, checked as they come: 0, 1, 2, ...
+	slowDone := make(chan error, 1)
+	go func() {
+		r := bufio.NewReaderSize(pacedReader{raw}, 4096)
+		next := 0
+		for next < frames {
+			f, err := ReadFrame(r, 1<<20)
+			if err != nil {
+				slowDone <- fmt.Errorf("after %d frames: %w", next, err)
+				return
+			}
+			if IDOf(f) == slow.clientID {
+				continue // a server message
+			}
+			if got, ok := payloadSeq(f); !ok || got != next {
+				slowDone <- fmt.Errorf("frame %d is frame %d", next, got)
+				return
+			}
+			next++
+		}
+		slowDone <- nil
+	}()
+
+	floodDone := make(chan error, 1)
+	go func() {
+		for n := range frames {
+			if err := flooder.c.Send(NetworkId{A: 7, B: uint32(n % 100)}, seqPayload(n, size)); err != nil {
+				floodDone <- err
+				return
+			}
+		}
+		floodDone <- nil
+	}()
+
+	eventually(t, "the flooder throttled", func() bool {
+		return strings.Contains(collect(t, ts.s), "xrealm_ubiq_throttle_episodes_total 1\n")
+	})
+	// The others' read loops do not wait with the flooder's: the reader's
+	// Ping is answered.
+	next := 0
+	check := func(m msg) {
+		t.Helper()
+		if m.to == reader.clientID {
+			return
+		}
+		if got, ok := payloadSeq(m.frame); !ok || got != next {
+			t.Fatalf("the reader's frame %d is frame %d", next, got)
+		}
+		next++
+	}
+	for _, m := range reader.barrier() {
+		check(m)
+	}
+	for next < frames {
+		check(reader.frame())
+	}
+	if err := <-floodDone; err != nil {
+		t.Fatalf("the flooder's send failed: %v", err)
+	}
+	select {
+	case err := <-slowDone:
+		if err != nil {
+			t.Fatalf("the slow reader: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the slow reader did not get every frame within 30s")
+	}
+
+	m := collect(t, ts.s)
+	if !strings.Contains(m, "xrealm_ubiq_slow_disconnects_total 0\n") {
+		t.Fatalf("a reader was disconnected:\n%s", grepLines(m, "xrealm_ubiq_slow"))
+	}
+	for _, p := range []*peer{flooder, reader, slow} {
+		if connOf(ts, p.uuid) == nil {
+			t.Fatalf("peer %s is not connected", p.uuid)
+		}
+	}
+	if strings.Contains(m, "xrealm_ubiq_throttled_frames_total 0\n") || strings.Contains(m, "xrealm_ubiq_throttled_seconds_total 0\n") {
+		t.Fatalf("the flood was not counted:\n%s", grepLines(m, "throttle"))
+	}
+	fc := connOf(ts, flooder.uuid)
+	series := fmt.Sprintf(`xrealm_ubiq_connection_throttled_seconds_total{peer=%q,remote=%q,transport=%q}`, flooder.uuid, fc.nc.RemoteAddr().String(), transport)
+	if !strings.Contains(m, series) || strings.Contains(m, series+" 0\n") {
+		t.Fatalf("no throttled time for the flooder's connection (%s):\n%s", series, grepLines(m, "connection_throttled"))
+	}
+	lines := grepLines(logs.String(), "Ubiq peer throttled")
+	if n := strings.Count(lines, "\n") + 1; lines == "" || n != 1 {
+		t.Fatalf("%d log lines of the throttling, want 1:\n%s", n, lines)
+	}
+	for _, want := range []string{"level=INFO", "peer=" + flooder.uuid, "remote=" + fc.nc.RemoteAddr().String(), `budget="1000 frames/s (burst 100), no bytes limit"`} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("log line %q lacks %q", lines, want)
+		}
+	}
+	// The others were never held back.
+	for _, p := range []*peer{reader, slow} {
+		c := connOf(ts, p.uuid)
+		series := fmt.Sprintf(`xrealm_ubiq_connection_throttled_seconds_total{peer=%q,remote=%q,transport="tcp"} 0`+"\n", p.uuid, c.nc.RemoteAddr().String())
+		if !strings.Contains(m, series) {
+			t.Errorf("peer %s was throttled, or has no series:\n%s", p.uuid, grepLines(m, "connection_throttled"))
+		}
+	}
+}
+
+// pacedReader reads at most 4 KiB a millisecond: a reader on a slow link.
+type pacedReader struct{ r io.Reader }
+
+func (p pacedReader) Read(b []byte) (int, error) {
+	time.Sleep(time.Millisecond)
+	return p.r.Read(b[:min(len(b), 4096)])
+}
