@@ -20,7 +20,12 @@
 // that their sender declared as state (CoalesceKey); other frames may be
 // events, and are never replaced. Nothing is dropped: events and the
 // server's own messages are queued past the bound, up to the bound again,
-// and a peer that falls further behind is disconnected.
+// and a peer that falls further behind is disconnected. What one sender
+// can make the server fan out is bounded by its inbound budget
+// (Config.Inbound, token buckets of frames and bytes a second): a peer
+// that sends more is read no faster than its budget refills, so that flow
+// control holds back that sender alone, and one flooding peer cannot get
+// the slower readers of its room disconnected.
 //
 // Beyond Ubiq, a peer may observe rooms it is not a member of
 // (SetObserved, for hex-grid areas of interest), and a room may restrict
