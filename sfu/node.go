@@ -540,10 +540,21 @@ func (n *Node) drainControls(node string, q *controlQueue) {
 		q.pending = q.pending[1:]
 		n.ctlMu.Unlock()
 		l, err := n.link(node)
-		if err == nil {
-			err = l.SendControl(c)
-		}
 		if err != nil {
+			// A link that fails may take its full timeout to say so: what
+			// waited meanwhile is dropped with this message rather than
+			// each waiting for a link attempt of its own (the queue would
+			// grow faster than it drained). Dropping loses no state: a
+			// relayed source that stalls asks for its track again.
+			n.ctlMu.Lock()
+			dropped := len(q.pending)
+			clear(q.pending)
+			q.pending = q.pending[:0]
+			n.ctlMu.Unlock()
+			n.log.Warn("relay controls not sent: no link", "peer", node, "op", c.Op, "track", c.Track, "dropped_after_it", dropped, "err", err)
+			continue
+		}
+		if err := l.SendControl(c); err != nil {
 			n.log.Warn("relay control not sent", "peer", node, "op", c.Op, "track", c.Track, "err", err)
 		}
 	}

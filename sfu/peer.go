@@ -379,10 +379,13 @@ func (p *peer) reconcile() {
 		// flows, as a WebRTC sender keeps its video at its minimum rate
 		// rather than stopping it; its feedback lets the estimate rise
 		// again where the path has room. Nothing else goes to this
-		// subscriber, so the flow competes only with itself; not when the
-		// share of a group of subscribers on one path is the limit
-		// (shared.go): the others' feedback keeps that one moving.
-		if least := p.alloc.Least(demands); least > 0 {
+		// subscriber, so the flow competes only with itself (on a path
+		// narrower than it, it congests that path, where nothing would
+		// arrive otherwise); not when the share of a group of subscribers
+		// on one path is the limit or is below the flow (shared.go): the
+		// others' feedback keeps that budget moving, and their flows
+		// would suffer.
+		if least := p.alloc.Least(demands); least > 0 && least <= share {
 			dec, used = p.alloc.Allocate(least, demands)
 		}
 	}

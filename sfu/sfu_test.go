@@ -242,7 +242,7 @@ func TestStarvedSubscriberKeepsOneFlow(t *testing.T) {
 	defer pub.Close()
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
-	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 20000) // about 1.5 Mbit/s, 30 times the estimate
+	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 20000) // about 16 Mbit/s, 300 times the estimate
 	rcv := newReceiver()
 	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "sub"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
 		VideoSlots: 1, OnTrack: rcv.onTrack})
