@@ -3,9 +3,9 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,37 +96,59 @@ func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
 	return a.refusedIf(r, a.scene(r, RequestToken(r), ns, scene, write))
 }
 
-// SceneAs reports whether r may read scene ns/scene as client, the id it
-// takes there (an SFU client id), presenting token (the request's own when
-// token is ""). The rules are Scene's; in addition, a token whose rights
-// name the scene binds its holder to the client ids it may publish
-// presence as (realm/s/ns/scene/x/{client}/...): the userclient it was
-// issued for (auth.SceneRights), any for an editor or a token issued
-// without one. So one user cannot take another's id in the scene, as
-// ARENA binds a client id to its token. A request that the scene's
-// settings alone allow (no token, or one for another scene) names no
-// client and may use any.
-func (a *Access) SceneAs(r *http.Request, token, ns, scene, client string) error {
+// ClientBinding is who a request is in a scene and which client ids it may
+// take there (Access.SceneClients).
+type ClientBinding struct {
+	User string   // the token's subject; "" for a request without one
+	Any  bool     // no binding: any client id
+	IDs  []string // otherwise the userclients its token binds it to
+}
+
+// SceneClients reports whether r may read scene ns/scene, presenting token
+// (the request's own when token is ""), and which client ids it may take
+// there. The rules are Scene's; in addition, a token whose rights name the
+// scene binds its holder to the userclients it may publish presence as
+// (realm/s/ns/scene/x/{userclient}/...), as the bus binds its topics: the
+// one it was issued for (auth.SceneRights), any for an editor or a token
+// issued without one. A request that the scene's settings alone allow (no
+// token, or one for another scene) names no client and may take any.
+//
+// The token endpoint issues a token for whatever userclient its caller
+// asks, as ARENA's does, so this keeps a client to the one id its token
+// names, on the bus and beside it; it does not stop a user who may read
+// the scene from asking for a token for another user's id.
+func (a *Access) SceneClients(r *http.Request, token, ns, scene string) (ClientBinding, error) {
 	if err := CheckScene(ns, scene); err != nil {
-		return err
+		return ClientBinding{}, err
 	}
 	if token == "" {
 		token = RequestToken(r)
 	}
 	if err := a.scene(r, token, ns, scene, false); err != nil {
-		return a.refusedIf(r, err)
+		return ClientBinding{}, a.refusedIf(r, err)
 	}
 	if a.Insecure || token == "" {
-		return nil
+		return ClientBinding{Any: true}, nil
 	}
 	cl, err := a.Keys.Verify(token)
-	if err != nil || !tokenAllows(cl.Rights(), a.Realm, ns, scene, false) {
-		return nil // allowed by the scene's settings (scene checked the token)
+	if err != nil { // not reached: scene verified it
+		return ClientBinding{}, a.refusedIf(r, wrap(ErrUnauthenticated, err.Error()))
 	}
-	if client == "" || strings.ContainsAny(client, "/+#") || !coversAll(cl.Rights().Publ, a.Realm+"/s/"+ns+"/"+scene+"/"+topic.MsgPresence+"/"+client+"/+") {
-		return a.Refused(r, wrap(ErrForbidden, fmt.Sprintf("user %s may not act as client %q in scene %s/%s: the token binds its holder to the client id (userclient) it was issued for", cl.Subject, client, ns, scene)))
+	if !tokenAllows(cl.Rights(), a.Realm, ns, scene, false) {
+		return ClientBinding{User: cl.Subject, Any: true}, nil // allowed by the scene's settings
 	}
-	return nil
+	presence := a.Realm + "/s/" + ns + "/" + scene + "/" + topic.MsgPresence + "/"
+	b := ClientBinding{User: cl.Subject, Any: coversAll(cl.Rights().Publ, presence+"+/+")}
+	if !b.Any {
+		for _, f := range cl.Rights().Publ {
+			if rest, ok := strings.CutPrefix(f, presence); ok {
+				if id, _, _ := strings.Cut(rest, "/"); id != "" && !strings.ContainsAny(id, "+#") && !slices.Contains(b.IDs, id) {
+					b.IDs = append(b.IDs, id)
+				}
+			}
+		}
+	}
+	return b, nil
 }
 
 func (a *Access) refusedIf(r *http.Request, err error) error {

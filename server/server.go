@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -483,8 +484,8 @@ func (s *Server) Close() {
 // scene, with the same rules as the scene's other routes: a token (the one
 // in the first offer, else the Bearer header or the mqtt_token cookie,
 // which a browser sends with the socket), or the scene's settings; a token
-// for the scene binds its holder to its own client id
-// (httpapi.Access.SceneAs).
+// for the scene binds its holder to the client id of its userclient
+// (httpapi.Access.SceneClients, sfu.NameOf).
 func sfuAccess(access *httpapi.Access) func(r *http.Request, session, client, token string) error {
 	return func(r *http.Request, session, client, token string) error {
 		if access.Insecure {
@@ -497,6 +498,15 @@ func sfuAccess(access *httpapi.Access) func(r *http.Request, session, client, to
 		if want := sfu.SessionOf(ns, scene); session != want {
 			return fmt.Errorf("sfu: session %q is not the session of scene %s/%s, %q", session, ns, scene, want)
 		}
-		return access.SceneAs(r, token, ns, scene, client)
+		b, err := access.SceneClients(r, token, ns, scene)
+		if err != nil || b.Any || slices.ContainsFunc(b.IDs, func(id string) bool { return sfu.NameOf(id) == client }) {
+			return err
+		}
+		ids := make([]string, len(b.IDs))
+		for i, id := range b.IDs {
+			ids[i] = sfu.NameOf(id)
+		}
+		return access.Refused(r, fmt.Errorf("%w: user %s may not act as client %q in scene %s/%s's SFU session: its token binds it to the client ids %q (of the userclients it was issued for)",
+			httpapi.ErrForbidden, b.User, client, ns, scene, ids))
 	}
 }

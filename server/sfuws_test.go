@@ -140,7 +140,7 @@ func metricSum(t *testing.T, n *testNode, name string) float64 {
 }
 
 // TestSFUClientBoundToToken: a token issued for a userclient joins the
-// SFU only as that client, so one viewer cannot take another's id; the
+// SFU only as that client (as the SFU spells it: sfu.NameOf); the
 // token in the offer counts in place of the socket's cookie (tabs of one
 // browser share the cookie); an editor's token, and a viewer's issued
 // without a userclient, may join as any client.
@@ -167,6 +167,8 @@ func TestSFUClientBoundToToken(t *testing.T) {
 		{"the offer's token, not the cookie", alice, bob, "xr-bob", ""},
 		{"a viewer issued no userclient", issue("carol", auth.RoleViewer, ""), "", "anything", ""},
 		{"an editor", issue("dave", auth.RoleEditor, "xr-dave"), "", "someone-else", ""},
+		{"a userclient the SFU spells otherwise", issue("erin", auth.RoleViewer, "erin.k"), "", "erin_k", ""},
+		{"that userclient as it is", issue("erin", auth.RoleViewer, "erin.k"), "", "erin.k", "client"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

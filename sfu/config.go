@@ -137,8 +137,19 @@ var idRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // bytes. The web client names its session the same way (sfuSession in
 // web/src/sfu.ts).
 func SessionOf(ns, scene string) string {
+	return NameOf(ns + "-" + scene)
+}
+
+// NameOf makes s a valid session or client id ([A-Za-z0-9_-]{1,64}) as the
+// web client's sfuName does (its SFU client id is NameOf(its userclient)):
+// every other character becomes '_' (two for a character beyond UTF-16's
+// basic plane, as JavaScript counts), cut at 64; "" becomes "_".
+func NameOf(s string) string {
+	if s == "" {
+		return "_"
+	}
 	b := make([]byte, 0, 64)
-	for _, c := range ns + "-" + scene {
+	for _, c := range s {
 		switch {
 		case c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-':
 			b = append(b, byte(c))
