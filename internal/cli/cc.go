@@ -117,7 +117,7 @@ func heraFlags(fs *flag.FlagSet, p *hera.Params) {
 	fs.BoolVar(&p.Pacing, "pacing", p.Pacing, "ask the kernel to pace the flow at 1.2·cwnd/srtt")
 	fs.Var(uint32Flag{&p.FloorGainEighths}, "floor-gain", "hera: keep the window at or above `gain`/8 × the largest delivered BDP of the last --bdp-window (0: no floor)")
 	fs.DurationVar(&p.BDPWindow, "bdp-window", p.BDPWindow, "hera: how long a delivered-BDP sample stays the floor's maximum")
-	fs.Var(uint32Flag{&p.BucketPackets}, "bucket-packets", "hera: a bucket is at least this many `packets` times at the delivered rate (0: B only)")
+	fs.Var(uint32Flag{&p.BucketPackets}, "bucket-packets", "hera: a bucket is at least `n` packet times at the delivered rate (0: B only)")
 	fs.Var(uint32Flag{&p.GateRTTs}, "gate-rtts", "hera: the next update is at most this many minimum `RTTs` away (0: one sample's RTT)")
 	fs.Var(uint32Flag{&p.PacingMaxRTTs}, "pacing-max-rtts", "hera: pace at cwnd over min(srtt, this many minimum `RTTs`) (0: srtt)")
 	fs.Var(uint32Flag{&p.OutageRTTs}, "outage-rtts", "hera: a sample this many minimum `RTTs` above the minimum is an outage (0: no outage boost)")

@@ -397,6 +397,8 @@ export class MediaView implements SFUFeature {
     this.meter.value = db - LEVEL_FLOOR_DB;
     this.levelRow.title = `Loudest microphone: ${db > LEVEL_FLOOR_DB ? db : `below ${LEVEL_FLOOR_DB}`} dB`;
     this.levelValue.textContent = db > LEVEL_FLOOR_DB ? `${db}\u00a0dB` : 'silent';
+    // what a screen reader says of the meter: the level, not 0-60
+    this.meter.setAttribute('aria-valuetext', db > LEVEL_FLOOR_DB ? `${db} dB` : 'silent');
     const parts = [];
     if (cams) parts.push(`${cams} camera${cams > 1 ? 's' : ''}`);
     if (mics) parts.push(`${mics} microphone${mics > 1 ? 's' : ''}`);
