@@ -272,12 +272,15 @@ func TestSlowPeerLearnsOfLateJoiner(t *testing.T) {
 // startWithStalledPeer starts a server whose queues hold 64 frames and
 // joins a new room with a peer that speaks the protocol by hand over raw,
 // with a small receive buffer, and does not read until the test does.
-// mod, if not nil, changes the configuration further.
+// The senders have no inbound budget: these tests fill queues with floods
+// (20 MB in some), which a budget would only slow down. mod, if not nil,
+// changes the configuration further.
 func startWithStalledPeer(t *testing.T, mod func(*Config)) (ts *testServer, room string, raw net.Conn, p *peer) {
 	t.Helper()
 	ts = startServer(t, nil, func(c *Config) {
 		c.Writer = fanout.Options{MaxFrames: 64}
 		c.PeerTimeout = time.Minute
+		c.Inbound = Budget{FramesPerSecond: -1, BytesPerSecond: -1}
 		if mod != nil {
 			mod(c)
 		}
