@@ -75,7 +75,9 @@ type conn struct {
 	session   string
 	started   time.Time
 
-	lastServer atomic.Int64 // unix nanos of the last message to the server
+	lastServer atomic.Int64 // unix nanos of the last message to the server, moved later by held time (admit)
+	heldSince  atomic.Int64 // unix nanos when the current wait for the inbound budget began; 0: none
+	heldCredit atomic.Int64 // nanos of held time added to lastServer since the last message to the server
 	id         atomic.Pointer[string]
 
 	// relayRoom is the room the read loop relays frames to: room, as the
@@ -188,10 +190,11 @@ func (c *conn) serve() {
 		// too: a flood of property changes or joins reaches every member
 		// as a flood of relayed frames does.
 		if !c.admit(f) {
-			return nil // closed while it waited; the read loop ends
+			return net.ErrClosed // closed while it waited: the read loop ends, and no later frame is handled
 		}
 		if IDOf(f) == ServerID {
 			c.lastServer.Store(time.Now().UnixNano())
+			c.heldCredit.Store(0)
 			if inFlight.Load() == 0 {
 				if p, ok := positionRequest(f[HeaderSize:]); ok {
 					c.setPosition(p)

@@ -104,9 +104,18 @@ func (b *bucket) take(now time.Time, n float64) (wait time.Duration, full bool) 
 	if b.level >= 0 {
 		return 0, full
 	}
-	// At least 1ns: a wait of zero would let the frame through in debt.
-	return time.Duration(math.Ceil(-b.level / b.rate * float64(time.Second))), full
+	// At least 1ns: a wait of zero would let the frame through in debt;
+	// at most maxWait: a tiny rate would overflow a Duration.
+	secs := -b.level / b.rate
+	if secs >= maxWait.Seconds() {
+		return maxWait, full
+	}
+	return time.Duration(math.Ceil(secs * float64(time.Second))), full
 }
+
+// maxWait is the longest one frame is held back. Only a budget far below
+// any real use waits that long; the next frame waits again.
+const maxWait = time.Minute
 
 // limiter is a connection's inbound budget: a bucket of frames and one of
 // bytes. It is used by the connection's read loop only.
@@ -182,6 +191,7 @@ func (c *conn) admit(f []byte) bool {
 	} else {
 		t.timer.Reset(wait)
 	}
+	c.heldSince.Store(now.UnixNano())
 	closed := false
 	select {
 	case <-t.timer.C:
@@ -190,10 +200,35 @@ func (c *conn) admit(f []byte) bool {
 		closed = true
 	}
 	waited := time.Since(now)
+	c.heldSince.Store(0)
 	// The time held back is not silence: the peer's Pings wait behind
 	// the frames the server does not read yet (Config.PeerTimeout).
-	c.lastServer.Store(min(c.lastServer.Load()+int64(waited), time.Now().UnixNano()))
+	if credit := min(int64(waited), c.creditCap()-c.heldCredit.Load()); credit > 0 {
+		c.lastServer.Store(min(c.lastServer.Load()+credit, time.Now().UnixNano()))
+		c.heldCredit.Add(credit)
+	}
 	m.throttledSeconds.Add(waited.Seconds())
 	t.waited.Add(int64(waited))
 	return !closed
 }
+
+// silentSince is when the connection's silence began, as Config.PeerTimeout
+// counts it: its last message to the server, moved later by the time the
+// server held it back for its budget, the wait under way included. Held
+// time counts up to twice PeerTimeout in all since that message (a Ubiq
+// client pings every second, and the longest wait of the default budget,
+// for a 4 MiB frame, is 8 s), so a peer that the budget holds back is not
+// taken for silent, and one that sends only relayed frames (no Ping)
+// still times out, at most twice PeerTimeout later.
+func (c *conn) silentSince(now time.Time) int64 {
+	last := c.lastServer.Load()
+	if h := c.heldSince.Load(); h != 0 {
+		room := c.creditCap() - c.heldCredit.Load()
+		last += max(0, min(now.UnixNano()-h, room))
+	}
+	return last
+}
+
+// creditCap is the most held time that counts as not silent between two
+// messages to the server (silentSince).
+func (c *conn) creditCap() int64 { return 2 * int64(c.s.cfg.PeerTimeout) }

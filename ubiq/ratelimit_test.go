@@ -299,3 +299,92 @@ func (p pacedReader) Read(b []byte) (int, error) {
 	time.Sleep(time.Millisecond)
 	return p.r.Read(b[:min(len(b), 4096)])
 }
+
+// TestHeldBackPeerIsNotSilent: a peer that the inbound budget holds back
+// for longer than PeerTimeout, with its Pings behind the frame it waits
+// for, is not dropped as silent (the held time counted only once the wait
+// was over, when the sweep had already closed it).
+func TestHeldBackPeerIsNotSilent(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) {
+		c.PeerTimeout = time.Second
+		c.MaxFrame = 2000
+		c.Inbound = Budget{FramesPerSecond: -1, BytesPerSecond: 1000, ByteBurst: 1} // burst raised to one frame
+	})
+	id := newUUID()
+	held, reader := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // both ping, as Ubiq clients do
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+				held.c.Request("Ping", ClientArgs{ClientID: held.clientID})
+				reader.c.Request("Ping", ClientArgs{ClientID: reader.clientID})
+			}
+		}
+	}()
+	held.join(JoinArgs{UUID: id})
+	reader.join(JoinArgs{UUID: id})
+	held.request("Ping", ClientArgs{ClientID: held.clientID})
+	held.expect("Ping")
+	// the first frame takes the burst, the second waits about 1.8 s
+	for n := range 2 {
+		if err := held.c.Send(NetworkId{A: 7, B: 1}, seqPayload(n, 1900)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := range 2 {
+		f := reader.frame()
+		if got, ok := payloadSeq(f.frame); !ok || got != n {
+			t.Fatalf("frame %d is frame %d", n, got)
+		}
+	}
+	held.expect("Ping") // answered after the wait: the connection is open
+	if m := collect(t, ts.s); !strings.Contains(m, "xrealm_ubiq_timeouts_total 0\n") || !strings.Contains(m, "xrealm_ubiq_throttle_episodes_total 1\n") {
+		t.Fatalf("want one throttling episode and no timeout:\n%s", grepLines(m, "xrealm_ubiq_t"))
+	}
+}
+
+// TestThrottledSilentPeerTimesOut: a peer that sends only relayed frames,
+// no Ping, times out even while the budget holds it back nearly all the
+// time (each wait counted as not silent, it stayed connected for good).
+func TestThrottledSilentPeerTimesOut(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) {
+		c.PeerTimeout = 500 * time.Millisecond
+		c.Inbound = Budget{FramesPerSecond: 20, FrameBurst: 1, BytesPerSecond: -1}
+	})
+	id := newUUID()
+	flooder := dialPeer(t, ts.tcp)
+	flooder.join(JoinArgs{UUID: id})
+	go func() {
+		for n := 0; ; n++ {
+			if flooder.c.Send(NetworkId{A: 7, B: 1}, seqPayload(n, 50)) != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-flooder.c.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("a peer that never pings is still connected 20 s into a flood with a PeerTimeout of 0.5 s")
+	}
+	if m := collect(t, ts.s); !strings.Contains(m, "xrealm_ubiq_timeouts_total 1\n") {
+		t.Fatalf("want the timeout counted:\n%s", grepLines(m, "xrealm_ubiq_t"))
+	}
+}
+
+// TestBucketWaitIsBounded: a rate so small that the wait would overflow a
+// Duration (it came out negative, letting the frame through at once)
+// waits maxWait.
+func TestBucketWaitIsBounded(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, rate := range []float64{1e-12, 1e-6, 1e-3} {
+		b := newBucket(rate, 1, t0)
+		b.take(t0, 1)
+		if wait, _ := b.take(t0, 1); wait != maxWait {
+			t.Errorf("rate %g: the second take waits %v, want %v", rate, wait, maxWait)
+		}
+	}
+}

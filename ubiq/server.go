@@ -71,7 +71,8 @@ type Config struct {
 	// second, with bursts, that a peer may send (relayed frames and
 	// server messages alike). Past it the server reads from that peer
 	// only as fast as the budget allows, holding back the sender alone.
-	// Zero fields are DefaultBudget's; a negative rate lifts that limit.
+	// Zero fields are DefaultBudget's; a negative rate lifts that limit;
+	// the byte burst is raised to hold one frame of MaxFrame.
 	Inbound    Budget
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer // nil = metrics not registered
@@ -148,6 +149,8 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	cfg.Writer.MaxBytes = max(cfg.Writer.MaxBytes, HeaderSize+cfg.MaxFrame)
 	cfg.Inbound = cfg.Inbound.withDefaults()
+	// a rested peer's largest frame, header included, passes at once
+	cfg.Inbound.ByteBurst = max(cfg.Inbound.ByteBurst, float64(HeaderSize+cfg.MaxFrame))
 	if cfg.ICEServers == nil {
 		cfg.ICEServers = DefaultICEServers
 	}
@@ -228,7 +231,7 @@ func (s *Server) sweep() {
 			s.mu.Lock()
 			var silent []*conn
 			for c := range s.conns {
-				if c.lastServer.Load() < limit {
+				if c.silentSince(now) < limit {
 					silent = append(silent, c)
 				}
 			}
