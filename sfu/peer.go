@@ -382,10 +382,12 @@ func (p *peer) reconcile() {
 		// subscriber, so the flow competes only with itself (on a path
 		// narrower than it, it congests that path, where nothing would
 		// arrive otherwise); not when the share of a group of subscribers
-		// on one path is the limit or is below the flow (shared.go): the
-		// others' feedback keeps that budget moving, and their flows
-		// would suffer.
-		if least := p.alloc.Least(demands); least > 0 && least <= share {
+		// on one path is the limit, nor when the share is below the flow
+		// while the group's other members are sent something (shared.go):
+		// their feedback keeps that budget moving, and their flows would
+		// suffer. A group with nothing flowing would stay starved: its
+		// budget follows what it is sent.
+		if least := p.alloc.Least(demands); least > 0 && (least <= share || p.link.othersSent <= 0) {
 			dec, used = p.alloc.Allocate(least, demands)
 		}
 	}

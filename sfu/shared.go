@@ -56,6 +56,7 @@ type peerLink struct {
 	group            *linkGroup         // nil: in no group
 	fwd              map[string]float64 // bit/s forwarded per publisher by the last allocation
 	demand           float64            // bit/s the allocator would forward unconstrained
+	othersSent       float64            // bit/s the node sent the group's other members last interval
 }
 
 // rttFreshDefault is how old an RTT sample may be to count at the default
@@ -123,11 +124,12 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 	// what each member gets; set under p.mu after n.mu is released
 	// (reconcile locks p.mu before n.mu)
 	type update struct {
-		p     *peer
-		g     *linkGroup // nil: shared links off
-		tail  time.Duration
-		bps   float64
-		share bool
+		p      *peer
+		g      *linkGroup // nil: shared links off
+		tail   time.Duration
+		bps    float64
+		share  bool
+		others float64 // what the group's other members were sent, bit/s
 	}
 	var updates []update
 	n.mu.Lock()
@@ -183,7 +185,7 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 			continue
 		}
 		for i, bps := range allocator.Split(g.ctl.Update(now, s), demands) {
-			updates = append(updates, update{p: ms[i].p, g: g, tail: s.TailDelay, bps: bps, share: true})
+			updates = append(updates, update{p: ms[i].p, g: g, tail: s.TailDelay, bps: bps, share: true, others: max(s.Sent-ms[i].sent, 0)})
 		}
 	}
 	for remote, g := range n.groups {
@@ -200,6 +202,7 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		if u.share {
 			u.p.link.share = u.bps
 		}
+		u.p.link.othersSent = u.others
 		u.p.link.group = u.g
 		u.p.mu.Unlock()
 	}
