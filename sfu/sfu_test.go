@@ -180,6 +180,22 @@ func (n *Node) hasRelayed(key string) bool {
 	return n.relayed[key] != nil
 }
 
+// dialAlice dials the publisher "alice" of session s1 at site a, publishing
+// a point-cloud track for each id; it is closed when the test ends.
+func dialAlice(ctx context.Context, t *testing.T, c *cluster, ids ...string) *Client {
+	t.Helper()
+	var tracks []PublishTrack
+	for _, id := range ids {
+		tracks = append(tracks, PublishTrack{ID: id, Mime: MimeTypePointCloud})
+	}
+	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback, Publish: tracks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pub.Close)
+	return pub
+}
+
 // TestCascade: a publisher on node 1 (site a) and a subscriber on node 2
 // (site b). The subscriber receives complete frames through the relay
 // link; when it leaves, node 1 stops relaying.
@@ -187,12 +203,7 @@ func TestCascade(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialAlice(ctx, t, c, "pc0")
 	if pub.Node != "1" {
 		t.Fatalf("publisher at site a assigned to node %s, want 1", pub.Node)
 	}
@@ -234,12 +245,7 @@ func TestStarvedSubscriberKeepsOneFlow(t *testing.T) {
 	}, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialAlice(ctx, t, c, "pc0")
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 20000) // about 16 Mbit/s, 300 times the estimate
@@ -270,12 +276,7 @@ func TestRelayControlsInOrder(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}, {ID: "pc1", Mime: MimeTypePointCloud}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialAlice(ctx, t, c, "pc0", "pc1")
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
 	go publishFrames(pctx, pub.Tracks["pc0"], 7, 0, 2000)
