@@ -200,13 +200,16 @@ func (c *conn) admit(f []byte) bool {
 		closed = true
 	}
 	waited := time.Since(now)
-	c.heldSince.Store(0)
 	// The time held back is not silence: the peer's Pings wait behind
-	// the frames the server does not read yet (Config.PeerTimeout).
+	// the frames the server does not read yet (Config.PeerTimeout). It is
+	// credited before the wait is marked over, so that the sweep, which
+	// reads both without a lock, never sees neither (it may see both, and
+	// count the wait twice for a moment).
 	if credit := min(int64(waited), c.creditCap()-c.heldCredit.Load()); credit > 0 {
 		c.lastServer.Store(min(c.lastServer.Load()+credit, time.Now().UnixNano()))
 		c.heldCredit.Add(credit)
 	}
+	c.heldSince.Store(0)
 	m.throttledSeconds.Add(waited.Seconds())
 	t.waited.Add(int64(waited))
 	return !closed
