@@ -155,6 +155,22 @@ func TestSFUClientBoundToToken(t *testing.T) {
 		return tok
 	}
 	alice, bob := issue("alice", auth.RoleViewer, "xr-alice"), issue("bob", auth.RoleViewer, "xr-bob")
+	// The node's SFU takes joins once its manager has heard from it: until
+	// then an offer is answered "no SFU node is available".
+	editor := issue("dave", auth.RoleEditor, "")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s := dialSFU(t, n, "?scene=lab/room1", http.Header{"Cookie": {"mqtt_token=" + editor}})
+		r := s.ask(sfu.Signal{Op: "offer", Session: session, Client: "warm-up", SDP: recvOffer(t)})
+		s.c.Close()
+		if r.Op == "answer" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the SFU takes no join 20 s after start: %+v", r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	cases := []struct {
 		name          string
 		cookie, offer string // tokens

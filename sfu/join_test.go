@@ -260,9 +260,7 @@ func TestManagerBusy(t *testing.T) {
 	notBusy := regexp.MustCompile(`msg="sfu manager no longer busy" refused=(\d+)`)
 	var refused int
 	waitFor(t, "the manager to log that it is no longer busy", func() bool {
-		logs[0].mu.Lock()
-		defer logs[0].mu.Unlock()
-		mm := notBusy.FindStringSubmatch(logs[0].b.String())
+		mm := notBusy.FindStringSubmatch(logs[0].String())
 		if mm != nil {
 			refused, _ = strconv.Atoi(mm[1])
 		}

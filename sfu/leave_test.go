@@ -1,52 +1,29 @@
 package sfu
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/internal/testlog"
 
 	"github.com/nats-io/nats.go"
 )
 
 // logLines records a logger's output as text lines.
-type logLines struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type logLines struct{ testlog.Buffer }
 
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelInfo}))
-}
+func (l *logLines) logger() *slog.Logger { return l.Logger() }
 
 // has reports whether a line holds every part.
-func (l *logLines) has(parts ...string) bool {
-	return l.count(parts...) > 0
-}
+func (l *logLines) has(parts ...string) bool { return l.Count(parts...) > 0 }
 
 // count returns how many lines hold every part.
-func (l *logLines) count(parts ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for line := range strings.Lines(l.b.String()) {
-		if !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
-			n++
-		}
-	}
-	return n
-}
+func (l *logLines) count(parts ...string) int { return l.Count(parts...) }
 
 func startLoggedCluster(t *testing.T, sites ...string) (*cluster, []*logLines) {
 	t.Helper()
@@ -57,9 +34,7 @@ func startLoggedCluster(t *testing.T, sites ...string) (*cluster, []*logLines) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, l := range logs {
-				l.mu.Lock()
-				t.Logf("node %d log:\n%s", i+1, l.b.String())
-				l.mu.Unlock()
+				t.Logf("node %d log:\n%s", i+1, l.String())
 			}
 		}
 	})

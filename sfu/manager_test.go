@@ -119,7 +119,7 @@ func TestManagerBusyLog(t *testing.T) {
 	}
 	m.end()
 	if !logs.has(notBusy, "refused=3", fmt.Sprintf("placing=%d", busyLowWater-1)) {
-		t.Errorf("the manager did not log that it is no longer busy, with the 3 joins it refused:\n%s", logs.b.String())
+		t.Errorf("the manager did not log that it is no longer busy, with the 3 joins it refused:\n%s", logs.String())
 	}
 	fill()
 	if err := m.begin(); !errors.Is(err, ErrBusy) {

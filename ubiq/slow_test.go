@@ -9,10 +9,11 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/internal/testlog"
 
 	"github.com/xrealm/xrealm/fanout"
 )
@@ -317,22 +318,7 @@ func startWithStalledPeer(t *testing.T, mod func(*Config)) (ts *testServer, room
 }
 
 // logBuffer collects a server's log for a test.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuffer = testlog.Buffer
 
 // grepLines returns the lines of s that contain sub.
 func grepLines(s, sub string) string {
