@@ -23,12 +23,18 @@ type Clip struct {
 	Frames    [][volumetric.Descriptions][]byte
 }
 
-// MaxClipFPS bounds a clip's frame rate (as the SFU bench does). A rate
-// that is NaN, infinite or so high that the frame period rounds to 0 made
-// a bot's ticker panic (xrealm pcbot --fps NaN was accepted).
-const MaxClipFPS = 1000
+// MinClipFPS and MaxClipFPS bound a clip's frame rate (the SFU bench
+// bounds it above the same way). A rate that is NaN, infinite or so high
+// that the frame period rounds to 0 made a bot's ticker panic (xrealm
+// pcbot --fps NaN was accepted); one so low that the period overflows a
+// time.Duration (a clip file at 1.4e-76 fps gave a negative period) did
+// the same.
+const (
+	MinClipFPS = 0.001 // a frame every 1000 s
+	MaxClipFPS = 1000
+)
 
-func validFPS(fps float64) bool { return fps > 0 && fps <= MaxClipFPS }
+func validFPS(fps float64) bool { return fps >= MinClipFPS && fps <= MaxClipFPS }
 
 // ClipConfig says what EncodeClip makes.
 type ClipConfig struct {
@@ -42,8 +48,8 @@ type ClipConfig struct {
 // frame into the 15/25/60 % descriptions and encodes each with Draco.
 func EncodeClip(ctx context.Context, cfg ClipConfig) (*Clip, error) {
 	if cfg.Points < volumetric.Descriptions || cfg.Frames < 1 || !validFPS(cfg.FPS) {
-		return nil, fmt.Errorf("bots: clip of %d points × %d frames at %v fps: want at least %d points, a frame, and above 0 up to %v fps",
-			cfg.Points, cfg.Frames, cfg.FPS, volumetric.Descriptions, MaxClipFPS)
+		return nil, fmt.Errorf("bots: clip of %d points × %d frames at %v fps: want at least %d points, a frame, and %v to %v fps",
+			cfg.Points, cfg.Frames, cfg.FPS, volumetric.Descriptions, MinClipFPS, MaxClipFPS)
 	}
 	d, err := volumetric.NewDraco()
 	if err != nil {
@@ -100,7 +106,7 @@ func LoadClip(path string) (*Clip, error) {
 		return nil, fmt.Errorf("bots: clip %s is empty", path)
 	}
 	if !validFPS(c.FPS) {
-		return nil, fmt.Errorf("bots: clip %s: %v fps, want above 0 up to %v", path, c.FPS, MaxClipFPS)
+		return nil, fmt.Errorf("bots: clip %s: %v fps, want %v to %v", path, c.FPS, MinClipFPS, MaxClipFPS)
 	}
 	return &c, nil
 }

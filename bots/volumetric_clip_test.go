@@ -45,6 +45,10 @@ func TestLoadClipMalformed(t *testing.T) {
 		{"NaN fps", gobClip(t, oneFrameClip(math.NaN()))},
 		{"infinite fps", gobClip(t, oneFrameClip(math.Inf(1)))},
 		{"fps beyond the bound", gobClip(t, oneFrameClip(2e9))},
+		// A frame period of 1/fps s overflows a time.Duration to a
+		// negative one (found by FuzzLoadClip).
+		{"fps so low the period overflows", gobClip(t, oneFrameClip(1.3817869688151111e-76))},
+		{"fps below the bound", gobClip(t, oneFrameClip(MinClipFPS/2))},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "clip.gob")
@@ -77,6 +81,7 @@ func TestEncodeClipRefusesBadConfig(t *testing.T) {
 		{Points: 100, Frames: 1, FPS: math.Inf(1)},
 		{Points: 100, Frames: 1, FPS: 2e9},
 		{Points: 100, Frames: 1, FPS: 0},
+		{Points: 100, Frames: 1, FPS: 1e-76},
 		{Points: 100, Frames: 0, FPS: 15},
 		{Points: 1, Frames: 1, FPS: 15},
 	} {
