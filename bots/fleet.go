@@ -198,6 +198,14 @@ func (b *bot) ReadDone() { b.meter.Flush() }
 
 // send paces one bot: a pose every period on an absolute schedule,
 // skipping ticks it is too late for rather than bursting.
+//
+// A pose is stamped with the time its tick was due, not the time it went
+// out, so that a late sender's lateness counts in the latency its
+// receivers measure: a sender held up (its timer firing late on a busy
+// machine, a write blocked behind a broker that stopped reading) would
+// otherwise stamp its pose after the wait and hide it (coordinated
+// omission). The ticks it skips are counted as missed (Meter.Missed): due,
+// never sent, so never delivered.
 func (f *Fleet) send(ctx context.Context, b *bot, period, phase time.Duration) {
 	t := time.NewTimer(phase)
 	defer t.Stop()
@@ -218,18 +226,23 @@ func (f *Fleet) send(ctx context.Context, b *bot, period, phase time.Duration) {
 		}
 		pose := b.beh.Step(now.Sub(last), peers)
 		last = now
-		ts := time.Now().UnixNano()
+		ts := next.UnixNano() // when the pose was due
 		if err := b.link.SendPose(pose, ts); err != nil {
 			return
 		}
 		b.meter.Sent(ts)
 		next = next.Add(period)
-		if d := time.Until(next); d > -period {
-			t.Reset(max(d, 0))
-		} else {
-			next = time.Now().Add(period)
-			t.Reset(period)
+		d := time.Until(next)
+		if d <= -period {
+			// A period or more late for the ticks due before the latest:
+			// skip them, staying on the schedule (the latest, less than a
+			// period late, goes out at once), and count them as missed.
+			skip := int64(-d) / int64(period)
+			b.meter.Missed(next.UnixNano(), skip, int64(period))
+			next = next.Add(time.Duration(skip) * period)
+			d = time.Until(next)
 		}
+		t.Reset(max(d, 0))
 	}
 }
 
@@ -257,11 +270,15 @@ type Result struct {
 	Users, Scenes int
 	Duration      time.Duration
 	Sent          int64 // poses sent in the window
-	Expected      int64 // deliveries they should make: each to every member of its scene
-	Delivered     int64
-	Bytes         int64 // payload bytes delivered
-	Latency       *hdrhistogram.Histogram
-	Disconnected  int64 // bots that lost their connection so far
+	// Missed is the poses due in the window that their senders were too
+	// late for and skipped (Meter.Missed): counted in Expected, never
+	// delivered.
+	Missed       int64
+	Expected     int64 // deliveries the poses due should make: each to every member of its scene
+	Delivered    int64
+	Bytes        int64 // payload bytes delivered
+	Latency      *hdrhistogram.Histogram
+	Disconnected int64 // bots that lost their connection so far
 }
 
 // Ratio returns Delivered/Expected.
@@ -296,7 +313,8 @@ func (f *Fleet) Collect(d time.Duration) Result {
 	for _, b := range f.bots {
 		c := b.meter.Window()
 		r.Sent += c.Sent
-		r.Expected += c.Sent * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
+		r.Missed += c.Missed
+		r.Expected += (c.Sent + c.Missed) * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
 		r.Delivered += c.Received
 		r.Bytes += c.Bytes
 	}

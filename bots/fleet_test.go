@@ -69,13 +69,14 @@ func runFleet(t *testing.T, tr Transport, behaviour string, users int, scenes []
 		t.Fatal(err)
 	}
 	perScene := users / len(scenes)
-	if r.Sent < int64(users*10) || r.Expected != r.Sent*int64(perScene) {
-		t.Errorf("sent %d expected %d: want about %d sent, each to %d members", r.Sent, r.Expected, users*20, perScene)
+	if r.Sent < int64(users*10) || r.Expected != (r.Sent+r.Missed)*int64(perScene) {
+		t.Errorf("sent %d missed %d expected %d: want about %d sent, each due to %d members", r.Sent, r.Missed, r.Expected, users*20, perScene)
 	}
 	// Loopback at this load loses nothing; any loss is a bug in the
-	// accounting or the client.
-	if r.Delivered != r.Expected {
-		t.Errorf("delivered %d of %d expected", r.Delivered, r.Expected)
+	// accounting or the client. (Ticks a sender was too late for, on a
+	// loaded machine, are missed: expected, never sent.)
+	if sent := r.Sent * int64(perScene); r.Delivered != sent {
+		t.Errorf("delivered %d of the %d deliveries of the poses sent", r.Delivered, sent)
 	}
 	if r.Latency.TotalCount() != r.Delivered {
 		t.Errorf("%d latencies for %d deliveries", r.Latency.TotalCount(), r.Delivered)

@@ -22,9 +22,10 @@ const (
 func NewHistogram() *hdrhistogram.Histogram { return hdrhistogram.New(histMin, histMax, histDigits) }
 
 // Accounts aggregates the meters of a fleet. A measurement window,
-// [from, to) in send time, applies to all its meters at once: a message
-// counts in the window if it was sent inside it, whenever it arrives, so
-// that sent and delivered counts of a window match exactly.
+// [from, to) in send time (the time a message is stamped with: for a
+// fleet's poses, when they were due), applies to all its meters at once: a
+// message counts in the window if it was stamped inside it, whenever it
+// arrives, so that sent and delivered counts of a window match exactly.
 //
 // Latencies are not recorded into a histogram per meter: hundreds of
 // meters' histograms (about 20 KB each) do not stay in cache, and a
@@ -115,6 +116,7 @@ func (a *Accounts) OpenWindow(from, to time.Time) {
 		m.winRecv, m.winBytes = 0, 0
 		m.mu.Unlock()
 		m.winSent.Store(0)
+		m.winMissed.Store(0)
 	}
 	for i := range a.shards {
 		s := &a.shards[i]
@@ -135,9 +137,10 @@ func (a *Accounts) WindowLatencies(h *hdrhistogram.Histogram) {
 	}
 }
 
-// Totals are cumulative counts over all meters.
+// Totals are cumulative counts over all meters. Missed counts the ticks
+// senders were too late for and skipped (Meter.Missed).
 type Totals struct {
-	Sent, Received, Bytes int64
+	Sent, Received, Bytes, Missed int64
 }
 
 // Live returns the cumulative totals and the latencies recorded since the
@@ -149,6 +152,7 @@ func (a *Accounts) Live() (Totals, *hdrhistogram.Histogram) {
 	var t Totals
 	for _, m := range a.Meters() {
 		t.Sent += m.sent.Load()
+		t.Missed += m.missed.Load()
 		m.mu.Lock()
 		t.Received += m.recv
 		t.Bytes += m.bytes
@@ -165,9 +169,10 @@ func (a *Accounts) Live() (Totals, *hdrhistogram.Histogram) {
 	return t, h
 }
 
-// WindowCounts are what one meter counted for the current window.
+// WindowCounts are what one meter counted for the current window: Missed
+// is the ticks of the window its sender skipped (Meter.Missed).
 type WindowCounts struct {
-	Sent, Received, Bytes int64
+	Sent, Received, Bytes, Missed int64
 }
 
 // Meter accounts for one bot: what it sent, what it received and how late.
@@ -180,7 +185,8 @@ type Meter struct {
 	acc   *Accounts
 	shard *shard
 
-	sent, winSent atomic.Int64
+	sent, winSent     atomic.Int64
+	missed, winMissed atomic.Int64
 
 	mu                sync.Mutex
 	recv, bytes       int64
@@ -215,6 +221,35 @@ func (m *Meter) Sent(sentNanos int64) {
 	if w := m.acc.window.Load(); sentNanos >= w[0] && sentNanos < w[1] {
 		m.winSent.Add(1)
 	}
+}
+
+// Missed counts n ticks a sender was too late for and skipped, scheduled
+// at first, first+period, ...: poses that were due but never sent. They
+// belong to the window their scheduled time falls in, so that a generator
+// that falls behind shows as deliveries missing from the window rather
+// than as a smaller load that was all delivered.
+func (m *Meter) Missed(first, n, period int64) {
+	if n <= 0 || period <= 0 {
+		return
+	}
+	m.missed.Add(n)
+	w := m.acc.window.Load()
+	// The ticks first+i*period with w[0] <= first+i*period < w[1]: i from
+	// ceil((w[0]-first)/period) to ceil((w[1]-first)/period), within [0, n).
+	lo := min(max(ceilDiv(w[0]-first, period), 0), n)
+	hi := min(max(ceilDiv(w[1]-first, period), 0), n)
+	if hi > lo {
+		m.winMissed.Add(hi - lo)
+	}
+}
+
+// ceilDiv returns a/b rounded up, for b > 0.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a > 0 {
+		q++
+	}
+	return q
 }
 
 // Received counts a message of size bytes sent at sentNanos (0: no
@@ -309,7 +344,7 @@ func (m *Meter) Flush() {
 func (m *Meter) Window() WindowCounts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return WindowCounts{Sent: m.winSent.Load(), Received: m.winRecv, Bytes: m.winBytes}
+	return WindowCounts{Sent: m.winSent.Load(), Received: m.winRecv, Bytes: m.winBytes, Missed: m.winMissed.Load()}
 }
 
 // Quantile returns the q-th percentile (0..100) of h as a duration.

@@ -118,6 +118,7 @@ type Row struct {
 	Scenes     int     `json:"scenes"`
 	Seconds    float64 `json:"seconds"`
 	Sent       int64   `json:"sent"`
+	Missed     int64   `json:"missed,omitempty"` // poses due in the window that their senders were too late for and skipped: in Expected, never delivered
 	Expected   int64   `json:"expected"`
 	Delivered  int64   `json:"delivered"`
 	Ratio      float64 `json:"ratio"`
@@ -618,7 +619,7 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 	}
 	wall := c1.at.Sub(c0.at).Seconds()
 	row.Seconds = b.cfg.Step.Seconds()
-	row.Sent, row.Expected, row.Delivered = r.Sent, r.Expected, r.Delivered
+	row.Sent, row.Missed, row.Expected, row.Delivered = r.Sent, r.Missed, r.Expected, r.Delivered
 	row.Ratio = r.Ratio()
 	row.PerSec = r.PerSecond()
 	row.BytesPerS = float64(r.Bytes) / r.Duration.Seconds()
