@@ -502,25 +502,40 @@ const stealHigh = 0.2
 // misses the ramp's limits (once), or when it misses either reported
 // latency limit (p99 ≤ 50 ms, the capacity target's, or the ramp's) while
 // the hypervisor took more than stealHigh cores; such a step is remeasured
-// after the steal has calmed down, at most twice.
+// after the steal has calmed down, at most twice. The load is held if any
+// of its measurements met the ramp's limits, as capacity counts it.
 func (b *runner) measure(ctx context.Context, experiment string, sys *System, users, scenes int) (bool, error) {
+	return b.measureWith(ctx, func() Row {
+		return b.step(ctx, experiment, sys, users, scenes, sys.Transport(b.cfg.Size), "bots")
+	}, func() { b.coolDown(ctx) })
+}
+
+// measureWith is measure with the step taken by take and the cool-down
+// before a remeasurement under steal done by cool.
+func (b *runner) measureWith(ctx context.Context, take func() Row, cool func()) (bool, error) {
+	held := false
 	for try := 0; ; try++ {
-		row := b.step(ctx, experiment, sys, users, scenes, sys.Transport(b.cfg.Size), "bots")
+		row := take()
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
 		row.Retry = try > 0
 		b.res.Rows = append(b.res.Rows, row)
-		held := row.OK(b.cfg.MaxP99, b.cfg.MinRatio)
 		if row.Error != "" {
 			return false, nil
 		}
+		ok := row.OK(b.cfg.MaxP99, b.cfg.MinRatio)
+		// Any measurement that held holds the load: the ramp goes on
+		// exactly when capacity counts the load as held (it stopped when
+		// the last of the measurements missed, after an earlier one had
+		// held, and capacity reported the load as held yet a limit).
+		held = held || ok
 		stolen := row.StealCPU >= stealHigh
-		missed50 := !row.OK(min(b.cfg.MaxP99, 50*time.Millisecond), b.cfg.MinRatio)
+		missed50 := !row.OK(min(b.cfg.MaxP99, targetP99), b.cfg.MinRatio)
 		switch {
 		case stolen && missed50 && try < 2:
-			b.coolDown(ctx)
-		case !held && try == 0:
+			cool()
+		case !ok && try == 0:
 		default:
 			return held, nil
 		}
