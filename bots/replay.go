@@ -100,18 +100,26 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 
 // WriteTo writes the trace in its file format.
 func (t *Trace) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriter(w)
-	var n int64
-	c, _ := fmt.Fprintln(bw, "# xrealm pose trace: t x y z qx qy qz qw")
-	n += int64(c)
+	cw := &countWriter{w: w}
+	bw := bufio.NewWriter(cw)
+	bw.WriteString(traceHeader + "\n")
 	for _, s := range t.Samples {
-		p := s.Pose
-		// The time exactly (shortest form): samples less than 1 ms apart
-		// must still increase when read back.
-		c, _ = fmt.Fprintf(bw, "%s %.3f %.3f %.3f %.4f %.4f %.4f %.4f\n", strconv.FormatFloat(s.T, 'f', -1, 64), p.Pos.X, p.Pos.Y, p.Pos.Z, p.Rot.X, p.Rot.Y, p.Rot.Z, p.Rot.W)
-		n += int64(c)
+		writeSample(bw, s.T, s.Pose)
 	}
-	return n, bw.Flush()
+	err := bw.Flush()
+	return cw.n, err
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Record runs a behaviour alone for n steps of dt and returns its trace;

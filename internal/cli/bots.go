@@ -23,11 +23,15 @@ func runBots(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "pointcloud" {
 		return runPointCloudBot(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == "record" {
+		return runBotsRecord(ctx, args[1:], os.Stdout, os.Stderr)
+	}
 	fs := flag.NewFlagSet("bots", flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: xrealm bots [flags]: synthetic users on the scene bus (MQTT)\n"+
-			"       xrealm bots pointcloud [flags]: a point-cloud publisher on the SFU (xrealm bots pointcloud -h)")
+			"       xrealm bots pointcloud [flags]: a point-cloud publisher on the SFU (xrealm bots pointcloud -h)\n"+
+			"       xrealm bots record [flags]: record a camera's poses to a trace for --behaviour replay (xrealm bots record -h)")
 		fs.PrintDefaults()
 	}
 	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")

@@ -1,0 +1,159 @@
+package bots
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+)
+
+// CameraPose is the pose an ARENA camera message carries.
+type CameraPose struct {
+	ObjectID string
+	Pose     Pose
+}
+
+// ErrNotCamera is returned by ParseCameraPose for a well-formed ARENA
+// message that is not a camera's pose update (another object, a delete,
+// a click): a recorder skips it.
+var ErrNotCamera = errors.New("not a camera pose update")
+
+// arenaMessage is the part of an ARENA object message a pose needs.
+type arenaMessage struct {
+	ObjectID string `json:"object_id"`
+	Action   string `json:"action"`
+	Data     struct {
+		ObjectType string          `json:"object_type"`
+		Position   *arenaVec       `json:"position"`
+		Rotation   json.RawMessage `json:"rotation"`
+	} `json:"data"`
+}
+
+type arenaVec struct{ X, Y, Z *float64 }
+
+type arenaRot struct{ X, Y, Z, W *float64 }
+
+// ParseCameraPose reads the camera pose of an ARENA message, as the
+// browser clients (ARENA's and xrealm's) and arena-py send them:
+// {"object_id", "action": "update", "data": {"object_type": "camera",
+// "position": {x, y, z}, "rotation": {x, y, z, w}}}. A rotation without w
+// is A-Frame's Euler angles in degrees (order YXZ, as arena-py sends
+// rotations it was given as Euler), and a missing rotation is none.
+// It returns ErrNotCamera for another well-formed message, and an error
+// that says what is wrong for a malformed camera pose.
+func ParseCameraPose(payload []byte) (CameraPose, error) {
+	var m arenaMessage
+	if err := json.Unmarshal(payload, &m); err != nil {
+		return CameraPose{}, fmt.Errorf("camera pose: %w", err)
+	}
+	if m.Data.ObjectType != "camera" || (m.Action != "update" && m.Action != "create") {
+		return CameraPose{}, ErrNotCamera
+	}
+	if m.ObjectID == "" {
+		return CameraPose{}, errors.New("camera pose: no object_id")
+	}
+	p := m.Data.Position
+	if p == nil || p.X == nil || p.Y == nil || p.Z == nil {
+		return CameraPose{}, fmt.Errorf("camera pose of %q: no position {x, y, z}", m.ObjectID)
+	}
+	pose := Pose{Pos: Vec3{*p.X, *p.Y, *p.Z}, Rot: NoRotation}
+	if len(m.Data.Rotation) > 0 && string(m.Data.Rotation) != "null" {
+		var r arenaRot
+		if err := json.Unmarshal(m.Data.Rotation, &r); err != nil {
+			return CameraPose{}, fmt.Errorf("camera pose of %q: rotation: %w", m.ObjectID, err)
+		}
+		switch {
+		case r.X == nil || r.Y == nil || r.Z == nil:
+			return CameraPose{}, fmt.Errorf("camera pose of %q: rotation %s lacks x, y or z", m.ObjectID, m.Data.Rotation)
+		case r.W != nil:
+			q := Quat{*r.X, *r.Y, *r.Z, *r.W}
+			n := math.Sqrt(q.X*q.X + q.Y*q.Y + q.Z*q.Z + q.W*q.W)
+			if !(n > 0) || math.IsInf(n, 0) {
+				return CameraPose{}, fmt.Errorf("camera pose of %q: rotation %s is not a rotation quaternion", m.ObjectID, m.Data.Rotation)
+			}
+			pose.Rot = Quat{q.X / n, q.Y / n, q.Z / n, q.W / n}
+		default:
+			pose.Rot = eulerYXZ(*r.X, *r.Y, *r.Z)
+		}
+	}
+	for _, v := range []float64{pose.Pos.X, pose.Pos.Y, pose.Pos.Z, pose.Rot.X, pose.Rot.Y, pose.Rot.Z, pose.Rot.W} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return CameraPose{}, fmt.Errorf("camera pose of %q: a number is not finite", m.ObjectID)
+		}
+	}
+	return CameraPose{ObjectID: m.ObjectID, Pose: pose}, nil
+}
+
+// eulerYXZ is the quaternion of A-Frame's rotation x, y, z in degrees
+// (three.js Euler order YXZ: yaw, then pitch, then roll).
+func eulerYXZ(xDeg, yDeg, zDeg float64) Quat {
+	const rad = math.Pi / 180
+	sx, cx := math.Sincos(xDeg * rad / 2)
+	sy, cy := math.Sincos(yDeg * rad / 2)
+	sz, cz := math.Sincos(zDeg * rad / 2)
+	return Quat{
+		X: sx*cy*cz + cx*sy*sz,
+		Y: cx*sy*cz - sx*cy*sz,
+		Z: cx*cy*sz - sx*sy*cz,
+		W: cx*cy*cz + sx*sy*sz,
+	}
+}
+
+// TraceWriter writes a pose trace as its samples arrive (the format of
+// Trace), so that a recording cut short is still a trace up to its last
+// flushed line. Times are seconds since the first sample; a sample not
+// later than the one before it is skipped, so the file stays readable by
+// ReadTrace.
+type TraceWriter struct {
+	w       *bufio.Writer
+	started bool
+	first   int64 // Unix nanoseconds of the first sample
+	last    float64
+	n       int
+}
+
+// NewTraceWriter writes a trace's header line to w.
+func NewTraceWriter(w io.Writer) (*TraceWriter, error) {
+	tw := &TraceWriter{w: bufio.NewWriter(w)}
+	if _, err := tw.w.WriteString(traceHeader + "\n"); err != nil {
+		return nil, err
+	}
+	return tw, nil
+}
+
+const traceHeader = "# xrealm pose trace: t x y z qx qy qz qw"
+
+// Add writes pose p taken at atNanos (Unix nanoseconds). It reports
+// whether the sample was written (false: not later than the last one).
+func (tw *TraceWriter) Add(p Pose, atNanos int64) (bool, error) {
+	if !tw.started {
+		tw.started, tw.first = true, atNanos
+	}
+	t := float64(atNanos-tw.first) / 1e9
+	if tw.n > 0 && t <= tw.last {
+		return false, nil
+	}
+	if err := writeSample(tw.w, t, p); err != nil {
+		return false, err
+	}
+	tw.last = t
+	tw.n++
+	return true, nil
+}
+
+// Samples is the number of samples written.
+func (tw *TraceWriter) Samples() int { return tw.n }
+
+// Flush writes buffered samples to the underlying writer.
+func (tw *TraceWriter) Flush() error { return tw.w.Flush() }
+
+// writeSample writes one trace line: the time exactly (shortest form:
+// samples less than 1 ms apart must still increase when read back), the
+// position to the millimetre and the rotation to four places.
+func writeSample(w *bufio.Writer, t float64, p Pose) error {
+	_, err := fmt.Fprintf(w, "%s %.3f %.3f %.3f %.4f %.4f %.4f %.4f\n", strconv.FormatFloat(t, 'f', -1, 64), p.Pos.X, p.Pos.Y, p.Pos.Z, p.Rot.X, p.Rot.Y, p.Rot.Z, p.Rot.W)
+	return err
+}
