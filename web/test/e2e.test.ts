@@ -1,11 +1,13 @@
 // End-to-end tests: Debian's Chromium (headless, driven by playwright-core)
 // against a real `xrealm serve`, with Python paho-mqtt (web/test/pypub.py, from
 // the .venv that ./scripts/test.sh makes) as the third party that creates objects.
-import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { MARK_OFF, MARK_ON, REPO_DIR, launchBrowser, mqttClient, pythonPublisher, startServer, toggleMark, waitFor, type PythonPublisher, type XrealmServer } from './harness';
+import { MARK_OFF, MARK_ON, REPO_DIR, launchBrowser, mqttClient, pythonPublisher, startServer, toggleMark, waitFor, xrealmBin, type PythonPublisher, type XrealmServer } from './harness';
 
 let srv: XrealmServer;
 let browser: Browser;
@@ -167,6 +169,49 @@ describe('presence', () => {
     await waitFor('avatar removed', async () => !(await a.$(`[data-avatar-for="${sb.userClient}"]`)), 4000);
     expect(Date.now() - t0).toBeLessThan(4000);
     expect(await a.textContent('#xr-users')).not.toContain(sb.displayName);
+    await close(a);
+  });
+
+  it('xrealm bots record records a browser user walking, as a pose trace for replay', async () => {
+    const a = await open('/public/walk');
+    const s = await session(a);
+    const path = [[1, 1.6, 0], [2, 1.6, -1], [3, 1.6, -2], [4, 1.6, -3], [5, 1.6, -4], [6, 1.6, -5]];
+    await placeCamera(a, 1, 1.6, 0);
+    const out = join(mkdtempSync(join(tmpdir(), 'xrealm-record-')), 'walk.trace');
+    const rec = spawn(xrealmBin(), ['bots', 'record', '--addr', srv.mqttURL.replace('mqtt://', ''), '--token-url', srv.url,
+      '--scene', 'public/walk', '--object', s.camid, '--samples', '4', '--duration', '60s', '--out', out], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    rec.stderr!.on('data', (b) => (log += b));
+    const exited = new Promise<number | null>((res) => rec.on('exit', (code) => res(code)));
+    await waitFor('the recorder subscribed', () => log.includes('subscribed to'));
+    // The user walks along the path, a step every 300 ms, and stays at its end.
+    let i = 0;
+    const walk = setInterval(() => {
+      const [x, y, z] = path[Math.min(++i, path.length - 1)];
+      placeCamera(a, x, y, z).catch(() => {});
+    }, 300);
+    try {
+      expect(await exited, log).toBe(0);
+    } finally {
+      clearInterval(walk);
+    }
+    expect(log).toContain(`4 samples written to ${out}`);
+    const lines = readFileSync(out, 'utf8').split('\n').filter((l) => l && !l.startsWith('#'));
+    expect(lines).toHaveLength(4);
+    // Every sample is a point of the path, in the order walked, and the walk
+    // moved; times increase from 0.
+    let last = -1, lastT = -1;
+    for (const l of lines) {
+      const [t, x, y, z, qx, qy, qz, qw] = l.split(' ').map(Number);
+      const k = path.findIndex(([px, py, pz]) => Math.abs(px - x) < 0.01 && Math.abs(py - y) < 0.01 && Math.abs(pz - z) < 0.01);
+      expect(k, `sample ${l} is not on the path`).toBeGreaterThanOrEqual(0);
+      expect(k).toBeGreaterThanOrEqual(last);
+      expect(t).toBeGreaterThan(lastT);
+      expect(Math.abs(Math.hypot(qx, qy, qz, qw) - 1)).toBeLessThan(0.01);
+      [last, lastT] = [k, t];
+    }
+    expect(Number(lines[0].split(' ')[0])).toBe(0);
+    expect(last).toBeGreaterThan(0);
     await close(a);
   });
 
