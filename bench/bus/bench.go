@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -39,9 +40,12 @@ type Config struct {
 	Rate      float64 // poses per second per user
 	Size      int     // pose size in bytes
 	Behaviour string
-	Warmup    time.Duration
-	Step      time.Duration // measurement window of each step
-	Drain     time.Duration // wait after a window for messages in flight
+	// Trace is the pose trace file the bots play with Behaviour replay
+	// (xrealm bots record makes one).
+	Trace  string
+	Warmup time.Duration
+	Step   time.Duration // measurement window of each step
+	Drain  time.Duration // wait after a window for messages in flight
 
 	Ramp           []int // users per step of the broker-load ramp
 	IsolationScene []int // numbers of scenes
@@ -71,7 +75,7 @@ type Config struct {
 var Experiments = []string{"ramp", "efficiency", "isolation", "security", "interaction", "generator"}
 
 // Behaviours are the bots' behaviours a run can use (Config.Behaviour).
-var Behaviours = []string{"static", "randomwalk", "boids"}
+var Behaviours = []string{"static", "randomwalk", "boids", "replay"}
 
 // Defaults returns the full benchmark's configuration. Its Out is the
 // committed results, bench/bus relative to the repository root.
@@ -194,6 +198,7 @@ type ConfigSummary struct {
 	Rate      float64 `json:"rate_hz"`
 	Size      int     `json:"size_bytes"`
 	Behaviour string  `json:"behaviour"`
+	Trace     string  `json:"trace,omitempty"` // the replayed pose trace's file name
 	Warmup    string  `json:"warmup"`
 	Step      string  `json:"step"`
 	Drain     string  `json:"drain"`
@@ -222,6 +227,9 @@ func (cfg *Config) Check() error {
 	}
 	if !slices.Contains(Behaviours, cfg.Behaviour) {
 		return fmt.Errorf("unknown behaviour %q; want one of %s", cfg.Behaviour, strings.Join(Behaviours, ", "))
+	}
+	if (cfg.Behaviour == "replay") != (cfg.Trace != "") {
+		return fmt.Errorf("behaviour %q with trace %q: a trace goes with behaviour replay, and replay needs one (xrealm bots record makes one)", cfg.Behaviour, cfg.Trace)
 	}
 	if err := bots.CheckRate(cfg.Rate); err != nil {
 		return err
@@ -285,7 +293,7 @@ func (cfg *Config) Partial() []string {
 			why = append(why, fmt.Sprintf("%s %d (the full run's: %d)", n.flag, n.got, n.want))
 		}
 	}
-	if cfg.Rate != full.Rate || cfg.Size != full.Size || cfg.Behaviour != full.Behaviour {
+	if cfg.Rate != full.Rate || cfg.Size != full.Size || cfg.Behaviour != full.Behaviour || cfg.Trace != full.Trace {
 		why = append(why, fmt.Sprintf("another workload (%g poses/s of %d bytes, %s; the full run's: %g of %d, %s)",
 			cfg.Rate, cfg.Size, cfg.Behaviour, full.Rate, full.Size, full.Behaviour))
 	}
@@ -300,6 +308,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if err := cfg.Check(); err != nil {
 		return nil, fmt.Errorf("bench bus: %w", err)
 	}
+	var trace *bots.Trace
+	if cfg.Trace != "" {
+		var err error
+		if trace, err = bots.ReadTraceFile(cfg.Trace); err != nil {
+			return nil, fmt.Errorf("bench bus: %w", err)
+		}
+	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
@@ -313,7 +328,10 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Config: ConfigSummary{Rate: cfg.Rate, Size: cfg.Size, Behaviour: cfg.Behaviour, Warmup: cfg.Warmup.String(),
 			Step: cfg.Step.String(), Drain: cfg.Drain.String(), MaxP99: cfg.MaxP99.String(), MinRatio: cfg.MinRatio},
 	}
-	b := &runner{cfg: cfg, work: work, res: res, log: cfg.Log}
+	b := &runner{cfg: cfg, work: work, res: res, log: cfg.Log, trace: trace}
+	if trace != nil {
+		res.Config.Trace = filepath.Base(cfg.Trace)
+	}
 	defer b.stopAll()
 	for _, e := range cfg.Experiments {
 		var err error
@@ -353,6 +371,7 @@ type runner struct {
 	res     *Results
 	log     *slog.Logger
 	systems map[string]*System
+	trace   *bots.Trace // Config.Trace, read
 }
 
 func (b *runner) note(format string, args ...any) {
@@ -584,7 +603,7 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 	defer cancel()
 	fleet, err := bots.StartFleet(sctx, bots.FleetConfig{
 		Transport: tr, Users: users, Scenes: names, Rate: b.cfg.Rate,
-		Behaviour: bots.Spec{Name: b.cfg.Behaviour}, Seed: uint64(users), Prefix: "u" + stamp + "n", Log: b.log,
+		Behaviour: bots.Spec{Name: b.cfg.Behaviour, Trace: b.trace}, Seed: uint64(users), Prefix: "u" + stamp + "n", Log: b.log,
 	})
 	if err != nil {
 		row.Error = err.Error()

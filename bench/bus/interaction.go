@@ -288,6 +288,9 @@ func (b *runner) background(ctx context.Context, sys *System, ns, name string, b
 	args := append(append([]string(nil), b.cfg.XrealmCmd[1:]...), "bots", "--addr", sys.MQTTAddr,
 		"--users", strconv.Itoa(bg), "--namespace", ns, "--scene", name, "--prefix", "bg"+name,
 		"--rate", fmt.Sprint(b.cfg.Rate), "--size", strconv.Itoa(b.cfg.Size), "--behaviour", b.cfg.Behaviour, "--progress", "500ms")
+	if b.cfg.Trace != "" {
+		args = append(args, "--trace", b.cfg.Trace)
+	}
 	if t := sys.Transport(b.cfg.Size); t.Tokens == nil {
 		args = append(args, "--no-auth")
 	} else {

@@ -313,8 +313,8 @@ func Markdown(r *Results, plots []string) string {
 	if n > 0 {
 		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU*), and the hypervisor took %.2f cores on average from this virtual machine (column *steal*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n, steal/n)
 	}
-	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`. Each step: %s warm-up, %s measured (poses *due* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms, from the time a pose was due: a sender that is late counts its lateness, and a pose it was too late for and skipped counts as due and not delivered. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%; because the machine is shared, a step that misses is measured once more (marked *again*), a step that misses p99 ≤ 50 ms or the ramp's limit while the hypervisor took %.1f cores or more (column *steal*: the VM's stolen CPU) is measured again after the steal has calmed (at most twice), and the load counts as held if any measurement met the limits. The isolation ramps of the different scene counts are interleaved step by step, alternating which goes first.\n\n",
-		r.Config.Size, r.Config.Rate, r.Config.Behaviour, r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio, stealHigh)
+	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`%s. Each step: %s warm-up, %s measured (poses *due* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms, from the time a pose was due: a sender that is late counts its lateness, and a pose it was too late for and skipped counts as due and not delivered. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%; because the machine is shared, a step that misses is measured once more (marked *again*), a step that misses p99 ≤ 50 ms or the ramp's limit while the hypervisor took %.1f cores or more (column *steal*: the VM's stolen CPU) is measured again after the steal has calmed (at most twice), and the load counts as held if any measurement met the limits. The isolation ramps of the different scene counts are interleaved step by step, alternating which goes first.\n\n",
+		r.Config.Size, r.Config.Rate, r.Config.Behaviour, traceNote(r.Config.Trace), r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio, stealHigh)
 
 	targets(&b, r, maxP99, minRatio)
 
@@ -703,4 +703,12 @@ func optMs(v float64) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// traceNote names the replayed pose trace, if any, after the behaviour.
+func traceNote(trace string) string {
+	if trace == "" {
+		return ""
+	}
+	return " of the pose trace `" + trace + "`"
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,7 +35,10 @@ func TestRefusesBadFlags(t *testing.T) {
 	}{
 		{args: []string{"bench", "bus", "--experiments", "ramp,rampp"}, want: []string{`unknown experiment "rampp"`, "ramp, efficiency, isolation"}},
 		{args: []string{"bench", "bus", "--systems", "xrealm,nats"}, want: []string{`unknown system "nats"`}},
-		{args: []string{"bench", "bus", "--behaviour", "replay"}, want: []string{`unknown behaviour "replay"`, "static, randomwalk, boids"}},
+		{args: []string{"bench", "bus", "--behaviour", "flock"}, want: []string{`unknown behaviour "flock"`, "static, randomwalk, boids, replay"}},
+		{args: []string{"bench", "bus", "--behaviour", "replay"}, want: []string{"replay needs one", "xrealm bots record"}},
+		{args: []string{"bench", "bus", "--trace", "walk.trace"}, want: []string{"a trace goes with behaviour replay"}},
+		{args: []string{"bench", "bus", "--behaviour", "replay", "--trace", "/nonexistent/walk.trace"}, want: []string{"pose trace", "/nonexistent/walk.trace"}},
 		{args: []string{"bench", "bus", "--rate", "0"}, want: []string{"rate 0"}},
 		{args: []string{"bench", "sfu", "--setups", "foo"}, want: []string{`setup "foo" unknown`, "central, 2sfu, 4sfu"}},
 		{args: []string{"bench", "sfu", "--scenarios", "3"}, want: []string{"scenario 3 unknown", "1 (everyone sends"}},
@@ -206,5 +210,29 @@ func TestTrimPrefix(t *testing.T) {
 	}
 	if !errors.Is(trimPrefix(flag.ErrHelp, "cc: "), flag.ErrHelp) {
 		t.Error("help is no longer help")
+	}
+}
+
+// The command recorded with results reruns as it ran: a shell splits it
+// back into the same arguments.
+func TestShellJoin(t *testing.T) {
+	args := []string{"--systems", "mosquitto,xrealm:--write-linger=5ms", "--python", "", "--out", "/tmp/my results", "--xrealm-flags", "--a=1 --b='x' $HOME", "--ramp", "60:30:360"}
+	line := shellJoin(args)
+	if !strings.HasPrefix(line, "--systems mosquitto,xrealm:--write-linger=5ms --python '' ") {
+		t.Errorf("shellJoin quotes what needs no quoting, or not the empty argument: %s", line)
+	}
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh:", err)
+	}
+	got, err := exec.Command("sh", "-c", `set -- `+line+`; for a in "$@"; do printf '[%s]\n' "$a"; done`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	for _, a := range args {
+		fmt.Fprintf(&want, "[%s]\n", a)
+	}
+	if string(got) != want.String() {
+		t.Errorf("sh reads %s back as\n%s\nwant\n%s", line, got, want.String())
 	}
 }

@@ -29,7 +29,8 @@ func runBenchBus(ctx context.Context, args []string) error {
 	python := fs.String("python", defaultPython(), "python with arena-py for the arena-py agent (\"\": not run)")
 	fs.Float64Var(&d.Rate, "rate", d.Rate, "poses per second per user")
 	fs.IntVar(&d.Size, "size", d.Size, "pose size in bytes")
-	fs.StringVar(&d.Behaviour, "behaviour", d.Behaviour, "static, randomwalk or boids")
+	fs.StringVar(&d.Behaviour, "behaviour", d.Behaviour, "static, randomwalk, boids or replay (with --trace)")
+	fs.StringVar(&d.Trace, "trace", "", "pose trace for --behaviour replay (xrealm bots record makes one)")
 	fs.DurationVar(&d.Warmup, "warmup", d.Warmup, "warm-up before each measurement")
 	fs.DurationVar(&d.Step, "step", d.Step, "measurement window of each step")
 	fs.DurationVar(&d.Drain, "drain", d.Drain, "wait after each window for messages in flight")
@@ -108,7 +109,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	if d.Mosquitto == "" {
 		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto)")
 	}
-	d.Command = "xrealm bench bus " + strings.Join(args, " ")
+	d.Command = "xrealm bench bus " + shellJoin(args)
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("bench bus: %w", err)
 	}
@@ -215,4 +216,23 @@ func parseInts(flagName, s string) ([]int, error) {
 		return nil, errors.New(flagName + " is empty")
 	}
 	return out, nil
+}
+
+// shellJoin joins args into a command line a POSIX shell reads back as
+// args: the command recorded with results must rerun as it ran (an empty
+// --python "" or a path with a space was lost when joined plainly).
+func shellJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = shellQuote(a)
+	}
+	return strings.Join(q, " ")
+}
+
+// shellQuote quotes a for a POSIX shell, only when it needs quoting.
+func shellQuote(a string) string {
+	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=.,:/@%+") == "" {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }
