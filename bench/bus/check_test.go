@@ -32,7 +32,10 @@ func TestConfigCheck(t *testing.T) {
 		{"empty variant", func(c *Config) { c.Systems = []string{"xrealm:"} }, `unknown system "xrealm:"`},
 		{"empty build", func(c *Config) { c.Systems = []string{"xrealm@"} }, `unknown system "xrealm@"`},
 		{"mosquitto variant", func(c *Config) { c.Systems = []string{"mosquitto:-v"} }, `unknown system "mosquitto:-v"`},
-		{"unknown behaviour", func(c *Config) { c.Behaviour = "replay" }, `unknown behaviour "replay"`},
+		{"unknown behaviour", func(c *Config) { c.Behaviour = "flock" }, `unknown behaviour "flock"; want one of static, randomwalk, boids, replay`},
+		{"replay", func(c *Config) { c.Behaviour, c.Trace = "replay", "walk.trace" }, ""},
+		{"replay without a trace", func(c *Config) { c.Behaviour = "replay" }, "replay needs one"},
+		{"a trace without replay", func(c *Config) { c.Trace = "walk.trace" }, "a trace goes with behaviour replay"},
 		{"rate 0", func(c *Config) { c.Rate = 0 }, "rate 0"},
 		{"rate NaN", func(c *Config) { c.Rate = math.NaN() }, "rate NaN"},
 		{"no output", func(c *Config) { c.Out = "" }, "no output directory"},
@@ -77,6 +80,7 @@ func TestConfigPartial(t *testing.T) {
 		{"a short trial", func(c *Config) { c.Step, c.Drain, c.SecurityRepeat = 2*time.Second, 0, 1 },
 			[]string{"--step 2s (the full run's: 10s)", "--drain 0s", "--security-repeat 1"}},
 		{"another rate", func(c *Config) { c.Rate = 20 }, []string{"another workload (20 poses/s"}},
+		{"a replayed trace", func(c *Config) { c.Behaviour, c.Trace = "replay", "walk.trace" }, []string{"another workload"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
