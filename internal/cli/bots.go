@@ -141,10 +141,17 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 		case now := <-tick.C:
 			tot, h := fleet.Accounts().Live()
 			dt := now.Sub(prevT).Seconds()
-			fmt.Fprintf(w, "%6.0fs  users %d/%d  sent %7.0f/s  received %8.0f/s  %6.2f MB/s  latency p50 %s p99 %s max %s\n",
+			// Ticks the senders were too late for (the generator is behind,
+			// or blocked by a server that stopped reading) show only when
+			// there are some.
+			missed := ""
+			if m := tot.Missed - prev.Missed; m > 0 {
+				missed = fmt.Sprintf("  MISSED %.0f/s (senders late)", float64(m)/dt)
+			}
+			fmt.Fprintf(w, "%6.0fs  users %d/%d  sent %7.0f/s  received %8.0f/s  %6.2f MB/s  latency p50 %s p99 %s max %s%s\n",
 				now.Sub(start).Seconds(), fleet.Connected(), fleet.Users(),
 				float64(tot.Sent-prev.Sent)/dt, float64(tot.Received-prev.Received)/dt, float64(tot.Bytes-prev.Bytes)/dt/1e6,
-				fmtDur(bots.Quantile(h, 50)), fmtDur(bots.Quantile(h, 99)), fmtDur(time.Duration(h.Max())*time.Microsecond))
+				fmtDur(bots.Quantile(h, 50)), fmtDur(bots.Quantile(h, 99)), fmtDur(time.Duration(h.Max())*time.Microsecond), missed)
 			prev, prevT = tot, now
 		}
 	}
