@@ -37,6 +37,7 @@ func runBots(ctx context.Context, args []string) error {
 	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")
 	tokenURL := fs.String("token-url", "http://127.0.0.1:8080", "get tokens from this server's POST /user/v2/mqtt_auth (anonymous viewers)")
 	dataDir := fs.String("data", "", "sign tokens with the keys in this server data directory instead of asking --token-url")
+	bearer := fs.String("token", "", "sign in to --token-url with this token (xrealm token) for scenes anonymous users cannot read")
 	noAuth := fs.Bool("no-auth", false, "connect without tokens (xrealm --insecure, Mosquitto)")
 	users := fs.Int("users", 10, "number of bots")
 	ns := fs.String("namespace", auth.PublicNamespace, "scene namespace")
@@ -83,16 +84,8 @@ func runBots(ctx context.Context, args []string) error {
 		}
 	}
 	tr := &bots.MQTTTransport{Addr: *addr, PayloadSize: *size}
-	switch {
-	case *noAuth:
-	case *dataDir != "":
-		keys, err := auth.LoadOrCreateKeys(*dataDir)
-		if err != nil {
-			return err
-		}
-		tr.Tokens = &bots.KeyTokens{Keys: keys}
-	default:
-		tr.Tokens = &bots.HTTPTokens{BaseURL: *tokenURL}
+	if tr.Tokens, err = botTokens(*noAuth, *dataDir, *tokenURL, *bearer); err != nil {
+		return err
 	}
 	scenes := []string{*ns + "/" + *scene}
 	if *nScenes > 1 {
@@ -165,6 +158,25 @@ func fmtDur(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) + "ms"
 	}
 	return strconv.FormatInt(d.Microseconds(), 10) + "µs"
+}
+
+// botTokens is where bots get their tokens: none (noAuth), signed with the
+// keys of a server's data directory, or asked of a server's token
+// endpoint, signed in with bearer if it is not empty.
+func botTokens(noAuth bool, dataDir, tokenURL, bearer string) (bots.TokenSource, error) {
+	switch {
+	case noAuth:
+		return nil, nil
+	case dataDir != "":
+		// Only a key the server has: a new one (a mistyped --data) would
+		// sign tokens every server refuses.
+		keys, err := auth.LoadKeys(dataDir)
+		if err != nil {
+			return nil, fmt.Errorf("--data %s: %w (the data directory of the server, where xrealm serve keeps its signing key)", dataDir, err)
+		}
+		return &bots.KeyTokens{Keys: keys}, nil
+	}
+	return &bots.HTTPTokens{BaseURL: tokenURL, Bearer: bearer}, nil
 }
 
 func parseArea(s string) (bots.Area, error) {

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -60,19 +59,10 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *duration < 0 || *maxSamples < 0 {
 		return fmt.Errorf("bots record: --duration (%s) and --samples (%d) must not be negative", *duration, *maxSamples)
 	}
-	var tokens bots.TokenSource
-	switch {
-	case *noAuth:
-	case *dataDir != "":
-		keys, err := auth.LoadOrCreateKeys(*dataDir)
-		if err != nil {
-			return err
-		}
-		tokens = &bots.KeyTokens{Keys: keys}
-	default:
-		tokens = &bots.HTTPTokens{BaseURL: *tokenURL, Bearer: *bearer}
+	tokens, err := botTokens(*noAuth, *dataDir, *tokenURL, *bearer)
+	if err != nil {
+		return fmt.Errorf("bots record: %w", err)
 	}
-
 	if *duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *duration)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,18 +12,9 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/internal/testnet"
 	"github.com/xrealm/xrealm/server"
 )
-
-func freeTCPAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestBotsRecord records one of two cameras moving in a real server's
 // scene with `xrealm bots record` and checks that the trace holds that
@@ -32,7 +22,8 @@ func freeTCPAddr(t *testing.T) string {
 func TestBotsRecord(t *testing.T) {
 	cfg := server.Defaults()
 	cfg.DataDir = t.TempDir()
-	cfg.HTTPAddr, cfg.MQTTAddr = freeTCPAddr(t), freeTCPAddr(t)
+	ports := testnet.FreePorts(t, 3)
+	cfg.HTTPAddr, cfg.MQTTAddr = ports[0], ports[1]
 	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.MQTTWSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", "", ""
 	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -134,7 +125,7 @@ func TestBotsRecord(t *testing.T) {
 	// A recording that cannot start leaves an earlier one of the name as
 	// it was; one that cannot make its file says which.
 	before, _ := os.ReadFile(out)
-	err = runBotsRecord(ctx, []string{"--addr", freeTCPAddr(t), "--no-auth", "--scene", "lab/walk", "--out", out}, &stdout, &stderr)
+	err = runBotsRecord(ctx, []string{"--addr", ports[2], "--no-auth", "--scene", "lab/walk", "--out", out}, &stdout, &stderr)
 	if err == nil {
 		t.Error("bots record against a closed port: no error")
 	}
@@ -166,6 +157,7 @@ func TestBotsRecordRefusesBadFlags(t *testing.T) {
 		{[]string{"--scene", "lab/walk", "--realm", "a/b", "--out", "x"}, "--realm"},
 		{[]string{"--scene", "lab/walk", "--out", "x", "--samples", "-1"}, "must not be negative"},
 		{[]string{"--scene", "lab/walk", "--out", "x", "extra"}, "unexpected arguments"},
+		{[]string{"--scene", "lab/walk", "--out", "x", "--data", t.TempDir()}, "signing key"},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer
