@@ -240,6 +240,31 @@ func (n *Node) Signal(s Signal) Reply {
 // handler places its join.
 const signalQueue = 16
 
+// maxSignal bounds a WebSocket signalling message. An offer is a few
+// kilobytes to a few hundred (an SDP section per slot), and a signal goes
+// on to its node over the bus, which takes messages of about this size
+// (the server's default MaxPayload). A larger message closes the socket
+// with status 1009 (message too big); without a bound a client could make
+// the handler buffer any amount before it had been authorized.
+const maxSignal = 1 << 20
+
+// wsSignal is one message read from a signalling WebSocket: a signal, or
+// why the message is not one.
+type wsSignal struct {
+	s   Signal
+	err error
+}
+
+// badSignal says why msg, a WebSocket message, is not a Signal, quoting
+// (the start of) it.
+func badSignal(msg []byte, err error) error {
+	const show = 200
+	if len(msg) > show {
+		return fmt.Errorf("sfu: bad signal: %v; message of %d bytes starting %q", err, len(msg), msg[:show])
+	}
+	return fmt.Errorf("sfu: bad signal: %v; message %q", err, msg)
+}
+
 var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10, CheckOrigin: func(*http.Request) bool { return true }}
 
 // Handler serves WebSocket signalling (mount it at /sfu/ws). A client sends
@@ -292,23 +317,38 @@ func (n *Node) Handler() http.Handler {
 		// that sends more than that while it waits is held back by it.
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
-		signals := make(chan Signal, signalQueue)
+		// A message that is not a Signal is answered with an error that
+		// says why, in its turn; the socket goes on (before, it closed
+		// without a word).
+		conn.SetReadLimit(maxSignal)
+		signals := make(chan wsSignal, signalQueue)
 		go func() {
 			defer cancel()
 			defer close(signals)
 			for {
-				var s Signal
-				if err := conn.ReadJSON(&s); err != nil {
+				_, msg, err := conn.ReadMessage()
+				if err != nil {
 					return
 				}
+				var in wsSignal
+				if err := json.Unmarshal(msg, &in.s); err != nil {
+					in = wsSignal{err: badSignal(msg, err)}
+				}
 				select {
-				case signals <- s:
+				case signals <- in:
 				case <-ctx.Done():
 					return
 				}
 			}
 		}()
-		for s := range signals {
+		for in := range signals {
+			if in.err != nil {
+				if err := send(Reply{Op: "error", Error: in.err.Error()}); err != nil {
+					return
+				}
+				continue
+			}
+			s := in.s
 			token := s.Token
 			s.Token = "" // a node has no use for it: it stays here
 			if target != "" && (s.Session != session || s.Client != client) {
