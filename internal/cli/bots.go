@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bots"
 )
@@ -117,22 +118,33 @@ func runBots(ctx context.Context, args []string) error {
 	return botsProgress(ctx, os.Stdout, fleet, *every)
 }
 
-// botsProgress prints a progress line every interval until ctx ends.
+// botsProgress prints a progress line every interval until ctx ends, then
+// a summary of the whole run. It fails when every bot has been
+// disconnected (the server went away): the run measures nothing more.
 func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every time.Duration) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	start := time.Now()
 	prev, _ := fleet.Accounts().Live()
-	prevT := start
+	first, prevT := prev, start
+	all := bots.NewHistogram()
+	summary := func(now time.Time) {
+		tot := prev
+		fmt.Fprintf(w, "total %s  users %d/%d  sent %d  received %d  missed %d  latency %s\n",
+			now.Sub(start).Round(time.Second), fleet.Connected(), fleet.Users(),
+			tot.Sent-first.Sent, tot.Received-first.Received, tot.Missed-first.Missed, latencies(all))
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			summary(time.Now())
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(ctx.Err(), context.Canceled) {
 				return nil
 			}
 			return ctx.Err()
 		case now := <-tick.C:
 			tot, h := fleet.Accounts().Live()
+			all.Merge(h)
 			dt := now.Sub(prevT).Seconds()
 			// Ticks the senders were too late for (the generator is behind,
 			// or blocked by a server that stopped reading) show only when
@@ -141,13 +153,27 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 			if m := tot.Missed - prev.Missed; m > 0 {
 				missed = fmt.Sprintf("  MISSED %.0f/s (senders late)", float64(m)/dt)
 			}
-			fmt.Fprintf(w, "%6.0fs  users %d/%d  sent %7.0f/s  received %8.0f/s  %6.2f MB/s  latency p50 %s p99 %s max %s%s\n",
-				now.Sub(start).Seconds(), fleet.Connected(), fleet.Users(),
+			connected := fleet.Connected()
+			fmt.Fprintf(w, "%6.0fs  users %d/%d  sent %7.0f/s  received %8.0f/s  %6.2f MB/s  latency %s%s\n",
+				now.Sub(start).Seconds(), connected, fleet.Users(),
 				float64(tot.Sent-prev.Sent)/dt, float64(tot.Received-prev.Received)/dt, float64(tot.Bytes-prev.Bytes)/dt/1e6,
-				fmtDur(bots.Quantile(h, 50)), fmtDur(bots.Quantile(h, 99)), fmtDur(time.Duration(h.Max())*time.Microsecond), missed)
+				latencies(h), missed)
 			prev, prevT = tot, now
+			if connected == 0 {
+				summary(now)
+				return fmt.Errorf("all %d bots were disconnected (did the server stop?)", fleet.Users())
+			}
 		}
 	}
+}
+
+// latencies formats a histogram's p50, p99 and max, or says there were
+// none (a 0 µs latency would claim messages that did not arrive).
+func latencies(h *hdrhistogram.Histogram) string {
+	if h.TotalCount() == 0 {
+		return "p50 - p99 - max - (none received)"
+	}
+	return "p50 " + fmtDur(bots.Quantile(h, 50)) + " p99 " + fmtDur(bots.Quantile(h, 99)) + " max " + fmtDur(time.Duration(h.Max())*time.Microsecond)
 }
 
 func fmtDur(d time.Duration) string {

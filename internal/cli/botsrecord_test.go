@@ -16,13 +16,14 @@ import (
 	"github.com/xrealm/xrealm/server"
 )
 
-// TestBotsRecord records one of two cameras moving in a real server's
-// scene with `xrealm bots record` and checks that the trace holds that
-// camera's poses, in order, and plays back with replay.
-func TestBotsRecord(t *testing.T) {
+// startTestServer starts a server in this process with HTTP and MQTT on
+// loopback, the rest off; it is shut down when the test ends.
+func startTestServer(t *testing.T, insecure bool) (server.Config, *server.Server) {
+	t.Helper()
 	cfg := server.Defaults()
 	cfg.DataDir = t.TempDir()
-	ports := testnet.FreePorts(t, 3)
+	cfg.Insecure = insecure
+	ports := testnet.FreePorts(t, 2)
 	cfg.HTTPAddr, cfg.MQTTAddr = ports[0], ports[1]
 	cfg.HTTPSAddr, cfg.MQTTSAddr, cfg.MQTTWSAddr, cfg.NATSAddr, cfg.NATSWSAddr = "", "", "", "", ""
 	cfg.UbiqAddr, cfg.UbiqWSSAddr, cfg.UbiqWSAddr = "", "", ""
@@ -32,11 +33,22 @@ func TestBotsRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer scancel()
 		srv.Shutdown(sctx)
-	}()
+	})
+	return cfg, srv
+}
+
+// TestBotsRecord records one of two cameras moving in a real server's
+// scene with `xrealm bots record` and checks that the trace holds that
+// camera's poses, in order, and plays back with replay.
+func TestBotsRecord(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg, _ := startTestServer(t, false)
+	ports := testnet.FreePorts(t, 1)
 	keys, err := auth.LoadOrCreateKeys(cfg.DataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +137,7 @@ func TestBotsRecord(t *testing.T) {
 	// A recording that cannot start leaves an earlier one of the name as
 	// it was; one that cannot make its file says which.
 	before, _ := os.ReadFile(out)
-	err = runBotsRecord(ctx, []string{"--addr", ports[2], "--no-auth", "--scene", "lab/walk", "--out", out}, &stdout, &stderr)
+	err = runBotsRecord(ctx, []string{"--addr", ports[0], "--no-auth", "--scene", "lab/walk", "--out", out}, &stdout, &stderr)
 	if err == nil {
 		t.Error("bots record against a closed port: no error")
 	}
