@@ -43,7 +43,7 @@ if [[ -f web/package.json ]]; then
 fi
 
 say "building bin/xrealm"
-go build -o bin/xrealm ./cmd/xrealm
+go build -buildvcs=auto -o bin/xrealm ./cmd/xrealm  # stamps the commit (xrealm version) in a git checkout
 
 if ((want_test)); then
 	# draco: Google Draco's tools for the volumetric and point-cloud tests

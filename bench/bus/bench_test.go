@@ -63,6 +63,11 @@ func TestSmokeBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The test binary has no VCS stamp: the commit is the working
+	// directory's, marked as such.
+	if _, err := os.Stat("../../.git"); err == nil && !strings.Contains(res.Machine.Commit, "the working directory's") {
+		t.Errorf("machine commit %q: want the working directory's commit, marked as such", res.Machine.Commit)
+	}
 	systems := 1
 	if cfg.Mosquitto != "" {
 		systems = 2

@@ -52,10 +52,29 @@ func describeMachine(cfg Config) Machine {
 	if cfg.Python != "" {
 		m.ArenaPy = versionOf(cfg.Python, "-c", "import importlib.metadata as m; print('arena-py', m.version('arena-py'))")
 	}
-	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
-		m.Commit = strings.TrimSpace(string(out))
-	}
+	m.Commit = commitOf(cfg.XrealmCmd, cfg.XrealmEnv)
 	return m
+}
+
+// commitOf is the commit the measured xrealm binary was built from, as it
+// says (xrealm version --short); for a binary without a VCS stamp, the
+// working directory's commit, marked as such (it need not be the one the
+// binary was built from).
+func commitOf(xrealm, env []string) string {
+	if len(xrealm) > 0 {
+		args := append(append([]string(nil), xrealm[1:]...), "version", "--short")
+		cmd := exec.Command(xrealm[0], args...)
+		cmd.Env = append(os.Environ(), env...)
+		if out, err := cmd.Output(); err == nil {
+			if c := strings.TrimSpace(string(out)); c != "" && c != "unknown" && !strings.ContainsAny(c, " \n") {
+				return c
+			}
+		}
+	}
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		return strings.TrimSpace(string(out)) + " (the working directory's; the binary has no VCS stamp)"
+	}
+	return ""
 }
 
 // Write writes RESULTS.md, results.json and the plots into dir.

@@ -22,13 +22,14 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve": {runServe, "run an xrealm node (everything embedded; data in ./data)"},
-		"token": {runToken, "print a signed token for a user and scene"},
-		"cc":    {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
-		"netem": {runNetem, "run a command behind a trace-driven emulated link"},
-		"bench": {runBench, "run a benchmark: bus, cc, rooms or sfu"},
-		"sfu":   {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
-		"bots":  {runBots, "run synthetic users against a server, with live progress (bots pointcloud: a point cloud on the SFU)"},
+		"serve":   {runServe, "run an xrealm node (everything embedded; data in ./data)"},
+		"token":   {runToken, "print a signed token for a user and scene"},
+		"cc":      {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
+		"netem":   {runNetem, "run a command behind a trace-driven emulated link"},
+		"bench":   {runBench, "run a benchmark: bus, cc, rooms or sfu"},
+		"sfu":     {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
+		"bots":    {runBots, "run synthetic users against a server, with live progress (bots pointcloud: a point cloud on the SFU; bots record: record a user's poses)"},
+		"version": {runVersion, "print the commit this binary was built from"},
 	}
 }
 
