@@ -57,6 +57,7 @@ type Server struct {
 	SFU      *sfu.Node
 
 	stopStore context.CancelFunc
+	dataLock  *os.File // the lock on cfg.DataDir (lockDataDir), held until Close
 }
 
 // Start starts a node and returns once every listener accepts connections
@@ -79,6 +80,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if s.dataLock, err = lockDataDir(cfg.DataDir); err != nil {
+		return nil, err
 	}
 	if s.Keys, err = auth.LoadOrCreateKeys(cfg.DataDir); err != nil {
 		return nil, err
@@ -476,6 +480,10 @@ func (s *Server) Close() {
 	s.wg.Wait()
 	if s.bus != nil {
 		s.bus.Shutdown()
+	}
+	if s.dataLock != nil {
+		s.dataLock.Close() // releases the lock, once the bus has let go of the directory
+		s.dataLock = nil
 	}
 }
 
