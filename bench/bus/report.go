@@ -330,7 +330,7 @@ func Markdown(r *Results, plots []string) string {
 		}
 	}
 	if n > 0 {
-		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU*), and the hypervisor took %.2f cores on average from this virtual machine (column *steal*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n, steal/n)
+		p("The machine is shared with other work: during the steps the rest of the machine used %.2f cores on average (column *other CPU, cores*), and the hypervisor took %.2f cores on average from this virtual machine (column *steal, cores*). The generator runs on the same 2 cores as the broker. Compare the systems by the ratios of numbers measured side by side at each step (they alternate step by step) and by deliveries per broker CPU-second, which stays comparable when the machine is saturated.\n\n", other/n, steal/n)
 	}
 	p("Workload: every user publishes an ARENA camera pose of %d bytes at %g Hz on `realm/s/{ns}/{scene}/u/{client}/{camera}` and subscribes to `realm/s/{ns}/{scene}/+/+/+` as a browser does, so it receives every pose of its scene, its own included. Behaviour `%s`%s. Each step: %s warm-up, %s measured (poses *due* in the window), %s drain. Latency is one-way, sender to receiver on the same host clock, in HDR histograms, from the time a pose was due: a sender that is late counts its lateness, and a pose it was too late for and skipped counts as due and not delivered. A ramp stops for a system at the first step with p99 > %s or delivery ratio < %.0f%%; because the machine is shared, a step that misses is measured once more (marked *again*), a step that misses p99 ≤ 50 ms or the ramp's limit while the hypervisor took %.1f cores or more (column *steal*: the VM's stolen CPU) is measured again after the steal has calmed (at most twice), and the load counts as held if any measurement met the limits. The isolation ramps of the different scene counts are interleaved step by step, alternating which goes first.\n\n",
 		r.Config.Size, r.Config.Rate, r.Config.Behaviour, traceNote(r.Config.Trace), r.Config.Warmup, r.Config.Step, r.Config.Drain, r.Config.MaxP99, 100*minRatio, stealHigh)
@@ -402,7 +402,7 @@ func Markdown(r *Results, plots []string) string {
 	if len(sec) > 0 {
 		p("## Security overhead: xrealm with tokens and ACLs vs `--insecure`\n\n")
 		p("Same steps, alternating which runs first. *join* is the time from dialling to the SUBACK of the scene subscription (token request, CONNECT with token verification, SUBSCRIBE with its ACL check); *broker µs/delivery* is the publish-and-fan-out cost.\n\n")
-		p("| users | system | deliveries/s | ratio | p50 ms | p99 ms | broker CPU | broker µs/delivery | deliveries/broker CPU-s | join mean ms | join p99 ms | other CPU |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| users | system | deliveries/s | ratio | p50 ms | p99 ms | broker CPU, cores | broker µs/delivery | deliveries/broker CPU-s | join mean ms | join p99 ms | other CPU, cores |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, row := range sec {
 			p("| %d | %s | %.0f | %.4f | %.2f | %.2f | %.2f | %.2f | %.0f | %.2f | %.2f | %.2f |%s\n", row.Users, row.System, row.PerSec, row.Ratio, row.P50ms, row.P99ms, row.BrokerCPU, row.BrokerUs, row.PerCPUSec, row.JoinMeanMs, row.JoinP99ms, row.OtherCPU, errCell(row))
 		}
@@ -433,7 +433,7 @@ func Markdown(r *Results, plots []string) string {
 	if len(gen) > 0 {
 		p("## The generator\n\n")
 		p("The bots' own MQTT client against a generator built on the Eclipse Paho Go client (default options), same broker, same load. *generator µs/delivery* is the generator process's CPU per message received.\n\n")
-		p("| generator | system | users | deliveries/s | ratio | p50 ms | p99 ms | generator CPU | generator µs/delivery | broker µs/delivery |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		p("| generator | system | users | deliveries/s | ratio | p50 ms | p99 ms | generator CPU, cores | generator µs/delivery | broker µs/delivery |\n|---|---|---|---|---|---|---|---|---|---|\n")
 		for _, row := range gen {
 			p("| %s | %s | %d | %.0f | %.4f | %.2f | %.2f | %.2f | %.2f | %.2f |%s\n", row.Generator, row.System, row.Users, row.PerSec, row.Ratio, row.P50ms, row.P99ms, row.GenCPU, row.GenUsPer, row.BrokerUs, errCell(row))
 		}
@@ -588,7 +588,7 @@ func rowTable(b *strings.Builder, rows []Row, withScenes bool) {
 	if withScenes {
 		p("| scenes ")
 	}
-	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU | broker RSS MB | deliveries/broker CPU-s | broker writes/s | generator CPU | other CPU | steal | load1 |\n")
+	p("| users | system | deliveries/s | ratio | p50 ms | p90 ms | p99 ms | max ms | MB/s | broker CPU, cores | broker RSS MB | deliveries/broker CPU-s | broker writes/s | generator CPU, cores | other CPU, cores | steal, cores | load1 |\n")
 	if withScenes {
 		p("|---")
 		// Interleaved ramps are easier to read one scene count at a time.
@@ -633,7 +633,7 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 	x50, xCapped := capacity(ramp, "xrealm", targetP99, minRatio)
 	haveRamp := len(ramp) > 0 && mosq100 > 0 && x50 > 0
 	lines = append(lines, line{"Capacity, one scene", "xrealm users at p99 ≤ 50 ms ≥ 1.5 × Mosquitto's users (p99 ≤ " + r.Config.MaxP99 + ")",
-		fmt.Sprintf("xrealm %s vs Mosquitto %s: %.2f×", fmtCap(x50, xCapped), fmtCap(mosq100, mosqCapped), float64(x50)/math.Max(1, float64(mosq100))),
+		unlessMissing(haveRamp, fmt.Sprintf("xrealm %s vs Mosquitto %s: %.2f×", fmtCap(x50, xCapped), fmtCap(mosq100, mosqCapped), float64(x50)/math.Max(1, float64(mosq100)))),
 		verdict(float64(x50) >= 1.5*float64(mosq100) && !mosqCapped, haveRamp && !mosqCapped)})
 	eff := rowsOf(r, "efficiency", 1)
 	effUsers := 120
@@ -643,10 +643,10 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 	xr, okx := bestAt(eff, ramp, "xrealm", effUsers)
 	mr, okm := bestAt(eff, ramp, "mosquitto", effUsers)
 	lines = append(lines, line{fmt.Sprintf("Efficiency at %d users", effUsers), "xrealm deliveries per broker CPU-s ≥ 1.5 × Mosquitto's",
-		fmt.Sprintf("xrealm %.0f vs Mosquitto %.0f: %.2f×", xr.PerCPUSec, mr.PerCPUSec, xr.PerCPUSec/math.Max(1, mr.PerCPUSec)),
+		unlessMissing(okx && okm, fmt.Sprintf("xrealm %.0f vs Mosquitto %.0f: %.2f×", xr.PerCPUSec, mr.PerCPUSec, xr.PerCPUSec/math.Max(1, mr.PerCPUSec))),
 		verdict(xr.PerCPUSec >= 1.5*mr.PerCPUSec, okx && okm)})
 	lines = append(lines, line{fmt.Sprintf("Latency at %d users", effUsers), "xrealm p99 ≤ 20 ms",
-		fmt.Sprintf("p99 %.1f ms (p50 %.2f ms; Mosquitto p99 %.1f ms, p50 %.2f ms)", xr.P99ms, xr.P50ms, mr.P99ms, mr.P50ms), verdict(xr.P99ms <= 20, okx)})
+		unlessMissing(okx, fmt.Sprintf("p99 %.1f ms (p50 %.2f ms; Mosquitto %s)", xr.P99ms, xr.P50ms, unlessMissing(okm, fmt.Sprintf("p99 %.1f ms, p50 %.2f ms", mr.P99ms, mr.P50ms)))), verdict(xr.P99ms <= 20, okx)})
 	// Capacity as the capacity target defines it for xrealm (p99 ≤ 50 ms),
 	// with 5 scenes and with 1; the ramp's own limit is shown beside it.
 	iso1, c1 := capacity(rowsOf(r, "isolation", 1), "xrealm", targetP99, minRatio)
@@ -694,7 +694,7 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 		}
 	}
 	lines = append(lines, line{"Lean generator", "generator CPU per delivery ≤ ½ of a paho-based client's",
-		fmt.Sprintf("%.2f µs vs paho %.2f µs: %.2f×", bu, pu, bu/math.Max(1e-9, pu)), verdict(bu <= pu/2, bu > 0 && pu > 0)})
+		unlessMissing(bu > 0 && pu > 0, fmt.Sprintf("%.2f µs vs paho %.2f µs: %.2f×", bu, pu, bu/math.Max(1e-9, pu))), verdict(bu <= pu/2, bu > 0 && pu > 0)})
 	// Capacity, tail latency and small differences need the CPU: when other
 	// work took a large share of the machine, their verdicts say so.
 	var other, n float64
@@ -714,6 +714,15 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 		p("| %s | %s | %s | %s |\n", l.target, l.need, l.got, v)
 	}
 	p("\n")
+}
+
+// unlessMissing is measured, or "–" where what it compares was not
+// measured (its zeros would read as measurements).
+func unlessMissing(known bool, measured string) string {
+	if !known {
+		return "–"
+	}
+	return measured
 }
 
 // optMs formats a latency that may not have been measured.

@@ -204,11 +204,14 @@ func parseInts(flagName, s string) ([]int, error) {
 		}
 		return out, nil
 	}
+	if strings.Contains(s, ":") {
+		return nil, fmt.Errorf("%s %q: want from:step:to (three numbers) or a comma-separated list", flagName, s)
+	}
 	var out []int
 	for _, x := range splitList(s) {
 		n, err := strconv.Atoi(x)
 		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%s %q: %q is not a non-negative number", flagName, s, x)
+			return nil, fmt.Errorf("%s %q: %q is not a non-negative number (want from:step:to or a comma-separated list)", flagName, s, x)
 		}
 		out = append(out, n)
 	}
