@@ -83,9 +83,49 @@ export function validId(id: unknown): id is string {
   return typeof id === 'string' && id.length > 0 && id.length <= 200 && !/[/+#\s\u0000-\u001f]/.test(id);
 }
 
-/** A namespace or scene name the server accepts. */
+/** Which characters a namespace or scene name may hold: topic.SceneNameChars. */
+export const SCENE_NAME_CHARS = "ASCII letters, digits, '-', '_' and '='";
+
+/**
+ * The same characters as an HTML pattern attribute (which must match the
+ * whole value); it agrees with sceneNameError for every non-empty name.
+ */
+export const SCENE_NAME_PATTERN = '[A-Za-z0-9_=\\-]+';
+
+function sceneNameChar(c: string): boolean {
+  return /^[A-Za-z0-9_=-]$/.test(c);
+}
+
+/** A character as Go's %q shows a rune: '.', ' ', '\x00', 'é'. */
+function quoteChar(c: string): string {
+  const n = c.codePointAt(0)!;
+  const esc: Record<string, string> = { "'": "\\'", '\\': '\\\\', '\x07': '\\a', '\b': '\\b', '\f': '\\f', '\n': '\\n', '\r': '\\r', '\t': '\\t', '\v': '\\v' };
+  if (esc[c]) return `'${esc[c]}'`;
+  if (n < 0x20 || n === 0x7f) return `'\\x${n.toString(16).padStart(2, '0')}'`;
+  return `'${c}'`;
+}
+
+/**
+ * Why the server (topic.ValidSceneName) refuses name as a namespace or
+ * scene name, in its words, or null when it accepts it. what names it in
+ * the message ("namespace" or "scene"). A name is non-empty and made of
+ * SCENE_NAME_CHARS; there is no length limit.
+ */
+export function sceneNameError(what: 'namespace' | 'scene', name: string): string | null {
+  if (name === '') return `${what} name is empty`;
+  for (const c of name) { // by code point, as Go ranges over runes
+    if (sceneNameChar(c)) continue;
+    let why = '';
+    if (c === '+' || c === '#') why = ' (an MQTT wildcard: a name is one scene, never a pattern)';
+    else if (c === '/') why = ' (it separates namespace and scene)';
+    return `${what} name ${JSON.stringify(name)}: ${quoteChar(c)} is not allowed${why}; a name may contain only ${SCENE_NAME_CHARS}`;
+  }
+  return null;
+}
+
+/** A namespace or scene name the server accepts (topic.ValidSceneName). */
 export function validSceneName(s: string): boolean {
-  return /^[A-Za-z0-9_-][A-Za-z0-9_@-]{0,63}$/.test(s);
+  return sceneNameError('scene', s) === null;
 }
 
 /**

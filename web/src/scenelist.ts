@@ -3,7 +3,7 @@
 
 import mqtt from 'mqtt';
 import { identity, persistGet, sceneToken, setIdentityToken } from './auth';
-import { randomSuffix, topicFor, validSceneName } from './protocol';
+import { randomSuffix, SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, topicFor } from './protocol';
 import { h, showError, clearError } from './ui';
 
 async function listScenes(): Promise<string[]> {
@@ -72,17 +72,27 @@ export async function startSceneList() {
     }, 'You are a guest (anonymous viewer). To sign in, open any page with ', h('code', {}, '?token=<token>'),
     ' or paste one: ', tokenInput, h('button', { type: 'submit' }, 'Sign in'));
 
-  const nameInput = h('input', { id: 'new-scene-name', placeholder: 'scene name', pattern: '[A-Za-z0-9_=\\-]+', title: 'letters, digits, - _ =', required: true, size: 16 });
-  const createMsg = h('span', { id: 'new-scene-msg' });
+  // The pattern and the message below say the server's rule
+  // (topic.ValidSceneName); the form checks it itself (novalidate), so
+  // that the message names the character refused.
+  const nameInput = h('input', {
+    id: 'new-scene-name', placeholder: 'scene name', pattern: SCENE_NAME_PATTERN, title: `A scene name: ${SCENE_NAME_CHARS}`,
+    required: true, size: 16, 'aria-describedby': 'new-scene-msg',
+    oninput: () => nameInput.removeAttribute('aria-invalid'),
+  });
+  const createMsg = h('span', { id: 'new-scene-msg', 'aria-live': 'polite' });
   const createForm = h('form', {
     id: 'new-scene',
+    novalidate: true,
     onsubmit: async (e: Event) => {
       e.preventDefault();
       const cur = identity();
       if (!cur) return;
       const name = nameInput.value.trim();
-      if (!validSceneName(name)) {
-        createMsg.textContent = 'Use letters, digits, "-", "_" or "@" (at most 64).';
+      const bad = sceneNameError('scene', name);
+      if (bad) {
+        nameInput.setAttribute('aria-invalid', 'true');
+        createMsg.textContent = `Not a valid name: ${bad}.`;
         return;
       }
       createMsg.textContent = 'Creating…';

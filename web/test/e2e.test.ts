@@ -657,6 +657,46 @@ describe('scene list', () => {
   });
 });
 
+describe('scene names', () => {
+  it('the create form takes the names the server takes (a=b), and names the character it refuses (a@b)', async () => {
+    const carol = srv.token('carol', 'carol/home', 'editor');
+    const page = await open(`/?token=${carol}`);
+    await page.waitForSelector('#signed-in');
+    // The input's pattern says the server's rule too: it matches exactly the names the form takes.
+    const patternOK = (v: string) => page.$eval('#new-scene-name', (el, v) => {
+      const i = el as HTMLInputElement;
+      const old = i.value;
+      i.value = v;
+      const ok = !i.validity.patternMismatch;
+      i.value = old;
+      return ok;
+    }, v);
+    for (const [name, ok] of [['a=b', true], ['Alice_2-room=b', true], ['-', true], ['a'.repeat(65), true], ['a@b', false], ['a.b', false], ['a b', false], ['é', false], ['a+b', false]] as const) {
+      expect(await patternOK(name), name).toBe(ok);
+    }
+    expect(await page.getAttribute('#new-scene-name', 'title')).toContain("ASCII letters, digits, '-', '_' and '='");
+
+    // Refused: the message names the character and the allowed ones; nothing is created.
+    await page.fill('#new-scene-name', 'a@b');
+    await page.click('#new-scene button');
+    await waitFor('refusal', async () => (await page.textContent('#new-scene-msg'))?.includes("'@' is not allowed"));
+    expect(await page.textContent('#new-scene-msg')).toContain("a name may contain only ASCII letters, digits, '-', '_' and '='");
+    expect(await page.getAttribute('#new-scene-name', 'aria-invalid')).toBe('true');
+    expect(new URL(page.url()).pathname).toBe('/');
+
+    // Taken: a=b is created and opens in the editor.
+    await page.fill('#new-scene-name', 'a=b');
+    await page.click('#new-scene button');
+    await page.waitForURL(/\/carol\/a%3Db\/edit$/);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached' });
+    await waitFor('editor', async () => (await page.getAttribute('#xr-who', 'data-role')) === 'editor');
+    const r = await fetch(`${srv.url}/persist/!allscenes`);
+    expect(await r.json()).toContain('carol/a=b');
+    expect(await page.textContent('#xr-top .scene-name')).toBe('carol/a=b');
+    await close(page);
+  });
+});
+
 describe('screenshot', () => {
   it('shows a few objects and two avatars', async () => {
     const scene = 'showroom';

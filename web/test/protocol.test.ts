@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   checkMessage, descendants, merge, parentsFirst, parseImport, parseMessage, parseObjectJSON, parseTopic, ProtocolError,
+  SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, validSceneName,
 } from '../src/protocol';
 
 describe('parseTopic', () => {
@@ -91,5 +92,76 @@ describe('editor input', () => {
     ]) {
       expect(() => parseObjectJSON(s), s).toThrow(ProtocolError);
     }
+  });
+});
+
+// The cases of topic/name_test.go's TestValidSceneName, with the same
+// expected parts of the message, and the boundaries around them.
+describe('scene names (topic.ValidSceneName)', () => {
+  const goCases: [string, string][] = [
+    ['lab', ''],
+    ['Alice_2-room=b', ''],
+    ['0', ''],
+    ['', 'scene name is empty'],
+    ['+', "'+' is not allowed (an MQTT wildcard"],
+    ['a#', "'#' is not allowed (an MQTT wildcard"],
+    ['a.b', "'.' is not allowed"],
+    ['a/b', "'/' is not allowed (it separates"],
+    ['a b', "' ' is not allowed"],
+    ['*', "'*' is not allowed"],
+    ['>', "'>' is not allowed"],
+    ['é', "'é' is not allowed"],
+    ['a\x00', "'\\x00' is not allowed"],
+    ['a%2F', "'%' is not allowed"],
+  ];
+  it('accepts and refuses what the server does, in its words', () => {
+    for (const [name, want] of goCases) {
+      const err = sceneNameError('scene', name);
+      if (want === '') expect(err, name).toBeNull();
+      else expect(err, name).toContain(want);
+      expect(validSceneName(name), name).toBe(want === '');
+    }
+  });
+  it('names what is refused and says which characters a name may hold', () => {
+    expect(sceneNameError('scene', 'a@b')).toBe(`scene name "a@b": '@' is not allowed; a name may contain only ${SCENE_NAME_CHARS}`);
+    expect(sceneNameError('namespace', '')).toBe('namespace name is empty');
+    expect(sceneNameError('namespace', 'x.y')).toMatch(/^namespace name "x.y": '.' is not allowed/);
+    // the first character refused, counted by code point
+    expect(sceneNameError('scene', 'ok😀.')).toContain("'😀' is not allowed");
+    expect(sceneNameError('scene', 'a.b c')).toContain("'.' is not allowed");
+  });
+  it('each allowed character, alone and within a name', () => {
+    const allowed = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=';
+    for (const c of allowed) {
+      expect(validSceneName(c), c).toBe(true);
+      expect(validSceneName(`a${c}b`), c).toBe(true);
+    }
+    // names may start or end with any of them, '-', '_' and '=' too
+    for (const n of ['-a', 'a-', '_', '=', '=a=', '--']) expect(validSceneName(n), n).toBe(true);
+  });
+  it('every other ASCII character is refused, and a few beyond ASCII', () => {
+    const allowed = new Set('ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=');
+    for (let n = 0; n < 128; n++) {
+      const c = String.fromCharCode(n);
+      if (allowed.has(c)) continue;
+      expect(validSceneName(c), `char ${n}`).toBe(false);
+      expect(validSceneName(`a${c}b`), `char ${n}`).toBe(false);
+    }
+    for (const c of ['@', '.', '%', '~', '\u00e9', '\u00a0', '\u200b', '\u0391', '\uff41', '😀', '\u0000', '\u007f']) {
+      expect(validSceneName(c), JSON.stringify(c)).toBe(false);
+    }
+  });
+  it('has no length limit, as the server has none', () => {
+    for (const n of [1, 63, 64, 65, 200, 1000]) expect(validSceneName('a'.repeat(n)), `length ${n}`).toBe(true);
+    expect(validSceneName('a'.repeat(1000) + '.')).toBe(false);
+  });
+  it('the HTML pattern agrees with the rule', () => {
+    // a pattern attribute matches the whole value, with the v flag
+    const re = new RegExp(`^(?:${SCENE_NAME_PATTERN})$`, 'v');
+    for (let n = 0; n < 0x250; n++) {
+      const c = String.fromCharCode(n);
+      expect(re.test(`x${c}`), `char ${n}`).toBe(validSceneName(`x${c}`));
+    }
+    for (const s of ['a=b', 'a@b', 'Alice_2-room=b', 'a.b', 'a b', 'a'.repeat(65)]) expect(re.test(s), s).toBe(validSceneName(s));
   });
 });
