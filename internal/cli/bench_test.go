@@ -40,6 +40,8 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "bus", "--trace", "walk.trace"}, want: []string{"a trace goes with behaviour replay"}},
 		{args: []string{"bench", "bus", "--behaviour", "replay", "--trace", "/nonexistent/walk.trace"}, want: []string{"pose trace", "/nonexistent/walk.trace"}},
 		{args: []string{"bench", "bus", "--rate", "0"}, want: []string{"rate 0"}},
+		{args: []string{"bots", "pointcloud", "--session", "alice/la.b"}, want: []string{"--session", "scene"}},
+		{args: []string{"bots", "pointcloud"}, want: []string{"--session is required: the scene as NS/SCENE"}},
 		{args: []string{"bench", "bus", "--ramp", "10:5"}, want: []string{`--ramp "10:5": want from:step:to (three numbers)`}},
 		{args: []string{"bench", "bus", "--ramp", "10,x"}, want: []string{`"x" is not a non-negative number (want from:step:to`}},
 		{args: []string{"bench", "sfu", "--setups", "foo"}, want: []string{`setup "foo" unknown`, "central, 2sfu, 4sfu"}},

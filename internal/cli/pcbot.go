@@ -9,10 +9,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/sfu"
+	"github.com/xrealm/xrealm/topic"
 	"github.com/xrealm/xrealm/volumetric"
 )
 
@@ -28,7 +30,7 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	fs.SetOutput(os.Stderr)
 	bus := fs.String("bus", "nats://127.0.0.1:4222", "NATS URL of the SFU's bus")
 	token := fs.String("token", "", "NATS token with the rights of an SFU client (xrealm token --role sfu --data <the server's data dir>); empty for an --insecure bus")
-	session := fs.String("session", "", "SFU session")
+	session := fs.String("session", "", "SFU session: a scene as NS/SCENE, or its session id {ns}-{scene} (as the web client names it)")
 	client := fs.String("client", "pcbot", "SFU client id (the web client places the cloud at the avatar of this ARENA client)")
 	id := fs.Uint("id", 77, "client number in fragment headers")
 	points := fs.Int("points", 10000, "points per frame")
@@ -41,7 +43,13 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 		return err
 	}
 	if *session == "" {
-		return errors.New("--session is required")
+		return errors.New("--session is required: the scene as NS/SCENE, or its session id {ns}-{scene}")
+	}
+	if ns, sc, ok := strings.Cut(*session, "/"); ok {
+		if _, _, err := topic.ParseSceneName(*session); err != nil {
+			return fmt.Errorf("--session: %w", err)
+		}
+		*session = sfu.SessionOf(ns, sc)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, stop := context.WithCancel(ctx)
