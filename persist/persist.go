@@ -42,6 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/topic"
 )
 
 // Names of the JetStream assets the store uses.
@@ -72,6 +73,8 @@ const (
 
 // StreamSubject returns the subjects of the non-private object messages of
 // one realm, the subjects the stream captures.
+//
+// realm must pass ValidRealm.
 func StreamSubject(realm string) string { return realm + ".s.*.*.o.*.*" }
 
 // ErrNotFound is returned by Get for an object that is not stored.
@@ -164,8 +167,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	var subjects []string
 	for _, r := range realms {
-		if r == "" || strings.ContainsAny(r, ".*> \t\r\n/+#%") {
-			return nil, fmt.Errorf("persist: realm %q is not a single literal topic level", r)
+		if err := ValidRealm(r); err != nil {
+			return nil, fmt.Errorf("persist: %w", err)
 		}
 		subjects = append(subjects, StreamSubject(r))
 	}
@@ -530,4 +533,21 @@ func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) err
 // objectSubject returns the NATS subject of an object topic.
 func objectSubject(realm, ns, scene, userClient, id string) string {
 	return topicSubject(realm + "/s/" + ns + "/" + scene + "/o/" + userClient + "/" + id)
+}
+
+// ValidRealm reports whether realm can be persisted: one literal topic
+// level (topic.ValidLevel) that is also one literal NATS token as it is, so
+// that StreamSubject(realm) captures its object messages. That leaves out
+// '.', '*', '>', '%' and white space as well as '/', '+' and '#'.
+func ValidRealm(realm string) error {
+	if realm == "" {
+		return errors.New(`realm is empty ("")`)
+	}
+	if err := topic.ValidLevel("realm", realm); err != nil {
+		return err
+	}
+	if i := strings.IndexAny(realm, ".*> \t\r\n%"); i >= 0 {
+		return fmt.Errorf("realm %q contains %q; it must be one topic level without '.', '*', '>', '%%' or white space", realm, realm[i])
+	}
+	return nil
 }

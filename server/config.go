@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/fanout"
+	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/ubiq"
 )
 
@@ -323,6 +324,9 @@ func (c *Config) validate() error {
 	if c.Realm == "" {
 		return fmt.Errorf("config: realm is empty")
 	}
+	if err := persist.ValidRealm(c.Realm); err != nil {
+		return fmt.Errorf("config: --realm: %w", err)
+	}
 	if c.MaxPayload <= 0 {
 		return fmt.Errorf("config: max payload %d must be positive", c.MaxPayload)
 	}
@@ -332,6 +336,13 @@ func (c *Config) validate() error {
 	if c.ClusterName != "" && len(c.Routes) == 0 {
 		// NATS refuses to start JetStream in a cluster without routes.
 		return fmt.Errorf("config: a cluster node needs --routes to the cluster's other nodes, e.g. --routes nats-route://host2:6222")
+	}
+	switch {
+	case c.Replicas < 0:
+		return fmt.Errorf("config: --replicas %d: must be at least 1 (or left out for the default)", c.Replicas)
+	case c.Replicas > 1 && c.ClusterName == "":
+		// NATS refuses replicated streams outside a cluster.
+		return fmt.Errorf("config: --replicas %d: a node that is not in a cluster (no --cluster-name) keeps one copy of its state; leave --replicas out or set it to 1", c.Replicas)
 	}
 	return nil
 }

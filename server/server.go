@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -58,6 +59,28 @@ type Server struct {
 
 	stopStore context.CancelFunc
 	dataLock  *os.File // the lock on cfg.DataDir (lockDataDir), held until Close
+	// handler is what the HTTP and HTTPS listeners serve: starting until
+	// Start has made Mux, then Mux.
+	handler atomic.Pointer[routes]
+}
+
+// routes is the handler the HTTP listeners serve, in a struct so that it
+// can be swapped atomically.
+type routes struct{ http.Handler }
+
+// starting answers every request with 503 while the node starts; a health
+// check gets {"status":"starting"}.
+func starting(node string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		if r.URL.Path == "/healthz" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, `{"status":"starting","node":%q}`+"\n", node)
+			return
+		}
+		http.Error(w, "xrealm is starting; try again shortly", http.StatusServiceUnavailable)
+	})
 }
 
 // Start starts a node and returns once every listener accepts connections
@@ -95,7 +118,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 
 	// Bind the front ends' listeners before anything starts, so that a
-	// port in use fails the start at once; they serve once all is ready.
+	// port in use fails the start at once.
 	bound := map[string]net.Listener{}
 	for _, b := range []struct{ what, addr string }{
 		{"http", cfg.HTTPAddr}, {"https", cfg.HTTPSAddr}, {"mqtt", cfg.MQTTAddr}, {"mqtts", cfg.MQTTSAddr},
@@ -111,6 +134,41 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		s.lns = append(s.lns, l)
 		bound[b.what] = l
 	}
+
+	// Serve on the listeners bound at the start: HTTP and HTTPS at once,
+	// answering 503 until all is ready (a health check or a client gets an
+	// answer while the node waits for its cluster's other nodes, rather
+	// than a connection that hangs), the others once all is ready.
+	type serveFn func(net.Listener) error
+	listen := func(what string, tlsc *tls.Config, serve serveFn) {
+		l, ok := bound[what]
+		if !ok {
+			return
+		}
+		if tlsc != nil {
+			l = tls.NewListener(l, tlsc)
+		}
+		log.Info("listening", "what", what, "addr", l.Addr().String())
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+				log.Error("listener stopped", "what", what, "err", err)
+			}
+		}()
+	}
+	httpServe := func(h http.Handler) serveFn {
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+		s.http = append(s.http, hs)
+		return hs.Serve
+	}
+	mqttServe := func(transport string) serveFn {
+		return func(l net.Listener) error { return s.mqtt.Serve(l, transport) }
+	}
+	s.handler.Store(&routes{starting(cfg.nodeName())})
+	served := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.handler.Load().ServeHTTP(w, r) })
+	listen("http", nil, httpServe(served))
+	listen("https", tlsConf, httpServe(served))
 
 	s.Registry = prometheus.NewRegistry()
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -266,35 +324,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	s.Mux.Handle("/sfu/ws", s.SFU.Handler())
 	s.Mux.Handle("/", webclient.Handler(webclient.Dir()))
 
-	// Serve on the listeners bound at the start.
-	type serveFn func(net.Listener) error
-	listen := func(what string, tlsc *tls.Config, serve serveFn) {
-		l, ok := bound[what]
-		if !ok {
-			return
-		}
-		if tlsc != nil {
-			l = tls.NewListener(l, tlsc)
-		}
-		log.Info("listening", "what", what, "addr", l.Addr().String())
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			if err := serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
-				log.Error("listener stopped", "what", what, "err", err)
-			}
-		}()
-	}
-	httpServe := func(h http.Handler) serveFn {
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
-		s.http = append(s.http, hs)
-		return hs.Serve
-	}
-	mqttServe := func(transport string) serveFn {
-		return func(l net.Listener) error { return s.mqtt.Serve(l, transport) }
-	}
-	listen("http", nil, httpServe(s.Mux))
-	listen("https", tlsConf, httpServe(s.Mux))
+	// The HTTP and HTTPS listeners have answered since the start; now
+	// they serve the routes.
+	s.handler.Store(&routes{s.Mux})
 	listen("mqtt", nil, mqttServe("tcp"))
 	listen("mqtts", tlsConf, mqttServe("tls"))
 	listen("mqtt-ws", nil, httpServe(s.mqtt.WebSocketHandler("ws")))
@@ -358,8 +390,9 @@ const (
 	retryLogEvery  = 10 * time.Second
 )
 
-// retry runs f until it succeeds or ctx ends; in a cluster, JetStream
-// assets cannot be created until enough peers have joined. The wait
+// retry runs f until it succeeds, fails for good (permanent) or ctx ends;
+// in a cluster, JetStream assets cannot be created until enough peers have
+// joined. The wait
 // between attempts doubles from retryFirstWait to retryMaxWait, and a line
 // is logged for the first failure and then at most every retryLogEvery.
 // When JetStream cannot place replicas copies (fewer JetStream servers in
@@ -380,6 +413,9 @@ func retry(ctx context.Context, log *slog.Logger, what string, replicas int, f f
 		cancel()
 		if err == nil {
 			return nil
+		}
+		if permanent(err) {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		h := placementHint(err, replicas)
 		first := h != "" && hint == ""
@@ -409,6 +445,33 @@ func retry(ctx context.Context, log *slog.Logger, what string, replicas int, f f
 		wait = min(2*wait, retryMaxWait)
 	}
 }
+
+// permanent reports whether err is one that no later attempt can get past:
+// JetStream's refusal of the configuration asked for (replicas > 1 on a
+// node that is not in a cluster, a negative replica count, an invalid
+// stream configuration, subjects that overlap another stream's, a bad
+// request). Waiting for peers, for a meta leader or for an answer is not.
+func permanent(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case jsErrReplicasNotSupported, jsErrReplicasNegative, jsErrStreamInvalidConfig, jsErrSubjectOverlap, jsErrBadRequest:
+		return true
+	}
+	return false
+}
+
+// JetStream API error codes of configurations JetStream refuses for good
+// (nats-server's errors.json).
+const (
+	jsErrBadRequest           jetstream.ErrorCode = 10003 // bad request
+	jsErrStreamInvalidConfig  jetstream.ErrorCode = 10052 // stream configuration invalid
+	jsErrSubjectOverlap       jetstream.ErrorCode = 10065 // subjects overlap with an existing stream
+	jsErrReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 not supported in non-clustered mode
+	jsErrReplicasNegative     jetstream.ErrorCode = 10133 // replicas count cannot be negative
+)
 
 // jsErrNoPeers is the JetStream API error code of a stream or consumer that
 // cannot be placed on enough servers ("no suitable peers for placement").
