@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -329,6 +330,21 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPayload <= 0 {
 		return fmt.Errorf("config: max payload %d must be positive", c.MaxPayload)
+	}
+	// 0 means something for --write-linger, --ubiq-write-linger and
+	// --write-budget (a negative budget is none); for the rest it, or a
+	// negative value, would be replaced by a default without a word.
+	switch {
+	case c.TokenTTL <= 0:
+		return fmt.Errorf("config: --token-ttl %s: the lifetime of the tokens /user/v2/mqtt_auth issues must be positive, e.g. 12h", c.TokenTTL)
+	case c.Writer.MaxFrames <= 0:
+		return fmt.Errorf("config: --queue-frames %d: a connection's outgoing queue must hold at least 1 message", c.Writer.MaxFrames)
+	case c.Writer.Linger < 0:
+		return fmt.Errorf("config: --write-linger %s must not be negative (0 = write whenever messages wait)", c.Writer.Linger)
+	case c.UbiqLinger < 0:
+		return fmt.Errorf("config: --ubiq-write-linger %s must not be negative (0 = --write-linger)", c.UbiqLinger)
+	case math.IsNaN(c.WriteBudget):
+		return fmt.Errorf("config: --write-budget %v is not a number", c.WriteBudget)
 	}
 	if c.ClusterName != "" && c.Name == "" {
 		return fmt.Errorf("config: a cluster node needs a unique --name")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -41,6 +42,16 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		{"default replicas alone", func(c *Config) { c.Replicas = 0 }, ""},
 		{"replicas in a cluster", func(c *Config) { cluster(c); c.Replicas = 3 }, ""},
 		{"negative replicas in a cluster", func(c *Config) { cluster(c); c.Replicas = -2 }, "--replicas -2"},
+		{"negative token lifetime", func(c *Config) { c.TokenTTL = -time.Hour }, "--token-ttl -1h0m0s"},
+		{"no token lifetime", func(c *Config) { c.TokenTTL = 0 }, "--token-ttl 0s"},
+		{"negative queue", func(c *Config) { c.Writer.MaxFrames = -3 }, "--queue-frames -3"},
+		{"no queue", func(c *Config) { c.Writer.MaxFrames = 0 }, "--queue-frames 0"},
+		{"negative linger", func(c *Config) { c.Writer.Linger = -5 * time.Millisecond }, "--write-linger -5ms"},
+		{"no linger", func(c *Config) { c.Writer.Linger = 0 }, ""},
+		{"negative Ubiq linger", func(c *Config) { c.UbiqLinger = -time.Millisecond }, "--ubiq-write-linger -1ms"},
+		{"Ubiq linger of --write-linger", func(c *Config) { c.UbiqLinger = 0 }, ""},
+		{"no write budget", func(c *Config) { c.WriteBudget = -1 }, ""},
+		{"write budget not a number", func(c *Config) { c.WriteBudget = math.NaN() }, "--write-budget NaN"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

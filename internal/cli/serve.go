@@ -125,13 +125,41 @@ func applyConfigFile(fs *flag.FlagSet, path string) error {
 		case float64:
 			s = strconv.FormatFloat(v, 'f', -1, 64)
 		default:
-			return fmt.Errorf("config file %s: setting %q has a value of unsupported type", path, k)
+			return fmt.Errorf("config file %s: setting %q: %s is not a string, number or boolean; want %s", path, k, jsonText(v), expectedForm(fs.Lookup(k)))
 		}
 		if err := fs.Set(k, s); err != nil {
-			return fmt.Errorf("config file %s: setting %q: %w", path, k, err)
+			return fmt.Errorf("config file %s: setting %q: %s is not valid; want %s (%w)", path, k, jsonText(v), expectedForm(fs.Lookup(k)), err)
 		}
 	}
 	return nil
+}
+
+// jsonText is v as the config file gave it.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+// expectedForm says what a value of flag f looks like in a config file.
+func expectedForm(f *flag.Flag) string {
+	switch name, _ := flag.UnquoteUsage(f); name {
+	case "":
+		return "true or false"
+	case "int":
+		return "a whole number, e.g. 4096"
+	case "uint":
+		return "a whole number >= 0"
+	case "float":
+		return "a number, e.g. 12500"
+	case "duration":
+		return `a duration string with a unit, e.g. "10ms", "1.5s" or "12h"`
+	case "string":
+		return "a string"
+	}
+	return "a string: " + f.Usage
 }
 
 // servePprof serves net/http/pprof on its own listener, never on the

@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xrealm/xrealm/ubiq"
 )
@@ -25,9 +27,15 @@ func TestApplyConfigFile(t *testing.T) {
 			want: map[string]string{"http-addr": ":81"}},
 		{name: "empty string turns a listener off", file: `{"nats-addr": ""}`, want: map[string]string{"nats-addr": ""}},
 		{name: "unknown key", file: `{"htp-addr": ":80"}`, wantErr: `unknown setting "htp-addr"`},
-		{name: "bad value", file: `{"max-payload": "lots"}`, wantErr: `setting "max-payload"`},
+		{name: "duration", file: `{"write-linger": "5ms"}`, want: map[string]string{"write-linger": "5ms"}},
+		{name: "bad value", file: `{"max-payload": "lots"}`, wantErr: `setting "max-payload": "lots" is not valid; want a whole number, e.g. 4096 (parse error)`},
+		{name: "fraction for a whole number", file: `{"max-payload": 1.5}`, wantErr: `setting "max-payload": 1.5 is not valid; want a whole number`},
+		{name: "number for a duration", file: `{"write-linger": 10}`, wantErr: `setting "write-linger": 10 is not valid; want a duration string with a unit, e.g. "10ms"`},
+		{name: "bad duration", file: `{"write-linger": "10 ms"}`, wantErr: `setting "write-linger": "10 ms" is not valid; want a duration string`},
+		{name: "bad boolean", file: `{"insecure": "yes"}`, wantErr: `setting "insecure": "yes" is not valid; want true or false`},
 		{name: "not JSON", file: `http-addr = ":80"`, wantErr: "invalid character"},
-		{name: "nested value", file: `{"http-addr": {"port": 80}}`, wantErr: "unsupported type"},
+		{name: "nested value", file: `{"http-addr": {"port": 80}}`, wantErr: `setting "http-addr": {"port":80} is not a string, number or boolean; want a string`},
+		{name: "list for a number", file: `{"max-payload": [1]}`, wantErr: `setting "max-payload": [1] is not a string, number or boolean; want a whole number`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -38,6 +46,7 @@ func TestApplyConfigFile(t *testing.T) {
 			fs.String("nats-addr", ":4222", "")
 			fs.Bool("insecure", false, "")
 			fs.Int("max-payload", 1, "")
+			fs.Duration("write-linger", time.Millisecond, "")
 			if err := fs.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}
@@ -100,5 +109,40 @@ func TestParseICEServers(t *testing.T) {
 		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("parseICEServers(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 		}
+	}
+}
+
+// Values that mean nothing for a flag are refused, naming the flag and the
+// value, rather than replaced by a default; 0 where a flag documents it is
+// taken (checked by server.Config's validation).
+func TestServeRefusesMeaninglessValues(t *testing.T) {
+	tests := []struct {
+		args    []string
+		wantErr string
+	}{
+		{[]string{"--token-ttl", "-1h"}, "--token-ttl -1h0m0s: the lifetime of the tokens /user/v2/mqtt_auth issues must be positive"},
+		{[]string{"--token-ttl", "0"}, "--token-ttl 0s"},
+		{[]string{"--queue-frames", "-3"}, "--queue-frames -3: a connection's outgoing queue must hold at least 1 message"},
+		{[]string{"--queue-frames", "0"}, "--queue-frames 0"},
+		{[]string{"--replicas", "-1"}, "--replicas -1: must be at least 1"},
+		{[]string{"--write-linger", "-5ms"}, "--write-linger -5ms must not be negative"},
+		{[]string{"--ubiq-write-linger", "-1ms"}, "--ubiq-write-linger -1ms must not be negative"},
+		{[]string{"--write-budget", "NaN"}, "--write-budget NaN is not a number"},
+		{[]string{"--max-payload", "0"}, "max payload 0 must be positive"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			// Everything off but HTTP on a port of the system's choosing:
+			// a server started by mistake ends with ctx.
+			args := append([]string{"--data", t.TempDir(), "--http-addr", "127.0.0.1:0", "--https-addr", "", "--mqtt-addr", "",
+				"--mqtts-addr", "", "--mqtt-ws-addr", "", "--nats-addr", "", "--nats-ws-addr", "", "--ubiq-addr", "", "--ubiq-wss-addr", "",
+				"--log-level", "error"}, tt.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err := runServe(ctx, args)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("serve %s: %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
+			}
+		})
 	}
 }
