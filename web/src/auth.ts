@@ -6,8 +6,12 @@
 // the server answers with a token whose role (editor or viewer) follows the
 // scene's settings for that user. Without a stored token the user is an
 // anonymous viewer. ?signout (or the Sign out button) forgets the token.
+// A token that does not read as a JWT naming a user (tokenProblem) is not
+// stored, and the page says why; a stored token the server refuses (expired,
+// signed by another key, or unreadable: stored by an older client or by
+// hand) gets a Sign out button wherever it is used.
 
-import { jwtClaims, randomSuffix } from './protocol';
+import { jwtClaims, randomSuffix, tokenProblem } from './protocol';
 
 const TOKEN_KEY = 'xrealm.token';
 const NAME_KEY = 'xrealm.displayName';
@@ -38,35 +42,75 @@ export class AuthError extends Error {
   }
 }
 
-/** Takes ?token= and ?signout from the address, then returns the stored token. */
+let addressNotice: string | null = null;
+
+/**
+ * Takes ?token= and ?signout from the address, then returns the stored
+ * token. A ?token= that is not a sign-in token is not stored; addressTokenNotice
+ * then says why.
+ */
 export function identityToken(): string | null {
   const url = new URL(location.href);
   let changed = false;
   if (url.searchParams.has('signout')) {
-    localStorage.removeItem(TOKEN_KEY);
+    signOut();
     url.searchParams.delete('signout');
     changed = true;
   }
   const t = url.searchParams.get('token');
   if (t !== null) {
-    if (t.trim()) localStorage.setItem(TOKEN_KEY, t.trim());
-    else localStorage.removeItem(TOKEN_KEY);
+    if (t.trim()) {
+      const problem = signIn(t);
+      if (problem) {
+        const me = identity();
+        addressNotice = `The token in the address was not used: ${problem}. ` +
+          (me ? `You are still signed in as ${me.user}.` : storedToken() ? 'The token stored before is kept.' : 'You continue as a guest.');
+      }
+    } else signOut();
     url.searchParams.delete('token');
     changed = true;
   }
   if (changed) history.replaceState(null, '', url.pathname + url.search + url.hash);
-  return localStorage.getItem(TOKEN_KEY);
+  return storedToken();
 }
 
-export function setIdentityToken(t: string | null) {
-  if (t) localStorage.setItem(TOKEN_KEY, t);
-  else localStorage.removeItem(TOKEN_KEY);
+/** Why the ?token= of this page's address was not stored, or null. */
+export function addressTokenNotice(): string | null {
+  return addressNotice;
 }
 
-/** The signed-in user's name, from the stored token, or null. */
+/**
+ * Stores t as the sign-in token if it reads as one (tokenProblem), and
+ * returns null; else stores nothing and returns why not.
+ */
+export function signIn(t: string): string | null {
+  const problem = tokenProblem(t);
+  if (!problem) localStorage.setItem(TOKEN_KEY, t.trim());
+  return problem;
+}
+
+export function signOut() {
+  localStorage.removeItem(TOKEN_KEY);
+}
+
+/** The stored token, readable or not, or null. Token requests send it. */
+export function storedToken(): string | null {
+  return localStorage.getItem(TOKEN_KEY) || null;
+}
+
+/** Why the stored token is not a sign-in token, or null (also when none is stored). */
+export function storedTokenProblem(): string | null {
+  const t = storedToken();
+  return t ? tokenProblem(t) : null;
+}
+
+/**
+ * The signed-in user's name, from the stored token, or null when no token
+ * is stored or it does not read as a sign-in token (see storedToken).
+ */
 export function identity(): { user: string; expires: Date | null; expired: boolean } | null {
-  const t = localStorage.getItem(TOKEN_KEY);
-  if (!t) return null;
+  const t = storedToken();
+  if (!t || tokenProblem(t)) return null;
   const c = jwtClaims(t);
   if (!c?.sub) return null;
   const expires = c.exp ? new Date(c.exp * 1000) : null;
@@ -122,7 +166,7 @@ async function errorText(res: Response): Promise<string> {
  */
 export async function sceneToken(ns: string, scene: string, userClient: string, camid: string): Promise<SceneSession> {
   const d = await defaults();
-  const id = localStorage.getItem(TOKEN_KEY);
+  const id = storedToken();
   const name = displayName();
   const form = new URLSearchParams({
     username: name,

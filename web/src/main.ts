@@ -3,11 +3,13 @@
 //   /{namespace}/{scene}       viewer
 //   /{namespace}/{scene}/edit  editor
 import './style.css';
-import { defaults, identityToken } from './auth';
-import { showError } from './ui';
+import { addressTokenNotice, defaults, identityToken } from './auth';
+import { showError, showNotice } from './ui';
 
 async function main() {
   identityToken(); // takes ?token= / ?signout from the address
+  const notice = addressTokenNotice();
+  if (notice) showNotice(notice);
   const parts = location.pathname.split('/').filter(Boolean).map(decodeURIComponent);
   try {
     if (parts.length === 0) {

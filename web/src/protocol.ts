@@ -325,16 +325,47 @@ export function randomSuffix(n = 6): string {
   return Array.from(a, (b) => (b % 36).toString(36)).join('');
 }
 
-/** Reads the claims of a JWT without checking it (the server does). */
-export function jwtClaims(token: string): { sub?: string; exp?: number; publ?: string[]; subs?: string[] } | null {
-  const parts = token.split('.');
-  if (parts.length !== 3) return null;
+export type JWTClaims = { sub?: string; exp?: number; publ?: string[]; subs?: string[] };
+
+/** One base64url part of a JWT, decoded as a JSON object, or null. */
+function jwtPart(part: string): JsonObject | null {
+  if (!/^[A-Za-z0-9_-]+={0,2}$/.test(part)) return null;
   try {
-    const b64 = parts[1].replace(/-/g, '+').replace(/_/g, '/');
-    const json = atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4));
-    const c = JSON.parse(json);
-    return isObject(c) ? (c as ReturnType<typeof jwtClaims>) : null;
+    const b64 = part.replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/');
+    const bin = atob(b64 + '='.repeat((4 - (b64.length % 4)) % 4));
+    const json = new TextDecoder('utf-8', { fatal: true }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)));
+    const v = JSON.parse(json);
+    return isObject(v) ? v : null;
   } catch {
     return null;
   }
+}
+
+/**
+ * Why token cannot be a sign-in token, or null when it can: it must read as
+ * a JWT (three base64url parts, the first two JSON objects) whose claims
+ * name a user (a non-empty "sub"). Its signature and expiry are for the
+ * server to check.
+ */
+export function tokenProblem(token: string): string | null {
+  const t = token.trim();
+  if (t === '') return 'it is empty';
+  const parts = t.split('.');
+  if (parts.length !== 3) {
+    return `it is not a JWT, which is three base64url parts separated by ".": it has ${parts.length === 1 ? 'no "."' : `${parts.length} parts`} (cut short when copied?)`;
+  }
+  if (!jwtPart(parts[0])) return 'it is not a JWT: its first part (the header) is not base64url-encoded JSON (changed when copied?)';
+  const c = jwtPart(parts[1]);
+  if (!c) return 'it is not a JWT: its second part (the claims) is not base64url-encoded JSON (cut short or changed when copied?)';
+  if (typeof c.sub !== 'string' || c.sub === '') return 'its claims name no user (no "sub")';
+  if (c.exp != null && typeof c.exp !== 'number') return 'its "exp" claim is not a number';
+  if (!/^[A-Za-z0-9_-]*={0,2}$/.test(parts[2])) return 'it is not a JWT: its third part (the signature) is not base64url (changed when copied?)';
+  return null;
+}
+
+/** Reads the claims of a JWT without checking its signature (the server does), or null. */
+export function jwtClaims(token: string): JWTClaims | null {
+  const parts = token.trim().split('.');
+  if (parts.length !== 3) return null;
+  return jwtPart(parts[1]) as JWTClaims | null;
 }

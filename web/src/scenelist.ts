@@ -2,7 +2,7 @@
 // creates a scene in the signed-in user's namespace.
 
 import mqtt from 'mqtt';
-import { identity, persistGet, sceneToken, setIdentityToken } from './auth';
+import { identity, persistGet, sceneToken, signIn, signOut, storedTokenProblem } from './auth';
 import { randomSuffix, SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, topicFor } from './protocol';
 import { h, showError, clearError } from './ui';
 
@@ -55,22 +55,35 @@ export async function startSceneList() {
   const app = document.getElementById('app')!;
   const me = identity();
   const list = h('ul', { id: 'scene-list', class: 'scene-list' }, h('li', {}, 'Loading…'));
-  const tokenInput = h('input', { id: 'token-input', placeholder: 'paste a token from `xrealm token`', size: 40 });
-  const signIn = me
+  // A stored token that cannot be read (stored by an older client or by
+  // hand): pages send it, and the server refuses it.
+  const unreadable = me ? null : storedTokenProblem();
+  const signOutButton = () => h('button', { id: 'sign-out', onclick: () => { signOut(); location.reload(); } }, 'Sign out');
+  const tokenInput = h('input', { id: 'token-input', placeholder: 'paste a token from `xrealm token`', size: 40, 'aria-describedby': 'sign-in-msg' });
+  const signInMsg = h('p', { id: 'sign-in-msg', class: 'error', 'aria-live': 'polite' });
+  const signInForm = (lead: (Node | string)[]) => h('form', {
+    id: 'sign-in',
+    onsubmit: (e: Event) => {
+      e.preventDefault();
+      if (!tokenInput.value.trim()) return;
+      const problem = signIn(tokenInput.value);
+      if (problem) {
+        tokenInput.setAttribute('aria-invalid', 'true');
+        signInMsg.textContent = `That token was not stored: ${problem}.`;
+        return;
+      }
+      location.reload();
+    },
+  }, ...lead, tokenInput, ' ', h('button', { type: 'submit' }, 'Sign in'), signInMsg);
+  const signInBlock = me
     ? h('p', { id: 'signed-in' }, `Signed in as `, h('b', {}, me.user),
-      me.expires ? ` (token ${me.expired ? 'expired' : 'valid until'} ${me.expires.toLocaleString()})` : '', ' ',
-      h('button', { onclick: () => { setIdentityToken(null); location.reload(); } }, 'Sign out'))
-    : h('form', {
-      id: 'sign-in',
-      onsubmit: (e: Event) => {
-        e.preventDefault();
-        if (tokenInput.value.trim()) {
-          setIdentityToken(tokenInput.value.trim());
-          location.reload();
-        }
-      },
-    }, 'You are a guest (anonymous viewer). To sign in, open any page with ', h('code', {}, '?token=<token>'),
-    ' or paste one: ', tokenInput, h('button', { type: 'submit' }, 'Sign in'));
+      me.expires ? ` (token ${me.expired ? 'expired' : 'valid until'} ${me.expires.toLocaleString()})` : '', ' ', signOutButton())
+    : unreadable
+      ? h('div', { id: 'token-unreadable' },
+        h('p', {}, `A sign-in token is stored, but it cannot be used: ${unreadable}. Pages send it when they ask for a scene, and the server refuses it. `,
+          'Sign out to continue as a guest, or sign in with a new token. ', signOutButton()),
+        signInForm(['New token: ']))
+      : signInForm(['You are a guest (anonymous viewer). To sign in, open any page with ', h('code', {}, '?token=<token>'), ' or paste one: ']);
 
   // The pattern and the message below say the server's rule
   // (topic.ValidSceneName); the form checks it itself (novalidate), so
@@ -104,11 +117,11 @@ export async function startSceneList() {
       }
     },
   }, me ? `New scene in ${me.user}/ ` : '', nameInput, h('button', { type: 'submit', disabled: !me || me.expired }, 'Create scene'), createMsg);
-  if (!me) createForm.append(h('p', { class: 'hint' }, 'Sign in to create scenes in your namespace.'));
+  if (!me) createForm.append(h('p', { class: 'hint' }, unreadable ? 'Sign in with a token that can be used to create scenes in your namespace.' : 'Sign in to create scenes in your namespace.'));
 
   app.replaceChildren(h('main', { class: 'page' },
     h('h1', {}, 'xrealm scenes'),
-    signIn,
+    signInBlock,
     h('section', {}, h('h2', {}, 'Create'), createForm),
     h('section', {}, h('h2', {}, 'Scenes you can open'), list),
     h('p', { class: 'hint' }, 'Any scene you may read opens at /namespace/scene, also before it has objects, e.g. ', h('a', { href: '/public/lobby' }, '/public/lobby'), '.'),

@@ -17,14 +17,39 @@ export function h<K extends keyof HTMLElementTagNameMap>(
   return el;
 }
 
+/** The column at the top of the page that holds the error banner and notices. */
+function banners(): HTMLElement {
+  let b = document.getElementById('xr-banners');
+  if (!b) {
+    b = h('div', { id: 'xr-banners' });
+    document.body.appendChild(b);
+  }
+  return b;
+}
+
 /** A message in the error banner at the top of the page. */
 export function showError(msg: string, actions: { label: string; run: () => void }[] = []) {
   let box = document.getElementById('xr-error');
   if (!box) {
     box = h('div', { id: 'xr-error', role: 'alert' });
-    document.body.appendChild(box);
+    banners().prepend(box);
   }
   box.replaceChildren(h('span', {}, msg), ...actions.map((a) => h('button', { onclick: a.run }, a.label)));
+  box.hidden = false;
+}
+
+/**
+ * A message under the error banner that stays until the user dismisses it
+ * (clearError leaves it): for what the user did that the page could not
+ * do, such as a ?token= that was not used.
+ */
+export function showNotice(msg: string) {
+  let box = document.getElementById('xr-notice');
+  if (!box) {
+    box = h('div', { id: 'xr-notice', role: 'status' });
+    banners().append(box);
+  }
+  box.replaceChildren(h('span', {}, msg), h('button', { onclick: () => (box!.hidden = true) }, 'Dismiss'));
   box.hidden = false;
 }
 

@@ -2,7 +2,7 @@
 // messages, presence, clicks and chat. The editor adds its panel on top.
 
 import './aframe';
-import { AuthError, identity, persistGet, setDisplayName, setIdentityToken, displayName, type SceneSession } from './auth';
+import { AuthError, identity, persistGet, setDisplayName, signOut, storedToken, storedTokenProblem, displayName, type SceneSession } from './auth';
 import { Bus, type Status } from './bus';
 import { Presence } from './presence';
 import { randomSuffix, topicFor, type Message, type SceneTopic, type StoredObject } from './protocol';
@@ -77,6 +77,16 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   const statusEl = h('span', { id: 'xr-status', class: 'status connecting', 'data-state': 'connecting' }, 'Connecting…');
   const whoEl = h('span', { id: 'xr-who' });
   const me = identity();
+  // Sign out whenever a token is stored, also one that cannot be read
+  // (identity() is null then): every token request sends it.
+  const unreadable = storedTokenProblem();
+  const signOutButton = storedToken()
+    ? h('button', {
+      id: 'xr-sign-out',
+      title: unreadable ? `The stored sign-in token cannot be used: ${unreadable}. Sign out to continue as a guest.` : 'Forget the stored sign-in token and continue as a guest',
+      onclick: () => { signOut(); location.reload(); },
+    }, 'Sign out')
+    : null;
   const nameInput = h('input', {
     id: 'xr-name', value: displayName(), title: 'Your display name', maxlength: 40, size: 12,
     disabled: !!me,
@@ -92,7 +102,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
     h('a', { href: '/', class: 'brand' }, 'xrealm'),
     h('span', { class: 'scene-name' }, `${ns}/${scene}`),
     statusEl, whoEl, me ? null : nameInput, otherMode,
-    me ? h('button', { onclick: () => { setIdentityToken(null); location.reload(); } }, 'Sign out') : null,
+    signOutButton,
     panelToggle('side', 'Panel', 'Show or hide the side panel'),
   );
   const usersEl = h('ul', { id: 'xr-users' });
@@ -170,7 +180,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
         buffer = [];
       }
       if (s.state === 'failed') {
-        const actions = identity() ? [{ label: 'Sign out and continue as guest', run: () => { setIdentityToken(null); location.reload(); } }] : [];
+        const actions = storedToken() ? [{ label: 'Sign out and continue as guest', run: () => { signOut(); location.reload(); } }] : [];
         showError(s.reason, actions);
       }
     },

@@ -37,8 +37,8 @@ afterAll(async () => {
   await srv?.stop();
 });
 
-/** Opens a page on path and waits until the scene is loaded. */
-async function open(path: string, opts: { width?: number; height?: number; quality?: 'high' | 'low' } = {}): Promise<Page> {
+/** Opens a page on path and waits until the scene is loaded (unless loaded is false). */
+async function open(path: string, opts: { width?: number; height?: number; quality?: 'high' | 'low'; loaded?: boolean } = {}): Promise<Page> {
   const ctx = await browser.newContext({ viewport: { width: opts.width ?? 480, height: opts.height ?? 300 } });
   const page = await ctx.newPage();
   pages.push(page);
@@ -49,7 +49,7 @@ async function open(path: string, opts: { width?: number; height?: number; quali
   });
   page.on('pageerror', (e) => w.push(`pageerror: ${e.message}`));
   await page.goto(srv.url + path + (opts.quality === 'high' ? '' : (path.includes('?') ? '&' : '?') + 'quality=low'));
-  if (path !== '/' && !path.startsWith('/?')) {
+  if (path !== '/' && !path.startsWith('/?') && opts.loaded !== false) {
     await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
   }
   return page;
@@ -654,6 +654,104 @@ describe('scene list', () => {
     const r = await fetch(`${srv.url}/persist/!allscenes`);
     expect(await r.json()).toContain('bob/garden');
     await close(page);
+  });
+});
+
+describe('sign-in', () => {
+  const stored = (p: Page) => p.evaluate(() => localStorage.getItem('xrealm.token'));
+  const status = (p: Page) => p.getAttribute('#xr-status', 'data-state');
+  /** A token of dave's with its claims cut short, as when copied in part: two parts, not three. */
+  const truncated = () => {
+    const t = srv.token('dave', 'dave/den', 'editor');
+    return t.slice(0, t.indexOf('.') + 20);
+  };
+
+  it('a ?token= that is not a JWT naming a user is not stored; the page says why and goes on as before', async () => {
+    const garbage = await open('/public/signin?token=garbage', { width: 900 });
+    expect(garbage.url()).not.toContain('token=');
+    await waitFor('connected as a guest', async () => (await status(garbage)) === 'connected');
+    expect(await stored(garbage)).toBeNull();
+    expect(await garbage.isVisible('#xr-notice')).toBe(true);
+    expect(await garbage.textContent('#xr-notice')).toMatch(/token in the address was not used: it is not a JWT.*You continue as a guest/);
+    expect(await garbage.$('#xr-sign-out')).toBeNull(); // nothing stored, nothing to sign out of
+    // connecting cleared the error banner, not the notice; Dismiss does
+    expect(await garbage.isVisible('#xr-notice')).toBe(true);
+    await garbage.click('#xr-notice button');
+    expect(await garbage.isVisible('#xr-notice')).toBe(false);
+
+    // Signed in, a bad ?token= keeps the token stored before.
+    const erin = srv.token('erin', 'erin/lab', 'editor');
+    await garbage.goto(`${srv.url}/public/signin?quality=low&token=${erin}`);
+    await waitFor('signed in as erin', async () => (await garbage.textContent('#xr-who'))?.startsWith('erin'));
+    await garbage.goto(`${srv.url}/public/signin?quality=low&token=${truncated()}`);
+    await waitFor('notice', () => garbage.$('#xr-notice'));
+    expect(await garbage.textContent('#xr-notice')).toMatch(/not used: it is not a JWT.*2 parts.*cut short.*still signed in as erin/);
+    expect(await stored(garbage)).toBe(erin);
+    await waitFor('still erin', async () => (await garbage.textContent('#xr-who'))?.startsWith('erin'));
+  });
+
+  it('the scene list does not store a pasted token that is not one, and says why', async () => {
+    const page = await open('/');
+    await page.waitForSelector('#sign-in');
+    for (const [t, why] of [['garbage', /not stored: it is not a JWT/], [truncated(), /not stored: it is not a JWT.*2 parts/]] as const) {
+      await page.fill('#token-input', t);
+      await page.click('#sign-in button[type="submit"]');
+      await waitFor(`refusal of ${t}`, async () => why.test((await page.textContent('#sign-in-msg')) ?? ''));
+      expect(await stored(page)).toBeNull();
+      expect(await page.textContent('#sign-in')).toContain('You are a guest');
+    }
+    // A good one is taken.
+    await page.fill('#token-input', srv.token('frank', 'frank/home', 'editor'));
+    await Promise.all([page.waitForEvent('load'), page.click('#sign-in button[type="submit"]')]);
+    await page.waitForSelector('#signed-in');
+    expect(await page.textContent('#signed-in')).toContain('frank');
+  });
+
+  it('a stored token that cannot be read (stored by hand or an older client) gets Sign out, in the viewer and the scene list', async () => {
+    const page = await open('/');
+    await page.waitForSelector('#sign-in');
+    await page.evaluate(() => localStorage.setItem('xrealm.token', 'garbage'));
+
+    // Scene list: no claim to be a guest; why it cannot be used; Sign out.
+    await page.reload();
+    await page.waitForSelector('#token-unreadable');
+    expect(await page.textContent('#token-unreadable')).toMatch(/token is stored, but it cannot be used: it is not a JWT/);
+    expect(await page.textContent('main')).not.toMatch(/guest \(anonymous/);
+    expect(await page.isVisible('#token-unreadable #sign-out')).toBe(true);
+
+    // Viewer: the server refuses it; the top bar and the banner both offer Sign out.
+    await page.goto(`${srv.url}/alice/lab?quality=low`);
+    await waitFor('refused', async () => (await status(page)) === 'failed');
+    expect(await page.textContent('#xr-error')).toMatch(/stored sign-in token was refused \(.*malformed.*\)\. Sign out/);
+    expect(await page.isVisible('#xr-error button:has-text("Sign out and continue as guest")')).toBe(true);
+    expect(await page.isVisible('#xr-sign-out')).toBe(true);
+    await Promise.all([page.waitForEvent('load'), page.click('#xr-sign-out')]);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    expect(await stored(page)).toBeNull();
+    expect(await status(page)).toBe('connected');
+    expect(await page.$('#xr-sign-out')).toBeNull();
+
+    // The scene list's Sign out too.
+    await page.evaluate(() => localStorage.setItem('xrealm.token', 'garbage'));
+    await page.goto(`${srv.url}/`);
+    await Promise.all([page.waitForEvent('load'), page.click('#token-unreadable #sign-out')]);
+    await page.waitForSelector('#sign-in');
+    expect(await stored(page)).toBeNull();
+  });
+
+  it('a readable token the server refuses (its signature altered) is stored, and gets Sign out and continue as guest', async () => {
+    const t = srv.token('gina', 'gina/lab', 'editor');
+    const forged = t.slice(0, t.lastIndexOf('.') + 1) + 'AAAA' + t.slice(t.lastIndexOf('.') + 5);
+    const page = await open(`/public/signin?token=${forged}`, { loaded: false, width: 900 });
+    await waitFor('refused', async () => (await status(page)) === 'failed');
+    expect(await stored(page)).toBe(forged);
+    expect(await page.$('#xr-notice')).toBeNull();
+    expect(await page.textContent('#xr-error')).toContain('stored sign-in token was refused');
+    expect(await page.isVisible('#xr-error button:has-text("Sign out and continue as guest")')).toBe(true);
+    expect(await page.isVisible('#xr-sign-out')).toBe(true);
+    await Promise.all([page.waitForEvent('load'), page.click('#xr-error button:has-text("Sign out and continue as guest")')]);
+    await waitFor('connected as a guest', async () => (await status(page)) === 'connected');
+    expect(await stored(page)).toBeNull();
   });
 });
 

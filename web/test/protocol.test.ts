@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   checkMessage, descendants, merge, parentsFirst, parseImport, parseMessage, parseObjectJSON, parseTopic, ProtocolError,
-  SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, validSceneName,
+  SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, validSceneName, jwtClaims, tokenProblem,
 } from '../src/protocol';
 
 describe('parseTopic', () => {
@@ -163,5 +163,38 @@ describe('scene names (topic.ValidSceneName)', () => {
       expect(re.test(`x${c}`), `char ${n}`).toBe(validSceneName(`x${c}`));
     }
     for (const s of ['a=b', 'a@b', 'Alice_2-room=b', 'a.b', 'a b', 'a'.repeat(65)]) expect(re.test(s), s).toBe(validSceneName(s));
+  });
+});
+
+describe('sign-in tokens', () => {
+  const b64url = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
+  const jwt = (claims: unknown, header: unknown = { alg: 'EdDSA', typ: 'JWT' }) => `${b64url(header)}.${b64url(claims)}.c2lnbmF0dXJl`;
+  it('takes a JWT that names a user, whatever its signature and expiry', () => {
+    for (const t of [jwt({ sub: 'alice' }), jwt({ sub: 'alice', exp: 1 }), ` ${jwt({ sub: 'ålice' })}\n`, jwt({ sub: 'a' }).replace(/c2ln.*$/, '')]) {
+      expect(tokenProblem(t), t).toBeNull();
+    }
+    expect(jwtClaims(jwt({ sub: 'ålice', exp: 5 }))).toEqual({ sub: 'ålice', exp: 5 });
+  });
+  it('refuses what is not one, and says why', () => {
+    const good = jwt({ sub: 'alice', exp: 2e9 });
+    const cases: [string, RegExp][] = [
+      ['', /empty/],
+      ['   ', /empty/],
+      ['garbage', /not a JWT.*no "\."/],
+      [good.slice(0, good.indexOf('.') + 10), /not a JWT.*2 parts.*cut short/], // cut in the claims
+      [`${good}.x`, /4 parts/],
+      [`x${good}`, /header/],
+      [`!!.${b64url({ sub: 'a' })}.s`, /header/],
+      [`${b64url({ alg: 'x' })}.${b64url({ sub: 'alice' }).slice(0, -3)}.s`, /claims/],
+      [`${b64url({ alg: 'x' })}.${b64url([1, 2])}.s`, /claims/],
+      [`${b64url({ alg: 'x' })}.${Buffer.from('\xff\xfe{}', 'latin1').toString('base64url')}.s`, /claims/],
+      [jwt({ user: 'alice' }), /no user/],
+      [jwt({ sub: '' }), /no user/],
+      [jwt({ sub: 7 }), /no user/],
+      [jwt({ sub: 'a', exp: 'tomorrow' }), /exp/],
+      [`${good.slice(0, good.lastIndexOf('.'))}.sig/with+slash`, /signature/],
+    ];
+    for (const [t, want] of cases) expect(tokenProblem(t), JSON.stringify(t)).toMatch(want);
+    expect(jwtClaims('garbage')).toBeNull();
   });
 });
