@@ -19,10 +19,11 @@ type TokenVerifier interface {
 // internal services present the process secret; everyone else presents an
 // xrealm token as auth token or password, with the user name equal to sub.
 type authenticator struct {
-	secret string
-	verify TokenVerifier
-	log    *slog.Logger
-	onDeny func()
+	secret  string
+	verify  TokenVerifier
+	log     *slog.Logger
+	onDeny  func()
+	denials *auth.DenyLog // logs each refusal, a bounded number of lines
 }
 
 func (a *authenticator) Check(c server.ClientAuthentication) bool {
@@ -32,7 +33,7 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 		return true
 	}
 	deny := func(reason string) bool {
-		a.log.Warn("NATS client refused", "remote", c.RemoteAddress(), "user", o.Username, "reason", reason)
+		a.denials.Deny(a.log, "NATS client refused", "remote", c.RemoteAddress(), "user", o.Username, "reason", reason)
 		if a.onDeny != nil {
 			a.onDeny()
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/xrealm/xrealm/auth"
 )
 
 // Config configures the embedded NATS server.
@@ -43,6 +44,11 @@ type Config struct {
 	// client that its permissions refuse: kind is "publish" or "subscribe".
 	OnViolation func(kind string)
 	Logger      *slog.Logger
+	// Denials logs the refusals of NATS clients, the authenticator's lines
+	// and the NATS server's own (authentication errors, permission
+	// violations), a bounded number for the whole bus; nil = a DenyLog of
+	// its own with the default bounds.
+	Denials *auth.DenyLog
 }
 
 // HeadroomBytes is how much larger than Config.MaxPayload a message on the
@@ -105,8 +111,11 @@ func Start(cfg Config) (*Bus, error) {
 			opts.Routes = server.RoutesFromStr(strings.Join(cfg.Routes, ","))
 		}
 	}
+	if cfg.Denials == nil {
+		cfg.Denials = &auth.DenyLog{}
+	}
 	if !cfg.Insecure {
-		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger, onDeny: cfg.OnDeny}
+		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger, onDeny: cfg.OnDeny, denials: cfg.Denials}
 	}
 	// NATS binds its listeners itself, and one it cannot bind shows only
 	// in its log: bind each address once first, so that a port in use
@@ -133,7 +142,7 @@ func Start(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("configure NATS server: %w", err)
 	}
 	fatal := make(chan string, 1)
-	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation, fatal: fatal}, false, false, false)
+	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation, denials: cfg.Denials, fatal: fatal}, false, false, false)
 	go srv.Start()
 	if err := waitReady(srv, fatal, readyTimeout); err != nil {
 		srv.Shutdown()

@@ -277,3 +277,103 @@ func TestListenErrorFailsFast(t *testing.T) {
 		})
 	}
 }
+
+// The bus's refusals, the authenticator's lines and the NATS server's own
+// (authentication errors, permission violations), go through its DenyLog:
+// once its lines are spent, refusals are still refused and counted but not
+// logged. Each case refuses 10 times against a DenyLog of 5 lines.
+func TestRefusalLinesBounded(t *testing.T) {
+	const refusals, burst = 10, 5
+	tests := []struct {
+		name   string
+		refuse func(t *testing.T, b *Bus, keys *auth.Keys, i int)
+	}{
+		{"bad token", func(t *testing.T, b *Bus, _ *auth.Keys, _ int) {
+			nc, err := nats.Connect(b.ClientURL(), nats.UserInfo("ann", "not-a-token"), nats.NoReconnect())
+			if err == nil {
+				nc.Close()
+				t.Fatal("connected with a bad token")
+			}
+		}},
+		{"publish violation", func(t *testing.T, b *Bus, keys *auth.Keys, _ int) {
+			viewer, _ := keys.Issue("vic", auth.SceneRights("realm", "ns", "sc", auth.RoleViewer, ""), time.Hour)
+			errs := make(chan error, 1)
+			nc, err := nats.Connect(b.ClientURL(), nats.UserInfo("vic", viewer), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				errs <- err
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			nc.Publish("realm.s.ns.sc.o.uc.box", []byte(`{}`))
+			nc.Flush()
+			select {
+			case err := <-errs:
+				if !errors.Is(err, nats.ErrPermissionViolation) {
+					t.Fatalf("async error %v, want a permission violation", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no permission violation")
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var logs syncBuffer
+			var mu sync.Mutex
+			var denied, violations int
+			b, keys := startBus(t, func(c *Config) {
+				c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+				c.Denials = &auth.DenyLog{Burst: burst, Interval: time.Hour}
+				c.OnDeny = func() { mu.Lock(); denied++; mu.Unlock() }
+				c.OnViolation = func(string) { mu.Lock(); violations++; mu.Unlock() }
+			})
+			for i := range refusals {
+				tt.refuse(t, b, keys, i)
+			}
+			// A violation reaches its client as the server logs it: wait
+			// for the count, which the adapter makes after the line.
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				mu.Lock()
+				counted := denied + violations
+				mu.Unlock()
+				if counted == refusals {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d refusals counted, want %d", counted, refusals)
+				}
+			}
+			var n int
+			for _, l := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(l, "NATS client refused") || strings.Contains(l, "authentication error") || strings.Contains(l, "Violation") {
+					n++
+					if !strings.Contains(l, "level=WARN") {
+						t.Errorf("refusal logged as %q, want a warning through the DenyLog", l)
+					}
+				}
+			}
+			if n != burst {
+				t.Errorf("%d refusals logged in %d lines, want %d (the DenyLog's burst):\n%s", refusals, n, burst, logs.String())
+			}
+		})
+	}
+}
+
+// syncBuffer is a log destination for several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/xrealm/xrealm/auth"
 )
 
 // logAdapter sends the NATS server's log lines to slog. The server reports
@@ -13,6 +17,10 @@ import (
 type logAdapter struct {
 	l           *slog.Logger
 	onViolation func(kind string)
+	// denials, if not nil, logs the lines of the server's refusals of
+	// clients (see refusal), a bounded number, rather than one error line
+	// each.
+	denials *auth.DenyLog
 	// fatal, if not nil, receives the first fatal error the server logs
 	// (a listener it cannot bind): Start waits for it.
 	fatal chan<- string
@@ -32,15 +40,31 @@ func (a *logAdapter) Fatalf(format string, v ...any) {
 }
 func (a *logAdapter) Errorf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	if a.onViolation != nil {
-		switch {
-		case strings.Contains(msg, "Publish Violation"):
-			a.onViolation("publish")
-		case strings.Contains(msg, "Subscription Violation"):
-			a.onViolation("subscribe")
-		}
+	kind := refusal(msg)
+	if kind != "" && a.denials != nil {
+		a.denials.Deny(a.l, msg)
+	} else {
+		a.l.Error(msg)
 	}
-	a.l.Error(msg)
+	if a.onViolation != nil && (kind == "publish" || kind == "subscribe") {
+		a.onViolation(kind)
+	}
+}
+
+// refusal says which refusal of a client an error line of the NATS server
+// reports: "publish" or "subscribe" for a permission violation,
+// "authentication" for a refused connection (after the authenticator's own
+// line), "" for any other line.
+func refusal(msg string) string {
+	switch {
+	case strings.Contains(msg, "Publish Violation"):
+		return "publish"
+	case strings.Contains(msg, "Subscription Violation"):
+		return "subscribe"
+	case strings.Contains(msg, server.ErrAuthentication.Error()):
+		return "authentication"
+	}
+	return ""
 }
 func (a *logAdapter) Debugf(format string, v ...any) {
 	if a.l.Enabled(context.Background(), slog.LevelDebug) {

@@ -120,7 +120,7 @@ func (c *conn) serve() {
 				var tooLarge errTooLarge
 				if errors.As(err, &tooLarge) {
 					m.Oversized.Inc()
-					c.log.Warn("PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit, "qos", tooLarge.qos)
+					c.s.denials.Deny(c.log, "PUBLISH refused: payload too large", "size", tooLarge.size, "limit", tooLarge.limit, "qos", tooLarge.qos)
 					if tooLarge.hasID {
 						c.ack(tooLarge.qos, tooLarge.id)
 					}
@@ -209,7 +209,7 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 		if code == packets.ErrRefusedNotAuthorised || code == packets.ErrRefusedBadUsernameOrPassword {
 			m.AuthDenials.WithLabelValues("connect").Inc()
 		}
-		c.log.Warn("MQTT CONNECT refused", "client", cc.ClientIdentifier, "user", cc.Username, "reason", why)
+		c.s.denials.Deny(c.log, "MQTT CONNECT refused", "client", cc.ClientIdentifier, "user", cc.Username, "reason", why)
 		c.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		c.nc.Write(encode(&packets.ConnackPacket{FixedHeader: packets.FixedHeader{MessageType: packets.Connack}, ReturnCode: code}))
 		return 0, false
@@ -242,7 +242,7 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 	c.pubOK = map[string]bool{}
 	if cc.WillFlag {
 		if err := topic.ValidName(cc.WillTopic); err != nil || !c.mayPublish(cc.WillTopic, cc.WillMessage) {
-			c.log.Warn("last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", cc.WillTopic)
+			c.s.denials.Deny(c.log, "last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", cc.WillTopic)
 		} else {
 			c.will = &packets.PublishPacket{TopicName: cc.WillTopic, Payload: cc.WillMessage}
 			c.will.Qos = min(cc.WillQos, 1)
