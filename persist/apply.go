@@ -104,6 +104,17 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 	if t.MsgType != topic.MsgObjects || t.ToUID != "" {
 		return nil // not captured by the stream's subject; nothing to do
 	}
+	// The HTTP routes and tokens name scenes with topic.ValidSceneName:
+	// an object stored under another name could never be read or deleted
+	// there.
+	if err := topic.ValidSceneName("namespace", t.Namespace); err != nil {
+		s.reject(subject, err)
+		return nil
+	}
+	if err := topic.ValidSceneName("scene", t.Scene); err != nil {
+		s.reject(subject, err)
+		return nil
+	}
 	m, err := scene.Parse(t, payload)
 	if err != nil {
 		s.reject(subject, err)
@@ -142,7 +153,7 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 
 func (s *Store) reject(subject string, err error) {
 	s.invalid.Inc()
-	s.log.Warn("persist: invalid message not persisted", "subject", subject, "reason", err.Error())
+	s.rejects.Deny(s.log, "persist: invalid message not persisted", "subject", subject, "reason", err.Error())
 }
 
 func (s *Store) expireAt(m scene.Message, now time.Time) *time.Time {

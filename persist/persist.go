@@ -22,8 +22,10 @@
 //   - a persisted object with ttl expires: a sweeper deletes it with a
 //     compare-and-delete, and the one node that wins publishes
 //     {"object_id":..,"action":"delete"} on the object's topic;
-//   - invalid messages (see scene.Parse) are logged, one line each, and
-//     ignored.
+//   - invalid messages (see scene.Parse), and objects of a namespace or
+//     scene whose name topic.ValidSceneName refuses (the HTTP routes could
+//     never read them), are counted, logged (at most 20 lines per 10 s,
+//     auth.DenyLog) and ignored.
 package persist
 
 import (
@@ -41,6 +43,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -140,6 +143,7 @@ type Store struct {
 
 	applied prometheus.Counter
 	invalid prometheus.Counter
+	rejects auth.DenyLog // logs the invalid messages, a bounded number of lines
 
 	mu      sync.Mutex
 	expires map[string]time.Time // key -> expireAt (zero: none), from the KV watcher

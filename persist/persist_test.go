@@ -296,19 +296,27 @@ func TestOpenRejectsBadRealm(t *testing.T) {
 
 func TestInvalidMessagesNotPersisted(t *testing.T) {
 	e := newEnv(t, "", true)
-	bad := []struct{ topic, payload, reason string }{
-		{tp + "a", `{"object_id":"a","action":"create","persist":true,`, "malformed JSON"},
-		{tp + "b", `{"object_id":"not-b","action":"create","persist":true}`, `does not equal the topic id \"b\"`},
-		{tp + "c", `{"object_id":"c","action":"spawn","persist":true}`, `unknown action \"spawn\"`},
-		{tp + "d", `[{"object_id":"d"}]`, "not a JSON object"},
+	// A persisted create in a scene whose name the HTTP routes refuse
+	// (topic.ValidSceneName) would be stored where it can never be read.
+	create := func(id string) string { return `{"object_id":"` + id + `","action":"create","persist":true}` }
+	bad := []struct{ topic, payload, reason, ns, scene, id string }{
+		{tp + "a", `{"object_id":"a","action":"create","persist":true,`, "malformed JSON", "ns", "sc", "a"},
+		{tp + "b", `{"object_id":"not-b","action":"create","persist":true}`, `does not equal the topic id \"b\"`, "ns", "sc", "not-b"},
+		{tp + "c", `{"object_id":"c","action":"spawn","persist":true}`, `unknown action \"spawn\"`, "ns", "sc", "c"},
+		{tp + "d", `[{"object_id":"d"}]`, "not a JSON object", "ns", "sc", "d"},
+		{"realm/s/ns/a.b/o/uc1/e", create("e"), `scene name \"a.b\": '.' is not allowed`, "ns", "a.b", "e"},
+		{"realm/s/ns/a b/o/uc1/f", create("f"), `scene name \"a b\": ' ' is not allowed`, "ns", "a b", "f"},
+		{"realm/s/ns/é/o/uc1/g", create("g"), `scene name \"é\": 'é' is not allowed`, "ns", "é", "g"},
+		{"realm/s/n.s/sc/o/uc1/h", create("h"), `namespace name \"n.s\": '.' is not allowed`, "n.s", "sc", "h"},
 	}
 	for _, b := range bad {
 		e.pub(b.topic, b.payload)
 	}
-	e.barrier("ns", "sc")
-	for _, id := range []string{"a", "b", "not-b", "c", "d"} {
-		if _, err := e.get("ns", "sc", id); !errors.Is(err, ErrNotFound) {
-			t.Errorf("%s persisted, want not", id)
+	e.pub(tp+"ok", create("ok"))
+	e.waitObject("ns", "sc", "ok", nil) // applied after the others
+	for _, b := range bad {
+		if _, err := e.get(b.ns, b.scene, b.id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s/%s/%s persisted (%v), want not", b.ns, b.scene, b.id, err)
 		}
 	}
 	if got := counterValue(t, e.store.invalid); got != float64(len(bad)) {

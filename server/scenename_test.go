@@ -1,0 +1,36 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/xrealm/xrealm/persist"
+)
+
+// A persisted create on a scene whose name GET /persist answers with 400
+// is not stored either (it could never be read there): the two agree.
+func TestInvalidSceneNameNotPersisted(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.Insecure = true })
+	c := mustConnect(t, n.mqttURL, "u", "")
+	create := func(id string) string { return `{"object_id":"` + id + `","action":"create","persist":true,"data":{}}` }
+	scenes := []string{"a.b", "a b", "é"}
+	for _, sc := range scenes {
+		publish(t, c, "realm/s/ns/"+sc+"/o/x/obj", 1, create("obj"))
+	}
+	publish(t, c, "realm/s/ns/ok/o/x/obj", 1, create("obj")) // applied after the others
+	waitObjects(t, n, "ns/ok", "", func(objs []object) bool { return byID(objs, "obj") != nil })
+	for _, sc := range scenes {
+		if code := getJSON(t, n.httpURL+"/persist/ns/"+url.PathEscape(sc), "", nil); code != 400 {
+			t.Errorf("GET /persist/ns/%s: %d, want 400", sc, code)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := n.Store.Get(ctx, "ns", sc, "obj")
+		cancel()
+		if !errors.Is(err, persist.ErrNotFound) {
+			t.Errorf("object of scene %q stored (%v), want not", sc, err)
+		}
+	}
+}
