@@ -7,7 +7,10 @@
 //	/assets/..., other files   the build's static files
 //
 // The three page routes all answer with the build's index.html; the client
-// reads the path to decide what to show. The handler is meant to be mounted
+// reads the path to decide what to show. A path shaped like a page whose
+// namespace or scene name topic.ValidSceneName refuses (/alice/la.b,
+// /alice/la%20b) is answered 400 with a page that names the bad part and
+// the characters a name may hold; other unknown paths get 404. The handler is meant to be mounted
 // with the pattern "/" on a mux whose other routes (/persist/, /user/, /mqtt,
 // ...) are more specific and therefore win.
 //
@@ -19,12 +22,17 @@ package webclient
 
 import (
 	"errors"
+	"fmt"
+	"html"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/xrealm/xrealm/topic"
 )
 
 // EnvDir is the environment variable that overrides the directory Dir
@@ -95,11 +103,85 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if IsPagePath(p) {
-		h.index(w, r)
-		return
+	if ns, scene, ok := pageNames(r.URL); ok {
+		err := topic.ValidSceneName("namespace", ns)
+		if err == nil {
+			err = topic.ValidSceneName("scene", scene)
+		}
+		if err == nil {
+			h.index(w, r)
+			return
+		}
+		if !h.staticDir(ns) {
+			badPage(w, r, err)
+			return
+		}
 	}
 	http.Error(w, "404 page not found", http.StatusNotFound)
+}
+
+// pageNames returns the names of a path shaped like a page path,
+// /{namespace}/{scene}, /{namespace}/{scene}/ or /{namespace}/{scene}/edit,
+// each percent-decoded on its own (so that "la%2Fb" is the name "la/b", as
+// the client reads it); ok is false for paths of other shapes.
+func pageNames(u *url.URL) (ns, scene string, ok bool) {
+	p, found := strings.CutPrefix(u.EscapedPath(), "/")
+	if !found {
+		return "", "", false
+	}
+	parts := strings.Split(strings.TrimSuffix(p, "/"), "/")
+	switch {
+	case len(parts) == 2:
+	case len(parts) == 3 && parts[2] == "edit":
+	default:
+		return "", "", false
+	}
+	ns, err1 := url.PathUnescape(parts[0])
+	scene, err2 := url.PathUnescape(parts[1])
+	if err1 != nil || err2 != nil {
+		return "", "", false
+	}
+	return ns, scene, true
+}
+
+// staticDir reports whether a path whose first level is name is one of
+// static files rather than a page: a directory of the build (assets/), or
+// /.well-known/ (RFC 8615). A missing file there is a 404, not a bad
+// scene name.
+func (h *handler) staticDir(name string) bool {
+	if name == ".well-known" {
+		return true
+	}
+	if !fs.ValidPath(name) || name == "." {
+		return false
+	}
+	st, err := fs.Stat(h.root, name)
+	return err == nil && st.IsDir()
+}
+
+// badPage answers a page path with a name ValidSceneName refuses: 400, and
+// a short page for the person who typed or followed the address.
+func badPage(w http.ResponseWriter, r *http.Request, err error) {
+	// the page says which characters a name may hold once, for every error
+	why, _, _ := strings.Cut(err.Error(), "; a name may contain only")
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusBadRequest)
+	if r.Method == http.MethodHead {
+		return
+	}
+	fmt.Fprintf(w, `<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Not a scene address · xrealm</title></head>
+<body style="font-family: system-ui, sans-serif; max-width: 40em; margin: 2em auto; padding: 0 1em; line-height: 1.5">
+<h1>Not a scene address</h1>
+<p><code>%s</code> is not the address of a scene: the %s.</p>
+<p>Scenes are at <code>/namespace/scene</code>, and their editor at <code>/namespace/scene/edit</code>. A namespace or scene name may contain only %s.</p>
+<p><a href="/">All scenes</a></p>
+</body>
+</html>
+`, html.EscapeString(r.URL.EscapedPath()), html.EscapeString(why), html.EscapeString(topic.SceneNameChars))
 }
 
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
@@ -122,23 +204,12 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// IsPagePath reports whether p is one of the client's page paths:
-// /{namespace}/{scene} or /{namespace}/{scene}/edit, with each name made of
-// characters a scene name may hold (no '.', which keeps missing static
+// IsPagePath reports whether p, a decoded path, is one of the client's page
+// paths: /{namespace}/{scene} or /{namespace}/{scene}/edit, with names that
+// topic.ValidSceneName accepts (so no '.', which also keeps missing static
 // files such as /assets/x.js from being answered with the page).
 func IsPagePath(p string) bool {
-	parts := strings.Split(strings.TrimSuffix(strings.TrimPrefix(p, "/"), "/"), "/")
-	switch {
-	case len(parts) == 2:
-	case len(parts) == 3 && parts[2] == "edit":
-		parts = parts[:2]
-	default:
-		return false
-	}
-	for _, s := range parts {
-		if s == "" || strings.ContainsAny(s, ".*>+# \t\r\n") {
-			return false
-		}
-	}
-	return true
+	u := &url.URL{Path: p}
+	ns, scene, ok := pageNames(u)
+	return ok && topic.ValidSceneName("namespace", ns) == nil && topic.ValidSceneName("scene", scene) == nil
 }
