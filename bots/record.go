@@ -104,14 +104,18 @@ func eulerYXZ(xDeg, yDeg, zDeg float64) Quat {
 
 // TraceWriter writes a pose trace as its samples arrive (the format of
 // Trace), so that a recording cut short is still a trace up to its last
-// flushed line. Times are seconds since the first sample; a sample not
-// later than the one before it is skipped, so the file stays readable by
-// ReadTrace.
+// flushed line. Times are seconds since the first sample, and increase
+// strictly, so the file stays readable by ReadTrace: a sample not later
+// than the one before it is written 1 ns after it, and the samples after
+// it keep their spacing. Poses that arrive in one read share its time (a
+// server that batches its writes sends several poses of a camera at once):
+// each is kept, in order, the latest taking effect at that time. A clock
+// stepped back does not drop the samples that follow.
 type TraceWriter struct {
 	w       *bufio.Writer
 	started bool
-	first   int64 // Unix nanoseconds of the first sample
-	last    float64
+	first   int64 // Unix nanoseconds of the first sample, moved later by each sample not later than the one before
+	last    int64 // nanoseconds since first of the last sample written
 	n       int
 }
 
@@ -126,20 +130,24 @@ func NewTraceWriter(w io.Writer) (*TraceWriter, error) {
 
 const traceHeader = "# xrealm pose trace: t x y z qx qy qz qw"
 
-// Add writes pose p taken at atNanos (Unix nanoseconds). It reports
-// whether the sample was written (false: not later than the last one).
+// Add writes pose p taken at atNanos (Unix nanoseconds); one not later
+// than the last sample is written 1 ns after it (see TraceWriter). It
+// reports whether the sample was written: false only with an error.
 func (tw *TraceWriter) Add(p Pose, atNanos int64) (bool, error) {
 	if !tw.started {
 		tw.started, tw.first = true, atNanos
 	}
-	t := float64(atNanos-tw.first) / 1e9
-	if tw.n > 0 && t <= tw.last {
-		return false, nil
+	ns := atNanos - tw.first
+	if tw.n > 0 && ns <= tw.last {
+		tw.first -= tw.last - ns + 1
+		ns = tw.last + 1
 	}
-	if err := writeSample(tw.w, t, p); err != nil {
+	// Distinct nanosecond counts below 2^53 are distinct float64 seconds,
+	// and writeSample writes the time in its shortest exact form.
+	if err := writeSample(tw.w, float64(ns)/1e9, p); err != nil {
 		return false, err
 	}
-	tw.last = t
+	tw.last = ns
 	tw.n++
 	return true, nil
 }
