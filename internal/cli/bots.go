@@ -128,8 +128,9 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 	prev, _ := fleet.Accounts().Live()
 	first, prevT := prev, start
 	all := bots.NewHistogram()
-	summary := func(now time.Time) {
-		tot := prev
+	// summary counts to the end of the run: what came since the last
+	// progress line too (a run shorter than an interval has no line).
+	summary := func(now time.Time, tot bots.Totals) {
 		fmt.Fprintf(w, "total %s  users %d/%d  sent %d  received %d  missed %d  latency %s\n",
 			now.Sub(start).Round(time.Second), fleet.Connected(), fleet.Users(),
 			tot.Sent-first.Sent, tot.Received-first.Received, tot.Missed-first.Missed, latencies(all))
@@ -137,7 +138,9 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 	for {
 		select {
 		case <-ctx.Done():
-			summary(time.Now())
+			tot, h := fleet.Accounts().Live()
+			all.Merge(h)
+			summary(time.Now(), tot)
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(ctx.Err(), context.Canceled) {
 				return nil
 			}
@@ -160,7 +163,7 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 				latencies(h), missed)
 			prev, prevT = tot, now
 			if connected == 0 {
-				summary(now)
+				summary(now, tot)
 				return fmt.Errorf("all %d bots were disconnected (did the server stop?)", fleet.Users())
 			}
 		}

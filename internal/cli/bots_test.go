@@ -63,3 +63,33 @@ func TestLatenciesOfNone(t *testing.T) {
 		t.Errorf("latencies = %q", got)
 	}
 }
+
+// The summary counts the whole run, up to its end: a run shorter than one
+// progress interval (no progress line) still sums what was sent and
+// received, rather than the totals of the last progress line.
+func TestBotsSummaryCountsToTheEnd(t *testing.T) {
+	cfg, _ := startTestServer(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fleet, err := bots.StartFleet(ctx, bots.FleetConfig{
+		Transport: &bots.MQTTTransport{Addr: cfg.MQTTAddr}, Users: 2, Scenes: []string{"public/summary"},
+		Rate: 20, Behaviour: bots.Spec{Name: "randomwalk"}, Seed: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	rctx, rcancel := context.WithTimeout(ctx, time.Second)
+	defer rcancel()
+	var out bytes.Buffer
+	if err := botsProgress(rctx, &out, fleet, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	line := strings.TrimSpace(out.String())
+	if !strings.HasPrefix(line, "total ") || strings.Contains(line, "\n") {
+		t.Fatalf("want only the summary, got:\n%s", out.String())
+	}
+	if strings.Contains(line, "sent 0 ") || strings.Contains(line, "received 0 ") || strings.Contains(line, "none received") {
+		t.Errorf("summary %q: want what the run sent and received", line)
+	}
+}
