@@ -114,7 +114,7 @@ func eulerYXZ(xDeg, yDeg, zDeg float64) Quat {
 type TraceWriter struct {
 	w       *bufio.Writer
 	started bool
-	first   int64 // Unix nanoseconds of the first sample, moved later by each sample not later than the one before
+	first   int64 // Unix nanoseconds of the first sample, moved earlier by each sample not later than the one before
 	last    int64 // nanoseconds since first of the last sample written
 	n       int
 }
