@@ -2,7 +2,6 @@ package volumetric
 
 import (
 	"container/list"
-	"math/bits"
 	"slices"
 	"sync"
 	"time"
@@ -155,6 +154,7 @@ const maxTrackedWords = MaxTrackedPendingBytes / 8
 
 type tracked struct {
 	key   fragKey
+	count uint16 // fragments, as the first fragment announced
 	have  int
 	seen  []uint64 // bit per fragment
 	first time.Time
@@ -197,27 +197,26 @@ func (t *FrameTracker) Observe(now time.Time, payload []byte) (Header, time.Dura
 		for len(t.pending) >= MaxTrackedPending || t.words+n > maxTrackedWords {
 			t.evictOldest(now)
 		}
-		p = &tracked{key: k, seen: make([]uint64, n), first: now}
+		p = &tracked{key: k, count: h.Count, seen: make([]uint64, n), first: now}
 		p.elem = t.order.PushBack(p)
 		t.pending[k] = p
 		t.words += n
 	}
+	// A fragment whose count differs from the first one's is ignored, as
+	// the Reassembler ignores it: the description completes when the
+	// fragments of its first count have all arrived. (Counting the bits
+	// set, which fragments of another count had set too, took fragments
+	// 0 and 12336 for the two of "fragment 0 of 2".)
+	if h.Count != p.count {
+		return Header{}, 0, false
+	}
 	w, b := int(h.Fragment)/64, uint64(1)<<(h.Fragment%64)
-	if w >= len(p.seen) || p.seen[w]&b != 0 {
+	if p.seen[w]&b != 0 {
 		return Header{}, 0, false
 	}
 	p.seen[w] |= b
 	p.have++
-	if p.have < int(h.Count) {
-		return Header{}, 0, false
-	}
-	// Complete only if every bit in range is set (a count that changed
-	// between fragments never completes and expires instead).
-	ones := 0
-	for _, x := range p.seen {
-		ones += bits.OnesCount64(x)
-	}
-	if ones != int(h.Count) {
+	if p.have < int(p.count) {
 		return Header{}, 0, false
 	}
 	t.finish(p, now)

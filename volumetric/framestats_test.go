@@ -9,6 +9,11 @@ import (
 func TestFrameTracker(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	capture := uint64(t0.UnixMicro())
+	header := func(h Header) []byte {
+		p := make([]byte, HeaderSize)
+		h.Marshal(p)
+		return p
+	}
 	frags := func(frame uint32) [][]byte {
 		p, err := Packetize(Header{Client: 1, Frame: frame, CaptureUs: capture}, make([]byte, 2500), 1000)
 		if err != nil {
@@ -41,6 +46,19 @@ func TestFrameTracker(t *testing.T) {
 			tr.Observe(t0, f[1])
 		}, 0, 1, 0, 0},
 		{"not a fragment", func(tr *FrameTracker) { tr.Observe(t0, []byte{9, 9}) }, 0, 0, 0, 0},
+		// FuzzFrameTracker: fragment 12336 of 12592, then fragment 0 of 2
+		// of the same description completed it as the two of 2.
+		{"count changed between fragments", func(tr *FrameTracker) {
+			tr.Observe(t0, header(Header{Client: 1, Frame: 3, Fragment: 12336, Count: 12592, CaptureUs: capture}))
+			tr.Observe(t0, header(Header{Client: 1, Frame: 3, Fragment: 0, Count: 2, CaptureUs: capture}))
+		}, 0, 1, 0, 0},
+		{"fragment of another count ignored", func(tr *FrameTracker) {
+			f := frags(4)
+			tr.Observe(t0.Add(1*time.Millisecond), f[0])
+			tr.Observe(t0.Add(2*time.Millisecond), header(Header{Client: 1, Frame: 4, Fragment: 1, Count: 2, CaptureUs: capture}))
+			tr.Observe(t0.Add(3*time.Millisecond), f[1])
+			tr.Observe(t0.Add(4*time.Millisecond), f[2])
+		}, 1, 0, 4 * time.Millisecond, 4 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
