@@ -50,6 +50,14 @@ type bot struct {
 	link  Link
 	meter *Meter
 	peers *peerTable // nil unless the behaviour watches peers
+
+	// Its schedule: a pose due at first, first+period, ... until its
+	// sender stopped (Unix ns; 0 while it runs). Collect counts the poses
+	// due in a window from it, so that a sender blocked in a write through
+	// the whole window still has them expected (its Meter counts what it
+	// sent and skipped only once the write returns).
+	first, period int64
+	stopped       atomic.Int64
 }
 
 // MaxRate is the highest rate CheckRate accepts: one pose per
@@ -160,12 +168,14 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	period := time.Duration(float64(time.Second) / cfg.Rate)
+	start := time.Now()
 	for _, b := range f.bots {
-		phase := time.Duration(rng.Int64N(int64(period)))
+		first := start.Add(time.Duration(rng.Int64N(int64(period))))
+		b.first, b.period = first.UnixNano(), int64(period)
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			f.send(runCtx, b, period, phase)
+			f.send(runCtx, b, period, first)
 		}()
 	}
 	for _, b := range f.bots {
@@ -206,10 +216,11 @@ func (b *bot) ReadDone() { b.meter.Flush() }
 // otherwise stamp its pose after the wait and hide it (coordinated
 // omission). The ticks it skips are counted as missed (Meter.Missed): due,
 // never sent, so never delivered.
-func (f *Fleet) send(ctx context.Context, b *bot, period, phase time.Duration) {
-	t := time.NewTimer(phase)
+func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first time.Time) {
+	defer func() { b.stopped.Store(time.Now().UnixNano()) }()
+	t := time.NewTimer(time.Until(first))
 	defer t.Stop()
-	next := time.Now().Add(phase)
+	next := first
 	last := time.Now()
 	var peers []Peer
 	for {
@@ -310,16 +321,35 @@ func (f *Fleet) Measure(ctx context.Context, d, drain time.Duration) (Result, er
 // Collect sums the current window; d is its length.
 func (f *Fleet) Collect(d time.Duration) Result {
 	r := Result{Users: len(f.bots), Scenes: len(f.scenes), Duration: d, Latency: NewHistogram(), Disconnected: f.lost.Load()}
+	w := f.acc.window.Load()
 	for _, b := range f.bots {
 		c := b.meter.Window()
+		// The poses due are those of the schedule; those not sent were
+		// missed, whether the sender skipped them or is still blocked.
+		due := max(b.dueIn(w[0], w[1]), c.Sent+c.Missed)
 		r.Sent += c.Sent
-		r.Missed += c.Missed
-		r.Expected += (c.Sent + c.Missed) * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
+		r.Missed += due - c.Sent
+		r.Expected += due * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
 		r.Delivered += c.Received
 		r.Bytes += c.Bytes
 	}
 	f.acc.WindowLatencies(r.Latency)
 	return r
+}
+
+// dueIn is the number of poses b's schedule has due in [from, to), up to
+// when its sender stopped.
+func (b *bot) dueIn(from, to int64) int64 {
+	if b.period <= 0 {
+		return 0
+	}
+	if s := b.stopped.Load(); s != 0 && s < to {
+		to = s
+	}
+	// ticks first + k*period for k >= 0: those before t number
+	// ceil((t-first)/period), at least 0
+	before := func(t int64) int64 { return max(ceilDiv(t-b.first, b.period), 0) }
+	return max(before(to)-before(from), 0)
 }
 
 // Close stops the bots and disconnects them.

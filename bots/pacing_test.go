@@ -171,3 +171,61 @@ func TestCollectExpectsMissedPoses(t *testing.T) {
 		t.Errorf("sent %d missed %d expected %d delivered %d; want 2, 3, 11, 4", r.Sent, r.Missed, r.Expected, r.Delivered)
 	}
 }
+
+// blockLink's second send blocks until release is closed: a write stuck
+// behind a server that stopped reading.
+type blockLink struct {
+	sends   int
+	mu      sync.Mutex
+	blocked chan struct{} // closed when the second send blocks
+	release chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func (l *blockLink) SendPose(Pose, int64) error {
+	l.mu.Lock()
+	l.sends++
+	n := l.sends
+	l.mu.Unlock()
+	if n == 2 {
+		close(l.blocked)
+		<-l.release
+	}
+	return nil
+}
+
+func (l *blockLink) Close() error          { l.once.Do(func() { close(l.done) }); return nil }
+func (l *blockLink) Done() <-chan struct{} { return l.done }
+
+type blockTransport struct{ link *blockLink }
+
+func (t blockTransport) Join(context.Context, Identity, Receiver, bool) (Link, error) {
+	return t.link, nil
+}
+
+// A sender blocked in a write through a whole window still has the poses
+// its schedule had due there expected, and missed: its meter learns of
+// them only once the write returns, after the window was collected (the
+// delivery ratio then left them out).
+func TestCollectExpectsPosesOfABlockedSender(t *testing.T) {
+	link := &blockLink{blocked: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const rate = 100 // a pose every 10 ms
+	f, err := StartFleet(ctx, FleetConfig{Transport: blockTransport{link}, Users: 1, Rate: rate, Behaviour: Spec{Name: "static"}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // after the write is released: Close waits for the sender
+	defer close(link.release)
+	<-link.blocked
+	r, err := f.Measure(ctx, 200*time.Millisecond, 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schedule has exactly 20 ticks in any 200 ms window.
+	if r.Sent != 0 || r.Missed != 20 || r.Expected != 20 || r.Delivered != 0 {
+		t.Errorf("sent %d missed %d expected %d delivered %d; want 0, 20, 20, 0", r.Sent, r.Missed, r.Expected, r.Delivered)
+	}
+}
