@@ -356,6 +356,11 @@ func TestRefusalLinesBounded(t *testing.T) {
 			if n != burst {
 				t.Errorf("%d refusals logged in %d lines, want %d (the DenyLog's burst):\n%s", refusals, n, burst, logs.String())
 			}
+			// Each line is a refusal of its own: NATS's line for a client
+			// the authenticator refused (and logged) is not a second one.
+			if refused := strings.Count(logs.String(), "NATS client refused"); tt.name == "bad token" && refused != burst {
+				t.Errorf("%d of the %d lines are the authenticator's refusals, want all:\n%s", refused, burst, logs.String())
+			}
 		})
 	}
 }

@@ -41,14 +41,28 @@ func (a *logAdapter) Fatalf(format string, v ...any) {
 func (a *logAdapter) Errorf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	kind := refusal(msg)
-	if kind != "" && a.denials != nil {
+	switch {
+	case kind == "authentication" && clientLine(msg):
+		// The authenticator logged this refusal, with its reason, through
+		// the same bounded log: a second line would halve what it shows.
+		a.l.Debug(msg)
+	case kind != "" && a.denials != nil:
 		a.denials.Deny(a.l, msg)
-	} else {
+	default:
 		a.l.Error(msg)
 	}
 	if a.onViolation != nil && (kind == "publish" || kind == "subscribe") {
 		a.onViolation(kind)
 	}
+}
+
+// clientLine reports whether a NATS server log line is about a client
+// connection (NATS, WebSocket or MQTT client: "- cid:", "- wid:", "- mid:"),
+// whose authentication xrealm's authenticator decides and logs, rather than
+// a route, gateway or leaf node (rid, gid, lid), whose refusals only NATS
+// reports.
+func clientLine(msg string) bool {
+	return strings.Contains(msg, " - cid:") || strings.Contains(msg, " - wid:") || strings.Contains(msg, " - mid:")
 }
 
 // refusal says which refusal of a client an error line of the NATS server

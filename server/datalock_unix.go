@@ -38,6 +38,11 @@ func lockDataDir(dir string) (*os.File, error) {
 			}
 			return nil, fmt.Errorf("data directory %s is in use by another xrealm serve (%s); give each server its own --data", dir, holder)
 		}
+		if errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOSYS) {
+			// A file system without locks (some network and FUSE mounts)
+			// served before the lock existed; it still does, unguarded.
+			return nil, &noLockError{dir: dir, err: err}
+		}
 		return nil, fmt.Errorf("lock data directory %s: lock %s: %w", dir, path, err)
 	}
 	if err := f.Truncate(0); err == nil {
@@ -60,3 +65,16 @@ func flock(f *os.File) error {
 		}
 	}
 }
+
+// noLockError says that the data directory's file system cannot lock: the
+// server starts without the guard against a second server.
+type noLockError struct {
+	dir string
+	err error
+}
+
+func (e *noLockError) Error() string {
+	return fmt.Sprintf("data directory %s cannot be locked (%v): nothing stops a second xrealm serve from sharing it, which loses data; give each server its own --data", e.dir, e.err)
+}
+
+func (e *noLockError) Unwrap() error { return e.err }

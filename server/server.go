@@ -105,7 +105,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		return nil, fmt.Errorf("create data directory: %w", err)
 	}
 	if s.dataLock, err = lockDataDir(cfg.DataDir); err != nil {
-		return nil, err
+		var nl *noLockError
+		if !errors.As(err, &nl) {
+			return nil, err
+		}
+		log.Warn(err.Error())
 	}
 	if s.Keys, err = auth.LoadOrCreateKeys(cfg.DataDir); err != nil {
 		return nil, err
