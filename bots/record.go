@@ -8,12 +8,17 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"time"
 )
 
 // CameraPose is the pose an ARENA camera message carries.
 type CameraPose struct {
 	ObjectID string
 	Pose     Pose
+	// SentNanos is when the sender says it sent the pose (Unix ns): the
+	// bots' data.xrealm_ts_ns, or the ISO 8601 "timestamp" ARENA's and
+	// xrealm's browser clients put on every message; 0 if it says none.
+	SentNanos int64
 }
 
 // ErrNotCamera is returned by ParseCameraPose for a well-formed ARENA
@@ -23,9 +28,11 @@ var ErrNotCamera = errors.New("not a camera pose update")
 
 // arenaMessage is the part of an ARENA object message a pose needs.
 type arenaMessage struct {
-	ObjectID string `json:"object_id"`
-	Action   string `json:"action"`
-	Data     struct {
+	ObjectID  string `json:"object_id"`
+	Action    string `json:"action"`
+	Timestamp string `json:"timestamp"`
+	Data      struct {
+		SentNanos  json.RawMessage `json:"xrealm_ts_ns"`
 		ObjectType string          `json:"object_type"`
 		Position   *arenaVec       `json:"position"`
 		Rotation   json.RawMessage `json:"rotation"`
@@ -84,7 +91,15 @@ func ParseCameraPose(payload []byte) (CameraPose, error) {
 			return CameraPose{}, fmt.Errorf("camera pose of %q: a number is not finite", m.ObjectID)
 		}
 	}
-	return CameraPose{ObjectID: m.ObjectID, Pose: pose}, nil
+	// A send time that does not read is no time, not an error: the pose
+	// is still good.
+	cp := CameraPose{ObjectID: m.ObjectID, Pose: pose}
+	if v, err := strconv.ParseInt(string(m.Data.SentNanos), 10, 64); err == nil && v > 0 {
+		cp.SentNanos = v
+	} else if t, err := time.Parse(time.RFC3339Nano, m.Timestamp); err == nil && t.Year() > 1970 && t.Year() < 3000 {
+		cp.SentNanos = t.UnixNano()
+	}
+	return cp, nil
 }
 
 // eulerYXZ is the quaternion of A-Frame's rotation x, y, z in degrees
@@ -117,6 +132,8 @@ type TraceWriter struct {
 	first   int64 // Unix nanoseconds of the first sample, moved earlier by each sample not later than the one before
 	last    int64 // nanoseconds since first of the last sample written
 	n       int
+	clock   int   // clockSender or clockReceiver, from the first pose (AddCamera)
+	offset  int64 // receive time - send time at the last pose with both
 }
 
 // NewTraceWriter writes a trace's header line to w.
@@ -151,6 +168,38 @@ func (tw *TraceWriter) Add(p Pose, atNanos int64) (bool, error) {
 	tw.n++
 	return true, nil
 }
+
+// AddCamera writes a camera's pose received at recvNanos (Unix ns), at
+// the time its sender says it sent it if the trace's first pose said one:
+// a server that batches its writes (xrealm's linger) delivers a few poses
+// in one read, and their receive times would squeeze them together and
+// leave gaps. A later pose without a send time is placed by the offset
+// between the clocks at the last one that had it; a trace whose first
+// pose had none uses receive times throughout (one clock in one trace).
+func (tw *TraceWriter) AddCamera(cp CameraPose, recvNanos int64) (bool, error) {
+	if tw.n == 0 && tw.clock == 0 {
+		tw.clock = clockReceiver
+		if cp.SentNanos != 0 {
+			tw.clock = clockSender
+		}
+	}
+	at := recvNanos
+	if tw.clock == clockSender {
+		if cp.SentNanos != 0 {
+			tw.offset = recvNanos - cp.SentNanos
+			at = cp.SentNanos
+		} else {
+			at = recvNanos - tw.offset
+		}
+	}
+	return tw.Add(cp.Pose, at)
+}
+
+// Which clock a trace's times come from.
+const (
+	clockSender   = 1
+	clockReceiver = 2
+)
 
 // Samples is the number of samples written.
 func (tw *TraceWriter) Samples() int { return tw.n }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseCameraPose(t *testing.T) {
@@ -17,17 +18,23 @@ func TestParseCameraPose(t *testing.T) {
 		err     string // "" = no error; "not camera" = ErrNotCamera
 	}{
 		{"xrealm web client", `{"object_id":"camera_12_alice","action":"update","type":"object","persist":false,"data":{"object_type":"camera","position":{"x":1.25,"y":1.6,"z":-3},"rotation":{"x":0,"y":0.7071,"z":0,"w":0.7071}}}`,
-			CameraPose{"camera_12_alice", Pose{Vec3{1.25, 1.6, -3}, Quat{0, s, 0, s}}}, ""},
+			CameraPose{"camera_12_alice", Pose{Vec3{1.25, 1.6, -3}, Quat{0, s, 0, s}}, 0}, ""},
+		{"xrealm web client with its timestamp", `{"object_id":"camera_12_alice","action":"update","type":"object","data":{"object_type":"camera","position":{"x":1,"y":1.6,"z":0},"rotation":{"x":0,"y":0,"z":0,"w":1}},"timestamp":"2026-11-24T06:00:00.123Z"}`,
+			CameraPose{"camera_12_alice", Pose{Vec3{1, 1.6, 0}, NoRotation}, time.Date(2026, 11, 24, 6, 0, 0, 123e6, time.UTC).UnixNano()}, ""},
 		{"bot pose", string(AppendPose(nil, "camera_bot7", Pose{Vec3{-2, 1.6, 4.5}, NoRotation}, 1234567890, 310)),
-			CameraPose{"camera_bot7", Pose{Vec3{-2, 1.6, 4.5}, NoRotation}}, ""},
+			CameraPose{"camera_bot7", Pose{Vec3{-2, 1.6, 4.5}, NoRotation}, 1234567890}, ""},
+		{"a timestamp that does not read is no time", `{"object_id":"cam","action":"update","timestamp":"yesterday","data":{"xrealm_ts_ns":"soon","object_type":"camera","position":{"x":1,"y":2,"z":3}}}`,
+			CameraPose{"cam", Pose{Vec3{1, 2, 3}, NoRotation}, 0}, ""},
+		{"a negative send time is no time", `{"object_id":"cam","action":"update","data":{"xrealm_ts_ns":-5,"object_type":"camera","position":{"x":1,"y":2,"z":3}}}`,
+			CameraPose{"cam", Pose{Vec3{1, 2, 3}, NoRotation}, 0}, ""},
 		{"Euler degrees: a quarter turn of yaw", `{"object_id":"cam","action":"update","data":{"object_type":"camera","position":{"x":0,"y":0,"z":0},"rotation":{"x":0,"y":90,"z":0}}}`,
-			CameraPose{"cam", Pose{Vec3{}, Quat{0, s, 0, s}}}, ""},
+			CameraPose{"cam", Pose{Vec3{}, Quat{0, s, 0, s}}, 0}, ""},
 		{"Euler degrees: pitch", `{"object_id":"cam","action":"update","data":{"object_type":"camera","position":{"x":0,"y":0,"z":0},"rotation":{"x":-90,"y":0,"z":0}}}`,
-			CameraPose{"cam", Pose{Vec3{}, Quat{-s, 0, 0, s}}}, ""},
+			CameraPose{"cam", Pose{Vec3{}, Quat{-s, 0, 0, s}}, 0}, ""},
 		{"no rotation", `{"object_id":"cam","action":"create","data":{"object_type":"camera","position":{"x":1,"y":2,"z":3}}}`,
-			CameraPose{"cam", Pose{Vec3{1, 2, 3}, NoRotation}}, ""},
+			CameraPose{"cam", Pose{Vec3{1, 2, 3}, NoRotation}, 0}, ""},
 		{"quaternion not normalised", `{"object_id":"cam","action":"update","data":{"object_type":"camera","position":{"x":0,"y":0,"z":0},"rotation":{"x":0,"y":0,"z":0,"w":2}}}`,
-			CameraPose{"cam", Pose{Vec3{}, NoRotation}}, ""},
+			CameraPose{"cam", Pose{Vec3{}, NoRotation}, 0}, ""},
 		{"another object", `{"object_id":"box","action":"update","data":{"object_type":"box","position":{"x":1,"y":2,"z":3}}}`, CameraPose{}, "not camera"},
 		{"a camera's delete", `{"object_id":"cam","action":"delete","data":{"object_type":"camera"}}`, CameraPose{}, "not camera"},
 		{"a click", `{"object_id":"box","action":"clientEvent","type":"mousedown","data":{"position":{"x":1,"y":2,"z":3},"source":"cam"}}`, CameraPose{}, "not camera"},
@@ -60,7 +67,7 @@ func TestParseCameraPose(t *testing.T) {
 			case c.name == "huge Euler angle":
 				checkUnit(t, got.Pose.Rot) // sin and cos of a huge angle are still a rotation
 			default:
-				if got.ObjectID != c.want.ObjectID || !closePose(got.Pose, c.want.Pose, 1e-4) {
+				if got.ObjectID != c.want.ObjectID || !closePose(got.Pose, c.want.Pose, 1e-4) || got.SentNanos != c.want.SentNanos {
 					t.Fatalf("got %+v, want %+v", got, c.want)
 				}
 			}
@@ -160,6 +167,60 @@ func TestTraceWriter(t *testing.T) {
 		if s.T != want[i].T || !closePose(s.Pose, want[i].Pose, 1e-4) {
 			t.Errorf("sample %d = %+v, want %+v", i, s, want[i])
 		}
+	}
+}
+
+// AddCamera times poses by their sender's clock when the first had a send
+// time: poses delivered in one read (a server's batched write) keep their
+// spacing.
+func TestTraceWriterAddCamera(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	const t0 = int64(1_800_000_000_000_000_000)
+	pose := func(x float64, sent int64) CameraPose {
+		return CameraPose{ObjectID: "cam", Pose: Pose{Vec3{x, 1.6, 0}, NoRotation}, SentNanos: sent}
+	}
+	tests := []struct {
+		name  string
+		poses []CameraPose
+		recv  []int64
+		want  []float64 // seconds
+	}{
+		{"sender's clock: three poses in one read",
+			[]CameraPose{pose(0, t0), pose(1, t0+100*ms), pose(2, t0+200*ms)},
+			[]int64{t0 + 250*ms, t0 + 250*ms, t0 + 250*ms},
+			[]float64{0, 0.1, 0.2}},
+		{"sender's clock; a pose without a send time goes by the last offset",
+			[]CameraPose{pose(0, t0), pose(1, t0+100*ms), pose(2, 0)},
+			[]int64{t0 + 5*ms, t0 + 105*ms, t0 + 305*ms},
+			[]float64{0, 0.1, 0.3}},
+		{"receiver's clock when the first pose has no send time",
+			[]CameraPose{pose(0, 0), pose(1, t0+900*ms), pose(2, 0)},
+			[]int64{t0, t0 + 100*ms, t0 + 200*ms},
+			[]float64{0, 0.1, 0.2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			tw, err := NewTraceWriter(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range tc.poses {
+				if _, err := tw.AddCamera(p, tc.recv[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tw.Flush()
+			tr, err := ReadTrace(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tr.Samples {
+				if math.Abs(s.T-tc.want[i]) > 1e-9 {
+					t.Errorf("sample %d at %g s, want %g s", i, s.T, tc.want[i])
+				}
+			}
+		})
 	}
 }
 

@@ -162,7 +162,7 @@ func recordPoses(ctx context.Context, cfg recordConfig, open func() (*bots.Trace
 		if cp.ObjectID != object {
 			return
 		}
-		if _, werr = rec.Add(cp.Pose, at); werr != nil {
+		if _, werr = rec.AddCamera(cp, at); werr != nil {
 			once.Do(func() { close(full) })
 			return
 		}
