@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrealm/xrealm/internal/testlog"
+
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -319,7 +321,7 @@ func TestRefusalLinesBounded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs testlog.Buffer
 			var mu sync.Mutex
 			var denied, violations int
 			b, keys := startBus(t, func(c *Config) {
@@ -363,22 +365,4 @@ func TestRefusalLinesBounded(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a log destination for several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,37 +1,19 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/internal/testlog"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/xrealm/xrealm/internal/testnet"
 )
-
-// syncBuffer is a log destination for several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A burst of refused connections is logged at most 20 lines per 10 s per
 // front end (auth.DenyLog), as the README says, on MQTT and on NATS, where
@@ -62,7 +44,7 @@ func TestConnectRefusalsLogBounded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.frontEnd, func(t *testing.T) {
-			var logs syncBuffer
+			var logs testlog.Buffer
 			cfg := quietConfig(t, t.TempDir())
 			p := testnet.FreePorts(t, 2)
 			cfg.MQTTAddr, cfg.NATSAddr = p[0], p[1]
