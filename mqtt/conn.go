@@ -387,10 +387,21 @@ func (c *conn) noteSelf(name string) {
 // JetStream has stored the message, and reports false if that failed (the
 // client then gets no acknowledgement and will send it again).
 func (c *conn) route(m *outMsg, qos byte) bool {
-	c.s.hub.publishLocal(m)
 	name, payload := m.topic, m.payload
 	subj := topic.ToSubject(name)
-	if isObjectSubject(subj, c.s.cfg.Realm) && persist.Ignored(payload) {
+	object := isObjectSubject(subj, c.s.cfg.Realm)
+	ignored := object && persist.Ignored(payload)
+	if object && !ignored {
+		if err := storableScene(name); err != nil {
+			// The persistence stream would keep it and never apply it, and
+			// nobody could read it back: refuse it as a whole, so that no
+			// subscriber sees an object that does not exist.
+			c.deny("publish", name, err.Error())
+			return true
+		}
+	}
+	c.s.hub.publishLocal(m)
+	if ignored {
 		// A click or a transient update: every subscriber gets it, the
 		// persistence stream does not store it, and QoS 1 need not wait.
 		m := &nats.Msg{Subject: subj, Data: payload, Header: nats.Header{}}
@@ -400,7 +411,7 @@ func (c *conn) route(m *outMsg, qos byte) bool {
 		}
 		return true
 	}
-	if qos > 0 && c.s.cfg.JS != nil && isObjectSubject(subj, c.s.cfg.Realm) {
+	if qos > 0 && c.s.cfg.JS != nil && object {
 		if err := c.publishDurable(subj, payload); err != nil {
 			// Without an acknowledgement the client resends only after it
 			// reconnects, so make it reconnect.
@@ -415,6 +426,23 @@ func (c *conn) route(m *outMsg, qos byte) bool {
 		c.log.Error("bus publish failed", "topic", name, "err", err)
 	}
 	return true
+}
+
+// storableScene reports why the object message on name could not be
+// stored: its namespace or scene is not a name that the scene store and
+// GET /persist accept (topic.ValidSceneName). name is a scene topic.
+func storableScene(name string) error {
+	t, err := topic.ParseScene(name)
+	if err != nil {
+		return err
+	}
+	if err := topic.ValidSceneName("namespace", t.Namespace); err != nil {
+		return fmt.Errorf("a persisted object needs a scene that can be stored: %w", err)
+	}
+	if err := topic.ValidSceneName("scene", t.Scene); err != nil {
+		return fmt.Errorf("a persisted object needs a scene that can be stored: %w", err)
+	}
+	return nil
 }
 
 // publishDurable publishes through JetStream until the stream stores the
