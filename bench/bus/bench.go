@@ -77,8 +77,10 @@ var Experiments = []string{"ramp", "efficiency", "isolation", "security", "inter
 // Behaviours are the bots' behaviours a run can use (Config.Behaviour).
 var Behaviours = []string{"static", "randomwalk", "boids", "replay"}
 
-// Defaults returns the full benchmark's configuration. Its Out is the
-// committed results, bench/bus relative to the repository root.
+// Defaults returns the full benchmark's configuration: the run whose
+// results are committed (RESULTS.md), so that `xrealm bench bus` without
+// flags repeats it. Its Out is those results, bench/bus relative to the
+// repository root.
 func Defaults() Config {
 	return Config{
 		Out:              "bench/bus",
@@ -90,11 +92,11 @@ func Defaults() Config {
 		Warmup:           2 * time.Second,
 		Step:             10 * time.Second,
 		Drain:            time.Second,
-		Ramp:             seq(20, 20, 400),
+		Ramp:             seq(60, 30, 360),
 		IsolationScene:   []int{1, 2, 5, 10},
-		IsolationRamp:    seq(50, 50, 800),
-		SecurityUsers:    []int{60, 120, 180},
-		SecurityRepeat:   2,
+		IsolationRamp:    seq(100, 50, 2000),
+		SecurityUsers:    []int{120},
+		SecurityRepeat:   8,
 		EfficiencyUsers:  120,
 		EfficiencyRepeat: 2,
 		InteractionBG:    []int{0, 50, 100},

@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	benchbus "github.com/xrealm/xrealm/bench/bus"
 )
 
 // TestRefusesBadFlags runs commands of the bench, bots, cc and netem
@@ -238,5 +241,23 @@ func TestShellJoin(t *testing.T) {
 	}
 	if string(got) != want.String() {
 		t.Errorf("sh reads %s back as\n%s\nwant\n%s", line, got, want.String())
+	}
+}
+
+// TestFormatInts checks that the flags' defaults, written by formatInts,
+// read back as the benchmark's defaults, so that `xrealm bench bus`
+// without flags is the committed run.
+func TestFormatInts(t *testing.T) {
+	d := benchbus.Defaults()
+	for _, v := range [][]int{d.Ramp, d.IsolationRamp, d.IsolationScene, d.SecurityUsers, d.InteractionBG,
+		{1}, {3, 7}, {5, 5, 5}, {10, 20, 40}, {0, 50, 100}} {
+		s := formatInts(v)
+		got, err := parseInts("--x", s)
+		if err != nil || !slices.Equal(got, v) {
+			t.Errorf("formatInts(%v) = %q, which reads back as %v (%v)", v, s, got, err)
+		}
+	}
+	if got := formatInts(d.IsolationRamp); got != "100:50:2000" {
+		t.Errorf("the isolation ramp's default reads %q, want 100:50:2000", got)
 	}
 }

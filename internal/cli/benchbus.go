@@ -34,14 +34,14 @@ func runBenchBus(ctx context.Context, args []string) error {
 	fs.DurationVar(&d.Warmup, "warmup", d.Warmup, "warm-up before each measurement")
 	fs.DurationVar(&d.Step, "step", d.Step, "measurement window of each step")
 	fs.DurationVar(&d.Drain, "drain", d.Drain, "wait after each window for messages in flight")
-	ramp := fs.String("ramp", "20:20:400", "users per ramp step: from:step:to, or a comma-separated list")
-	isoScenes := fs.String("isolation-scenes", "1,2,5,10", "numbers of scenes for the isolation experiment")
-	isoRamp := fs.String("isolation-ramp", "50:50:800", "users per isolation step: from:step:to or a list")
-	secUsers := fs.String("security-users", "60,120,180", "users per security step")
+	ramp := fs.String("ramp", formatInts(d.Ramp), "users per ramp step: from:step:to, or a comma-separated list")
+	isoScenes := fs.String("isolation-scenes", formatInts(d.IsolationScene), "numbers of scenes for the isolation experiment")
+	isoRamp := fs.String("isolation-ramp", formatInts(d.IsolationRamp), "users per isolation step: from:step:to or a list")
+	secUsers := fs.String("security-users", formatInts(d.SecurityUsers), "users per security step")
 	fs.IntVar(&d.SecurityRepeat, "security-repeat", d.SecurityRepeat, "repetitions of the security steps")
 	fs.IntVar(&d.EfficiencyUsers, "efficiency-users", d.EfficiencyUsers, "users at which every system is measured for the efficiency and latency targets")
 	fs.IntVar(&d.EfficiencyRepeat, "efficiency-repeat", d.EfficiencyRepeat, "repetitions of the efficiency step")
-	bg := fs.String("interaction-bg", "0,50,100", "background users for the interaction experiment")
+	bg := fs.String("interaction-bg", formatInts(d.InteractionBG), "background users for the interaction experiment")
 	fs.IntVar(&d.Clicks, "clicks", d.Clicks, "clicks per interaction run")
 	fs.IntVar(&d.GeneratorUsers, "generator-users", d.GeneratorUsers, "users for the generator comparison")
 	fs.DurationVar(&d.MaxP99, "max-p99", d.MaxP99, "a ramp stops at the first step with a higher p99")
@@ -179,6 +179,26 @@ func splitList(s string) []string {
 const maxRampSteps = 10000
 
 // parseInts parses "a,b,c" or "from:step:to" of non-negative numbers.
+// formatInts writes v as parseInts reads it: from:step:to when v has more
+// than two values a constant step apart, a comma-separated list otherwise.
+func formatInts(v []int) string {
+	if len(v) > 2 {
+		step := v[1] - v[0]
+		even := step > 0
+		for i := 2; i < len(v) && even; i++ {
+			even = v[i]-v[i-1] == step
+		}
+		if even {
+			return fmt.Sprintf("%d:%d:%d", v[0], step, v[len(v)-1])
+		}
+	}
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
 func parseInts(flagName, s string) ([]int, error) {
 	if f := strings.Split(s, ":"); len(f) == 3 {
 		var v [3]int
