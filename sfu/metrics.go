@@ -24,6 +24,7 @@ var (
 	descSrcState   = prometheus.NewDesc("xrealm_sfu_source_state", "1 while a local source track is idle (nothing sent for 2 s) or speaking (audio level of -50 dBov or louder in the last 2 s), else 0.", []string{"node", "track", "state"}, nil)
 	descRelayBytes = prometheus.NewDesc("xrealm_sfu_relay_bytes_total", "Bytes on relay links.", []string{"node", "peer", "dir"}, nil)
 	descRelayDrop  = prometheus.NewDesc("xrealm_sfu_relay_dropped_total", "Packets dropped on a full relay link (send buffer over its cap, or no free RTP slot).", []string{"node", "peer"}, nil)
+	descRelayRef   = prometheus.NewDesc("xrealm_sfu_relay_refused_total", "Control messages from a peer node that its relay link refused (a slot announcement for a mid that is none of the link's RTP receive slots).", []string{"node", "peer"}, nil)
 	descRelaySlots = prometheus.NewDesc("xrealm_sfu_relay_slots", "RTP send slots of a relay link, in use and in all (none: media on the SCTP channel).", []string{"node", "peer", "state"}, nil)
 	descSubBytes   = prometheus.NewDesc("xrealm_sfu_subscriber_bytes_total", "Bytes sent per subscriber, retransmissions included.", []string{"node", "client"}, nil)
 	descSubPackets = prometheus.NewDesc("xrealm_sfu_subscriber_packets_total", "Packets forwarded per subscriber.", []string{"node", "client"}, nil)
@@ -48,7 +49,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays, descSrcState,
-		descRelayBytes, descRelayDrop, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubLost, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
+		descRelayBytes, descRelayDrop, descRelayRef, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubLost, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
 		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
 		ch <- d
 	}
@@ -79,6 +80,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesIn.Load()), id, peerID, "in")
 				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesOut.Load()), id, peerID, "out")
 				ch <- prometheus.MustNewConstMetric(descRelayDrop, prometheus.CounterValue, float64(l.Dropped.Load()), id, peerID)
+				ch <- prometheus.MustNewConstMetric(descRelayRef, prometheus.CounterValue, float64(l.Refused.Load()), id, peerID)
 				if total, used := l.Slots(); total > 0 {
 					ch <- prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(used), id, peerID, "used")
 					ch <- prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(total), id, peerID, "total")

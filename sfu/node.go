@@ -750,6 +750,18 @@ func (h *relayHandler) OnMedia(_ *relay.Link, track string, pkt []byte) {
 	}
 }
 
+// OnRefused logs the first control message a link refused, and the
+// following ones at debug level (xrealm_sfu_relay_refused_total counts
+// them all): a peer that sends them may send many.
+func (h *relayHandler) OnRefused(l *relay.Link, c relay.Control, err error) {
+	n := (*Node)(h)
+	lvl := slog.LevelDebug
+	if l.Refused.Load() == 1 {
+		lvl = slog.LevelWarn
+	}
+	n.log.Log(n.ctx, lvl, "relay control refused", "peer", l.Peer, "op", c.Op, "mid", c.Mid, "track", c.Track, "refused", l.Refused.Load(), "err", err)
+}
+
 func (h *relayHandler) OnClose(l *relay.Link) {
 	n := (*Node)(h)
 	n.mu.Lock()

@@ -62,6 +62,10 @@ type Handler interface {
 	OnMedia(l *Link, track string, pkt []byte)
 	// OnClose is called once when the link fails or closes.
 	OnClose(l *Link)
+	// OnRefused is called for each control message the link refused
+	// itself (a "slot" or "unslot" for a mid that is not one of its RTP
+	// receive slots), with the reason; Link.Refused counts them.
+	OnRefused(l *Link, c Control, err error)
 }
 
 // Link is one node-to-node connection.
@@ -80,6 +84,8 @@ type Link struct {
 	in   *inSlots  // RTP media: what the peer's slots carry
 
 	BytesIn, BytesOut, PacketsIn, PacketsOut, Dropped atomic.Uint64
+	// Refused counts the control messages the link refused (OnRefused).
+	Refused atomic.Uint64
 
 	rateMu  sync.Mutex
 	rateAt  time.Time
@@ -114,7 +120,7 @@ func (l *Link) maxBuffered() uint64 {
 var ErrNotReady = errors.New("relay: link not ready")
 
 func newLink(peer string, pc *webrtc.PeerConnection, h Handler) *Link {
-	l := &Link{Peer: peer, pc: pc, h: h, ready: make(chan struct{}), in: newInSlots()}
+	l := &Link{Peer: peer, pc: pc, h: h, ready: make(chan struct{}), in: newInSlots()} // receive slots: useSlots
 	l.channels.Store(2)
 	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
 		if s == webrtc.PeerConnectionStateFailed || s == webrtc.PeerConnectionStateClosed {
@@ -147,18 +153,23 @@ func (l *Link) readSlot(tr *webrtc.TrackRemote, rcv *webrtc.RTPReceiver) {
 	}
 }
 
-// useSlots makes the link's RTP transceivers its send slots; after the
-// local description is set, so that they have their mids.
+// useSlots makes the link's RTP transceivers its send slots, and the
+// receive slots of the peer's announcements (the transceivers are
+// sendrecv: the same mids); after the local description is set, so that
+// they have their mids.
 func (l *Link) useSlots() {
 	var slots []*outSlot
+	var mids []string
 	for _, t := range l.pc.GetTransceivers() {
 		if t.Sender() == nil {
 			continue
 		}
 		if st, ok := t.Sender().Track().(*slotTrack); ok {
 			slots = append(slots, &outSlot{track: st, mid: t.Mid()})
+			mids = append(mids, t.Mid())
 		}
 	}
+	l.in.allow(mids)
 	if len(slots) > 0 {
 		l.pool = newSlotPool(slots, ReuseAfter)
 		l.channels.Store(1)
@@ -184,7 +195,13 @@ func (l *Link) attach(dc *webrtc.DataChannel) {
 				return
 			}
 			if c.Op == "slot" || c.Op == "unslot" {
-				for _, r := range l.in.announce(c) {
+				routed, err := l.in.announce(c)
+				if err != nil {
+					l.Refused.Add(1)
+					l.h.OnRefused(l, c, err)
+					return
+				}
+				for _, r := range routed {
 					l.h.OnMedia(l, r.track, r.pkt)
 				}
 				return

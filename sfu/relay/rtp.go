@@ -3,6 +3,7 @@ package relay
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -202,13 +203,60 @@ func (s *inSlot) covers(seq uint16) bool {
 	return s.track != "" && int16(seq-s.start) >= 0 && (!s.ended || int16(seq-s.end) < 0)
 }
 
-// inSlots routes received slot packets to tracks.
+// inSlots routes received slot packets to tracks. It keeps state for the
+// link's own receive slots only (the mids negotiated with the link, at
+// most as many as the peer offered): an announcement or a packet for any
+// other mid is refused, so that a peer that names ever new mids cannot
+// grow it without bound (each slot also holds up to maxPending packets).
 type inSlots struct {
 	mu    sync.Mutex
+	mids  map[string]bool // the receive slots, by mid
 	byMid map[string]*inSlot
 }
 
-func newInSlots() *inSlots { return &inSlots{byMid: map[string]*inSlot{}} }
+// newInSlots returns a router for the receive slots with the given mids
+// (none: a link whose media rides the data channel).
+func newInSlots(mids ...string) *inSlots {
+	r := &inSlots{byMid: map[string]*inSlot{}}
+	r.allow(mids)
+	return r
+}
+
+// allow sets the receive slots' mids, once the link's descriptions are
+// set.
+func (r *inSlots) allow(mids []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.mids = make(map[string]bool, len(mids))
+	for _, m := range mids {
+		r.mids[m] = true
+	}
+}
+
+// errUnknownSlot reports a "slot" or "unslot" announcement for a mid that
+// is not one of the link's receive slots.
+type errUnknownSlot struct {
+	op, mid string
+	slots   int
+}
+
+func (e errUnknownSlot) Error() string {
+	return fmt.Sprintf("relay: %q announcement for mid %q, which is not one of the link's %d RTP receive slots; refused", e.op, e.mid, e.slots)
+}
+
+// slot returns the state of receive slot mid, creating it, or nil when mid
+// is not one of the link's; r.mu must be held.
+func (r *inSlots) slot(mid string) *inSlot {
+	if !r.mids[mid] {
+		return nil
+	}
+	s := r.byMid[mid]
+	if s == nil {
+		s = &inSlot{}
+		r.byMid[mid] = s
+	}
+	return s
+}
 
 type routed struct {
 	track string
@@ -225,10 +273,9 @@ func (r *inSlots) route(mid string, pkt []byte) (routed, bool) {
 	seq := binary.BigEndian.Uint16(pkt[2:4])
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.byMid[mid]
+	s := r.slot(mid)
 	if s == nil {
-		s = &inSlot{}
-		r.byMid[mid] = s
+		return routed{}, false // not a slot of the link's: nothing to route it to
 	}
 	if !s.covers(seq) {
 		if len(s.pending) < maxPending {
@@ -241,21 +288,22 @@ func (r *inSlots) route(mid string, pkt []byte) (routed, bool) {
 }
 
 // announce applies a "slot" or "unslot" control and returns the pending
-// packets it now covers, rewritten.
-func (r *inSlots) announce(c Control) []routed {
+// packets it now covers, rewritten. An announcement for a mid that is not
+// one of the link's receive slots changes nothing and is refused with an
+// error that names it.
+func (r *inSlots) announce(c Control) ([]routed, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.byMid[c.Mid]
+	s := r.slot(c.Mid)
 	if s == nil {
-		s = &inSlot{}
-		r.byMid[c.Mid] = s
+		return nil, errUnknownSlot{op: c.Op, mid: c.Mid, slots: len(r.mids)}
 	}
 	switch c.Op {
 	case "slot":
 		s.track, s.start, s.offset, s.ended = c.Track, c.Seq, c.Offset, false
 	case "unslot":
 		if s.track != c.Track {
-			return nil
+			return nil, nil
 		}
 		s.end, s.ended = c.Seq, true
 	}
@@ -271,5 +319,5 @@ func (r *inSlots) announce(c Control) []routed {
 		}
 	}
 	s.pending = keep
-	return out
+	return out, nil
 }

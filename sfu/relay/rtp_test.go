@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -63,12 +64,15 @@ func pkt(seq uint16, payload byte) []byte {
 }
 
 func TestInSlotsRoute(t *testing.T) {
-	r := newInSlots()
+	r := newInSlots("0")
 	// RTP overtakes the announcement: kept, then delivered
 	if _, ok := r.route("0", pkt(500, 1)); ok {
 		t.Fatal("routed before any announcement")
 	}
-	out := r.announce(Control{Op: "slot", Track: "A", Mid: "0", Seq: 500, Offset: 400})
+	out, err := r.announce(Control{Op: "slot", Track: "A", Mid: "0", Seq: 500, Offset: 400})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(out) != 1 || out[0].track != "A" || binary.BigEndian.Uint16(out[0].pkt[2:4]) != 100 {
 		t.Fatalf("pending after slot: %+v", out)
 	}
@@ -78,19 +82,19 @@ func TestInSlotsRoute(t *testing.T) {
 	}
 	// the slot moves to track C at 502: A's late packet (a retransmission
 	// of 100) still maps to A, C's first packets before the announcements wait
-	r.announce(Control{Op: "unslot", Track: "A", Mid: "0", Seq: 502})
+	mustAnnounce(t, r, Control{Op: "unslot", Track: "A", Mid: "0", Seq: 502})
 	if got, ok := r.route("0", pkt(500, 3)); !ok || got.track != "A" || binary.BigEndian.Uint16(got.pkt[2:4]) != 100 {
 		t.Fatalf("late packet of the old track: %+v %v", got, ok)
 	}
 	if _, ok := r.route("0", pkt(502, 4)); ok {
 		t.Fatal("packet after unslot routed to the old track")
 	}
-	out = r.announce(Control{Op: "slot", Track: "C", Mid: "0", Seq: 502, Offset: 501})
+	out = mustAnnounce(t, r, Control{Op: "slot", Track: "C", Mid: "0", Seq: 502, Offset: 501})
 	if len(out) != 1 || out[0].track != "C" || binary.BigEndian.Uint16(out[0].pkt[2:4]) != 1 {
 		t.Fatalf("reused slot: %+v", out)
 	}
 	// an unslot of another track does not end the current one
-	r.announce(Control{Op: "unslot", Track: "A", Mid: "0", Seq: 600})
+	mustAnnounce(t, r, Control{Op: "unslot", Track: "A", Mid: "0", Seq: 600})
 	if got, ok := r.route("0", pkt(700, 5)); !ok || got.track != "C" {
 		t.Fatalf("stale unslot ended the slot: %+v %v", got, ok)
 	}
@@ -99,11 +103,75 @@ func TestInSlotsRoute(t *testing.T) {
 	}
 }
 
+func mustAnnounce(t *testing.T, r *inSlots, c Control) []routed {
+	t.Helper()
+	out, err := r.announce(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestInSlotsUnknownMid: the receive-slot router keeps state for the
+// link's own receive slots only. Before, every mid a peer named in a
+// "slot" or "unslot" (or an RTP packet on it) got an entry that was never
+// removed, each holding up to maxPending packets: a peer that named ever
+// new mids grew the map without bound.
+func TestInSlotsUnknownMid(t *testing.T) {
+	tests := []struct {
+		name string
+		mids []string // the link's receive slots
+		c    Control
+		want string
+	}{
+		{"slot on an unknown mid", []string{"0", "1"}, Control{Op: "slot", Track: "s/a/pc0", Mid: "7"},
+			`relay: "slot" announcement for mid "7", which is not one of the link's 2 RTP receive slots; refused`},
+		{"unslot on an unknown mid", []string{"0"}, Control{Op: "unslot", Track: "s/a/pc0", Mid: "x"},
+			`relay: "unslot" announcement for mid "x", which is not one of the link's 1 RTP receive slots; refused`},
+		{"slot on a link without slots", nil, Control{Op: "slot", Track: "s/a/pc0", Mid: "0"},
+			`relay: "slot" announcement for mid "0", which is not one of the link's 0 RTP receive slots; refused`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newInSlots(tt.mids...)
+			out, err := r.announce(tt.c)
+			if err == nil || err.Error() != tt.want || out != nil {
+				t.Fatalf("announce: %v %v, want error %q", out, err, tt.want)
+			}
+			if len(r.byMid) != 0 {
+				t.Fatalf("refused announcement left state: %v", r.byMid)
+			}
+		})
+	}
+	r := newInSlots("0", "1")
+	for i := range 10000 {
+		mid := strconv.Itoa(i + 2)
+		if _, err := r.announce(Control{Op: "slot", Track: "s/a/pc0", Mid: mid, Seq: 1}); err == nil {
+			t.Fatalf("mid %s accepted", mid)
+		}
+		if _, ok := r.route(mid, pkt(1, 1)); ok {
+			t.Fatalf("packet on mid %s routed", mid)
+		}
+	}
+	if len(r.byMid) != 0 {
+		t.Fatalf("%d receive slots after announcements on unknown mids, want 0", len(r.byMid))
+	}
+	// the link's own slots still work
+	if _, ok := r.route("1", pkt(9, 1)); ok {
+		t.Fatal("routed before its announcement")
+	}
+	if out := mustAnnounce(t, r, Control{Op: "slot", Track: "s/a/pc0", Mid: "1", Seq: 9, Offset: 4}); len(out) != 1 || out[0].track != "s/a/pc0" {
+		t.Fatalf("own slot: %+v", out)
+	}
+}
+
 type mediaRec struct {
 	mu   sync.Mutex
 	got  map[string][]uint16
 	ctl  []Control
 	gotC chan struct{}
+	// refused: the errors of OnRefused
+	refused []string
 }
 
 func (m *mediaRec) OnControl(_ *Link, c Control) {
@@ -123,6 +191,12 @@ func (m *mediaRec) OnMedia(_ *Link, track string, p []byte) {
 }
 
 func (m *mediaRec) OnClose(*Link) {}
+
+func (m *mediaRec) OnRefused(_ *Link, c Control, err error) {
+	m.mu.Lock()
+	m.refused = append(m.refused, err.Error())
+	m.mu.Unlock()
+}
 
 func (m *mediaRec) seqs(track string) []uint16 {
 	m.mu.Lock()
@@ -242,6 +316,29 @@ func TestLinkRTPSlots(t *testing.T) {
 	if len(hb.ctl) != 0 {
 		t.Fatalf("slot announcements reached the handler: %+v", hb.ctl)
 	}
+	// an announcement for a mid that is none of b's receive slots is
+	// refused and reported, and changes nothing
+	if err := a.SendControl(Control{Op: "slot", Track: "s/eve/pc0", Mid: "bogus", Seq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for b.Refused.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("announcement on an unknown mid not refused")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	hb.mu.Lock()
+	refused := append([]string(nil), hb.refused...)
+	hb.mu.Unlock()
+	if want := `relay: "slot" announcement for mid "bogus", which is not one of the link's 2 RTP receive slots; refused`; len(refused) != 1 || refused[0] != want {
+		t.Fatalf("refusals %q, want [%q]", refused, want)
+	}
+	b.in.mu.Lock()
+	_, kept := b.in.byMid["bogus"]
+	b.in.mu.Unlock()
+	if kept || len(hb.ctl) != 0 {
+		t.Fatalf("refused announcement kept (%v) or passed on (%+v)", kept, hb.ctl)
+	}
 }
 
 // FuzzInSlots feeds received packets and ctl announcements (wire input from
@@ -252,10 +349,14 @@ func FuzzInSlots(f *testing.F) {
 	f.Add([]byte(`{"op":"unslot","track":"s/a/pc0","mid":"0","seq":502}`), pkt(502, 1), "0")
 	f.Add([]byte(`{}`), []byte{0x80}, "")
 	f.Fuzz(func(t *testing.T, ctl, packet []byte, mid string) {
-		r := newInSlots()
+		r := newInSlots("0", "1")
 		var c Control
 		if json.Unmarshal(ctl, &c) == nil {
-			for _, out := range r.announce(c) {
+			out, err := r.announce(c)
+			if (err != nil) != (c.Mid != "0" && c.Mid != "1") {
+				t.Fatalf("announcement on mid %q: %v", c.Mid, err)
+			}
+			for _, out := range out {
 				if out.track != c.Track {
 					t.Fatalf("routed to %q, announced %q", out.track, c.Track)
 				}
@@ -264,10 +365,14 @@ func FuzzInSlots(f *testing.F) {
 		if out, ok := r.route(mid, packet); ok && (c.Op != "slot" || out.track != c.Track) {
 			t.Fatalf("routed to %q after %+v", out.track, c)
 		}
-		for _, out := range r.announce(Control{Op: "slot", Track: "t", Mid: mid, Seq: 0, Offset: 7}) {
+		out, _ := r.announce(Control{Op: "slot", Track: "t", Mid: mid, Seq: 0, Offset: 7})
+		for _, out := range out {
 			if out.track != "t" {
 				t.Fatalf("pending routed to %q", out.track)
 			}
+		}
+		if len(r.byMid) > 2 {
+			t.Fatalf("%d receive slots, the link has 2", len(r.byMid))
 		}
 	})
 }
