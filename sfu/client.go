@@ -38,7 +38,10 @@ type ClientConfig struct {
 	Net          transport.Net
 	// OnTrack is called for each receive slot once media flows.
 	OnTrack func(*webrtc.TrackRemote, *webrtc.RTPReceiver)
-	// OnEvent is called for each slot event.
+	// OnEvent is called for each slot event of the node the client is
+	// placed on (events a node that failed the placement sends are
+	// dropped; those that came during the placement are passed on merged,
+	// as one event, once it is placed).
 	OnEvent func(Event)
 	// ReportInterval as in Config: RTCP reports per stream; zero is 1 s.
 	ReportInterval time.Duration
@@ -68,6 +71,7 @@ type Client struct {
 	Tracks map[string]*webrtc.TrackLocalStaticRTP
 	signal string
 	evSub  *nats.Subscription
+	gate   *eventGate // cfg.OnEvent gets the events of c.Node only
 }
 
 // Dial joins: it asks the manager for a node, offers, and waits for the
@@ -80,10 +84,11 @@ func Dial(ctx context.Context, cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.OnEvent != nil {
 		var err error
+		c.gate = newEventGate(cfg.OnEvent)
 		c.evSub, err = cfg.NC.Subscribe(subjectEvents(cfg.Session, cfg.Client), func(m *nats.Msg) {
 			var ev Event
 			if json.Unmarshal(m.Data, &ev) == nil {
-				cfg.OnEvent(ev)
+				c.gate.event(ev)
 			}
 		})
 		if err != nil {
@@ -193,10 +198,20 @@ func (c *Client) join(ctx context.Context, offer Signal) (Reply, error) {
 			c.Node, c.signal = a.Node, a.Signal
 			return c.request(ctx, s)
 		},
-		placed:  c.cfg.placed,
+		placed: func(a Assignment) {
+			if c.gate != nil {
+				c.gate.try(a.Node)
+			}
+			if c.cfg.placed != nil {
+				c.cfg.placed(a)
+			}
+		},
 		timeout: c.cfg.offerTimeout,
 	}
-	_, rep, err := p.run(ctx, offer)
+	a, rep, err := p.run(ctx, offer)
+	if a.Node != "" && c.gate != nil {
+		c.gate.place()
+	}
 	return rep, err
 }
 

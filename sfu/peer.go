@@ -512,7 +512,7 @@ func (p *peer) dropSources(gone []*source) {
 // Only changes are sent: every event crosses the bus, and full lists of 63
 // slots on each allocation change saturated the bench's site uplinks.
 func (p *peer) notify() {
-	ev := Event{Op: "slots"}
+	ev := Event{Op: "slots", Node: p.n.cfg.ID}
 	for _, s := range p.slots {
 		if s.src == s.told {
 			continue

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,6 +127,76 @@ type Reply struct {
 type Event struct {
 	Op    string       `json:"op"` // "slots"
 	Slots []SlotStatus `json:"slots"`
+	// Node is the ID of the node that sent the event. A client's events
+	// subject is the same whichever node it is on, so the WebSocket
+	// handler and the Go client pass on only the events of the node the
+	// client was placed on (eventGate): a node that failed the client's
+	// offer may have taken it and still send events for slots of a
+	// connection the client does not use. An event without it (an older
+	// node) is passed on.
+	Node string `json:"node,omitempty"`
+}
+
+// eventGate passes on a client's events from the node its placement is
+// trying (try) or has placed it on, and drops those of any other node. While
+// the placement runs, the tried node's events are held, merged by slot (an
+// event lists only the slots that changed, so the latest status of each is
+// what the client needs), and dropped when the placement moves on to
+// another node: that node failed the client, and the slots it named are
+// none of the client's connection. place passes the held events on, as one
+// event, and every later one of that node at once.
+type eventGate struct {
+	deliver func(Event)
+
+	mu     sync.Mutex
+	node   string // the node tried, or placed on
+	placed bool
+	held   []SlotStatus // the tried node's events so far, one entry per slot
+}
+
+func newEventGate(deliver func(Event)) *eventGate { return &eventGate{deliver: deliver} }
+
+// try notes that the placement sends the client's offer to node.
+func (g *eventGate) try(node string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.node, g.placed, g.held = node, false, nil
+}
+
+// place notes that the client is on the node tried last, and passes on
+// the events held for it.
+func (g *eventGate) place() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.placed = true
+	if len(g.held) > 0 {
+		g.deliver(Event{Op: "slots", Slots: g.held, Node: g.node})
+	}
+	g.held = nil
+}
+
+// event takes one event from the bus.
+func (g *eventGate) event(ev Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.node == "" || (ev.Node != "" && ev.Node != g.node) {
+		return // no offer sent yet, or another node's: one that failed the client
+	}
+	if g.placed {
+		g.deliver(ev)
+		return
+	}
+	if ev.Op != "slots" {
+		return
+	}
+	for _, st := range ev.Slots {
+		i := slices.IndexFunc(g.held, func(h SlotStatus) bool { return h.Mid == st.Mid })
+		if i < 0 {
+			g.held = append(g.held, st)
+		} else {
+			g.held[i] = st
+		}
+	}
 }
 
 // SlotStatus is one receive slot, by the transceiver's mid; Track is nil
@@ -298,6 +369,7 @@ func (n *Node) Handler() http.Handler {
 			target          string
 			session, client string // what this socket signals for, from its first join
 			evSub           *nats.Subscription
+			gate            *eventGate // the events of the node the client is placed on
 		)
 		defer func() {
 			if evSub != nil {
@@ -379,14 +451,16 @@ func (n *Node) Handler() http.Handler {
 					continue
 				}
 				// subscribed before the offer: the node's first events may
-				// come before its answer reaches this handler
+				// come before its answer reaches this handler; only those
+				// of the node the client is placed on go to the socket
+				gate = newEventGate(func(ev Event) { _ = send(ev) })
 				evSub, _ = n.cfg.NC.Subscribe(subjectEvents(s.Session, s.Client), func(m *nats.Msg) {
 					var ev Event
 					if json.Unmarshal(m.Data, &ev) == nil {
-						_ = send(ev)
+						gate.event(ev)
 					}
 				})
-				a, rep, err := n.placeWebSocketClient(ctx, JoinRequest{Session: s.Session, Client: s.Client, Site: site}, s)
+				a, rep, err := n.placeWebSocketClient(ctx, JoinRequest{Session: s.Session, Client: s.Client, Site: site}, s, gate)
 				if a.Node == "" { // no node answered: the next message asks again
 					if evSub != nil {
 						_ = evSub.Unsubscribe()
@@ -396,6 +470,7 @@ func (n *Node) Handler() http.Handler {
 					continue
 				}
 				target, session, client = a.Signal, s.Session, s.Client
+				gate.place() // its events so far go before its answer, as they came
 				if err != nil && rep.Op != "error" {
 					rep = Reply{Op: "error", Error: err.Error()}
 				}
@@ -414,8 +489,8 @@ func (n *Node) Handler() http.Handler {
 // placeWebSocketClient places a WebSocket client whose first message is
 // first (placement): it asks the manager for a node and sends the node
 // first, again while the manager answers busy or the node does not
-// answer, as Dial does.
-func (n *Node) placeWebSocketClient(ctx context.Context, req JoinRequest, first Signal) (Assignment, Reply, error) {
+// answer, as Dial does. gate learns each node tried.
+func (n *Node) placeWebSocketClient(ctx context.Context, req JoinRequest, first Signal, gate *eventGate) (Assignment, Reply, error) {
 	p := placement{
 		nc:       n.cfg.NC,
 		req:      req,
@@ -424,7 +499,12 @@ func (n *Node) placeWebSocketClient(ctx context.Context, req JoinRequest, first 
 		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
 			return n.signalNode(ctx, a.Signal, s)
 		},
-		placed:  n.wsPlaced,
+		placed: func(a Assignment) {
+			gate.try(a.Node)
+			if n.wsPlaced != nil {
+				n.wsPlaced(a)
+			}
+		},
 		timeout: n.wsOfferTimeout,
 	}
 	return p.run(ctx, first)
