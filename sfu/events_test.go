@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -227,5 +228,66 @@ func TestEventGate(t *testing.T) {
 	wb, _ := json.Marshal(want)
 	if string(gb) != string(wb) {
 		t.Fatalf("passed on\n%s\nwant\n%s", gb, wb)
+	}
+}
+
+// TestPrunePoses: a node hears every session's poses on the bus; it keeps
+// those of its own clients and of publishers in the track directory, and
+// forgets the others once they are poseGrace old. Before, it kept the pose
+// of every client that ever sent one, for good.
+func TestPrunePoses(t *testing.T) {
+	c := startCluster(t, "a")
+	n := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	me, err := Dial(ctx, ClientConfig{NC: c.conn(t, "me"), Session: "s1", Client: "me", Site: "a", ICEAddresses: loopback, VideoSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer me.Close()
+	if err := me.SetPose(ctx, Pose{FOV: 1}); err != nil {
+		t.Fatal(err)
+	}
+	nc := c.conn(t, "bus")
+	// a publisher on another node
+	b, _ := json.Marshal(TrackEvent{Op: "add", Track: TrackInfo{Session: "s1", Client: "pub", Track: "pc0", Kind: "video", Mime: MimeTypePointCloud, Node: "5"}})
+	if err := nc.Publish("sfu.tracks.s1", b); err != nil {
+		t.Fatal(err)
+	}
+	clients := []string{"pub"}
+	for i := range 100 {
+		clients = append(clients, "gone"+strconv.Itoa(i))
+	}
+	for _, cl := range clients {
+		b, _ := json.Marshal(PoseMessage{Session: "s1", Client: cl, Pose: Pose{FOV: 2}})
+		if err := nc.Publish("sfu.poses.s1", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	known := func(client string) bool {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		return n.poseOf("s1/"+client) != nil
+	}
+	waitFor(t, "the poses and the publisher's track", func() bool {
+		n.mu.Lock()
+		_, pub := n.directory["s1/pub/pc0"]
+		n.mu.Unlock()
+		return pub && known("me") && known("gone99")
+	})
+	n.prunePoses(time.Now())
+	for _, cl := range append(clients, "me") {
+		if !known(cl) {
+			t.Fatalf("pose of %s forgotten within its grace", cl)
+		}
+	}
+	n.prunePoses(time.Now().Add(poseGrace))
+	for _, cl := range clients[1:] {
+		if known(cl) {
+			t.Fatalf("pose of %s (not connected here, publishing nothing) kept after its grace", cl)
+		}
+	}
+	if !known("me") || !known("pub") {
+		t.Fatalf("pose of the node's client (%v) or of a publisher (%v) forgotten", known("me"), known("pub"))
 	}
 }

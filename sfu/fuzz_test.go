@@ -371,7 +371,7 @@ func FuzzBusMessages(f *testing.F) {
 			}
 			n.mu.Lock()
 			defer n.mu.Unlock()
-			if p := n.poses[pm.Session+"/"+pm.Client]; p == nil || *p != pm.Pose {
+			if p := n.poseOf(pm.Session + "/" + pm.Client); p == nil || *p != pm.Pose {
 				t.Fatalf("pose %s: node has %+v", data, p)
 			}
 		}

@@ -35,7 +35,7 @@ type Node struct {
 	local     map[string]*source    // published here, by key
 	relayed   map[string]*source    // relayed from another node, by key
 	directory map[string]TrackInfo  // every track of every session, by key
-	poses     map[string]*Pose      // "session/client"
+	poses     map[string]knownPose  // "session/client"
 	links     map[string]*linkState // by peer node ID
 	groups    map[string]*linkGroup // subscribers by remote IP (shared.go)
 	closed    bool
@@ -81,7 +81,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{
 		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID), instance: newInstance(),
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
-		directory: map[string]TrackInfo{}, poses: map[string]*Pose{}, links: map[string]*linkState{},
+		directory: map[string]TrackInfo{}, poses: map[string]knownPose{}, links: map[string]*linkState{},
 		groups: map[string]*linkGroup{}, hops: newHopHists(),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
@@ -223,8 +223,9 @@ func (n *Node) loop() {
 		select {
 		case <-n.ctx.Done():
 			return
-		case <-hb.C:
+		case now := <-hb.C:
 			n.heartbeat()
+			n.prunePoses(now)
 		case now := <-al.C:
 			n.mu.Lock()
 			var changed []TrackInfo
@@ -370,14 +371,54 @@ func (n *Node) handleTrackEvent(m *nats.Msg) {
 	}
 }
 
+// knownPose is a client's last pose and when it came.
+type knownPose struct {
+	pose *Pose
+	at   time.Time
+}
+
 func (n *Node) handlePose(m *nats.Msg) {
 	var pm PoseMessage
 	if json.Unmarshal(m.Data, &pm) != nil || pm.Session == "" || pm.Client == "" {
 		return
 	}
 	n.mu.Lock()
-	n.poses[pm.Session+"/"+pm.Client] = &pm.Pose
+	n.poses[pm.Session+"/"+pm.Client] = knownPose{pose: &pm.Pose, at: time.Now()}
 	n.mu.Unlock()
+}
+
+// poseOf returns the last pose of client key ("session/client"), or nil;
+// n.mu must be held.
+func (n *Node) poseOf(key string) *Pose { return n.poses[key].pose }
+
+// poseGrace is how long a node keeps the pose of a client it has no use
+// for: one neither connected here nor publishing a track (a pose may come
+// before the publisher's tracks are announced).
+const poseGrace = 30 * time.Second
+
+// prunePoses forgets the poses, older than poseGrace at now, of clients
+// that are neither connected here nor in the track directory. A node uses
+// a pose for its own clients (what they see) and for publishers (where they
+// are); it hears every session's poses on the bus, and before, it kept the
+// pose of every client that ever sent one, for good.
+func (n *Node) prunePoses(now time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var publishing map[string]bool
+	for key, kp := range n.poses {
+		if now.Sub(kp.at) < poseGrace || n.peers[key] != nil {
+			continue
+		}
+		if publishing == nil {
+			publishing = make(map[string]bool, len(n.directory))
+			for _, t := range n.directory {
+				publishing[t.Session+"/"+t.Client] = true
+			}
+		}
+		if !publishing[key] {
+			delete(n.poses, key)
+		}
+	}
 }
 
 // sessionTracks returns the directory entries of a session; n.mu must not

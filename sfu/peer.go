@@ -276,7 +276,7 @@ func (p *peer) reconcile() {
 	share := p.linkShare()
 	budget := math.Min(estimate, share)
 	p.n.mu.Lock()
-	myPose := p.n.poses[p.session+"/"+p.client]
+	myPose := p.n.poseOf(p.session + "/" + p.client)
 	rateOf := func(t TrackInfo) float64 {
 		if s := p.n.local[t.Key()]; s != nil && s.rate.Load() > 0 {
 			return float64(s.rate.Load())
@@ -302,7 +302,7 @@ func (p *peer) reconcile() {
 		if myPose == nil {
 			return 1
 		}
-		if pub := p.n.poses[p.session+"/"+client]; pub != nil {
+		if pub := p.n.poseOf(p.session + "/" + client); pub != nil {
 			return allocator.Interest(allocator.Pose{Position: myPose.Position, Forward: myPose.Forward, FOV: fov}, pub.Position)
 		}
 		return unknown
