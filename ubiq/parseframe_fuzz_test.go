@@ -2,6 +2,7 @@ package ubiq
 
 import (
 	"bytes"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,6 +33,16 @@ func FuzzParseFrame(f *testing.F) {
 		}
 		if err != nil && !strings.Contains(err.Error(), "length") && !strings.Contains(err.Error(), strconv.Itoa(len(msg))) {
 			t.Fatalf("ParseFrame(% x, %d): error %q names no length", msg, max, err)
+		}
+		// The server reads WebSocket messages as streams: it takes and
+		// refuses the same ones, every refusal a *FrameError.
+		var fe *FrameError
+		if err != nil && !errors.As(err, &fe) {
+			t.Fatalf("ParseFrame(% x, %d) = %v, not a FrameError", msg, max, err)
+		}
+		got, rerr := readMessageFrame(bytes.NewReader(msg), max)
+		if (rerr == nil) != (err == nil) || rerr != nil && !errors.As(rerr, &fe) || rerr == nil && !bytes.Equal(got, msg) {
+			t.Fatalf("readMessageFrame(% x, %d) = % x, %v; ParseFrame: %v", msg, max, got, rerr, err)
 		}
 	})
 }

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+	"github.com/xrealm/xrealm/internal/testlog"
 	"github.com/xrealm/xrealm/tlscert"
 )
 
@@ -289,6 +292,60 @@ func TestWebSocket(t *testing.T) {
 		t.Fatal("WebSocket with two frames in a message stayed open")
 	}
 	ws.barrier()
+}
+
+// A WebSocket message that is not exactly one whole frame closes that
+// connection only, is counted as malformed, and is logged with what was
+// wrong with it: a message too short for the length field, a length field
+// out of bounds (refused before the payload is read), a message that ends
+// inside its frame or goes on past it.
+func TestMalformedWebSocketMessages(t *testing.T) {
+	var log testlog.Buffer
+	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = 1024; c.Logger = log.Logger() })
+	bystander := dialPeer(t, ts.ws)
+	bystander.join(JoinArgs{UUID: newUUID()})
+	hdr := func(n int32) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(n)) }
+	ping := NewFrame(ServerID, []byte(`{"type":"Ping","args":"{}"}`))
+	full := NewFrame(NetworkId{A: 5, B: 5}, make([]byte, 1024)) // the largest frame
+	for i, tc := range []struct {
+		name string
+		msg  []byte
+		want string // in the log line
+	}{
+		{"empty", []byte{}, "message of 0 bytes is too short to hold a frame's length field"},
+		{"two bytes", []byte{1, 2}, "message of 2 bytes is too short to hold a frame's length field"},
+		{"length 11", append(hdr(11), make([]byte, 11)...), "frame length 11 is below the minimum 12"},
+		{"length over the limit", append(hdr(1024+9), make([]byte, 16)...), "frame length 1033 exceeds the limit 1032"},
+		{"ends inside its frame", ping[:len(ping)-1], fmt.Sprintf("message of %d bytes holds a frame of length %d", len(ping)-1, len(ping)-4)},
+		{"two frames", append(append([]byte{}, ping...), ping...), fmt.Sprintf("message of more than %d bytes holds a frame of length %d", len(ping), len(ping)-4)},
+		{"past the largest frame", append(append([]byte{}, full...), 0), fmt.Sprintf("message of more than %d bytes holds a frame of length 1032", len(full))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := dialPeer(t, ts.ws)
+			bad.barrier()
+			bad.c.WriteRaw(tc.msg)
+			select {
+			case <-bad.c.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the connection stayed open")
+			}
+			eventually(t, "the malformed message counted", func() bool {
+				return strings.Contains(collect(t, ts.s), fmt.Sprintf("xrealm_ubiq_malformed_total %d\n", i+1))
+			})
+			if log.Count("malformed frame", tc.want) != 1 {
+				t.Fatalf("no log line with %q in:\n%s", tc.want, log.String())
+			}
+			bystander.barrier()
+		})
+	}
+	// Text messages are skipped, whatever they hold.
+	p := dialPeer(t, ts.ws)
+	p.barrier()
+	ws := p.c.ws
+	if err := ws.WriteMessage(websocket.TextMessage, []byte{1, 2}); err != nil {
+		t.Fatal(err)
+	}
+	p.barrier()
 }
 
 func TestSilentPeerDropped(t *testing.T) {

@@ -64,14 +64,31 @@ func NewFrame(id NetworkId, payload []byte) []byte {
 // it must be closed, as the stream is no longer in step.
 type FrameError struct {
 	Length int64 // the length field
-	Max    int
+	Max    int   // the largest payload
+	// WebSocket is set for a WebSocket message, which must hold exactly
+	// one whole frame. Message is then its size in bytes: a message
+	// shorter than 4 bytes has no length field, and one that is not 4 +
+	// Length bytes long (with a valid Length) holds less or more than its
+	// frame. A negative Message is a message longer than -Message bytes
+	// (the rest was not read).
+	WebSocket bool
+	Message   int64
 }
 
 func (e *FrameError) Error() string {
-	if e.Length < MinLength {
+	switch {
+	case e.WebSocket && e.Message >= 0 && e.Message < 4:
+		return fmt.Sprintf("ubiq WebSocket message of %d bytes is too short to hold a frame's length field (4 bytes)", e.Message)
+	case e.Length < MinLength:
 		return fmt.Sprintf("ubiq frame length %d is below the minimum %d", e.Length, MinLength)
+	case e.Length > int64(e.Max)+8:
+		return fmt.Sprintf("ubiq frame length %d exceeds the limit %d", e.Length, e.Max+8)
+	case e.WebSocket && e.Message < 0:
+		return fmt.Sprintf("ubiq WebSocket message of more than %d bytes holds a frame of length %d (want exactly one whole frame)", -e.Message, e.Length)
+	case e.WebSocket:
+		return fmt.Sprintf("ubiq WebSocket message of %d bytes holds a frame of length %d (want exactly one whole frame)", e.Message, e.Length)
 	}
-	return fmt.Sprintf("ubiq frame length %d exceeds the limit %d", e.Length, e.Max+8)
+	return fmt.Sprintf("ubiq frame length %d is invalid", e.Length)
 }
 
 // checkLength validates a length field against maxPayload.
@@ -159,19 +176,56 @@ func (s *slab) alloc(n int) []byte {
 }
 
 // ParseFrame checks that msg is exactly one whole frame, as every
-// WebSocket message must be.
+// WebSocket message must be; any other message is a *FrameError.
 func ParseFrame(msg []byte, maxPayload int) error {
 	if len(msg) < 4 {
-		return &FrameError{Length: int64(len(msg)) - 4, Max: maxPayload}
+		return &FrameError{Max: maxPayload, WebSocket: true, Message: int64(len(msg))}
 	}
 	n := int32(binary.LittleEndian.Uint32(msg))
 	if err := checkLength(n, maxPayload); err != nil {
 		return err
 	}
 	if int64(n)+4 != int64(len(msg)) {
-		return fmt.Errorf("ubiq WebSocket message of %d bytes holds a frame of length %d (want exactly one whole frame)", len(msg), n)
+		return &FrameError{Length: int64(n), Max: maxPayload, WebSocket: true, Message: int64(len(msg))}
 	}
 	return nil
+}
+
+// readMessageFrame reads a WebSocket message from r (a message reader),
+// which must hold exactly one whole frame, and returns the frame. It reads
+// the length field first and no more than one byte past the frame, so a
+// message that announces too much, or goes on past its frame, is refused
+// without being buffered. A message that is not one frame is a
+// *FrameError; other errors are the reader's.
+func readMessageFrame(r io.Reader, maxPayload int) ([]byte, error) {
+	var hdr [4]byte
+	if k, err := io.ReadFull(r, hdr[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &FrameError{Max: maxPayload, WebSocket: true, Message: int64(k)}
+		}
+		return nil, err
+	}
+	n := int32(binary.LittleEndian.Uint32(hdr[:]))
+	if err := checkLength(n, maxPayload); err != nil {
+		return nil, err
+	}
+	f := make([]byte, 4+int(n))
+	copy(f, hdr[:])
+	if k, err := io.ReadFull(r, f[4:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, &FrameError{Length: int64(n), Max: maxPayload, WebSocket: true, Message: int64(4 + k)}
+		}
+		return nil, err
+	}
+	var more [1]byte
+	switch k, err := io.ReadFull(r, more[:]); {
+	case k > 0:
+		return nil, &FrameError{Length: int64(n), Max: maxPayload, WebSocket: true, Message: -int64(len(f))}
+	case errors.Is(err, io.EOF):
+		return f, nil
+	default:
+		return nil, err
+	}
 }
 
 // SplitFrames calls f for each whole frame at the start of b and returns

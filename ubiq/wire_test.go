@@ -73,10 +73,18 @@ func TestFrameErrors(t *testing.T) {
 	}
 	// A WebSocket message must be exactly one frame.
 	f := NewFrame(NetworkId{A: 1, B: 1}, []byte("hello"))
-	for _, msg := range [][]byte{f[:len(f)-1], append(append([]byte{}, f...), 0), append(append([]byte{}, f...), f...), {1, 2}} {
-		if ParseFrame(msg, 1<<20) == nil {
-			t.Errorf("ParseFrame(% x) accepted", msg)
+	// Every refusal is a *FrameError (the server counts it as malformed),
+	// and reading the message as a stream refuses it too.
+	for _, msg := range [][]byte{f[:len(f)-1], append(append([]byte{}, f...), 0), append(append([]byte{}, f...), f...), {1, 2}, {}, hdr(1<<20 + 9)} {
+		if err := ParseFrame(msg, 1<<20); !errors.As(err, &fe) {
+			t.Errorf("ParseFrame(% x) = %v, want a FrameError", msg, err)
 		}
+		if _, err := readMessageFrame(bytes.NewReader(msg), 1<<20); !errors.As(err, &fe) {
+			t.Errorf("readMessageFrame(% x) = %v, want a FrameError", msg, err)
+		}
+	}
+	if got, err := readMessageFrame(bytes.NewReader(f), 1<<20); err != nil || !bytes.Equal(got, f) {
+		t.Errorf("readMessageFrame(% x) = % x, %v", f, got, err)
 	}
 }
 

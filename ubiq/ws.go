@@ -28,7 +28,8 @@ func (s *Server) WebSocketHandler() http.Handler {
 			s.log.Info("Ubiq WebSocket upgrade failed", "remote", r.RemoteAddr, "err", err)
 			return
 		}
-		ws.SetReadLimit(int64(s.cfg.MaxFrame) + HeaderSize)
+		// No read limit: wsConn.run reads a message's length field first
+		// and refuses a frame over MaxFrame before reading its payload.
 		transport := "ws"
 		if r.TLS != nil {
 			transport = "wss"
@@ -48,17 +49,18 @@ type wsConn struct {
 
 func (c *wsConn) run(stop func() bool, handle func(f []byte) error) error {
 	for !stop() {
-		typ, msg, err := c.ws.ReadMessage()
+		typ, r, err := c.ws.NextReader()
 		if err != nil {
 			return err
 		}
 		if typ != websocket.BinaryMessage {
-			continue
+			continue // the next NextReader skips the rest of it
 		}
-		if err := ParseFrame(msg, c.max); err != nil {
+		f, err := readMessageFrame(r, c.max)
+		if err != nil {
 			return err
 		}
-		if err := handle(msg); err != nil {
+		if err := handle(f); err != nil {
 			return err
 		}
 	}
