@@ -39,10 +39,42 @@ type Manager struct {
 
 	mu       sync.Mutex
 	nodes    map[string]*nodeState
-	assigned map[string]string // "session/client" → node
+	assigned map[string]assignedTo // by "session/client"
+	prunedAt time.Time               // when pruneAssigned last ran
 	placing  int               // joins being placed
 	busy     bool              // answering busy: placing reached maxPlacing and has not yet fallen below busyLowWater
 	refused  int               // joins answered busy while busy
+}
+
+// assignedTo is the node a client was last given, and when.
+type assignedTo struct {
+	node string
+	at   time.Time
+}
+
+// assignedTTL is how long the manager remembers a client's node, so that
+// the client gets it again when it joins again (a reload, a connection
+// that failed); pruneEvery is how often it forgets older ones and those
+// of nodes it no longer knows. Before, it remembered every client that
+// ever joined, for good: a browser in a public scene could grow the map
+// with every client id it made up.
+const (
+	assignedTTL = 10 * time.Minute
+	pruneEvery  = 10 * time.Second
+)
+
+// pruneAssigned forgets, at most every pruneEvery, the assignments older
+// than assignedTTL and those to nodes that are gone; m.mu must be held.
+func (m *Manager) pruneAssigned(now time.Time) {
+	if now.Sub(m.prunedAt) < pruneEvery {
+		return
+	}
+	m.prunedAt = now
+	for key, a := range m.assigned {
+		if _, live := m.nodes[a.node]; !live || now.Sub(a.at) >= assignedTTL {
+			delete(m.assigned, key)
+		}
+	}
 }
 
 type nodeState struct {
@@ -92,7 +124,7 @@ func StartManager(nc *nats.Conn, log *slog.Logger) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	m := &Manager{nc: nc, log: log, nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	m := &Manager{nc: nc, log: log, nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	m.probeWait.Store(int64(probeTimeout))
 	hb, err := nc.Subscribe(subjectNodes, m.handleHeartbeat)
@@ -330,8 +362,10 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := req.Session + "/" + req.Client
-	if id, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, id) {
-		if ns := m.nodes[id]; ns != nil && now.Sub(ns.seen) < nodeTTL {
+	m.pruneAssigned(now)
+	if a, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, a.node) && now.Sub(a.at) < assignedTTL {
+		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL {
+			m.assigned[key] = assignedTo{node: a.node, at: now}
 			return assignment(ns.info)
 		}
 	}
@@ -365,7 +399,7 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	})
 	best := live[0]
 	best.pending++
-	m.assigned[key] = best.info.ID
+	m.assigned[key] = assignedTo{node: best.info.ID, at: now}
 	return assignment(best.info)
 }
 

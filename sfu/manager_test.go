@@ -11,7 +11,7 @@ import (
 )
 
 func TestAssignNearSites(t *testing.T) {
-	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 	now := time.Now()
 	for _, n := range []NodeInfo{{ID: "1", Site: "s1", Clients: 9}, {ID: "2", Site: "s2", Clients: 0}} {
 		m.nodes[n.ID] = &nodeState{info: n, seen: now}
@@ -55,7 +55,7 @@ func TestSessionOf(t *testing.T) {
 // they failed it) is placed elsewhere, even when the client was given an
 // excluded node before and it is alive, and then keeps its new node.
 func TestAssignExclude(t *testing.T) {
-	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 	now := time.Now()
 	for _, n := range []NodeInfo{{ID: "1", Site: "s1"}, {ID: "2", Site: "s2"}, {ID: "3", Site: "s3"}} {
 		m.nodes[n.ID] = &nodeState{info: n, seen: now}
@@ -88,7 +88,7 @@ func TestAssignExclude(t *testing.T) {
 // sustained overload.
 func TestManagerBusyLog(t *testing.T) {
 	logs := &logLines{}
-	m := &Manager{log: logs.logger(), nodes: map[string]*nodeState{}, assigned: map[string]string{}}
+	m := &Manager{log: logs.logger(), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	defer m.cancel()
 	busy := `msg="sfu manager busy: joins answered busy until placements end"`
@@ -130,5 +130,52 @@ func TestManagerBusyLog(t *testing.T) {
 	}
 	for m.placing > 0 {
 		m.end()
+	}
+}
+
+// TestAssignedForgotten: the manager remembers a client's node for
+// assignedTTL after its last join, and not at all once the node is gone,
+// so that the map of assignments does not grow with every client id ever
+// placed; a client it remembers keeps its node.
+func TestAssignedForgotten(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+	t0 := time.Now()
+	seen := func(now time.Time, ids ...string) {
+		for _, id := range ids {
+			m.nodes[id] = &nodeState{info: NodeInfo{ID: id, Site: "s" + id}, seen: now}
+		}
+	}
+	seen(t0, "1", "2")
+	for i := range 1000 {
+		if a := m.Assign(JoinRequest{Session: "s", Client: fmt.Sprint("c", i), Site: "s2"}, t0); a.Node != "2" {
+			t.Fatalf("client %d: %+v", i, a)
+		}
+	}
+	if a := m.Assign(JoinRequest{Session: "s", Client: "kept", Site: "s2"}, t0); a.Node != "2" {
+		t.Fatalf("kept: %+v", a)
+	}
+	// within the TTL a client keeps its node, even from another site
+	t1 := t0.Add(assignedTTL / 2)
+	seen(t1, "1", "2")
+	if a := m.Assign(JoinRequest{Session: "s", Client: "kept", Site: "s1"}, t1); a.Node != "2" {
+		t.Fatalf("kept within the TTL: %+v, want node 2", a)
+	}
+	// after it, only the client that joined again is remembered
+	t2 := t0.Add(assignedTTL)
+	seen(t2, "1", "2")
+	m.Assign(JoinRequest{Session: "s", Client: "new", Site: "s1"}, t2)
+	if len(m.assigned) != 2 {
+		t.Fatalf("%d assignments remembered after the TTL, want 2 (kept, new)", len(m.assigned))
+	}
+	if a := m.Assign(JoinRequest{Session: "s", Client: "kept", Site: "s1"}, t2); a.Node != "2" {
+		t.Fatalf("kept, joined again %v ago: %+v, want node 2", assignedTTL/2, a)
+	}
+	// a node that is gone: its clients are forgotten
+	delete(m.nodes, "2")
+	t3 := t2.Add(pruneEvery)
+	seen(t3, "1")
+	m.Assign(JoinRequest{Session: "s", Client: "other", Site: "s1"}, t3)
+	if _, ok := m.assigned["s/kept"]; ok || len(m.assigned) != 2 {
+		t.Fatalf("assignments after node 2 went: %v, want new and other on node 1", m.assigned)
 	}
 }
