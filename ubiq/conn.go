@@ -593,14 +593,23 @@ func (c *conn) reject(a JoinArgs, reason string) {
 }
 
 func (c *conn) join(ctx context.Context, a JoinArgs) {
-	// The Join always carries the peer's identity and the RoomClient's id.
+	// The Join always carries the RoomClient's id, where the answer goes.
 	c.setClientID(a.Peer.ClientID)
-	c.me.UUID = a.Peer.UUID
-	c.me.SceneID, c.me.ClientID = a.Peer.SceneID, a.Peer.ClientID
-	id := c.me.UUID
-	c.id.Store(&id)
-	pk, pv := c.takePosition(a.Peer.Keys, a.Peer.Values)
-	c.me.Props.appendAll(pk, pv)
+	// It also carries the peer's identity and properties, which take
+	// effect only if the peer moves into the room: a peer's member key is
+	// named by its uuid, so a member that changed it in place (a Join that
+	// is refused, or for the room it is in) would leave its old key, and
+	// write a second one, behind when it goes.
+	me := c.me
+	me.UUID = a.Peer.UUID
+	me.SceneID, me.ClientID = a.Peer.SceneID, a.Peer.ClientID
+	me.Props = c.me.Props.clone()
+	pk, pv, pos, hasPos := takePosition(a.Peer.Keys, a.Peer.Values)
+	me.Props.appendAll(pk, pv)
+	id := me.UUID
+	if c.room == nil {
+		c.id.Store(&id) // for the logs, and the answer's peer field
+	}
 
 	var target string
 	var rec *roomRecord
@@ -640,12 +649,14 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		c.reject(a, "Could not join the room: "+err.Error())
 		return
 	}
-	rev, err := c.s.store.putMember(ctx, target, &c.me)
+	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
 		c.s.release(r)
 		c.reject(a, "Could not join the room: "+err.Error())
 		return
 	}
+	c.me = me
+	c.id.Store(&id)
 	// A room emptied and removed between our lookup and our key comes back.
 	if _, _, err := c.s.store.getRoom(ctx, target); errors.Is(err, jetstream.ErrKeyNotFound) {
 		c.s.store.createRoom(ctx, target, rec.Name, rec.Publish)
@@ -654,6 +665,9 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	c.setRoom(r)
 	c.memberAs, c.memberRev = id, rev
 	r.cmdAttachMember(c, rev)
+	if hasPos {
+		c.setPosition(pos) // in the new room
+	}
 	if old != nil {
 		c.leaveAs(ctx, old, oldAs, oldRev)
 	}
@@ -676,21 +690,23 @@ func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64) {
 	c.s.removeIfEmpty(r.id)
 }
 
-// takePosition removes PositionKey from a property append, feeding the
-// position to the peer's room instead.
-func (c *conn) takePosition(keys, values []string) ([]string, []string) {
-	for i, k := range keys {
-		if k != PositionKey || i >= len(values) {
+// takePosition removes PositionKey from a property append and returns
+// the last valid position among its values, which the caller feeds to the
+// peer's room instead (it is soft state, not a stored property).
+func takePosition(keys, values []string) (k, v []string, p interest.Vec3, ok bool) {
+	k, v = keys, values
+	for i := 0; i < len(k) && i < len(v); {
+		if k[i] != PositionKey {
+			i++
 			continue
 		}
-		if p, ok := parsePosition(values[i]); ok {
-			c.setPosition(p)
+		if q, valid := parsePosition(v[i]); valid {
+			p, ok = q, true
 		}
-		keys = append(keys[:i:i], keys[i+1:]...)
-		values = append(values[:i:i], values[i+1:]...)
-		return c.takePosition(keys, values)
+		k = append(k[:i:i], k[i+1:]...)
+		v = append(v[:i:i], v[i+1:]...)
 	}
-	return keys, values
+	return k, v, p, ok
 }
 
 func (c *conn) setPosition(p interest.Vec3) {
@@ -708,7 +724,10 @@ func (c *conn) setPosition(p interest.Vec3) {
 }
 
 func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) {
-	keys, values = c.takePosition(keys, values)
+	keys, values, p, ok := takePosition(keys, values)
+	if ok {
+		c.setPosition(p)
+	}
 	ck, _ := c.me.Props.appendAll(keys, values)
 	if len(ck) == 0 || c.room == nil {
 		return

@@ -146,10 +146,15 @@ func TestKNNInterest(t *testing.T) {
 	ps[0].request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":3,"rate_hz":50,"hysteresis_ms":1}`}})
 	ps[0].expect("RoomPropertiesAppended")
 	for i, p := range ps {
+		at := fmt.Sprintf("%g,0,%g", pos[i].X, pos[i].Z)
+		if i%2 == 1 { // the position in the Join's own properties: it goes to the room joined
+			p.join(JoinArgs{UUID: id, Peer: p.info([]string{PositionKey}, []string{at})})
+			continue
+		}
 		if i > 0 {
 			p.join(JoinArgs{UUID: id})
 		}
-		p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{fmt.Sprintf("%g,0,%g", pos[i].X, pos[i].Z)}})
+		p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{at}})
 	}
 	byUUID := map[string]int{}
 	for i, p := range ps {

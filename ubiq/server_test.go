@@ -196,6 +196,65 @@ func TestPeerProperties(t *testing.T) {
 	}
 }
 
+// A member's uuid names its member key, so a Join that does not move the
+// peer (one for the room it is in, or one that is refused) changes nothing:
+// before, it renamed the member in place, and the next property append
+// wrote a second member key, both of which stayed in the room for good
+// when the peer left. A Join that moves it to another room takes its new
+// uuid there, and its old key goes.
+func TestJoinThatDoesNotMoveKeepsIdentity(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
+	room, other := newUUID(), newUUID()
+	w, a := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	w.join(JoinArgs{UUID: room})
+	a.join(JoinArgs{UUID: room})
+	w.expect("PeerAdded")
+	first := a.uuid
+	for _, j := range []JoinArgs{
+		{UUID: room, Peer: PeerInfo{UUID: newUUID(), ClientID: a.clientID, Keys: []string{"k"}, Values: []string{"join"}}},
+		{UUID: "not-a-uuid", Peer: PeerInfo{UUID: newUUID(), ClientID: a.clientID}},
+		{JoinCode: "!!!", Peer: PeerInfo{UUID: newUUID(), ClientID: a.clientID}},
+	} {
+		a.request("Join", j)
+	}
+	a.expect("Rejected")
+	a.expect("Rejected")
+	if n := countType(a.barrier(), "SetRoom"); n != 0 {
+		t.Fatalf("%d SetRoom for Joins that did not move the peer", n)
+	}
+	a.request("AppendPeerProperties", PropertiesArgs{Keys: []string{"k"}, Values: []string{"append"}})
+	var upd PeerPropertiesArgs
+	w.expect("PeerPropertiesAppended").decode(t, &upd)
+	if upd.UUID != first || len(upd.Keys) != 1 || upd.Values[0] != "append" {
+		t.Fatalf("PeerPropertiesAppended %+v, want k=append of %s", upd, first)
+	}
+	if got := w.barrier(); countType(got, "PeerAdded")+countType(got, "PeerRemoved") != 0 {
+		t.Fatalf("the watcher saw members come or go: %+v", got)
+	}
+	if n := countMembers(ts, room); n != 2 {
+		t.Fatalf("%d member keys in the room, want 2", n)
+	}
+	// Moving to another room with a new uuid.
+	a.uuid = newUUID()
+	a.join(JoinArgs{UUID: other})
+	var removed struct {
+		UUID string `json:"uuid"`
+	}
+	w.expect("PeerRemoved").decode(t, &removed)
+	if removed.UUID != first {
+		t.Fatalf("PeerRemoved %s, want %s", removed.UUID, first)
+	}
+	eventually(t, "one member key in the old room", func() bool { return countMembers(ts, room) == 1 })
+	if c := connOf(ts, a.uuid); c == nil {
+		t.Fatalf("no connection is named %s after the move", a.uuid)
+	}
+	a.c.Close()
+	eventually(t, "the new room emptied", func() bool { return countMembers(ts, other) == 0 })
+	if n := countMembers(ts, room); n != 1 {
+		t.Fatalf("%d member keys in the old room after the peer left, want the watcher's", n)
+	}
+}
+
 func TestBlobs(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	p := dialPeer(t, ts.tcp)
