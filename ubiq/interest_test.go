@@ -438,3 +438,75 @@ func TestKNNPeerWithoutPositionFullSets(t *testing.T) {
 		}
 	}
 }
+
+// Positions wait in a room for its next recompute. One whose peer is not a
+// member (it left before the recompute, or its record never came) used to
+// wait for good, and once 65,536 had piled up the room took no position
+// at all, its members' included: kNN sets froze. Now a member's leaving
+// takes its position along, one that waits for no member is dropped after
+// pendingPositionTTL, and a full room still takes its waiting peers' newer
+// positions.
+func TestPendingPositionsStayBounded(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	id := newUUID()
+	m, q := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	m.join(JoinArgs{UUID: id})
+	// The slowest recompute (every 10 s): the test runs the recomputes.
+	m.request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{`{"mode":"knn","k":3,"rate_hz":0.1}`}})
+	m.expect("RoomPropertiesAppended")
+	r := ts.s.acquireActive(id)
+	if r == nil {
+		t.Fatal("the room is not active")
+	}
+	defer ts.s.release(r)
+	pending := func(id string) (interest.Vec3, bool) {
+		r.posMu.Lock()
+		defer r.posMu.Unlock()
+		pp, ok := r.posNext[id]
+		return pp.p, ok
+	}
+	waiting := func() int {
+		r.posMu.Lock()
+		defer r.posMu.Unlock()
+		return len(r.posNext)
+	}
+
+	// A member that leaves takes its waiting position along.
+	q.join(JoinArgs{UUID: id})
+	q.request("AppendPeerProperties", PropertiesArgs{Keys: []string{PositionKey}, Values: []string{"1,0,1"}})
+	q.barrier()
+	q.c.Close()
+	eventually(t, "the leaver's member key gone", func() bool { return countMembers(ts, id) == 1 })
+	r.do(func() {}) // the room has seen the deletion
+	if _, ok := pending(q.uuid); ok {
+		t.Fatal("the position of a member that left still waits")
+	}
+
+	// A full room takes its waiting peers' newer positions, not new peers'.
+	r.position(m.uuid, interest.Vec3{X: 1})
+	for i := 0; waiting() < maxPendingPositions; i++ {
+		r.position(fmt.Sprintf("ghost-%d", i), interest.Vec3{})
+	}
+	r.position(m.uuid, interest.Vec3{X: 2})
+	r.position("one-more", interest.Vec3{})
+	if p, _ := pending(m.uuid); p.X != 2 {
+		t.Fatalf("a full room kept position %v of a waiting peer, want its newer one", p)
+	}
+	if _, ok := pending("one-more"); ok {
+		t.Fatal("a full room took a new peer's position")
+	}
+	now := time.Now()
+	var placed interest.Vec3
+	r.do(func() { r.tick(now); placed = r.placed[m.uuid] })
+	if placed.X != 2 {
+		t.Fatalf("the member is placed at %v, want X=2", placed)
+	}
+	if n := waiting(); n != maxPendingPositions-1 {
+		t.Fatalf("%d positions wait after a recompute, want the %d young ones of no member", n, maxPendingPositions-1)
+	}
+	// Those of no member go once they are older than pendingPositionTTL.
+	r.do(func() { r.tick(now.Add(pendingPositionTTL + time.Second)) })
+	if n := waiting(); n != 0 {
+		t.Fatalf("%d positions of no member still wait after %v", n, pendingPositionTTL)
+	}
+}

@@ -135,7 +135,7 @@ type room struct {
 	state atomic.Pointer[stateKeys]
 
 	posMu   sync.Mutex
-	posNext map[string]interest.Vec3
+	posNext map[string]pendingPosition
 	knnOn   atomic.Bool // positions matter: the room uses kNN interest
 
 	// Owned by the room goroutine.
@@ -179,7 +179,7 @@ type visibility struct {
 
 func newRoom(s *Server, id string) *room {
 	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}),
-		posNext: map[string]interest.Vec3{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
+		posNext: map[string]pendingPosition{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
 		pending: map[*conn]uint64{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
 		self: s.node + "-" + strconv.FormatUint(s.activations.Add(1), 10), prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
 	r.aud.Store(&audience{})
@@ -390,8 +390,9 @@ func (r *room) addMember(tok string, m *memberState) {
 		}
 	}
 	r.posMu.Lock()
-	if p, ok := r.posNext[id]; ok {
+	if pp, ok := r.posNext[id]; ok {
 		delete(r.posNext, id)
+		p := pp.p
 		r.placed[id] = p
 		if r.knn != nil {
 			r.knn.Set(id, p)
@@ -414,6 +415,11 @@ func (r *room) addMember(tok string, m *memberState) {
 func (r *room) removeMember(tok string, m *memberState) {
 	delete(r.members, tok)
 	id := m.rec.UUID
+	// A position that came after the last recompute goes with the member
+	// (a local peer's always comes before its key's deletion).
+	r.posMu.Lock()
+	delete(r.posNext, id)
+	r.posMu.Unlock()
 	r.setStateObjects(id, nil)
 	delete(r.placed, id)
 	if r.knn != nil {
@@ -576,6 +582,11 @@ func (r *room) setInterest(ic interestConfig) {
 	}
 	r.knn = nil
 	r.knnOn.Store(ic.Mode == "knn")
+	if ic.Mode != "knn" {
+		r.posMu.Lock()
+		clear(r.posNext) // no recompute takes them now
+		r.posMu.Unlock()
+	}
 	if ic.Mode == "knn" {
 		r.knn = interest.NewKNN(interest.KNNConfig{K: ic.K, Hysteresis: time.Duration(ic.HysteresisMS * float64(time.Millisecond))})
 		for _, m := range r.members {
@@ -596,15 +607,35 @@ func (r *room) setInterest(ic interestConfig) {
 	r.audDirty = true
 }
 
+// pendingPosition is a position that waits for the next recompute, and
+// when it came (Unix nanoseconds).
+type pendingPosition struct {
+	p  interest.Vec3
+	at int64
+}
+
+const (
+	// maxPendingPositions bounds the positions waiting for a recompute: a
+	// room takes no new peer's position past it, but still its waiting
+	// peers' newer ones.
+	maxPendingPositions = 1 << 16
+	// pendingPositionTTL is how long a position may wait for its peer's
+	// member record (which normally comes within a key-value round trip).
+	// One from a peer that is not a member is dropped after it: its record
+	// was deleted before the position came over the bus, or never came.
+	pendingPositionTTL = 2 * requestTimeout
+)
+
 // position records a position from a local or remote peer; the goroutine
 // applies it at its next recompute.
 func (r *room) position(id string, p interest.Vec3) {
 	if !r.knnOn.Load() {
 		return
 	}
+	now := time.Now().UnixNano()
 	r.posMu.Lock()
-	if len(r.posNext) < 1<<16 {
-		r.posNext[id] = p
+	if _, ok := r.posNext[id]; ok || len(r.posNext) < maxPendingPositions {
+		r.posNext[id] = pendingPosition{p: p, at: now}
 	}
 	r.posMu.Unlock()
 }
@@ -613,12 +644,15 @@ func (r *room) tick(now time.Time) {
 	if r.knn == nil {
 		return
 	}
+	stale := now.Add(-pendingPositionTTL).UnixNano()
 	r.posMu.Lock()
-	for id, p := range r.posNext {
+	for id, pp := range r.posNext {
 		if r.members[keyToken(id)] != nil {
-			r.placed[id] = p
-			r.knn.Set(id, p)
+			r.placed[id] = pp.p
+			r.knn.Set(id, pp.p)
 			delete(r.posNext, id)
+		} else if pp.at < stale {
+			delete(r.posNext, id) // from a peer whose member record never came, or is gone
 		}
 	}
 	r.posMu.Unlock()
