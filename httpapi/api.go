@@ -99,6 +99,11 @@ func (a *API) defaults(w http.ResponseWriter, r *http.Request) {
 	}})
 }
 
+// MaxUserClientLen is the longest userclient a token is issued for: it
+// becomes a level of the token's topics, which must stay well inside
+// topic.MaxSubjectLen.
+const MaxUserClientLen = 256
+
 // mqttAuth issues a token for one scene, as ARENA's /user/v2/mqtt_auth
 // does. It takes ARENA's form fields: username, id_auth ("anonymous" for an
 // anonymous user), realm, scene ("ns/scene"), userclient, camid, handleftid,
@@ -116,22 +121,26 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 		realm = a.cfg.Realm
 	}
 	if realm != a.cfg.Realm {
-		writeError(w, http.StatusBadRequest, "unknown realm "+quote(realm)+"; this server serves "+quote(a.cfg.Realm))
+		writeError(w, http.StatusBadRequest, "unknown realm "+topic.Clip(realm)+"; this server serves "+quote(a.cfg.Realm))
 		return
 	}
 	ns, scene, ok := strings.Cut(f.Get("scene"), "/")
 	if !ok {
-		writeError(w, http.StatusBadRequest, "scene must be \"namespace/scene\", got "+quote(f.Get("scene")))
+		writeError(w, http.StatusBadRequest, "scene must be \"namespace/scene\", got "+topic.Clip(f.Get("scene")))
 		return
 	}
 	if err := CheckScene(ns, scene); err != nil {
-		writeError(w, http.StatusBadRequest, "scene "+quote(f.Get("scene"))+": "+err.Error())
+		writeError(w, http.StatusBadRequest, "scene "+topic.Clip(f.Get("scene"))+": "+err.Error())
 		return
 	}
 	userClient := f.Get("userclient")
 	if userClient != "" {
 		if err := topic.ValidLevel("userclient", userClient); err != nil {
 			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if len(userClient) > MaxUserClientLen {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("userclient %s of %d bytes is longer than the longest, %d", topic.Clip(userClient), len(userClient), MaxUserClientLen))
 			return
 		}
 	}

@@ -21,6 +21,7 @@ func TestSceneNamesAtTheBoundary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	long := strings.Repeat("a", 6000)
 	tests := []struct {
 		name       string
 		method     string
@@ -52,12 +53,25 @@ func TestSceneNamesAtTheBoundary(t *testing.T) {
 		{"mqtt_auth: empty namespace", "POST", "/user/v2/mqtt_auth", "scene=/lab", "", 400, `namespace name is empty`},
 		{"mqtt_auth: wildcard userclient", "POST", "/user/v2/mqtt_auth", "scene=alice/lab&userclient=%23", "", 400, `userclient \"#\"`},
 		{"mqtt_auth: userclient with a slash", "POST", "/user/v2/mqtt_auth", "scene=alice/lab&userclient=a/b", "", 400, `userclient \"a/b\"`},
+		// Names too long for a NATS protocol line: before, the settings
+		// store sent them to the bus, whose server closed its connection,
+		// and every later request failed.
+		{"get: long scene", "GET", "/scenes/alice/" + long + "/settings", "", "", 400, `of 6000 bytes is longer than the longest, 128`},
+		{"get: long namespace", "GET", "/scenes/" + long + "/lab/settings", "", alice, 400, `namespace name`},
+		{"put: long scene", "PUT", "/scenes/alice/" + long + "/settings", `{}`, alice, 400, `scene name`},
+		{"mqtt_auth: long scene", "POST", "/user/v2/mqtt_auth", "id_auth=anonymous&scene=alice/" + long, "", 400, `is longer than the longest`},
+		{"mqtt_auth: long userclient", "POST", "/user/v2/mqtt_auth", "scene=alice/lab&userclient=" + long, "", 400, `userclient \"aaaa`},
+		{"get: valid after the long names", "GET", "/scenes/alice/lab/settings", "", alice, 200, `"public_read":true`},
+		{"mqtt_auth: valid after the long names", "POST", "/user/v2/mqtt_auth", "id_auth=anonymous&username=g&scene=alice/room", "", 200, `"role":"viewer"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			w := e.do(tt.method, tt.target, tt.body, tt.tok)
 			if w.Code != tt.wantStatus || !strings.Contains(w.Body.String(), tt.wantMsg) {
-				t.Fatalf("%s %s: %d %s; want %d with %s", tt.method, tt.target, w.Code, w.Body, tt.wantStatus, tt.wantMsg)
+				t.Fatalf("%s %.100s: %d %.300s; want %d with %s", tt.method, tt.target, w.Code, w.Body, tt.wantStatus, tt.wantMsg)
+			}
+			if w.Code >= 400 && w.Body.Len() > 600 {
+				t.Errorf("answer of %d bytes quotes the whole input: %.200s...", w.Body.Len(), w.Body)
 			}
 			if strings.Contains(w.Body.String(), "nats:") {
 				t.Fatalf("answer %s shows an internal error", w.Body)

@@ -88,6 +88,19 @@ func accessStatus(err error) int {
 	return http.StatusForbidden
 }
 
+// storeError answers for an error of the store: 400 for a name it refuses
+// (when access did not check names), 404 for an absent object, else 500.
+func storeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrBadName):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, ErrNotFound):
+		writeError(w, http.StatusNotFound, err.Error())
+	default:
+		writeError(w, http.StatusInternalServerError, err.Error())
+	}
+}
+
 func (h *handler) health(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := contextTimeout(r, 2*time.Second)
 	defer cancel()
@@ -137,7 +150,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	objs, err := h.s.List(r.Context(), ns, scene, r.URL.Query().Get("type"))
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		storeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, objs)
@@ -149,12 +162,8 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	o, err := h.s.Get(r.Context(), ns, scene, id)
-	if errors.Is(err, ErrNotFound) {
-		writeError(w, http.StatusNotFound, err.Error())
-		return
-	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		storeError(w, err)
 		return
 	}
 	// ARENA answers with the array of matching objects.
@@ -168,7 +177,7 @@ func (h *handler) deleteScene(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := h.s.deleteScene(r.Context(), ns, scene)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		storeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"result": "success", "deletedCount": n})
@@ -210,7 +219,7 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request) {
 	if !req.AllowNonEmptyTarget {
 		existing, err := h.s.List(r.Context(), ns, scene, "")
 		if err != nil {
-			writeError(w, http.StatusInternalServerError, err.Error())
+			storeError(w, err)
 			return
 		}
 		if len(existing) > 0 {
@@ -224,7 +233,7 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		storeError(w, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"result": "success", "objectsCloned": n})

@@ -86,6 +86,31 @@ var ErrNotFound = errors.New("not found")
 // ErrSceneEmpty is returned by Clone when the source scene has no objects.
 var ErrSceneEmpty = errors.New("scene has no persisted objects")
 
+// ErrBadName is wrapped by the errors of List, DeleteScene and Clone for a
+// namespace or scene name that topic.ValidSceneName refuses: the applier
+// stores no objects there, and the store does not ask the bus about it
+// (a name longer than a NATS protocol line allows would make the server
+// close the store's connection).
+var ErrBadName = errors.New("not a namespace or scene name the store holds")
+
+// nameError is a refused name: its text is the reason, and it wraps
+// ErrBadName.
+type nameError struct{ err error }
+
+func (e nameError) Error() string   { return "persist: " + e.err.Error() }
+func (e nameError) Unwrap() []error { return []error{e.err, ErrBadName} }
+
+// checkScene returns a nameError when ns/scene cannot hold stored objects.
+func checkScene(ns, scene string) error {
+	if err := topic.ValidSceneName("namespace", ns); err != nil {
+		return nameError{err}
+	}
+	if err := topic.ValidSceneName("scene", scene); err != nil {
+		return nameError{err}
+	}
+	return nil
+}
+
 // Config configures a Store.
 type Config struct {
 	JS jetstream.JetStream // from an in-process connection
@@ -284,14 +309,22 @@ func (s *Store) retry(ctx context.Context, name string, f func(context.Context) 
 }
 
 // Get returns one live stored object, or an error wrapping ErrNotFound.
+// An object whose key the applier would refuse (a bad scene name, an id
+// too long) is not found without asking the bus.
 func (s *Store) Get(ctx context.Context, ns, scene, objectID string) (Object, error) {
+	if err := checkScene(ns, scene); err != nil {
+		return Object{}, fmt.Errorf("object %s: %w (%w)", topic.Clip(objectID), ErrNotFound, err)
+	}
 	key := objectKey(ns, scene, objectID)
+	if len(key) > maxKeyLen {
+		return Object{}, fmt.Errorf("object id %s of %d bytes in scene %s/%s: %w (no stored object has an id this long)", topic.Clip(objectID), len(objectID), ns, scene, ErrNotFound)
+	}
 	o, _, err := s.load(ctx, key)
 	if err != nil {
 		return Object{}, err
 	}
 	if o == nil || o.expired(s.now()) {
-		return Object{}, fmt.Errorf("object %q in scene %s/%s: %w", objectID, ns, scene, ErrNotFound)
+		return Object{}, fmt.Errorf("object %s in scene %s/%s: %w", topic.Clip(objectID), ns, scene, ErrNotFound)
 	}
 	return *o, nil
 }
@@ -355,6 +388,9 @@ func (s *Store) DeleteScene(ctx context.Context, ns, scene string) error {
 }
 
 func (s *Store) deleteScene(ctx context.Context, ns, scene string) (int, error) {
+	if err := checkScene(ns, scene); err != nil {
+		return 0, err
+	}
 	lister, err := s.kv.ListKeysFiltered(ctx, sceneKey(ns, scene)+".>")
 	if err != nil {
 		return 0, fmt.Errorf("persist: listing scene %s/%s: %w", ns, scene, err)
@@ -380,6 +416,9 @@ func (s *Store) deleteScene(ctx context.Context, ns, scene string) (int, error) 
 // the stream acknowledged; the applier stores them shortly after. It fails
 // with ErrSceneEmpty when the source has no objects.
 func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene string) (int, error) {
+	if err := checkScene(dstNS, dstScene); err != nil {
+		return 0, err
+	}
 	objs, err := s.List(ctx, srcNS, srcScene, "")
 	if err != nil {
 		return 0, err
@@ -424,6 +463,9 @@ type scanned struct {
 
 // scan returns every stored object of one scene, expired or not.
 func (s *Store) scan(ctx context.Context, ns, scene string) ([]scanned, error) {
+	if err := checkScene(ns, scene); err != nil {
+		return nil, err
+	}
 	w, err := s.kv.Watch(ctx, sceneKey(ns, scene)+".>", jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, err)

@@ -75,24 +75,24 @@ func ParseScene(topic string) (SceneTopic, error) {
 		n++
 	}
 	if rest != "" || n > 8 {
-		return SceneTopic{}, fmt.Errorf("topic %q: too many levels for a scene topic (at most 8)", topic)
+		return SceneTopic{}, fmt.Errorf("topic %s: too many levels for a scene topic (at most 8)", Clip(topic))
 	}
 	if n < 7 {
-		return SceneTopic{}, fmt.Errorf("topic %q: %d levels, a scene topic has 7 or 8", topic, n)
+		return SceneTopic{}, fmt.Errorf("topic %s: %d levels, a scene topic has 7 or 8", Clip(topic), n)
 	}
 	if lv[1] != KindScene {
-		return SceneTopic{}, fmt.Errorf("topic %q: level 2 is %q, want %q for a scene topic", topic, lv[1], KindScene)
+		return SceneTopic{}, fmt.Errorf("topic %s: level 2 is %s, want %q for a scene topic", Clip(topic), Clip(lv[1]), KindScene)
 	}
 	if !validMsgType(lv[4]) {
-		return SceneTopic{}, fmt.Errorf("topic %q: unknown message type %q", topic, lv[4])
+		return SceneTopic{}, fmt.Errorf("topic %s: unknown message type %s", Clip(topic), Clip(lv[4]))
 	}
 	names := [...]string{"realm", "", "namespace", "scene", "", "userClient", "id", "toUid"}
 	for i := 0; i < n; i++ {
 		if lv[i] == "" {
-			return SceneTopic{}, fmt.Errorf("topic %q: empty %s level", topic, names[i])
+			return SceneTopic{}, fmt.Errorf("topic %s: empty %s level", Clip(topic), names[i])
 		}
 		if strings.ContainsAny(lv[i], "+#") {
-			return SceneTopic{}, fmt.Errorf("topic %q: wildcard in %s level", topic, names[i])
+			return SceneTopic{}, fmt.Errorf("topic %s: wildcard in %s level", Clip(topic), names[i])
 		}
 	}
 	t := SceneTopic{Realm: lv[0], Namespace: lv[2], Scene: lv[3], MsgType: lv[4], UserClient: lv[5], ID: lv[6]}

@@ -10,6 +10,15 @@ import (
 // MaxLen is the longest topic or filter MQTT can carry.
 const MaxLen = 65535
 
+// MaxSubjectLen is the longest NATS subject (ToSubject's form) of a topic
+// or filter that ValidName and ValidFilter accept. A NATS connection
+// carries a subject on one protocol line of at most 4 KiB (the server's
+// max_control_line), with a reply subject and lengths beside it; a longer
+// line makes the server close the connection for good, and the front ends
+// and the persistence store each share one connection among all their
+// clients. ARENA's topics are a few dozen bytes.
+const MaxSubjectLen = 2048
+
 // ValidName reports whether name is a valid MQTT topic name for a PUBLISH:
 // non-empty, UTF-8, no NUL and no wildcard characters.
 func ValidName(name string) error {
@@ -17,7 +26,7 @@ func ValidName(name string) error {
 		return err
 	}
 	if strings.ContainsAny(name, "+#") {
-		return fmt.Errorf("topic name %q contains a wildcard", name)
+		return fmt.Errorf("topic name %s contains a wildcard", Clip(name))
 	}
 	return nil
 }
@@ -31,10 +40,10 @@ func ValidFilter(f string) error {
 	levels := strings.Split(f, "/")
 	for i, l := range levels {
 		if strings.Contains(l, "#") && (l != "#" || i != len(levels)-1) {
-			return fmt.Errorf("topic filter %q: '#' must be the whole last level", f)
+			return fmt.Errorf("topic filter %s: '#' must be the whole last level", Clip(f))
 		}
 		if strings.Contains(l, "+") && l != "+" {
-			return fmt.Errorf("topic filter %q: '+' must be a whole level", f)
+			return fmt.Errorf("topic filter %s: '+' must be a whole level", Clip(f))
 		}
 	}
 	return nil
@@ -48,10 +57,16 @@ func validCommon(s string) error {
 		return fmt.Errorf("topic of %d bytes is longer than %d", len(s), MaxLen)
 	}
 	if !utf8.ValidString(s) {
-		return fmt.Errorf("topic %q is not valid UTF-8", s)
+		return fmt.Errorf("topic %s is not valid UTF-8", Clip(s))
 	}
 	if strings.IndexByte(s, 0) >= 0 {
-		return fmt.Errorf("topic %q contains NUL", s)
+		return fmt.Errorf("topic %s contains NUL", Clip(s))
+	}
+	// A byte becomes at most 3 in the subject, an empty level 3 for none.
+	if 4*len(s)+3 > MaxSubjectLen {
+		if n := len(ToSubject(s)); n > MaxSubjectLen {
+			return fmt.Errorf("topic %s of %d bytes is too long for the bus: its NATS subject has %d bytes, over the limit of %d", Clip(s), len(s), n, MaxSubjectLen)
+		}
 	}
 	return nil
 }
