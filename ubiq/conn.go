@@ -540,7 +540,10 @@ func (c *conn) request(payload []byte) {
 			return
 		}
 		if c.room != nil {
-			if err := c.s.store.setBlob(ctx, c.room.id, a.UUID, a.Blob); err != nil {
+			var le *BlobLimitError
+			if err := c.s.store.setBlob(ctx, c.room.id, a.UUID, a.Blob, c.s.cfg.MaxRoomBlobBytes); errors.As(err, &le) {
+				c.log.Info("Ubiq SetBlob refused: the room's blobs would exceed their limit", "peer", c.uuid(), "blob", scene.Quote([]byte(a.UUID)), "err", err)
+			} else if err != nil {
 				c.log.Warn("set blob failed", "room", c.room.id, "err", err)
 			}
 		}

@@ -73,10 +73,18 @@ type Config struct {
 	// only as fast as the budget allows, holding back the sender alone.
 	// Zero fields are DefaultBudget's; a negative rate lifts that limit;
 	// the byte burst is raised to hold one frame of MaxFrame.
-	Inbound    Budget
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer // nil = metrics not registered
+	Inbound Budget
+	// MaxRoomBlobBytes bounds what a room's blobs (SetBlob) take in the
+	// key-value store, in bytes, each blob counted as its key, its value
+	// and 64 bytes: a SetBlob past it is refused. 0 = 64 MiB; negative =
+	// no limit.
+	MaxRoomBlobBytes int64
+	Logger           *slog.Logger
+	Registerer       prometheus.Registerer // nil = metrics not registered
 }
+
+// DefaultMaxRoomBlobBytes is Config.MaxRoomBlobBytes's default.
+const DefaultMaxRoomBlobBytes = 64 << 20
 
 // Server is the Ubiq room server of one node.
 type Server struct {
@@ -151,6 +159,9 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	cfg.Inbound = cfg.Inbound.withDefaults()
 	// a rested peer's largest frame, header included, passes at once
 	cfg.Inbound.ByteBurst = max(cfg.Inbound.ByteBurst, float64(HeaderSize+cfg.MaxFrame))
+	if cfg.MaxRoomBlobBytes == 0 {
+		cfg.MaxRoomBlobBytes = DefaultMaxRoomBlobBytes
+	}
 	if cfg.ICEServers == nil {
 		cfg.ICEServers = DefaultICEServers
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -271,6 +272,80 @@ func TestBlobs(t *testing.T) {
 	if b.Blob != "" {
 		t.Fatalf("missing blob = %q", b.Blob)
 	}
+}
+
+// A room's blobs are bounded (Config.MaxRoomBlobBytes): a SetBlob that
+// would take them past the bound is refused and logged, a smaller value
+// gives bytes back, empty blobs under new names count too, and the count
+// goes with the room.
+func TestRoomBlobsBounded(t *testing.T) {
+	var log testlog.Buffer
+	ts := startServer(t, nil, func(c *Config) { c.MaxRoomBlobBytes = 4096; c.Logger = log.Logger() })
+	room := newUUID()
+	p := dialPeer(t, ts.tcp)
+	p.join(JoinArgs{UUID: room})
+	get := func(id string) string {
+		t.Helper()
+		p.request("GetBlob", GetBlobArgs{ClientID: p.clientID, UUID: id})
+		var b BlobArgs
+		p.expect("Blob").decode(t, &b)
+		return b.Blob
+	}
+	cost := func(id string, n int) int64 { return blobCost(blobKey(room, id), n) }
+	used := func() int64 {
+		t.Helper()
+		e, err := ts.s.store.kv.Get(context.Background(), blobBytesKey(room))
+		if err != nil {
+			t.Fatalf("the room's blob count: %v", err)
+		}
+		n, _ := strconv.ParseInt(string(e.Value()), 10, 64)
+		return n
+	}
+	big := strings.Repeat("x", 1000)
+	p.request("SetBlob", SetBlobArgs{UUID: "a", Blob: big})
+	if got := get("a"); got != big {
+		t.Fatalf("blob a = %d bytes, want 1000", len(got))
+	}
+	p.request("SetBlob", SetBlobArgs{UUID: "b", Blob: strings.Repeat("y", 3000)})
+	if got := get("b"); got != "" {
+		t.Fatalf("a blob past the room's limit was stored (%d bytes)", len(got))
+	}
+	if n := log.Count("Ubiq SetBlob refused", "exceed the limit of 4096"); n != 1 {
+		t.Fatalf("%d log lines of the refusal:\n%s", n, log.String())
+	}
+	if got, want := used(), cost("a", 1000); got != want {
+		t.Fatalf("the room's blobs count %d bytes, want %d", got, want)
+	}
+	// A smaller value gives bytes back, and then the big one fits.
+	p.request("SetBlob", SetBlobArgs{UUID: "a", Blob: "small"})
+	p.request("SetBlob", SetBlobArgs{UUID: "b", Blob: strings.Repeat("y", 3000)})
+	if got := get("b"); len(got) != 3000 || get("a") != "small" {
+		t.Fatalf("blob b = %d bytes, a = %q after a shrank", len(got), get("a"))
+	}
+	total := cost("a", 5) + cost("b", 3000)
+	if got := used(); got != total {
+		t.Fatalf("the room's blobs count %d bytes, want %d", got, total)
+	}
+	// Empty blobs under ever new names run out too.
+	stored := 0
+	for i := range 20 {
+		id := fmt.Sprintf("e%02d", i)
+		p.request("SetBlob", SetBlobArgs{UUID: id, Blob: ""})
+		if total+cost(id, 0) <= 4096 {
+			total += cost(id, 0)
+			stored++
+		}
+	}
+	p.barrier() // requests are handled in order: the SetBlobs are done
+	if got := used(); got != total || stored == 20 {
+		t.Fatalf("the room's blobs count %d bytes, want %d (%d of 20 empty blobs stored)", got, total, stored)
+	}
+	// The count goes with the room.
+	p.c.Close()
+	eventually(t, "the blob count removed with the room", func() bool {
+		_, err := ts.s.store.kv.Get(context.Background(), blobBytesKey(room))
+		return err != nil
+	})
 }
 
 func TestMalformedHeaderClosesOnlyThatConnection(t *testing.T) {

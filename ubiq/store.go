@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 //	                   room is not empty (observers have no key of their own)
 //	c.{code}           join code -> room uuid
 //	b.{room}.{blob}    blob
+//	bb.{room}          bytes the room's blobs take (Config.MaxRoomBlobBytes)
 //	h.{node}           a node's heartbeat, rewritten every NodeHeartbeat
 //	e.{node}.{key}     index of the ephemeral keys (members, observers,
 //	                   presence) a node wrote: when the node's heartbeat
@@ -370,6 +372,7 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 			s.kv.Purge(ctx, k)
 		}
 	}
+	s.kv.Purge(ctx, blobBytesKey(room))
 	return true, nil
 }
 
@@ -422,9 +425,114 @@ func (s *store) discover(ctx context.Context, code string) ([]RoomInfo, error) {
 	return out, nil
 }
 
-func (s *store) setBlob(ctx context.Context, room, id, blob string) error {
-	_, err := s.kv.Put(ctx, blobKey(room, id), []byte(blob))
-	return err
+// blobOverhead is what a blob costs against a room's blob budget besides
+// its key and value: a key-value entry's headers, roughly. So a flood of
+// empty blobs under new names runs out of budget too.
+const blobOverhead = 64
+
+// blobCost is what blob value v under key costs against the budget.
+func blobCost(key string, v int) int64 { return int64(len(key) + v + blobOverhead) }
+
+// BlobLimitError refuses a SetBlob that would take a room's blobs past
+// Config.MaxRoomBlobBytes.
+type BlobLimitError struct {
+	Room       string
+	Used, Cost int64 // bytes the room's blobs take, and what the new one would add
+	Limit      int64
+}
+
+func (e *BlobLimitError) Error() string {
+	return fmt.Sprintf("room %s: its blobs take %d bytes, and %d more would exceed the limit of %d", e.Room, e.Used, e.Cost, e.Limit)
+}
+
+// setBlob stores blob id in room. With limit > 0, the room's blobs may
+// take at most limit bytes (blobCost each), counted under blobBytesKey:
+// a write that would go past it is a *BlobLimitError. The count and the
+// blob are both conditional writes, so concurrent writers on any node
+// keep it exact (a node that dies between the two leaves it too high,
+// never too low, until the room goes).
+func (s *store) setBlob(ctx context.Context, room, id, blob string, limit int64) error {
+	key := blobKey(room, id)
+	if limit <= 0 {
+		_, err := s.kv.Put(ctx, key, []byte(blob))
+		return err
+	}
+	for {
+		var old int64
+		var rev uint64
+		switch e, err := s.kv.Get(ctx, key); {
+		case err == nil:
+			old, rev = blobCost(key, len(e.Value())), e.Revision()
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return err
+		}
+		delta := blobCost(key, len(blob)) - old
+		if delta > 0 {
+			if err := s.addBlobBytes(ctx, room, delta, limit); err != nil {
+				return err
+			}
+		}
+		var err error
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, []byte(blob))
+		} else {
+			_, err = s.kv.Update(ctx, key, []byte(blob), rev)
+		}
+		if err == nil || !bus.IsRevisionConflict(err) {
+			if err != nil && delta > 0 {
+				s.addBlobBytes(ctx, room, -delta, 0) // not written: give the bytes back
+			} else if err == nil && delta < 0 {
+				s.addBlobBytes(ctx, room, delta, 0)
+			}
+			return err
+		}
+		// Another writer came first: give the bytes back and start again.
+		if delta > 0 {
+			if err := s.addBlobBytes(ctx, room, -delta, 0); err != nil {
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// blobBytesKey counts the bytes of a room's blobs (blobCost).
+func blobBytesKey(room string) string { return "bb." + room }
+
+// addBlobBytes adds delta to the count of room's blob bytes with a
+// compare-and-set loop. An increase that would take it past limit (> 0) is
+// a *BlobLimitError; a decrease never is.
+func (s *store) addBlobBytes(ctx context.Context, room string, delta, limit int64) error {
+	key := blobBytesKey(room)
+	for {
+		var used int64
+		var rev uint64
+		switch e, err := s.kv.Get(ctx, key); {
+		case err == nil:
+			used, _ = strconv.ParseInt(string(e.Value()), 10, 64)
+			rev = e.Revision()
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return err
+		}
+		if delta > 0 && limit > 0 && used+delta > limit {
+			return &BlobLimitError{Room: room, Used: used, Cost: delta, Limit: limit}
+		}
+		v := []byte(strconv.FormatInt(max(used+delta, 0), 10))
+		var err error
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, v)
+		} else {
+			_, err = s.kv.Update(ctx, key, v, rev)
+		}
+		if !bus.IsRevisionConflict(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 func (s *store) getBlob(ctx context.Context, room, id string) (string, error) {
