@@ -14,8 +14,9 @@
 # RAMP (default 1.5s, as issue #4 asks) is the time between two bots;
 # MAX60 (default 350) and MAX10 (default 1050) the fleets of the kNN and
 # grid groups at 60 and 10 Hz.
-# LINGER (default 20ms) is the relay's write linger (`xrealm serve
-# --write-linger`), LINGER10 (default 40ms) the one of the 10 Hz group.
+# LINGER (default 20ms) is the relay's write linger (the bench's child
+# server's --linger; `xrealm serve --ubiq-write-linger`), LINGER10
+# (default 40ms) the one of the 10 Hz group.
 # PIN=1 pins the bots to CPU 0 and the server to CPU 1 (taskset), and adds
 # -pinned to the run names. NICE=-10 runs bots and server at that
 # niceness (as root), in a session of their own whose autogroup gets the
