@@ -89,3 +89,50 @@ func httpDo(method, url string, want int) error {
 	}
 	return nil
 }
+
+// TestMarkupIsStoredAtItsSize: an object whose attributes hold markup
+// (an inline SVG, HTML text) is stored at about the size of its message.
+// Before, the store encoded it with encoding/json's HTML escaping, which
+// writes each '<', '>' and '&' as six bytes: a create of a third of the
+// limit made of markup came out over the store's limit, and the
+// acknowledged create was rejected, never stored.
+func TestMarkupIsStoredAtItsSize(t *testing.T) {
+	e := newEnv(t, "", true)
+	most := e.store.maxObject()
+	tests := []struct{ id, text string }{
+		{"svg", strings.Repeat(`<path d='M0 0'/>`, most/2/16)},
+		{"brackets", strings.Repeat("<>", most/3/2)},
+		{"amps", strings.Repeat("&", most/3)},
+	}
+	for _, tt := range tests {
+		payload := `{"object_id":"` + tt.id + `","action":"create","persist":true,"data":{"src":"` + tt.text + `"}}` // nothing to escape in JSON
+		if len(payload) > most {
+			t.Fatalf("%s: payload of %d bytes is over the limit %d itself", tt.id, len(payload), most)
+		}
+		e.pub(tp+tt.id, payload)
+	}
+	e.barrier("ns", "sc")
+	for _, tt := range tests {
+		t.Run(tt.id, func(t *testing.T) {
+			o, err := e.get("ns", "sc", tt.id)
+			if err != nil {
+				t.Fatalf("create of %d bytes of markup not stored: %v", len(tt.text), err)
+			}
+			if o.Attributes["src"] != tt.text {
+				t.Fatalf("stored text differs from the sent one")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			entry, err := e.store.kv.Get(ctx, objectKey("ns", "sc", tt.id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(entry.Value()); n > len(tt.text)+1024 {
+				t.Errorf("stored as %d bytes for %d bytes of text", n, len(tt.text))
+			}
+		})
+	}
+	if got := counterValue(t, e.store.invalid); got != 0 {
+		t.Errorf("%v messages rejected, want 0:\n%s", got, e.logs.String())
+	}
+}

@@ -29,6 +29,7 @@
 package persist
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -435,7 +436,7 @@ func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene stri
 		if uc == "" {
 			uc = "persist"
 		}
-		payload, err := json.Marshal(map[string]any{
+		payload, err := encode(map[string]any{
 			"object_id": o.ObjectID,
 			"action":    "create",
 			"type":      o.Type,
@@ -555,7 +556,7 @@ func (s *Store) maxObject() int {
 
 // save writes o under key if the key is still at revision rev (0: absent).
 func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) error {
-	val, err := json.Marshal(o)
+	val, err := encode(o)
 	if err != nil {
 		return fmt.Errorf("persist: encoding %q: %w", key, err)
 	}
@@ -574,6 +575,20 @@ func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) err
 		return fmt.Errorf("persist: writing %q: %w", key, err)
 	}
 	return nil
+}
+
+// encode is json.Marshal without HTML escaping, which would write each
+// '<', '>' and '&' of an attribute (an inline SVG, HTML text) as six
+// bytes: a message well inside the payload limit came out over the
+// store's limit and was rejected after the stream had acknowledged it.
+func encode(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // objectSubject returns the NATS subject of an object topic.
