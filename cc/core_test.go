@@ -125,10 +125,33 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 			p.OutageRTTs, p.OutageBoostPercent = 15, 200
 			return p
 		}(), true},
+		// The largest values Validate accepts: the C core must hold them
+		// (a bucket of 5000 s, which Validate used to accept, was cut to
+		// 705 s by the core's 32 bits) and its products must not wrap.
+		{"hera-limits", func() hera.Params {
+			p := hera.DefaultParams()
+			p.DeltaMax, p.HistCap, p.DecreaseShift = hera.MaxDeltaMax, hera.MaxHistCap, hera.MaxDecreaseShift
+			p.Buckets, p.Backlog, p.MaxCwnd, p.InitCwnd = hera.MaxBuckets, hera.MaxBacklog, ^uint32(0), ^uint32(0)>>1
+			p.BucketWidth = 2 * time.Millisecond
+			return p
+		}(), true},
+		{"hera-widest-bucket", func() hera.Params {
+			p := hera.DefaultParams()
+			p.BucketWidth, p.BucketPackets = hera.MaxValidRTT, 0
+			return p
+		}(), false},
+		{"hera-paper-limits", func() hera.Params {
+			p := hera.PaperParams()
+			p.DeltaMax, p.HistCap, p.BucketWidth = hera.MaxDeltaMax, hera.MaxHistCap, hera.MaxValidRTT
+			return p
+		}(), false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.p
+			if err := p.Validate(); err != nil {
+				t.Fatal(err)
+			}
 			nflows, shared := 1, 0
 			var path *hera.Path
 			if tc.shared {

@@ -35,6 +35,17 @@ const (
 	MaxBuckets = 32
 )
 
+// Upper bounds of parameters that enter the window step's 64-bit products
+// (cum·k·(Δmax·2^DecreaseShift + cwnd), with cum at most the histogram
+// cap and k at most MaxBuckets/2): within them no product overflows, in Go
+// or in the eBPF core, which has no wider integers. Larger values would
+// wrap and turn a large decrease into a small one.
+const (
+	MaxDeltaMax      = 1 << 16
+	MaxHistCap       = 1 << 20
+	MaxDecreaseShift = 16
+)
+
 // Variant selects the update rule.
 type Variant uint32
 
@@ -62,7 +73,9 @@ type Params struct {
 	Variant Variant
 	// BucketWidth is B, the width of one histogram bucket. In the Paper
 	// variant it applies to the absolute RTT, in the Tuned variant to the
-	// queueing delay.
+	// queueing delay. At most MaxValidRTT: every valid sample falls in
+	// the first bucket of a wider one, and the eBPF version holds the
+	// width in 32 bits of microseconds.
 	BucketWidth time.Duration
 	// Backlog is N, the number of RTT samples averaged.
 	Backlog int
@@ -215,16 +228,18 @@ func (p Params) Validate() error {
 		return fmt.Errorf("hera: backlog %d outside [1, %d]", p.Backlog, MaxBacklog)
 	case p.Buckets < 2 || p.Buckets > MaxBuckets:
 		return fmt.Errorf("hera: bucket count %d outside [2, %d]", p.Buckets, MaxBuckets)
-	case p.DeltaMax < 1:
-		return fmt.Errorf("hera: Δmax must be at least 1, got %d", p.DeltaMax)
-	case p.HistCap < 2:
-		return fmt.Errorf("hera: histogram cap must be at least 2, got %d", p.HistCap)
+	case p.BucketWidth > MaxValidRTT:
+		return fmt.Errorf("hera: bucket width %v is above %v, the longest valid RTT sample", p.BucketWidth, MaxValidRTT)
+	case p.DeltaMax < 1 || p.DeltaMax > MaxDeltaMax:
+		return fmt.Errorf("hera: Δmax %d outside [1, %d] segments", p.DeltaMax, MaxDeltaMax)
+	case p.HistCap < 2 || p.HistCap > MaxHistCap:
+		return fmt.Errorf("hera: histogram cap %d outside [2, %d]", p.HistCap, MaxHistCap)
 	case p.MinCwnd < 1 || p.MaxCwnd < p.MinCwnd:
 		return fmt.Errorf("hera: window bounds [%d, %d] are invalid", p.MinCwnd, p.MaxCwnd)
 	case p.InitCwnd < 1:
 		return fmt.Errorf("hera: initial window must be at least 1, got %d", p.InitCwnd)
-	case p.DecreaseShift > 31:
-		return fmt.Errorf("hera: decrease shift %d above 31", p.DecreaseShift)
+	case p.DecreaseShift > MaxDecreaseShift:
+		return fmt.Errorf("hera: decrease shift %d above %d", p.DecreaseShift, MaxDecreaseShift)
 	case p.LossBetaPermille > 1000:
 		return fmt.Errorf("hera: loss beta %d‰ above 1000", p.LossBetaPermille)
 	case p.FloorGainEighths > 64:
@@ -233,6 +248,8 @@ func (p Params) Validate() error {
 		return fmt.Errorf("hera: outage boost %d%% above 1000%%", p.OutageBoostPercent)
 	case p.FloorGainEighths > 0 && p.BDPWindow < time.Microsecond:
 		return fmt.Errorf("hera: BDP window %v is below 1µs", p.BDPWindow)
+	case p.Variant == Tuned && p.MinRTTWindow < time.Microsecond:
+		return fmt.Errorf("hera: minimum-RTT window %v is below 1µs", p.MinRTTWindow)
 	}
 	return nil
 }

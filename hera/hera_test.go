@@ -2,6 +2,7 @@ package hera
 
 import (
 	"fmt"
+	"math/big"
 	"testing"
 	"time"
 )
@@ -63,6 +64,17 @@ func TestValidate(t *testing.T) {
 		{"bad bounds", func(p *Params) { p.MinCwnd, p.MaxCwnd = 10, 5 }, false},
 		{"beta above one", func(p *Params) { p.LossBetaPermille = 1001 }, false},
 		{"unknown variant", func(p *Params) { p.Variant = 7 }, false},
+		{"bucket of the longest RTT", func(p *Params) { p.BucketWidth = MaxValidRTT }, true},
+		// 5000 s is 5e9 µs, which the eBPF core's 32 bits held as 705 s.
+		{"bucket above the longest RTT", func(p *Params) { p.BucketWidth = 5000 * time.Second }, false},
+		{"largest delta", func(p *Params) { p.DeltaMax = MaxDeltaMax }, true},
+		{"delta that overflows a step", func(p *Params) { p.DeltaMax = 1 << 31 }, false},
+		{"largest histogram cap", func(p *Params) { p.HistCap = MaxHistCap }, true},
+		{"histogram cap too large", func(p *Params) { p.HistCap = MaxHistCap + 1 }, false},
+		{"largest decrease shift", func(p *Params) { p.DecreaseShift = MaxDecreaseShift }, true},
+		{"decrease shift too large", func(p *Params) { p.DecreaseShift = 31 }, false},
+		{"no minimum-RTT window", func(p *Params) { p.MinRTTWindow = 0 }, false},
+		{"negative minimum-RTT window", func(p *Params) { p.MinRTTWindow = -time.Second }, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +87,80 @@ func TestValidate(t *testing.T) {
 	}
 	if err := PaperParams().Validate(); err != nil {
 		t.Fatalf("paper params: %v", err)
+	}
+}
+
+// TestStepsExactAtLimits runs decreases and increases with the largest
+// step parameters Validate accepts and a window near 2^32, and checks
+// every window against the rule computed without overflow (math/big).
+// Before the bounds, Validate accepted Δmax 2^31 with shift 31, whose
+// decrease product wrapped: a step that should cut the window to its
+// minimum removed a few segments.
+func TestStepsExactAtLimits(t *testing.T) {
+	for _, shift := range []uint32{0, 1, MaxDecreaseShift} {
+		t.Run(fmt.Sprint("shift ", shift), func(t *testing.T) {
+			p := DefaultParams()
+			p.DeltaMax, p.HistCap, p.DecreaseShift = MaxDeltaMax, MaxHistCap, shift
+			p.Buckets, p.Backlog, p.FloorGainEighths, p.BucketPackets, p.GateRTTs = MaxBuckets, 1, 0, 0, 0
+			p.MinCwnd, p.MaxCwnd, p.InitCwnd, p.LossBetaPermille = 1, ^uint32(0), ^uint32(0)-7, 0
+			p.BucketWidth = time.Millisecond
+			f, err := NewFlow(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.OnLoss() // leaves slow start without changing the window
+			now := uint64(0)
+			half := uint64(p.Buckets / 2)
+			for i := range 200 {
+				// Alternate: the first sample sets the minimum (bucket 0),
+				// then delays of 40 ms (the last bucket) and 0 ms.
+				rtt := int64(10_000)
+				if i%3 != 0 {
+					rtt += 40_000
+				}
+				before := f.Cwnd()
+				hist := f.Histogram()
+				now += 100_000
+				got := f.OnAck(now, rtt, 1)
+				b := uint64(f.LastBucket())
+				hist[b]++
+				var total, cum uint64
+				for j, h := range hist {
+					total += uint64(h)
+					if uint64(j) <= b {
+						cum += uint64(h)
+					}
+				}
+				want := new(big.Int).SetUint64(uint64(before))
+				if b < half {
+					step := new(big.Int).SetUint64(cum * (half - b) * uint64(p.DeltaMax))
+					step.Div(step, new(big.Int).SetUint64(total))
+					want.Add(want, step)
+				} else {
+					unit := new(big.Int).Lsh(new(big.Int).SetUint64(uint64(p.DeltaMax)), uint(shift))
+					if shift == 0 {
+						unit.SetUint64(uint64(p.DeltaMax))
+					} else {
+						unit.Add(unit, new(big.Int).SetUint64(uint64(before)))
+					}
+					step := new(big.Int).Mul(new(big.Int).SetUint64(cum*(b-half+1)), unit)
+					step.Div(step, new(big.Int).Lsh(new(big.Int).SetUint64(total), uint(shift)))
+					want.Sub(want, step)
+				}
+				if want.Sign() < 0 {
+					want.SetUint64(0)
+				}
+				if max := new(big.Int).SetUint64(uint64(p.MaxCwnd)); want.Cmp(max) > 0 {
+					want = max
+				}
+				if want.Uint64() < uint64(p.MinCwnd) {
+					want.SetUint64(uint64(p.MinCwnd))
+				}
+				if uint64(got) != want.Uint64() {
+					t.Fatalf("update %d (bucket %d, cum %d of %d): window %d → %d, want %v", i, b, cum, total, before, got, want)
+				}
+			}
+		})
 	}
 }
 
