@@ -59,9 +59,13 @@ func TestIssueVerify(t *testing.T) {
 	if _, err := k.Verify(hs); err == nil {
 		t.Fatal("HS256 token accepted")
 	}
-	for _, bad := range []string{"", "a.b.c", "not a token"} {
-		if _, err := k.Verify(bad); err == nil {
-			t.Fatalf("Verify(%q) accepted", bad)
+	noSub, _ := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"exp": time.Now().Add(time.Hour).Unix()}).SignedString(k.priv)
+	otherTok, _ := other.Issue("alice", r, time.Hour)
+	// Every refusal wraps ErrInvalidToken, which the scene listings answer
+	// with 401 rather than reading the request as one without a token.
+	for _, bad := range []string{"", "a.b.c", "not a token", expired, noExp, hs, noSub, otherTok} {
+		if _, err := k.Verify(bad); !errors.Is(err, ErrInvalidToken) || !strings.HasPrefix(err.Error(), "invalid token: ") {
+			t.Fatalf("Verify(%.40q) = %v, want an error wrapping ErrInvalidToken", bad, err)
 		}
 	}
 }

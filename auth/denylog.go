@@ -7,6 +7,23 @@ import (
 	"time"
 )
 
+// probeKey marks a context as a probe (Probe).
+type probeKey struct{}
+
+// Probe returns ctx marked as a probe: an access check whose refusal is no
+// denial, such as a listing that asks about each scene to leave out those
+// the caller may not read. Checks that count and log refusals (DenyLog,
+// the xrealm_auth_denials_total counter) leave a probe's refusals out.
+func Probe(ctx context.Context) context.Context {
+	return context.WithValue(ctx, probeKey{}, true)
+}
+
+// IsProbe reports whether ctx was marked by Probe.
+func IsProbe(ctx context.Context) bool {
+	v, _ := ctx.Value(probeKey{}).(bool)
+	return v
+}
+
 // DenyLog logs refused actions without letting a client that is refused
 // over and over flood the log: at most Burst lines per Interval, after which
 // the refusals are only counted, and the next line that is logged says how

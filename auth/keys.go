@@ -124,21 +124,26 @@ func nonNil(s []string) []string {
 	return s
 }
 
+// ErrInvalidToken is wrapped by every error of Keys.Verify: the token
+// itself is refused (malformed, expired, signed with another key), whatever
+// it is presented for.
+var ErrInvalidToken = errors.New("invalid token")
+
 // Verify checks the token's signature and expiry and returns its claims.
-// A token without exp is refused.
+// A token without exp is refused. Errors wrap ErrInvalidToken.
 func (k *Keys) Verify(token string) (*Claims, error) {
 	var c Claims
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		return &k.priv.PublicKey, nil
 	}, jwt.WithValidMethods([]string{"ES256"}), jwt.WithExpirationRequired())
 	if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
-		return nil, fmt.Errorf("invalid token: %w (it was signed with another key than this server's: a token from `xrealm token` must name the server's data directory with --data)", err)
+		return nil, fmt.Errorf("%w: %w (it was signed with another key than this server's: a token from `xrealm token` must name the server's data directory with --data)", ErrInvalidToken, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("invalid token: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if c.Subject == "" {
-		return nil, errors.New("invalid token: no sub claim")
+		return nil, fmt.Errorf("%w: no sub claim", ErrInvalidToken)
 	}
 	return &c, nil
 }

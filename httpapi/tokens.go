@@ -132,7 +132,7 @@ func (a *Access) SceneClients(r *http.Request, token, ns, scene string) (ClientB
 	}
 	cl, err := a.Keys.Verify(token)
 	if err != nil { // not reached: scene verified it
-		return ClientBinding{}, a.refusedIf(r, wrap(ErrUnauthenticated, err.Error()))
+		return ClientBinding{}, a.refusedIf(r, wrapCause(ErrUnauthenticated, err))
 	}
 	if !tokenAllows(cl.Rights(), a.Realm, ns, scene, false) {
 		return ClientBinding{User: cl.Subject, Any: true}, nil // allowed by the scene's settings
@@ -151,7 +151,13 @@ func (a *Access) SceneClients(r *http.Request, token, ns, scene string) (ClientB
 	return b, nil
 }
 
+// refusedIf records err as a refusal (Refused) when it is one, unless the
+// request is a probe (auth.Probe): a listing leaves out what the caller
+// may not read, and refuses nothing.
 func (a *Access) refusedIf(r *http.Request, err error) error {
+	if auth.IsProbe(r.Context()) {
+		return err
+	}
 	if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrForbidden) {
 		return a.Refused(r, err)
 	}
@@ -166,7 +172,7 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 	if tok != "" {
 		cl, err := a.Keys.Verify(tok)
 		if err != nil {
-			return wrap(ErrUnauthenticated, err.Error())
+			return wrapCause(ErrUnauthenticated, err)
 		}
 		if tokenAllows(cl.Rights(), a.Realm, ns, scene, write) {
 			return nil
@@ -212,14 +218,24 @@ func coversAll(filters []string, f string) bool {
 }
 
 type wrapped struct {
-	kind error
-	msg  string
+	kind  error
+	msg   string
+	cause error // may be nil
 }
 
 func (w wrapped) Error() string { return w.msg }
-func (w wrapped) Unwrap() error { return w.kind }
+func (w wrapped) Unwrap() []error {
+	if w.cause == nil {
+		return []error{w.kind}
+	}
+	return []error{w.kind, w.cause}
+}
 
-func wrap(kind error, msg string) error { return wrapped{kind, msg} }
+func wrap(kind error, msg string) error { return wrapped{kind: kind, msg: msg} }
+
+// wrapCause is wrap with cause's text, keeping cause in the chain (such as
+// auth.ErrInvalidToken, which a listing answers with 401).
+func wrapCause(kind, cause error) error { return wrapped{kind: kind, msg: cause.Error(), cause: cause} }
 
 // HTTPStatus is the status a handler answers with for this error.
 func (w wrapped) HTTPStatus() int {

@@ -7,13 +7,19 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/topic"
 )
 
 // Access decides whether the HTTP request may read (write=false) or write
 // the scene ns/scene. It returns nil to allow, or an error whose text is
 // safe to show to the client. The handler answers 401 when the error wraps
 // ErrUnauthenticated (no or bad credentials) and 403 otherwise, unless the
-// error has a method HTTPStatus() int, whose value is used.
+// error has a method HTTPStatus() int, whose value is used. The scene
+// listings ask about every stored scene with a request whose context is
+// marked by auth.Probe, whose refusals are no denials; an error wrapping
+// auth.ErrInvalidToken refuses the listing as a whole.
 type Access func(r *http.Request, ns, scene string, write bool) error
 
 // ErrUnauthenticated, wrapped by an Access error, makes the handler answer
@@ -119,20 +125,38 @@ func (h *handler) allScenes(w http.ResponseWriter, r *http.Request) {
 	h.scenes(w, r, "")
 }
 
-// scenes lists the scenes the caller may read, within namespace ns if not "".
+// scenes lists the scenes the caller may read, within namespace ns if not
+// "". It asks access about each scene as a probe (auth.Probe): a scene
+// left out is no refusal. A token that is not valid at all
+// (auth.ErrInvalidToken) is refused, with its reason, rather than read as
+// no token.
 func (h *handler) scenes(w http.ResponseWriter, r *http.Request, ns string) {
+	if ns != "" {
+		if err := topic.ValidSceneName("namespace", ns); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
 	all, err := h.s.Scenes(r.Context())
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
+	probe := r.WithContext(auth.Probe(r.Context()))
 	out := []string{}
 	for _, sc := range all {
 		n, name, _ := strings.Cut(sc, "/")
 		if ns != "" && n != ns {
 			continue
 		}
-		if h.access(r, n, name, false) == nil {
+		err := h.access(probe, n, name, false)
+		if errors.Is(err, auth.ErrInvalidToken) {
+			if !h.allowed(w, r, n, name, false) { // refused again, and recorded
+				return
+			}
+			err = nil
+		}
+		if err == nil {
 			out = append(out, sc)
 		}
 	}

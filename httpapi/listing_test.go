@@ -1,0 +1,156 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/persist"
+	"github.com/xrealm/xrealm/topic"
+)
+
+// The scene listings (GET /persist/!allscenes, /persist/{ns}/!allscenes),
+// served by the persistence store with this package's Access.Scene as the
+// server wires them: a scene the caller may not read is left out, which
+// is no refusal (before, every private scene counted one denial and logged
+// one line per listing, so that a few listings spent the log's lines); a
+// token that is not valid is refused with 401 and its reason (before, the
+// caller got 200 with the public scenes only, as if the token were
+// fine); a bad namespace is 400.
+func TestSceneListing(t *testing.T) {
+	dir := t.TempDir()
+	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	nc, err := b.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := b.JetStream(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := auth.OpenSettings(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := settings.Put(ctx, auth.Settings{Namespace: "lab", Scene: "secret", Viewers: []string{"carol"}}); err != nil {
+		t.Fatal(err)
+	}
+	store, err := persist.Open(ctx, persist.Config{JS: js, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); store.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	scenes := []string{"lab/room", "lab/secret", "other/pub"}
+	for _, sc := range scenes {
+		subj := topic.ToSubject("realm/s/" + sc + "/o/uc/box")
+		if _, err := js.Publish(ctx, subj, []byte(`{"object_id":"box","action":"create","persist":true}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, err := store.Scenes(ctx)
+		if err == nil && len(got) == len(scenes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("scenes stored: %v, %v", got, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	keys, err := auth.LoadOrCreateKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	denials := prometheus.NewCounter(prometheus.CounterOpts{Name: "d"})
+	access := &Access{Realm: "realm", Keys: keys, Settings: settings, Log: slog.New(slog.NewTextHandler(&logs, nil)), Denials: denials}
+	h := store.Handler(access.Scene)
+	token := func(user string, ttl time.Duration) string {
+		s, err := keys.Issue(user, auth.SceneRights("realm", "lab", "room", auth.RoleViewer, ""), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tests := []struct {
+		name, path, token string
+		status            int
+		want              string // the list, or a part of the error
+		denied            int
+	}{
+		{"anonymous", "/persist/!allscenes", "", 200, `["lab/room","other/pub"]`, 0},
+		{"a listed viewer", "/persist/!allscenes", token("carol", time.Hour), 200, `["lab/room","lab/secret","other/pub"]`, 0},
+		{"another user", "/persist/!allscenes", token("dave", time.Hour), 200, `["lab/room","other/pub"]`, 0},
+		{"one namespace", "/persist/lab/!allscenes", "", 200, `["lab/room"]`, 0},
+		{"one namespace, a listed viewer", "/persist/lab/!allscenes", token("carol", time.Hour), 200, `["lab/room","lab/secret"]`, 0},
+		{"expired token", "/persist/!allscenes", token("carol", -time.Minute), 401, `token is expired`, 1},
+		{"garbage token", "/persist/lab/!allscenes", "garbage", 401, `invalid token`, 1},
+		{"bad namespace", "/persist/la.b/!allscenes", "", 400, `namespace name \"la.b\": '.' is not allowed`, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := counter(t, denials)
+			logs.Reset()
+			r := httptest.NewRequest("GET", tt.path, nil)
+			if tt.token != "" {
+				r.Header.Set("Authorization", "Bearer "+tt.token)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			body, _ := io.ReadAll(w.Body)
+			got := strings.TrimSpace(string(body))
+			if w.Code != tt.status {
+				t.Fatalf("GET %s: %d %s, want %d", tt.path, w.Code, got, tt.status)
+			}
+			if tt.status == 200 {
+				var list []string
+				if err := json.Unmarshal(body, &list); err != nil || !slices.IsSorted(list) {
+					t.Fatalf("answer %s is not a sorted list: %v", got, err)
+				}
+				if got != tt.want {
+					t.Fatalf("GET %s = %s, want %s", tt.path, got, tt.want)
+				}
+			} else if !strings.Contains(got, tt.want) {
+				t.Fatalf("GET %s = %s, want it to say %s", tt.path, got, tt.want)
+			}
+			if d := counter(t, denials) - before; d != float64(tt.denied) {
+				t.Errorf("%v denials counted, want %d; log:\n%s", d, tt.denied, logs.String())
+			}
+			if n := strings.Count(logs.String(), "HTTP request denied"); n != tt.denied {
+				t.Errorf("%d denial lines logged, want %d:\n%s", n, tt.denied, logs.String())
+			}
+		})
+	}
+}
+
+func counter(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
