@@ -77,20 +77,23 @@ func FuzzTokenAllows(f *testing.F) {
 	})
 }
 
-// FuzzRequestToken: the token of a request is what follows "Bearer " in
-// its Authorization header (trimmed), else its mqtt_token cookie.
+// FuzzRequestToken: the token of a request is what follows "Bearer " (in
+// any case) in its Authorization header (trimmed), else its mqtt_token
+// cookie.
 func FuzzRequestToken(f *testing.F) {
 	f.Add("Bearer abc.def.ghi", "")
 	f.Add("Bearer  spaced ", "mqtt_token=c")
 	f.Add("Basic dXNlcjpwdw==", "mqtt_token=c; other=d")
 	f.Add("", "mqtt_token=\"quoted\"")
 	f.Add("bearer x", "mqtt_token=")
+	f.Add("BEARER y", "mqtt_token=c")
+	f.Add("Bearer", "mqtt_token=c")
 	f.Fuzz(func(t *testing.T, authz, cookie string) {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
 		r.Header.Set("Authorization", authz)
 		r.Header.Set("Cookie", cookie)
 		got := RequestToken(r)
-		if h := r.Header.Get("Authorization"); strings.HasPrefix(h, "Bearer ") {
+		if h := r.Header.Get("Authorization"); len(h) >= 7 && strings.EqualFold(h[:7], "Bearer ") {
 			if want := strings.TrimSpace(h[len("Bearer "):]); got != want {
 				t.Fatalf("Authorization %q: token %q, want %q", h, got, want)
 			}

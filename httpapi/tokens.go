@@ -18,12 +18,11 @@ import (
 const CookieName = "mqtt_token"
 
 // RequestToken returns the token a request carries, from an
-// "Authorization: Bearer" header or the mqtt_token cookie; "" if none.
+// "Authorization: Bearer" header (the scheme in any case, as RFC 9110
+// has it: "bearer" too) or the mqtt_token cookie; "" if none.
 func RequestToken(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); h != "" {
-		if t, ok := strings.CutPrefix(h, "Bearer "); ok {
-			return strings.TrimSpace(t)
-		}
+	if h := r.Header.Get("Authorization"); len(h) >= len("Bearer ") && strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
+		return strings.TrimSpace(h[len("Bearer "):])
 	}
 	if c, err := r.Cookie(CookieName); err == nil {
 		return c.Value

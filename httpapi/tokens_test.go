@@ -133,3 +133,32 @@ func cut(scene string) (string, string, bool) {
 	}
 	return scene, "", false
 }
+
+// The Authorization scheme is case-insensitive (RFC 9110, 11.1): a client
+// that sends "bearer" is signed in, not read as one without a token (which
+// it was, and then told that it "needs a token").
+func TestRequestToken(t *testing.T) {
+	tests := []struct{ authz, cookie, want string }{
+		{"Bearer abc", "", "abc"},
+		{"bearer abc", "", "abc"},
+		{"BEARER abc", CookieName + "=c", "abc"},
+		{"Bearer  abc ", "", "abc"},
+		{"Basic dXNlcjpwdw==", CookieName + "=c", "c"},
+		{"Bearer", CookieName + "=c", "c"},
+		{"Bearerabc", "", ""},
+		{"", CookieName + "=c", "c"},
+		{"", "", ""},
+	}
+	for _, tt := range tests {
+		r := httptest.NewRequest("GET", "/", nil)
+		if tt.authz != "" {
+			r.Header.Set("Authorization", tt.authz)
+		}
+		if tt.cookie != "" {
+			r.Header.Set("Cookie", tt.cookie)
+		}
+		if got := RequestToken(r); got != tt.want {
+			t.Errorf("Authorization %q, Cookie %q: token %q, want %q", tt.authz, tt.cookie, got, tt.want)
+		}
+	}
+}
