@@ -20,6 +20,10 @@ func FuzzParseTrace(f *testing.F) {
 			if tr != nil {
 				t.Fatalf("ParseTrace(%q) returned a trace with error %v", s, err)
 			}
+			// An error names the trace and fits a log line, whatever the input.
+			if msg := err.Error(); !strings.Contains(msg, "trace fuzz") || len(msg) > 300 {
+				t.Fatalf("ParseTrace(%q): error %q", s, msg)
+			}
 			return
 		}
 		if tr.Period() <= 0 || tr.Period() > MaxTraceMs*time.Millisecond {

@@ -27,6 +27,10 @@ func TestParseTrace(t *testing.T) {
 		{"beyond the longest", "1\n18446744073709551615\n", 0, 0, 0, "beyond"},
 		{"one past the longest", "4294967297\n", 0, 0, 0, "beyond"},
 		{"the longest", "4294967296\n", 1, 4294967296 * time.Millisecond, 1500 * 8 / 4294967.296, ""},
+		// A line beyond the scanner's 64 KB used to be "bufio.Scanner:
+		// token too long", with no line; a long bad line was quoted whole.
+		{"line too long", "1\n2\n" + strings.Repeat("7", 70000) + "\n", 0, 0, 0, "line 3: longer than 65536 bytes"},
+		{"long bad line", "1\n" + strings.Repeat("\x1f\x8b", 1000) + "\n", 0, 0, 0, `line 2: "\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b" (1960 bytes more) is not`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

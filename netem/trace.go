@@ -11,6 +11,7 @@ package netem
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -51,7 +52,7 @@ func ParseTrace(name string, r io.Reader) (*Trace, error) {
 		}
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("netem: trace %s line %d: %q is not a millisecond count", name, line, s)
+			return nil, fmt.Errorf("netem: trace %s line %d: %s is not a millisecond count", name, line, quoteShort(s))
 		}
 		if v > MaxTraceMs {
 			return nil, fmt.Errorf("netem: trace %s line %d: %d ms is beyond the longest trace supported, %d ms", name, line, v, uint64(MaxTraceMs))
@@ -62,6 +63,9 @@ func ParseTrace(name string, r io.Reader) (*Trace, error) {
 		ms = append(ms, v)
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("netem: trace %s line %d: longer than %d bytes; a Mahimahi trace has one millisecond count a line", name, line+1, bufio.MaxScanTokenSize)
+		}
 		return nil, fmt.Errorf("netem: read trace %s: %w", name, err)
 	}
 	if len(ms) == 0 {
@@ -72,6 +76,17 @@ func ParseTrace(name string, r io.Reader) (*Trace, error) {
 		return nil, fmt.Errorf("netem: trace %s ends at 0 ms; its period would be empty", name)
 	}
 	return &Trace{Name: name, ms: ms, period: period}, nil
+}
+
+// quoteShort quotes s for an error message, cut to its first 40 bytes:
+// a trace that is not text (a compressed file, say) has lines of any
+// length.
+func quoteShort(s string) string {
+	const n = 40
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(s[:n]) + fmt.Sprintf(" (%d bytes more)", len(s)-n)
 }
 
 // LoadTrace reads a trace file.
