@@ -240,6 +240,9 @@ func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, http.StatusInternalServerError, err.Error())
 }
 
+// maxSettingsBody is the largest body of a settings PUT.
+const maxSettingsBody = 64 << 10
+
 // putSettings replaces a scene's settings; only the namespace's owner (the
 // user named like the namespace) may. It replaces all of them: a field the
 // body leaves out is false or empty, so {"interest":{...}} alone makes a
@@ -264,15 +267,35 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
+	if strings.HasPrefix(cl.Subject, "anonymous-") {
+		// Anyone may ask for an anonymous token of any name: such a user
+		// owns no namespace, as it edits no scene (auth.Settings.RoleFor).
+		msg := "user " + quote(cl.Subject) + " is anonymous; anonymous users may not change the settings of any scene"
+		a.cfg.Access.Refused(r, errors.New(msg))
+		writeError(w, http.StatusForbidden, msg)
+		return
+	}
 	if cl.Subject != ns {
 		msg := "only user " + quote(ns) + " may change the settings of scenes in namespace " + quote(ns)
 		a.cfg.Access.Refused(r, errors.New(msg))
 		writeError(w, http.StatusForbidden, msg)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64<<10))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSettingsBody))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, "the settings are larger than 64 KiB")
+		return
+	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "reading the settings: "+err.Error())
+		return
+	}
+	// PUT replaces every field: only one whole JSON object may do that,
+	// not null (which decodes as all fields false) or an object followed
+	// by more.
+	if t := bytes.TrimLeft(body, " \t\r\n"); len(t) == 0 || t[0] != '{' {
+		writeError(w, http.StatusBadRequest, "malformed settings: the body must be a JSON object, got "+topic.Clip(string(body)))
 		return
 	}
 	var st auth.Settings
@@ -280,6 +303,10 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
 		writeError(w, http.StatusBadRequest, "malformed settings: "+err.Error())
+		return
+	}
+	if rest := bytes.TrimSpace(body[dec.InputOffset():]); len(rest) > 0 {
+		writeError(w, http.StatusBadRequest, "malformed settings: "+topic.Clip(string(rest))+" after the settings object")
 		return
 	}
 	st.Namespace, st.Scene = ns, scene

@@ -87,3 +87,50 @@ func TestPutSettingsReplaces(t *testing.T) {
 		t.Fatalf("log %q does not name the fields left out", logs.String())
 	}
 }
+
+// A PUT whose body is not exactly one settings object, or whose token is
+// an anonymous user's, changes nothing: before, a body of "null" (or
+// "{}" followed by anything) was stored as all-false settings, turning
+// the scene private, and a user who asked for an anonymous token as
+// "bob" got the sub "anonymous-bob" and with it the namespace
+// anonymous-bob, though anyone can ask for that name. A body over the
+// limit is 413, not 400.
+func TestPutSettingsRefusals(t *testing.T) {
+	e := newAPIEnv(t)
+	alice, err := e.keys.Issue("alice", auth.SceneRights("realm", "alice", "lab", auth.RoleEditor, ""), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon, err := e.keys.Issue("anonymous-bob", auth.SceneRights("realm", "anonymous-bob", "lab", auth.RoleViewer, ""), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, target, body, tok string
+		status                  int
+		want                    string
+	}{
+		{"null", "/scenes/alice/lab/settings", `null`, alice, 400, `a JSON object`},
+		{"array", "/scenes/alice/lab/settings", `[]`, alice, 400, `a JSON object`},
+		{"empty body", "/scenes/alice/lab/settings", ``, alice, 400, `a JSON object`},
+		{"two objects", "/scenes/alice/lab/settings", `{"public_read":false} {"public_read":true}`, alice, 400, `after the settings object`},
+		{"trailing garbage", "/scenes/alice/lab/settings", `{"public_read":false} x`, alice, 400, `after the settings object`},
+		{"too large", "/scenes/alice/lab/settings", `{"editors":["` + strings.Repeat("a", 70<<10) + `"]}`, alice, 413, `64 KiB`},
+		{"anonymous owner", "/scenes/anonymous-bob/lab/settings", `{"public_read":false}`, anon, 403, `anonymous`},
+		{"the scene is still public", "/scenes/alice/lab/settings", ``, "", 200, `"public_read":true`},
+		{"so is the anonymous one", "/scenes/anonymous-bob/lab/settings", ``, "", 200, `"public_read":true`},
+		{"a good PUT still works", "/scenes/alice/lab/settings", ` {"public_read":true,"anonymous_users":true} ` + "\n", alice, 200, `"anonymous_users":true`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method := http.MethodPut
+			if tt.status == 200 && tt.tok == "" {
+				method = http.MethodGet
+			}
+			w := e.do(method, tt.target, tt.body, tt.tok)
+			if w.Code != tt.status || !strings.Contains(w.Body.String(), tt.want) {
+				t.Fatalf("%s %s %.80q: %d %s; want %d with %s", method, tt.target, tt.body, w.Code, w.Body, tt.status, tt.want)
+			}
+		})
+	}
+}

@@ -221,8 +221,19 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req cloneRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	err := dec.Decode(&req)
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, "request body is larger than 64 KiB")
+		return
+	}
+	if err != nil {
 		writeError(w, http.StatusBadRequest, "request body is not a JSON object: "+err.Error())
+		return
+	}
+	if dec.More() {
+		writeError(w, http.StatusBadRequest, "request body has more after its JSON object")
 		return
 	}
 	if req.Action != "clone" {

@@ -244,6 +244,8 @@ func TestHTTP(t *testing.T) {
 		{"clone bad action", "POST", "/persist/ns/new", `{"action":"copy"}`, 400, nil, ""},
 		{"clone no source", "POST", "/persist/ns/new", `{"action":"clone"}`, 400, nil, ""},
 		{"clone bad json", "POST", "/persist/ns/new", `{`, 400, nil, ""},
+		{"clone body too large", "POST", "/persist/ns/new", `{"action":"clone","namespace":"ns","sceneId":"tpl","x":"` + strings.Repeat("x", 70<<10) + `"}`, 413, nil, `{"error":"request body is larger than 64 KiB"}`},
+		{"clone two bodies", "POST", "/persist/ns/new", `{"action":"clone","namespace":"ns","sceneId":"tpl"} {"action":"clone"}`, 400, nil, `{"error":"request body has more after its JSON object"}`},
 		{"clone empty source", "POST", "/persist/ns/new", `{"action":"clone","namespace":"ns","sceneId":"nothing"}`, 404, nil, ""},
 		{"clone unreadable source", "POST", "/persist/ns/new", `{"action":"clone","namespace":"ns","sceneId":"secret"}`, 401, nil, ""},
 		{"clone into non-empty", "POST", "/persist/ns/sc", `{"action":"clone","namespace":"ns","sceneId":"tpl"}`, 409, nil, ""},
