@@ -47,7 +47,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Replicas, "replicas", 0, "JetStream replicas for scene state (default: 1 alone; in a cluster one per node this one knows of, itself and each of --routes, at most 3, and never fewer than the existing state has)")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused")
 	fs.DurationVar(&cfg.Writer.Linger, "write-linger", cfg.Writer.Linger, "a connection with steady traffic writes at most once per this interval; an idle one at once (0 = write whenever messages wait)")
-	fs.DurationVar(&cfg.UbiqLinger, "ubiq-write-linger", cfg.UbiqLinger, "the same for Ubiq peers' connections (0 = --write-linger)")
+	fs.DurationVar(&cfg.UbiqLinger, "ubiq-write-linger", cfg.UbiqLinger, "longest wait before a busy Ubiq peer's queued frames are written, as --write-linger for MQTT (0: as --write-linger)")
 	fs.Float64Var(&cfg.WriteBudget, "write-budget", cfg.WriteBudget, fmt.Sprintf("MQTT lingering writes per second for the whole node; above it every busy connection's linger stretches alike, up to %gx (0 = %d per CPU, negative = no budget)", fanout.MaxStretch, server.WriteBudgetPerCPU))
 	fs.IntVar(&cfg.Writer.MaxFrames, "queue-frames", cfg.Writer.MaxFrames, "per-connection outgoing queue bound, in messages")
 	fs.Func("ice-servers", `STUN/TURN servers in every new Ubiq room's ice-servers property: comma-separated URIs, or a JSON array of {"uri","username","password"} for TURN credentials; "none" for none (default: Ubiq's, stun:stun.l.google.com:19302)`, func(v string) error {
