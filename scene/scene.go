@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/xrealm/xrealm/topic"
 )
@@ -152,8 +153,16 @@ func Parse(t topic.SceneTopic, payload []byte) (Message, error) {
 	}
 	if isNull(w.Data) {
 		// absent or null: no data
-	} else if err := json.Unmarshal(w.Data, &m.Data); err != nil || m.Data == nil {
-		return fail("data is not a JSON object")
+	} else if w.Data[0] != '{' {
+		return fail("data is not a JSON object, got %s", clip(w.Data))
+	} else if err := json.Unmarshal(w.Data, &m.Data); err != nil {
+		// A valid JSON object that does not decode: a number beyond
+		// float64 ("1e400").
+		var num *json.UnmarshalTypeError
+		if errors.As(err, &num) && num.Value != "" && strings.HasPrefix(num.Value, "number") {
+			return fail("data: %s is out of range", num.Value)
+		}
+		return fail("data: %v", err)
 	}
 	// The timestamp is informational: keep strings as written, and the
 	// text of any other JSON value, without judging its format.

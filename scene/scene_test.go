@@ -63,6 +63,10 @@ func TestParse(t *testing.T) {
 		{name: "ttl beyond a duration", payload: `{"object_id":"box","action":"create","ttl":1e10}`, wantErr: "ttl 1e+10 is beyond the longest, 3155760000 seconds"},
 		{name: "ttl string beyond a duration", payload: `{"object_id":"box","action":"create","ttl":"1e300"}`, wantErr: "ttl 1e+300 is beyond"},
 		{name: "data not an object", payload: `{"object_id":"box","action":"create","data":[1]}`, wantErr: "data is not a JSON object"},
+		// An object with a number beyond float64 is no "not an object": the
+		// reason names the number (it said "data is not a JSON object").
+		{name: "data with a number out of range", payload: `{"object_id":"box","action":"create","data":{"position":{"x":1e400}}}`, wantErr: "data: number 1e400 is out of range"},
+		{name: "data a string", payload: `{"object_id":"box","action":"create","data":"x"}`, wantErr: `data is not a JSON object, got "x"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
