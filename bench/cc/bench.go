@@ -123,6 +123,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if cfg.Flows < 1 {
 		cfg.Flows = 1
 	}
+	if cfg.Flows > MaxFlows {
+		return nil, fmt.Errorf("benchcc: %d flows: at most %d (a flow announces its index in one byte)", cfg.Flows, MaxFlows)
+	}
 	avail, err := cc.Available()
 	if err != nil {
 		return nil, fmt.Errorf("benchcc: %w", err)
@@ -188,6 +191,94 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return results, nil
 }
 
+// MaxFlows is the most competing flows a run can have: each sender
+// announces its index in its first byte.
+const MaxFlows = 255
+
+// receivers accepts the bulk flows of a run and counts, per flow, the
+// bytes received in each bin after start. Every goroutine it starts is
+// counted in wg, and close ends them all, including a connection still
+// announcing its index.
+type receivers struct {
+	ln     net.Listener
+	counts [][]int64 // [flow][bin]
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	conns  []net.Conn
+	closed bool
+}
+
+// startReceivers accepts flows connections on ln. Each must send its flow
+// index (0 to flows-1, each once) as its first byte before announce; a
+// connection that does not is closed and counts nothing.
+func startReceivers(ln net.Listener, flows int, start time.Time, bin time.Duration, nbins int, announce time.Time) *receivers {
+	r := &receivers{ln: ln, counts: make([][]int64, flows)}
+	for i := range r.counts {
+		r.counts[i] = make([]int64, nbins)
+	}
+	seen := make([]bool, flows)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		for accepted := 0; accepted < flows; {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			if r.closed {
+				r.mu.Unlock()
+				c.Close()
+				return
+			}
+			r.conns = append(r.conns, c)
+			r.mu.Unlock()
+			var id [1]byte
+			c.SetReadDeadline(announce)
+			if _, err := io.ReadFull(c, id[:]); err != nil || int(id[0]) >= flows || seen[id[0]] {
+				c.Close()
+				continue
+			}
+			c.SetReadDeadline(time.Time{})
+			seen[id[0]] = true
+			accepted++
+			r.wg.Add(1) // this goroutine's own count keeps wg above zero
+			go func(c net.Conn, bins []int64) {
+				defer r.wg.Done()
+				defer c.Close()
+				buf := make([]byte, 1<<16)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if k := int(time.Since(start) / bin); k >= 0 && k < len(bins) {
+							bins[k] += int64(n)
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}(c, r.counts[id[0]])
+		}
+	}()
+	return r
+}
+
+// close stops accepting and closes every connection (a receiver may never
+// see a FIN once the emulated link is gone).
+func (r *receivers) close() {
+	r.ln.Close()
+	r.mu.Lock()
+	r.closed = true
+	for _, c := range r.conns {
+		c.Close()
+	}
+	r.mu.Unlock()
+}
+
+// wait waits for every goroutine of r; counts are final afterwards.
+func (r *receivers) wait() { r.wg.Wait() }
+
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string, seed uint64) (Result, error) {
@@ -216,53 +307,15 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 	defer ln.Close()
 	const bin = 250 * time.Millisecond
 	nbins := int(cfg.Duration/bin) + 8
-	counts := make([][]int64, cfg.Flows)
-	for i := range counts {
-		counts[i] = make([]int64, nbins)
-	}
 	flowStart := time.Now()
-	var wg sync.WaitGroup
-	var connsMu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for i := 0; i < cfg.Flows; i++ {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			// The sender's first bytes carry its flow index.
-			var id [1]byte
-			if _, err := io.ReadFull(c, id[:]); err != nil || int(id[0]) >= cfg.Flows {
-				c.Close()
-				continue
-			}
-			connsMu.Lock()
-			conns = append(conns, c)
-			connsMu.Unlock()
-			wg.Add(1)
-			go func(c net.Conn, bins []int64) {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 1<<16)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if k := int(time.Since(flowStart) / bin); k >= 0 && k < len(bins) {
-							bins[k] += int64(n)
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}(c, counts[id[0]])
-		}
-	}()
+	deadline := flowStart.Add(cfg.Duration)
+	recv := startReceivers(ln, cfg.Flows, flowStart, bin, nbins, deadline)
+	defer recv.close()
+	counts := recv.counts
 	kname := algo
 	if algo == "hera" || algo == "hera-paper" {
 		kname = cc.KernelName(algo)
 	}
-	deadline := flowStart.Add(cfg.Duration)
 	var swg sync.WaitGroup
 	errs := make(chan error, cfg.Flows)
 	for i := 0; i < cfg.Flows; i++ {
@@ -309,17 +362,12 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 	if qoe != nil {
 		qoe.close()
 	}
-	ln.Close()
 	// Receivers may never see a FIN once the link is gone; close them.
-	connsMu.Lock()
-	for _, c := range conns {
-		c.Close()
-	}
-	connsMu.Unlock()
+	recv.close()
 	if err := e.Close(); err != nil {
 		return res, err
 	}
-	wg.Wait()
+	recv.wait()
 	select {
 	case err := <-errs:
 		return res, fmt.Errorf("benchcc: flow with %s: %w", algo, err)

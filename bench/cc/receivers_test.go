@@ -1,0 +1,104 @@
+package benchcc
+
+import (
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// send connects to ln, writes b and closes.
+func send(t *testing.T, ln net.Listener, b []byte) {
+	t.Helper()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitOrFail fails the test if recv's goroutines do not end.
+func waitOrFail(t *testing.T, recv *receivers) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { recv.wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the receivers' goroutines did not end")
+	}
+}
+
+// TestReceiversCountEachFlowOnce: flows announce their index in their
+// first byte; an index out of range or already taken is refused, so no
+// two goroutines count into one flow's bins.
+func TestReceiversCountEachFlowOnce(t *testing.T) {
+	ln := listenLoopback(t)
+	start := time.Now()
+	recv := startReceivers(ln, 3, start, time.Hour, 2, start.Add(time.Hour))
+	defer recv.close()
+	for _, c := range []struct {
+		id   byte
+		body int
+	}{{7, 100}, {2, 3000}, {0, 1000}, {2, 5}, {1, 2000}} {
+		send(t, ln, append([]byte{c.id}, make([]byte, c.body)...))
+	}
+	waitOrFail(t, recv) // three flows accepted, each read to its end
+	var got []int64
+	for _, bins := range recv.counts {
+		got = append(got, bins[0]+bins[1])
+	}
+	if want := []int64{1000, 2000, 3000}; !slices.Equal(got, want) {
+		t.Fatalf("bytes per flow %v, want %v", got, want)
+	}
+}
+
+// TestReceiversCloseEndsAnnouncingConnection: a connection accepted but
+// silent (its index never comes, as when the link went down) used to keep
+// the accept goroutine in its read with nothing to close it, and the
+// goroutine could start a counter after the run had read the counts.
+// close now ends it, and wait returns.
+func TestReceiversCloseEndsAnnouncingConnection(t *testing.T) {
+	ln := listenLoopback(t)
+	start := time.Now()
+	recv := startReceivers(ln, 2, start, time.Hour, 2, start.Add(time.Hour))
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for {
+		recv.mu.Lock()
+		n := len(recv.conns)
+		recv.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	recv.close()
+	waitOrFail(t, recv)
+}
+
+// TestRunRefusesTooManyFlows: the 256th flow's index byte wrapped to 0, so
+// two flows counted into one (and --flows 300 failed with "i/o timeout").
+func TestRunRefusesTooManyFlows(t *testing.T) {
+	_, err := Run(t.Context(), Config{Flows: MaxFlows + 1, Algos: []string{"cubic"}, OutDir: t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "256 flows: at most 255") {
+		t.Fatalf("Run with %d flows: %v, want an error naming the limit", MaxFlows+1, err)
+	}
+}
