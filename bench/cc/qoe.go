@@ -30,6 +30,7 @@ type qoeStream struct {
 	ln        net.Listener
 	sender    net.Conn
 	recv      net.Conn
+	closed    bool // close ran; a connection accepted afterwards is closed at once
 	mu        sync.Mutex
 	arrivals  map[uint32]time.Time
 	scheduled int       // frames the sender has reached
@@ -71,31 +72,7 @@ func startQoE(ctx context.Context, e *netem.Emulator, kname string, start, deadl
 	q.wg.Add(2)
 	go func() {
 		defer q.wg.Done()
-		c, err := q.ln.Accept()
-		if err != nil {
-			return
-		}
-		q.mu.Lock()
-		q.recv = c
-		q.mu.Unlock()
-		defer c.Close()
-		buf := make([]byte, q.frame)
-		for {
-			if _, err := io.ReadFull(c, buf[:qoeHdr]); err != nil {
-				return
-			}
-			idx, n := binary.BigEndian.Uint32(buf), binary.BigEndian.Uint32(buf[4:])
-			if int(n) > len(buf)-qoeHdr {
-				return
-			}
-			if _, err := io.ReadFull(c, buf[:n]); err != nil {
-				return
-			}
-			now := time.Now()
-			q.mu.Lock()
-			q.arrivals[idx] = now
-			q.mu.Unlock()
-		}
+		q.receive()
 	}()
 	go func() {
 		defer q.wg.Done()
@@ -122,12 +99,51 @@ func startQoE(ctx context.Context, e *netem.Emulator, kname string, start, deadl
 	return q, nil
 }
 
+// receive accepts the stream's connection and records when each frame's
+// last byte arrives, until the connection ends or close is called.
+func (q *qoeStream) receive() {
+	c, err := q.ln.Accept()
+	if err != nil {
+		return
+	}
+	q.mu.Lock()
+	if q.closed {
+		// Accepted as close ran: nothing else would close it.
+		q.mu.Unlock()
+		c.Close()
+		return
+	}
+	q.recv = c
+	q.mu.Unlock()
+	defer c.Close()
+	buf := make([]byte, q.frame)
+	for {
+		if _, err := io.ReadFull(c, buf[:qoeHdr]); err != nil {
+			return
+		}
+		idx, n := binary.BigEndian.Uint32(buf), binary.BigEndian.Uint32(buf[4:])
+		if int(n) > len(buf)-qoeHdr {
+			return
+		}
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return
+		}
+		now := time.Now()
+		q.mu.Lock()
+		q.arrivals[idx] = now
+		q.mu.Unlock()
+	}
+}
+
 // close stops the stream; frames still in flight are not delivered. The
 // receiver is closed too: it may never see a FIN once the link is gone.
 func (q *qoeStream) close() {
-	q.sender.Close()
+	if q.sender != nil {
+		q.sender.Close()
+	}
 	q.ln.Close()
 	q.mu.Lock()
+	q.closed = true
 	if q.recv != nil {
 		q.recv.Close()
 	}

@@ -102,3 +102,40 @@ func TestRunRefusesTooManyFlows(t *testing.T) {
 		t.Fatalf("Run with %d flows: %v, want an error naming the limit", MaxFlows+1, err)
 	}
 }
+
+// TestQoEReceiverEndsOnClose: the QoE receiver records a frame's arrival
+// and ends when the stream is closed, though its peer never sends a FIN
+// (as when the emulated link is gone).
+func TestQoEReceiverEndsOnClose(t *testing.T) {
+	ln := listenLoopback(t)
+	q := &qoeStream{ln: ln, frame: 100, arrivals: map[uint32]time.Time{}}
+	q.wg.Add(1)
+	go func() { defer q.wg.Done(); q.receive() }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	frame := make([]byte, 100)
+	frame[3], frame[7] = 5, 100-qoeHdr // frame 5, 92 payload bytes
+	if _, err := c.Write(frame); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		q.mu.Lock()
+		_, ok := q.arrivals[5]
+		q.mu.Unlock()
+		if ok {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	q.close()
+	done := make(chan struct{})
+	go func() { q.wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the QoE receiver did not end after close")
+	}
+}
