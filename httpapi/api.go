@@ -233,11 +233,11 @@ func (a *API) getSettings(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// internalError answers 500 for a failure that is not the client's (the
+// internalError answers 503 for a failure that is not the client's (the
 // settings store unavailable), and logs it.
 func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	a.log.Error("HTTP request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-	writeError(w, http.StatusInternalServerError, err.Error())
+	writeError(w, http.StatusServiceUnavailable, err.Error())
 }
 
 // maxSettingsBody is the largest body of a settings PUT.

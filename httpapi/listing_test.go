@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -153,4 +154,96 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()
+}
+
+// When the settings store cannot answer, a route that needs the scene's
+// settings answers 503 with the reason, not 403 as if the caller were
+// refused (and not counted as a refusal): before, GET /persist/{ns}/{scene}
+// answered 403 "read settings of ...: nats: connection closed".
+func TestSettingsUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	nc, err := b.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := b.JetStream(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	// The settings store has a connection of its own, which fails; the
+	// persistence store's stays up and holds one scene.
+	snc, err := b.Connect("settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sjs, err := b.JetStream(ctx, snc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings, err := auth.OpenSettings(ctx, sjs, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := persist.Open(ctx, persist.Config{JS: js, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); store.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	if _, err := js.Publish(ctx, "realm.s.lab.room.o.uc.box", []byte(`{"object_id":"box","action":"create","persist":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if got, _ := store.Scenes(ctx); len(got) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the create was not applied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	keys, err := auth.LoadOrCreateKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snc.Close() // the settings store can no longer answer
+	denials := prometheus.NewCounter(prometheus.CounterOpts{Name: "d"})
+	access := &Access{Realm: "realm", Keys: keys, Settings: settings, Denials: denials}
+	mux := http.NewServeMux()
+	New(Config{Realm: "realm", Access: access, Settings: settings, Logger: slog.New(slog.DiscardHandler)}).Register(mux)
+	mux.Handle("/persist/", store.Handler(access.Scene))
+	other, err := keys.Issue("bob", auth.SceneRights("realm", "bob", "x", auth.RoleEditor, ""), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ method, path, tok string }{
+		{"GET", "/persist/lab/room", ""},
+		{"GET", "/persist/lab/room", other},
+		{"DELETE", "/persist/lab/room", other},
+		{"GET", "/scenes/lab/room/settings", ""},
+		{"GET", "/persist/!allscenes", ""},
+	} {
+		r := httptest.NewRequest(tt.method, tt.path, nil)
+		if tt.tok != "" {
+			r.Header.Set("Authorization", "Bearer "+tt.tok)
+		}
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "settings of lab/room") {
+			t.Errorf("%s %s with the store down: %d %s, want 503 naming the scene's settings", tt.method, tt.path, w.Code, w.Body)
+		}
+	}
+	if d := counter(t, denials); d != 0 {
+		t.Errorf("%v refusals counted, want 0", d)
+	}
 }

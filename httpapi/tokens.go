@@ -37,6 +37,11 @@ var ErrUnauthenticated = errors.New("unauthenticated")
 // ErrForbidden is returned when a valid token does not allow the action.
 var ErrForbidden = errors.New("forbidden")
 
+// ErrUnavailable is returned when the scene settings could not be read
+// (the settings store did not answer): the server's failure, not a
+// refusal; HTTPStatus 503.
+var ErrUnavailable = errors.New("settings store unavailable")
+
 // ErrBadRequest is returned for a request that names no valid scene: a
 // namespace or scene name that topic.ValidSceneName refuses.
 var ErrBadRequest = errors.New("bad request")
@@ -87,7 +92,7 @@ func (a *Access) Refused(r *http.Request, err error) error {
 // token endpoint applies: a token for one scene never reads less than no
 // token at all. The error says why not; it wraps ErrUnauthenticated or
 // ErrForbidden, or ErrBadRequest for names CheckScene refuses (also with
-// Insecure).
+// Insecure), or ErrUnavailable when the settings could not be read.
 func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
 	if err := CheckScene(ns, scene); err != nil {
 		return err
@@ -180,7 +185,7 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 	}
 	st, err := a.Settings.Get(r.Context(), ns, scene)
 	if err != nil {
-		return err
+		return wrapCause(ErrUnavailable, err) // 503, no refusal
 	}
 	role, err := st.RoleFor(user, anonymous)
 	switch {
@@ -243,6 +248,8 @@ func (w wrapped) HTTPStatus() int {
 		return http.StatusUnauthorized
 	case errors.Is(w.kind, ErrBadRequest):
 		return http.StatusBadRequest
+	case errors.Is(w.kind, ErrUnavailable):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusForbidden
 }

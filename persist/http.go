@@ -150,6 +150,10 @@ func (h *handler) scenes(w http.ResponseWriter, r *http.Request, ns string) {
 			continue
 		}
 		err := h.access(probe, n, name, false)
+		if err != nil && accessStatus(err) >= 500 {
+			writeError(w, accessStatus(err), err.Error()) // the server's failure: no partial list
+			return
+		}
 		if errors.Is(err, auth.ErrInvalidToken) {
 			if !h.allowed(w, r, n, name, false) { // refused again, and recorded
 				return
