@@ -341,3 +341,37 @@ func TestEstimatorSkipsMalformedFeedback(t *testing.T) {
 		t.Fatalf("min RTT %v: the valid feedback after the malformed ones was not used", s["minRTT"])
 	}
 }
+
+// TestEstimatorFlowClockIsMonotonic: the flow's clock for a sample is its
+// packet's send time plus the sample, which steps back when feedback
+// reports an earlier packet late. hera.Flow's windowed minimum took such
+// a step for an expired window (the unsigned difference wrapped), so two
+// late reports replaced the 20 ms base RTT by a 50 ms sample and the
+// queueing delay read 30 ms too low.
+func TestEstimatorFlowClockIsMonotonic(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	at := func(ms int) { clock = time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	opts := DefaultOptions()
+	opts.Now = func() time.Time { return clock }
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const remote = 50_000_000 // µs: the receiver's clock at our time 0, plus the one-way delay
+	send := func(ms int, seq uint16) { at(ms); e.OnSent(seq, 1200) }
+	feedback := func(ms int, seq uint16, arrivalMs int) {
+		at(ms)
+		e.WriteRTCP([]rtcp.Packet{buildFeedback(seq, []int64{remote + int64(arrivalMs)*1000}, uint8(seq))}, nil)
+	}
+	send(0, 0)
+	send(90, 3)         // queued 30 ms, reported late
+	send(100, 1)        // queued 30 ms, reported late
+	feedback(200, 0, 0) // minRTT 200 ms
+	send(210, 2)
+	feedback(230, 2, 210) // minRTT 20 ms: the base
+	feedback(240, 1, 130) // sample 20 + 30 ms
+	feedback(250, 3, 120) // sample 20 + 30 ms
+	if got := e.flow.MinRTT(); got != 20*time.Millisecond {
+		t.Fatalf("the flow's base RTT is %v after late reports of queued packets, want 20ms", got)
+	}
+}

@@ -87,6 +87,7 @@ type Estimator struct {
 	minOneWay time.Duration
 	haveOW    bool
 	queue     time.Duration // latest sample's queueing delay
+	lastAckUs uint64        // the flow's clock at its last sample
 	lossUntil time.Time
 	lossRate  float64
 	onChange  func(int)
@@ -208,7 +209,13 @@ func (e *Estimator) onFeedback(reps []PacketReport) {
 		}
 		e.queue = ow - e.minOneWay
 		sample := e.minRTT + e.queue
-		e.flow.OnAck(uint64(s.at.Sub(e.start)/time.Microsecond)+uint64(sample/time.Microsecond), int64(sample/time.Microsecond), 1)
+		// The flow's clock is when this sample's ACK would have come back;
+		// it steps back when minRTT falls or feedback reports packets out
+		// of order, and hera.Flow needs it monotonic (its windowed minimum
+		// took a step back for an expiry and replaced the base RTT early).
+		at := max(e.lastAckUs, uint64(s.at.Sub(e.start)/time.Microsecond)+uint64(sample/time.Microsecond))
+		e.lastAckUs = at
+		e.flow.OnAck(at, int64(sample/time.Microsecond), 1)
 	}
 	if known > 0 {
 		e.lossRate = float64(lost) / float64(known)
