@@ -3,7 +3,9 @@
 # cc/bpf/hera.bpf.c. Needs clang, bpftool and libbpf's headers (see
 # scripts/setup-cc.sh) and a kernel with BTF at /sys/kernel/btf/vmlinux.
 # Run through `go generate ./cc/`. The objects are committed so that building
-# xrealm needs no clang; cc/core_test.go checks that they are up to date.
+# xrealm needs no clang. No test compares them with the source (another clang
+# would give other bytes): after editing the C, run this and commit the objects;
+# cc/core_test.go checks the C rule itself, compiled for the host, against Go.
 set -euo pipefail
 cd "$(dirname "$0")/bpf"
 if [[ ! -s vmlinux.h ]]; then

@@ -9,7 +9,7 @@
 //
 // This package is the single specification of the algorithm. The eBPF TCP
 // congestion control in package cc (cc/bpf/hera_core.h) and the WebRTC
-// bandwidth estimator in hera/webrtc follow it step for step; the test vectors
+// bandwidth estimator in hera/bwe follow it step for step; the test vectors
 // in testdata/vectors.json are checked against both. All arithmetic is integer
 // arithmetic on microseconds and segments so that the C and Go versions agree
 // exactly.
@@ -171,10 +171,10 @@ func PaperParams() Params {
 
 // DefaultParams returns xrealm's tuned defaults ("hera"): queueing-delay
 // buckets of 2.5 ms with X = 6, so the window grows while the mean queueing
-// delay is under 7.5 ms, widened to 8 packet times at the flow's delivered
+// delay is under 7.5 ms, widened to 10 packet times at the flow's delivered
 // rate (at most 6·B) so that slow paths and small shares are not held to
-// less than a packet or two; a floor at the delivered BDP of the last
-// 500 ms that keeps the link busy when delay noise would cut the window
+// less than a packet or two; a floor at 9/8 of the delivered BDP of the
+// last 4 s that keeps the link busy when delay noise would cut the window
 // below it; a backlog of N = 1 (the round's smallest sample already
 // filters outages); an update gate of at most 2 minimum RTTs, so that an
 // outage's sample does not freeze the window for as long again; and a
