@@ -46,7 +46,8 @@ type Config struct {
 	// TCPInfoDir, if set, gets one file per run (TRACE-ALGO-SEED.tcpinfo)
 	// with flow 0's TCP_INFO every 10 ms: seconds since the start,
 	// snd_cwnd, srtt (µs), min_rtt (µs), pacing rate and delivery rate
-	// (Mbit/s), unacked segments, total retransmits and the CA state.
+	// (Mbit/s; pacing +Inf when the flow is not paced), unacked segments,
+	// total retransmits and the CA state. Run creates the directory.
 	TCPInfoDir string
 }
 
@@ -135,6 +136,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("benchcc: create %s: %w", cfg.OutDir, err)
+	}
+	if cfg.TCPInfoDir != "" {
+		// Created here, so that a run does not go by with only a warning
+		// that its diagnostics could not be written.
+		if err := os.MkdirAll(cfg.TCPInfoDir, 0o755); err != nil {
+			return nil, fmt.Errorf("benchcc: create the TCP_INFO directory %s: %w", cfg.TCPInfoDir, err)
+		}
 	}
 	for _, a := range cfg.Algos {
 		if a != "hera" && a != "hera-paper" {
@@ -328,10 +336,8 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 			return res, fmt.Errorf("benchcc: connect flow %d with %s: %w", i, algo, err)
 		}
 		if i == 0 && cfg.TCPInfoDir != "" {
-			stop := make(chan struct{})
-			defer close(stop)
 			path := filepath.Join(cfg.TCPInfoDir, fmt.Sprintf("%s-%s-%d.tcpinfo", filepath.Base(name), algo, seed))
-			go sampleTCPInfo(c, path, flowStart, stop, cfg.Logger)
+			defer startTCPInfo(c, path, flowStart, cfg.Logger)()
 		}
 		swg.Add(1)
 		go func(i int, c net.Conn) {

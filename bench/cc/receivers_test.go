@@ -1,7 +1,11 @@
 package benchcc
 
 import (
+	"io"
+	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -137,5 +141,57 @@ func TestQoEReceiverEndsOnClose(t *testing.T) {
 	case <-done:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the QoE receiver did not end after close")
+	}
+}
+
+// TestTCPInfoFileCompleteWhenStopped: the sampler's file is written out
+// and closed by the time stop returns, so the last run's file is whole
+// when the process exits right after it.
+func TestTCPInfoFileCompleteWhenStopped(t *testing.T) {
+	ln := listenLoopback(t)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	path := filepath.Join(t.TempDir(), "flow.tcpinfo")
+	stop := startTCPInfo(c, path, time.Now(), slog.Default())
+	time.Sleep(50 * time.Millisecond) // a few samples, most likely; none is fine too
+	stop()
+	// The header and samples sit in a buffer until the sampler flushes:
+	// they are in the file only if stop waited for that.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if !strings.HasPrefix(lines[0], "# t_s cwnd") || !strings.HasSuffix(string(b), "\n") {
+		t.Fatalf("after stop the file holds %q, want the header and samples, ending in a newline", b)
+	}
+	for _, l := range lines[1:] {
+		if len(strings.Fields(l)) != 9 {
+			t.Fatalf("sample line %q does not have 9 fields", l)
+		}
+	}
+}
+
+// TestRunCreatesTCPInfoDir: a TCP_INFO directory that cannot be created
+// stops Run before any run, naming it; it used to cost only a warning per
+// run and the diagnostics.
+func TestRunCreatesTCPInfoDir(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(file, "tcpinfo")
+	_, err := Run(t.Context(), Config{Algos: []string{"cubic"}, OutDir: t.TempDir(), TCPInfoDir: bad})
+	if err == nil || !strings.Contains(err.Error(), bad) {
+		t.Fatalf("Run with TCPInfoDir %s: %v, want an error naming it", bad, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"syscall"
@@ -11,6 +12,23 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// startTCPInfo samples c's TCP_INFO into path (sampleTCPInfo) until the
+// returned function is called; that function returns once the file is
+// written out and closed, so a run's file is complete when the run
+// returns (the sampler used to flush after it, and the last run's file
+// lost its tail when the process exited).
+func startTCPInfo(c net.Conn, path string, start time.Time, log *slog.Logger) (stop func()) {
+	stopc, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		sampleTCPInfo(c, path, start, stopc, log)
+	}()
+	return func() {
+		close(stopc)
+		<-done
+	}
+}
 
 // sampleTCPInfo writes c's TCP_INFO to path every 10 ms until stop is
 // closed (see Config.TCPInfoDir). It is a diagnostic: errors are logged,
@@ -29,9 +47,16 @@ func sampleTCPInfo(c net.Conn, path string, start time.Time, stop <-chan struct{
 		log.Warn("benchcc: tcpinfo", "err", err)
 		return
 	}
-	defer f.Close()
 	w := bufio.NewWriter(f)
-	defer w.Flush()
+	defer func() {
+		err := w.Flush()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			log.Warn("benchcc: tcpinfo", "file", path, "err", err)
+		}
+	}()
 	fmt.Fprintln(w, "# t_s cwnd srtt_us min_rtt_us pacing_mbps delivery_mbps unacked retrans ca_state")
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -46,7 +71,11 @@ func sampleTCPInfo(c net.Conn, path string, start time.Time, stop <-chan struct{
 		if err := raw.Control(func(fd uintptr) { ti, gerr = unix.GetsockoptTCPInfo(int(fd), unix.SOL_TCP, unix.TCP_INFO) }); err != nil || gerr != nil {
 			return
 		}
+		pacing := float64(ti.Pacing_rate) * 8 / 1e6
+		if ti.Pacing_rate == math.MaxUint64 {
+			pacing = math.Inf(1) // the kernel's "not paced" (~0UL), not 1.5e14 Mbit/s
+		}
 		fmt.Fprintf(w, "%.3f %d %d %d %.1f %.1f %d %d %d\n", time.Since(start).Seconds(), ti.Snd_cwnd, ti.Rtt, ti.Min_rtt,
-			float64(ti.Pacing_rate)*8/1e6, float64(ti.Delivery_rate)*8/1e6, ti.Unacked, ti.Total_retrans, ti.Ca_state)
+			pacing, float64(ti.Delivery_rate)*8/1e6, ti.Unacked, ti.Total_retrans, ti.Ca_state)
 	}
 }
