@@ -59,6 +59,14 @@ type Server struct {
 
 	stopStore context.CancelFunc
 	dataLock  *os.File // the lock on cfg.DataDir (lockDataDir), held until Close
+
+	// closing is set by Close before it closes the internal connections;
+	// an internal connection that closes before that has failed the node
+	// (fail).
+	closing  atomic.Bool
+	failOnce sync.Once
+	failed   chan struct{} // closed by fail
+	failErr  error         // set before failed is closed
 	// handler is what the HTTP and HTTPS listeners serve: starting until
 	// Start has made Mux, then Mux.
 	handler atomic.Pointer[routes]
@@ -92,7 +100,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log}
+	s := &Server{cfg: cfg, log: log, failed: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -310,6 +318,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	s.Mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		if err := s.Err(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, `{"status":"failed","node":%q,"error":%q}`+"\n", cfg.nodeName(), err.Error())
+			return
+		}
 		fmt.Fprintf(w, `{"status":"ok","node":%q,"mqtt_connections":%d}`+"\n", cfg.nodeName(), s.mqtt.Connections())
 	})
 	s.Mux.Handle("/mqtt", s.mqtt.WebSocketHandler("ws"))
@@ -358,7 +371,22 @@ func sfuID(name string) string {
 	return string(id)
 }
 
+// connect opens an internal connection to the node's bus. The node's
+// services depend on it for their whole life: NATS closes a connection
+// for good after a protocol error (a subject over its control-line limit,
+// say), so one that closes while the node runs fails the node (Failed)
+// instead of leaving it to serve without its services.
 func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append(opts, nats.ClosedHandler(func(nc *nats.Conn) {
+		if s.closing.Load() {
+			return
+		}
+		why := "closed"
+		if err := nc.LastError(); err != nil {
+			why = err.Error()
+		}
+		s.fail(fmt.Errorf("the internal NATS connection %q of the node's services closed (%s); the node cannot serve without it and must be restarted", name, why))
+	}))
 	nc, err := s.bus.Connect(name, opts...)
 	if err != nil {
 		return nil, err
@@ -527,8 +555,35 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// fail marks the node as failed with err, once: Failed is closed, Err
+// returns err, and /healthz answers 503 with it.
+func (s *Server) fail(err error) {
+	s.failOnce.Do(func() {
+		s.log.Error("node failed", "err", err)
+		s.failErr = err
+		close(s.failed)
+	})
+}
+
+// Failed is closed when the node has failed while running (an internal
+// connection it cannot do without has closed); Err says why. The caller
+// should shut the node down and report the error: `xrealm serve` exits
+// with it, so that a supervisor restarts the node.
+func (s *Server) Failed() <-chan struct{} { return s.failed }
+
+// Err returns why the node failed, or nil while it has not.
+func (s *Server) Err() error {
+	select {
+	case <-s.failed:
+		return s.failErr
+	default:
+		return nil
+	}
+}
+
 // Close stops everything at once.
 func (s *Server) Close() {
+	s.closing.Store(true)
 	for _, l := range s.lns {
 		l.Close()
 	}

@@ -89,11 +89,15 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	log.Info("shutting down")
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case <-srv.Failed():
+		log.Error("shutting down: the node failed", "err", srv.Err())
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	return srv.Shutdown(sctx)
+	return errors.Join(srv.Err(), srv.Shutdown(sctx))
 }
 
 // applyConfigFile sets every flag named in the JSON file that was not given
