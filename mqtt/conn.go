@@ -296,9 +296,16 @@ func (c *conn) ack(qos byte, id uint16) {
 	}
 }
 
+// maxLoggedTopic is how much of a refused topic a log line quotes.
+const maxLoggedTopic = 200
+
 // deny logs a refused action (at a bounded rate for the whole front end)
 // and counts it.
 func (c *conn) deny(action, what, why string) {
+	if len(what) > maxLoggedTopic {
+		// A topic can be as long as a packet; a log line need not.
+		what = strings.ToValidUTF8(what[:maxLoggedTopic], "") + "..."
+	}
 	c.s.m.AuthDenials.WithLabelValues(action).Inc()
 	c.denies++
 	c.s.denials.Deny(c.log, "MQTT "+action+" denied", "topic", what, "reason", why, "denied_so_far", c.denies)

@@ -83,3 +83,42 @@ func TestConnectRefusalsLogBounded(t *testing.T) {
 		})
 	}
 }
+
+// A refused publish on a topic as long as a packet allows is logged with
+// the topic cut short, and the node keeps working: the topic never
+// reaches the bus, whose protocol lines are limited.
+func TestLongTopicRefusedAndLoggedShort(t *testing.T) {
+	var logs testlog.Buffer
+	cfg := quietConfig(t, t.TempDir())
+	cfg.Insecure = true
+	cfg.MQTTAddr = testnet.FreePorts(t, 1)[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := mustConnect(t, "tcp://"+cfg.MQTTAddr, "u", "")
+	long := "realm/s/ns/sc/u/" + strings.Repeat("x", 20<<10) + "/camera"
+	publish(t, c, long, 1, "{}")
+	var inbox inbox
+	subscribe(t, c, "realm/s/ns/sc/#", &inbox)
+	publish(t, c, "realm/s/ns/sc/u/x/camera", 1, "{}")
+	inbox.wait(t, "/u/x/camera", 5*time.Second)
+	if s.Err() != nil {
+		t.Fatalf("the node failed: %v", s.Err())
+	}
+	var found bool
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "MQTT publish denied") {
+			found = true
+			if len(l) > 1500 {
+				t.Errorf("the refusal's log line is %d bytes long: %.300s...", len(l), l)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no refusal logged:\n%.2000s", logs.String())
+	}
+}
