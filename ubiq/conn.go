@@ -667,7 +667,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	old, oldAs, oldRev := c.room, c.memberAs, c.memberRev
 	c.setRoom(r)
 	c.memberAs, c.memberRev = id, rev
-	r.cmdAttachMember(c, rev)
+	r.cmdAttachMember(c, id, rev)
 	if hasPos {
 		c.setPosition(pos) // in the new room
 	}

@@ -104,6 +104,18 @@ type audience struct {
 type attachment struct {
 	member, observer bool
 	granted          map[string]bool // peers this room told the connection about
+	// as is the uuid under which the connection became a member here. It
+	// outlives the membership: a peer that moves to another room takes a
+	// new uuid (conn.uuid) at once, while its old member key here is
+	// deleted later, and this room must not show the peer its old self.
+	as string
+}
+
+// pendingMember is a member attachment waiting for the member key that
+// its connection wrote at rev as peer uuid as.
+type pendingMember struct {
+	rev uint64
+	as  string
 }
 
 type memberState struct {
@@ -143,7 +155,7 @@ type room struct {
 	rev      uint64
 	members  map[string]*memberState // by key token
 	local    map[*conn]*attachment
-	pending  map[*conn]uint64 // member attachments waiting for their key
+	pending  map[*conn]pendingMember // member attachments waiting for their key
 	ic       interestConfig
 	knn      *interest.KNN
 	placed   map[string]interest.Vec3 // positions of members, by uuid
@@ -180,7 +192,7 @@ type visibility struct {
 func newRoom(s *Server, id string) *room {
 	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}),
 		posNext: map[string]pendingPosition{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
-		pending: map[*conn]uint64{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
+		pending: map[*conn]pendingMember{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
 		self: s.node + "-" + strconv.FormatUint(s.activations.Add(1), 10), prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
 	r.aud.Store(&audience{})
 	return r
@@ -369,10 +381,10 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 // attachPending attaches the local connections whose member records have
 // been seen.
 func (r *room) attachPending() {
-	for c, rev := range r.pending {
-		if m := r.members[keyToken(c.uuid())]; m != nil && m.rev >= rev {
+	for c, p := range r.pending {
+		if m := r.members[keyToken(p.as)]; m != nil && m.rev >= p.rev {
 			delete(r.pending, c)
-			r.attachMember(c)
+			r.attachMember(c, p.as)
 		}
 	}
 }
@@ -406,7 +418,7 @@ func (r *room) addMember(tok string, m *memberState) {
 	// the others hear of it, so that their answers to PeerAdded reach it.
 	r.attachPending()
 	for c, a := range r.local {
-		if c.uuid() != id && r.wants(c, a, id) {
+		if r.wants(c, a, id) {
 			r.grant(c, a, id)
 		}
 	}
@@ -432,17 +444,18 @@ func (r *room) removeMember(tok string, m *memberState) {
 	}
 }
 
-// wants reports whether the connection should know about member id. With
+// wants reports whether the connection should know about member id: not
+// about itself, under its uuid now or the one it was a member here as. With
 // kNN, a member without a position yet (at the last recompute) has no set
 // and knows everyone, as an observer does.
 func (r *room) wants(c *conn, a *attachment, id string) bool {
-	if c.uuid() == id {
+	if id == a.as || id == c.uuid() {
 		return false
 	}
 	if a.observer || r.knn == nil {
 		return a.member || a.observer
 	}
-	return a.member && (r.knn.Interested(c.uuid(), id) || !r.knn.Positioned(c.uuid()))
+	return a.member && (r.knn.Interested(a.as, id) || !r.knn.Positioned(a.as))
 }
 
 func (r *room) grant(c *conn, a *attachment, id string) {
@@ -509,21 +522,22 @@ func (r *room) attachment(c *conn) *attachment {
 	return a
 }
 
-// cmdAttachMember makes c a local member once its member key at rev (or
-// later) has been seen, then sends it SetRoom and the peers it should know.
-func (r *room) cmdAttachMember(c *conn, rev uint64) {
+// cmdAttachMember makes c a local member once its member key, written as
+// peer as at rev (or later), has been seen, then sends it SetRoom and the
+// peers it should know.
+func (r *room) cmdAttachMember(c *conn, as string, rev uint64) {
 	r.cmds <- func() {
-		if m := r.members[keyToken(c.uuid())]; m != nil && m.rev >= rev {
-			r.attachMember(c)
+		if m := r.members[keyToken(as)]; m != nil && m.rev >= rev {
+			r.attachMember(c, as)
 			return
 		}
-		r.pending[c] = rev
+		r.pending[c] = pendingMember{rev: rev, as: as}
 	}
 }
 
-func (r *room) attachMember(c *conn) {
+func (r *room) attachMember(c *conn, as string) {
 	a := r.attachment(c)
-	a.member = true
+	a.member, a.as = true, as
 	info := RoomInfo{UUID: r.id, Keys: []string{}, Values: []string{}}
 	if r.rec != nil {
 		info = r.rec.info()
@@ -663,7 +677,7 @@ func (r *room) tick(now time.Time) {
 	byID := make(map[string]*conn, len(r.local))
 	for c, a := range r.local {
 		if a.member {
-			byID[c.uuid()] = c
+			byID[a.as] = c
 		}
 	}
 	for _, ch := range changes {
