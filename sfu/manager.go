@@ -40,10 +40,10 @@ type Manager struct {
 	mu       sync.Mutex
 	nodes    map[string]*nodeState
 	assigned map[string]assignedTo // by "session/client"
-	prunedAt time.Time               // when pruneAssigned last ran
-	placing  int               // joins being placed
-	busy     bool              // answering busy: placing reached maxPlacing and has not yet fallen below busyLowWater
-	refused  int               // joins answered busy while busy
+	prunedAt time.Time             // when pruneAssigned last ran
+	placing  int                   // joins being placed
+	busy     bool                  // answering busy: placing reached maxPlacing and has not yet fallen below busyLowWater
+	refused  int                   // joins answered busy while busy
 }
 
 // assignedTo is the node a client was last given, and when.
@@ -174,8 +174,8 @@ func (m *Manager) drain() {
 }
 
 func (m *Manager) handleHeartbeat(msg *nats.Msg) {
-	var info NodeInfo
-	if json.Unmarshal(msg.Data, &info) != nil || validName("node", info.ID) != nil {
+	info, ok := parseNodeInfo(msg.Data)
+	if !ok {
 		return
 	}
 	m.mu.Lock()
@@ -185,10 +185,8 @@ func (m *Manager) handleHeartbeat(msg *nats.Msg) {
 		current = old.info.Instance
 	}
 	// A leave from another instance than the one whose heartbeats the
-	// manager has (a second process started with the node's ID, or a
-	// restarted node's old process) is not the known node's: ignored.
-	// A leave without an instance (an older node) cannot be told apart.
-	stale := info.Leaving && known && info.Instance != "" && info.Instance != current
+	// manager has is not the known node's: ignored (liveness.go).
+	stale := staleLeave(info, known, current)
 	switch {
 	case stale:
 	case info.Leaving:

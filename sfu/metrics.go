@@ -45,12 +45,13 @@ var (
 	descSubQueue   = prometheus.NewDesc("xrealm_sfu_subscriber_queue_delay_seconds", "Queueing delay towards the subscriber: receiver-report round-trip time above its floor.", []string{"node", "client"}, nil)
 	descSubTail    = prometheus.NewDesc("xrealm_sfu_subscriber_queue_tail_seconds", "95th percentile of the per-packet queueing delay (TWCC feedback) of the subscriber's shared-path group over the last interval.", []string{"node", "client"}, nil)
 	descSubSlots   = prometheus.NewDesc("xrealm_sfu_subscriber_active_slots", "Receive slots carrying a track.", []string{"node", "client"}, nil)
+	descPurged     = prometheus.NewDesc("xrealm_sfu_directory_purged_total", "Track directory entries removed because their node left or stopped sending heartbeats without announcing the tracks' removal (it crashed).", []string{"node"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays, descSrcState,
 		descRelayBytes, descRelayDrop, descRelayRef, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubLost, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
-		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK} {
+		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK, descPurged} {
 		ch <- d
 	}
 	for _, d := range dcDescs {
@@ -94,6 +95,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(local)), id, "local")
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(relayed)), id, "relay")
 	ch <- prometheus.MustNewConstMetric(descLinks, prometheus.GaugeValue, float64(links), id)
+	ch <- prometheus.MustNewConstMetric(descPurged, prometheus.CounterValue, float64(n.purged.Load()), id)
 	now := time.Now()
 	var fetched, recovered float64
 	for origin, list := range map[string][]*source{"local": local, "relay": relayed} {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -38,7 +39,10 @@ type Node struct {
 	poses     map[string]knownPose  // "session/client"
 	links     map[string]*linkState // by peer node ID
 	groups    map[string]*linkGroup // subscribers by remote IP (shared.go)
+	heard     map[string]*heardNode // other nodes' liveness, by ID (liveness.go)
 	closed    bool
+
+	purged atomic.Uint64 // directory entries of gone nodes removed (purgeNode)
 
 	hops *hopHists // packet ages (hops.go)
 
@@ -82,7 +86,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID), instance: newInstance(),
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]knownPose{}, links: map[string]*linkState{},
-		groups: map[string]*linkGroup{}, hops: newHopHists(),
+		groups: map[string]*linkGroup{}, heard: map[string]*heardNode{}, hops: newHopHists(),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
 	me := &webrtc.MediaEngine{}
@@ -121,6 +125,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		{"sfu.tracks.*", n.handleTrackEvent},
 		{"sfu.poses.*", n.handlePose},
 		{subjectSync, func(*nats.Msg) { n.announceAll() }},
+		{subjectNodes, n.handleNodeInfo},
 	}
 	for _, s := range subs {
 		sub, err := cfg.NC.Subscribe(s.subj, s.h)
@@ -225,6 +230,7 @@ func (n *Node) loop() {
 			return
 		case now := <-hb.C:
 			n.heartbeat()
+			n.expireNodes(now)
 			n.prunePoses(now)
 		case now := <-al.C:
 			n.mu.Lock()
