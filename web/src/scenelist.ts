@@ -2,26 +2,35 @@
 // creates a scene in the signed-in user's namespace.
 
 import mqtt from 'mqtt';
-import { identity, persistGet, sceneToken, signIn, signOut, storedTokenProblem } from './auth';
+import { AuthError, identity, persistGet, sceneToken, signIn, signOut, storedTokenProblem } from './auth';
 import { randomSuffix, SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, topicFor } from './protocol';
 import { h, showError, clearError } from './ui';
 
-async function listScenes(): Promise<string[]> {
+/**
+ * Lists the public scenes (no token) and those the signed-in user's token
+ * may read. refused is set when the server refused the token (signed by
+ * another server, say): the list then holds the public scenes only.
+ */
+async function listScenes(): Promise<{ scenes: string[]; refused?: string }> {
   const me = identity();
   const token = localStorage.getItem('xrealm.token');
-  // Public scenes (no token), plus those the signed-in user's token may read.
   const lists = await Promise.allSettled([
     persistGet<string[]>('!allscenes', null),
     me && !me.expired && token ? persistGet<string[]>('!allscenes', token) : Promise.resolve([]),
   ]);
   const out = new Set<string>();
   const errors: string[] = [];
-  for (const l of lists) {
+  let refused: string | undefined;
+  lists.forEach((l, i) => {
     if (l.status === 'fulfilled' && Array.isArray(l.value)) l.value.forEach((s) => typeof s === 'string' && out.add(s));
-    else if (l.status === 'rejected') errors.push((l.reason as Error).message);
-  }
+    else if (l.status === 'rejected') {
+      const err = l.reason as Error;
+      if (i === 1 && err instanceof AuthError && err.status === 401) refused = err.message;
+      else errors.push(err.message);
+    }
+  });
   if (errors.length && out.size === 0) throw new Error(errors.join('; '));
-  return [...out].sort();
+  return { scenes: [...out].sort(), refused };
 }
 
 /**
@@ -127,8 +136,14 @@ export async function startSceneList() {
     h('p', { class: 'hint' }, 'Any scene you may read opens at /namespace/scene, also before it has objects, e.g. ', h('a', { href: '/public/lobby' }, '/public/lobby'), '.'),
   ));
   try {
-    const scenes = await listScenes();
+    const { scenes, refused } = await listScenes();
     clearError();
+    if (refused) {
+      list.before(h('div', { id: 'token-refused', class: 'error' },
+        h('p', {}, `This server refused your sign-in token (${refused}): it may be signed by another server or revoked. `,
+          'Only public scenes are listed. Sign out to continue as a guest, or sign in with a token from this server. ',
+          h('button', { id: 'token-refused-sign-out', onclick: () => { signOut(); location.reload(); } }, 'Sign out'))));
+    }
     list.replaceChildren(...(scenes.length ? scenes.map((s) => {
       const [ns, sc] = s.split('/');
       const path = `/${encodeURIComponent(ns)}/${encodeURIComponent(sc)}`;

@@ -752,6 +752,22 @@ describe('sign-in', () => {
     await Promise.all([page.waitForEvent('load'), page.click('#xr-error button:has-text("Sign out and continue as guest")')]);
     await waitFor('connected as a guest', async () => (await status(page)) === 'connected');
     expect(await stored(page)).toBeNull();
+
+    // The scene list says the server refused it, lists the public scenes,
+    // and offers Sign out.
+    const setup = await mqttClient(srv, 'gina', t, 'gina-setup');
+    await setup.publishAsync('realm/s/gina/lab/o/gina-setup/box', JSON.stringify({
+      object_id: 'box', action: 'create', type: 'object', persist: true, data: { object_type: 'box' },
+    }), { qos: 1 });
+    await setup.endAsync();
+    await page.evaluate((tok) => localStorage.setItem('xrealm.token', tok), forged);
+    await page.goto(`${srv.url}/`);
+    await page.waitForSelector('#token-refused');
+    expect(await page.textContent('#token-refused')).toMatch(/server refused your sign-in token/);
+    expect(await page.textContent('#scene-list')).not.toMatch(/Loading|Could not list/);
+    await Promise.all([page.waitForEvent('load'), page.click('#token-refused-sign-out')]);
+    expect(await stored(page)).toBeNull();
+    expect(await page.$('#token-refused')).toBeNull();
   });
 });
 
