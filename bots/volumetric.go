@@ -39,8 +39,14 @@ type VolumetricConfig struct {
 	Publish []int
 	// Slots is the number of video receive slots.
 	Slots int
-	// Pose, if set, is sent after joining (the allocator ranks publishers by it).
+	// Pose, if set, is sent after joining (the allocator ranks publishers
+	// by it), and again every PoseEvery while the bot runs (Run).
 	Pose *sfu.Pose
+	// PoseEvery is how often Run sends the pose again: a node hears a
+	// pose only when it is sent, so one that starts later (or forgot it)
+	// learns where the bot is at the next resend. 0 means 5 s; SetPose
+	// sends a new pose at once.
+	PoseEvery time.Duration
 	// MTU of RTP payloads; 0 means 1200.
 	MTU int
 	// Deadline for a description to complete; 0 means 500 ms.
@@ -80,6 +86,11 @@ type VolumetricBot struct {
 	client *sfu.Client
 	frames *volumetric.FrameTracker
 
+	// poseMu orders the pose's sends (SetPose, the resends): a resend of
+	// the old pose must not reach the node after the new one.
+	poseMu sync.Mutex
+	pose   *sfu.Pose
+
 	mu       sync.Mutex
 	from, to time.Time
 	descs    map[uint32][volumetric.Descriptions]uint64
@@ -103,6 +114,9 @@ func DialVolumetric(ctx context.Context, cfg VolumetricConfig) (*VolumetricBot, 
 	if cfg.ReportEvery == 0 {
 		cfg.ReportEvery = time.Second
 	}
+	if cfg.PoseEvery <= 0 {
+		cfg.PoseEvery = 5 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -122,12 +136,52 @@ func DialVolumetric(ctx context.Context, cfg VolumetricConfig) (*VolumetricBot, 
 	}
 	b.client = c
 	if cfg.Pose != nil {
-		if err := c.SetPose(ctx, *cfg.Pose); err != nil {
+		if err := b.SetPose(ctx, *cfg.Pose); err != nil {
 			c.Close()
 			return nil, err
 		}
 	}
 	return b, nil
+}
+
+// SetPose makes p the bot's pose and sends it to its node at once; Run
+// sends it again every PoseEvery.
+func (b *VolumetricBot) SetPose(ctx context.Context, p sfu.Pose) error {
+	b.poseMu.Lock()
+	defer b.poseMu.Unlock()
+	b.pose = &p
+	if err := b.client.SetPose(ctx, p); err != nil {
+		return fmt.Errorf("bots: %s: send pose: %w", b.cfg.Client, err)
+	}
+	return nil
+}
+
+// resendPose sends the bot's pose, if it has one, again.
+func (b *VolumetricBot) resendPose(ctx context.Context) error {
+	b.poseMu.Lock()
+	defer b.poseMu.Unlock()
+	if b.pose == nil {
+		return nil
+	}
+	return b.client.SetPose(ctx, *b.pose)
+}
+
+// keepPose sends the pose again every PoseEvery until ctx ends.
+func (b *VolumetricBot) keepPose(ctx context.Context) {
+	t := time.NewTicker(b.cfg.PoseEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := b.resendPose(rctx); err != nil && ctx.Err() == nil {
+				b.cfg.Logger.Debug("pose not sent again", "bot", b.cfg.Client, "err", err)
+			}
+			cancel()
+		}
+	}
 }
 
 // Node is the SFU node the bot was assigned.
@@ -195,10 +249,11 @@ func (b *VolumetricBot) onTrack(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 	}()
 }
 
-// Run publishes the clip until ctx ends and reports frame statistics to
-// the node.
+// Run publishes the clip until ctx ends, reports frame statistics to the
+// node and sends the bot's pose again every PoseEvery.
 func (b *VolumetricBot) Run(ctx context.Context) error {
 	go b.report(ctx)
+	go b.keepPose(ctx)
 	if len(b.cfg.Publish) == 0 {
 		<-ctx.Done()
 		return nil

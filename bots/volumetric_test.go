@@ -2,6 +2,7 @@ package bots
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -41,15 +42,17 @@ func TestSeqWindow(t *testing.T) {
 	}
 }
 
-// TestVolumetricBots: a publisher bot replays a clip through an SFU node to
-// a receiver bot, which completes descriptions in its window.
-func TestVolumetricBots(t *testing.T) {
+// volumetricNode starts a bus and an SFU node with the manager; it returns
+// a connector to the bus and a clip of random bytes (the bots never
+// decode, so Draco is not needed).
+func volumetricNode(t *testing.T, ctx context.Context) (conn func(name string) *nats.Conn, clip *Clip) {
+	t.Helper()
 	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "vbots", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Shutdown()
-	conn := func(name string) *nats.Conn {
+	t.Cleanup(b.Shutdown)
+	conn = func(name string) *nats.Conn {
 		nc, err := b.Connect(name)
 		if err != nil {
 			t.Fatal(err)
@@ -57,31 +60,41 @@ func TestVolumetricBots(t *testing.T) {
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	lo := []string{"127.0.0.1"}
-	node, err := sfu.Start(context.Background(), sfu.Config{Logger: slog.New(slog.DiscardHandler), NC: conn("node"), ID: "1", Site: "a", Manager: true, ICEAddresses: lo,
+	node, err := sfu.Start(context.Background(), sfu.Config{Logger: slog.New(slog.DiscardHandler), NC: conn("node"), ID: "1", Site: "a", Manager: true, ICEAddresses: loopback,
 		Registerer: prometheus.NewRegistry(), Heartbeat: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer node.Close()
-	// A clip of random bytes: the bots never decode, so Draco is not needed here.
-	clip := &Clip{Points: 1000, FPS: 30, DescSizes: [3]int{150, 250, 600}}
+	t.Cleanup(node.Close)
+	clip = &Clip{Points: 1000, FPS: 30, DescSizes: [3]int{150, 250, 600}}
 	for i := 0; i < 3; i++ {
 		clip.Frames = append(clip.Frames, [3][]byte{make([]byte, 900), make([]byte, 1500), make([]byte, 3600)})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for len(node.ID()) > 0 { // the manager learns the node from its first heartbeat
+	for { // the manager learns the node from its first heartbeat
 		if _, err := sfu.RequestJoin(ctx, conn("probe"), sfu.JoinRequest{Session: "probe", Client: "probe"}); err == nil {
 			break
 		}
+		if ctx.Err() != nil {
+			t.Fatal("the manager never placed a client on the node")
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	pub, err := DialVolumetric(ctx, VolumetricConfig{NC: conn("p"), Session: "v", Client: "p", ID: 5, Site: "a", ICEAddresses: lo, Clip: clip, Publish: []int{0, 1, 2}})
+	return conn, clip
+}
+
+var loopback = []string{"127.0.0.1"}
+
+// TestVolumetricBots: a publisher bot replays a clip through an SFU node to
+// a receiver bot, which completes descriptions in its window.
+func TestVolumetricBots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, clip := volumetricNode(t, ctx)
+	pub, err := DialVolumetric(ctx, VolumetricConfig{NC: conn("p"), Session: "v", Client: "p", ID: 5, Site: "a", ICEAddresses: loopback, Clip: clip, Publish: []int{0, 1, 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcv, err := DialVolumetric(ctx, VolumetricConfig{NC: conn("r"), Session: "v", Client: "r", ID: 6, Site: "a", ICEAddresses: lo, Clip: clip, Slots: 3})
+	rcv, err := DialVolumetric(ctx, VolumetricConfig{NC: conn("r"), Session: "v", Client: "r", ID: 6, Site: "a", ICEAddresses: loopback, Clip: clip, Slots: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,5 +122,71 @@ func TestVolumetricBots(t *testing.T) {
 	}
 	if pub.Stats().Sent == 0 {
 		t.Fatal("publisher counted no frames sent")
+	}
+}
+
+// TestVolumetricPoseResent: a bot with a pose sends it again while it
+// runs, so that a node that comes after its join (here a listener that
+// subscribes to the session's poses then) learns where it is; a new pose
+// (SetPose) is sent at once. Before, the pose went out once, at the join.
+func TestVolumetricPoseResent(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, clip := volumetricNode(t, ctx)
+	pose := sfu.Pose{Position: [3]float64{1, 1.6, -2}, Forward: [3]float64{0, 0, 1}, FOV: 1.5}
+	pub, err := DialVolumetric(ctx, VolumetricConfig{NC: conn("p"), Session: "v", Client: "p", ID: 5, Site: "a", ICEAddresses: loopback,
+		Clip: clip, Publish: []int{0}, Pose: &pose, PoseEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	// the listener comes after the join's pose
+	poses := make(chan sfu.PoseMessage, 64)
+	sub, err := conn("late").Subscribe("sfu.poses.v", func(m *nats.Msg) {
+		var pm sfu.PoseMessage
+		if json.Unmarshal(m.Data, &pm) == nil && pm.Client == "p" {
+			select {
+			case poses <- pm:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go pub.Run(rctx)
+	waitPose := func(what string, want sfu.Pose) {
+		t.Helper()
+		for {
+			select {
+			case pm := <-poses:
+				if pm.Pose.Position == want.Position {
+					return
+				}
+			case <-ctx.Done():
+				t.Fatalf("no pose message for %s at %v", what, want.Position)
+			}
+		}
+	}
+	waitPose("the pose sent again", pose)
+	moved := pose
+	moved.Position = [3]float64{4, 1.6, 0}
+	if err := pub.SetPose(ctx, moved); err != nil {
+		t.Fatal(err)
+	}
+	waitPose("the new pose", moved)
+	// and it is the one sent again from then on
+	for range 3 {
+		select {
+		case pm := <-poses:
+			if pm.Pose.Position != moved.Position {
+				t.Fatalf("pose sent after SetPose(%v): %v", moved.Position, pm.Pose.Position)
+			}
+		case <-ctx.Done():
+			t.Fatal("the new pose was not sent again")
+		}
 	}
 }
