@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -128,6 +129,14 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 	if !changesState(m.Action, m.Persist) {
 		return nil // clientEvent, join, leave, transient create/update
 	}
+	// Messages are UTF-8 JSON. encoding/json would store each bad byte as
+	// U+FFFD, three bytes: the object would be stored altered, or, near the
+	// payload limit, refused as over the store's limit although the message
+	// was within it. Refused at any size, with this reason.
+	if !utf8.Valid(payload) {
+		s.reject(subject, fmt.Errorf("payload is not valid UTF-8 (first bad byte at offset %d)", badUTF8(payload)))
+		return nil
+	}
 	var changed bool
 	switch m.Action {
 	case scene.ActionCreate:
@@ -149,6 +158,19 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 		s.applied.Inc()
 	}
 	return nil
+}
+
+// badUTF8 returns the offset of the first byte of b that is not part of
+// valid UTF-8, or -1.
+func badUTF8(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 func (s *Store) reject(subject string, err error) {

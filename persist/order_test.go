@@ -1,0 +1,189 @@
+package persist
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// testClock is a clock the test moves by hand; the store reads it from its
+// applier and sweeper goroutines.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newTestClock() *testClock {
+	return &testClock{t: time.Date(2025, 1, 1, 10, 0, 0, 0, time.UTC)}
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// newClockEnv is newEnv with the store on a test clock, running.
+func newClockEnv(t *testing.T) (*env, *testClock) {
+	t.Helper()
+	e := newEnv(t, "", false)
+	clk := newTestClock()
+	e.store.now = clk.Now
+	e.run()
+	return e, clk
+}
+
+// halt stops the store's applier and sweeper; run starts them again.
+func (e *env) halt() {
+	e.t.Helper()
+	e.cancel()
+	<-e.done
+	e.cancel = nil
+}
+
+func ctx5s(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestSceneDeleteOrderedWithCreates: a create the stream acknowledged
+// before a scene delete is gone after the delete answers, even when the
+// applier had not applied it yet; a create published after the delete
+// answered stays. Before, the delete removed the bucket's keys at once,
+// and the create still waiting in the stream was stored after it.
+func TestSceneDeleteOrderedWithCreates(t *testing.T) {
+	e := newEnv(t, "", false) // no applier yet: the creates wait in the stream
+	e.pub(tp+"early", `{"object_id":"early","action":"create","persist":true,"data":{}}`)
+	e.pub("realm/s/ns/other/o/uc1/keep", `{"object_id":"keep","action":"create","persist":true,"data":{}}`)
+
+	done := make(chan error, 1)
+	go func() { done <- e.store.DeleteScene(ctx5s(t), "ns", "sc") }()
+	e.run()
+	if err := <-done; err != nil {
+		t.Fatalf("DeleteScene: %v", err)
+	}
+	if _, err := e.get("ns", "sc", "early"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("early, created before the scene delete, is stored after it answered (%v)", err)
+	}
+	e.pub(tp+"late", `{"object_id":"late","action":"create","persist":true,"data":{}}`)
+	e.waitObject("ns", "sc", "late", nil)
+	e.barrier("ns", "sc")
+	if _, err := e.get("ns", "sc", "early"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("early reappeared: %v", err)
+	}
+	if _, err := e.get("ns", "other", "keep"); err != nil {
+		t.Fatalf("an object of another scene: %v", err)
+	}
+}
+
+// TestTTLExpiryKeepsRecreate: the sweeper finds an object expired while a
+// create of the same id (without ttl) waits in the stream. The create
+// wins: the expiry was about the version it replaces. Before, the sweeper
+// deleted the key and published a delete that the applier applied after
+// the create, removing it.
+func TestTTLExpiryKeepsRecreate(t *testing.T) {
+	e, clk := newClockEnv(t)
+	e.pub(tp+"tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":60,"data":{"v":1}}`)
+	e.waitObject("ns", "sc", "tmp", nil)
+	e.halt()
+	e.pub(tp+"tmp", `{"object_id":"tmp","action":"create","persist":true,"data":{"v":2}}`)
+	clk.Advance(2 * time.Minute)
+	// What the sweeper does when the old version's time has come.
+	if err := e.store.expire(ctx5s(t), objectKey("ns", "sc", "tmp")); err != nil {
+		t.Fatal(err)
+	}
+	e.run()
+	e.barrier("ns", "sc")
+	time.Sleep(3 * sweepEvery) // room for a wrong delete to arrive; no assertion on time
+	e.barrier("ns", "sc")
+	o, err := e.get("ns", "sc", "tmp")
+	if err != nil {
+		t.Fatalf("the re-created tmp was removed by the expiry of the version it replaced: %v", err)
+	}
+	if o.Attributes["v"] != 2.0 || o.ExpireAt != nil {
+		t.Fatalf("tmp = %+v, want the re-create's", o)
+	}
+}
+
+// TestCloneKeepsTTL: the copy of an object with a ttl expires when the
+// original does (it gets the original's remaining lifetime); permanent
+// objects stay permanent. Before, every copy was permanent.
+func TestCloneKeepsTTL(t *testing.T) {
+	e, clk := newClockEnv(t)
+	e.pub("realm/s/ns/src/o/uc1/tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":60,"data":{}}`)
+	e.pub("realm/s/ns/src/o/uc1/box", `{"object_id":"box","action":"create","persist":true,"data":{}}`)
+	src := e.waitObject("ns", "src", "tmp", nil)
+	e.waitObject("ns", "src", "box", nil)
+	clk.Advance(20 * time.Second)
+	n, err := e.store.Clone(ctx5s(t), "ns", "src", "ns", "dst")
+	if err != nil || n != 2 {
+		t.Fatalf("Clone = %d, %v", n, err)
+	}
+	cp := e.waitObject("ns", "dst", "tmp", nil)
+	if cp.ExpireAt == nil || !cp.ExpireAt.Equal(*src.ExpireAt) {
+		t.Fatalf("copy expires at %v, want %v, the original's", cp.ExpireAt, src.ExpireAt)
+	}
+	if b := e.waitObject("ns", "dst", "box", nil); b.ExpireAt != nil {
+		t.Fatalf("copy of a permanent object expires at %v", b.ExpireAt)
+	}
+}
+
+// TestScenesLeavesOutExpired: a scene whose objects have all expired, not
+// yet swept, is not listed, as GET /persist/{ns}/{scene} answers [] for it.
+func TestScenesLeavesOutExpired(t *testing.T) {
+	e, clk := newClockEnv(t)
+	e.pub("realm/s/ns/gone/o/uc1/tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":10,"data":{}}`)
+	e.pub("realm/s/ns/mixed/o/uc1/tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":10,"data":{}}`)
+	e.pub("realm/s/ns/mixed/o/uc1/box", `{"object_id":"box","action":"create","persist":true,"data":{}}`)
+	e.pub("realm/s/ns/kept/o/uc1/box", `{"object_id":"box","action":"create","persist":true,"data":{}}`)
+	e.waitObject("ns", "kept", "box", nil)
+	e.halt() // no sweeper: the expired objects stay in the bucket
+	clk.Advance(time.Minute)
+	got, err := e.store.Scenes(ctx5s(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"ns/kept", "ns/mixed"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Scenes = %q, want %q", got, want)
+	}
+}
+
+// TestInvalidUTF8Refused: a persisted create whose strings are not valid
+// UTF-8 is refused as an invalid message, with a reason saying so, at any
+// size. Before, each bad byte was stored as U+FFFD (three bytes): a small
+// create was stored altered, and a large one that fit the payload limit was
+// refused as over the store's limit after the client had its
+// acknowledgement.
+func TestInvalidUTF8Refused(t *testing.T) {
+	e := newEnv(t, "", true)
+	most := e.store.maxObject()
+	e.pub(tp+"small", `{"object_id":"small","action":"create","persist":true,"data":{"s":"a`+"\xff"+`b"}}`)
+	e.pub(tp+"large", `{"object_id":"large","action":"create","persist":true,"data":{"s":"`+strings.Repeat("\xfe", most/2)+`"}}`)
+	e.pub(tp+"ok", `{"object_id":"ok","action":"create","persist":true,"data":{"s":"é✓"}}`)
+	e.barrier("ns", "sc")
+	for _, id := range []string{"small", "large"} {
+		if o, err := e.get("ns", "sc", id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("%s stored (%v, %.80v), want refused", id, err, o.Attributes)
+		}
+	}
+	if o, err := e.get("ns", "sc", "ok"); err != nil || o.Attributes["s"] != "é✓" {
+		t.Errorf("valid UTF-8: %+v, %v", o, err)
+	}
+	if got := counterValue(t, e.store.invalid); got != 2 {
+		t.Errorf("invalid counter = %v, want 2", got)
+	}
+	if n := strings.Count(e.logs.String(), "not valid UTF-8"); n != 2 {
+		t.Errorf("%d log lines say why, want 2:\n%.2000s", n, e.logs.String())
+	}
+}
