@@ -413,9 +413,12 @@ func (s *Store) deleteScene(ctx context.Context, ns, scene string) (int, error) 
 // Clone copies the live objects of scene srcNS/srcScene into dstNS/dstScene
 // by publishing a persisted create for each on the destination scene's
 // topics, so that clients in that scene see them appear and the copies go
-// through the same log as every other write. It returns how many creates
-// the stream acknowledged; the applier stores them shortly after. It fails
-// with ErrSceneEmpty when the source has no objects.
+// through the same log as every other write. A copy of an object with a
+// ttl gets the time the original has left, so both expire together (give
+// or take the moment between the clone and the copy's store). It returns
+// how many creates the stream acknowledged; the applier stores them
+// shortly after. It fails with ErrSceneEmpty when the source has no
+// objects.
 func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene string) (int, error) {
 	if err := checkScene(dstNS, dstScene); err != nil {
 		return 0, err
@@ -428,6 +431,7 @@ func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene stri
 		return 0, fmt.Errorf("persist: clone from %s/%s: %w", srcNS, srcScene, ErrSceneEmpty)
 	}
 	n := 0
+	now := s.now()
 	for _, o := range objs {
 		realm, uc := o.Realm, o.UserClient
 		if realm == "" {
@@ -436,13 +440,21 @@ func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene stri
 		if uc == "" {
 			uc = "persist"
 		}
-		payload, err := encode(map[string]any{
+		m := map[string]any{
 			"object_id": o.ObjectID,
 			"action":    "create",
 			"type":      o.Type,
 			"persist":   true,
 			"data":      o.Attributes,
-		})
+		}
+		if o.ExpireAt != nil {
+			left := o.ExpireAt.Sub(now).Seconds()
+			if left <= 0 {
+				continue // expired since List; a ttl of 0 would make the copy permanent
+			}
+			m["ttl"] = left
+		}
+		payload, err := encode(m)
 		if err != nil {
 			return n, fmt.Errorf("persist: clone of %q: %w", o.ObjectID, err)
 		}
