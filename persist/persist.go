@@ -359,24 +359,45 @@ func (s *Store) List(ctx context.Context, ns, scene, typ string) ([]Object, erro
 	return out, nil
 }
 
-// Scenes returns "ns/scene" for every scene with stored objects, sorted.
+// Scenes returns "ns/scene" for every scene with live stored objects,
+// sorted. A scene whose objects have all expired, but are not swept yet,
+// is left out, as List answers nothing for it. It reads objects until it
+// finds a live one in each scene: usually one read per scene.
 func (s *Store) Scenes(ctx context.Context) ([]string, error) {
 	lister, err := s.kv.ListKeys(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("persist: listing keys of %s: %w", BucketName, err)
 	}
-	seen := map[string]bool{}
+	keys := map[string][]string{} // scene -> its keys
 	for key := range lister.Keys() {
 		ns, scene, _, err := splitKey(key)
 		if err != nil {
 			s.log.Warn("persist: skipping foreign key", "key", key, "err", err)
 			continue
 		}
-		seen[ns+"/"+scene] = true
+		keys[ns+"/"+scene] = append(keys[ns+"/"+scene], key)
 	}
-	out := make([]string, 0, len(seen))
-	for k := range seen {
-		out = append(out, k)
+	out := make([]string, 0, len(keys))
+	now := s.now()
+	for sc, ks := range keys {
+		for _, key := range ks {
+			e, err := s.kv.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+				continue // deleted since the listing
+			}
+			if err != nil {
+				return nil, fmt.Errorf("persist: reading %q: %w", key, err)
+			}
+			o, err := s.decode(key, e.Value())
+			if err != nil {
+				s.log.Warn("persist: skipping undecodable object", "key", key, "err", err)
+				continue
+			}
+			if !o.expired(now) {
+				out = append(out, sc)
+				break
+			}
+		}
 	}
 	sort.Strings(out)
 	return out, nil
