@@ -167,6 +167,12 @@ func TestDeadNodeMembersRemoved(t *testing.T) {
 		}
 		return true
 	})
+	// Its peer's count in the room's record went with it; the room keeps
+	// its code for node 1's peer.
+	eventually(t, "the dead node's count of members gone from the room", func() bool {
+		r, _, err := s1.s.store.getRoom(ctx, id)
+		return err == nil && r.Joined[s2.s.node] == 0 && r.Joined[s1.s.node] == 1 && r.JoinCode != ""
+	})
 	// Node 1's own peer is untouched and the room still works for it.
 	if _, err := s1.s.kv.Get(ctx, memberKey(id, a.uuid)); err != nil {
 		t.Fatalf("live peer's member key: %v", err)
@@ -203,8 +209,10 @@ func TestObserverOnOtherNodeKeepsRoom(t *testing.T) {
 	// Node 2 has tried to remove the room by now (it does so as its
 	// member leaves); give a late attempt time too.
 	time.Sleep(300 * time.Millisecond)
-	if _, _, err := s2.s.store.getRoom(ctx, id); err != nil {
+	if r, _, err := s2.s.store.getRoom(ctx, id); err != nil {
 		t.Fatalf("room observed on node 1 was removed when node 2's member left: %v", err)
+	} else if r.JoinCode != "" || len(r.Joined) != 0 {
+		t.Fatalf("room observed on node 1 kept join code %q, members %v, after its last member left", r.JoinCode, r.Joined)
 	}
 	o.request("SetObserved", SetObservedArgs{ClientID: o.clientID, Rooms: []string{}})
 	o.expect("Observed")

@@ -93,6 +93,7 @@ type conn struct {
 	me        memberRecord
 	memberAs  string // uuid of the member key written for room
 	memberRev uint64 // revision of this connection's last write of that key
+	memberGen string // generation of room's record that counted this connection in (claimRoom)
 	clientID  NetworkId
 	observed  map[string]*room
 	busBuf    []byte // read loop only
@@ -614,8 +615,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		c.id.Store(&id) // for the logs, and the answer's peer field
 	}
 
-	var target string
-	var rec *roomRecord
+	var target, code string
 	var err error
 	switch {
 	case a.UUID != "":
@@ -624,70 +624,96 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 			return
 		}
 		target = a.UUID
-		rec, err = c.s.store.createRoom(ctx, target, a.Name, a.Publish)
 	case a.JoinCode != "":
 		target, err = c.s.store.roomByCode(ctx, a.JoinCode)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			c.reject(a, "Could not join room with code "+a.JoinCode+". No such room exists.")
 			return
 		}
-		if err == nil {
-			rec, _, err = c.s.store.getRoom(ctx, target)
+		if err != nil {
+			c.log.Warn("Ubiq join failed", "peer", id, "joincode", a.JoinCode, "err", err)
+			c.reject(a, "Could not join room with code "+a.JoinCode+": "+err.Error())
+			return
 		}
+		code = a.JoinCode
 	default:
 		target = newUUID()
-		rec, err = c.s.store.createRoom(ctx, target, a.Name, a.Publish)
-	}
-	if err != nil {
-		c.log.Warn("Ubiq join failed", "peer", id, "err", err)
-		c.reject(a, "Could not join the room: "+err.Error())
-		return
 	}
 	if c.room != nil && c.room.id == target {
 		return // already there
 	}
+	// Count the peer in before its member key goes in: the room then keeps
+	// its join code, or takes one, and is not removed meanwhile.
+	rec, err := c.s.store.claimRoom(ctx, target, code, a.Name, a.Publish)
+	var codeErr *JoinCodeError
+	switch {
+	case errors.Is(err, errCodeGone):
+		c.reject(a, "Could not join room with code "+a.JoinCode+". No such room exists.")
+		return
+	case errors.As(err, &codeErr):
+		c.log.Warn("Ubiq join failed: no free join code", "peer", id, "room", target, "err", err)
+		c.reject(a, "Could not join: "+err.Error())
+		return
+	case err != nil:
+		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
+		c.reject(a, "Could not join room "+target+": "+err.Error())
+		return
+	}
 	r, err := c.s.acquire(target)
 	if err != nil {
+		c.unclaim(ctx, target, rec.Gen)
+		c.s.removeIfEmpty(target)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
-		c.reject(a, "Could not join the room: "+err.Error())
+		c.reject(a, "Could not join room "+target+": "+err.Error())
 		return
 	}
 	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
+		c.unclaim(ctx, target, rec.Gen)
 		c.s.release(r)
-		c.reject(a, "Could not join the room: "+err.Error())
+		c.s.removeIfEmpty(target)
+		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
+		c.reject(a, "Could not join room "+target+": "+err.Error())
 		return
 	}
 	c.me = me
 	c.id.Store(&id)
-	// A room emptied and removed between our lookup and our key comes back.
-	if _, _, err := c.s.store.getRoom(ctx, target); errors.Is(err, jetstream.ErrKeyNotFound) {
-		c.s.store.createRoom(ctx, target, rec.Name, rec.Publish)
-	}
-	old, oldAs, oldRev := c.room, c.memberAs, c.memberRev
+	old, oldAs, oldRev, oldGen := c.room, c.memberAs, c.memberRev, c.memberGen
 	c.setRoom(r)
-	c.memberAs, c.memberRev = id, rev
+	c.memberAs, c.memberRev, c.memberGen = id, rev, rec.Gen
 	r.cmdAttachMember(c, id, rev)
 	if hasPos {
 		c.setPosition(pos) // in the new room
 	}
 	if old != nil {
-		c.leaveAs(ctx, old, oldAs, oldRev)
+		c.leaveAs(ctx, old, oldAs, oldRev, oldGen)
 	}
-	c.log.Info("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name)
+	c.log.Info("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name, "joincode", rec.JoinCode)
+}
+
+// unclaim counts the peer out of room (generation gen) after it joined or
+// failed to.
+func (c *conn) unclaim(ctx context.Context, room, gen string) {
+	if err := c.s.store.unclaimRoom(ctx, room, gen, c.s.node, false); err != nil {
+		c.log.Warn("leave room failed: the room keeps its join code until it is removed", "room", room, "err", err)
+	}
 }
 
 // leave takes the peer out of room r as a member.
-func (c *conn) leave(ctx context.Context, r *room) { c.leaveAs(ctx, r, c.memberAs, c.memberRev) }
+func (c *conn) leave(ctx context.Context, r *room) {
+	c.leaveAs(ctx, r, c.memberAs, c.memberRev, c.memberGen)
+}
 
 // leaveAs takes the peer out of room r, where it was a member as peer uuid
-// as with its member key last written at revision rev. The key is deleted
-// only if nobody wrote it since: a peer that reconnected (the same uuid on
-// a new connection) before its old connection ended keeps its membership.
-func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64) {
+// as with its member key last written at revision rev, counted in by the
+// room's record of generation gen. The key is deleted only if nobody wrote
+// it since: a peer that reconnected (the same uuid on a new connection)
+// before its old connection ended keeps its membership.
+func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen string) {
 	if err := c.s.store.deleteMember(ctx, r.id, as, rev); err != nil {
 		c.log.Warn("leave room failed", "room", r.id, "err", err)
 	}
+	c.unclaim(ctx, r.id, gen)
 	r.cmdDetachMember(c)
 	c.s.release(r)
 	c.s.removeIfEmpty(r.id)
@@ -782,7 +808,7 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.s.store.createRoom(ctx, id, "", false); err != nil {
+			if err := c.s.store.observeRoom(ctx, id); err != nil {
 				c.log.Warn("observe room failed", "room", id, "err", err)
 				return
 			}

@@ -18,7 +18,9 @@ import (
 
 // Room state in the key-value bucket:
 //
-//	r.{room}.i         roomRecord: name, join code, publish, properties
+//	r.{room}.i         roomRecord: name, join code, publish, properties,
+//	                   and how many members each node counts in (a room
+//	                   has a join code while it counts any)
 //	r.{room}.m.{peer}  memberRecord: the member's PeerInfo and properties
 //	r.{room}.n.{node}  a node that has the room active (relays frames to it):
 //	                   it has local members or observers there, so the
@@ -36,10 +38,17 @@ import (
 // roomRecord is a room's stored info.
 type roomRecord struct {
 	UUID     string `json:"uuid"`
-	JoinCode string `json:"joincode"`
+	JoinCode string `json:"joincode"` // "" while Joined is empty
 	Publish  bool   `json:"publish"`
 	Name     string `json:"name"`
 	Props    props  `json:"props"`
+	// Gen is set when the record is created: a record deleted and created
+	// again is another room for the counts below.
+	Gen string `json:"gen,omitempty"`
+	// Joined counts, by node, the connections that joined the room and
+	// have not left it (claimRoom, unclaimRoom). A room has a join code
+	// while it counts any, and it is not removed while it does.
+	Joined map[string]int `json:"joined,omitempty"`
 }
 
 func (r *roomRecord) info() RoomInfo {
@@ -108,6 +117,15 @@ func newUUID() string {
 
 const joinCodeChars = "abcdefghijklmnopqrstuvwxyz0123456789"
 
+const (
+	// joinCodes is how many join codes there are: 36^3.
+	joinCodes = len(joinCodeChars) * len(joinCodeChars) * len(joinCodeChars)
+	// joinCodeTries is how many random codes a room tries before it gives
+	// up: with 95% of the codes taken, 1 join in 27 fails; with 90%, 1 in
+	// 850.
+	joinCodeTries = 64
+)
+
 // newJoinCode returns a random three-character join code.
 func newJoinCode() string {
 	var b [3]byte
@@ -127,8 +145,9 @@ func presenceKey(room, activation string) string {
 // store reads and writes room state.
 type store struct {
 	kv       jetstream.KeyValue
-	node     string       // this node's name in owned keys
-	newProps func() props // properties of a new room
+	node     string        // this node's name in owned keys
+	newProps func() props  // properties of a new room
+	newCode  func() string // a random join code; nil = newJoinCode (tests draw from fewer)
 }
 
 // putOwned writes an ephemeral key of this node, indexing it first so that
@@ -178,38 +197,166 @@ func (s *store) getRoom(ctx context.Context, room string) (*roomRecord, uint64, 
 	return &r, e.Revision(), nil
 }
 
-// createRoom creates room uuid unless it exists, and returns its record.
-func (s *store) createRoom(ctx context.Context, uuid, name string, publish bool) (*roomRecord, error) {
-	if r, _, err := s.getRoom(ctx, uuid); err == nil {
-		return r, nil
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, err
+// JoinCodeError refuses a join that needs a new join code when none is
+// free: every one of joinCodeTries random codes was in use. Rooms hold a
+// code while they have members, so this means that nearly all 46,656
+// codes are held by rooms with members.
+type JoinCodeError struct {
+	Room  string
+	Tries int
+}
+
+func (e *JoinCodeError) Error() string {
+	return fmt.Sprintf("no free join code for room %s: %d random codes were all in use (of %d three-character codes; rooms with members hold one each)", e.Room, e.Tries, joinCodes)
+}
+
+// errCodeGone: a room found by its join code lost that code (its last
+// member left) before the joiner counted itself in.
+var errCodeGone = errors.New("the room no longer has that join code")
+
+// reserveCode reserves a free join code for room, and returns it and the
+// revision of its key.
+func (s *store) reserveCode(ctx context.Context, room string) (string, uint64, error) {
+	gen := s.newCode
+	if gen == nil {
+		gen = newJoinCode
 	}
-	var code string
-	for i := 0; ; i++ {
-		code = newJoinCode()
-		_, err := s.kv.Create(ctx, codeKey(code), []byte(uuid))
+	for range joinCodeTries {
+		code := gen()
+		rev, err := s.kv.Create(ctx, codeKey(code), []byte(room))
 		if err == nil {
-			break
+			return code, rev, nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) || i >= 64 {
-			return nil, fmt.Errorf("reserve a join code for room %s: %w", uuid, err)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return "", 0, fmt.Errorf("reserve a join code for room %s: %w", room, err)
 		}
 	}
+	return "", 0, &JoinCodeError{Room: room, Tries: joinCodeTries}
+}
+
+// freeCode deletes join code key code if it is still at rev.
+func (s *store) freeCode(ctx context.Context, code string, rev uint64) {
+	s.kv.Purge(ctx, codeKey(code), jetstream.LastRevision(rev))
+}
+
+// observeRoom creates room uuid, if it does not exist, for observers: with
+// no join code (a room takes one when a peer joins it, see claimRoom), so
+// that observing rooms never uses up codes.
+func (s *store) observeRoom(ctx context.Context, uuid string) error {
+	if _, _, err := s.getRoom(ctx, uuid); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	rec := &roomRecord{UUID: uuid, Name: uuid, Props: s.newProps(), Gen: newUUID()}
+	b, _ := json.Marshal(rec)
+	if _, err := s.kv.Create(ctx, infoKey(uuid), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("create room %s: %w", uuid, err)
+	}
+	return nil
+}
+
+// claimRoom counts one more member of this node into room uuid, creating
+// the room if it does not exist, and returns the record as written. A room
+// without members has no join code (Ubiq's server deletes a room its last
+// peer leaves, and a join creates it anew): it takes a free code here, and
+// the joiner's name ("" = the uuid) and publish flag. With code set, the
+// join is by that code, which the room must still have (errCodeGone). No
+// free code is a *JoinCodeError. The count comes before the member key:
+// while it is there the room keeps its code and is not removed.
+func (s *store) claimRoom(ctx context.Context, uuid, code, name string, publish bool) (*roomRecord, error) {
 	if name == "" {
 		name = uuid
 	}
-	rec := &roomRecord{UUID: uuid, JoinCode: code, Publish: publish, Name: name, Props: s.newProps()}
-	b, _ := json.Marshal(rec)
-	if _, err := s.kv.Create(ctx, infoKey(uuid), b); err != nil {
-		s.kv.Delete(ctx, codeKey(code))
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			r, _, err := s.getRoom(ctx, uuid)
-			return r, err
+	for {
+		r, rev, err := s.getRoom(ctx, uuid)
+		missing := errors.Is(err, jetstream.ErrKeyNotFound)
+		if err != nil && !missing {
+			return nil, err
 		}
-		return nil, fmt.Errorf("create room %s: %w", uuid, err)
+		if code != "" && (missing || r.JoinCode != code) {
+			return nil, errCodeGone
+		}
+		if missing {
+			r = &roomRecord{UUID: uuid, Props: s.newProps(), Gen: newUUID()}
+		}
+		var fresh string
+		var freshRev uint64
+		if r.JoinCode == "" {
+			if fresh, freshRev, err = s.reserveCode(ctx, uuid); err != nil {
+				return nil, err
+			}
+			r.JoinCode, r.Name, r.Publish = fresh, name, publish
+		}
+		if r.Joined == nil {
+			r.Joined = map[string]int{}
+		}
+		r.Joined[s.node]++
+		b, _ := json.Marshal(r)
+		if missing {
+			_, err = s.kv.Create(ctx, infoKey(uuid), b)
+		} else {
+			_, err = s.kv.Update(ctx, infoKey(uuid), b, rev)
+		}
+		if err == nil {
+			return r, nil
+		}
+		if fresh != "" {
+			s.freeCode(ctx, fresh, freshRev)
+		}
+		if !bus.IsRevisionConflict(err) {
+			return nil, fmt.Errorf("join room %s: %w", uuid, err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 	}
-	return rec, nil
+}
+
+// unclaimRoom counts one member of node out of room uuid (all of node's,
+// for a dead node), if the room is still generation gen ("" = any). The
+// last member out takes the join code with it: a room that only observers
+// hold has none.
+func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node string, all bool) error {
+	for {
+		r, rev, err := s.getRoom(ctx, uuid)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if (gen != "" && r.Gen != gen) || r.Joined[node] == 0 {
+			return nil
+		}
+		if r.Joined[node]--; all || r.Joined[node] <= 0 {
+			delete(r.Joined, node)
+		}
+		var code string
+		var codeRev uint64
+		if len(r.Joined) == 0 && r.JoinCode != "" {
+			// The code's key is read before the record changes: once it
+			// has, a new reservation of the same code is a new revision,
+			// which the conditional purge leaves alone.
+			code = r.JoinCode
+			if e, err := s.kv.Get(ctx, codeKey(code)); err == nil && string(e.Value()) == uuid {
+				codeRev = e.Revision()
+			}
+			r.JoinCode = ""
+		}
+		b, _ := json.Marshal(r)
+		if _, err = s.kv.Update(ctx, infoKey(uuid), b, rev); err == nil {
+			if codeRev != 0 {
+				s.freeCode(ctx, code, codeRev)
+			}
+			return nil
+		}
+		if !bus.IsRevisionConflict(err) {
+			return fmt.Errorf("leave room %s: %w", uuid, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
 }
 
 // roomByCode returns the uuid of the room with a join code.
@@ -271,8 +418,12 @@ func (s *store) sweepNode(ctx context.Context, node string) (rooms []string, err
 		return nil, err
 	}
 	seen := map[string]bool{}
+	joined := map[string]bool{} // rooms the dead node had members in
 	for _, k := range keys {
 		key := strings.TrimPrefix(k, prefix)
+		if room, rest, ok := strings.Cut(strings.TrimPrefix(key, "r."), "."); ok && strings.HasPrefix(rest, "m.") {
+			joined[room] = true
+		}
 		if owned, rev := s.ownedBy(ctx, key, node); owned {
 			if err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
 				if room, _, ok := strings.Cut(strings.TrimPrefix(key, "r."), "."); ok && !seen[room] {
@@ -283,6 +434,16 @@ func (s *store) sweepNode(ctx context.Context, node string) (rooms []string, err
 		}
 		if err := s.kv.Delete(ctx, k); err != nil && ctx.Err() != nil {
 			return rooms, err
+		}
+	}
+	// Its members' counts go with them, and with the last, a room's code.
+	for room := range joined {
+		if err := s.unclaimRoom(ctx, room, "", node, true); err != nil && ctx.Err() != nil {
+			return rooms, err
+		}
+		if !seen[room] {
+			seen[room] = true
+			rooms = append(rooms, room)
 		}
 	}
 	return rooms, s.kv.Delete(ctx, heartbeatKey(node))
@@ -334,8 +495,9 @@ func (s *store) appendRoomProps(ctx context.Context, room string, keys, values [
 }
 
 // removeIfEmpty deletes a room, its join code and its blobs when it has
-// no members and no observers left: no member keys, no other node's
-// presence, and held (this node's own connections) false.
+// no members and no observers left: no member counted in (Joined), no
+// member keys, no other node's presence, and held (this node's own
+// connections) false.
 func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool) (bool, error) {
 	r, rev, err := s.getRoom(ctx, room)
 	if err != nil {
@@ -343,6 +505,17 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 			return false, nil
 		}
 		return false, err
+	}
+	// A joiner counted itself in: its member key follows. (A count of a
+	// node whose heartbeat is gone, swept as dead, holds nothing: that
+	// node died between counting a peer in and indexing its member key.)
+	for node := range r.Joined {
+		if node == s.node {
+			return false, nil
+		}
+		if _, err := s.kv.Get(ctx, heartbeatKey(node)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
 	}
 	// Members, and the presence keys of other nodes (a node holds a room
 	// while it has local members or observers there). This node's own
@@ -364,8 +537,10 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 	if err := s.kv.Delete(ctx, infoKey(room), jetstream.LastRevision(rev)); err != nil {
 		return false, nil // changed meanwhile: someone is using it
 	}
-	if e, err := s.kv.Get(ctx, codeKey(r.JoinCode)); err == nil && string(e.Value()) == room {
-		s.kv.Purge(ctx, codeKey(r.JoinCode), jetstream.LastRevision(e.Revision()))
+	if r.JoinCode != "" {
+		if e, err := s.kv.Get(ctx, codeKey(r.JoinCode)); err == nil && string(e.Value()) == room {
+			s.kv.Purge(ctx, codeKey(r.JoinCode), jetstream.LastRevision(e.Revision()))
+		}
 	}
 	if keys, err := s.listKeys(ctx, "b."+room+".*"); err == nil {
 		for _, k := range keys {
@@ -418,7 +593,9 @@ func (s *store) discover(ctx context.Context, code string) ([]RoomInfo, error) {
 			continue
 		}
 		var r roomRecord
-		if json.Unmarshal(e.Value(), &r) == nil && r.Publish {
+		// A room without a join code has no members: Ubiq's server would
+		// have deleted it, so it is not listed.
+		if json.Unmarshal(e.Value(), &r) == nil && r.Publish && r.JoinCode != "" {
 			out = append(out, r.info())
 		}
 	}
