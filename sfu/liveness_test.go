@@ -204,3 +204,46 @@ func TestLostNodeBack(t *testing.T) {
 	before := rcv.count(7)
 	waitFor(t, "bob to receive alice again", func() bool { return rcv.count(7) >= before+3 })
 }
+
+// TestDroppedSlotTold: node 2, where alice publishes, hangs; node 1 sees
+// its relay link close (dropSources frees bob's slot, which carried alice)
+// and then purges node 2's tracks, before the reconciles that both start
+// run. Nothing refills the slot, and bob is told it is empty. Before, the
+// reconcile found nothing to change and sent no event: bob's client kept
+// believing the slot carried alice, for good.
+func TestDroppedSlotTold(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c, _, w, _, carol := goneSetup(t, ctx)
+	n1 := c.nodes[0]
+	carol.Close() // no track may take the slot
+	waitFor(t, "carol's track out of node 1's directory", func() bool { return len(n1.tracksOf("1")) == 0 })
+	if got := w.clients(); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("bob's one slot carries %v, want [alice]", got)
+	}
+	c.nodes[1].cfg.NC.Close() // node 2 hangs: it announces nothing more
+	var alice *source
+	n1.mu.Lock()
+	for _, s := range n1.relayed {
+		if s.info.Node == "2" {
+			alice = s
+		}
+	}
+	n1.mu.Unlock()
+	if alice == nil {
+		t.Fatal("node 1 holds no source relayed from node 2")
+	}
+	bob := n1.peerOf("s1", "bob")
+	// bob's reconciles wait until both events are handled, as when they
+	// run late
+	bob.mu.Lock()
+	bob.dropLocked([]*source{alice}) // the link's close (OnClose → dropSources)
+	n1.expireNodes(time.Now().Add(nodeTTL + time.Second))
+	bob.mu.Unlock()
+	if got := n1.tracksOf("2"); len(got) != 0 {
+		t.Fatalf("node 2's tracks in node 1's directory after its timeout: %v, want none", got)
+	}
+	go bob.reconcile() // the one dropSources starts
+	waitForExplained(t, "bob to be told his slot is empty", func() bool { return len(w.clients()) == 0 },
+		func() string { return fmt.Sprint("bob's slots carry ", w.clients()) })
+}

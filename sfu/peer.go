@@ -408,13 +408,11 @@ func (p *peer) reconcile() {
 			}
 		}
 	}
-	changed := false
 	// release slots whose track is no longer wanted
 	for _, s := range p.slots {
 		if s.src != nil {
 			if _, ok := want[s.src.info.Key()]; !ok {
 				p.unassign(s)
-				changed = true
 			} else {
 				delete(want, s.src.info.Key())
 			}
@@ -430,16 +428,16 @@ func (p *peer) reconcile() {
 		kind := webrtc.NewRTPCodecType(t.Kind)
 		for _, s := range p.slots {
 			if s.src == nil && s.kind == kind && s.accepts(t) {
-				if p.assign(s, t) {
-					changed = true
-				}
+				p.assign(s, t)
 				break
 			}
 		}
 	}
-	if changed {
-		p.notify()
-	}
+	// The client is told what differs from what it was last told, not
+	// only what this pass changed: a slot freed elsewhere (dropSources)
+	// that nothing refills would otherwise stay, for the client, on its
+	// old track.
+	p.notify()
 }
 
 // holds reports whether one of the peer's slots carries the track; p.mu
@@ -467,20 +465,19 @@ func (p *peer) rtpSlots(kind webrtc.RTPCodecType) int {
 	return n
 }
 
-func (p *peer) assign(s *slot, t TrackInfo) bool {
+func (p *peer) assign(s *slot, t TrackInfo) {
 	src := p.n.acquire(t)
 	if src == nil {
-		return false
+		return
 	}
 	if err := s.dt.SetSource(src.downSource()); err != nil {
 		p.n.log.Warn("slot cannot carry track", "client", p.client, "slot", s.mid, "track", t.Key(), "err", err)
 		p.n.release(src, src.removeDown(s.dt))
-		return false
+		return
 	}
 	s.src = src
 	src.addDown(s.dt)
 	s.dt.SetActive(true)
-	return true
 }
 
 func (p *peer) unassign(s *slot) {
@@ -491,9 +488,19 @@ func (p *peer) unassign(s *slot) {
 }
 
 // dropSources frees the slots fed by sources that disappeared (a relay
-// link closed); the next reconcile subscribes again.
+// link closed); the reconcile that follows subscribes again, or gives the
+// slots other tracks, and tells the client (notify), also when a slot
+// stays empty.
 func (p *peer) dropSources(gone []*source) {
 	p.mu.Lock()
+	p.dropLocked(gone)
+	p.mu.Unlock()
+	go p.reconcile()
+}
+
+// dropLocked frees the slots fed by the sources gone without telling the
+// client; p.mu must be held.
+func (p *peer) dropLocked(gone []*source) {
 	for _, s := range p.slots {
 		for _, g := range gone {
 			if s.src == g {
@@ -503,12 +510,11 @@ func (p *peer) dropSources(gone []*source) {
 			}
 		}
 	}
-	p.mu.Unlock()
-	go p.reconcile()
 }
 
 // notify tells the client what the slots that changed since the last event
-// carry (idle slots never assigned are not listed); p.mu must be held.
+// carry (idle slots never assigned are not listed), whatever changed them;
+// it sends nothing when no slot did. p.mu must be held.
 // Only changes are sent: every event crosses the bus, and full lists of 63
 // slots on each allocation change saturated the bench's site uplinks.
 func (p *peer) notify() {
