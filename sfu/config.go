@@ -66,6 +66,8 @@ type Config struct {
 	// UDPPortMin/Max bound ICE ports; zero means ephemeral.
 	UDPPortMin, UDPPortMax uint16
 	// Heartbeat is how often the node announces itself; zero means 1 s.
+	// It must be below 5 s, the time after which the manager and the
+	// nodes take a node that sent no heartbeat for gone.
 	Heartbeat time.Duration
 	// AllocateEvery is how often subscriptions are re-allocated from the
 	// estimate; zero means 500 ms.
@@ -186,6 +188,9 @@ func (c *Config) validate() error {
 	}
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = time.Second
+	}
+	if c.Heartbeat >= nodeTTL {
+		return fmt.Errorf("sfu: Config.Heartbeat %v must be below %v: the manager and the nodes take a node whose last heartbeat is %v old for gone", c.Heartbeat, nodeTTL, nodeTTL)
 	}
 	if c.RelaySlots == 0 {
 		c.RelaySlots = DefaultRelaySlots
