@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -68,7 +69,7 @@ func (s *Store) applyRetrying(ctx context.Context, msg jetstream.Msg) error {
 	}()
 	delay := 50 * time.Millisecond
 	for {
-		err := s.apply(ctx, msg.Subject(), msg.Data())
+		err := s.apply(ctx, msg.Subject(), msg.Headers(), msg.Data())
 		if err == nil {
 			return nil
 		}
@@ -88,7 +89,13 @@ func (s *Store) applyRetrying(ctx context.Context, msg jetstream.Msg) error {
 // apply applies one message from the stream. It returns an error only for
 // failures worth retrying (the store did not answer); invalid and ignored
 // messages return nil.
-func (s *Store) apply(ctx context.Context, subject string, payload []byte) error {
+func (s *Store) apply(ctx context.Context, subject string, h nats.Header, payload []byte) error {
+	switch subject {
+	case deleteSceneSubject:
+		return s.applyDeleteScene(ctx, h, payload)
+	case expireSubject:
+		return s.applyExpire(ctx, payload)
+	}
 	mt, err := topic.FromSubject(subject)
 	if err == nil {
 		err = topic.ValidName(mt) // a wildcard subject from a NATS client
@@ -144,7 +151,11 @@ func (s *Store) apply(ctx context.Context, subject string, payload []byte) error
 	case scene.ActionUpdate:
 		changed, err = s.update(ctx, key, t, m)
 	case scene.ActionDelete:
-		changed, err = s.cascadeDelete(ctx, t.Namespace, t.Scene, m.ObjectID)
+		if v := h.Get(expiredRevisionHeader); v != "" {
+			changed, err = s.expiredDelete(ctx, subject, key, t, m, v)
+		} else {
+			changed, err = s.cascadeDelete(ctx, t.Namespace, t.Scene, m.ObjectID)
+		}
 	}
 	var tooLarge *tooLargeError
 	if errors.As(err, &tooLarge) || errors.Is(err, nats.ErrMaxPayload) {
@@ -253,8 +264,9 @@ func (s *Store) update(ctx context.Context, key string, t topic.SceneTopic, m sc
 
 // cascadeDelete removes an object and every stored object below it through
 // data.parent. The descendants are looked for even when the object itself
-// is not stored (any more): a ttl expiry deletes the object before its
-// delete message is applied here.
+// is not stored (any more). Descendants go before their ancestors, so that
+// a delete cut short (a crash, the store not answering) leaves the object
+// itself, and the delete applied again finds what is left below it.
 func (s *Store) cascadeDelete(ctx context.Context, ns, sc, id string) (bool, error) {
 	all, err := s.scan(ctx, ns, sc)
 	if err != nil {
@@ -286,6 +298,7 @@ func (s *Store) cascadeDelete(ctx context.Context, ns, sc, id string) (bool, err
 			queue = append(queue, c.obj.ObjectID)
 		}
 	}
+	slices.Reverse(doomed) // each object was found after its parent
 	for _, key := range doomed {
 		if err := s.kv.Delete(ctx, key); err != nil {
 			return false, fmt.Errorf("persist: deleting %q: %w", key, err)

@@ -45,8 +45,7 @@ func FuzzSplitKey(f *testing.F) {
 	})
 }
 
-// fuzzStore opens a store (not running its applier) on an in-process
-// JetStream server.
+// fuzzStore opens and runs a store on an in-process JetStream server.
 func fuzzStore(tb testing.TB) *Store {
 	tb.Helper()
 	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: tb.TempDir(), DontListen: true, NoLog: true, NoSigs: true})
@@ -73,6 +72,10 @@ func fuzzStore(tb testing.TB) *Store {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(runCtx) }()
+	tb.Cleanup(func() { stop(); <-done }) // before the server stops
 	return s
 }
 
@@ -137,7 +140,7 @@ func FuzzHandler(f *testing.F) {
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
 		switch w.Code {
-		case 200, 301, 307, 308, 400, 401, 403, 404, 405, 409:
+		case 200, 202, 301, 307, 308, 400, 401, 403, 404, 405, 409:
 		default:
 			t.Fatalf("%s %s %q: status %d: %s", method, path, body, w.Code, w.Body)
 		}

@@ -34,7 +34,7 @@ var ErrUnauthenticated = errors.New("authentication required")
 //	GET    /persist/{ns}/!allscenes          the same, for one namespace
 //	GET    /persist/{ns}/{scene}[?type=T]    [object, ...], [] when none
 //	GET    /persist/{ns}/{scene}/{id}        [object], 404 when absent
-//	DELETE /persist/{ns}/{scene}             removes the scene's objects
+//	DELETE /persist/{ns}/{scene}             removes the scene's objects (202 if not applied yet)
 //	POST   /persist/{ns}/{scene}             {"action":"clone","namespace":SRC_NS,"sceneId":SRC_SCENE[,"allowNonEmptyTarget":true]}
 //
 // Errors are {"error":"..."} with a fitting status. A nil access allows
@@ -203,7 +203,11 @@ func (h *handler) deleteScene(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r, ns, scene, true) {
 		return
 	}
-	n, err := h.s.deleteScene(r.Context(), ns, scene)
+	n, err := h.s.DeleteScene(r.Context(), ns, scene)
+	if errors.Is(err, ErrPending) {
+		writeJSON(w, http.StatusAccepted, map[string]any{"result": "accepted", "detail": err.Error()})
+		return
+	}
 	if err != nil {
 		storeError(w, err)
 		return

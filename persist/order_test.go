@@ -3,11 +3,19 @@ package persist
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/xrealm/xrealm/topic"
 )
 
 // testClock is a clock the test moves by hand; the store reads it from its
@@ -68,7 +76,7 @@ func TestSceneDeleteOrderedWithCreates(t *testing.T) {
 	e.pub("realm/s/ns/other/o/uc1/keep", `{"object_id":"keep","action":"create","persist":true,"data":{}}`)
 
 	done := make(chan error, 1)
-	go func() { done <- e.store.DeleteScene(ctx5s(t), "ns", "sc") }()
+	go func() { _, err := e.store.DeleteScene(ctx5s(t), "ns", "sc"); done <- err }()
 	e.run()
 	if err := <-done; err != nil {
 		t.Fatalf("DeleteScene: %v", err)
@@ -185,5 +193,99 @@ func TestInvalidUTF8Refused(t *testing.T) {
 	}
 	if n := strings.Count(e.logs.String(), "not valid UTF-8"); n != 2 {
 		t.Errorf("%d log lines say why, want 2:\n%.2000s", n, e.logs.String())
+	}
+}
+
+// TestExpiredDeleteOfReplacedObject: the delete an expiry publishes names
+// the revision that expired. When a create replaced the object before the
+// delete reached the applier, the object stays, and clients, which got the
+// create and then the delete, get the stored object again as a create that
+// the stream does not store. With the current revision, the delete removes
+// the object and its descendants.
+func TestExpiredDeleteOfReplacedObject(t *testing.T) {
+	e, _ := newClockEnv(t)
+	msgs := make(chan *nats.Msg, 64)
+	sub, err := e.nc.ChanSubscribe(topic.ToSubject(tp+"tmp"), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	revision := func() uint64 {
+		t.Helper()
+		entry, err := e.store.kv.Get(ctx5s(t), objectKey("ns", "sc", "tmp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entry.Revision()
+	}
+	expiredDelete := func(rev uint64) {
+		t.Helper()
+		m := &nats.Msg{Subject: topic.ToSubject(tp + "tmp"), Data: []byte(`{"object_id":"tmp","action":"delete"}`), Header: nats.Header{}}
+		m.Header.Set(expiredRevisionHeader, strconv.FormatUint(rev, 10))
+		if _, err := e.js.PublishMsg(ctx5s(t), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	e.pub(tp+"tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":60,"data":{"v":1}}`)
+	e.pub(tp+"kid", `{"object_id":"kid","action":"create","persist":true,"data":{"parent":"tmp"}}`)
+	e.waitObject("ns", "sc", "kid", nil)
+	old := revision()
+	e.pub(tp+"tmp", `{"object_id":"tmp","action":"create","persist":true,"data":{"v":2}}`)
+	expiredDelete(old) // the first version's expiry, after the re-create
+	e.barrier("ns", "sc")
+	if o, err := e.get("ns", "sc", "tmp"); err != nil || o.Attributes["v"] != 2.0 {
+		t.Fatalf("tmp = %+v, %v; want the re-create kept", o, err)
+	}
+	if _, err := e.get("ns", "sc", "kid"); err != nil {
+		t.Fatalf("kid: %v", err)
+	}
+	// What clients saw: the creates, the delete, then the object again.
+	var seen []string
+	deadline := time.After(5 * time.Second)
+	for len(seen) < 4 {
+		select {
+		case m := <-msgs:
+			seen = append(seen, string(m.Data))
+			if len(seen) == 4 && m.Header.Get(nats.ExpectedStreamHdr) == "" {
+				t.Errorf("the create published again is not kept out of the stream")
+			}
+		case <-deadline:
+			t.Fatalf("clients got %q, want the object published again after the delete", seen)
+		}
+	}
+	if !strings.Contains(seen[2], `"delete"`) || !strings.Contains(seen[3], `"create"`) || !strings.Contains(seen[3], `"data":{"v":2}`) {
+		t.Fatalf("clients got %q", seen)
+	}
+
+	expiredDelete(revision()) // the current version's
+	e.waitGone("ns", "sc", "tmp")
+	e.waitGone("ns", "sc", "kid")
+}
+
+// TestSceneDeletePending: a scene delete the applier does not get to in
+// time is answered 202; it stays in the log and is applied in its turn,
+// after the creates before it and before those after it.
+func TestSceneDeletePending(t *testing.T) {
+	e := newEnv(t, "", false)
+	e.store.deleteWait = 50 * time.Millisecond
+	e.pub(tp+"before", `{"object_id":"before","action":"create","persist":true,"data":{}}`)
+	srv := httptest.NewServer(e.store.Handler(nil))
+	defer srv.Close()
+	req, _ := http.NewRequest("DELETE", srv.URL+"/persist/ns/sc", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 202 || !strings.Contains(string(body), `"result":"accepted"`) {
+		t.Fatalf("DELETE with no applier: %d %s, want 202 accepted", resp.StatusCode, body)
+	}
+	e.pub(tp+"after", `{"object_id":"after","action":"create","persist":true,"data":{}}`)
+	e.run()
+	e.waitObject("ns", "sc", "after", nil)
+	if _, err := e.get("ns", "sc", "before"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("before: %v, want deleted", err)
 	}
 }

@@ -19,9 +19,11 @@
 //     overwrite:true; an update for an object that is not stored is ignored;
 //   - delete removes the object and, recursively, the stored objects whose
 //     data.parent names it;
-//   - a persisted object with ttl expires: a sweeper deletes it with a
-//     compare-and-delete, and the one node that wins publishes
-//     {"object_id":..,"action":"delete"} on the object's topic;
+//   - a persisted object with ttl expires: see ttl.go; the delete goes
+//     through the stream, ordered with the creates, and does not remove an
+//     object created again since it expired;
+//   - DeleteScene (DELETE /persist/{ns}/{scene}) goes through the stream
+//     too: it removes what was created before it, not what comes after;
 //   - invalid messages (see scene.Parse), and objects of a namespace or
 //     scene whose name topic.ValidSceneName refuses (the HTTP routes could
 //     never read them), are counted, logged (at most 20 lines per 10 s,
@@ -75,6 +77,25 @@ const (
 	maxKeyLen = 1024
 )
 
+// Control subjects: messages of the store itself, which the stream captures
+// so that the applier applies them in order with the object messages. MQTT
+// clients cannot publish on '$' topics (the front end drops them), and
+// NATS clients only with a right on every topic ('#').
+const (
+	// deleteSceneSubject carries {"namespace":..,"scene":..}: remove
+	// every stored object of the scene. The header replyHeader, if set to
+	// an _INBOX subject, asks for {"deleted":N} there once applied.
+	deleteSceneSubject = "$XREALM.persist.deletescene"
+	// expireSubject carries {"key":..,"revision":..} from a sweeper: the
+	// object under key expired at that revision (ttl.go).
+	expireSubject = "$XREALM.persist.expire"
+	replyHeader   = "Xrealm-Reply"
+)
+
+// deleteWait is how long DeleteScene waits for the applier to apply the
+// delete before it answers that the delete is in the log but pending.
+const deleteWait = 10 * time.Second
+
 // StreamSubject returns the subjects of the non-private object messages of
 // one realm, the subjects the stream captures.
 //
@@ -83,6 +104,11 @@ func StreamSubject(realm string) string { return realm + ".s.*.*.o.*.*" }
 
 // ErrNotFound is returned by Get for an object that is not stored.
 var ErrNotFound = errors.New("not found")
+
+// ErrPending is wrapped by the error of DeleteScene when the delete is in
+// the stream but the applier did not apply it within the wait: it will be
+// applied, in order, when the applier gets to it.
+var ErrPending = errors.New("in the log, not applied yet")
 
 // ErrSceneEmpty is returned by Clone when the source scene has no objects.
 var ErrSceneEmpty = errors.New("scene has no persisted objects")
@@ -115,9 +141,8 @@ func checkScene(ns, scene string) error {
 // Config configures a Store.
 type Config struct {
 	JS jetstream.JetStream // from an in-process connection
-	// NC is the connection JS was made from. It is optional: ttl deletes
-	// are published through JS, so that the delete is acknowledged by the
-	// stream (and cascades to children) before the sweeper moves on.
+	// NC is the connection JS was made from. It is optional: the store
+	// publishes through JS and its connection.
 	NC       *nats.Conn
 	Replicas int // server.DefaultReplicas unless set; 0 means 1
 	// Realms lists the realms whose object messages are persisted; nil
@@ -166,6 +191,9 @@ type Store struct {
 	consumer jetstream.Consumer
 	log      *slog.Logger
 	now      func() time.Time
+	realms   map[string]bool // the realms whose object messages the stream captures
+
+	deleteWait time.Duration // see deleteWait
 
 	applied prometheus.Counter
 	invalid prometheus.Counter
@@ -173,6 +201,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	expires map[string]time.Time // key -> expireAt (zero: none), from the KV watcher
+	asked   map[string]time.Time // key -> when this sweeper asked to expire it (ttl.go)
 }
 
 // Open creates or updates the stream, its consumer and the KV bucket, and
@@ -189,7 +218,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, expires: map[string]time.Time{}}
+	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{},
+		deleteWait: deleteWait, expires: map[string]time.Time{}, asked: map[string]time.Time{}}
 
 	realms := cfg.Realms
 	if len(realms) == 0 {
@@ -201,7 +231,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return nil, fmt.Errorf("persist: %w", err)
 		}
 		subjects = append(subjects, StreamSubject(r))
+		s.realms[r] = true
 	}
+	subjects = append(subjects, deleteSceneSubject, expireSubject)
 	stream, err := cfg.JS.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "xrealm: ARENA object messages, the log of persisted scene state",
@@ -403,16 +435,86 @@ func (s *Store) Scenes(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// DeleteScene removes every stored object of one scene.
-func (s *Store) DeleteScene(ctx context.Context, ns, scene string) error {
-	_, err := s.deleteScene(ctx, ns, scene)
-	return err
-}
-
-func (s *Store) deleteScene(ctx context.Context, ns, scene string) (int, error) {
+// DeleteScene removes every stored object of one scene, and returns how
+// many. The delete goes through the stream: it removes the objects of every
+// create the stream acknowledged before it, including those the applier
+// has not applied yet, and none of those after it. DeleteScene returns once
+// the applier applied it; if that takes longer than deleteWait, it returns
+// an error wrapping ErrPending, and the delete stays in the log, to be
+// applied in its turn. No delete messages are published to clients.
+func (s *Store) DeleteScene(ctx context.Context, ns, scene string) (int, error) {
 	if err := checkScene(ns, scene); err != nil {
 		return 0, err
 	}
+	nc := s.js.Conn()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return 0, fmt.Errorf("persist: deleting scene %s/%s: %w", ns, scene, err)
+	}
+	defer sub.Unsubscribe()
+	data, err := json.Marshal(sceneRef{Namespace: ns, Scene: scene})
+	if err != nil {
+		return 0, err
+	}
+	msg := &nats.Msg{Subject: deleteSceneSubject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(replyHeader, inbox)
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		return 0, fmt.Errorf("persist: deleting scene %s/%s: %w", ns, scene, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, s.deleteWait)
+	defer cancel()
+	reply, err := sub.NextMsgWithContext(wctx)
+	if err != nil {
+		return 0, fmt.Errorf("persist: delete of scene %s/%s: %w (%v)", ns, scene, ErrPending, err)
+	}
+	var r struct {
+		Deleted int `json:"deleted"`
+	}
+	if err := json.Unmarshal(reply.Data, &r); err != nil {
+		return 0, fmt.Errorf("persist: delete of scene %s/%s: applied, but its reply %s: %w", ns, scene, topic.Clip(string(reply.Data)), err)
+	}
+	return r.Deleted, nil
+}
+
+// sceneRef is the payload of a scene delete.
+type sceneRef struct {
+	Namespace string `json:"namespace"`
+	Scene     string `json:"scene"`
+}
+
+// applyDeleteScene applies a scene delete from the stream and answers the
+// requester, if it asked.
+func (s *Store) applyDeleteScene(ctx context.Context, h nats.Header, payload []byte) error {
+	var ref sceneRef
+	if err := json.Unmarshal(payload, &ref); err != nil {
+		s.reject(deleteSceneSubject, fmt.Errorf("scene delete %s: %w", topic.Clip(string(payload)), err))
+		return nil
+	}
+	if err := checkScene(ref.Namespace, ref.Scene); err != nil {
+		s.reject(deleteSceneSubject, err)
+		return nil
+	}
+	n, err := s.deleteSceneKeys(ctx, ref.Namespace, ref.Scene)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		s.applied.Inc()
+	}
+	s.log.Info("persist: scene deleted", "namespace", ref.Namespace, "scene", ref.Scene, "objects", n)
+	if r := h.Get(replyHeader); strings.HasPrefix(r, nats.InboxPrefix) {
+		b, _ := json.Marshal(map[string]int{"deleted": n})
+		if err := s.js.Conn().Publish(r, b); err != nil {
+			s.log.Warn("persist: answering a scene delete failed", "namespace", ref.Namespace, "scene", ref.Scene, "err", err)
+		}
+	}
+	return nil
+}
+
+// deleteSceneKeys removes every key of one scene from the bucket; only the
+// applier calls it.
+func (s *Store) deleteSceneKeys(ctx context.Context, ns, scene string) (int, error) {
 	lister, err := s.kv.ListKeysFiltered(ctx, sceneKey(ns, scene)+".>")
 	if err != nil {
 		return 0, fmt.Errorf("persist: listing scene %s/%s: %w", ns, scene, err)

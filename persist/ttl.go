@@ -5,20 +5,58 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/scene"
+	"github.com/xrealm/xrealm/topic"
 )
+
+// Expiry goes through the stream, so that it is ordered with the creates
+// (a create of the same id may wait in the stream while the old version's
+// time comes):
+//
+//  1. Every node's sweeper follows the bucket and, when an object's time
+//     has come, publishes {"key":..,"revision":R} on expireSubject, R being
+//     the revision it read. The message id names key and revision, so the
+//     stream keeps one of the nodes' requests.
+//  2. The applier, at that message, checks that the key is still at R and
+//     expired, and publishes {"object_id":..,"action":"delete"} on the
+//     object's topic through the stream, with the header
+//     expiredRevisionHeader: R. Clients receive it there, in the order of
+//     the other object messages.
+//  3. The applier, at that delete, removes the object and its descendants
+//     if the key is still at R. If a create replaced the object in between
+//     (published before the delete, so clients got the create and then the
+//     delete), the create stays, and the applier publishes the stored
+//     object as a create again, outside the stream, so that clients show
+//     it again as the store has it.
 
 // sweepEvery is how often the sweeper looks for expired objects.
 const sweepEvery = 250 * time.Millisecond
 
+// askAgainAfter is how long a sweeper waits for an expiry it asked for to
+// happen before it asks again (the applier may be down or far behind). It
+// is less than the stream's duplicate window (2 minutes), so the stream
+// drops the repeated request while the first one waits.
+const askAgainAfter = 30 * time.Second
+
+// expiredRevisionHeader, on a delete, makes it conditional: the applier
+// removes the object only if its key is still at this revision.
+const expiredRevisionHeader = "Xrealm-Expired-Revision"
+
+// expireRequest is the payload of an expireSubject message.
+type expireRequest struct {
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+}
+
 // runSweeper follows the bucket with a watcher, keeping the expiry time of
-// every key, and deletes objects whose time has come. Every node runs it;
-// the delete is a compare-and-delete on the revision read, so exactly one
-// node wins, and only the winner publishes the delete message.
+// every key, and asks for the expiry of objects whose time has come. Every
+// node runs it.
 func (s *Store) runSweeper(ctx context.Context) error {
 	w, err := s.kv.WatchAll(ctx)
 	if err != nil {
@@ -27,6 +65,7 @@ func (s *Store) runSweeper(ctx context.Context) error {
 	defer w.Stop()
 	s.mu.Lock()
 	clear(s.expires)
+	clear(s.asked)
 	s.mu.Unlock()
 
 	tick := time.NewTicker(sweepEvery)
@@ -52,6 +91,7 @@ func (s *Store) track(e jetstream.KeyValueEntry) {
 	if e == nil {
 		return // end of the initial values
 	}
+	delete(s.asked, e.Key())
 	if e.Operation() != jetstream.KeyValuePut {
 		delete(s.expires, e.Key())
 		return
@@ -72,7 +112,8 @@ func (s *Store) sweep(ctx context.Context) {
 	var due []string
 	s.mu.Lock()
 	for k, at := range s.expires {
-		if !at.IsZero() && !at.After(now) {
+		asked, ok := s.asked[k]
+		if !at.IsZero() && !at.After(now) && (!ok || now.Sub(asked) >= askAgainAfter) {
 			due = append(due, k)
 		}
 	}
@@ -80,12 +121,18 @@ func (s *Store) sweep(ctx context.Context) {
 	for _, key := range due {
 		if err := s.expire(ctx, key); err != nil && ctx.Err() == nil {
 			s.log.Warn("persist: ttl expiry failed, will retry", "key", key, "err", err)
+			continue
 		}
+		s.mu.Lock()
+		if _, ok := s.expires[key]; ok {
+			s.asked[key] = now
+		}
+		s.mu.Unlock()
 	}
 }
 
-// expire deletes the object under key if it is still expired, and if this
-// node's delete won, publishes the delete message on the object's topic.
+// expire asks, through the stream, for the expiry of the object under key
+// if it is expired.
 func (s *Store) expire(ctx context.Context, key string) error {
 	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
@@ -101,31 +148,131 @@ func (s *Store) expire(ctx context.Context, key string) error {
 	if !o.expired(s.now()) {
 		return nil // renewed meanwhile
 	}
-	err = s.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
-	if bus.IsRevisionConflict(err) {
-		return nil // another node (or the applier) got there first
-	}
+	data, err := json.Marshal(expireRequest{Key: key, Revision: e.Revision()})
 	if err != nil {
 		return err
 	}
-	uc := o.UserClient
-	if uc == "" {
-		uc = "persist"
+	msg := &nats.Msg{Subject: expireSubject, Data: data, Header: nats.Header{}}
+	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(e.Revision(), 10))
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("asking for the expiry of %q: %w", key, err)
 	}
-	subj := objectSubject(o.Realm, o.Namespace, o.Scene, uc, o.ObjectID)
-	payload, _ := json.Marshal(map[string]string{"object_id": o.ObjectID, "action": "delete"})
-	// The delete lands in the stream too, and the applier then removes the
-	// object's descendants. Retry a little: the object is already gone.
-	for attempt := 0; ; attempt++ {
-		_, err = s.js.Publish(ctx, subj, payload)
-		if err == nil || attempt == 4 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	return nil
+}
+
+// applyExpire applies a sweeper's request: if the object is still the
+// version that expired, its delete is published on its topic, through the
+// stream.
+func (s *Store) applyExpire(ctx context.Context, payload []byte) error {
+	var req expireRequest
+	if err := json.Unmarshal(payload, &req); err != nil {
+		s.reject(expireSubject, fmt.Errorf("expiry request %s: %w", topic.Clip(string(payload)), err))
+		return nil
 	}
+	if _, _, _, err := splitKey(req.Key); err != nil {
+		s.reject(expireSubject, fmt.Errorf("expiry request: %w", err))
+		return nil
+	}
+	o, rev, err := s.load(ctx, req.Key)
 	if err != nil {
-		return fmt.Errorf("publishing ttl delete on %s: %w", subj, err)
+		return err
+	}
+	if o == nil || rev != req.Revision || !o.expired(s.now()) {
+		return nil // deleted, replaced or renewed since the sweeper looked
+	}
+	realm := o.Realm
+	if realm == "" {
+		realm = "realm"
+	}
+	subj := objectSubject(realm, o.Namespace, o.Scene, userClient(o), o.ObjectID)
+	payload, err = json.Marshal(map[string]string{"object_id": o.ObjectID, "action": "delete"})
+	if err != nil {
+		return err
+	}
+	if !s.realms[realm] {
+		// Not a realm the stream captures (the configuration changed
+		// since the object was stored): delete here, and tell clients.
+		if _, err := s.cascadeDelete(ctx, o.Namespace, o.Scene, o.ObjectID); err != nil {
+			return err
+		}
+		if err := s.js.Conn().Publish(subj, payload); err != nil {
+			s.log.Warn("persist: publishing the delete of an expired object failed", "subject", subj, "err", err)
+		}
+		s.log.Info("persist: object expired", "subject", subj)
+		return nil
+	}
+	msg := &nats.Msg{Subject: subj, Data: payload, Header: nats.Header{}}
+	r := strconv.FormatUint(rev, 10)
+	msg.Header.Set(expiredRevisionHeader, r)
+	msg.Header.Set(nats.MsgIdHdr, "xrealm-expired:"+req.Key+":"+r)
+	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("publishing the delete of expired %s: %w", subj, err)
 	}
 	s.log.Info("persist: object expired", "subject", subj)
 	return nil
+}
+
+// expiredDelete applies the delete of an expired object, whose header
+// names the revision that expired: the object and its descendants are
+// removed if its key is still at that revision. If a create replaced it
+// since, the create stays, and the stored object is published again as a
+// create for the clients, which received this delete after that create.
+func (s *Store) expiredDelete(ctx context.Context, subject, key string, t topic.SceneTopic, m scene.Message, revision string) (bool, error) {
+	want, err := strconv.ParseUint(revision, 10, 64)
+	if err != nil {
+		s.reject(subject, fmt.Errorf("header %s: %q is not a revision", expiredRevisionHeader, topic.Clip(revision)))
+		return false, nil
+	}
+	o, rev, err := s.load(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case o == nil:
+		return false, nil // deleted since, with its descendants
+	case rev == want:
+		return s.cascadeDelete(ctx, t.Namespace, t.Scene, m.ObjectID)
+	case o.expired(s.now()):
+		return false, nil // its own expiry follows
+	}
+	s.log.Info("persist: object created again after it expired; kept", "subject", subject)
+	return false, s.announce(o)
+}
+
+// announce publishes the stored object o as a persisted create on its
+// topic, for clients only: the stream does not store it (SkipStream).
+func (s *Store) announce(o *Object) error {
+	m := map[string]any{
+		"object_id": o.ObjectID,
+		"action":    "create",
+		"type":      o.Type,
+		"persist":   true,
+		"data":      o.Attributes,
+	}
+	if o.ExpireAt != nil {
+		m["ttl"] = o.ExpireAt.Sub(s.now()).Seconds()
+	}
+	payload, err := encode(m)
+	if err != nil {
+		return fmt.Errorf("encoding %q: %w", o.ObjectID, err)
+	}
+	realm := o.Realm
+	if realm == "" {
+		realm = "realm"
+	}
+	msg := &nats.Msg{Subject: objectSubject(realm, o.Namespace, o.Scene, userClient(o), o.ObjectID), Data: payload, Header: nats.Header{}}
+	SkipStream(msg.Header)
+	if err := s.js.Conn().PublishMsg(msg); err != nil {
+		return fmt.Errorf("publishing %s again: %w", msg.Subject, err)
+	}
+	return nil
+}
+
+// userClient is the userClient level of the topic the store publishes an
+// object's messages on: that of its create.
+func userClient(o *Object) string {
+	if o.UserClient == "" {
+		return "persist"
+	}
+	return o.UserClient
 }
