@@ -102,8 +102,8 @@ func TestLongTopicRefusedAndLoggedShort(t *testing.T) {
 	c := mustConnect(t, "tcp://"+cfg.MQTTAddr, "u", "")
 	long := "realm/s/ns/sc/u/" + strings.Repeat("x", 20<<10) + "/camera"
 	publish(t, c, long, 1, "{}")
-	var inbox inbox
-	subscribe(t, c, "realm/s/ns/sc/#", &inbox)
+	inbox := newInbox()
+	subscribe(t, c, "realm/s/ns/sc/#", inbox)
 	publish(t, c, "realm/s/ns/sc/u/x/camera", 1, "{}")
 	inbox.wait(t, "/u/x/camera", 5*time.Second)
 	if s.Err() != nil {

@@ -19,8 +19,8 @@ func TestInvalidSceneNameNotPersisted(t *testing.T) {
 	n := startNode(t, func(c *Config) { c.Insecure = true })
 	c := mustConnect(t, n.mqttURL, "u", "")
 	watcher := mustConnect(t, n.mqttURL, "w", "")
-	var seen inbox
-	subscribe(t, watcher, "realm/s/ns/#", &seen)
+	seen := newInbox()
+	subscribe(t, watcher, "realm/s/ns/#", seen)
 	denied := metricSum(t, n, `xrealm_auth_denials_total{action="publish"}`)
 	create := func(id string) string { return `{"object_id":"` + id + `","action":"create","persist":true,"data":{}}` }
 	scenes := []string{"a.b", "a b", "é"}
