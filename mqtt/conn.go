@@ -399,10 +399,14 @@ func (c *conn) route(m *outMsg, qos byte) bool {
 	object := isObjectSubject(subj, c.s.cfg.Realm)
 	ignored := object && persist.Ignored(payload)
 	if object && !ignored {
-		if err := storableScene(name); err != nil {
-			// The persistence stream would keep it and never apply it, and
-			// nobody could read it back: refuse it as a whole, so that no
-			// subscriber sees an object that does not exist.
+		// The persistence stream would keep such a message and never apply
+		// it: refuse it as a whole, before it is acknowledged, so that no
+		// subscriber sees an object that does not exist.
+		err := storableScene(name)
+		if err == nil {
+			err = persist.CheckUTF8(payload)
+		}
+		if err != nil {
 			c.deny("publish", name, err.Error())
 			return true
 		}

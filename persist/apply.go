@@ -140,8 +140,8 @@ func (s *Store) apply(ctx context.Context, subject string, h nats.Header, payloa
 	// U+FFFD, three bytes: the object would be stored altered, or, near the
 	// payload limit, refused as over the store's limit although the message
 	// was within it. Refused at any size, with this reason.
-	if !utf8.Valid(payload) {
-		s.reject(subject, fmt.Errorf("payload is not valid UTF-8 (first bad byte at offset %d)", badUTF8(payload)))
+	if err := CheckUTF8(payload); err != nil {
+		s.reject(subject, err)
 		return nil
 	}
 	var changed bool
@@ -169,6 +169,16 @@ func (s *Store) apply(ctx context.Context, subject string, h nats.Header, payloa
 		s.applied.Inc()
 	}
 	return nil
+}
+
+// CheckUTF8 returns an error naming the first bad byte unless payload is
+// valid UTF-8, which a persisted change must be (the applier refuses it
+// otherwise, and a front end can refuse it before acknowledging it).
+func CheckUTF8(payload []byte) error {
+	if utf8.Valid(payload) {
+		return nil
+	}
+	return fmt.Errorf("payload is not valid UTF-8 (first bad byte at offset %d)", badUTF8(payload))
 }
 
 // badUTF8 returns the offset of the first byte of b that is not part of

@@ -11,7 +11,7 @@ import (
 )
 
 // A persisted create on a scene whose name GET /persist answers with 400
-// is not stored either (it could never be read there): the two agree. The
+// (or one that is not valid UTF-8) is not stored either (it could never be read there): the two agree. The
 // front end refuses it as a whole, like a publish without rights: no
 // subscriber sees an object that was never stored, and the refusal is
 // logged and counted.
@@ -27,11 +27,16 @@ func TestInvalidSceneNameNotPersisted(t *testing.T) {
 	for _, sc := range scenes {
 		publish(t, c, "realm/s/ns/"+sc+"/o/x/obj", 1, create("obj"))
 	}
+	// Not valid UTF-8: refused too, before it is acknowledged.
+	publish(t, c, "realm/s/ns/ok/o/x/bad", 1, `{"object_id":"bad","action":"create","persist":true,"data":{"name":"`+"\xff"+`"}}`)
 	publish(t, c, "realm/s/ns/ok/o/x/obj", 1, create("obj")) // applied after the others
 	waitObjects(t, n, "ns/ok", "", func(objs []object) bool { return byID(objs, "obj") != nil })
 	seen.wait(t, "ns/ok/o/x/obj", 5*time.Second)
-	if got := metricSum(t, n, `xrealm_auth_denials_total{action="publish"}`) - denied; got != float64(len(scenes)) {
-		t.Errorf("%v publishes counted as refused, want %d", got, len(scenes))
+	if got := metricSum(t, n, `xrealm_auth_denials_total{action="publish"}`) - denied; got != float64(len(scenes)+1) {
+		t.Errorf("%v publishes counted as refused, want %d", got, len(scenes)+1)
+	}
+	if seen.has("ns/ok/o/x/bad") {
+		t.Error("a subscriber got the create that is not valid UTF-8")
 	}
 	for _, sc := range scenes {
 		if code := getJSON(t, n.httpURL+"/persist/ns/"+url.PathEscape(sc), "", nil); code != 400 {
