@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -93,8 +94,8 @@ func runBenchCC(ctx context.Context, args []string) error {
 		return fmt.Errorf("bench cc: --delay %v: want a duration of at least 0", *delay)
 	case *queue < 1:
 		return fmt.Errorf("bench cc: --queue-packets %d: want at least 1", *queue)
-	case *flows < 1:
-		return fmt.Errorf("bench cc: --flows %d: want at least 1", *flows)
+	case *flows < 1 || *flows > benchcc.MaxFlows:
+		return fmt.Errorf("bench cc: --flows %d: want 1 to %d", *flows, benchcc.MaxFlows)
 	case *qoe && !(*qoeRate > 0 && *qoeRate < math.Inf(1)):
 		return fmt.Errorf("bench cc: --qoe-mbps %g: want a positive bitrate", *qoeRate)
 	case *qoe && *qoeFPS < 1:
@@ -103,6 +104,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	if *heraArgs != "" {
 		p := hera.DefaultParams()
 		hfs := flag.NewFlagSet("hera-args", flag.ContinueOnError)
+		hfs.SetOutput(io.Discard) // the error says what is wrong; not the whole flag list
 		heraFlags(hfs, &p)
 		if err := hfs.Parse(strings.Fields(*heraArgs)); err != nil {
 			return fmt.Errorf("bench cc: --hera-args: %w", err)

@@ -59,6 +59,9 @@ func ccCommand(args []string) error {
 		if fs.NArg() > 0 {
 			return fmt.Errorf("load: unexpected arguments %q", fs.Args())
 		}
+		if err := p.Validate(); err != nil { // before the kernel is asked
+			return fmt.Errorf("load %s: %w", name, err)
+		}
 		if err := cc.Load(name, p); err != nil {
 			return err
 		}

@@ -92,6 +92,12 @@ func netemUsage(fs *flag.FlagSet) {
 	fmt.Fprintln(w, "Runs CMD in a client network namespace linked to a host namespace through an emulated link.")
 	fmt.Fprintln(w, "Without CMD, runs an interactive shell there: $SHELL, else /bin/sh; the link is torn down when it exits.")
 	fmt.Fprintln(w, "Inside, XREALM_NETEM_BASE is the host's address and XREALM_NETEM_HOST_NETNS the host namespace.")
+	fmt.Fprintln(w, "A server that CMD reaches through the link must listen in the host namespace (ip netns exec")
+	fmt.Fprintln(w, "\"$XREALM_NETEM_HOST_NETNS\" SERVER), not the machine's own: there it gets \"connection refused\".")
+	fmt.Fprintln(w, "The queues are unbounded unless --queue-packets or --queue-bytes says otherwise (bench cc uses 1000 packets).")
+	fmt.Fprintln(w, "Example, iperf3 over a trace (a file of millisecond timestamps, one per 1500-byte delivery opportunity):")
+	fmt.Fprintln(w, "  xrealm netem --up T --down T --queue-packets 1000 -- sh -c \\")
+	fmt.Fprintln(w, "    'ip netns exec \"$XREALM_NETEM_HOST_NETNS\" iperf3 -s -1 & sleep 0.5; iperf3 -c \"$XREALM_NETEM_BASE\" -t 10'")
 	fs.PrintDefaults()
 }
 
