@@ -45,8 +45,9 @@ type LinkConfig struct {
 	Loss float64
 	Seed uint64
 	// Log, if set, receives one line per packet: "enq_us deq_us bytes" for a
-	// delivered packet, "enq_us -1 bytes tail" or "enq_us -1 bytes loss" for a
-	// dropped one.
+	// packet that left the queue (at deq_us; it leaves the link the delay
+	// later, and the emulator does not write it if it closes first),
+	// "enq_us -1 bytes tail" or "enq_us -1 bytes loss" for a dropped one.
 	Log io.Writer
 }
 

@@ -116,3 +116,79 @@ func TestPumpSmallPacketsDoNotHoldReadBuffers(t *testing.T) {
 		t.Fatalf("%d free small buffers kept, want at most %d", got, maxFreeSmall)
 	}
 }
+
+// TestPumpReportCountsOnlyWrittenPackets stops a pump while a packet is in
+// its fixed delay: the report must not count it as delivered (it was never
+// written; "1 delivered, 0 writes" on xrealm netem ... -- true) but as in
+// flight, and the keep-up check must judge only the written packets.
+func TestPumpReportCountsOnlyWrittenPackets(t *testing.T) {
+	l, err := NewLink(LinkConfig{Trace: ConstantTrace(1), Delay: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inR, inW := seqpacketPair(t)
+	outR, outW := seqpacketPair(t)
+	p := &pump{name: "test", in: inR, out: outW, link: l, start: time.Now(), stop: new(atomic.Bool), log: slog.Default()}
+	emit := func(pk *Packet, at uint64) { p.pending = append(p.pending, departure{pk, at}) }
+	// Four packets of 1500 bytes: each takes a whole opportunity.
+	for i := range 4 {
+		if _, err := unix.Write(inW, smallPacket(i, 1500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !p.readAll(emit) {
+		t.Fatal("readAll failed")
+	}
+	// Serve opportunities (one a millisecond) until three packets have left
+	// the queue, then let the first two through the 50 ms delay: the third
+	// is still in it and the fourth still queued.
+	for now := l.q[len(l.q)-1].Enq; len(p.pending) < 3; now += 1000 {
+		l.Advance(now, emit)
+	}
+	p.release(p.pending[1].at)
+	buf := make([]byte, readBufSize)
+	written := 0
+	for {
+		if _, err := unix.Read(outR, buf); err != nil {
+			break
+		}
+		written++
+	}
+	r := p.report(0)
+	t.Logf("report %+v", r)
+	if r.Arrived != 4 || r.Delivered != 2 || r.InFlight != 1 || r.Queued != 1 || r.Writes != 2 || written != 2 {
+		t.Errorf("arrived %d, delivered %d, in flight %d, queued %d, writes %d, %d read at the far end; want 4, 2, 1, 1, 2, 2",
+			r.Arrived, r.Delivered, r.InFlight, r.Queued, r.Writes, written)
+	}
+	if r.DeliveredBytes != 3000 {
+		t.Errorf("delivered bytes %d, want 3000 (two packets of 1500)", r.DeliveredBytes)
+	}
+	if sum := r.Delivered + r.InFlight + r.Queued + r.TailDrops + r.LossDrops; sum != r.Arrived {
+		t.Errorf("delivered+in flight+queued+drops = %d, arrived %d", sum, r.Arrived)
+	}
+}
+
+func TestKeptUp(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    DirectionReport
+		ok   bool
+	}{
+		{"nothing", DirectionReport{}, true},
+		{"one in flight, none written", DirectionReport{InFlight: 1}, true},
+		{"on time", DirectionReport{LinkStats: LinkStats{Delivered: 1000}, Late: 10}, true},
+		{"too many late", DirectionReport{LinkStats: LinkStats{Delivered: 1000}, Late: 11}, false},
+		{"kernel drops", DirectionReport{LinkStats: LinkStats{Delivered: 1000}, KernelDrops: 1}, false},
+		// The kernel dropped what the emulator never read: none written.
+		{"kernel drops, none written", DirectionReport{KernelDrops: 5}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, r := range []Report{{Up: tc.d}, {Down: tc.d}} {
+				err := r.KeptUp()
+				if (err == nil) != tc.ok {
+					t.Errorf("%+v: KeptUp() = %v, want ok %v", r, err, tc.ok)
+				}
+			}
+		})
+	}
+}
