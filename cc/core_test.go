@@ -78,6 +78,53 @@ func TestCoreMatchesVectors(t *testing.T) {
 	}
 }
 
+// TestCoreFiltersMatchVectors replays the vector file's filter sequences
+// on the C core's windowed minimum and maximum (see hera.TestFilterVectors).
+func TestCoreFiltersMatchVectors(t *testing.T) {
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skip("skipping: no C compiler")
+	}
+	bin := filepath.Join(t.TempDir(), "hera_core_host")
+	if out, err := exec.Command("cc", "-O2", "-Wall", "-Werror", "-o", bin, "bpf/hera_core_host.c").CombinedOutput(); err != nil {
+		t.Fatalf("cc: %v\n%s", err, out)
+	}
+	vf, err := hera.LoadVectors("../hera/testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vf.Filters) == 0 {
+		t.Fatal("no filter vectors")
+	}
+	for _, c := range vf.Filters {
+		t.Run(c.Name, func(t *testing.T) {
+			cmdc := map[string]string{"min": "m", "max": "x"}[c.Kind]
+			if cmdc == "" {
+				t.Fatalf("filter kind %q unknown", c.Kind)
+			}
+			var in strings.Builder
+			fmt.Fprintf(&in, "W %d\n", c.WindowUs)
+			for _, s := range c.Steps {
+				fmt.Fprintf(&in, "%s %d %d\n", cmdc, s.TUs, s.V)
+			}
+			cmd := exec.Command(bin)
+			cmd.Stdin = strings.NewReader(in.String())
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("host core: %v", err)
+			}
+			got := strings.Fields(string(out))
+			if len(got) != len(c.Steps)+1 {
+				t.Fatalf("host core printed %d values for %d steps", len(got), len(c.Steps)+1)
+			}
+			for i, s := range c.Steps {
+				if got[i+1] != strconv.FormatUint(uint64(s.Want), 10) {
+					t.Fatalf("step %d (%+v): C %s = %s, want %d", i, s, c.Kind, got[i+1], s.Want)
+				}
+			}
+		})
+	}
+}
+
 // hostParams is the harness's P command for p (see bpf/hera_core_host.c).
 func hostParams(p hera.Params, shared int) string {
 	return fmt.Sprintf("P %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", p.Variant, p.BucketWidth/time.Microsecond,
@@ -101,30 +148,35 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 		name   string
 		p      hera.Params
 		shared bool // three flows on one path
+		// stepBack gives one ACK in seven a time up to 4 ms before the
+		// latest (as a flow's clock read before another flow's update of
+		// the shared path is, in the kernel), with 30 ms windows so that
+		// the filters expire often.
+		stepBack bool
 	}{
-		{"hera", hera.DefaultParams(), false},
-		{"hera-paper", hera.PaperParams(), false},
-		{"hera-shared-path", hera.DefaultParams(), true},
+		{"hera", hera.DefaultParams(), false, false},
+		{"hera-paper", hera.PaperParams(), false, false},
+		{"hera-shared-path", hera.DefaultParams(), true, false},
 		{"hera-no-gate-no-bucket-packets", func() hera.Params {
 			p := hera.DefaultParams()
 			p.GateRTTs, p.BucketPackets = 0, 0
 			return p
-		}(), false},
+		}(), false, false},
 		{"hera-bucket-packets-gate", func() hera.Params {
 			p := hera.DefaultParams()
 			p.GateRTTs, p.BucketPackets = 1, 20
 			return p
-		}(), true},
+		}(), true, false},
 		{"hera-outage-boost-2rtts", func() hera.Params {
 			p := hera.DefaultParams()
 			p.OutageRTTs, p.OutageBoostPercent = 2, 150
 			return p
-		}(), false},
+		}(), false, false},
 		{"hera-outage-boost-15rtts", func() hera.Params {
 			p := hera.DefaultParams()
 			p.OutageRTTs, p.OutageBoostPercent = 15, 200
 			return p
-		}(), true},
+		}(), true, false},
 		// The largest values Validate accepts: the C core must hold them
 		// (a bucket of 5000 s, which Validate used to accept, was cut to
 		// 705 s by the core's 32 bits) and its products must not wrap.
@@ -134,17 +186,22 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 			p.Buckets, p.Backlog, p.MaxCwnd, p.InitCwnd = hera.MaxBuckets, hera.MaxBacklog, ^uint32(0), ^uint32(0)>>1
 			p.BucketWidth = 2 * time.Millisecond
 			return p
-		}(), true},
+		}(), true, false},
 		{"hera-widest-bucket", func() hera.Params {
 			p := hera.DefaultParams()
 			p.BucketWidth, p.BucketPackets = hera.MaxValidRTT, 0
 			return p
-		}(), false},
+		}(), false, false},
 		{"hera-paper-limits", func() hera.Params {
 			p := hera.PaperParams()
 			p.DeltaMax, p.HistCap, p.BucketWidth = hera.MaxDeltaMax, hera.MaxHistCap, hera.MaxValidRTT
 			return p
-		}(), false},
+		}(), false, false},
+		{"hera-shared-path-clock-steps-back", func() hera.Params {
+			p := hera.DefaultParams()
+			p.MinRTTWindow, p.BDPWindow = 30*time.Millisecond, 30*time.Millisecond
+			return p
+		}(), true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,8 +245,12 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 					continue
 				}
 				acked := uint32((x >> 40) % 4)
-				fmt.Fprintf(&in, "A %d %d %d %d\n", fi, now, rtt, acked)
-				want = append(want, fs[fi].OnAck(now, rtt, acked))
+				at := now
+				if tc.stepBack && (x>>16)%7 == 0 {
+					at -= min(now, (x>>24)%4000)
+				}
+				fmt.Fprintf(&in, "A %d %d %d %d\n", fi, at, rtt, acked)
+				want = append(want, fs[fi].OnAck(at, rtt, acked))
 			}
 			cmd := exec.Command(bin)
 			cmd.Stdin = strings.NewReader(in.String())

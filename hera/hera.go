@@ -306,6 +306,7 @@ type maxFilter struct {
 }
 
 func (m *maxFilter) update(nowUs uint64, v uint32, winUs uint64) {
+	nowUs = max(nowUs, m.stamp) // see minFilter.update
 	if v > m.cand {
 		m.cand = v
 	}
@@ -325,10 +326,17 @@ func (m *maxFilter) update(nowUs uint64, v uint32, winUs uint64) {
 // delay target) upward every window.
 type minFilter struct {
 	min, cand uint32 // 0 = none
-	stamp     uint64 // when min was last set
+	stamp     uint64 // when min was last set; never steps back
 }
 
+// update takes sample r at nowUs. A time before stamp is taken as stamp:
+// the window has not expired, and a new minimum keeps the window's newest
+// time. Unsigned nowUs-stamp would read such a time as a window long
+// expired, and two late samples would replace the minimum by themselves.
+// The C core gets times out of order when a flow read its clock before
+// another flow of its path updated the path's filter.
 func (m *minFilter) update(nowUs uint64, r uint32, winUs uint64) {
+	nowUs = max(nowUs, m.stamp)
 	if m.cand == 0 || r < m.cand {
 		m.cand = r
 	}

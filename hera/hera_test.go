@@ -49,6 +49,42 @@ func TestVectors(t *testing.T) {
 	}
 }
 
+// TestFilterVectors replays the vector file's filter sequences on the
+// windowed minimum and maximum: among them, times that step back, which
+// must not read as an expired window (two late samples used to replace a
+// 20 ms minimum by a 50 ms one).
+func TestFilterVectors(t *testing.T) {
+	vf, err := LoadVectors("testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vf.Filters) == 0 {
+		t.Fatal("no filter vectors")
+	}
+	for _, c := range vf.Filters {
+		t.Run(c.Name, func(t *testing.T) {
+			var mn minFilter
+			var mx maxFilter
+			for i, s := range c.Steps {
+				var got uint32
+				switch c.Kind {
+				case "min":
+					mn.update(s.TUs, s.V, c.WindowUs)
+					got = mn.min
+				case "max":
+					mx.update(s.TUs, s.V, c.WindowUs)
+					got = mx.max
+				default:
+					t.Fatalf("filter kind %q unknown", c.Kind)
+				}
+				if got != s.Want {
+					t.Fatalf("step %d (%+v): %s = %d, want %d", i, s, c.Kind, got, s.Want)
+				}
+			}
+		})
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string

@@ -11,8 +11,26 @@ import (
 // sequences of events and the window expected after each. The same file is
 // checked against the Go implementation and the eBPF C core.
 type VectorFile struct {
-	Doc   string       `json:"doc"`
-	Cases []VectorCase `json:"cases"`
+	Doc     string         `json:"doc"`
+	Cases   []VectorCase   `json:"cases"`
+	Filters []VectorFilter `json:"filters"`
+}
+
+// VectorFilter is a sequence of samples for one windowed filter on its
+// own: the flow's min-RTT filter (Kind "min") or its delivered-BDP
+// filter ("max").
+type VectorFilter struct {
+	Name     string       `json:"name"`
+	Kind     string       `json:"kind"`
+	WindowUs uint64       `json:"window_us"`
+	Steps    []FilterStep `json:"steps"`
+}
+
+// FilterStep is a sample V at TUs and the filter's value Want after it.
+type FilterStep struct {
+	TUs  uint64 `json:"t_us"`
+	V    uint32 `json:"v"`
+	Want uint32 `json:"want"`
 }
 
 // VectorCase is one named sequence.

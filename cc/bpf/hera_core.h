@@ -131,9 +131,15 @@ static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_param
 	st->in_outage = 0;
 }
 
-/* hera_min_update is hera.(*minFilter).update. */
+/*
+ * hera_min_update is hera.(*minFilter).update. A time before the stamp (a
+ * flow that read its clock before another flow of the path updated it) is
+ * taken as the stamp: the window has not expired.
+ */
 static HERA_INLINE void hera_min_update(struct hera_min *m, __u64 now_us, __u32 r, __u64 win_us)
 {
+	if (now_us < m->stamp)
+		now_us = m->stamp;
 	if (m->cand == 0 || r < m->cand)
 		m->cand = r;
 	if (m->min == 0 || r <= m->min) {
@@ -149,6 +155,8 @@ static HERA_INLINE void hera_min_update(struct hera_min *m, __u64 now_us, __u32 
 /* hera_max_update is hera.(*maxFilter).update. */
 static HERA_INLINE void hera_max_update(struct hera_max *m, __u64 now_us, __u32 v, __u64 win_us)
 {
+	if (now_us < m->stamp)
+		now_us = m->stamp;
 	if (v > m->cand)
 		m->cand = v;
 	if (v >= m->max) {

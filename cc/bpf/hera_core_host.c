@@ -7,6 +7,9 @@
  *   A flow now_us rtt_us acked
  *   L flow
  *   U flow  (undo)
+ *   W window_us  (fresh standalone filters; prints 0)
+ *   m now_us v  (the min filter's value after sample v)
+ *   x now_us v  (the max filter's value after sample v)
  * P starts HOST_FLOWS fresh flows; with shared = 1 they share one path.
  */
 #include <stdint.h>
@@ -27,6 +30,10 @@ int main(void)
 	struct hera_state st[HOST_FLOWS];
 	struct hera_path path = {{0}};
 	struct hera_path *pp = 0;
+	struct hera_min fmin = {0};
+	struct hera_max fmax = {0};
+	unsigned long long fwin = 0;
+	unsigned v;
 	char cmd[2];
 	unsigned long long now, win, bdp_win;
 	long long rtt;
@@ -64,6 +71,25 @@ int main(void)
 			if (scanf("%u", &flow) != 1 || flow >= HOST_FLOWS)
 				return 2;
 			printf("%u\n", hera_on_undo(&st[flow], &p));
+			break;
+		case 'W':
+			if (scanf("%llu", &fwin) != 1)
+				return 2;
+			fmin = (struct hera_min){0};
+			fmax = (struct hera_max){0};
+			printf("0\n");
+			break;
+		case 'm':
+			if (scanf("%llu %u", &now, &v) != 2)
+				return 2;
+			hera_min_update(&fmin, now, v, fwin);
+			printf("%u\n", fmin.min);
+			break;
+		case 'x':
+			if (scanf("%llu %u", &now, &v) != 2)
+				return 2;
+			hera_max_update(&fmax, now, v, fwin);
+			printf("%u\n", fmax.max);
 			break;
 		default:
 			return 2;
