@@ -38,6 +38,9 @@ export interface Reply {
 export interface SlotEvent {
   op: 'slots';
   slots: { mid: string; track?: TrackInfo }[];
+  /** The SFU node that sent it: the one this client is placed on (the
+   * server passes on no other node's events). */
+  node?: string;
 }
 
 /** SFU session and client ids: [A-Za-z0-9_-]{1,64} (sfu/config.go). */
