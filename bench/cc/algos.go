@@ -27,7 +27,10 @@ func validAlgos(kernel []string) []string {
 
 // CheckAlgos returns an error naming the congestion controls in algos that
 // are neither among the kernel's available ones nor loaded by Run, with
-// the valid names; nil if every one is valid and there is at least one.
+// the valid names, or naming one given twice (Run would run it twice, and
+// the summary count both runs); nil if every one is valid, none is
+// repeated and there is at least one. A control Run loads is the same
+// under its xrealm name and its kernel name (hera-paper, hera_paper).
 func CheckAlgos(algos, kernel []string) error {
 	valid := validAlgos(kernel)
 	var bad []string
@@ -42,6 +45,19 @@ func CheckAlgos(algos, kernel []string) error {
 	case len(bad) > 0:
 		return fmt.Errorf("unknown congestion control %s; valid: %s (the kernel's available ones and %s; a control built as a kernel module, e.g. vegas, is available after modprobe tcp_vegas)",
 			strings.Join(bad, ", "), strings.Join(valid, ", "), strings.Join(cc.Names, ", "))
+	}
+	first := map[string]string{} // kernel name → the name it was first given as
+	for _, a := range algos {
+		k := cc.KernelName(a)
+		prev, dup := first[k]
+		switch {
+		case !dup:
+			first[k] = a
+		case prev == a:
+			return fmt.Errorf("congestion control %q given twice: each runs once per trace and seed", a)
+		default:
+			return fmt.Errorf("congestion control %q given twice (as %q and %q): each runs once per trace and seed", k, prev, a)
+		}
 	}
 	return nil
 }

@@ -21,6 +21,11 @@ func TestCheckAlgos(t *testing.T) {
 		{name: "two unknown", algos: []string{"vegas", "BBR"}, kernel: kernel, errHas: []string{`"vegas", "BBR"`}},
 		{name: "empty name", algos: []string{""}, kernel: kernel, errHas: []string{`unknown congestion control ""`}},
 		{name: "none", algos: nil, kernel: kernel, errHas: []string{"no congestion control", "valid: bbr"}},
+		// Each would run twice and the summary count both runs.
+		{name: "a duplicate", algos: []string{"cubic", "bbr", "cubic"}, kernel: kernel,
+			errHas: []string{`congestion control "cubic" given twice`}},
+		{name: "one control under its two names", algos: []string{"hera-paper", "hera_paper"}, kernel: append(kernel, "hera_paper"),
+			errHas: []string{`congestion control "hera_paper" given twice (as "hera-paper" and "hera_paper")`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
