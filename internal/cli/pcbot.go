@@ -38,6 +38,7 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	fps := fs.Float64("fps", 15, "frames per second")
 	x := fs.Float64("x", 0, "the publisher's x position, sent as its SFU pose")
 	z := fs.Float64("z", -3, "the publisher's z position, sent as its SFU pose")
+	site := fs.String("site", "", "the site to be placed at (xrealm sfu --site): a node there if one runs, else by load")
 	stdin := fs.Bool("stdin", false, "stop when stdin closes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,7 +96,7 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	}
 	dctx, cancel := context.WithTimeout(rctx, 30*time.Second)
 	defer cancel()
-	b, err := bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: *session, Client: *client, ID: uint32(*id), Clip: clip,
+	b, err := bots.DialVolumetric(dctx, bots.VolumetricConfig{NC: nc, Session: *session, Client: *client, ID: uint32(*id), Clip: clip, Site: *site,
 		Publish: []int{0, 1, 2}, ICEAddresses: []string{"127.0.0.1"}, Logger: log,
 		Pose: &sfu.Pose{Position: [3]float64{*x, 0, *z}, Forward: [3]float64{0, 0, 1}, FOV: 1.5}})
 	if err != nil {
