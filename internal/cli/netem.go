@@ -122,7 +122,7 @@ func printNetemReport(w io.Writer, r netem.Report) {
 		if s := d.r.Elapsed.Seconds(); s > 0 {
 			mbps = float64(d.r.DeliveredBytes) * 8 / s / 1e6
 		}
-		fmt.Fprintf(w, "netem %s: %d packets delivered (%.2f Mbit/s mean over %v), %d tail drops, %d random losses, %d late (worst %v), %d kernel drops, %d reads, %d writes, real-time %v\n",
-			d.name, d.r.Delivered, mbps, d.r.Elapsed.Round(1e6), d.r.TailDrops, d.r.LossDrops, d.r.Late, d.r.MaxLate, d.r.KernelDrops, d.r.Reads, d.r.Writes, d.r.Realtime)
+		fmt.Fprintf(w, "netem %s: %d packets delivered (%.2f Mbit/s mean over %v), %d in flight and %d queued at close, %d tail drops, %d random losses, %d late (worst %v), %d kernel drops, %d reads, %d writes, real-time %v\n",
+			d.name, d.r.Delivered, mbps, d.r.Elapsed.Round(1e6), d.r.InFlight, d.r.Queued, d.r.TailDrops, d.r.LossDrops, d.r.Late, d.r.MaxLate, d.r.KernelDrops, d.r.Reads, d.r.Writes, d.r.Realtime)
 	}
 }
