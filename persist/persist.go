@@ -33,6 +33,7 @@ package persist
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,6 +193,7 @@ type Store struct {
 	log      *slog.Logger
 	now      func() time.Time
 	realms   map[string]bool // the realms whose object messages the stream captures
+	instance string          // names this store's expiry requests (ttl.go)
 
 	deleteWait time.Duration // see deleteWait
 
@@ -218,7 +220,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{},
+	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{}, instance: rand.Text(),
 		deleteWait: deleteWait, expires: map[string]time.Time{}, asked: map[string]time.Time{}}
 
 	realms := cfg.Realms

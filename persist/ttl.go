@@ -21,8 +21,13 @@ import (
 //
 //  1. Every node's sweeper follows the bucket and, when an object's time
 //     has come, publishes {"key":..,"revision":R} on expireSubject, R being
-//     the revision it read. The message id names key and revision, so the
-//     stream keeps one of the nodes' requests.
+//     the revision it read. The message id names key, revision and the
+//     asking store (Store.instance), so the stream keeps one request of
+//     each node: not one of all the nodes', since the applier refuses a
+//     request that comes before its own clock says the object expired (a
+//     node whose clock is ahead), and the stream would then drop the
+//     applier's own node's request, the one it grants, for its duplicate
+//     window (2 minutes).
 //  2. The applier, at that message, checks that the key is still at R and
 //     expired, and publishes {"object_id":..,"action":"delete"} on the
 //     object's topic through the stream, with the header
@@ -41,7 +46,7 @@ const sweepEvery = 250 * time.Millisecond
 // askAgainAfter is how long a sweeper waits for an expiry it asked for to
 // happen before it asks again (the applier may be down or far behind). It
 // is less than the stream's duplicate window (2 minutes), so the stream
-// drops the repeated request while the first one waits.
+// drops the node's repeated request while its first one waits.
 const askAgainAfter = 30 * time.Second
 
 // expiredRevisionHeader, on a delete, makes it conditional: the applier
@@ -153,7 +158,7 @@ func (s *Store) expire(ctx context.Context, key string) error {
 		return err
 	}
 	msg := &nats.Msg{Subject: expireSubject, Data: data, Header: nats.Header{}}
-	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(e.Revision(), 10))
+	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(e.Revision(), 10)+":"+s.instance)
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("asking for the expiry of %q: %w", key, err)
 	}
