@@ -542,8 +542,11 @@ func (c *conn) request(payload []byte) {
 		}
 		if c.room != nil {
 			var le *BlobLimitError
+			var ne *NameError
 			if err := c.s.store.setBlob(ctx, c.room.id, a.UUID, a.Blob, c.s.cfg.MaxRoomBlobBytes); errors.As(err, &le) {
 				c.log.Info("Ubiq SetBlob refused: the room's blobs would exceed their limit", "peer", c.uuid(), "blob", scene.Quote([]byte(a.UUID)), "err", err)
+			} else if errors.As(err, &ne) {
+				c.log.Info("Ubiq SetBlob refused", "peer", c.uuid(), "err", err)
 			} else if err != nil {
 				c.log.Warn("set blob failed", "room", c.room.id, "err", err)
 			}
@@ -558,7 +561,10 @@ func (c *conn) request(payload []byte) {
 		blob := ""
 		if c.room != nil {
 			var err error
-			if blob, err = c.s.store.getBlob(ctx, c.room.id, a.UUID); err != nil {
+			var ne *NameError
+			if blob, err = c.s.store.getBlob(ctx, c.room.id, a.UUID); errors.As(err, &ne) {
+				c.log.Info("Ubiq GetBlob refused; answered with no blob", "peer", c.uuid(), "err", err)
+			} else if err != nil {
 				c.log.Warn("get blob failed", "room", c.room.id, "err", err)
 			}
 		}
@@ -599,6 +605,10 @@ func (c *conn) reject(a JoinArgs, reason string) {
 func (c *conn) join(ctx context.Context, a JoinArgs) {
 	// The Join always carries the RoomClient's id, where the answer goes.
 	c.setClientID(a.Peer.ClientID)
+	if err := checkName("peer uuid", a.Peer.UUID); err != nil {
+		c.reject(a, "Could not join: "+err.Error())
+		return
+	}
 	// It also carries the peer's identity and properties, which take
 	// effect only if the peer moves into the room: a peer's member key is
 	// named by its uuid, so a member that changed it in place (a Join that

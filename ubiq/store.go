@@ -79,6 +79,31 @@ func keyToken(s string) string {
 	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
+// MaxNameLen is the longest peer uuid or blob uuid, in bytes: they are
+// parts of key-value keys, whose subjects a NATS connection carries on one
+// protocol line of at most 4 KiB, and a longer line makes the server close
+// the connection that the whole Ubiq server shares. Ubiq's own are uuids,
+// 36 bytes.
+const MaxNameLen = 1024
+
+// NameError refuses a peer uuid or blob uuid longer than MaxNameLen.
+type NameError struct {
+	What string // "peer uuid", "blob uuid"
+	Len  int
+}
+
+func (e *NameError) Error() string {
+	return fmt.Sprintf("%s of %d bytes is longer than the longest, %d", e.What, e.Len, MaxNameLen)
+}
+
+// checkName returns a *NameError if name is too long to be part of a key.
+func checkName(what, name string) error {
+	if len(name) > MaxNameLen {
+		return &NameError{What: what, Len: len(name)}
+	}
+	return nil
+}
+
 func infoKey(room string) string         { return "r." + room + ".i" }
 func memberKey(room, peer string) string { return "r." + room + ".m." + keyToken(peer) }
 func codeKey(code string) string         { return "c." + code }
@@ -376,6 +401,9 @@ func (s *store) roomByCode(ctx context.Context, code string) (string, error) {
 }
 
 func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (uint64, error) {
+	if err := checkName("peer uuid", m.UUID); err != nil {
+		return 0, err
+	}
 	m.Node = s.node
 	b, _ := json.Marshal(m)
 	return s.putOwned(ctx, memberKey(room, m.UUID), b)
@@ -629,6 +657,9 @@ func (e *BlobLimitError) Error() string {
 // keep it exact (a node that dies between the two leaves it too high,
 // never too low, until the room goes).
 func (s *store) setBlob(ctx context.Context, room, id, blob string, limit int64) error {
+	if err := checkName("blob uuid", id); err != nil {
+		return err
+	}
 	key := blobKey(room, id)
 	if limit <= 0 {
 		_, err := s.kv.Put(ctx, key, []byte(blob))
@@ -713,6 +744,9 @@ func (s *store) addBlobBytes(ctx context.Context, room string, delta, limit int6
 }
 
 func (s *store) getBlob(ctx context.Context, room, id string) (string, error) {
+	if err := checkName("blob uuid", id); err != nil {
+		return "", err
+	}
 	e, err := s.kv.Get(ctx, blobKey(room, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return "", nil
