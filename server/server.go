@@ -64,6 +64,7 @@ type Server struct {
 	// an internal connection that closes before that has failed the node
 	// (fail).
 	closing  atomic.Bool
+	closed   sync.WaitGroup // one per internal connection, until its close handler has run
 	failOnce sync.Once
 	failed   chan struct{} // closed by fail
 	failErr  error         // set before failed is closed
@@ -377,7 +378,11 @@ func sfuID(name string) string {
 // say), so one that closes while the node runs fails the node (Failed)
 // instead of leaving it to serve without its services.
 func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	var handled sync.Once
+	s.closed.Add(1)
+	done := func() { handled.Do(s.closed.Done) }
 	opts = append(opts, nats.ClosedHandler(func(nc *nats.Conn) {
+		defer done()
 		if s.closing.Load() {
 			return
 		}
@@ -389,6 +394,7 @@ func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	}))
 	nc, err := s.bus.Connect(name, opts...)
 	if err != nil {
+		done()
 		return nil, err
 	}
 	s.ncs = append(s.ncs, nc)
@@ -555,6 +561,19 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// waitTimeout waits for wg, or for d at most.
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+	ch := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(ch)
+	}()
+	select {
+	case <-ch:
+	case <-time.After(d):
+	}
+}
+
 // fail marks the node as failed with err, once: Failed is closed, Err
 // returns err, and /healthz answers 503 with it.
 func (s *Server) fail(err error) {
@@ -599,6 +618,9 @@ func (s *Server) Close() {
 	for _, nc := range s.ncs {
 		nc.Close()
 	}
+	// Their close handlers run on NATS's own goroutines: once they have,
+	// a closed node can no longer be marked failed.
+	waitTimeout(&s.closed, 5*time.Second)
 	s.wg.Wait()
 	if s.bus != nil {
 		s.bus.Shutdown()
