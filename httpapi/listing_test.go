@@ -29,7 +29,7 @@ import (
 // one line per listing, so that a few listings spent the log's lines); a
 // token that is not valid is refused with 401 and its reason (before, the
 // caller got 200 with the public scenes only, as if the token were
-// fine); a bad namespace is 400.
+// fine), also when there is nothing to list; a bad namespace is 400.
 func TestSceneListing(t *testing.T) {
 	dir := t.TempDir()
 	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
@@ -109,6 +109,8 @@ func TestSceneListing(t *testing.T) {
 		{"one namespace, a listed viewer", "/persist/lab/!allscenes", token("carol", time.Hour), 200, `["lab/room","lab/secret"]`, 0},
 		{"expired token", "/persist/!allscenes", token("carol", -time.Minute), 401, `token is expired`, 1},
 		{"garbage token", "/persist/lab/!allscenes", "garbage", 401, `invalid token`, 1},
+		{"garbage token, nothing to list", "/persist/nobody/!allscenes", "garbage", 401, `invalid token`, 1},
+		{"nothing to list", "/persist/nobody/!allscenes", token("dave", time.Hour), 200, `[]`, 0},
 		{"bad namespace", "/persist/la.b/!allscenes", "", 400, `namespace name \"la.b\": '.' is not allowed`, 0},
 	}
 	for _, tt := range tests {

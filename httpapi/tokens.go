@@ -93,7 +93,13 @@ func (a *Access) Refused(r *http.Request, err error) error {
 // token at all. The error says why not; it wraps ErrUnauthenticated or
 // ErrForbidden, or ErrBadRequest for names CheckScene refuses (also with
 // Insecure), or ErrUnavailable when the settings could not be read.
+//
+// With ns and scene both empty it checks only the request's credentials:
+// nil without a token, or with a valid one (for any scene).
 func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
+	if ns == "" && scene == "" {
+		return a.refusedIf(r, a.credentials(RequestToken(r)))
+	}
 	if err := CheckScene(ns, scene); err != nil {
 		return err
 	}
@@ -166,6 +172,18 @@ func (a *Access) refusedIf(r *http.Request, err error) error {
 		return a.Refused(r, err)
 	}
 	return err
+}
+
+// credentials returns why tok is not a valid token of this server, or nil
+// (also for no token, and with Insecure).
+func (a *Access) credentials(tok string) error {
+	if a.Insecure || tok == "" {
+		return nil
+	}
+	if _, err := a.Keys.Verify(tok); err != nil {
+		return wrapCause(ErrUnauthenticated, err)
+	}
+	return nil
 }
 
 func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error {

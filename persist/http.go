@@ -19,7 +19,10 @@ import (
 // error has a method HTTPStatus() int, whose value is used. The scene
 // listings ask about every stored scene with a request whose context is
 // marked by auth.Probe, whose refusals are no denials; an error wrapping
-// auth.ErrInvalidToken refuses the listing as a whole.
+// auth.ErrInvalidToken refuses the listing as a whole. Called with ns and
+// scene both empty, it checks only the request's credentials (the
+// listings ask so first, so that a bad token is refused even when there is
+// nothing to list).
 type Access func(r *http.Request, ns, scene string, write bool) error
 
 // ErrUnauthenticated, wrapped by an Access error, makes the handler answer
@@ -136,6 +139,9 @@ func (h *handler) scenes(w http.ResponseWriter, r *http.Request, ns string) {
 			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
+	}
+	if !h.allowed(w, r, "", "", false) { // a token that is not valid at all
+		return
 	}
 	all, err := h.s.Scenes(r.Context())
 	if err != nil {
