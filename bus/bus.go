@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -61,6 +63,35 @@ type Bus struct {
 	srv    *server.Server
 	secret string
 	log    *slog.Logger
+	routes []string     // the configured routes (Config.Routes) of a cluster node
+	status *routeStatus // the last route error the NATS server logged
+}
+
+// routeStatus keeps the last error line the NATS server logged about a
+// route (a route it could not dial, one refused for another cluster name,
+// a route to something that does not speak NATS): NATS only logs those,
+// and a node whose routes all fail waits for JetStream without them.
+type routeStatus struct {
+	mu   sync.Mutex
+	last string
+	at   time.Time
+}
+
+func (r *routeStatus) set(msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last, r.at = msg, time.Now()
+}
+
+func (r *routeStatus) get() (string, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last, r.at
+}
+
+// routeLine reports whether a NATS server log line is about a route.
+func routeLine(msg string) bool {
+	return strings.Contains(msg, " - rid:") || strings.Contains(msg, "route")
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -142,13 +173,18 @@ func Start(cfg Config) (*Bus, error) {
 		return nil, fmt.Errorf("configure NATS server: %w", err)
 	}
 	fatal := make(chan string, 1)
-	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation, denials: cfg.Denials, fatal: fatal}, false, false, false)
+	status := &routeStatus{}
+	srv.SetLoggerV2(&logAdapter{l: cfg.Logger.With("component", "nats"), onViolation: cfg.OnViolation, denials: cfg.Denials, fatal: fatal, routes: status}, false, false, false)
 	go srv.Start()
 	if err := waitReady(srv, fatal, readyTimeout); err != nil {
 		srv.Shutdown()
 		return nil, err
 	}
-	return &Bus{srv: srv, secret: secret, log: cfg.Logger}, nil
+	b := &Bus{srv: srv, secret: secret, log: cfg.Logger, status: status}
+	if cfg.ClusterName != "" {
+		b.routes = cfg.Routes
+	}
+	return b, nil
 }
 
 // checkBinds turns off the bind check of Start in a test of waitReady's
@@ -232,12 +268,16 @@ func (b *Bus) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 }
 
 // JetStream waits until JetStream answers (in a cluster, until the
-// meta-leader is elected) and returns a JetStream context on nc.
+// meta-leader is elected) and returns a JetStream context on nc. While it
+// waits it logs, at first and then every jetStreamLogEvery, why: in a
+// cluster, the other nodes this one has routes to and the last route error
+// (see RouteStatus); the error it returns when ctx ends says the same.
 func (b *Bus) JetStream(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
+	var logged time.Time
 	for {
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_, err := js.AccountInfo(actx)
@@ -245,13 +285,64 @@ func (b *Bus) JetStream(ctx context.Context, nc *nats.Conn) (jetstream.JetStream
 		if err == nil {
 			return js, nil
 		}
-		b.log.Info("waiting for JetStream", "err", err)
+		if logged.IsZero() || time.Since(logged) >= jetStreamLogEvery {
+			logged = time.Now()
+			if st := b.RouteStatus(); st != "" {
+				b.log.Info("waiting for JetStream", "err", err, "cluster", st)
+			} else {
+				b.log.Info("waiting for JetStream", "err", err)
+			}
+		}
 		select {
 		case <-ctx.Done():
+			if st := b.RouteStatus(); st != "" {
+				return nil, fmt.Errorf("JetStream not available: %w (%s)", err, st)
+			}
 			return nil, fmt.Errorf("JetStream not available: %w", err)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// jetStreamLogEvery is how often JetStream logs that it still waits.
+const jetStreamLogEvery = 10 * time.Second
+
+// RouteNames returns the names of the other nodes this node has a route
+// to, sorted, each once.
+func (b *Bus) RouteNames() []string {
+	rz, err := b.srv.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, r := range rz.Routes {
+		if r.RemoteName != "" && !slices.Contains(names, r.RemoteName) {
+			names = append(names, r.RemoteName)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// RouteStatus describes a cluster node's routes for a message about
+// waiting for the cluster: the other nodes it is connected to, its
+// configured routes, and the last route error the NATS server logged. It
+// is "" for a node that is not in a cluster.
+func (b *Bus) RouteStatus() string {
+	if len(b.routes) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	if names := b.RouteNames(); len(names) == 0 {
+		sb.WriteString("connected to no other node")
+	} else {
+		fmt.Fprintf(&sb, "connected to %d other node(s) (%s)", len(names), strings.Join(names, ", "))
+	}
+	fmt.Fprintf(&sb, "; --routes %s", strings.Join(b.routes, ","))
+	if last, at := b.status.get(); last != "" {
+		fmt.Fprintf(&sb, "; last route error, %s ago: %s", time.Since(at).Round(time.Second), last)
+	}
+	return sb.String()
 }
 
 // ClientURL returns the URL of the NATS TCP listener, or "" without one.

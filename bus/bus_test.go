@@ -366,3 +366,57 @@ func TestRefusalLinesBounded(t *testing.T) {
 		})
 	}
 }
+
+// A cluster node whose routes all fail waits for JetStream, and when it
+// gives up its error says why: the nodes it reached (none), its routes,
+// and the last route error NATS logged.
+func TestJetStreamWaitNamesRouteErrors(t *testing.T) {
+	ports := testnet.FreePorts(t, 2)
+	tests := []struct {
+		name  string
+		other func(t *testing.T) // starts what the route leads to, if anything
+		want  string
+	}{
+		{"nothing listens", func(t *testing.T) {}, "connection refused"},
+		{"another cluster's name", func(t *testing.T) {
+			startBus(t, func(c *Config) {
+				c.Name, c.ClusterName, c.ClusterAddr, c.Routes = "b", "other", ports[1], []string{"nats-route://" + ports[0]}
+			})
+		}, `cluster name "xr" does not match "other"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.other(t)
+			b, _ := startBus(t, func(c *Config) {
+				c.Name, c.ClusterName, c.ClusterAddr, c.Routes = "a", "xr", ports[0], []string{"nats-route://" + ports[1]}
+				c.Logger = slog.New(slog.DiscardHandler)
+			})
+			nc, err := b.Connect("svc")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			// Wait until NATS has logged a route error, then give up.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+				if last, _ := b.status.get(); strings.Contains(last, tt.want) {
+					break
+				}
+				if time.Now().After(deadline) {
+					last, _ := b.status.get()
+					t.Fatalf("last route error %q, want one containing %q", last, tt.want)
+				}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			_, err = b.JetStream(ctx, nc)
+			if err == nil {
+				t.Fatal("JetStream available without the other node")
+			}
+			for _, w := range []string{"connected to no other node", "--routes nats-route://" + ports[1], tt.want} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}

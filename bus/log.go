@@ -24,6 +24,8 @@ type logAdapter struct {
 	// fatal, if not nil, receives the first fatal error the server logs
 	// (a listener it cannot bind): Start waits for it.
 	fatal chan<- string
+	// routes, if not nil, keeps the last error line about a route.
+	routes *routeStatus
 }
 
 func (a *logAdapter) Noticef(format string, v ...any) { a.l.Info(fmt.Sprintf(format, v...)) }
@@ -50,6 +52,9 @@ func (a *logAdapter) Errorf(format string, v ...any) {
 		a.denials.Deny(a.l, msg)
 	default:
 		a.l.Error(msg)
+	}
+	if a.routes != nil && routeLine(msg) && !clientLine(msg) {
+		a.routes.set(msg)
 	}
 	if a.onViolation != nil && (kind == "publish" || kind == "subscribe") {
 		a.onViolation(kind)
