@@ -453,11 +453,15 @@ func (n *Node) Handler() http.Handler {
 				// subscribed before the offer: the node's first events may
 				// come before its answer reaches this handler; only those
 				// of the node the client is placed on go to the socket
-				gate = newEventGate(func(ev Event) { _ = send(ev) })
+				// (the callback keeps its own gate: after a failed placement
+				// a late event of the old subscription must not touch the
+				// next attempt's)
+				g := newEventGate(func(ev Event) { _ = send(ev) })
+				gate = g
 				evSub, _ = n.cfg.NC.Subscribe(subjectEvents(s.Session, s.Client), func(m *nats.Msg) {
 					var ev Event
 					if json.Unmarshal(m.Data, &ev) == nil {
-						gate.event(ev)
+						g.event(ev)
 					}
 				})
 				a, rep, err := n.placeWebSocketClient(ctx, JoinRequest{Session: s.Session, Client: s.Client, Site: site}, s, gate)
