@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/internal/testnet"
+	"github.com/xrealm/xrealm/persist"
 )
 
 func TestDefaultReplicas(t *testing.T) {
@@ -313,7 +316,8 @@ func TestRetryKeepsPlacementHint(t *testing.T) {
 }
 
 // clusterConfigs returns the configurations of n nodes of one cluster, each
-// with routes to all the others and no front-end listeners.
+// with routes to all the others and no front-end listeners, sharing one
+// signing key as the README says.
 func clusterConfigs(t *testing.T, n int) []Config {
 	ports := testnet.FreePorts(t, n)
 	cfgs := make([]Config, n)
@@ -330,7 +334,29 @@ func clusterConfigs(t *testing.T, n int) []Config {
 		}
 		cfgs[i] = c
 	}
+	for i := 1; i < n; i++ {
+		shareKeys(t, cfgs[0].DataDir, cfgs[i].DataDir)
+	}
 	return cfgs
+}
+
+// shareKeys makes the data directory dst sign with src's key, creating
+// that key if src has none, as an operator copies keys/.
+func shareKeys(t *testing.T, src, dst string) {
+	t.Helper()
+	if _, err := auth.LoadOrCreateKeys(src); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(src, "keys", auth.KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dst, "keys"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "keys", auth.KeyFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startCluster starts the nodes at once, as an operator would, and returns
@@ -544,4 +570,80 @@ func (h teeHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h teeHandler) WithGroup(n string) slog.Handler {
 	return teeHandler{h.a.WithGroup(n), h.b.WithGroup(n)}
+}
+
+// A node started with another --realm than its cluster's refuses to start,
+// saying which node serves which realm, and leaves the cluster's
+// persistence stream as it was (it replaced the stream's subjects with its
+// own realm's, and the other nodes' object messages were no longer stored).
+// A node with another signing key starts, but it and the nodes it asks log
+// that the keys differ and what to do.
+func TestClusterRefusesMismatchedNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a two-node cluster and two third nodes")
+	}
+	t.Parallel()
+	cfgs := clusterConfigs(t, 3)
+	for i := range cfgs {
+		cfgs[i].Replicas = 2 // the third node is not always there
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var runningLog bytes.Buffer
+	srvs, errs := startCluster(t, ctx, cfgs[:2], func(int) io.Writer {
+		return writerFunc(func(p []byte) { mu.Lock(); runningLog.Write(p); mu.Unlock() })
+	})
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+
+	other := cfgs[2]
+	other.Realm = "other"
+	s, err := Start(ctx, other, testLogger().With("node", "n3"))
+	if err == nil {
+		s.Close()
+		t.Fatal("a node of realm other joined a cluster of realm realm")
+	}
+	var rm *realmMismatchError
+	if !errors.As(err, &rm) || !strings.Contains(err.Error(), `serves realm "realm"`) || !strings.Contains(err.Error(), "--realm realm") {
+		t.Fatalf("error %q does not say which realm the cluster serves and what to do", err)
+	}
+	nc, err := srvs[0].bus.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, persist.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if subs := st.CachedInfo().Config.Subjects; !slices.Contains(subs, persist.StreamSubject("realm")) || slices.Contains(subs, persist.StreamSubject("other")) {
+		t.Fatalf("after the refused node, stream %s captures %q", persist.StreamName, subs)
+	}
+
+	ownKey := cfgs[2]
+	ownKey.DataDir = t.TempDir()
+	var newLog bytes.Buffer
+	log := slog.New(teeHandler{testLogger().Handler(), slog.NewTextHandler(writerFunc(func(p []byte) { mu.Lock(); newLog.Write(p); mu.Unlock() }), nil)})
+	s, err = Start(ctx, ownKey, log.With("node", "n3"))
+	if err != nil {
+		t.Fatalf("a node with its own key: %v", err)
+	}
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	if l := newLog.String(); !strings.Contains(l, "signing keys differ across the cluster") || !strings.Contains(l, "copy the keys/ directory") {
+		t.Errorf("the node with its own key logged no error about it:\n%s", l)
+	}
+	if l := runningLog.String(); !strings.Contains(l, "a node of another realm asked to join") || !strings.Contains(l, "its_realm=other") ||
+		!strings.Contains(l, "a node with another signing key asked to join") {
+		t.Errorf("the running nodes did not log both mismatched nodes:\n%s", l)
+	}
 }

@@ -58,6 +58,7 @@ type Server struct {
 	SFU      *sfu.Node
 
 	stopStore context.CancelFunc
+	instance  string   // this run of the node, in its cluster identity (identity.go)
 	dataLock  *os.File // the lock on cfg.DataDir (lockDataDir), held until Close
 
 	// closing is set by Close before it closes the internal connections;
@@ -101,7 +102,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, failed: make(chan struct{})}
+	s := &Server{cfg: cfg, log: log, failed: make(chan struct{}), instance: newInstance()}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -208,6 +209,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
+	if cfg.ClusterName != "" {
+		if err := s.serveIdentity(svc); err != nil {
+			return nil, err
+		}
+	}
 	front, err := s.connect("xrealm-mqtt", nats.NoEcho())
 	if err != nil {
 		return nil, err
@@ -215,6 +221,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	js, err := s.bus.JetStream(ctx, svc)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.ClusterName != "" {
+		// Before any JetStream state is opened: a node of another realm
+		// would take over the persistence stream.
+		if err := s.checkCluster(ctx, svc); err != nil {
+			return nil, err
+		}
 	}
 	replicas, self := cfg.replicas(ctx)
 	if len(self) > 0 {
