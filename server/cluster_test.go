@@ -647,3 +647,44 @@ func TestClusterRefusesMismatchedNode(t *testing.T) {
 		t.Errorf("the running nodes did not log both mismatched nodes:\n%s", l)
 	}
 }
+
+// --replicas applies to the whole cluster's state: a node given fewer than
+// the state has lowers them for every node, and warns that it does.
+func TestExplicitFewerReplicasWarns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a two-node cluster and a third node")
+	}
+	t.Parallel()
+	cfgs := clusterConfigs(t, 3)
+	for i := range cfgs {
+		cfgs[i].Replicas = 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	_, errs := startCluster(t, ctx, cfgs[:2], nil)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+	cfgs[2].Replicas = 1
+	var mu sync.Mutex
+	var logs bytes.Buffer
+	log := slog.New(teeHandler{testLogger().Handler(), slog.NewTextHandler(writerFunc(func(p []byte) { mu.Lock(); logs.Write(p); mu.Unlock() }), nil)})
+	s, err := Start(ctx, cfgs[2], log.With("node", "n3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	var warned bool
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "level=WARN") && strings.Contains(l, "lowers the replicas of the whole cluster") && strings.Contains(l, "existing=2") {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("a node with --replicas 1 in a cluster with state of 2 replicas did not warn:\n%s", logs.String())
+	}
+}

@@ -233,6 +233,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if len(self) > 0 {
 		log.Info("not counting routes to this node's own cluster address as nodes", "routes", self, "cluster_addr", cfg.ClusterAddr, "replicas", replicas)
 	}
+	if cfg.Replicas > 0 && cfg.ClusterName != "" {
+		// Every node's --replicas applies to the whole cluster's state:
+		// one node given fewer lowers them for all.
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if n, err := existingReplicas(actx, js); err == nil && n > cfg.Replicas {
+			log.Warn("--replicas lowers the replicas of the whole cluster's scene state, for every node: fewer nodes may fail before stored objects become unavailable or are lost; "+
+				"leave --replicas out to keep the existing replicas", "replicas", cfg.Replicas, "existing", n)
+		}
+		cancel()
+	}
 	if cfg.Replicas <= 0 {
 		if err := retry(ctx, log, "read the replicas of existing scene state", replicas, func(ctx context.Context) error {
 			replicas, err = defaultReplicas(ctx, js, replicas, log)
@@ -420,18 +430,28 @@ func (s *Server) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 // cluster knowing fewer routes than the cluster has nodes does not shrink
 // the replicas of the cluster's state.
 func defaultReplicas(ctx context.Context, js jetstream.JetStream, def int, log *slog.Logger) (int, error) {
-	st, err := js.Stream(ctx, "KV_"+auth.SettingsBucket)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return def, nil
-	}
+	n, err := existingReplicas(ctx, js)
 	if err != nil {
 		return 0, err
 	}
-	if n := st.CachedInfo().Config.Replicas; n > def {
+	if n > def {
 		log.Info("keeping the replicas of the existing scene state", "replicas", n, "default", def)
 		return n, nil
 	}
 	return def, nil
+}
+
+// existingReplicas returns the replicas of the existing scene state (the
+// scene settings bucket's), or 0 if there is none yet.
+func existingReplicas(ctx context.Context, js jetstream.JetStream) (int, error) {
+	st, err := js.Stream(ctx, "KV_"+auth.SettingsBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return st.CachedInfo().Config.Replicas, nil
 }
 
 // Waits between the attempts of retry, and between its log lines.
