@@ -574,20 +574,22 @@ func (s *Server) Addrs() []net.Addr {
 // Shutdown stops the node gracefully: listeners first, then connections,
 // the persistence applier and finally the bus, which flushes JetStream.
 func (s *Server) Shutdown(ctx context.Context) error {
+	// Each error names the part that did not stop in time: `xrealm
+	// serve` exited with a bare "context deadline exceeded".
 	var errs []error
 	for _, hs := range s.http {
 		if err := hs.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("shutdown: HTTP server: requests still running: %w", err))
 		}
 	}
 	if s.mqtt != nil {
 		if err := s.mqtt.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("shutdown: MQTT front end: %w", err))
 		}
 	}
 	if s.ubiq != nil {
 		if err := s.ubiq.Shutdown(ctx); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("shutdown: Ubiq front end: %w", err))
 		}
 	}
 	s.Close()

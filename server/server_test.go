@@ -867,3 +867,30 @@ func TestWildcardSubjectNotDelivered(t *testing.T) {
 		}
 	}
 }
+
+// Shutdown's error names the part that did not stop in time (xrealm serve
+// exited with a bare "context deadline exceeded").
+func TestShutdownErrorNamesPart(t *testing.T) {
+	n := startNode(t, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	n.Mux.HandleFunc("GET /test-block", func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.Get(n.httpURL + "/test-block"); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := n.Shutdown(ctx)
+	close(release)
+	<-done
+	if err == nil || !strings.Contains(err.Error(), "shutdown: HTTP server") || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown with a request running = %v, want an error naming the HTTP server", err)
+	}
+}
