@@ -122,6 +122,13 @@ def test_cluster_without_nats_listener(tmp_path):
     """Cluster routes must not depend on the NATS client listener being on."""
     names = ["m1", "m2", "m3"]
     cports = {n: xr.free_port() for n in names}
+    # One signing key for the cluster, as the README says (nodes with
+    # different keys start, but log an error).
+    r = subprocess.run([xr.XREALM_BIN, "token", "--data", str(tmp_path / "m1"), "--user", "x", "--scene", "x/y"],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    for n in names[1:]:
+        xr.copy_keys(str(tmp_path / "m1"), str(tmp_path / n))
     nodes = []
     try:
         for n in names:
