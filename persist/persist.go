@@ -33,7 +33,6 @@ package persist
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -193,7 +192,6 @@ type Store struct {
 	log      *slog.Logger
 	now      func() time.Time
 	realms   map[string]bool // the realms whose object messages the stream captures
-	instance string          // names this store's expiry requests (ttl.go)
 
 	deleteWait time.Duration // see deleteWait
 
@@ -220,7 +218,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{}, instance: rand.Text(),
+	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{},
 		deleteWait: deleteWait, expires: map[string]time.Time{}, asked: map[string]time.Time{}}
 
 	realms := cfg.Realms

@@ -21,13 +21,12 @@ import (
 //
 //  1. Every node's sweeper follows the bucket and, when an object's time
 //     has come, publishes {"key":..,"revision":R} on expireSubject, R being
-//     the revision it read. The message id names key, revision and the
-//     asking store (Store.instance), so the stream keeps one request of
-//     each node: not one of all the nodes', since the applier refuses a
-//     request that comes before its own clock says the object expired (a
-//     node whose clock is ahead), and the stream would then drop the
-//     applier's own node's request, the one it grants, for its duplicate
-//     window (2 minutes).
+//     the revision it read. The message id names key and revision, so the
+//     stream keeps one of the nodes' requests. The applier grants it if the
+//     object expires within expirySkew by its own clock: the first request
+//     may come from a node whose clock is a little ahead, and a refused
+//     one would not be asked again within the stream's duplicate window (2
+//     minutes).
 //  2. The applier, at that message, checks that the key is still at R and
 //     expired, and publishes {"object_id":..,"action":"delete"} on the
 //     object's topic through the stream, with the header
@@ -48,6 +47,11 @@ const sweepEvery = 250 * time.Millisecond
 // is less than the stream's duplicate window (2 minutes), so the stream
 // drops the node's repeated request while its first one waits.
 const askAgainAfter = 30 * time.Second
+
+// expirySkew is how far the clocks of a cluster's nodes may differ for an
+// expiry: the applier grants a request for an object that expires within
+// it by its own clock.
+const expirySkew = 5 * time.Second
 
 // expiredRevisionHeader, on a delete, makes it conditional: the applier
 // removes the object only if its key is still at this revision.
@@ -158,7 +162,7 @@ func (s *Store) expire(ctx context.Context, key string) error {
 		return err
 	}
 	msg := &nats.Msg{Subject: expireSubject, Data: data, Header: nats.Header{}}
-	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(e.Revision(), 10)+":"+s.instance)
+	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(e.Revision(), 10))
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("asking for the expiry of %q: %w", key, err)
 	}
@@ -182,7 +186,7 @@ func (s *Store) applyExpire(ctx context.Context, payload []byte) error {
 	if err != nil {
 		return err
 	}
-	if o == nil || rev != req.Revision || !o.expired(s.now()) {
+	if o == nil || rev != req.Revision || !o.expired(s.now().Add(expirySkew)) {
 		return nil // deleted, replaced or renewed since the sweeper looked
 	}
 	realm := o.Realm
