@@ -98,13 +98,17 @@ func accessStatus(err error) int {
 }
 
 // storeError answers for an error of the store: 400 for a name it refuses
-// (when access did not check names), 404 for an absent object, else 500.
+// (when access did not check names), 404 for an absent object, 503 when
+// the store could not read a complete, current view in time (a cluster
+// without a stream leader, replicas catching up), else 500.
 func storeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrBadName):
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, ErrNotFound):
 		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, ErrUnavailable):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
 	default:
 		writeError(w, http.StatusInternalServerError, err.Error())
 	}
@@ -145,7 +149,7 @@ func (h *handler) scenes(w http.ResponseWriter, r *http.Request, ns string) {
 	}
 	all, err := h.s.Scenes(r.Context())
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		storeError(w, err)
 		return
 	}
 	probe := r.WithContext(auth.Probe(r.Context()))

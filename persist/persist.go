@@ -396,12 +396,15 @@ func (s *Store) List(ctx context.Context, ns, scene, typ string) ([]Object, erro
 // is left out, as List answers nothing for it. It reads objects until it
 // finds a live one in each scene: usually one read per scene.
 func (s *Store) Scenes(ctx context.Context) ([]string, error) {
-	lister, err := s.kv.ListKeys(ctx)
+	entries, err := s.readKeys(ctx, ">", true)
 	if err != nil {
 		return nil, fmt.Errorf("persist: listing keys of %s: %w", BucketName, err)
 	}
 	keys := map[string][]string{} // scene -> its keys
-	for key := range lister.Keys() {
+	for key, e := range entries {
+		if !e.live {
+			continue
+		}
 		ns, scene, _, err := splitKey(key)
 		if err != nil {
 			s.log.Warn("persist: skipping foreign key", "key", key, "err", err)
@@ -515,13 +518,15 @@ func (s *Store) applyDeleteScene(ctx context.Context, h nats.Header, payload []b
 // deleteSceneKeys removes every key of one scene from the bucket; only the
 // applier calls it.
 func (s *Store) deleteSceneKeys(ctx context.Context, ns, scene string) (int, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, sceneKey(ns, scene)+".>")
+	entries, err := s.readKeys(ctx, sceneKey(ns, scene)+".>", true)
 	if err != nil {
 		return 0, fmt.Errorf("persist: listing scene %s/%s: %w", ns, scene, err)
 	}
 	var keys []string
-	for key := range lister.Keys() {
-		keys = append(keys, key)
+	for _, e := range entries {
+		if e.live {
+			keys = append(keys, e.key)
+		}
 	}
 	n := 0
 	for _, key := range keys {
@@ -597,36 +602,29 @@ type scanned struct {
 	obj *Object
 }
 
-// scan returns every stored object of one scene, expired or not.
+// scan returns every stored object of one scene, expired or not, current
+// as of the call (see readKeys).
 func (s *Store) scan(ctx context.Context, ns, scene string) ([]scanned, error) {
 	if err := checkScene(ns, scene); err != nil {
 		return nil, err
 	}
-	w, err := s.kv.Watch(ctx, sceneKey(ns, scene)+".>", jetstream.IgnoreDeletes())
+	entries, err := s.readKeys(ctx, sceneKey(ns, scene)+".>", false)
 	if err != nil {
 		return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, err)
 	}
-	defer w.Stop()
-	var out []scanned
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("persist: reading scene %s/%s: watcher closed", ns, scene)
-			}
-			if e == nil {
-				return out, nil
-			}
-			o, err := s.decode(e.Key(), e.Value())
-			if err != nil {
-				s.log.Warn("persist: skipping undecodable object", "key", e.Key(), "err", err)
-				continue
-			}
-			out = append(out, scanned{key: e.Key(), rev: e.Revision(), obj: o})
+	out := make([]scanned, 0, len(entries))
+	for _, e := range entries {
+		if !e.live {
+			continue
 		}
+		o, err := s.decode(e.key, e.value)
+		if err != nil {
+			s.log.Warn("persist: skipping undecodable object", "key", e.key, "err", err)
+			continue
+		}
+		out = append(out, scanned{key: e.key, rev: e.rev, obj: o})
 	}
+	return out, nil
 }
 
 func (s *Store) decode(key string, val []byte) (*Object, error) {
