@@ -2,6 +2,10 @@ package persist
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"fmt"
 	"io"
 	"log/slog"
@@ -171,4 +175,37 @@ func TestListAfterReplicaRestart(t *testing.T) {
 		}
 	}
 	t.Logf("%d listings during the catch-up: %d short, %d failed", lists, short, failed)
+}
+
+// TestListWithoutLeaderIs503: with two of three nodes gone the bucket has
+// no stream leader. A listing fails, within the store's read bound, with
+// ErrUnavailable, which the route answers 503 with the reason. Before, a
+// read could hang on a consumer placed on a dead node and answer 500
+// "context deadline exceeded", or be served by the one replica left,
+// whatever it held.
+func TestListWithoutLeaderIs503(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	c := newJSCluster(t, 3)
+	s := c.open(0)
+	putObjects(t, s, "ns", "sc", 5)
+	s.readWait = 3 * time.Second
+	c.stop(1)
+	c.stop(2)
+
+	_, err := s.List(context.Background(), "ns", "sc", "")
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("List without a stream leader: %v, want ErrUnavailable", err)
+	}
+	t.Logf("List: %v", err)
+
+	h := s.Handler(func(*http.Request, string, string, bool) error { return nil })
+	for _, path := range []string{"/persist/ns/sc", "/persist/!allscenes"} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {
+			t.Errorf("GET %s: %d %s, want 503 naming the store unavailable", path, rec.Code, rec.Body)
+		}
+	}
 }

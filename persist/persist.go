@@ -194,6 +194,7 @@ type Store struct {
 	realms   map[string]bool // the realms whose object messages the stream captures
 
 	deleteWait time.Duration // see deleteWait
+	readWait   time.Duration // see readWait
 
 	applied prometheus.Counter
 	invalid prometheus.Counter
@@ -219,7 +220,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log = slog.Default()
 	}
 	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{},
-		deleteWait: deleteWait, expires: map[string]time.Time{}, asked: map[string]time.Time{}}
+		deleteWait: deleteWait, readWait: readWait, expires: map[string]time.Time{}, asked: map[string]time.Time{}}
 
 	realms := cfg.Realms
 	if len(realms) == 0 {

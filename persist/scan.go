@@ -42,7 +42,8 @@ import (
 var ErrUnavailable = errors.New("persistence store unavailable")
 
 const (
-	// readWait bounds a whole read: the tries of a scan together.
+	// readWait bounds a whole read: the tries of a scan together
+	// (Store.readWait).
 	readWait = 10 * time.Second
 	// stepWait is the most one step of a try may take: an answer of the
 	// stream leader, the watcher's consumer, the next entry of a scan.
@@ -61,10 +62,10 @@ type kvEntry struct {
 // key pattern), deleted keys included, as of a moment no earlier than the
 // call: it holds every write acknowledged before it. keysOnly leaves the
 // values out. It fails with an error wrapping ErrUnavailable when no
-// current view could be read within readWait (or ctx's deadline, if
+// current view could be read within s.readWait (or ctx's deadline, if
 // sooner).
 func (s *Store) readKeys(ctx context.Context, filter string, keysOnly bool) (map[string]kvEntry, error) {
-	rctx, cancel := context.WithTimeout(ctx, readWait)
+	rctx, cancel := context.WithTimeout(ctx, s.readWait)
 	defer cancel()
 	start := time.Now()
 	pause := 20 * time.Millisecond
@@ -179,6 +180,9 @@ func (s *Store) leaderLast(ctx context.Context, filter string) (uint64, error) {
 		return 0, err
 	}
 	msg, err := s.js.Conn().RequestWithContext(ctx, subj, req)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return 0, fmt.Errorf("the stream leader of %s did not answer within %v (no leader: an election, or too few nodes up)", kvStream, stepWait)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("asking the stream leader of %s for the newest revision of %s: %w", kvStream, filter, err)
 	}
