@@ -562,32 +562,14 @@ func (s *Store) Clone(ctx context.Context, srcNS, srcScene, dstNS, dstScene stri
 	n := 0
 	now := s.now()
 	for _, o := range objs {
-		realm, uc := o.Realm, o.UserClient
-		if realm == "" {
-			realm = "realm"
-		}
-		if uc == "" {
-			uc = "persist"
-		}
-		m := map[string]any{
-			"object_id": o.ObjectID,
-			"action":    "create",
-			"type":      o.Type,
-			"persist":   true,
-			"data":      o.Attributes,
-		}
-		if o.ExpireAt != nil {
-			left := o.ExpireAt.Sub(now).Seconds()
-			if left <= 0 {
-				continue // expired since List; a ttl of 0 would make the copy permanent
-			}
-			m["ttl"] = left
-		}
-		payload, err := encode(m)
+		payload, ok, err := createMessage(&o, now)
 		if err != nil {
 			return n, fmt.Errorf("persist: clone of %q: %w", o.ObjectID, err)
 		}
-		subj := objectSubject(realm, dstNS, dstScene, uc, o.ObjectID)
+		if !ok {
+			continue // expired since List
+		}
+		subj := objectSubject(realmOf(&o), dstNS, dstScene, userClient(&o), o.ObjectID)
 		if _, err := s.js.Publish(ctx, subj, payload); err != nil {
 			return n, fmt.Errorf("persist: clone of %q to %s: %w", o.ObjectID, subj, err)
 		}

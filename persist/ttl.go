@@ -189,10 +189,7 @@ func (s *Store) applyExpire(ctx context.Context, payload []byte) error {
 	if o == nil || rev != req.Revision || !o.expired(s.now().Add(expirySkew)) {
 		return nil // deleted, replaced or renewed since the sweeper looked
 	}
-	realm := o.Realm
-	if realm == "" {
-		realm = "realm"
-	}
+	realm := realmOf(o)
 	subj := objectSubject(realm, o.Namespace, o.Scene, userClient(o), o.ObjectID)
 	payload, err = json.Marshal(map[string]string{"object_id": o.ObjectID, "action": "delete"})
 	if err != nil {
@@ -251,25 +248,14 @@ func (s *Store) expiredDelete(ctx context.Context, subject, key string, t topic.
 // announce publishes the stored object o as a persisted create on its
 // topic, for clients only: the stream does not store it (SkipStream).
 func (s *Store) announce(o *Object) error {
-	m := map[string]any{
-		"object_id": o.ObjectID,
-		"action":    "create",
-		"type":      o.Type,
-		"persist":   true,
-		"data":      o.Attributes,
-	}
-	if o.ExpireAt != nil {
-		m["ttl"] = o.ExpireAt.Sub(s.now()).Seconds()
-	}
-	payload, err := encode(m)
+	payload, ok, err := createMessage(o, s.now())
 	if err != nil {
 		return fmt.Errorf("encoding %q: %w", o.ObjectID, err)
 	}
-	realm := o.Realm
-	if realm == "" {
-		realm = "realm"
+	if !ok {
+		return nil // expired meanwhile: its own expiry tells the clients
 	}
-	msg := &nats.Msg{Subject: objectSubject(realm, o.Namespace, o.Scene, userClient(o), o.ObjectID), Data: payload, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: objectSubject(realmOf(o), o.Namespace, o.Scene, userClient(o), o.ObjectID), Data: payload, Header: nats.Header{}}
 	SkipStream(msg.Header)
 	if err := s.js.Conn().PublishMsg(msg); err != nil {
 		return fmt.Errorf("publishing %s again: %w", msg.Subject, err)
@@ -279,6 +265,37 @@ func (s *Store) announce(o *Object) error {
 
 // userClient is the userClient level of the topic the store publishes an
 // object's messages on: that of its create.
+// createMessage encodes o as the persisted create that makes it again,
+// with the time it has left at now as its ttl. ok is false when it has no
+// time left: a ttl of 0 would make it permanent.
+func createMessage(o *Object, now time.Time) (payload []byte, ok bool, err error) {
+	m := map[string]any{
+		"object_id": o.ObjectID,
+		"action":    "create",
+		"type":      o.Type,
+		"persist":   true,
+		"data":      o.Attributes,
+	}
+	if o.ExpireAt != nil {
+		left := o.ExpireAt.Sub(now).Seconds()
+		if left <= 0 {
+			return nil, false, nil
+		}
+		m["ttl"] = left
+	}
+	payload, err = encode(m)
+	return payload, err == nil, err
+}
+
+// realmOf returns the realm o was stored in ("realm" for objects stored
+// before objects kept theirs).
+func realmOf(o *Object) string {
+	if o.Realm == "" {
+		return "realm"
+	}
+	return o.Realm
+}
+
 func userClient(o *Object) string {
 	if o.UserClient == "" {
 		return "persist"
