@@ -33,6 +33,18 @@ type Config struct {
 	ClusterAddr string   // host:port for routes
 	Routes      []string // nats-route://host:port of other nodes
 
+	// NoJetStream starts the server without JetStream, for plain NATS
+	// only: a cluster node's check of the other nodes before it starts
+	// its bus. Once a node has run JetStream in a cluster it is a peer of
+	// the cluster's JetStream meta group, and stays one after it stops
+	// (counted in the group's quorum) until an operator removes it.
+	// JetStream cannot be turned on later: nats-server's EnableJetStream
+	// on a running cluster node leaves the node out of its own list of
+	// JetStream servers, and as meta leader it never places a stream
+	// replica on itself (a stream of 3 replicas on 3 nodes then cannot
+	// be placed).
+	NoJetStream bool
+
 	// MaxPayload is the largest message payload clients may send, in
 	// bytes. The NATS server's own limit is HeadroomBytes above it, so that
 	// a message at the limit still fits with the headers the bus adds, and
@@ -105,7 +117,7 @@ func Start(cfg Config) (*Bus, error) {
 	}
 	opts := &server.Options{
 		ServerName: cfg.Name,
-		JetStream:  true,
+		JetStream:  !cfg.NoJetStream,
 		StoreDir:   cfg.DataDir, // NATS keeps its state in DataDir/jetstream
 		NoSigs:     true,
 		MaxPayload: int32(cfg.MaxPayload + HeadroomBytes),
@@ -244,6 +256,30 @@ func splitHostPort(addr, what string) (string, int, error) {
 		port = server.RANDOM_PORT
 	}
 	return h, port, nil
+}
+
+// WaitRoute waits until a cluster node has a route to at least one other
+// node. While it waits it logs, at first and then every
+// jetStreamLogEvery, the node's route status (RouteStatus); the error it
+// returns when ctx ends says the same. It returns at once for a node that
+// is not in a cluster.
+func (b *Bus) WaitRoute(ctx context.Context) error {
+	if len(b.routes) == 0 {
+		return nil
+	}
+	var logged time.Time
+	for len(b.RouteNames()) == 0 {
+		if logged.IsZero() || time.Since(logged) >= jetStreamLogEvery {
+			logged = time.Now()
+			b.log.Info("waiting for a route to another node of the cluster", "cluster", b.RouteStatus())
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no route to another node of the cluster: %w (%s)", ctx.Err(), b.RouteStatus())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 // Server returns the embedded server.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -419,4 +420,82 @@ func TestJetStreamWaitNamesRouteErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A cluster node started without JetStream carries plain NATS over its
+// routes and runs no JetStream, keeping none on disk; WaitRoute waits for
+// a route to another node, and says which routes it has when it gives up.
+func TestNoJetStreamRoutesOnly(t *testing.T) {
+	ports := testnet.FreePorts(t, 2)
+	dirA, dirB := t.TempDir(), t.TempDir()
+	a, _ := startBus(t, func(c *Config) {
+		c.DataDir = dirA
+		c.Name, c.ClusterName, c.ClusterAddr, c.Routes = "a", "xr", ports[0], []string{"nats-route://" + ports[1]}
+		c.NoJetStream = true
+		c.Logger = slog.New(slog.DiscardHandler)
+	})
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.WaitRoute(done); err == nil || !strings.Contains(err.Error(), "no route to another node") ||
+		!strings.Contains(err.Error(), "--routes nats-route://"+ports[1]) {
+		t.Fatalf("WaitRoute with no other node: %v, want an error naming the routes", err)
+	}
+
+	b, _ := startBus(t, func(c *Config) {
+		c.DataDir = dirB
+		c.Name, c.ClusterName, c.ClusterAddr, c.Routes = "b", "xr", ports[1], []string{"nats-route://" + ports[0]}
+		c.Logger = slog.New(slog.DiscardHandler)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.WaitRoute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if names := a.RouteNames(); !slices.Equal(names, []string{"b"}) {
+		t.Fatalf("routes to %q, want b", names)
+	}
+
+	na, err := a.Connect("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer na.Close()
+	nb, err := b.Connect("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nb.Close()
+	if _, err := nb.Subscribe("hello", func(m *nats.Msg) { _ = m.Respond([]byte("from b")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// b's interest reaches a over the route shortly after the route.
+	for {
+		m, err := na.Request("hello", nil, 200*time.Millisecond)
+		if err == nil {
+			if string(m.Data) != "from b" {
+				t.Fatalf("answer %q", m.Data)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no answer from b over the route: %v", err)
+		}
+	}
+	if a.Server().JetStreamEnabled() {
+		t.Fatal("JetStream runs on a bus started with NoJetStream")
+	}
+	if dir := filepath.Join(dirA, "jetstream"); dirExists(dir) {
+		t.Errorf("a bus without JetStream made its store directory %s", dir)
+	}
+	if dir := filepath.Join(dirB, "jetstream"); !dirExists(dir) {
+		t.Errorf("a bus with JetStream has no store directory %s", dir)
+	}
+}
+
+func dirExists(dir string) bool {
+	st, err := os.Stat(dir)
+	return err == nil && st.IsDir()
 }
