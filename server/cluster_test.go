@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xrealm/xrealm/auth"
@@ -687,4 +690,127 @@ func TestExplicitFewerReplicasWarns(t *testing.T) {
 	if !warned {
 		t.Errorf("a node with --replicas 1 in a cluster with state of 2 replicas did not warn:\n%s", logs.String())
 	}
+}
+
+// A node refused for another realm never joins the JetStream meta group:
+// it joined before its identity check, stayed in the meta group's peers
+// after it stopped, and with that ghost, the loss of one real node of
+// three left the other two without a meta leader ("JetStream cluster no
+// metadata leader", every GET /persist answered 500). The two survivors
+// still store a persisted create and answer GET /persist.
+func TestRefusedNodeLeavesNoJetStreamPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster and a fourth node, then stops one")
+	}
+	t.Parallel()
+	cfgs := clusterConfigs(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srvs, errs := startCluster(t, ctx, cfgs, nil)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+
+	other := cfgs[2]
+	other.Name, other.Realm, other.DataDir = "n4", "other", t.TempDir()
+	other.ClusterAddr = testnet.FreePorts(t, 1)[0]
+	other.Routes = nil
+	for _, c := range cfgs {
+		other.Routes = append(other.Routes, "nats-route://"+c.ClusterAddr)
+	}
+	shareKeys(t, cfgs[0].DataDir, other.DataDir)
+	// A slow machine: the node waits past the meta leader's heartbeats
+	// (once a second) before its check.
+	other.beforeClusterCheck = func() { time.Sleep(3 * time.Second) }
+	s, err := Start(ctx, other, testLogger().With("node", "n4"))
+	if err == nil {
+		s.Close()
+		t.Fatal("a node of realm other joined a cluster of realm realm")
+	}
+	var rm *realmMismatchError
+	if !errors.As(err, &rm) {
+		t.Fatalf("node of another realm: %v, want the realm mismatch", err)
+	}
+
+	for i, n := range srvs {
+		if size, peers := metaPeers(n); size != 3 || slices.Contains(peers, "n4") {
+			t.Errorf("node %d after the refusal: JetStream meta group of %d peers %q, want 3 without n4", i+1, size, peers)
+		}
+	}
+	stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := srvs[2].Shutdown(stopCtx); err != nil {
+		t.Logf("stopping node 3: %v", err)
+	}
+	stopCancel()
+	srvs[2] = nil // stopped; not again at cleanup
+
+	for i, n := range srvs[:2] {
+		waitPersists(t, ctx, n, fmt.Sprintf("n%d-box", i+1))
+	}
+}
+
+// waitPersists publishes a persisted create of object id on node n until
+// JetStream stores it, then polls n's GET /persist until it lists it.
+func waitPersists(t *testing.T, ctx context.Context, n *Server, id string) {
+	t.Helper()
+	nc, err := n.bus.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "realm.s.lab.room1.o.ed-1." + id
+	payload := []byte(`{"object_id":"` + id + `","action":"create","type":"object","persist":true,"data":{"object_type":"box"}}`)
+	tok, err := n.Keys.Issue("ed", auth.SceneRights("realm", "lab", "room1", auth.RoleEditor, ""), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	stored := false
+	for {
+		if !stored {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := js.Publish(pctx, subject, payload, jetstream.WithMsgID(id))
+			cancel()
+			if err == nil {
+				stored = true
+			} else {
+				last = "publish: " + err.Error()
+			}
+		}
+		if stored {
+			req := httptest.NewRequest("GET", "/persist/lab/room1", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			rec := httptest.NewRecorder()
+			n.Mux.ServeHTTP(rec, req)
+			if rec.Code == http.StatusOK && strings.Contains(rec.Body.String(), `"object_id":"`+id+`"`) {
+				return
+			}
+			last = fmt.Sprintf("GET /persist/lab/room1: %d %s", rec.Code, strings.TrimSpace(rec.Body.String()))
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("node %s: the persisted create of %s was never listed; last: %s", n.cfg.nodeName(), id, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// metaPeers returns the size of the JetStream meta group as node n knows
+// it, and the names of its peers other than n.
+func metaPeers(n *Server) (int, []string) {
+	jsz, err := n.bus.Server().Jsz(&natsserver.JSzOptions{})
+	if err != nil || jsz.Meta == nil {
+		return 0, nil
+	}
+	var names []string
+	for _, p := range jsz.Meta.Replicas {
+		names = append(names, p.Name)
+	}
+	return jsz.Meta.Size, names
 }

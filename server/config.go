@@ -62,6 +62,11 @@ type Config struct {
 
 	// Insecure turns off all authentication (benchmarks and development).
 	Insecure bool
+
+	// beforeClusterCheck, if not nil, is called by a cluster node just
+	// before it asks the other nodes who they are: a test holds a node
+	// there, as a slow machine or network would.
+	beforeClusterCheck func()
 }
 
 // Defaults returns the configuration of `xrealm serve` with no flags.

@@ -14,12 +14,17 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/bus"
 )
 
 // The nodes of a cluster must agree on what xrealm cannot share through
 // JetStream: the realm they serve and the key they sign tokens with. Each
 // cluster node answers requests on identitySubject with its identity; a
-// node that starts asks the others before it opens any JetStream state.
+// node that starts asks the others before it runs JetStream at all
+// (checkClusterFirst): a node that has run JetStream in a cluster is a
+// peer of the cluster's JetStream meta group, and stays one after it stops
+// until an operator removes it, so that a refused node would leave the
+// cluster needing one node more for its quorum.
 //
 // A node of another realm would replace the subjects of the cluster's
 // persistence stream with its own realm's, and the other nodes' object
@@ -33,6 +38,11 @@ const identitySubject = "$XREALM.cluster.identity"
 // to say who they are; it stops waiting once every node it has a route to
 // has answered.
 const identityWait = 2 * time.Second
+
+// identityAskEvery is how often a starting node asks again while a node it
+// has a route to has not answered: a request sent before a new route has
+// carried the other node's interest in identitySubject reaches nobody.
+const identityAskEvery = 250 * time.Millisecond
 
 // probeTTL is the lifetime of the token a node signs to show its key.
 const probeTTL = 10 * time.Minute
@@ -102,7 +112,7 @@ func (s *Server) mismatch(id identity) error {
 func (s *Server) serveIdentity(nc *nats.Conn) error {
 	_, err := nc.Subscribe(identitySubject, func(m *nats.Msg) {
 		var asker identity
-		if err := json.Unmarshal(m.Data, &asker); err == nil && asker.Instance != s.instance {
+		if err := json.Unmarshal(m.Data, &asker); err == nil && asker.Instance != s.instance && s.firstAsk(asker.Instance) {
 			err := s.mismatch(asker)
 			var rm *realmMismatchError
 			var km *keyMismatchError
@@ -129,13 +139,64 @@ func (s *Server) serveIdentity(nc *nats.Conn) error {
 	return nc.Flush()
 }
 
+// firstAsk reports whether instance is not the node that asked last: a
+// starting node may ask more than once (checkCluster), and its mismatch is
+// logged once.
+func (s *Server) firstAsk(instance string) bool {
+	s.askMu.Lock()
+	defer s.askMu.Unlock()
+	if s.lastAsker == instance {
+		return false
+	}
+	s.lastAsker = instance
+	return true
+}
+
+// checkClusterFirst runs the identity check (checkCluster) on a NATS
+// server of its own, started with this node's name, cluster address and
+// routes but without JetStream and without the node's NATS listeners, and
+// stops that server; the node then starts its bus, with JetStream, as a
+// node outside a cluster does. (nats-server can turn JetStream on in a
+// running server, but a cluster node that does is left out of its own
+// list of JetStream servers: as meta leader it never places a stream
+// replica on itself.) The check server answers the other nodes' identity
+// requests too, for nodes that start at the same time.
+func (s *Server) checkClusterFirst(ctx context.Context, bc bus.Config) error {
+	bc.NoJetStream = true
+	bc.NATSAddr, bc.NATSWSAddr = "", ""
+	bc.OnDeny, bc.OnViolation = nil, nil
+	bc.Logger = s.log.With("stage", "cluster identity check")
+	b, err := bus.Start(bc)
+	if err != nil {
+		return err
+	}
+	defer b.Shutdown()
+	nc, err := b.Connect("xrealm-identity-check")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := s.serveIdentity(nc); err != nil {
+		return err
+	}
+	if err := b.WaitRoute(ctx); err != nil {
+		return err
+	}
+	if s.cfg.beforeClusterCheck != nil {
+		s.cfg.beforeClusterCheck()
+	}
+	return s.checkCluster(ctx, nc, b)
+}
+
 // checkCluster asks the cluster's other nodes who they are. It returns a
 // *realmMismatchError for a node that serves another realm, and logs an
 // error for one that signs with another key; it waits for identityWait at
-// most, less once every node this one has a route to has answered. Nodes
-// that do not answer (still starting, or of an xrealm without this check)
-// are not checked.
-func (s *Server) checkCluster(ctx context.Context, nc *nats.Conn) error {
+// most, less once every node this one has a route to has answered, and
+// asks again every identityAskEvery meanwhile. Nodes that do not answer
+// (still starting, or of an xrealm without this check) are not checked.
+// The node runs no JetStream yet: the request and the answers travel on
+// the cluster's routes.
+func (s *Server) checkCluster(ctx context.Context, nc *nats.Conn, b *bus.Bus) error {
 	ours, err := s.identity()
 	if err != nil {
 		return err
@@ -147,13 +208,24 @@ func (s *Server) checkCluster(ctx context.Context, nc *nats.Conn) error {
 		return fmt.Errorf("cluster identity check: %w", err)
 	}
 	defer sub.Unsubscribe()
-	if err := nc.PublishRequest(identitySubject, inbox, ours); err != nil {
-		return fmt.Errorf("cluster identity check: %w", err)
+	ask := func() error {
+		if err := nc.PublishRequest(identitySubject, inbox, ours); err != nil {
+			return fmt.Errorf("cluster identity check: %w", err)
+		}
+		return nil
 	}
-	routed := s.bus.RouteNames()
+	if err := ask(); err != nil {
+		return err
+	}
+	routed := b.RouteNames()
 	var heard []string
+	allHeard := func() bool {
+		return !slices.ContainsFunc(routed, func(n string) bool { return !slices.Contains(heard, n) })
+	}
 	timer := time.NewTimer(identityWait)
 	defer timer.Stop()
+	again := time.NewTicker(identityAskEvery)
+	defer again.Stop()
 	for {
 		select {
 		case m := <-answers:
@@ -172,14 +244,23 @@ func (s *Server) checkCluster(ctx context.Context, nc *nats.Conn) error {
 			if !slices.Contains(heard, id.Node) {
 				heard = append(heard, id.Node)
 			}
-			if !slices.ContainsFunc(routed, func(n string) bool { return !slices.Contains(heard, n) }) {
+			if allHeard() {
 				return nil
+			}
+		case <-again.C:
+			// The routes the cluster's gossip has added since.
+			if routed = b.RouteNames(); allHeard() {
+				return nil
+			}
+			if err := ask(); err != nil {
+				return err
 			}
 		case <-timer.C:
 			s.log.Debug("cluster identity check: not every node answered", "answered", heard, "routes_to", routed)
 			return nil
 		case <-ctx.Done():
-			return nil
+			// The node is stopping: it must not go on to start JetStream.
+			return fmt.Errorf("cluster identity check: %w", ctx.Err())
 		}
 	}
 }

@@ -61,6 +61,9 @@ type Server struct {
 	instance  string   // this run of the node, in its cluster identity (identity.go)
 	dataLock  *os.File // the lock on cfg.DataDir (lockDataDir), held until Close
 
+	askMu     sync.Mutex
+	lastAsker string // the instance whose identity request serveIdentity handled last (firstAsk)
+
 	// closing is set by Close before it closes the internal connections;
 	// an internal connection that closes before that has failed the node
 	// (fail).
@@ -190,7 +193,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	natsDenials := prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_nats_auth_denials_total", Help: "NATS client connections refused by token authentication."})
 	s.Registry.MustRegister(natsDenials)
 	mqttMetrics := mqtt.NewMetrics(s.Registry) // xrealm_auth_denials_total counts every front end's refusals
-	if s.bus, err = bus.Start(bus.Config{
+	busCfg := bus.Config{
 		OnDeny: func() {
 			natsDenials.Inc()
 			mqttMetrics.AuthDenials.WithLabelValues("nats-connect").Inc()
@@ -201,7 +204,17 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		ClusterName: cfg.ClusterName, ClusterAddr: cfg.ClusterAddr, Routes: cfg.Routes,
 		MaxPayload: cfg.MaxPayload, Verifier: s.Keys, Insecure: cfg.Insecure,
 		Logger: log,
-	}); err != nil {
+	}
+	if cfg.ClusterName != "" {
+		// Before this node runs JetStream: a node of another realm would
+		// take over the persistence stream, and a node that has run
+		// JetStream in the cluster stays a peer of its meta group after
+		// it stops.
+		if err := s.checkClusterFirst(ctx, busCfg); err != nil {
+			return nil, err
+		}
+	}
+	if s.bus, err = bus.Start(busCfg); err != nil {
 		return nil, err
 	}
 	s.Registry.MustRegister(s.bus.Collector())
@@ -221,13 +234,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	js, err := s.bus.JetStream(ctx, svc)
 	if err != nil {
 		return nil, err
-	}
-	if cfg.ClusterName != "" {
-		// Before any JetStream state is opened: a node of another realm
-		// would take over the persistence stream.
-		if err := s.checkCluster(ctx, svc); err != nil {
-			return nil, err
-		}
 	}
 	replicas, self := cfg.replicas(ctx)
 	if len(self) > 0 {
