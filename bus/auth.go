@@ -19,11 +19,15 @@ type TokenVerifier interface {
 // internal services present the process secret; everyone else presents an
 // xrealm token as auth token or password, with the user name equal to sub.
 type authenticator struct {
-	secret  string
-	verify  TokenVerifier
-	log     *slog.Logger
-	onDeny  func()
-	denials *auth.DenyLog // logs each refusal, a bounded number of lines
+	secret string
+	// sysSecret admits an in-process connection to NATS's system
+	// account (Bus.ConnectSystem); sys returns that account.
+	sysSecret string
+	sys       func() *server.Account
+	verify    TokenVerifier
+	log       *slog.Logger
+	onDeny    func()
+	denials   *auth.DenyLog // logs each refusal, a bounded number of lines
 }
 
 func (a *authenticator) Check(c server.ClientAuthentication) bool {
@@ -31,6 +35,12 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 	if o.Token != "" && subtle.ConstantTimeCompare([]byte(o.Token), []byte(a.secret)) == 1 {
 		c.RegisterUser(&server.User{Username: "xrealm-internal"})
 		return true
+	}
+	if o.Token != "" && a.sysSecret != "" && subtle.ConstantTimeCompare([]byte(o.Token), []byte(a.sysSecret)) == 1 {
+		if acc := a.sys(); acc != nil {
+			c.RegisterUser(&server.User{Username: "xrealm-system", Account: acc})
+			return true
+		}
 	}
 	deny := func(reason string) bool {
 		a.denials.Deny(a.log, "NATS client refused", "remote", c.RemoteAddress(), "user", o.Username, "reason", reason)

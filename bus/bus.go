@@ -72,11 +72,12 @@ const HeadroomBytes = 64 << 10
 
 // Bus is a running embedded NATS server.
 type Bus struct {
-	srv    *server.Server
-	secret string
-	log    *slog.Logger
-	routes []string     // the configured routes (Config.Routes) of a cluster node
-	status *routeStatus // the last route error the NATS server logged
+	srv       *server.Server
+	secret    string
+	sysSecret string // for ConnectSystem; "" on a bus without authentication
+	log       *slog.Logger
+	routes    []string     // the configured routes (Config.Routes) of a cluster node
+	status    *routeStatus // the last route error the NATS server logged
 }
 
 // routeStatus keeps the last error line the NATS server logged about a
@@ -112,6 +113,10 @@ func Start(cfg Config) (*Bus, error) {
 		cfg.Logger = slog.Default()
 	}
 	secret, err := randomSecret()
+	if err != nil {
+		return nil, err
+	}
+	sysSecret, err := randomSecret()
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +162,12 @@ func Start(cfg Config) (*Bus, error) {
 	if cfg.Denials == nil {
 		cfg.Denials = &auth.DenyLog{}
 	}
+	var srv *server.Server
 	if !cfg.Insecure {
-		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger, onDeny: cfg.OnDeny, denials: cfg.Denials}
+		opts.CustomClientAuthentication = &authenticator{secret: secret, verify: cfg.Verifier, log: cfg.Logger, onDeny: cfg.OnDeny, denials: cfg.Denials,
+			sysSecret: sysSecret, sys: func() *server.Account { return srv.SystemAccount() }}
+	} else {
+		sysSecret = "" // no authentication: no way into the system account
 	}
 	// NATS binds its listeners itself, and one it cannot bind shows only
 	// in its log: bind each address once first, so that a port in use
@@ -180,7 +189,7 @@ func Start(cfg Config) (*Bus, error) {
 			}
 		}
 	}
-	srv, err := server.NewServer(opts)
+	srv, err = server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("configure NATS server: %w", err)
 	}
@@ -192,7 +201,7 @@ func Start(cfg Config) (*Bus, error) {
 		srv.Shutdown()
 		return nil, err
 	}
-	b := &Bus{srv: srv, secret: secret, log: cfg.Logger, status: status}
+	b := &Bus{srv: srv, secret: secret, sysSecret: sysSecret, log: cfg.Logger, status: status}
 	if cfg.ClusterName != "" {
 		b.routes = cfg.Routes
 	}
@@ -379,6 +388,26 @@ func (b *Bus) RouteStatus() string {
 		fmt.Fprintf(&sb, "; last route error, %s ago: %s", time.Since(at).Round(time.Second), last)
 	}
 	return sb.String()
+}
+
+// ConnectSystem opens an in-process connection to the NATS system account,
+// for requests only that account may make (JetStream's
+// $JS.API.SERVER.REMOVE). A bus without authentication (Config.Insecure)
+// has no way into it.
+func (b *Bus) ConnectSystem(name string, opts ...nats.Option) (*nats.Conn, error) {
+	if b.sysSecret == "" {
+		return nil, fmt.Errorf("in-process NATS system connection %q: the bus runs without authentication (--insecure), which admits no connection to the system account", name)
+	}
+	all := append([]nats.Option{
+		nats.InProcessServer(b.srv),
+		nats.Name(name),
+		nats.Token(b.sysSecret),
+	}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("in-process NATS system connection %q: %w", name, err)
+	}
+	return nc, nil
 }
 
 // ClientURL returns the URL of the NATS TCP listener, or "" without one.

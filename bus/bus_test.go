@@ -499,3 +499,34 @@ func dirExists(dir string) bool {
 	st, err := os.Stat(dir)
 	return err == nil && st.IsDir()
 }
+
+// ConnectSystem reaches the NATS system account (a server ping, which only
+// that account may send, is answered); the internal connection does not,
+// and a bus without authentication has no system connection.
+func TestConnectSystem(t *testing.T) {
+	b, _ := startBus(t)
+	sys, err := b.ConnectSystem("sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sys.Close()
+	if _, err := sys.Request("$SYS.REQ.SERVER.PING", nil, 5*time.Second); err != nil {
+		t.Fatalf("server ping from the system account: %v", err)
+	}
+	internal, err := b.Connect("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer internal.Close()
+	if _, err := internal.Request("$SYS.REQ.SERVER.PING", nil, time.Second); err == nil {
+		t.Fatal("the internal connection's server ping was answered: it is in the system account")
+	}
+
+	open, _ := startBus(t, func(c *Config) { c.Insecure = true; c.Logger = slog.New(slog.DiscardHandler) })
+	if nc, err := open.ConnectSystem("sys"); err == nil {
+		nc.Close()
+		t.Fatal("a bus without authentication opened a system connection")
+	} else if !strings.Contains(err.Error(), "--insecure") {
+		t.Errorf("error %q does not say why", err)
+	}
+}
