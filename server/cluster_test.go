@@ -814,3 +814,107 @@ func metaPeers(n *Server) (int, []string) {
 	}
 	return jsz.Meta.Size, names
 }
+
+// A node that ran JetStream in the cluster and stopped for good is still a
+// peer of the JetStream meta group; RemoveJetStreamPeer removes it, and
+// then the loss of one node of the three leaves the other two a meta
+// leader. It refuses this node, a running node and a name that is no peer.
+func TestRemoveDepartedJetStreamPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster and a fourth node, then stops two")
+	}
+	t.Parallel()
+	cfgs := clusterConfigs(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	srvs, errs := startCluster(t, ctx, cfgs, nil)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i+1, err)
+		}
+	}
+
+	// A fourth node of the same realm and key joins, and is retired.
+	fourth := cfgs[2]
+	fourth.Name, fourth.DataDir = "n4", t.TempDir()
+	fourth.ClusterAddr = testnet.FreePorts(t, 1)[0]
+	fourth.Routes = nil
+	for _, c := range cfgs {
+		fourth.Routes = append(fourth.Routes, "nats-route://"+c.ClusterAddr)
+	}
+	shareKeys(t, cfgs[0].DataDir, fourth.DataDir)
+	n4, err := Start(ctx, fourth, testLogger().With("node", "n4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4Stopped := false
+	t.Cleanup(func() {
+		if !n4Stopped {
+			n4.Close()
+		}
+	})
+	poll(t, ctx, "the meta group counts n4", func() string {
+		if size, peers := metaPeers(srvs[0]); size != 4 || !slices.Contains(peers, "n4") {
+			return fmt.Sprintf("node 1: meta group of %d, peers %q", size, peers)
+		}
+		return ""
+	})
+
+	for _, tt := range []struct{ name, want string }{
+		{"n2", "it is this node"},
+		{"n4", "the node is running"},
+		{"n9", "not a member"},
+	} {
+		err := srvs[1].RemoveJetStreamPeer(ctx, tt.name)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), `"`+tt.name+`"`) {
+			t.Errorf("removing %s: %v, want an error naming it and saying %q", tt.name, err, tt.want)
+		}
+	}
+
+	stop := func(what string, n *Server) {
+		stopCtx, stopCancel := context.WithTimeout(ctx, 30*time.Second)
+		defer stopCancel()
+		if err := n.Shutdown(stopCtx); err != nil {
+			t.Logf("stopping %s: %v", what, err)
+		}
+	}
+	stop("n4", n4)
+	n4Stopped = true
+	poll(t, ctx, "n4 removed", func() string {
+		if err := srvs[1].RemoveJetStreamPeer(ctx, "n4"); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	for i, n := range srvs {
+		poll(t, ctx, fmt.Sprintf("node %d forgets n4", i+1), func() string {
+			if size, peers := metaPeers(n); size != 3 || slices.Contains(peers, "n4") {
+				return fmt.Sprintf("meta group of %d, peers %q", size, peers)
+			}
+			return ""
+		})
+	}
+
+	stop("node 3", srvs[2])
+	srvs[2] = nil // stopped; not again at cleanup
+	for i, n := range srvs[:2] {
+		waitPersists(t, ctx, n, fmt.Sprintf("n%d-box", i+1))
+	}
+}
+
+// poll calls cond until it returns "", and fails the test with its last
+// answer when ctx ends.
+func poll(t *testing.T, ctx context.Context, what string, cond func() string) {
+	t.Helper()
+	for {
+		last := cond()
+		if last == "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: never; last: %s", what, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
