@@ -22,10 +22,11 @@ import (
 
 // jsCluster is a real three-server JetStream cluster, in process.
 type jsCluster struct {
-	t     *testing.T
-	ports []int
-	dirs  []string
-	srvs  []*server.Server
+	t      *testing.T
+	ports  []int // cluster (route) ports
+	cports []int // client ports
+	dirs   []string
+	srvs   []*server.Server
 }
 
 func freePort(t *testing.T) int {
@@ -43,6 +44,7 @@ func newJSCluster(t *testing.T, n int) *jsCluster {
 	c := &jsCluster{t: t}
 	for range n {
 		c.ports = append(c.ports, freePort(t))
+		c.cports = append(c.cports, freePort(t))
 		c.dirs = append(c.dirs, t.TempDir())
 	}
 	c.srvs = make([]*server.Server, n)
@@ -69,7 +71,7 @@ func (c *jsCluster) start(i int) {
 	srv, err := server.NewServer(&server.Options{
 		ServerName: fmt.Sprintf("n%d", i),
 		Host:       "127.0.0.1",
-		Port:       -1,
+		Port:       c.cports[i],
 		JetStream:  true,
 		StoreDir:   c.dirs[i],
 		NoLog:      true,
@@ -95,13 +97,32 @@ func (c *jsCluster) stop(i int) {
 	}
 }
 
-// open connects to node i and opens a store with three replicas.
+// open connects to node i, in process, and opens a store with three
+// replicas.
 func (c *jsCluster) open(i int) *Store {
 	c.t.Helper()
 	nc, err := nats.Connect("", nats.InProcessServer(c.srvs[i]))
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return c.openOn(nc)
+}
+
+// openTCP connects to node i over TCP, and to node i only: the connection
+// survives a restart of the node, reconnecting when it is back.
+func (c *jsCluster) openTCP(i int) *Store {
+	c.t.Helper()
+	nc, err := nats.Connect("nats://127.0.0.1:"+strconv.Itoa(c.cports[i]),
+		nats.IgnoreDiscoveredServers(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.ReconnectBufSize(-1))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return c.openOn(nc)
+}
+
+func (c *jsCluster) openOn(nc *nats.Conn) *Store {
+	c.t.Helper()
 	c.t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -207,5 +228,112 @@ func TestListWithoutLeaderIs503(t *testing.T) {
 		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {
 			t.Errorf("GET %s: %d %s, want 503 naming the store unavailable", path, rec.Code, rec.Body)
 		}
+	}
+}
+
+// kvLeaderElsewhere makes a node other than node i the bucket's stream
+// leader, so that node i's replica is a follower.
+func (c *jsCluster) kvLeaderElsewhere(s *Store, i int) {
+	c.t.Helper()
+	me := fmt.Sprintf("n%d", i)
+	eventually(c.t, "a bucket leader other than "+me, func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := s.js.Stream(ctx, kvStream)
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" {
+			return false
+		}
+		if info.Cluster.Leader != me {
+			return true
+		}
+		_, _ = s.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+kvStream, nil)
+		time.Sleep(500 * time.Millisecond)
+		return false
+	})
+}
+
+// applied waits until the applier acknowledged every message of the stream.
+func applied(t *testing.T, s *Store) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		info, err := s.consumer.Info(ctx)
+		cancel()
+		if err == nil && info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the applier did not apply the stream in 2 min: %+v %v", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestUpdateAfterCreateOnLaggingReplica: the applier's node restarts,
+// and while its replica of the bucket catches up the applier applies
+// creates, each followed by an update of the same object. Every update is
+// applied. Before, the applier read the object for the update with the
+// KV's direct get, which a node answers from its own replica once that is
+// within 10% of the leader's log: the replica did not yet hold the object
+// the applier had just created, and the update was ignored as one of an
+// object not stored.
+func TestUpdateAfterCreateOnLaggingReplica(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	c := newJSCluster(t, 3)
+	s := c.openTCP(0)
+	if s.single.Load() {
+		t.Fatal("a store with three replicas reads its keys with direct gets")
+	}
+	other := c.open(1)
+	c.kvLeaderElsewhere(other, 0)
+
+	c.stop(0)
+	putObjects(t, other, "fill", "sc", 20000) // node 0 has all of it to catch up
+	const n = 300
+	pctx, pcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer pcancel()
+	for i := range n {
+		id := "o" + strconv.Itoa(i)
+		subj := topicSubject("realm/s/ns/sc/o/u/" + id)
+		for _, p := range []string{
+			`{"object_id":"` + id + `","action":"create","persist":true,"type":"object","data":{"v":1}}`,
+			`{"object_id":"` + id + `","action":"update","persist":true,"type":"object","data":{"v":2}}`,
+		} {
+			if _, err := other.js.PublishAsync(subj, []byte(p)); err != nil {
+				t.Fatalf("publish on %s: %v", subj, err)
+			}
+		}
+	}
+	select {
+	case <-other.js.PublishAsyncComplete():
+	case <-pctx.Done():
+		t.Fatal("publishing the pairs took over 2 min")
+	}
+	c.start(0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	applied(t, other)
+	objs, err := other.List(context.Background(), "ns", "sc", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	for _, o := range objs {
+		if o.Attributes["v"] != float64(2) {
+			lost++
+		}
+	}
+	if len(objs) != n || lost > 0 {
+		t.Errorf("%d objects stored of %d created; %d updates lost", len(objs), n, lost)
 	}
 }

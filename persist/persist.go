@@ -40,6 +40,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -188,6 +189,7 @@ func (o *Object) parent() string {
 type Store struct {
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
+	kvStream jetstream.Stream // the bucket's
 	consumer jetstream.Consumer
 	log      *slog.Logger
 	now      func() time.Time
@@ -199,6 +201,10 @@ type Store struct {
 	applied prometheus.Counter
 	invalid prometheus.Counter
 	rejects auth.DenyLog // logs the invalid messages, a bounded number of lines
+
+	// single is true while the bucket has one replica (checkReplicas):
+	// reads of one key can then be direct gets (newest).
+	single atomic.Bool
 
 	mu      sync.Mutex
 	expires map[string]time.Time // key -> expireAt (zero: none), from the KV watcher
@@ -273,6 +279,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("persist: KV bucket %s: %w", BucketName, err)
 	}
+	// The bucket's stream, for direct gets that return delete markers.
+	if s.kvStream, err = cfg.JS.Stream(ctx, kvStream); err != nil {
+		return nil, fmt.Errorf("persist: the stream of KV bucket %s: %w", BucketName, err)
+	}
+	s.checkReplicas(ctx)
 
 	s.applied = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "xrealm_persist_applied_total",
@@ -343,6 +354,8 @@ func (s *Store) retry(ctx context.Context, name string, f func(context.Context) 
 }
 
 // Get returns one live stored object, or an error wrapping ErrNotFound.
+// It is current, as the listings are: it asks the bucket's stream leader,
+// and fails with an error wrapping ErrUnavailable when there is none.
 // An object whose key the applier would refuse (a bad scene name, an id
 // too long) is not found without asking the bus.
 func (s *Store) Get(ctx context.Context, ns, scene, objectID string) (Object, error) {
@@ -417,14 +430,14 @@ func (s *Store) Scenes(ctx context.Context) ([]string, error) {
 	now := s.now()
 	for sc, ks := range keys {
 		for _, key := range ks {
-			e, err := s.kv.Get(ctx, key)
-			if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-				continue // deleted since the listing
-			}
+			m, err := s.newest(ctx, key)
 			if err != nil {
 				return nil, fmt.Errorf("persist: reading %q: %w", key, err)
 			}
-			o, err := s.decode(key, e.Value())
+			if m == nil || m.deleted {
+				continue // deleted since the listing
+			}
+			o, err := s.decode(key, m.data)
 			if err != nil {
 				s.log.Warn("persist: skipping undecodable object", "key", key, "err", err)
 				continue
@@ -626,20 +639,30 @@ func (s *Store) decode(key string, val []byte) (*Object, error) {
 	return &o, nil
 }
 
-// load returns the object stored under key and its revision, or nil and 0.
+// load returns the object stored under key, nil when there is none, and
+// the key's revision: that of its newest write, a delete or purge
+// included, 0 when the key was never written. It reads what the bucket's
+// stream leader holds (newest), which holds every write acknowledged
+// before: the applier decides what to write from it, and a replica that
+// has not yet applied the applier's last write would have it update an
+// object "not stored", or make its compare-and-set fail until it caught
+// up.
 func (s *Store) load(ctx context.Context, key string) (*Object, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, nil
-	}
+	m, err := s.newest(ctx, key)
 	if err != nil {
 		return nil, 0, fmt.Errorf("persist: reading %q: %w", key, err)
 	}
-	o, err := s.decode(key, e.Value())
+	if m == nil {
+		return nil, 0, nil
+	}
+	if m.deleted {
+		return nil, m.seq, nil
+	}
+	o, err := s.decode(key, m.data)
 	if err != nil {
 		return nil, 0, err
 	}
-	return o, e.Revision(), nil
+	return o, m.seq, nil
 }
 
 // errConflict reports a compare-and-set that lost against another writer.
@@ -670,7 +693,9 @@ func (s *Store) maxObject() int {
 	return 1<<20 - kvOverhead
 }
 
-// save writes o under key if the key is still at revision rev (0: absent).
+// save writes o under key if the key is still at revision rev, as load
+// returned it: a delete marker's revision when the key was deleted, 0 when
+// it was never written.
 func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) error {
 	val, err := encode(o)
 	if err != nil {
@@ -679,11 +704,7 @@ func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) err
 	if most := s.maxObject(); len(val) > most {
 		return &tooLargeError{key: key, size: len(val), most: most}
 	}
-	if rev == 0 {
-		_, err = s.kv.Create(ctx, key, val)
-	} else {
-		_, err = s.kv.Update(ctx, key, val, rev)
-	}
+	_, err = s.kv.Update(ctx, key, val, rev)
 	if bus.IsRevisionConflict(err) {
 		return errConflict
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -94,9 +95,7 @@ func (s *Store) readKeys(ctx context.Context, filter string, keysOnly bool) (map
 
 // readKeysOnce is one try of readKeys.
 func (s *Store) readKeysOnce(ctx context.Context, filter string, keysOnly bool) (map[string]kvEntry, error) {
-	lctx, cancel := context.WithTimeout(ctx, stepWait)
-	last, err := s.leaderLast(lctx, filter)
-	cancel()
+	last, err := s.leaderLast(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +163,75 @@ func (s *Store) readKeysOnce(ctx context.Context, filter string, keysOnly bool) 
 
 // leaderLast returns the revision of the newest message (a value or a
 // delete marker) of the keys matching filter, as the bucket's stream
-// leader holds it, or 0 when it holds none. Only the stream leader answers
-// the non-direct message get; direct gets, which the KV's Get uses, are
-// answered by any replica that is nearly caught up.
+// leader holds it, or 0 when it holds none.
 func (s *Store) leaderLast(ctx context.Context, filter string) (uint64, error) {
+	m, err := s.leaderNewest(ctx, filter)
+	if err != nil || m == nil {
+		return 0, err
+	}
+	return m.seq, nil
+}
+
+// kvOperationHeader marks a key-value delete ("DEL") or purge ("PURGE").
+const kvOperationHeader = "KV-Operation"
+
+// kvMsg is the newest message of a key.
+type kvMsg struct {
+	seq     uint64 // the key's revision
+	deleted bool   // a delete or purge marker
+	data    []byte // the value, nil for a marker
+}
+
+// newest returns the newest message (a value or a delete marker) of key as
+// the bucket's stream leader holds it, or nil when it holds none: every
+// write acknowledged before the call is in it. It is leaderNewest, except
+// while the bucket has a single replica (Store.single): that replica is
+// the leader and the only one answering direct gets, so the KV's Get is as
+// current, and cheaper (the leader's message get goes through the server's
+// API queue: the applier on one node applied about a quarter fewer
+// messages a second with it).
+func (s *Store) newest(ctx context.Context, key string) (*kvMsg, error) {
+	if !s.single.Load() {
+		return s.leaderNewest(ctx, key)
+	}
+	m, err := s.kvStream.GetLastMsgForSubject(ctx, kvSubjectPrefix+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Header.Get(kvOperationHeader) != "" {
+		return &kvMsg{seq: m.Sequence, deleted: true}, nil
+	}
+	return &kvMsg{seq: m.Sequence, data: m.Data}, nil
+}
+
+// checkReplicas sets Store.single from the bucket's configuration. When
+// the bucket cannot be read, it leaves it as it was.
+func (s *Store) checkReplicas(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, stepWait)
+	defer cancel()
+	info, err := s.kvStream.Info(ctx)
+	if err != nil {
+		s.log.Debug("persist: reading the bucket's replicas", "err", err)
+		return
+	}
+	s.single.Store(info.Config.Replicas <= 1)
+}
+
+// leaderNewest returns the newest message (a value or a delete marker) of
+// the keys matching filter (a key, or a key pattern), as the bucket's
+// stream leader holds it, or nil when it holds none: every write
+// acknowledged before the call is in it. Only the stream leader answers
+// the non-direct message get; direct gets, which the KV's Get uses, are
+// answered by any replica that is nearly caught up, often the caller's own
+// node, which may not have applied the latest writes (a follower applies a
+// write once the leader tells it the write is committed, after the writer
+// had its acknowledgement; a restarted node answers from 90% caught up).
+// When the leader does not answer within stepWait (no leader: an
+// election, or too few nodes up), the error wraps ErrUnavailable.
+func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error) {
 	subj := jetstream.DefaultAPIPrefix
 	if o := s.js.Options(); o.Domain != "" {
 		subj = "$JS." + o.Domain + ".API."
@@ -177,18 +241,25 @@ func (s *Store) leaderLast(ctx context.Context, filter string) (uint64, error) {
 	subj += "STREAM.MSG.GET." + kvStream
 	req, err := json.Marshal(map[string]string{"last_by_subj": kvSubjectPrefix + filter})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	msg, err := s.js.Conn().RequestWithContext(ctx, subj, req)
+	rctx, cancel := context.WithTimeout(ctx, stepWait)
+	defer cancel()
+	msg, err := s.js.Conn().RequestWithContext(rctx, subj, req)
+	if err != nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return 0, fmt.Errorf("the stream leader of %s did not answer within %v (no leader: an election, or too few nodes up)", kvStream, stepWait)
+		return nil, fmt.Errorf("%w: the stream leader of %s did not answer within %v (no leader: an election, or too few nodes up)", ErrUnavailable, kvStream, stepWait)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("asking the stream leader of %s for the newest revision of %s: %w", kvStream, filter, err)
+		return nil, fmt.Errorf("asking the stream leader of %s for the newest message of %s: %w", kvStream, filter, err)
 	}
 	var resp struct {
 		Message *struct {
-			Seq uint64 `json:"seq"`
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
 		} `json:"message"`
 		Error *struct {
 			Code        int    `json:"code"`
@@ -197,17 +268,27 @@ func (s *Store) leaderLast(ctx context.Context, filter string) (uint64, error) {
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, fmt.Errorf("the stream leader of %s answered %q: %w", kvStream, clip(msg.Data), err)
+		return nil, fmt.Errorf("the stream leader of %s answered %q: %w", kvStream, clip(msg.Data), err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
-		return 0, nil
+		return nil, nil
 	case resp.Error != nil:
-		return 0, fmt.Errorf("the stream leader of %s: %s (code %d, error code %d)", kvStream, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
+		return nil, fmt.Errorf("the stream leader of %s: %s (code %d, error code %d)", kvStream, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
 	case resp.Message == nil:
-		return 0, fmt.Errorf("the stream leader of %s answered %q, without a message", kvStream, clip(msg.Data))
+		return nil, fmt.Errorf("the stream leader of %s answered %q, without a message", kvStream, clip(msg.Data))
 	}
-	return resp.Message.Seq, nil
+	m := &kvMsg{seq: resp.Message.Seq, data: resp.Message.Data}
+	if len(resp.Message.Hdrs) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
+		if err != nil {
+			return nil, fmt.Errorf("the headers of message %d of %s: %w", m.seq, kvStream, err)
+		}
+		if h.Get(kvOperationHeader) != "" {
+			m.deleted, m.data = true, nil
+		}
+	}
+	return m, nil
 }
 
 // The KV bucket's stream and the prefix of its subjects.

@@ -3,7 +3,6 @@ package persist
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -42,6 +41,10 @@ import (
 // sweepEvery is how often the sweeper looks for expired objects.
 const sweepEvery = 250 * time.Millisecond
 
+// replicaCheckEvery is how often the sweeper reads the bucket's number of
+// replicas (Store.single): another node's Open may raise it.
+const replicaCheckEvery = 10 * time.Second
+
 // askAgainAfter is how long a sweeper waits for an expiry it asked for to
 // happen before it asks again (the applier may be down or far behind). It
 // is less than the stream's duplicate window (2 minutes), so the stream
@@ -79,10 +82,14 @@ func (s *Store) runSweeper(ctx context.Context) error {
 
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
+	replicas := time.NewTicker(replicaCheckEvery)
+	defer replicas.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-replicas.C:
+			s.checkReplicas(ctx)
 		case e, ok := <-w.Updates():
 			if !ok {
 				return fmt.Errorf("watcher of %s closed", BucketName)
@@ -143,26 +150,22 @@ func (s *Store) sweep(ctx context.Context) {
 // expire asks, through the stream, for the expiry of the object under key
 // if it is expired.
 func (s *Store) expire(ctx context.Context, key string) error {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+	o, rev, err := s.load(ctx, key)
+	if err != nil {
+		return err
+	}
+	if o == nil {
 		return nil // gone already; the watcher will tell us
-	}
-	if err != nil {
-		return err
-	}
-	o, err := s.decode(key, e.Value())
-	if err != nil {
-		return err
 	}
 	if !o.expired(s.now()) {
 		return nil // renewed meanwhile
 	}
-	data, err := json.Marshal(expireRequest{Key: key, Revision: e.Revision()})
+	data, err := json.Marshal(expireRequest{Key: key, Revision: rev})
 	if err != nil {
 		return err
 	}
 	msg := &nats.Msg{Subject: expireSubject, Data: data, Header: nats.Header{}}
-	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(e.Revision(), 10))
+	msg.Header.Set(nats.MsgIdHdr, "xrealm-expire:"+key+":"+strconv.FormatUint(rev, 10))
 	if _, err := s.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("asking for the expiry of %q: %w", key, err)
 	}
