@@ -210,7 +210,10 @@ func (s *Store) expireAt(m scene.Message, now time.Time) *time.Time {
 // upsert stores the object of a persisted create, replacing what was there
 // but keeping its creation time.
 func (s *Store) upsert(ctx context.Context, key string, t topic.SceneTopic, m scene.Message) (bool, error) {
-	for {
+	for conflicts := 0; ; conflicts++ {
+		if err := s.afterConflict(ctx, key, conflicts); err != nil {
+			return false, err
+		}
 		old, rev, err := s.load(ctx, key)
 		if err != nil {
 			return false, err
@@ -242,7 +245,10 @@ func (s *Store) upsert(ctx context.Context, key string, t topic.SceneTopic, m sc
 // for an object that is not stored is ignored, as ARENA's persistence
 // service does.
 func (s *Store) update(ctx context.Context, key string, t topic.SceneTopic, m scene.Message) (bool, error) {
-	for {
+	for conflicts := 0; ; conflicts++ {
+		if err := s.afterConflict(ctx, key, conflicts); err != nil {
+			return false, err
+		}
 		o, rev, err := s.load(ctx, key)
 		if err != nil {
 			return false, err
@@ -269,6 +275,42 @@ func (s *Store) update(ctx context.Context, key string, t topic.SceneTopic, m sc
 			continue
 		}
 		return err == nil, err
+	}
+}
+
+// Pauses before the next try of a compare-and-set that lost.
+const (
+	conflictPause    = 5 * time.Millisecond
+	maxConflictPause = 500 * time.Millisecond
+)
+
+// conflictDelay is the pause after the given number (at least 1) of lost
+// compare-and-sets of one write.
+func conflictDelay(conflicts int) time.Duration {
+	return min(conflictPause<<min(conflicts-1, 16), maxConflictPause)
+}
+
+// afterConflict waits before the try of a write to key that follows the
+// given number of lost compare-and-sets: not at all before the first try,
+// then conflictPause, doubling up to maxConflictPause. Reading the stream
+// leader, the applier loses only to another writer between its read and
+// its write (the previously pinned applier finishing a message while the
+// server hands the consumer over; a new stream leader not yet current):
+// it tries again after a pause that lets the other write land, not in a
+// tight loop against it. It returns ctx's error when ctx is done first.
+func (s *Store) afterConflict(ctx context.Context, key string, conflicts int) error {
+	if conflicts == 0 {
+		return nil
+	}
+	d := conflictDelay(conflicts)
+	s.log.Debug("persist: write lost a revision conflict; reading again", "key", key, "conflicts", conflicts, "pause", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
