@@ -222,7 +222,7 @@ func TestListWithoutLeaderIs503(t *testing.T) {
 	t.Logf("List: %v", err)
 
 	h := s.Handler(func(*http.Request, string, string, bool) error { return nil })
-	for _, path := range []string{"/persist/ns/sc", "/persist/!allscenes"} {
+	for _, path := range []string{"/persist/ns/sc", "/persist/!allscenes", "/persist/ns/sc/o0"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "unavailable") {

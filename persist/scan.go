@@ -229,8 +229,9 @@ func (s *Store) checkReplicas(ctx context.Context) {
 // node, which may not have applied the latest writes (a follower applies a
 // write once the leader tells it the write is committed, after the writer
 // had its acknowledgement; a restarted node answers from 90% caught up).
-// When the leader does not answer within stepWait (no leader: an
-// election, or too few nodes up), the error wraps ErrUnavailable.
+// When the leader does not answer within stepWait, or the server answers
+// 503 (no leader: an election, or too few nodes up), the error wraps
+// ErrUnavailable.
 func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error) {
 	subj := jetstream.DefaultAPIPrefix
 	if o := s.js.Options(); o.Domain != "" {
@@ -273,6 +274,8 @@ func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error)
 	switch {
 	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
 		return nil, nil
+	case resp.Error != nil && resp.Error.Code == 503: // no leader, no quorum
+		return nil, fmt.Errorf("%w: the stream leader of %s: %s (code %d, error code %d)", ErrUnavailable, kvStream, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
 	case resp.Error != nil:
 		return nil, fmt.Errorf("the stream leader of %s: %s (code %d, error code %d)", kvStream, resp.Error.Description, resp.Error.Code, resp.Error.ErrCode)
 	case resp.Message == nil:
