@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/xrealm/xrealm/auth"
@@ -825,6 +827,7 @@ func TestRemoveDepartedJetStreamPeer(t *testing.T) {
 	}
 	t.Parallel()
 	cfgs := clusterConfigs(t, 3)
+	cfgs[1].NATSAddr = testnet.FreePorts(t, 1)[0] // for xrealm cluster remove-peer's request
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	srvs, errs := startCluster(t, ctx, cfgs, nil)
@@ -880,9 +883,40 @@ func TestRemoveDepartedJetStreamPeer(t *testing.T) {
 	}
 	stop("n4", n4)
 	n4Stopped = true
+	// Over the bus, as xrealm cluster remove-peer asks: a scene token may
+	// not ask (the bus refuses the publish: no node answers), a token with
+	// the cluster right may.
+	ask := func(rights auth.Rights) (RemovePeerReply, error) {
+		keys, err := auth.LoadKeys(cfgs[1].DataDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := keys.Issue("admin", rights, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := nats.Connect("nats://"+cfgs[1].NATSAddr, nats.Token(tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		var reply RemovePeerReply
+		m, err := nc.Request(SubjectRemovePeer, []byte("n4"), 3*time.Second)
+		if err == nil {
+			err = json.Unmarshal(m.Data, &reply)
+		}
+		return reply, err
+	}
+	if reply, err := ask(auth.SceneRights("realm", "a", "b", auth.RoleEditor, "")); err == nil {
+		t.Fatalf("a scene editor's token asked to remove n4 and got %+v", reply)
+	}
 	poll(t, ctx, "n4 removed", func() string {
-		if err := srvs[1].RemoveJetStreamPeer(ctx, "n4"); err != nil {
+		reply, err := ask(auth.ServiceRights("cluster"))
+		if err != nil {
 			return err.Error()
+		}
+		if !reply.OK {
+			return reply.Error
 		}
 		return ""
 	})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -65,5 +66,42 @@ func (s *Server) RemoveJetStreamPeer(ctx context.Context, name string) error {
 		return fail("the meta leader answered %q", m.Data)
 	}
 	s.log.Info("removed a node from the cluster's JetStream peers", "node", name)
+	return nil
+}
+
+// SubjectRemovePeer is the NATS subject on which a cluster's nodes take
+// requests to remove a departed node from the JetStream peers (xrealm
+// cluster remove-peer): the request's data is the node's name, the answer
+// RemovePeerReply. One node of the cluster answers (a queue group). Only
+// tokens with the cluster service right (xrealm token --role cluster) may
+// publish on it.
+const SubjectRemovePeer = "cluster.remove-peer"
+
+// RemovePeerReply answers a request on SubjectRemovePeer.
+type RemovePeerReply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
+
+// removePeerWait bounds a removal that a request asked for.
+const removePeerWait = 30 * time.Second
+
+// serveRemovePeer takes requests on SubjectRemovePeer over nc.
+func (s *Server) serveRemovePeer(nc *nats.Conn) error {
+	_, err := nc.QueueSubscribe(SubjectRemovePeer, "xrealm-cluster", func(m *nats.Msg) {
+		ctx, cancel := context.WithTimeout(context.Background(), removePeerWait)
+		defer cancel()
+		var reply RemovePeerReply
+		if err := s.RemoveJetStreamPeer(ctx, string(m.Data)); err != nil {
+			reply.Error = err.Error()
+		} else {
+			reply.OK = true
+		}
+		b, _ := json.Marshal(reply)
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", SubjectRemovePeer, err)
+	}
 	return nil
 }

@@ -226,6 +226,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		if err := s.serveIdentity(svc); err != nil {
 			return nil, err
 		}
+		if err := s.serveRemovePeer(svc); err != nil {
+			return nil, err
+		}
 	}
 	front, err := s.connect("xrealm-mqtt", nats.NoEcho())
 	if err != nil {

@@ -61,6 +61,8 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "cc", "--algos", ""}, want: []string{"no congestion control"}},
 		{args: []string{"bench", "cc", "--flows", "0"}, want: []string{"--flows 0"}},
 		{args: []string{"bench", "cc", "--flows", "300"}, want: []string{"--flows 300", "1 to 255"}},
+		{args: []string{"cluster"}, want: []string{"usage: xrealm cluster remove-peer"}},
+		{args: []string{"cluster", "remove-peer", "--token", "x"}, want: []string{"want one node name"}},
 		{args: []string{"cc", "load", "hera", "--bucket", "4295s"}, want: []string{"load hera", "bucket"}},
 		{args: []string{"bench", "cc", "--seeds", "one"}, want: []string{"--seeds", `"one"`}},
 		{args: []string{"bench", "cc"}, want: []string{filepath.Join(noTraces, "mmwave", "UMa_a"), "--traces-dir"}},

@@ -28,6 +28,7 @@ func commands() map[string]command {
 		"netem":   {runNetem, "run a command behind a trace-driven emulated link"},
 		"bench":   {runBench, "run a benchmark: bus, cc, rooms or sfu"},
 		"sfu":     {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
+		"cluster": {runCluster, "administer a cluster: remove-peer NODE removes a node that stopped for good from the JetStream peers"},
 		"bots":    {runBots, "run synthetic users against a server, with live progress (bots pointcloud: a point cloud on the SFU; bots record: record a user's poses)"},
 		"version": {runVersion, "print the commit this binary was built from"},
 	}

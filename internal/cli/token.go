@@ -36,7 +36,7 @@ func parseToken(args []string) (tokenRequest, error) {
 	fs := flag.NewFlagSet("token", flag.ContinueOnError)
 	user := fs.String("user", "", "user name (the token's sub; the MQTT user name)")
 	scene := fs.String("scene", "", "one scene, as namespace/scene (names of "+topic.SceneNameChars+"; no wildcards)")
-	role := fs.String("role", "viewer", "editor or viewer in --scene; or sfu for an SFU node joining the bus (xrealm sfu --token), which needs no --scene")
+	role := fs.String("role", "viewer", "editor or viewer in --scene; or, needing no --scene, sfu for an SFU node joining the bus (xrealm sfu --token), or cluster for a cluster's administration (xrealm cluster --token)")
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
 	data := fs.String("data", "./data", "data directory of the server (holds the signing key)")
 	realm := fs.String("realm", "realm", "realm")
@@ -54,13 +54,13 @@ func parseToken(args []string) (tokenRequest, error) {
 		return tokenRequest{}, fmt.Errorf("--ttl must be positive, got %s", *ttl)
 	}
 	req := tokenRequest{data: *data, user: *user, ttl: *ttl}
-	if *role == "sfu" {
-		req.rights = auth.ServiceRights("sfu")
+	if *role == "sfu" || *role == "cluster" {
+		req.rights = auth.ServiceRights(*role)
 		return req, nil
 	}
 	r, ok := auth.ParseRole(*role)
 	if !ok {
-		return tokenRequest{}, fmt.Errorf("--role must be editor, viewer or sfu, got %q", *role)
+		return tokenRequest{}, fmt.Errorf("--role must be editor, viewer, sfu or cluster, got %q", *role)
 	}
 	if *scene == "" {
 		return tokenRequest{}, fmt.Errorf("--scene is required: namespace/scene (a token is for one scene)")
