@@ -211,6 +211,9 @@ func TestListWithoutLeaderIs503(t *testing.T) {
 	c := newJSCluster(t, 3)
 	s := c.open(0)
 	putObjects(t, s, "ns", "sc", 5)
+	// Node 0 a follower: a leader that lost its quorum answers reads
+	// until it notices, seconds later.
+	c.kvLeaderElsewhere(s, 0)
 	s.readWait = 3 * time.Second
 	c.stop(1)
 	c.stop(2)
