@@ -103,23 +103,33 @@ func checkLength(n int32, maxPayload int) error {
 // slice. maxPayload bounds the payload; a length outside [MinLength,
 // maxPayload+8] is a *FrameError.
 func ReadFrame(r io.Reader, maxPayload int) ([]byte, error) {
+	f, _, got, err := readFrame(r, maxPayload)
+	if err != nil && got > 0 && errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return f, err
+}
+
+// readFrame reads one frame from r, the length field first, and returns
+// it, the length its field announced (0 before it was read) and the number
+// of bytes read. Errors are a *FrameError for a bad length, else r's
+// (io.EOF or io.ErrUnexpectedEOF for a frame cut short).
+func readFrame(r io.Reader, maxPayload int) (f []byte, n int32, got int, err error) {
 	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
+	if k, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, 0, k, err
 	}
-	n := int32(binary.LittleEndian.Uint32(hdr[:]))
+	n = int32(binary.LittleEndian.Uint32(hdr[:]))
 	if err := checkLength(n, maxPayload); err != nil {
-		return nil, err
+		return nil, n, 4, err
 	}
-	f := make([]byte, 4+int(n))
+	f = make([]byte, 4+int(n))
 	copy(f, hdr[:])
-	if _, err := io.ReadFull(r, f[4:]); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
+	k, err := io.ReadFull(r, f[4:])
+	if err != nil {
+		return nil, n, 4 + k, err
 	}
-	return f, nil
+	return f, n, len(f), nil
 }
 
 // frameReader splits a byte stream into frames. Bytes go in through its
@@ -198,23 +208,11 @@ func ParseFrame(msg []byte, maxPayload int) error {
 // without being buffered. A message that is not one frame is a
 // *FrameError; other errors are the reader's.
 func readMessageFrame(r io.Reader, maxPayload int) ([]byte, error) {
-	var hdr [4]byte
-	if k, err := io.ReadFull(r, hdr[:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &FrameError{Max: maxPayload, WebSocket: true, Message: int64(k)}
-		}
-		return nil, err
+	f, n, got, err := readFrame(r, maxPayload)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, &FrameError{Length: int64(n), Max: maxPayload, WebSocket: true, Message: int64(got)}
 	}
-	n := int32(binary.LittleEndian.Uint32(hdr[:]))
-	if err := checkLength(n, maxPayload); err != nil {
-		return nil, err
-	}
-	f := make([]byte, 4+int(n))
-	copy(f, hdr[:])
-	if k, err := io.ReadFull(r, f[4:]); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, &FrameError{Length: int64(n), Max: maxPayload, WebSocket: true, Message: int64(4 + k)}
-		}
+	if err != nil {
 		return nil, err
 	}
 	var more [1]byte
