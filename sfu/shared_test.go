@@ -282,8 +282,8 @@ func TestHostTabsInNoGroup(t *testing.T) {
 	subs := []string{"t1", "t2"}
 	n, rcvd := hostTabs(t, ctx, subs)
 	for _, s := range subs {
-		waitFor(t, s+" to receive the point cloud", func() bool { pc, _ := rcvd[s].peek(); return pc > 0 })
 		p := n.peerOf("m", s)
+		waitForExplained(t, s+" to receive the point cloud", func() bool { pc, _ := rcvd[s].peek(); return pc > 0 }, func() string { return p.explain(n) })
 		onHost := func() bool {
 			p.mu.Lock()
 			defer p.mu.Unlock()
@@ -300,6 +300,34 @@ func TestHostTabsInNoGroup(t *testing.T) {
 	if len(n.groups) != 0 {
 		t.Errorf("%d path groups, want none", len(n.groups))
 	}
+}
+
+// explain is the peer's allocation state, for a failing wait: its
+// estimate, budget, what it is allocated, and what each slot carries.
+func (p *peer) explain(n *Node) string {
+	if p == nil {
+		return "no such peer on the node"
+	}
+	est := math.NaN()
+	if e := p.est.Load(); e != nil {
+		est = float64(e.GetTargetBitrate())
+	}
+	tracks := n.sessionTracks(p.session)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := fmt.Sprintf("estimate %.0f, budget %.0f, allocated %.0f, share %.0f, tracks %d;", est, p.budget, p.allocated, p.linkShare(), len(tracks))
+	for _, t := range tracks {
+		out += fmt.Sprintf(" track %s idle %v;", t.Key(), t.Idle)
+	}
+	for _, s := range p.slots {
+		what := "idle"
+		if s.src != nil {
+			what = s.src.info.Key()
+		}
+		st := s.dt.Stats()
+		out += fmt.Sprintf(" slot %s (%s, noPC %v): %s, %d packets;", s.mid, s.kind, s.noPC, what, st.Packets)
+	}
+	return out
 }
 
 // TestMeasureHostTabsUnderLoad is a measurement, not a check (opt-in:

@@ -140,7 +140,15 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 			d.mu.Lock()
 			d.writer = ctx.WriteStream()
 			d.ssrc = uint32(ctx.SSRC())
+			// A source set before the bind (SetSource on a slot whose
+			// sender pion binds only at SetLocalDescription) keeps its
+			// codec's payload type: before, the bind put back the slot's
+			// codec's, and a point cloud forwarded on a video slot went
+			// out labelled VP8.
 			d.pt = uint8(c.PayloadType)
+			if pt, ok := pts[strings.ToLower(d.src.Codec.MimeType)]; ok {
+				d.pt = pt
+			}
 			d.pts = pts
 			d.mu.Unlock()
 			return c, nil
@@ -151,7 +159,9 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 
 // SetSource switches the down track to another source without
 // renegotiation: the source's codec must be one the subscriber negotiated
-// on this transceiver. Sequence numbers and timestamps continue.
+// on this transceiver. Sequence numbers and timestamps continue. Before
+// Bind the codec cannot be checked; Bind then sends with its payload type
+// if negotiated (else the slot codec's).
 func (d *DownTrack) SetSource(src Source) error {
 	d.mu.Lock()
 	pt, ok := d.pts[strings.ToLower(src.Codec.MimeType)]

@@ -23,20 +23,27 @@ type sent struct {
 type fakeWriter struct {
 	mu  sync.Mutex
 	out []sent
+	pts []uint8 // the payload type of each packet in out
 }
 
 func (w *fakeWriter) WriteRTP(h *rtp.Header, p []byte) (int, error) {
 	w.mu.Lock()
 	w.out = append(w.out, sent{h.SequenceNumber, string(p)})
+	w.pts = append(w.pts, h.PayloadType)
 	w.mu.Unlock()
 	return len(p), nil
 }
 func (w *fakeWriter) Write(b []byte) (int, error) { return len(b), nil }
 
-type fakeCtx struct{ w *fakeWriter }
+// fakeCtx is a transceiver that negotiated VP8 (96) and the codecs in
+// extra.
+type fakeCtx struct {
+	w     *fakeWriter
+	extra []webrtc.RTPCodecParameters
+}
 
 func (c fakeCtx) CodecParameters() []webrtc.RTPCodecParameters {
-	return []webrtc.RTPCodecParameters{{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96}}
+	return append([]webrtc.RTPCodecParameters{{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8, ClockRate: 90000}, PayloadType: 96}}, c.extra...)
 }
 func (c fakeCtx) HeaderExtensions() []webrtc.RTPHeaderExtensionParameter { return nil }
 func (c fakeCtx) SSRC() webrtc.SSRC                                      { return 1234 }
@@ -69,7 +76,7 @@ func TestGateAndNACK(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := &fakeWriter{}
-	if _, err := d.Bind(fakeCtx{w}); err != nil {
+	if _, err := d.Bind(fakeCtx{w: w}); err != nil {
 		t.Fatal(err)
 	}
 	source(t, buf, 1000, "a", d)
@@ -101,8 +108,70 @@ func TestGateAndNACK(t *testing.T) {
 		t.Error("New with a non-media MIME type succeeded")
 	}
 	d2, _ := New(Config{ID: "o", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus}})
-	if _, err := d2.Bind(fakeCtx{w}); err == nil {
+	if _, err := d2.Bind(fakeCtx{w: w}); err == nil {
 		t.Error("Bind without the codec succeeded")
+	}
+}
+
+// TestPayloadTypeOfSource: a slot forwards with the payload type of its
+// source's codec, whether the source was set before pion bound the slot's
+// sender (the node assigns slots as soon as the offer is applied; pion
+// binds at SetLocalDescription) or after.
+func TestPayloadTypeOfSource(t *testing.T) {
+	pointCloud := webrtc.RTPCodecParameters{RTPCodecCapability: webrtc.RTPCodecCapability{MimeType: "video/x-xrealm-pointcloud", ClockRate: 90000}, PayloadType: 125}
+	h264 := webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeH264}
+	tests := []struct {
+		name       string
+		codec      webrtc.RTPCodecCapability // the source's; zero: none set
+		beforeBind bool
+		want       uint8
+	}{
+		{"slot codec", webrtc.RTPCodecCapability{}, false, 96},
+		{"point cloud after bind", pointCloud.RTPCodecCapability, false, 125},
+		{"point cloud before bind", pointCloud.RTPCodecCapability, true, 125},
+		{"VP8 before bind", webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, true, 96},
+		// not negotiated: cannot be refused before the bind; the slot's
+		// codec's type (the node gives a slot only tracks it accepts)
+		{"not negotiated, before bind", h264, true, 96},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := New(Config{ID: "slot-1", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			set := func() {
+				if tc.codec.MimeType == "" {
+					return
+				}
+				if err := d.SetSource(Source{Codec: tc.codec}); err != nil {
+					t.Fatalf("SetSource(%s): %v", tc.codec.MimeType, err)
+				}
+			}
+			if tc.beforeBind {
+				set()
+			}
+			w := &fakeWriter{}
+			if _, err := d.Bind(fakeCtx{w: w, extra: []webrtc.RTPCodecParameters{pointCloud}}); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.beforeBind {
+				set()
+			}
+			if err := d.WriteRTP(&rtp.Header{Version: 2, SequenceNumber: 7, PayloadType: 100}, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if len(w.pts) != 1 || w.pts[0] != tc.want {
+				t.Errorf("payload types sent %v, want [%d]", w.pts, tc.want)
+			}
+		})
+	}
+	d, _ := New(Config{ID: "slot-2", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}})
+	if _, err := d.Bind(fakeCtx{w: &fakeWriter{}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetSource(Source{Codec: h264}); err == nil {
+		t.Error("SetSource with a codec the bound slot did not negotiate succeeded")
 	}
 }
 
@@ -120,7 +189,7 @@ func BenchmarkMemoryPerSubscriber(b *testing.B) {
 				dts := make([]*DownTrack, subs)
 				for k := range dts {
 					dts[k], _ = New(Config{ID: "v", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, Buffer: buf})
-					dts[k].Bind(fakeCtx{&fakeWriter{}})
+					dts[k].Bind(fakeCtx{w: &fakeWriter{}})
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
