@@ -206,21 +206,14 @@ func (b *bot) Receive(r *Received) {
 
 func (b *bot) ReadDone() { b.meter.Flush() }
 
-// send paces one bot: a pose every period on an absolute schedule,
-// skipping ticks it is too late for rather than bursting.
-//
-// A pose is stamped with the time its tick was due, not the time it went
-// out, so that a late sender's lateness counts in the latency its
-// receivers measure: a sender held up (its timer firing late on a busy
-// machine, a write blocked behind a broker that stopped reading) would
-// otherwise stamp its pose after the wait and hide it (coordinated
-// omission). The ticks it skips are counted as missed (Meter.Missed): due,
-// never sent, so never delivered.
+// send paces one bot on its Schedule: a pose every period, stamped with
+// the time it was due, skipping (and counting as missed) the ticks it is
+// too late for rather than bursting.
 func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first time.Time) {
 	defer func() { b.stopped.Store(time.Now().UnixNano()) }()
 	t := time.NewTimer(time.Until(first))
 	defer t.Stop()
-	next := first
+	sched := Schedule{Next: first, Period: period}
 	last := time.Now()
 	var peers []Peer
 	for {
@@ -237,23 +230,11 @@ func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first ti
 		}
 		pose := b.beh.Step(now.Sub(last), peers)
 		last = now
-		ts := next.UnixNano() // when the pose was due
-		if err := b.link.SendPose(pose, ts); err != nil {
+		if err := b.link.SendPose(pose, sched.Due()); err != nil {
 			return
 		}
-		b.meter.Sent(ts)
-		next = next.Add(period)
-		d := time.Until(next)
-		if d <= -period {
-			// A period or more late for the ticks due before the latest:
-			// skip them, staying on the schedule (the latest, less than a
-			// period late, goes out at once), and count them as missed.
-			skip := int64(-d) / int64(period)
-			b.meter.Missed(next.UnixNano(), skip, int64(period))
-			next = next.Add(time.Duration(skip) * period)
-			d = time.Until(next)
-		}
-		t.Reset(max(d, 0))
+		sched.Sent(b.meter, time.Now())
+		t.Reset(max(time.Until(sched.Next), 0))
 	}
 }
 
