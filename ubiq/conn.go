@@ -655,6 +655,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	// Count the peer in before its member key goes in: the room then keeps
 	// its join code, or takes one, and is not removed meanwhile.
 	rec, err := c.s.store.claimRoom(ctx, target, code, a.Name, a.Publish)
+	c.s.freeCodeLater(err) // a code reserved for the join, which failed
 	var codeErr *JoinCodeError
 	switch {
 	case errors.Is(err, errCodeGone):
@@ -702,10 +703,19 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 }
 
 // unclaim counts the peer out of room (generation gen) after it joined or
-// failed to.
+// failed to. A count-out that fails is retried in the background: until
+// it is done, the room keeps its join code and is not removed.
 func (c *conn) unclaim(ctx context.Context, room, gen string) {
-	if err := c.s.store.unclaimRoom(ctx, room, gen, c.s.node, false); err != nil {
-		c.log.Warn("leave room failed: the room keeps its join code until it is removed", "room", room, "err", err)
+	s, node := c.s, c.s.node
+	unclaim := func(ctx context.Context) error {
+		err := s.store.unclaimRoom(ctx, room, gen, node, false)
+		if s.freeCodeLater(err) {
+			return nil // counted out; only the code's key is left to delete
+		}
+		return err
+	}
+	if err := unclaim(ctx); err != nil {
+		s.retry.add("count out of the room", room, err, unclaim)
 	}
 }
 
@@ -720,8 +730,10 @@ func (c *conn) leave(ctx context.Context, r *room) {
 // it since: a peer that reconnected (the same uuid on a new connection)
 // before its old connection ended keeps its membership.
 func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen string) {
-	if err := c.s.store.deleteMember(ctx, r.id, as, rev); err != nil {
-		c.log.Warn("leave room failed", "room", r.id, "err", err)
+	s, id := c.s, r.id
+	del := func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev) }
+	if err := del(ctx); err != nil {
+		s.retry.add("delete member key", id, err, del)
 	}
 	c.unclaim(ctx, r.id, gen)
 	r.cmdDetachMember(c)

@@ -19,6 +19,9 @@ type metrics struct {
 	timeouts    prometheus.Counter
 	nodesSwept  prometheus.Counter
 	keysSwept   prometheus.Counter
+	// retryPending counts departure writes that failed and wait to be
+	// retried (retrier).
+	retryPending prometheus.Gauge
 
 	throttledFrames  prometheus.Counter
 	throttledSeconds prometheus.Counter
@@ -30,19 +33,20 @@ type metrics struct {
 func newMetrics(s *Server) *metrics {
 	labels := []string{"peer", "remote", "transport"}
 	return &metrics{
-		s:           s,
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_connections", Help: "Open Ubiq connections."}),
-		rooms:       prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_active_rooms", Help: "Rooms with local members or observers on this node."}),
-		messagesIn:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_in_total", Help: "Frames received from Ubiq peers."}),
-		bytesIn:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_bytes_in_total", Help: "Bytes of frames received from Ubiq peers."}),
-		messagesOut: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_out_total", Help: "Relayed frames queued to Ubiq peers."}),
-		dropped:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dropped_total", Help: "Relayed frames not queued because their receiver's connection was ending: its queue had overflowed (xrealm_ubiq_slow_disconnects_total), or it was closing. A full queue takes frames past its bound; it drops none."}),
-		slow:        prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_slow_disconnects_total", Help: "Peers disconnected for falling too far behind: their queue was full past its bound by as much again (frames or bytes), and could not take an event or server message."}),
-		coalesced:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames replaced in a full queue by newer ones from the same sender to the same object, one it declared as state (peer property xrealm.coalesce)."}),
-		malformed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_malformed_total", Help: "Connections closed for a malformed frame: a length field out of bounds, or a WebSocket message that is not exactly one whole frame."}),
-		timeouts:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_timeouts_total", Help: "Peers dropped for being silent to the server."}),
-		nodesSwept:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_nodes_swept_total", Help: "Cluster nodes whose heartbeat stopped and whose room keys this node deleted."}),
-		keysSwept:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_node_rooms_total", Help: "Rooms that lost members, observers or presence of a dead node in a sweep by this node."}),
+		s:            s,
+		connections:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_connections", Help: "Open Ubiq connections."}),
+		rooms:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_active_rooms", Help: "Rooms with local members or observers on this node."}),
+		messagesIn:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_in_total", Help: "Frames received from Ubiq peers."}),
+		bytesIn:      prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_bytes_in_total", Help: "Bytes of frames received from Ubiq peers."}),
+		messagesOut:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_messages_out_total", Help: "Relayed frames queued to Ubiq peers."}),
+		dropped:      prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dropped_total", Help: "Relayed frames not queued because their receiver's connection was ending: its queue had overflowed (xrealm_ubiq_slow_disconnects_total), or it was closing. A full queue takes frames past its bound; it drops none."}),
+		slow:         prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_slow_disconnects_total", Help: "Peers disconnected for falling too far behind: their queue was full past its bound by as much again (frames or bytes), and could not take an event or server message."}),
+		coalesced:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_coalesced_total", Help: "Stale frames replaced in a full queue by newer ones from the same sender to the same object, one it declared as state (peer property xrealm.coalesce)."}),
+		malformed:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_malformed_total", Help: "Connections closed for a malformed frame: a length field out of bounds, or a WebSocket message that is not exactly one whole frame."}),
+		timeouts:     prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_timeouts_total", Help: "Peers dropped for being silent to the server."}),
+		nodesSwept:   prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_nodes_swept_total", Help: "Cluster nodes whose heartbeat stopped and whose room keys this node deleted."}),
+		keysSwept:    prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_dead_node_rooms_total", Help: "Rooms that lost members, observers or presence of a dead node in a sweep by this node."}),
+		retryPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "xrealm_ubiq_room_writes_retrying", Help: "Room departure writes (a member key's deletion, a count-out that may free a join code, a presence key's deletion) that failed and are retried in the background until the store takes them."}),
 
 		throttledFrames:  prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_throttled_frames_total", Help: "Frames from peers that had spent their inbound budget: the server waited before handling each, and read nothing more from that peer meanwhile."}),
 		throttledSeconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "xrealm_ubiq_throttled_seconds_total", Help: "Time connections' read loops waited for their inbound budget to refill, summed over connections."}),
@@ -57,7 +61,7 @@ func newMetrics(s *Server) *metrics {
 }
 
 func (m *metrics) plain() []prometheus.Collector {
-	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.slow, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept,
+	return []prometheus.Collector{m.connections, m.rooms, m.messagesIn, m.bytesIn, m.messagesOut, m.dropped, m.slow, m.coalesced, m.malformed, m.timeouts, m.nodesSwept, m.keysSwept, m.retryPending,
 		m.throttledFrames, m.throttledSeconds, m.throttleEpisodes}
 }
 

@@ -218,7 +218,7 @@ func (r *room) start() {
 	w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
 	if err != nil {
 		sub.Unsubscribe()
-		r.s.store.deleteOwned(r.s.ctx, presenceKey(r.id, r.self))
+		r.leavePresence(r.s.ctx)
 		r.err = err
 		return
 	}
@@ -233,12 +233,23 @@ func (r *room) start() {
 	go r.loop()
 }
 
+// leavePresence deletes this activation's presence key, or has it
+// retried: while it is there, the other nodes take the room for active
+// here, relay its frames here and do not remove it.
+func (r *room) leavePresence(ctx context.Context) {
+	st, key := r.s.store, presenceKey(r.id, r.self)
+	del := func(ctx context.Context) error { return st.deleteOwned(ctx, key) }
+	if err := del(ctx); err != nil {
+		r.s.retry.add("delete presence key", r.id, err, del)
+	}
+}
+
 func (r *room) loop() {
 	defer func() {
 		r.sub.Unsubscribe()
 		r.watcher.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-		r.s.store.deleteOwned(ctx, presenceKey(r.id, r.self))
+		r.leavePresence(ctx)
 		cancel()
 		if r.ticker != nil {
 			r.ticker.Stop()

@@ -108,6 +108,9 @@ type Server struct {
 	swept  chan struct{}
 
 	liveDone chan struct{}
+	// retry retries departure writes that failed (retrier).
+	retry     *retrier
+	retryDone chan struct{}
 }
 
 // NewServer creates the room bucket if needed and returns a server.
@@ -201,8 +204,14 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	s.swept = make(chan struct{})
 	s.liveDone = make(chan struct{})
+	s.retry = newRetrier(s)
+	s.retryDone = make(chan struct{})
 	go s.sweep()
 	go s.liveness(hw)
+	go func() {
+		defer close(s.retryDone)
+		s.retry.run(s.ctx)
+	}()
 	return s, nil
 }
 
@@ -435,7 +444,7 @@ func (s *Server) removeIfEmpty(id string) {
 		// Asked again just before the deletion: a local observer holds the
 		// room through this node's presence key, which the store does not
 		// count (it may be an old activation's, on its way out).
-		if ok, err := s.store.removeIfEmpty(ctx, id, func() bool { return s.active(id) }); err != nil {
+		if ok, err := s.removeEmpty(ctx, id); err != nil {
 			s.log.Info("removing an empty room failed", "room", id, "err", err)
 		} else if ok {
 			s.log.Debug("removed empty room", "room", id)
@@ -532,7 +541,8 @@ func (s *Server) Connections() int {
 }
 
 // Shutdown stops accepting, closes every connection and waits for them
-// (and their room departures) until ctx is done.
+// (and their room departures; departure writes that failed and wait for
+// a retry are tried once more) until ctx is done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -553,10 +563,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	done := make(chan struct{})
 	go func() {
-		// Connections leave their rooms before the background work stops.
+		// Connections leave their rooms before the background work stops,
+		// and departure writes that failed are retried meanwhile.
 		s.wg.Wait()
+		s.retry.final(ctx)
 		s.cancel()
 		<-s.liveDone
+		<-s.retryDone
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 		s.kv.Delete(ctx, heartbeatKey(s.node))
 		cancel()

@@ -259,9 +259,56 @@ func (s *store) reserveCode(ctx context.Context, room string) (string, uint64, e
 	return "", 0, &JoinCodeError{Room: room, Tries: joinCodeTries}
 }
 
-// freeCode deletes join code key code if it is still at rev.
-func (s *store) freeCode(ctx context.Context, code string, rev uint64) {
-	s.kv.Purge(ctx, codeKey(code), jetstream.LastRevision(rev))
+// freeCode deletes join code key code if it is still at rev. A key that
+// changed since is left alone (it is gone, or another room's), and that is
+// no error.
+func (s *store) freeCode(ctx context.Context, code string, rev uint64) error {
+	err := s.kv.Purge(ctx, codeKey(code), jetstream.LastRevision(rev))
+	if err != nil && !bus.IsRevisionConflict(err) {
+		return fmt.Errorf("free join code %s: %w", code, err)
+	}
+	return nil
+}
+
+// codeNotFreedError reports a join code that a room gave up but whose key
+// could not be deleted: until it is (freeCode), no room can take that
+// code.
+type codeNotFreedError struct {
+	room, code string
+	rev        uint64
+	err        error
+}
+
+func (e *codeNotFreedError) Error() string {
+	return fmt.Sprintf("room %s gave up join code %s, but its key stays: %v", e.room, e.code, e.err)
+}
+
+func (e *codeNotFreedError) Unwrap() error { return e.err }
+
+// freeCodeOf frees the code of a *codeNotFreedError. Without its
+// revision, the key is deleted if it still names the room and the room
+// does not hold that code again.
+func (s *store) freeCodeOf(ctx context.Context, e *codeNotFreedError) error {
+	rev := e.rev
+	if rev == 0 {
+		k, err := s.kv.Get(ctx, codeKey(e.code))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("free join code %s: %w", e.code, err)
+		}
+		if string(k.Value()) != e.room {
+			return nil
+		}
+		switch r, _, err := s.getRoom(ctx, e.room); {
+		case err == nil && r.JoinCode == e.code:
+			return nil // taken again
+		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+			return fmt.Errorf("free join code %s: %w", e.code, err)
+		}
+		rev = k.Revision()
+	}
+	return s.freeCode(ctx, e.code, rev)
 }
 
 // observeRoom creates room uuid, if it does not exist, for observers: with
@@ -327,7 +374,9 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name string, publish 
 			return r, nil
 		}
 		if fresh != "" {
-			s.freeCode(ctx, fresh, freshRev)
+			if ferr := s.freeCode(ctx, fresh, freshRev); ferr != nil {
+				return nil, errors.Join(fmt.Errorf("join room %s: %w", uuid, err), &codeNotFreedError{room: uuid, code: fresh, rev: freshRev, err: ferr})
+			}
 		}
 		if !bus.IsRevisionConflict(err) {
 			return nil, fmt.Errorf("join room %s: %w", uuid, err)
@@ -363,7 +412,11 @@ func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node string, all boo
 			// has, a new reservation of the same code is a new revision,
 			// which the conditional purge leaves alone.
 			code = r.JoinCode
-			if e, err := s.kv.Get(ctx, codeKey(code)); err == nil && string(e.Value()) == uuid {
+			e, err := s.kv.Get(ctx, codeKey(code))
+			if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return fmt.Errorf("leave room %s: read its join code %s: %w", uuid, code, err)
+			}
+			if err == nil && string(e.Value()) == uuid {
 				codeRev = e.Revision()
 			}
 			r.JoinCode = ""
@@ -371,7 +424,9 @@ func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node string, all boo
 		b, _ := json.Marshal(r)
 		if _, err = s.kv.Update(ctx, infoKey(uuid), b, rev); err == nil {
 			if codeRev != 0 {
-				s.freeCode(ctx, code, codeRev)
+				if err := s.freeCode(ctx, code, codeRev); err != nil {
+					return &codeNotFreedError{room: uuid, code: code, rev: codeRev, err: err}
+				}
 			}
 			return nil
 		}
@@ -565,9 +620,16 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 	if err := s.kv.Delete(ctx, infoKey(room), jetstream.LastRevision(rev)); err != nil {
 		return false, nil // changed meanwhile: someone is using it
 	}
+	var codeErr error
 	if r.JoinCode != "" {
-		if e, err := s.kv.Get(ctx, codeKey(r.JoinCode)); err == nil && string(e.Value()) == room {
-			s.kv.Purge(ctx, codeKey(r.JoinCode), jetstream.LastRevision(e.Revision()))
+		e, err := s.kv.Get(ctx, codeKey(r.JoinCode))
+		switch {
+		case err == nil && string(e.Value()) == room:
+			if err := s.freeCode(ctx, r.JoinCode, e.Revision()); err != nil {
+				codeErr = &codeNotFreedError{room: room, code: r.JoinCode, rev: e.Revision(), err: err}
+			}
+		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+			codeErr = &codeNotFreedError{room: room, code: r.JoinCode, err: err} // revision unknown
 		}
 	}
 	if keys, err := s.listKeys(ctx, "b."+room+".*"); err == nil {
@@ -576,7 +638,7 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 		}
 	}
 	s.kv.Purge(ctx, blobBytesKey(room))
-	return true, nil
+	return true, codeErr
 }
 
 func (s *store) listKeys(ctx context.Context, filters ...string) ([]string, error) {
