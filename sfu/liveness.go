@@ -117,20 +117,23 @@ func (n *Node) expireNodes(now time.Time) {
 			n.heard[t.Node] = &heardNode{seen: now}
 		}
 	}
-	var gone []string
+	gone := map[string]*heardNode{}
 	for id, h := range n.heard {
 		// a lost node's tracks are purged again if any came back (an
 		// announcement that crossed its purge)
 		if now.Sub(h.seen) >= nodeTTL && (!h.lost || listed[id]) {
 			h.lost = true
-			gone = append(gone, id)
+			gone[id] = h
 		}
 	}
 	n.mu.Unlock()
-	for _, id := range gone {
+	for id, h := range gone {
 		n.mu.Lock()
-		if h := n.heard[id]; n.closed || h == nil || now.Sub(h.seen) < nodeTTL {
-			n.mu.Unlock() // a heartbeat or a leave came meanwhile, or Close
+		// A heartbeat replaces the record and a leave deletes it: either
+		// means the node was heard meanwhile (compared by record, not by
+		// time: now may be ahead of the clock, as in tests)
+		if n.closed || n.heard[id] != h {
+			n.mu.Unlock()
 			continue
 		}
 		n.purgeNode(id, "no heartbeat")
