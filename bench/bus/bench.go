@@ -236,6 +236,70 @@ func (cfg *Config) Check() error {
 	if err := bots.CheckRate(cfg.Rate); err != nil {
 		return err
 	}
+	return cfg.checkCounts()
+}
+
+// checkCounts returns an error naming the flag whose count, duration or
+// limit the benchmark cannot run with: a step of 0 users or 0 scenes, a
+// measurement window of 0 (its rates were NaN, and writing the results
+// failed at the end of the run), a negative wait, and the like. Each was
+// run before and recorded as if measured.
+func (cfg *Config) checkCounts() error {
+	for _, l := range []struct {
+		flag string
+		v    []int
+		what string
+	}{
+		{"--ramp", cfg.Ramp, "users"},
+		{"--isolation-ramp", cfg.IsolationRamp, "users"},
+		{"--isolation-scenes", cfg.IsolationScene, "scenes"},
+		{"--security-users", cfg.SecurityUsers, "users"},
+	} {
+		if len(l.v) == 0 {
+			return fmt.Errorf("%s is empty; want at least one step", l.flag)
+		}
+		for _, n := range l.v {
+			if n < 1 {
+				return fmt.Errorf("%s has a step of %d %s; want at least 1", l.flag, n, l.what)
+			}
+		}
+	}
+	for _, n := range cfg.InteractionBG {
+		if n < 0 {
+			return fmt.Errorf("--interaction-bg has %d background users; want 0 or more", n)
+		}
+	}
+	if len(cfg.InteractionBG) == 0 {
+		return errors.New("--interaction-bg is empty; want at least one number of background users (0: none)")
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+		what string
+	}{
+		{"--size", cfg.Size, "bytes"},
+		{"--efficiency-users", cfg.EfficiencyUsers, "users"},
+		{"--efficiency-repeat", cfg.EfficiencyRepeat, "repetitions"},
+		{"--security-repeat", cfg.SecurityRepeat, "repetitions"},
+		{"--generator-users", cfg.GeneratorUsers, "users"},
+		{"--clicks", cfg.Clicks, "clicks"},
+	} {
+		if n.v < 1 {
+			return fmt.Errorf("%s %d: want at least 1 (%s)", n.flag, n.v, n.what)
+		}
+	}
+	switch {
+	case cfg.Step <= 0:
+		return fmt.Errorf("--step %v: want a measurement window above 0", cfg.Step)
+	case cfg.Warmup < 0:
+		return fmt.Errorf("--warmup %v: want 0 or more", cfg.Warmup)
+	case cfg.Drain < 0:
+		return fmt.Errorf("--drain %v: want 0 or more", cfg.Drain)
+	case cfg.MaxP99 <= 0:
+		return fmt.Errorf("--max-p99 %v: want a latency limit above 0", cfg.MaxP99)
+	case !(cfg.MinRatio >= 0 && cfg.MinRatio <= 1):
+		return fmt.Errorf("--min-ratio %g: want a delivery ratio from 0 to 1", cfg.MinRatio)
+	}
 	return nil
 }
 

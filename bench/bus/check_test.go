@@ -39,6 +39,29 @@ func TestConfigCheck(t *testing.T) {
 		{"rate 0", func(c *Config) { c.Rate = 0 }, "rate 0"},
 		{"rate NaN", func(c *Config) { c.Rate = math.NaN() }, "rate NaN"},
 		{"no output", func(c *Config) { c.Out = "" }, "no output directory"},
+		// Counts and durations it cannot run with: each ran before, and was
+		// recorded as if measured (a 0 s window failed only when the
+		// results were written, at the end).
+		{"a ramp step of 0 users", func(c *Config) { c.Ramp = []int{0, 30} }, "--ramp has a step of 0 users"},
+		{"no ramp", func(c *Config) { c.Ramp = nil }, "--ramp is empty"},
+		{"an isolation step of 0 users", func(c *Config) { c.IsolationRamp = []int{0} }, "--isolation-ramp has a step of 0 users"},
+		{"0 scenes", func(c *Config) { c.IsolationScene = []int{1, 0} }, "--isolation-scenes has a step of 0 scenes"},
+		{"0 security users", func(c *Config) { c.SecurityUsers = []int{0} }, "--security-users has a step of 0 users"},
+		{"negative background", func(c *Config) { c.InteractionBG = []int{-1} }, "--interaction-bg has -1"},
+		{"no background at all is 0", func(c *Config) { c.InteractionBG = []int{0} }, ""},
+		{"size 0", func(c *Config) { c.Size = 0 }, "--size 0"},
+		{"0 efficiency users", func(c *Config) { c.EfficiencyUsers = 0 }, "--efficiency-users 0"},
+		{"0 efficiency repeats", func(c *Config) { c.EfficiencyRepeat = 0 }, "--efficiency-repeat 0"},
+		{"0 security repeats", func(c *Config) { c.SecurityRepeat = 0 }, "--security-repeat 0"},
+		{"0 generator users", func(c *Config) { c.GeneratorUsers = 0 }, "--generator-users 0"},
+		{"0 clicks", func(c *Config) { c.Clicks = 0 }, "--clicks 0"},
+		{"step 0", func(c *Config) { c.Step = 0 }, "--step 0s"},
+		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, "--warmup -1s"},
+		{"no warm-up", func(c *Config) { c.Warmup = 0 }, ""},
+		{"negative drain", func(c *Config) { c.Drain = -time.Second }, "--drain -1s"},
+		{"max p99 0", func(c *Config) { c.MaxP99 = 0 }, "--max-p99 0s"},
+		{"ratio above 1", func(c *Config) { c.MinRatio = 2 }, "--min-ratio 2"},
+		{"ratio NaN", func(c *Config) { c.MinRatio = math.NaN() }, "--min-ratio NaN"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
