@@ -30,8 +30,13 @@ type frameSource interface {
 	// run reads frames and calls handle with each, until the transport
 	// fails, stop reports true, or handle returns an error; it returns
 	// that error. handle may keep a frame. It must not close the
-	// transport itself (see conn.close).
-	run(stop func() bool, handle func(f []byte) error) error
+	// transport itself (see conn.close). Before it handles what it read,
+	// it charges it to the inbound budget (charge: frames and bytes; it
+	// waits while the budget is spent, and reports false if the
+	// connection closed meanwhile), everything the peer sends: frames,
+	// and on WebSocket every message, control and text messages too, and
+	// the bytes on the wire.
+	run(stop func() bool, charge func(frames, bytes int) bool, handle func(f []byte) error) error
 }
 
 // streamSource reads frames from a byte stream (TCP or TLS).
@@ -48,12 +53,15 @@ func newStreamSource(nc net.Conn, maxPayload int) *streamSource {
 	return s
 }
 
-func (s *streamSource) run(stop func() bool, handle func(f []byte) error) error {
+func (s *streamSource) run(stop func() bool, charge func(frames, bytes int) bool, handle func(f []byte) error) error {
 	return streamread.Receive(s.nc, &s.r.Buffer, streamread.Options{Stop: stop}, func() error {
 		for {
 			f, ok, err := s.r.next()
 			if err != nil || !ok {
 				return err
+			}
+			if !charge(1, len(f)) {
+				return net.ErrClosed // closed while it waited: the read loop ends, and no later frame is handled
 			}
 			// The frame is in the read buffer, which the next read
 			// overwrites; relayed frames wait in other connections' queues.
@@ -184,15 +192,12 @@ func (c *conn) serve() {
 		}
 	}()
 	defer func() { close(reqs); <-handled }()
-	c.readError(c.src.run(c.closing, func(f []byte) error {
+	// Every frame counts against the inbound budget (charged by the
+	// source), server messages too: a flood of property changes or joins
+	// reaches every member as a flood of relayed frames does.
+	c.readError(c.src.run(c.closing, c.admit, func(f []byte) error {
 		m.messagesIn.Inc()
 		m.bytesIn.Add(float64(len(f)))
-		// Every frame counts against the inbound budget, server messages
-		// too: a flood of property changes or joins reaches every member
-		// as a flood of relayed frames does.
-		if !c.admit(f) {
-			return net.ErrClosed // closed while it waited: the read loop ends, and no later frame is handled
-		}
 		if IDOf(f) == ServerID {
 			c.lastServer.Store(time.Now().UnixNano())
 			c.heldCredit.Store(0)

@@ -133,7 +133,14 @@ func newLimiter(b Budget, now time.Time) *limiter {
 // its budget long enough to have its whole burst again, which ends a
 // throttling episode.
 func (l *limiter) take(now time.Time, size int) (wait time.Duration, rested bool) {
-	wf, ff := l.frames.take(now, 1)
+	return l.takeN(now, 1, size)
+}
+
+// takeN charges frames frames and size bytes, as take does one frame: a
+// WebSocket connection is charged its bytes as they are read off the
+// wire, and each message apart.
+func (l *limiter) takeN(now time.Time, frames, size int) (wait time.Duration, rested bool) {
+	wf, ff := l.frames.take(now, float64(frames))
 	wb, fb := l.bytes.take(now, float64(size))
 	return max(wf, wb), ff && fb
 }
@@ -154,18 +161,18 @@ type throttle struct {
 	waited   atomic.Int64 // nanoseconds waited in all, for the connection's metric
 }
 
-// admit charges frame f to the connection's inbound budget. When the
-// budget is spent it waits, on the read loop, until it has refilled, so
-// that the connection is not read meanwhile: only its sender is held
-// back. It reports false if the connection closed during the wait (the
-// frame is then not handled).
-func (c *conn) admit(f []byte) bool {
+// admit charges frames frames and size bytes to the connection's inbound
+// budget. When the budget is spent it waits, on the read loop, until it
+// has refilled, so that the connection is not read meanwhile: only its
+// sender is held back. It reports false if the connection closed during
+// the wait (what was charged is then not handled).
+func (c *conn) admit(frames, size int) bool {
 	t := &c.throttle
 	if t.lim == nil {
 		return true
 	}
 	now := time.Now()
-	wait, rested := t.lim.take(now, len(f))
+	wait, rested := t.lim.takeN(now, frames, size)
 	if rested {
 		t.episode = false
 	}
