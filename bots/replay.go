@@ -2,6 +2,7 @@ package bots
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -64,11 +65,24 @@ func ReadTraceFile(path string) (*Trace, error) {
 	return t, nil
 }
 
+// MaxTraceSamples is the most samples ReadTrace takes: over a day of a
+// browser's 10 poses a second, about 70 MB in memory (bots loop a trace,
+// so a longer one is never needed, and a file of gigabytes would take
+// the memory the bots need).
+const MaxTraceSamples = 1_000_000
+
+// maxTraceLine is the longest line ReadTrace reads; a sample takes well
+// under 200 bytes.
+const maxTraceLine = 64 << 10
+
 // ReadTrace parses a trace (see Trace for the format).
 func ReadTrace(r io.Reader) (*Trace, error) {
 	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), maxTraceLine)
 	var t Trace
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for sc.Scan() {
+		line++
 		s := strings.TrimSpace(sc.Text())
 		if s == "" || s[0] == '#' {
 			continue
@@ -87,13 +101,19 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 		if n := len(t.Samples); n > 0 && v[0] <= t.Samples[n-1].T {
 			return nil, fmt.Errorf("line %d: time %g does not increase (previous %g)", line, v[0], t.Samples[n-1].T)
 		}
+		if len(t.Samples) == MaxTraceSamples {
+			return nil, fmt.Errorf("line %d: more than %d samples (over a day at 10 poses a second): cut the trace, bots loop it", line, MaxTraceSamples)
+		}
 		t.Samples = append(t.Samples, TraceSample{T: v[0], Pose: Pose{Pos: Vec3{v[1], v[2], v[3]}, Rot: Quat{v[4], v[5], v[6], v[7]}}})
 	}
 	if err := sc.Err(); err != nil {
-		return nil, err
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("line %d: longer than %d KiB (a sample is one short line: t x y z qx qy qz qw; is this a pose trace?)", line+1, maxTraceLine>>10)
+		}
+		return nil, fmt.Errorf("line %d: %w", line+1, err)
 	}
 	if len(t.Samples) == 0 {
-		return nil, fmt.Errorf("no samples")
+		return nil, fmt.Errorf("no samples (want lines of t x y z qx qy qz qw)")
 	}
 	return &t, nil
 }
