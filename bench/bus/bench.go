@@ -381,8 +381,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			return nil, fmt.Errorf("bench bus: %w", err)
 		}
 	}
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
+	if err := writableDir(cfg.Out); err != nil {
+		return nil, fmt.Errorf("bench bus: --out %s: %w", cfg.Out, err)
 	}
 	work, err := os.MkdirTemp("", "xrealm-bench-bus-")
 	if err != nil {
@@ -418,6 +418,20 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			err = fmt.Errorf("unknown experiment %q (want one of %s)", e, strings.Join(Experiments, ", "))
 		}
 		if err != nil {
+			// Keep the steps measured so far, also of this experiment (an
+			// interrupted run lost them); a run that measured nothing
+			// leaves the directory as it was.
+			if len(res.Rows) > 0 || len(res.Interaction) > 0 {
+				why := "failed"
+				if ctx.Err() != nil {
+					why = "was interrupted"
+				}
+				res.Notes = append(res.Notes, fmt.Sprintf("This run %s during the experiment %s: the results hold what was measured until then (%v).", why, e, err))
+				res.Finished = time.Now()
+				if werr := Write(cfg.Out, res); werr != nil {
+					err = errors.Join(err, werr)
+				}
+			}
 			return res, err
 		}
 		// Write what we have after every experiment, so that a long run
@@ -429,6 +443,21 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	res.Finished = time.Now()
 	return res, Write(cfg.Out, res)
+}
+
+// writableDir creates dir if missing and checks that files can be
+// written in it, so that a run fails at its start, not when it writes its
+// first results after minutes of measuring.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".xrealm-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write there: %w", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 type runner struct {

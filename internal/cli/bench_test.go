@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -275,5 +276,32 @@ func TestFormatInts(t *testing.T) {
 	}
 	if got := formatInts(d.IsolationRamp); got != "100:50:2000" {
 		t.Errorf("the isolation ramp's default reads %q, want 100:50:2000", got)
+	}
+}
+
+// TestBusRunError checks what bench bus says when a run stops early: on
+// Ctrl-C it said only "context canceled", not that the steps measured
+// were written, nor where.
+func TestBusRunError(t *testing.T) {
+	some := &benchbus.Results{Rows: make([]benchbus.Row, 3), Interaction: make([]benchbus.Interaction, 1)}
+	tests := []struct {
+		err         error
+		interrupted bool
+		res         *benchbus.Results
+		want        string
+	}{
+		{context.Canceled, true, some, "bench bus interrupted: the 4 measurements made until then are in /tmp/o (RESULTS.md, results.json and the plots)"},
+		{context.Canceled, true, nil, "bench bus interrupted: nothing was measured, and nothing written"},
+		{context.Canceled, true, &benchbus.Results{}, "bench bus interrupted: nothing was measured, and nothing written"},
+		{errors.New("start mosquitto: no such file"), false, some, "start mosquitto: no such file\n(the 4 measurements made until then are in /tmp/o"},
+	}
+	for _, tc := range tests {
+		got := busRunError(tc.err, tc.interrupted, tc.res, "/tmp/o")
+		if !strings.Contains(got.Error(), tc.want) {
+			t.Errorf("busRunError(%v, %v) = %q, want %q", tc.err, tc.interrupted, got, tc.want)
+		}
+		if !tc.interrupted && !errors.Is(got, tc.err) {
+			t.Errorf("busRunError(%v) no longer wraps it", tc.err)
+		}
 	}
 }

@@ -123,11 +123,34 @@ func runBenchBus(ctx context.Context, args []string) error {
 	}
 	d.Log = log
 	start := time.Now()
-	if _, err := benchbus.Run(ctx, d); err != nil {
-		return err
+	// Stopping takes seconds (the step's bots, then each server): say
+	// at once that the interruption was heard.
+	defer context.AfterFunc(ctx, func() {
+		fmt.Fprintln(os.Stderr, "bench bus: interrupted; stopping the servers it started and writing what was measured ...")
+	})()
+	if res, err := benchbus.Run(ctx, d); err != nil {
+		return busRunError(err, ctx.Err() != nil, res, d.Out)
 	}
 	fmt.Fprintf(os.Stderr, "results in %s (%s)\n", filepath.Join(d.Out, "RESULTS.md"), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// busRunError is the error of a bench bus run that stopped early
+// (interrupted: by Ctrl-C or SIGTERM), saying what it left in out: the
+// steps measured until then, or nothing.
+func busRunError(err error, interrupted bool, res *benchbus.Results, out string) error {
+	n := 0
+	if res != nil {
+		n = len(res.Rows) + len(res.Interaction)
+	}
+	what := "nothing was measured, and nothing written"
+	if n > 0 {
+		what = fmt.Sprintf("the %d measurements made until then are in %s (RESULTS.md, results.json and the plots)", n, out)
+	}
+	if interrupted {
+		return fmt.Errorf("bench bus interrupted: %s", what)
+	}
+	return fmt.Errorf("%w\n(%s)", err, what)
 }
 
 // busOutNotice is what bench bus prints at its start about where it
