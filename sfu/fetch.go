@@ -99,6 +99,9 @@ func (f *fetcher) ask(seq uint16, d *downtrack.DownTrack) {
 // relaying), costs one request the origin answers with what it has.
 type cadence struct {
 	fetch func(seqs []uint16)
+	// afterFunc runs f after d; nil is time.AfterFunc (tests set a clock
+	// of their own)
+	afterFunc func(d time.Duration, f func()) interface{ Stop() bool }
 
 	mu       sync.Mutex
 	started  bool
@@ -108,7 +111,7 @@ type cadence struct {
 	interval time.Duration // smoothed arrival spacing of frames
 	pkts     int           // packets of the previous frame
 	cur      int           // packets of the newest frame so far
-	timer    *time.Timer
+	timer    interface{ Stop() bool }
 }
 
 // Cadence limits.
@@ -147,7 +150,11 @@ func (c *cadence) observe(seq uint16, ts uint32, now time.Time) {
 			if c.timer != nil {
 				c.timer.Stop()
 			}
-			c.timer = time.AfterFunc(wait, func() { c.expired(at) })
+			after := c.afterFunc
+			if after == nil {
+				after = func(d time.Duration, f func()) interface{ Stop() bool } { return time.AfterFunc(d, f) }
+			}
+			c.timer = after(wait, func() { c.expired(at) })
 		}
 	}
 }

@@ -111,45 +111,66 @@ func TestRelayNACKForwarded(t *testing.T) {
 }
 
 // TestCadence: frames every 40 ms of two packets each; while they keep
-// coming nothing is asked; when one does not come, the two sequence
-// numbers it would carry are asked for once; retransmitted old packets do
-// not count as frames.
+// coming nothing is asked (each frame replaces the previous one's timer,
+// which would find a newer frame if it ran anyway); when one does not
+// come, the timer of the last (at the interval plus the margin) asks for
+// the two sequence numbers it would carry, once; retransmitted old packets
+// do not count as frames. The clock is the test's: observe takes the
+// arrival time, and the timers are run by hand.
 func TestCadence(t *testing.T) {
-	asked := make(chan []uint16, 4)
-	c := &cadence{fetch: func(s []uint16) { asked <- s }}
-	defer c.stop()
+	var asked [][]uint16
+	var timers []*fakeTimer
+	c := &cadence{fetch: func(s []uint16) { asked = append(asked, s) }, afterFunc: func(d time.Duration, f func()) interface{ Stop() bool } {
+		ft := &fakeTimer{d: d, f: f}
+		timers = append(timers, ft)
+		return ft
+	}}
 	seq, ts := uint16(65530), uint32(1000) // the sequence numbers wrap
+	now := time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 	frame := func() {
-		now := time.Now()
 		c.observe(seq, ts, now)
 		c.observe(seq+1, ts, now)
 		seq += 2
 		ts += 3000
+		now = now.Add(40 * time.Millisecond)
 	}
 	for range 8 {
 		frame()
-		time.Sleep(40 * time.Millisecond)
 	}
-	select {
-	case s := <-asked:
-		t.Fatalf("asked for %v while frames kept coming", s)
-	default:
+	if len(timers) != 7 { // one per frame after the first (the interval is known)
+		t.Fatalf("%d timers set for 8 frames, want 7", len(timers))
 	}
-	c.observe(seq-5, ts-6000, time.Now()) // an old packet again (a retransmission)
-	select {
-	case s := <-asked:
-		if len(s) != 2 || s[0] != seq || s[1] != seq+1 {
-			t.Errorf("asked for %v, want [%d %d]", s, seq, seq+1)
+	for i, ft := range timers[:len(timers)-1] {
+		if !ft.stopped {
+			t.Errorf("timer %d not stopped when the next frame came", i)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("the missing frame was not asked for")
+		ft.f() // as if it had fired just before its Stop
 	}
-	select {
-	case s := <-asked:
-		t.Errorf("asked again for %v", s)
-	case <-time.After(200 * time.Millisecond):
+	if len(asked) != 0 {
+		t.Fatalf("asked for %v while frames kept coming", asked)
+	}
+	last := timers[len(timers)-1]
+	if want := 40*time.Millisecond + cadenceMargin; last.d != want {
+		t.Errorf("the next frame is expected within %v, want %v (interval + margin)", last.d, want)
+	}
+	c.observe(seq-5, ts-6000, now) // an old packet again (a retransmission)
+	if len(timers) != 7 || last.stopped {
+		t.Fatalf("an old packet set a timer or stopped the last one (%d timers)", len(timers))
+	}
+	last.f() // the next frame does not come
+	if len(asked) != 1 || len(asked[0]) != 2 || asked[0][0] != seq || asked[0][1] != seq+1 {
+		t.Errorf("asked for %v, want once [%d %d]", asked, seq, seq+1)
 	}
 }
+
+// fakeTimer is a cadence timer the test runs by hand.
+type fakeTimer struct {
+	d       time.Duration
+	f       func()
+	stopped bool
+}
+
+func (f *fakeTimer) Stop() bool { f.stopped = true; return true }
 
 // TestFetcherWant: packets asked for without a down track are requested
 // once and, when they arrive, have no down track waiting (they are
