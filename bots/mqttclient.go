@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +22,9 @@ import (
 
 // MQTTConfig configures one MQTT 3.1.1 client connection.
 type MQTTConfig struct {
-	// Addr is host:port for MQTT over TCP, or a ws:// URL (for example
-	// ws://127.0.0.1:8080/mqtt) for MQTT over WebSocket.
+	// Addr is host:port (or mqtt://host:port) for MQTT over TCP, or a
+	// ws:// or wss:// URL (for example ws://127.0.0.1:8080/mqtt) for MQTT
+	// over WebSocket.
 	Addr     string
 	ClientID string
 	Username string // empty: no user name
@@ -65,6 +67,10 @@ type MQTTClient struct {
 	err   error
 }
 
+// handshakeTimeout bounds CONNECT to CONNACK when the context has no
+// deadline.
+const handshakeTimeout = 15 * time.Second
+
 // DialMQTT connects, sends CONNECT and waits for the CONNACK.
 func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 	if cfg.Keepalive == 0 {
@@ -81,10 +87,20 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 		return nil, err
 	}
 	c := &MQTTClient{cfg: cfg, nc: nc, rd: mqttwire.NewReader(cfg.ReadBuffer, mqttwire.MaxLength(cfg.MaxPacket)), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
+	wait := handshakeTimeout
 	if dl, ok := ctx.Deadline(); ok {
-		nc.SetDeadline(dl)
-	} else {
-		nc.SetDeadline(time.Now().Add(15 * time.Second))
+		wait = time.Until(dl)
+	}
+	nc.SetDeadline(time.Now().Add(wait))
+	// The end of ctx (Ctrl-C) ends the handshake at once, not after wait.
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	defer stop()
+	fail := func(err error) (*MQTTClient, error) {
+		nc.Close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("mqtt %s: %w", cfg.Addr, context.Cause(ctx))
+		}
+		return nil, err
 	}
 	cp := packets.NewControlPacket(packets.Connect).(*packets.ConnectPacket)
 	cp.ProtocolName, cp.ProtocolVersion = "MQTT", 4
@@ -98,24 +114,31 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 		cp.PasswordFlag, cp.Password = true, []byte(cfg.Password)
 	}
 	if err := c.writePacket(cp); err != nil {
-		nc.Close()
-		return nil, fmt.Errorf("mqtt %s: send CONNECT: %w", cfg.Addr, err)
+		return fail(fmt.Errorf("mqtt %s: send CONNECT: %w", cfg.Addr, err))
 	}
 	typ, body, err := c.readPacket()
+	// An HTTP server answers CONNECT with "HTTP/1.1 400 ...", whose first
+	// bytes read as a packet of type 4 and a length.
+	if err == nil && typ == 'H' && bytes.HasPrefix(body, []byte("TP/")) || err != nil && bytes.HasPrefix(c.rd.Bytes(), []byte("HTTP/")) {
+		return fail(fmt.Errorf("mqtt %s: an HTTP server answered CONNECT: bots speak MQTT over TCP to an MQTT port (xrealm serve --mqtt-addr), or over WebSocket to a ws://host:port/mqtt URL", cfg.Addr))
+	}
 	if err != nil {
-		nc.Close()
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return nil, fmt.Errorf("mqtt %s: the server closed the connection instead of answering CONNECT (bots speak MQTT over plain TCP or WebSocket: is this a TLS port, or not an MQTT server?): %w", cfg.Addr, err)
+			return fail(fmt.Errorf("mqtt %s: the server closed the connection instead of answering CONNECT (bots speak MQTT over plain TCP or WebSocket: is this a TLS port, or not an MQTT server?): %w", cfg.Addr, err))
 		}
-		return nil, fmt.Errorf("mqtt %s: waiting for CONNACK: %w", cfg.Addr, err)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return fail(fmt.Errorf("mqtt %s: no CONNACK within %s of CONNECT (is this an MQTT server?): %w", cfg.Addr, wait.Round(time.Millisecond), err))
+		}
+		return fail(fmt.Errorf("mqtt %s: waiting for CONNACK: %w", cfg.Addr, err))
 	}
 	if typ>>4 != packets.Connack || len(body) < 2 {
-		nc.Close()
-		return nil, fmt.Errorf("mqtt %s: expected CONNACK, got packet type %d", cfg.Addr, typ>>4)
+		return fail(fmt.Errorf("mqtt %s: expected CONNACK, got packet type %d (is this an MQTT server?)", cfg.Addr, typ>>4))
 	}
 	if rc := body[1]; rc != packets.Accepted {
-		nc.Close()
-		return nil, fmt.Errorf("mqtt %s: connection refused: %s", cfg.Addr, packets.ConnackReturnCodes[rc])
+		return fail(fmt.Errorf("mqtt %s: connection refused: %s", cfg.Addr, packets.ConnackReturnCodes[rc]))
+	}
+	if !stop() {
+		return fail(ctx.Err())
 	}
 	nc.SetDeadline(time.Time{})
 	go c.readLoop()
@@ -132,8 +155,19 @@ func dialStream(ctx context.Context, addr string) (net.Conn, error) {
 		}
 		return wsstream.New(ws), nil
 	}
+	hostPort := addr
+	if scheme, rest, ok := strings.Cut(addr, "://"); ok {
+		switch scheme {
+		case "mqtt", "tcp":
+			hostPort = strings.TrimSuffix(rest, "/")
+		case "http", "https":
+			return nil, fmt.Errorf("mqtt %s: bots speak MQTT, over TCP (host:port of an MQTT port, xrealm serve --mqtt-addr) or WebSocket (ws://host:port/mqtt), not HTTP", addr)
+		default:
+			return nil, fmt.Errorf("mqtt %s: scheme %q: want host:port or mqtt://host:port (MQTT over TCP), or ws:// or wss:// (MQTT over WebSocket); bots do not speak MQTT over TLS", addr, scheme)
+		}
+	}
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := d.DialContext(ctx, "tcp", hostPort)
 	if err != nil {
 		return nil, fmt.Errorf("mqtt %s: %w", addr, err)
 	}
@@ -274,6 +308,9 @@ func (c *MQTTClient) keepalive() {
 func (c *MQTTClient) readLoop() {
 	defer close(c.done)
 	if err := c.receive(); err != nil {
+		if errors.Is(err, io.EOF) && !c.closing.Load() {
+			err = fmt.Errorf("the server closed the connection (%w)", err)
+		}
 		c.fail(fmt.Errorf("mqtt %s: read: %w", c.cfg.Addr, err))
 	}
 }
