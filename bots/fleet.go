@@ -40,6 +40,8 @@ type Fleet struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	lost   atomic.Int64
+	// firstLost is why the first bot to lose its connection lost it.
+	firstLost atomic.Pointer[error]
 	// JoinTimes holds each bot's connect-and-subscribe time.
 	JoinTimes []time.Duration
 }
@@ -136,8 +138,19 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	var mu sync.Mutex
 	var errs []error
 	var wg sync.WaitGroup
+	tried := 0
 	for _, b := range f.bots {
+		// A slot first, then a look at the joins that ended meanwhile:
+		// after a failure no more are started.
 		sem <- struct{}{}
+		mu.Lock()
+		failed := len(errs) > 0
+		mu.Unlock()
+		if failed {
+			<-sem
+			break
+		}
+		tried++
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
@@ -152,17 +165,15 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 			f.JoinTimes[b.id.Index] = time.Since(t0)
 			b.link = link
 		}()
-		mu.Lock()
-		failed := len(errs) > 0
-		mu.Unlock()
-		if failed {
-			break
-		}
 	}
 	wg.Wait()
 	if len(errs) > 0 {
 		f.closeLinks()
-		return nil, fmt.Errorf("fleet: %d bots could not join; first: %w", len(errs), errs[0])
+		untried := ""
+		if tried < len(f.bots) {
+			untried = fmt.Sprintf(" (%d not tried)", len(f.bots)-tried)
+		}
+		return nil, fmt.Errorf("fleet: %d of %d bots could not join%s; first: %w", len(errs), len(f.bots), untried, errs[0])
 	}
 
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -185,14 +196,47 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 			select {
 			case <-b.link.Done():
 				if runCtx.Err() == nil {
-					f.lost.Add(1)
-					cfg.Log.Warn("bot disconnected", "bot", b.id.User)
+					f.disconnected(b)
 				}
 			case <-runCtx.Done():
 			}
 		}()
 	}
 	return f, nil
+}
+
+// logLost is how many disconnections a fleet logs one by one; after them
+// it says once that more followed (a server that stops takes every bot
+// with it: a thousand lines would bury the reason).
+const logLost = 3
+
+// disconnected accounts for bot b's lost connection.
+func (f *Fleet) disconnected(b *bot) {
+	err := linkErr(b.link)
+	f.firstLost.CompareAndSwap(nil, &err)
+	switch n := f.lost.Add(1); {
+	case n <= logLost:
+		f.cfg.Log.Warn("bot disconnected", "bot", b.id.User, "err", err)
+	case n == logLost+1:
+		f.cfg.Log.Warn("more bots disconnected; the progress lines count those connected")
+	}
+}
+
+// linkErr returns why link's connection ended, if its transport says.
+func linkErr(l Link) error {
+	if e, ok := l.(interface{ Err() error }); ok && e.Err() != nil {
+		return e.Err()
+	}
+	return errors.New("connection ended")
+}
+
+// LostReason returns why the first bot that lost its connection lost it,
+// or nil if none has.
+func (f *Fleet) LostReason() error {
+	if p := f.firstLost.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Receive and ReadDone make a bot its transport's Receiver: a read's
@@ -331,6 +375,28 @@ func (b *bot) dueIn(from, to int64) int64 {
 	// ceil((t-first)/period), at least 0
 	before := func(t int64) int64 { return max(ceilDiv(t-b.first, b.period), 0) }
 	return max(before(to)-before(from), 0)
+}
+
+// Stop stops the bots sending, and returns once every sender has
+// stopped; they stay connected and receiving until Close.
+func (f *Fleet) Stop() {
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.wg.Wait()
+}
+
+// Delivery returns the deliveries the bots' poses due so far should make,
+// each to every member of its sender's scene, whether its sender sent it
+// or skipped it (Meter.Missed), and the deliveries the bots received: a
+// run's delivery ratio.
+func (f *Fleet) Delivery() (expected, delivered int64) {
+	for _, b := range f.bots {
+		sent, missed, recv := b.meter.totals()
+		expected += (sent + missed) * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
+		delivered += recv
+	}
+	return expected, delivered
 }
 
 // Close stops the bots and disconnects them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,4 +172,124 @@ type noJoin struct{ t *testing.T }
 func (n noJoin) Join(context.Context, Identity, Receiver, bool) (Link, error) {
 	n.t.Error("a bot joined despite a bad configuration")
 	return nil, errors.New("no")
+}
+
+// Delivery expects every pose due, sent or skipped, to reach every member
+// of its sender's scene: the run's delivery ratio that xrealm bots prints.
+func TestFleetDelivery(t *testing.T) {
+	f := &Fleet{acc: NewAccounts(), scenes: map[string]int{"public/a": 3, "public/b": 1}}
+	for i, scene := range []string{"a", "a", "a", "b"} {
+		f.bots = append(f.bots, &bot{id: Identity{Index: i, Namespace: "public", Scene: scene}, meter: f.acc.NewMeter()})
+	}
+	period := int64(100 * time.Millisecond)
+	at := time.Now().UnixNano()
+	f.bots[0].meter.Sent(at)
+	f.bots[0].meter.Missed(at+period, 2, period) // due, skipped
+	f.bots[1].meter.Sent(at)
+	f.bots[3].meter.Sent(at)
+	for _, b := range f.bots[:3] {
+		b.meter.Received(at, at+1000, 100) // bot 0's pose
+		b.meter.Received(at, at+1000, 100) // bot 1's
+	}
+	f.bots[3].meter.Received(at, at+1000, 100)
+	expected, delivered := f.Delivery()
+	if expected != (3+1)*3+1*1 || delivered != 7 {
+		t.Errorf("expected %d delivered %d; want 13 and 7", expected, delivered)
+	}
+}
+
+// endLink is a link whose connection ends with err when end is closed.
+type endLink struct {
+	err  error
+	done chan struct{}
+	once sync.Once
+}
+
+func (l *endLink) SendPose(Pose, int64) error { return nil }
+func (l *endLink) Close() error               { l.once.Do(func() { close(l.done) }); return nil }
+func (l *endLink) Done() <-chan struct{}      { return l.done }
+func (l *endLink) Err() error                 { return l.err }
+
+type endTransport struct{ links []*endLink }
+
+func (t endTransport) Join(_ context.Context, id Identity, _ Receiver, _ bool) (Link, error) {
+	return t.links[id.Index], nil
+}
+
+// A fleet keeps why its first bot lost its connection, for the error that
+// ends a run whose bots were all disconnected (it said only "did the
+// server stop?", also when another run had taken their client ids over),
+// and logs a few disconnections, not one line per bot.
+func TestFleetLostReason(t *testing.T) {
+	tr := endTransport{}
+	for i := 0; i < 10; i++ {
+		tr.links = append(tr.links, &endLink{err: fmt.Errorf("bot %d: the server closed the connection", i), done: make(chan struct{})})
+	}
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := StartFleet(ctx, FleetConfig{Transport: tr, Users: len(tr.links), Behaviour: Spec{Name: "static"}, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.LostReason() != nil {
+		t.Fatalf("LostReason %v before any bot lost its connection", f.LostReason())
+	}
+	tr.links[7].Close()
+	for f.Connected() != 9 || f.LostReason() == nil {
+		if ctx.Err() != nil {
+			t.Fatalf("connected %d, lost reason %v", f.Connected(), f.LostReason())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.LostReason().Error(); got != "bot 7: the server closed the connection" {
+		t.Errorf("LostReason %q, want bot 7's", got)
+	}
+	for _, l := range tr.links {
+		l.Close()
+	}
+	for f.lost.Load() != 10 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d of 10 losses counted", f.lost.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got := f.LostReason().Error(); got != "bot 7: the server closed the connection" {
+		t.Errorf("LostReason %q after all were lost, want the first's, bot 7's", got)
+	}
+	mu.Lock()
+	lines := strings.Count(logged.String(), "\n")
+	mu.Unlock()
+	if lines != logLost+1 {
+		t.Errorf("%d log lines for 10 disconnections, want %d and one saying more followed:\n%s", lines, logLost+1, logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// A fleet that cannot join says how many bots failed of how many, and
+// how many were not tried (it stops starting joins at the first failure).
+func TestFleetJoinErrorCounts(t *testing.T) {
+	_, err := StartFleet(context.Background(), FleetConfig{Transport: failJoin{}, Users: 40, Parallel: 1})
+	if err == nil || !strings.Contains(err.Error(), "1 of 40 bots could not join (39 not tried); first: no server") {
+		t.Errorf("StartFleet: %v, want 1 of 40 failed, 39 not tried", err)
+	}
+}
+
+type failJoin struct{}
+
+func (failJoin) Join(context.Context, Identity, Receiver, bool) (Link, error) {
+	return nil, errors.New("no server")
 }

@@ -127,3 +127,6 @@ func (l *mqttLink) SendPose(p Pose, sentNanos int64) error {
 
 func (l *mqttLink) Close() error          { return l.c.Close() }
 func (l *mqttLink) Done() <-chan struct{} { return l.c.Done() }
+
+// Err returns why the connection ended, once Done is closed.
+func (l *mqttLink) Err() error { return l.c.Err() }

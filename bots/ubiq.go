@@ -332,3 +332,6 @@ func (d *decodeTimes) due(from ubiq.NetworkId, now, every int64) bool {
 
 func (l *ubiqLink) Close() error          { return l.c.Close() }
 func (l *ubiqLink) Done() <-chan struct{} { return l.c.Done() }
+
+// Err returns why the connection ended, once Done is closed.
+func (l *ubiqLink) Err() error { return l.c.Err() }
