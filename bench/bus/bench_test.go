@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(cli.Main(os.Args[1:], os.Stderr))
 	}
+	if dir := os.Getenv(mosquittoChildEnv); dir != "" {
+		mosquittoChild(dir)
+	}
 	os.Exit(m.Run())
 }
 
