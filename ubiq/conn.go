@@ -625,6 +625,10 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	me.Props = c.me.Props.clone()
 	pk, pv, pos, hasPos := takePosition(a.Peer.Keys, a.Peer.Values)
 	me.Props.appendAll(pk, pv)
+	if err := c.checkProps(me.Props); err != nil {
+		c.reject(a, "Could not join: "+err.Error())
+		return
+	}
 	id := me.UUID
 	if c.room == nil {
 		c.id.Store(&id) // for the logs, and the answer's peer field
@@ -784,8 +788,17 @@ func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) 
 	if ok {
 		c.setPosition(p)
 	}
-	ck, _ := c.me.Props.appendAll(keys, values)
-	if len(ck) == 0 || c.room == nil {
+	next := c.me.Props.clone()
+	ck, _ := next.appendAll(keys, values)
+	if len(ck) == 0 {
+		return
+	}
+	if err := c.checkProps(next); err != nil {
+		c.log.Info("Ubiq AppendPeerProperties refused", "peer", c.uuid(), "err", err)
+		return
+	}
+	c.me.Props = next
+	if c.room == nil {
 		return
 	}
 	rev, err := c.s.store.putMember(ctx, c.room.id, &c.me)
@@ -794,6 +807,27 @@ func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) 
 		return
 	}
 	c.memberRev = rev
+}
+
+// PropsLimitError refuses peer properties that would take more than the
+// largest frame (Config.MaxFrame) as JSON: they could not be stored (a
+// member record holds them), and a peer could otherwise grow its
+// connection's memory without bound, key by key.
+type PropsLimitError struct {
+	Size, Limit int
+}
+
+func (e *PropsLimitError) Error() string {
+	return fmt.Sprintf("peer properties of %d bytes (as JSON) would exceed the limit of %d", e.Size, e.Limit)
+}
+
+// checkProps returns a *PropsLimitError if p is too large.
+func (c *conn) checkProps(p props) error {
+	b, _ := json.Marshal(p)
+	if len(b) > c.s.cfg.MaxFrame {
+		return &PropsLimitError{Size: len(b), Limit: c.s.cfg.MaxFrame}
+	}
+	return nil
 }
 
 // setObserved replaces the observed rooms: new rooms are attached before

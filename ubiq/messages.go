@@ -184,23 +184,86 @@ func (p *props) set(k, v string) bool {
 
 // appendAll applies keys and values (extra keys without a value are
 // ignored) and returns the changed keys with their new values ("" for a
-// deleted key), each key once, last value winning.
+// deleted key), each key once, last value winning. It takes time linear in
+// the keys held and given (an index, not a scan per key: a peer may send
+// hundreds of thousands of keys in one message).
 func (p *props) appendAll(keys, values []string) (ck, cv []string) {
+	n := min(len(keys), len(values))
+	if n == 0 {
+		return nil, nil
+	}
+	if n == 1 { // the common case: no index
+		if !p.set(keys[0], values[0]) {
+			return nil, nil
+		}
+		v, _ := p.get(keys[0])
+		return []string{keys[0]}, []string{v}
+	}
+	idx := make(map[string]int, len(p.Keys)+n) // a key's first entry
+	var next map[int]int                       // an entry's next duplicate (none in what this package writes)
+	last := map[string]int{}
+	for i, k := range p.Keys {
+		if j, dup := last[k]; dup {
+			if next == nil {
+				next = map[int]int{}
+			}
+			next[j] = i
+		} else {
+			idx[k] = i
+		}
+		last[k] = i
+	}
+	clear(last)
+	dead := map[int]bool{} // entries deleted, dropped at the end
 	changed := map[string]bool{}
 	var order []string
-	for i, k := range keys {
-		if i >= len(values) {
-			break
+	for i := range n {
+		k, v := keys[i], values[i]
+		j, ok := idx[k]
+		switch {
+		case !ok && v == "":
+			continue
+		case !ok:
+			idx[k] = len(p.Keys)
+			p.Keys = append(p.Keys, k)
+			p.Values = append(p.Values, v)
+		case v == "":
+			dead[j] = true
+			if d, dup := next[j]; dup {
+				idx[k] = d // the duplicate is found now, as set would
+			} else {
+				delete(idx, k)
+			}
+		case p.Values[j] == v:
+			continue
+		default:
+			p.Values[j] = v
 		}
-		if p.set(k, values[i]) && !changed[k] {
+		if !changed[k] {
 			changed[k] = true
 			order = append(order, k)
 		}
 	}
 	for _, k := range order {
-		v, _ := p.get(k)
+		v := ""
+		if j, ok := idx[k]; ok {
+			v = p.Values[j]
+		}
 		ck = append(ck, k)
 		cv = append(cv, v)
+	}
+	if len(dead) > 0 {
+		w := 0
+		for i := range p.Keys {
+			if dead[i] {
+				continue
+			}
+			p.Keys[w], p.Values[w] = p.Keys[i], p.Values[i]
+			w++
+		}
+		clear(p.Keys[w:])
+		clear(p.Values[w:])
+		p.Keys, p.Values = p.Keys[:w], p.Values[:w]
 	}
 	return ck, cv
 }
@@ -221,21 +284,35 @@ func (p props) clone() props {
 	return props{Keys: append([]string(nil), p.Keys...), Values: append([]string(nil), p.Values...)}
 }
 
-// diff returns the keys whose values differ from old to p ("" = deleted).
+// diff returns the keys whose values differ from old to p ("" = deleted),
+// in time linear in both.
 func (p props) diff(old props) (ck, cv []string) {
+	was := first(old)
 	for i, k := range p.Keys {
-		if v, ok := old.get(k); !ok || v != p.Values[i] {
+		if j, ok := was[k]; !ok || old.Values[j] != p.Values[i] {
 			ck = append(ck, k)
 			cv = append(cv, p.Values[i])
 		}
 	}
+	now := first(p)
 	for _, k := range old.Keys {
-		if _, ok := p.get(k); !ok {
+		if _, ok := now[k]; !ok {
 			ck = append(ck, k)
 			cv = append(cv, "")
 		}
 	}
 	return ck, cv
+}
+
+// first maps each key of p to its first index.
+func first(p props) map[string]int {
+	m := make(map[string]int, len(p.Keys))
+	for i, k := range p.Keys {
+		if _, dup := m[k]; !dup && i < len(p.Values) {
+			m[k] = i
+		}
+	}
+	return m
 }
 
 func nonNil(s []string) []string {

@@ -1,0 +1,170 @@
+package ubiq
+
+import (
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// refAppend is appendAll as it was, a scan per key (set): the reference
+// for what appendAll returns and leaves.
+func refAppend(p *props, keys, values []string) (ck, cv []string) {
+	changed := map[string]bool{}
+	var order []string
+	for i, k := range keys {
+		if i >= len(values) {
+			break
+		}
+		if p.set(k, values[i]) && !changed[k] {
+			changed[k] = true
+			order = append(order, k)
+		}
+	}
+	for _, k := range order {
+		v, _ := p.get(k)
+		ck = append(ck, k)
+		cv = append(cv, v)
+	}
+	return ck, cv
+}
+
+// refDiff is diff as it was.
+func refDiff(p, old props) (ck, cv []string) {
+	for i, k := range p.Keys {
+		if v, ok := old.get(k); !ok || v != p.Values[i] {
+			ck = append(ck, k)
+			cv = append(cv, p.Values[i])
+		}
+	}
+	for _, k := range old.Keys {
+		if _, ok := p.get(k); !ok {
+			ck = append(ck, k)
+			cv = append(cv, "")
+		}
+	}
+	return ck, cv
+}
+
+// splitProps reads "k=v;k=v" (a missing "=" is an empty value).
+func splitProps(s string) (keys, values []string) {
+	if s == "" {
+		return nil, nil
+	}
+	for _, kv := range strings.Split(s, ";") {
+		k, v, _ := strings.Cut(kv, "=")
+		keys, values = append(keys, k), append(values, v)
+	}
+	return keys, values
+}
+
+func checkAppend(t *testing.T, start, batch string) {
+	t.Helper()
+	sk, sv := splitProps(start)
+	bk, bv := splitProps(batch)
+	got := props{Keys: append([]string(nil), sk...), Values: append([]string(nil), sv...)}
+	want := got.clone()
+	gk, gv := got.appendAll(bk, bv)
+	wk, wv := refAppend(&want, bk, bv)
+	if !reflect.DeepEqual(gk, wk) || !reflect.DeepEqual(gv, wv) || !reflect.DeepEqual(nonNil(got.Keys), nonNil(want.Keys)) || !reflect.DeepEqual(nonNil(got.Values), nonNil(want.Values)) {
+		t.Fatalf("%q + %q: changed %q=%q, props %q=%q; want %q=%q, %q=%q", start, batch, gk, gv, got.Keys, got.Values, wk, wv, want.Keys, want.Values)
+	}
+	old := props{Keys: sk, Values: sv}
+	dk, dv := got.diff(old)
+	rk, rv := refDiff(got, old)
+	if !reflect.DeepEqual(dk, rk) || !reflect.DeepEqual(dv, rv) {
+		t.Fatalf("diff of %q + %q: %q=%q, want %q=%q", start, batch, dk, dv, rk, rv)
+	}
+}
+
+// appendAll and diff index the keys instead of scanning them per key, and
+// do what the scans did.
+func TestPropsAppendLikeScan(t *testing.T) {
+	for _, tc := range [][2]string{
+		{"", ""},
+		{"", "a=1"},
+		{"a=1", "a=1"},
+		{"a=1", "a="},
+		{"a=1;b=2;c=3", "b=;a=9;d=4;b=5"},
+		{"a=1;b=2", "a=;a=;a=3;a="},
+		{"a=1;b=2", "x=;y=1;y=;y=2"},
+		{"a=1;a=2;b=3", "a="},    // duplicates: the second comes forward
+		{"a=1;a=2;b=3", "a=;a="}, // both go
+		{"a=1;a=2", "a=5"},
+		{"a=1;b=2;c=3", "c=;b=;a="},
+		{"a=1", "b=2;c"}, // a key without "=" deletes
+	} {
+		checkAppend(t, tc[0], tc[1])
+	}
+}
+
+func FuzzPropsAppend(f *testing.F) {
+	f.Add("a=1;b=2;c=3", "b=;a=9;d=4;b=5")
+	f.Add("a=1;a=2;b=3", "a=;a=;a=7")
+	f.Fuzz(func(t *testing.T, start, batch string) {
+		if len(start) > 512 || len(batch) > 512 {
+			return
+		}
+		checkAppend(t, start, batch)
+	})
+}
+
+// One message with 200,000 new keys, then one that deletes them all: a
+// scan per key took minutes (hours at the largest frame), holding the
+// peer's requests, and its room's goroutine on every node, meanwhile.
+func TestPropsAppendManyKeys(t *testing.T) {
+	const n = 200000
+	keys, values, empty := make([]string, n), make([]string, n), make([]string, n)
+	for i := range keys {
+		keys[i], values[i] = "k"+strconv.Itoa(i), "v"
+	}
+	var p props
+	if ck, _ := p.appendAll(keys, values); len(ck) != n || len(p.Keys) != n {
+		t.Fatalf("%d keys changed, %d held; want %d", len(ck), len(p.Keys), n)
+	}
+	old := p.clone()
+	if ck, cv := p.appendAll(keys, empty); len(ck) != n || len(p.Keys) != 0 || cv[0] != "" {
+		t.Fatalf("deleting: %d keys changed, %d held", len(ck), len(p.Keys))
+	}
+	if ck, _ := p.diff(old); len(ck) != n {
+		t.Fatalf("diff: %d keys, want %d", len(ck), n)
+	}
+}
+
+// A peer's properties are bounded by the largest frame, as JSON: an
+// append past it is refused, and the peer keeps what it had, so its next
+// small append goes through. (Before, the server kept every append in the
+// connection's memory, without bound, and once the member record no
+// longer fit in the store, no change of the peer reached the room.)
+func TestPeerPropertiesBounded(t *testing.T) {
+	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = 4096 })
+	p, q := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	id := newUUID()
+	p.join(JoinArgs{UUID: id})
+	q.join(JoinArgs{UUID: id})
+	p.expect("PeerAdded")
+	appendProp := func(k string, n int) {
+		p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{k}, Values: []string{strings.Repeat("x", n)}})
+	}
+	appendProp("big", 1500)
+	appendProp("big2", 1500)
+	appendProp("big3", 2500) // past 4096 bytes in all: refused
+	appendProp("z", 1)
+	for _, want := range []string{"big", "big2", "z"} {
+		var a PeerPropertiesArgs
+		q.expect("PeerPropertiesAppended").decode(t, &a)
+		if len(a.Keys) != 1 || a.Keys[0] != want {
+			t.Fatalf("PeerPropertiesAppended %q, want [%s]", a.Keys, want)
+		}
+	}
+	// A Join whose properties, with those the peer has, are too large is
+	// rejected.
+	r := dialPeer(t, ts.tcp)
+	r.request("AppendPeerProperties", PropertiesArgs{Keys: []string{"a"}, Values: []string{strings.Repeat("y", 3000)}})
+	r.request("Join", JoinArgs{UUID: id, Peer: r.info([]string{"b"}, []string{strings.Repeat("y", 2000)})})
+	var rej RejectedArgs
+	r.expect("Rejected").decode(t, &rej)
+	if !strings.Contains(rej.Reason, "peer properties") {
+		t.Fatalf("Rejected %q", rej.Reason)
+	}
+}
