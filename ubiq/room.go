@@ -788,26 +788,65 @@ func (r *room) dispatch(sender string, from *conn, frame []byte) int {
 }
 
 func (r *room) fromBus(m *nats.Msg) {
-	d := m.Data
-	if len(d) < 2 || len(d) < 2+int(d[1]) {
+	kind, sender, body, ok := parseBus(m.Data)
+	if !ok {
 		return
 	}
-	sender := string(d[2 : 2+int(d[1])])
-	body := d[2+int(d[1]):]
-	switch d[0] {
+	switch kind {
 	case busFrame:
-		if len(body) >= HeaderSize {
-			r.s.delivered(r.dispatch(sender, nil, body))
-		}
+		r.s.delivered(r.dispatch(sender, nil, body))
 	case busPosition:
-		if len(body) == 24 {
-			r.position(sender, interest.Vec3{
-				X: math.Float64frombits(binary.LittleEndian.Uint64(body)),
-				Y: math.Float64frombits(binary.LittleEndian.Uint64(body[8:])),
-				Z: math.Float64frombits(binary.LittleEndian.Uint64(body[16:])),
-			})
+		if p, ok := decodePosition(body); ok {
+			r.position(sender, p)
 		}
 	}
+}
+
+// parseBus splits a bus payload (appendBus) into its kind, sender and
+// body. A frame's body must hold a whole frame: its length field is the
+// rest of the body, within the largest frame of any node (a frame that
+// is cut short or padded would put a receiver's stream out of step).
+func parseBus(d []byte) (kind byte, sender string, body []byte, ok bool) {
+	if len(d) < 2 || len(d) < 2+int(d[1]) {
+		return 0, "", nil, false
+	}
+	sender, body = string(d[2:2+int(d[1])]), d[2+int(d[1]):]
+	switch d[0] {
+	case busFrame:
+		if len(body) < HeaderSize {
+			return 0, "", nil, false
+		}
+		if n := int32(binary.LittleEndian.Uint32(body)); n < MinLength || int64(n)+4 != int64(len(body)) {
+			return 0, "", nil, false
+		}
+	case busPosition:
+		if len(body) != 24 {
+			return 0, "", nil, false
+		}
+	default:
+		return 0, "", nil, false
+	}
+	return d[0], sender, body, true
+}
+
+// decodePosition reads a position from a bus body (appendPosition). Only
+// a finite one is a position: the kNN index takes no NaN or infinity,
+// which the peers' own positions never are (parsePosition).
+func decodePosition(b []byte) (interest.Vec3, bool) {
+	if len(b) != 24 {
+		return interest.Vec3{}, false
+	}
+	p := interest.Vec3{
+		X: math.Float64frombits(binary.LittleEndian.Uint64(b)),
+		Y: math.Float64frombits(binary.LittleEndian.Uint64(b[8:])),
+		Z: math.Float64frombits(binary.LittleEndian.Uint64(b[16:])),
+	}
+	for _, v := range [3]float64{p.X, p.Y, p.Z} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return interest.Vec3{}, false
+		}
+	}
+	return p, true
 }
 
 // appendBus appends a bus payload header for sender.
