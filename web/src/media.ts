@@ -307,9 +307,14 @@ export class MediaView implements SFUFeature {
     r.analyser = analyser;
   }
 
+  /**
+   * The page's AudioContext, made on first use. Before the user's first
+   * gesture it stays suspended (the gesture listeners resume it): a
+   * resume() then is refused, with a console warning each time.
+   */
   private audioContext(): AudioContext {
     if (!this.ctx) this.ctx = new AudioContext();
-    if (this.ctx.state === 'suspended') this.ctx.resume().catch(() => {});
+    if (this.ctx.state === 'suspended' && (navigator.userActivation?.hasBeenActive ?? true)) this.ctx.resume().catch(() => {});
     return this.ctx;
   }
 

@@ -24,11 +24,28 @@ beforeAll(async () => {
 // Pages a test hands to the next one; every other page is closed after each
 // test, passed or failed, so that failures do not slow the rest down.
 const keep = new Set<Page>();
+/** Console warnings and errors a test expects of a page (the rest fail the test). */
+const expected = new Map<Page, RegExp[]>();
+const expectConsole = (p: Page, ...r: RegExp[]) => expected.set(p, [...(expected.get(p) ?? []), ...r]);
+/**
+ * What any page may say: Chromium without a GPU composites the WebGL canvas
+ * in software, reading its pixels back, and says so.
+ */
+const ALWAYS = [/GPU stall due to ReadPixels/];
 afterEach(async () => {
+  const unexpected: string[] = [];
   for (const p of pages.splice(0)) {
-    if (keep.has(p)) pages.push(p);
-    else if (!p.isClosed()) await p.context().close();
+    if (keep.has(p)) {
+      pages.push(p);
+      continue;
+    }
+    if (!p.isClosed()) await p.context().close();
+    const allowed = [...ALWAYS, ...(expected.get(p) ?? [])];
+    for (const w of warnings.get(p) ?? []) if (!allowed.some((r) => r.test(w))) unexpected.push(w);
   }
+  // Every page of a test is clean: no uncaught error, no warning or error
+  // on the console but those the test causes on purpose.
+  expect(unexpected.join('\n'), 'console warnings and errors').toBe('');
 });
 
 afterAll(async () => {
@@ -37,17 +54,23 @@ afterAll(async () => {
   await srv?.stop();
 });
 
-/** Opens a page on path and waits until the scene is loaded (unless loaded is false). */
-async function open(path: string, opts: { width?: number; height?: number; quality?: 'high' | 'low'; loaded?: boolean } = {}): Promise<Page> {
+/** A new page in a context of its own, whose console warnings and errors are kept in warnings. */
+async function newPage(opts: { width?: number; height?: number } = {}): Promise<Page> {
   const ctx = await browser.newContext({ viewport: { width: opts.width ?? 480, height: opts.height ?? 300 } });
   const page = await ctx.newPage();
   pages.push(page);
   const w: string[] = [];
   warnings.set(page, w);
   page.on('console', (m) => {
-    if (m.type() === 'warning' || m.type() === 'error') w.push(m.text());
+    if (m.type() === 'warning' || m.type() === 'error') w.push(`${m.type()}: ${m.text()} (${m.location().url})`);
   });
   page.on('pageerror', (e) => w.push(`pageerror: ${e.message}`));
+  return page;
+}
+
+/** Opens a page on path and waits until the scene is loaded (unless loaded is false). */
+async function open(path: string, opts: { width?: number; height?: number; quality?: 'high' | 'low'; loaded?: boolean } = {}): Promise<Page> {
+  const page = await newPage(opts);
   await page.goto(srv.url + path + (opts.quality === 'high' ? '' : (path.includes('?') ? '&' : '?') + 'quality=low'));
   if (path !== '/' && !path.startsWith('/?') && opts.loaded !== false) {
     await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
@@ -297,6 +320,37 @@ describe('presence', () => {
   }, 90_000);
 });
 
+describe('console', () => {
+  it('pages nobody has touched yet say nothing on the console, also once they receive audio slots', async () => {
+    // Nothing here waits in the page (waitForSelector, evaluate) before
+    // the check: Playwright's calls into the page count as a user gesture,
+    // and the page warned only without one (it resumed its AudioContext
+    // before a gesture, once per audio slot). The page itself says when
+    // its SFU connection is up, on the console.
+    const list = await open('/');
+    await list.waitForSelector('#scene-list [data-scene], #scene-list li:has-text("No scenes")');
+    for (const path of ['/public/quiet', '/public/quiet/edit']) {
+      const p = await newPage();
+      await p.addInitScript(() => {
+        new MutationObserver(() => {
+          if (document.querySelector('#xr-media')?.getAttribute('data-state') === 'connected') console.log('test: media connected');
+        }).observe(document, { subtree: true, attributes: true, attributeFilter: ['data-state'] });
+      });
+      const connected = p.waitForEvent('console', { predicate: (m) => m.text() === 'test: media connected', timeout: 30_000 });
+      await p.goto(`${srv.url}${path}?quality=low`);
+      await connected; // the audio slots' tracks arrived before
+      expect(await p.evaluate(() => navigator.userActivation.hasBeenActive)).toBe(true); // (the evaluate's own)
+      expect(warnings.get(p)!.filter((w) => !ALWAYS.some((r) => r.test(w))), path).toEqual([]);
+      const stats = await p.evaluate(() => (window as any).xrealm.media.stats());
+      expect(stats.remote.filter((r: any) => r.kind === 'audio')).toHaveLength(8);
+      expect(stats.audioContext).toBe('suspended');
+      // A click on the page is the gesture that lets audio start.
+      await p.mouse.click(200, 200);
+      await waitFor('audio running', async () => (await p.evaluate(() => (window as any).xrealm.media.stats().audioContext)) === 'running');
+    }
+  });
+});
+
 describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });
@@ -420,6 +474,7 @@ describe('objects', () => {
   it('a third client creates persisted objects; pages render them, and a later page too', async () => {
     const a = await open('/public/objects', { width: 640, height: 400 });
     const b = await open('/public/objects', { width: 640, height: 400 });
+    for (const p of [a, b]) expectConsole(p, /ignored an invalid message/);
     // Apart, so that no avatar stands between a page and the box, which shows left of the side panel.
     await placeCamera(a, 1.5, 1.6, 0);
     await placeCamera(b, 0.5, 1.6, 1.5);
@@ -709,6 +764,7 @@ describe('sign-in', () => {
 
   it('a stored token that cannot be read (stored by hand or an older client) gets Sign out, in the viewer and the scene list', async () => {
     const page = await open('/');
+    expectConsole(page, /status of 401 \(Unauthorized\) \(.*\/user\/v2\/mqtt_auth\)/);
     await page.waitForSelector('#sign-in');
     await page.evaluate(() => localStorage.setItem('xrealm.token', 'garbage'));
 
@@ -743,6 +799,7 @@ describe('sign-in', () => {
     const t = srv.token('gina', 'gina/lab', 'editor');
     const forged = t.slice(0, t.lastIndexOf('.') + 1) + 'AAAA' + t.slice(t.lastIndexOf('.') + 5);
     const page = await open(`/public/signin?token=${forged}`, { loaded: false, width: 900 });
+    expectConsole(page, /status of 401 \(Unauthorized\) \(.*\/(user\/v2\/mqtt_auth|persist\/!allscenes)\)/);
     await waitFor('refused', async () => (await status(page)) === 'failed');
     expect(await stored(page)).toBe(forged);
     expect(await page.$('#xr-notice')).toBeNull();
