@@ -3,6 +3,13 @@
 // selection) or which combination of a point cloud's multiple descriptions
 // (MDC layers), prioritised by the subscriber's interest in each publisher.
 //
+// Audio and video tracks are demands too, with one rate each: the budget
+// goes to audio first, then to the floors (a video, a point cloud's
+// cheapest choice) by interest, then to point-cloud upgrades. A floor that
+// does not fit is paused; one paused comes back only with headroom
+// (ResumeMargin), so that a budget near the sum of the floors does not
+// flap.
+//
 // It is pure computation with no I/O: the SFU calls Allocate whenever the
 // estimate or the set of tracks changes and gates its down tracks by the
 // result, which never renegotiates.
@@ -72,10 +79,49 @@ func (s Set) String() string {
 // preference: {15%}, {15,25}, {15,60}, {15,25,60}.
 var Combos = []Set{0b001, 0b011, 0b101, 0b111}
 
+// Kind is what a demand forwards; it orders demands before their interest.
+type Kind uint8
+
+const (
+	// PointCloud (the zero value) is a point-cloud publisher: its
+	// descriptions are its Rates.
+	PointCloud Kind = iota
+	// Video is one video track (one rate). Its floor competes with the
+	// point clouds' by interest, and goes first among equal interests.
+	Video
+	// Audio is one audio track (one rate): audio goes before everything
+	// else, speakers (Active) first.
+	Audio
+)
+
+func (k Kind) String() string {
+	switch k {
+	case PointCloud:
+		return "point-cloud"
+	case Video:
+		return "video"
+	case Audio:
+		return "audio"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// ResumeMargin is the headroom a paused floor needs to come back: the
+// floors forwarded with it must fit in the budget ÷ (1+ResumeMargin). A
+// floor that takes a turn (the floors' total stays within the last
+// allocation's) needs none.
+const ResumeMargin = 0.2
+
 // Demand is one publisher as seen by one subscriber.
 type Demand struct {
-	// ID names the publisher (or, in TrackSelection, the track).
+	// ID names the publisher (or, in TrackSelection, the track; for audio
+	// and video, the track).
 	ID string
+	// Kind orders demands before Interest: audio first; among equal
+	// interests video before point clouds.
+	Kind Kind
+	// Active (a speaking microphone) goes before the others of its kind.
+	Active bool
 	// Interest ranks publishers: higher is forwarded first. See Interest.
 	Interest float64
 	// Rates are the bitrates (bit/s) of the descriptions; TrackSelection
@@ -105,46 +151,78 @@ func (d Demand) rate(s Set) float64 {
 // means nothing.
 type Decision map[string]Set
 
-// Allocator keeps the fairness state of one subscriber between calls. It is
-// not safe for concurrent use.
+// Allocator keeps the state of one subscriber between calls: fairness and
+// which floors are paused. It is not safe for concurrent use.
 type Allocator struct {
 	Mode Mode
 	// starved is, per ID, the number of consecutive allocations that left
 	// it out (positive) or forwarded it (negative); ties in interest go to
-	// the highest value, so equally interesting tracks take turns.
+	// the highest value for point clouds, so equally interesting ones take
+	// turns, and to the lowest for audio and video, which keep their place.
+	// A demand left out by the last allocation is paused (ResumeMargin).
 	starved map[string]int
+	// floors is the rate of the floors the last allocation forwarded.
+	floors float64
 }
 
 // New returns an allocator in the given mode.
 func New(m Mode) *Allocator { return &Allocator{Mode: m, starved: map[string]int{}} }
 
 // Allocate spends budget (bit/s) on demands and returns the decision and the
-// bitrate it uses.
+// bitrate it uses. Floors are forwarded in Allocate's order while they fit;
+// a demand the last allocation left out needs ResumeMargin of headroom
+// unless it takes a turn.
 func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float64) {
+	return a.allocate(budget, demands, true)
+}
+
+// AllocateLeast forwards the cheapest choice of the first demand in
+// Allocate's order that has one (Least), paused or not: the least flow that
+// keeps the feedback of a subscriber's estimator coming when its budget
+// fits nothing.
+func (a *Allocator) AllocateLeast(demands []Demand) (Decision, float64) {
+	return a.allocate(a.Least(demands), demands, false)
+}
+
+func (a *Allocator) allocate(budget float64, demands []Demand, hysteresis bool) (Decision, float64) {
 	order := a.order(demands)
 	dec := Decision{}
 	used := 0.0
+	// fits reports whether a floor of rate r fits after used: a paused one
+	// with headroom, or in place of what the last allocation forwarded
+	fits := func(d Demand, r float64) bool {
+		if used+r > budget {
+			return false
+		}
+		if !hysteresis || a.starved[d.ID] <= 0 || used+r <= a.floors {
+			return true
+		}
+		return (used+r)*(1+ResumeMargin) <= budget
+	}
 	switch a.Mode {
 	case TrackSelection:
 		for _, d := range order {
 			full := Set(1<<len(d.Rates) - 1)
 			r := d.rate(full)
-			if used+r <= budget {
+			if fits(d, r) {
 				dec[d.ID] = full
 				used += r
 			}
 		}
+		a.floors = used
 	case Layers:
-		// Pass 1: the base description for as many as fit, by interest.
+		// Pass 1: the base description (audio, video: the track) for as
+		// many as fit, in order.
 		for _, d := range order {
 			if len(d.Rates) == 0 {
 				continue
 			}
-			if r := d.rate(Combos[0]); used+r <= budget {
+			if r := d.rate(Combos[0]); fits(d, r) {
 				dec[d.ID] = Combos[0]
 				used += r
 			}
 		}
+		a.floors = used
 		// Pass 2: by interest per cost, the best combination that fits.
 		up := order
 		if hasCost(order) {
@@ -199,27 +277,44 @@ func (a *Allocator) Allocate(budget float64, demands []Demand) (Decision, float6
 	return dec, used
 }
 
-// order returns demands most interesting first; ties go to the one left
-// out longest, then by ID.
+// order returns demands in the order their floors are forwarded: audio
+// first, speakers before the others; then the most interesting, video
+// before point clouds among equal interests; ties among point clouds go
+// to the one left out longest (they take turns), among audio and video to
+// the one forwarded longest (it keeps its place), then by ID.
 func (a *Allocator) order(demands []Demand) []Demand {
 	order := make([]Demand, len(demands))
 	copy(order, demands)
 	sort.SliceStable(order, func(i, j int) bool {
-		if order[i].Interest != order[j].Interest {
-			return order[i].Interest > order[j].Interest
+		di, dj := order[i], order[j]
+		if ai, aj := di.Kind == Audio, dj.Kind == Audio; ai != aj {
+			return ai
 		}
-		if si, sj := a.starved[order[i].ID], a.starved[order[j].ID]; si != sj {
-			return si > sj
+		if di.Active != dj.Active {
+			return di.Active
 		}
-		return order[i].ID < order[j].ID
+		if di.Interest != dj.Interest {
+			return di.Interest > dj.Interest
+		}
+		if di.Kind != dj.Kind {
+			return di.Kind > dj.Kind // video before point clouds
+		}
+		if si, sj := a.starved[di.ID], a.starved[dj.ID]; si != sj {
+			if di.Kind == PointCloud {
+				return si > sj
+			}
+			return si < sj
+		}
+		return di.ID < dj.ID
 	})
 	return order
 }
 
-// Least is the smallest budget with which Allocate forwards something: the
-// rate of the cheapest choice (the base description in Layers, the whole
-// publisher in TrackSelection) of the first demand in Allocate's order
-// that has one; 0 when no demand has anything to forward.
+// Least is the smallest budget with which AllocateLeast forwards something:
+// the rate of the cheapest choice (the base description in Layers, the
+// whole publisher in TrackSelection; an audio or video track) of the first
+// demand in Allocate's order that has one; 0 when no demand has anything
+// to forward.
 func (a *Allocator) Least(demands []Demand) float64 {
 	for _, d := range a.order(demands) {
 		if len(d.Rates) == 0 {

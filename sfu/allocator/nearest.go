@@ -20,8 +20,8 @@ type Candidate struct {
 // first, then those of the highest interest, where a held track counts
 // SlotHold times its interest.
 // Ties go to the lower key, so the choice is the same on every call.
-// Audio and video are not budgeted (they are small next to point clouds);
-// what limits them is the subscriber's number of slots.
+// What limits them here is the subscriber's number of slots; the budget
+// limits them in Allocate (Demand.Kind), which pauses those that do not fit.
 func Nearest(cands []Candidate, n int) map[string]bool {
 	score := func(c Candidate) float64 {
 		if c.Held {
