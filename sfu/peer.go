@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"sync"
@@ -49,7 +50,8 @@ type peer struct {
 	ready     bool // slots are bound; set once by start
 	slots     []*slot
 	alloc     *allocator.Allocator
-	budget    float64 // bit/s of the last allocation
+	avAlloc   *allocator.Allocator // audio and video when point clouds ride the data channel (pcc)
+	budget    float64              // bit/s of the last allocation
 	allocated float64
 	link      peerLink // the shared-path budget (shared.go)
 }
@@ -94,6 +96,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), estName: estimator, estFactory: est, pcSlots: pointClouds}
 	if pointClouds > 0 {
 		p.pcc = newPCChannel()
+		p.avAlloc = allocator.New(n.cfg.Mode)
 	}
 	if offersApplication(offer) {
 		p.pub = &dcPublication{p: p}
@@ -307,15 +310,18 @@ func (p *peer) reconcile() {
 		}
 		return unknown
 	}
-	// Audio and video go to the nearest publishers, as many as the client
-	// has slots of the kind (audio by distance alone: people behind are
-	// heard too; speakers first); point-cloud descriptions go through the
-	// allocator, grouped by publisher.
+	// Audio and video slots go to the nearest publishers, as many as the
+	// client has slots of the kind (audio by distance alone: people behind
+	// are heard too; speakers first); then those tracks and the point-cloud
+	// descriptions, grouped by publisher, go through the allocator, which
+	// forwards what fits the budget: audio first, then the floors (a
+	// video, a point cloud's cheapest choice) by interest, then upgrades.
 	want := map[string]TrackInfo{}
 	groups := map[string]*allocator.Demand{}
 	members := map[string][]TrackInfo{}
 	av := map[webrtc.RTPCodecType][]allocator.Candidate{}
 	avInfo := map[string]TrackInfo{}
+	avInterest := map[string]float64{}
 	for _, t := range tracks {
 		if t.Client == p.client {
 			continue
@@ -330,7 +336,8 @@ func (p *peer) reconcile() {
 				fov = 0
 			}
 			// a publisher without a pose ranks below everyone placed
-			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: interest(t.Client, fov, 0), Held: p.holds(t.Key()), Active: t.Speaking})
+			avInterest[t.Key()] = interest(t.Client, fov, 0)
+			av[kind] = append(av[kind], allocator.Candidate{Key: t.Key(), Interest: avInterest[t.Key()], Held: p.holds(t.Key()), Active: t.Speaking})
 			avInfo[t.Key()] = t
 			continue
 		}
@@ -342,16 +349,21 @@ func (p *peer) reconcile() {
 		d.Rates[t.Description()] = rateOf(t)
 		members[t.Client] = append(members[t.Client], t)
 	}
-	var avRate float64
+	var avDemands []allocator.Demand
+	demand := 0.0 // bit/s forwarded unconstrained
 	for kind, cands := range av {
 		for key := range allocator.Nearest(cands, p.rtpSlots(kind)) {
-			want[key] = avInfo[key]
-			avRate += rateOf(avInfo[key])
+			t := avInfo[key]
+			d := allocator.Demand{ID: key, Kind: allocator.Video, Interest: avInterest[key], Rates: []float64{rateOf(t)}}
+			if kind == webrtc.RTPCodecTypeAudio {
+				d.Kind, d.Active = allocator.Audio, t.Speaking
+			}
+			avDemands = append(avDemands, d)
+			demand += d.Rates[0]
 		}
 	}
 	p.n.mu.Unlock()
-	demands := make([]allocator.Demand, 0, len(groups))
-	demand := avRate
+	demands := make([]allocator.Demand, 0, len(groups)+len(avDemands))
 	for _, d := range groups {
 		for _, r := range d.Rates {
 			demand += r
@@ -360,39 +372,58 @@ func (p *peer) reconcile() {
 		// nothing and forwards nothing
 		demands = append(demands, *d)
 	}
-	pcBudget := budget - avRate
-	if p.pcc != nil {
-		// point clouds ride the data channel: its own estimate
-		pcBudget = math.Min(p.pcc.estimate(time.Now()), share-avRate)
-	}
+	pcs := len(demands) // demands[:pcs] are the point clouds
 	p.link.demand = demand
 	if p.alloc.Mode == allocator.Layers {
-		p.pathCosts(demands)
+		p.pathCosts(demands[:pcs])
 	}
-	dec, used := p.alloc.Allocate(pcBudget, demands)
-	if used == 0 && avRate == 0 && p.pcc == nil && estimate <= share {
-		// Nothing would flow on the PeerConnection, so no feedback would
-		// come, and its estimator (GCC, Hera), which moves only on
-		// feedback, would keep a low estimate for good: a subscriber cut
-		// off by a burst of congestion (or of CPU load) never received
-		// again. So the most interesting publisher's cheapest choice
-		// flows, as a WebRTC sender keeps its video at its minimum rate
-		// rather than stopping it; its feedback lets the estimate rise
-		// again where the path has room. Nothing else goes to this
-		// subscriber, so the flow competes only with itself (on a path
-		// narrower than it, it congests that path, where nothing would
-		// arrive otherwise); not when the share of a group of subscribers
-		// on one path is the limit, nor when the share is below the flow
-		// while the group's other members are sent something (shared.go):
-		// their feedback keeps that budget moving, and their flows would
-		// suffer. A group with nothing flowing would stay starved: its
-		// budget follows what it is sent.
-		if least := p.alloc.Least(demands); least > 0 && (least <= share || p.link.othersSent <= 0) {
-			dec, used = p.alloc.Allocate(least, demands)
+	// Nothing would flow on the PeerConnection when al's allocation
+	// forwards nothing, so no feedback would come, and its estimator (GCC,
+	// Hera), which moves only on feedback, would keep a low estimate for
+	// good: a subscriber cut off by a burst of congestion (or of CPU load)
+	// never received again. So the cheapest choice of the first in al's
+	// order (audio, else the most interesting video or point cloud) flows,
+	// as a WebRTC sender keeps its video at its minimum rate rather than
+	// stopping it; its feedback lets the estimate rise again where the
+	// path has room. Nothing else goes to this subscriber, so the flow
+	// competes only with itself (on a path narrower than it, it congests
+	// that path, where nothing would arrive otherwise); not when the share
+	// of a group of subscribers on one path is the limit, nor when the
+	// share is below the flow while the group's other members are sent
+	// something (shared.go): their feedback keeps that budget moving, and
+	// their flows would suffer. A group with nothing flowing would stay
+	// starved: its budget follows what it is sent.
+	allocate := func(al *allocator.Allocator, budget float64, demands []allocator.Demand) (allocator.Decision, float64) {
+		dec, used := al.Allocate(budget, demands)
+		if used > 0 || estimate > share {
+			return dec, used
+		}
+		if l := al.Least(demands); l > 0 && (l <= share || p.link.othersSent <= 0) {
+			return al.AllocateLeast(demands)
+		}
+		return dec, used
+	}
+	var dec allocator.Decision
+	var used float64
+	if p.pcc == nil {
+		demands = append(demands, avDemands...)
+		dec, used = allocate(p.alloc, budget, demands)
+	} else {
+		// Point clouds ride the data channel, budgeted by its own
+		// estimate (which grows by itself: nothing is forced there);
+		// audio and video the PeerConnection's RTP.
+		avDec, avUsed := allocate(p.avAlloc, budget, avDemands)
+		dec, used = p.alloc.Allocate(math.Min(p.pcc.estimate(time.Now()), share-avUsed), demands)
+		maps.Copy(dec, avDec)
+		used += avUsed
+	}
+	for _, d := range avDemands {
+		if dec[d.ID] != 0 {
+			want[d.ID] = avInfo[d.ID]
 		}
 	}
-	fwd := make(map[string]float64, len(dec))
-	for _, d := range demands {
+	fwd := make(map[string]float64, len(dec)) // per point-cloud publisher
+	for _, d := range demands[:pcs] {
 		for i, r := range d.Rates {
 			if dec[d.ID].Has(i) {
 				fwd[d.ID] += r
@@ -400,7 +431,7 @@ func (p *peer) reconcile() {
 		}
 	}
 	p.setForwarded(fwd)
-	p.budget, p.allocated = budget, used+avRate
+	p.budget, p.allocated = budget, used
 	for client, ts := range members {
 		for _, t := range ts {
 			if dec[client].Has(t.Description()) {

@@ -266,6 +266,66 @@ func TestStarvedSubscriberKeepsOneFlow(t *testing.T) {
 	}
 }
 
+// TestStarvedSubscriberPausesVideo: a subscriber whose estimate (pinned at
+// 400 kbit/s) is below the floors of what it is given, alice's audio
+// (about 40 kbit/s), video (1 Mbit/s) and point cloud (about 200 kbit/s),
+// gets her audio first, then what fits of the rest: the point cloud; her
+// video is paused, and the node forwards no more than the estimate. Before,
+// audio and video went whatever the estimate (1 Mbit/s to a 400 kbit/s
+// subscriber) and the point clouds got what was left of it: nothing.
+func TestStarvedSubscriberPausesVideo(t *testing.T) {
+	const estimate = 400_000
+	c := startClusterWith(t, func(_ int, cfg *Config) {
+		cfg.Estimator = bwe.NewFactory(bwe.Config{Min: estimate, Max: estimate, Initial: estimate})
+	}, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}, {ID: "cam", Mime: webrtc.MimeTypeVP8}, {ID: "pc0", Mime: MimeTypePointCloud}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	publishAudio(ctx, pub)
+	go publishVideo(ctx, pub.Tracks["cam"], 4000)
+	go publishFrames(ctx, pub.Tracks["pc0"], 1, 0, 200)
+	rcvd := &kindBytes{}
+	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "sub"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
+		AudioSlots: 1, VideoSlots: 2, OnTrack: rcvd.onTrack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	n := c.nodes[0]
+	p := n.peerOf("s1", "bob")
+	carried := func() []string {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		var keys []string
+		for _, s := range p.slots {
+			if s.src != nil && s.dt.Active() {
+				keys = append(keys, s.src.info.Key())
+			}
+		}
+		slices.Sort(keys)
+		return keys
+	}
+	waitForExplained(t, "bob's slots to carry alice's audio and point cloud", func() bool {
+		return slices.Equal(carried(), []string{"s1/alice/mic", "s1/alice/pc0"})
+	}, func() string { return p.explain(n) })
+	waitForExplained(t, "bob to receive the point cloud", func() bool { pc, _ := rcvd.peek(); return pc > 0 }, func() string { return p.explain(n) })
+	p.mu.Lock()
+	budget, allocated := p.budget, p.allocated
+	p.mu.Unlock()
+	if budget > estimate || allocated > budget {
+		t.Errorf("bob's allocation forwards %.0f bit/s of a budget of %.0f (estimate %d)", allocated, budget, estimate)
+	}
+	// the video's floor never fitted: not one packet of it was forwarded
+	if _, video := rcvd.peek(); video > 0 {
+		t.Errorf("bob received %.0f bytes of video, which does not fit his estimate", video)
+	}
+}
+
 // TestRelayControlsInOrder: the control messages a node sends another go
 // in the order they were made (sendControl). Node 2 asks node 1 to relay
 // a track and to stop, 100 times, and then to relay a second track: once
