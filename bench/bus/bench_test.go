@@ -21,8 +21,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(cli.Main(os.Args[1:], os.Stderr))
 	}
-	if dir := os.Getenv(mosquittoChildEnv); dir != "" {
-		mosquittoChild(dir)
+	if mode := os.Getenv(standInEnv); mode != "" {
+		standIn(mode)
 	}
 	os.Exit(m.Run())
 }

@@ -301,6 +301,7 @@ func (b *runner) background(ctx context.Context, sys *System, ns, name string, b
 	cmd.Env = append(os.Environ(), b.cfg.XrealmEnv...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGINT) }
 	cmd.WaitDelay = 5 * time.Second
+	diesWithBench(cmd) // a killed bench left the background bots running
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -425,6 +426,7 @@ func (b *runner) arenaPyRun(ctx context.Context, bg int) Interaction {
 		return it
 	}
 	cmd.Stderr = cmd.Stdout
+	diesWithBench(cmd) // a killed bench left the agent running
 	if err := cmd.Start(); err != nil {
 		it.Error = "start arena-py agent: " + err.Error()
 		return it
