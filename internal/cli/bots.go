@@ -2,12 +2,14 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/topic"
 )
 
 // runBots implements `xrealm bots`: N synthetic users against a server,
@@ -27,35 +30,41 @@ func runBots(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "record" {
 		return runBotsRecord(ctx, args[1:], os.Stdout, os.Stderr)
 	}
+	return runBotsFleet(ctx, args, os.Stdout, os.Stderr)
+}
+
+// runBotsFleet is `xrealm bots` without a subcommand: progress lines and
+// the summary go to stdout, the rest to stderr.
+func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bots", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: xrealm bots [flags]: synthetic users on the scene bus (MQTT)\n"+
+		fmt.Fprintln(stderr, "usage: xrealm bots [flags]: synthetic users on the scene bus (MQTT)\n"+
 			"       xrealm bots pointcloud [flags]: a point-cloud publisher on the SFU (xrealm bots pointcloud -h)\n"+
 			"       xrealm bots record [flags]: record a camera's poses to a trace for --behaviour replay (xrealm bots record -h)")
 		fs.PrintDefaults()
 	}
-	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")
-	tokenURL := fs.String("token-url", "http://127.0.0.1:8080", "get tokens from this server's POST /user/v2/mqtt_auth (anonymous viewers)")
+	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port (or mqtt://host:port) for TCP, or ws://host:port/mqtt for WebSocket")
+	tokenURL := fs.String("token-url", "http://127.0.0.1:8080", "get tokens from this server's POST /user/v2/mqtt_auth (anonymous viewers): its HTTP address, xrealm serve --http-addr")
 	dataDir := fs.String("data", "", "sign tokens with the keys in this server data directory instead of asking --token-url")
 	bearer := fs.String("token", "", "sign in to --token-url with this token (xrealm token) for scenes anonymous users cannot read")
-	noAuth := fs.Bool("no-auth", false, "connect without tokens (xrealm --insecure, Mosquitto)")
+	noAuth := fs.Bool("no-auth", false, "connect without tokens (xrealm serve --insecure, Mosquitto)")
 	users := fs.Int("users", 10, "number of bots")
 	ns := fs.String("namespace", auth.PublicNamespace, "scene namespace")
 	scene := fs.String("scene", "bots", "scene name; with --scenes N > 1, scenes are {scene}0 ... {scene}N-1")
 	nScenes := fs.Int("scenes", 1, "spread the bots over this many scenes")
 	realm := fs.String("realm", "realm", "realm")
 	rate := fs.Float64("rate", 10, "poses per second per bot (above 0)")
-	size := fs.Int("size", 310, "pose message size in bytes (padded)")
+	size := fs.Int("size", 310, fmt.Sprintf("pose message size in bytes: poses are padded up to it (ARENA's is about 310; unpadded a pose is about %d bytes, and 0 sends it so). A server drops larger messages than it takes (xrealm serve --max-payload, 1 MiB by default)", unpaddedPose))
 	behaviour := fs.String("behaviour", "randomwalk", "static, randomwalk, boids or replay")
-	trace := fs.String("trace", "", "pose trace file for --behaviour replay (lines: t x y z qx qy qz qw)")
+	trace := fs.String("trace", "", "pose trace file for --behaviour replay (lines: t x y z qx qy qz qw; xrealm bots record writes one)")
 	area := fs.String("area", "-10,10,-10,10", "area the bots keep to: minX,maxX,minZ,maxZ in metres")
-	speed := fs.Float64("speed", 3, "walking speed (randomwalk) or top speed (boids), m/s")
+	speed := fs.Float64("speed", 3, "walking speed (randomwalk) or top speed (boids), m/s, above 0")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
 	every := fs.Duration("progress", time.Second, "progress line interval")
 	parallel := fs.Int("parallel", 16, "bots connecting at once")
 	seed := fs.Uint64("seed", 1, "random seed")
-	prefix := fs.String("prefix", "bot", "user names and client ids are {prefix}{i}")
+	prefix := fs.String("prefix", "", "user names and client ids are {prefix}{i} (default: bot, 4 random letters and '-', new each run: a client id two runs share is taken over, the first run's bot disconnected)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,15 +77,61 @@ func runBots(ctx context.Context, args []string) error {
 	if err := bots.CheckRate(*rate); err != nil {
 		return fmt.Errorf("--rate %g: want poses per second per bot above 0 (and at most %g)", *rate, float64(bots.MaxRate))
 	}
+	if *size < 0 || *size > maxPoseSize {
+		return fmt.Errorf("--size %d: want a pose message size in bytes from 0 (no padding) to %d (MQTT's largest message)", *size, maxPoseSize)
+	}
+	if *every <= 0 {
+		return fmt.Errorf("--progress %s: want an interval above 0", *every)
+	}
+	if *duration < 0 {
+		return fmt.Errorf("--duration %s: want a length of time, or 0 to run until interrupted", *duration)
+	}
+	if *parallel < 1 {
+		return fmt.Errorf("--parallel %d: want at least 1", *parallel)
+	}
+	if !slices.Contains(bots.Behaviours, *behaviour) {
+		return fmt.Errorf("--behaviour %q: want one of %s", *behaviour, strings.Join(bots.Behaviours, ", "))
+	}
 	if !(*speed >= 0 && *speed <= math.MaxFloat64) {
-		return fmt.Errorf("--speed %g: want metres per second, at least 0 (0: the default, 3)", *speed)
+		return fmt.Errorf("--speed %g: want metres per second, at least 0 (above 0 for randomwalk and boids)", *speed)
+	}
+	if (*behaviour == "randomwalk" || *behaviour == "boids") && *speed == 0 {
+		// Spec's 0 is its default, 3 m/s.
+		return fmt.Errorf("--speed 0: %s bots need a speed above 0 (bots that stand still: --behaviour static)", *behaviour)
 	}
 	a, err := parseArea(*area)
 	if err != nil {
 		return err
 	}
-	if *behaviour == "replay" && *trace == "" {
+	switch {
+	case *behaviour == "replay" && *trace == "":
 		return fmt.Errorf("--behaviour replay needs --trace FILE (lines: t x y z qx qy qz qw)")
+	case *behaviour != "replay" && *trace != "":
+		return fmt.Errorf("--trace is played by --behaviour replay only (--behaviour is %s)", *behaviour)
+	}
+	if err := topic.ValidLevel("--realm", *realm); err != nil {
+		return err
+	}
+	if *prefix == "" {
+		*prefix = randomPrefix()
+	} else if err := topic.ValidLevel("--prefix", *prefix); err != nil {
+		return err
+	}
+	if err := topic.ValidSceneName("--namespace", *ns); err != nil {
+		return err
+	}
+	scenes := []string{*scene}
+	if *nScenes > 1 {
+		scenes = scenes[:0]
+		for i := 0; i < *nScenes; i++ {
+			scenes = append(scenes, fmt.Sprintf("%s%d", *scene, i))
+		}
+	}
+	for i, sc := range scenes {
+		if err := topic.ValidSceneName("--scene", sc); err != nil {
+			return err
+		}
+		scenes[i] = *ns + "/" + sc
 	}
 	spec := bots.Spec{Name: *behaviour, Area: a, Speed: *speed}
 	if *trace != "" {
@@ -84,67 +139,72 @@ func runBots(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	tr := &bots.MQTTTransport{Addr: *addr, PayloadSize: *size}
+	tr := &bots.MQTTTransport{Addr: *addr, PayloadSize: botsPayloadSize(*size)}
 	if tr.Tokens, err = botTokens(*noAuth, *dataDir, *tokenURL, *bearer); err != nil {
 		return err
 	}
-	scenes := []string{*ns + "/" + *scene}
-	if *nScenes > 1 {
-		scenes = scenes[:0]
-		for i := 0; i < *nScenes; i++ {
-			scenes = append(scenes, fmt.Sprintf("%s/%s%d", *ns, *scene, i))
-		}
+	if kt, ok := tr.Tokens.(*bots.KeyTokens); ok {
+		// The server closes a connection when its token expires: tokens
+		// outlast the run.
+		kt.TTL = botsTokenTTL(*duration)
 	}
-	log, err := newLogger("warn", "text")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "connecting %d bots (%s) to %s in %d scene(s)...\n", *users, *behaviour, *addr, len(scenes))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	fmt.Fprintf(stderr, "connecting %d bots (%s, user names %s0...) to %s in %d scene(s)...\n", *users, *behaviour, *prefix, *addr, len(scenes))
 	t0 := time.Now()
 	fleet, err := bots.StartFleet(ctx, bots.FleetConfig{
 		Transport: tr, Users: *users, Realm: *realm, Scenes: scenes, Rate: *rate,
 		Behaviour: spec, Seed: *seed, Prefix: *prefix, Parallel: *parallel, Log: log,
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted while connecting: %w", err)
+		}
 		return err
 	}
 	defer fleet.Close()
-	fmt.Fprintf(os.Stderr, "%d bots connected in %s\n", fleet.Users(), time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(stderr, "%d bots connected in %s\n", fleet.Users(), time.Since(t0).Round(time.Millisecond))
 	if *duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	return botsProgress(ctx, os.Stdout, fleet, *every)
+	return botsProgress(ctx, stdout, fleet, *every)
 }
 
 // botsProgress prints a progress line every interval until ctx ends, then
-// a summary of the whole run. It fails when every bot has been
+// stops the senders, waits for the poses still on their way (botsDrain)
+// and prints a summary of the whole run. It fails when every bot has been
 // disconnected (the server went away): the run measures nothing more.
 func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every time.Duration) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	start := time.Now()
 	prev, _ := fleet.Accounts().Live()
-	first, prevT := prev, start
+	prevT := start
 	all := bots.NewHistogram()
-	// summary counts to the end of the run: what came since the last
-	// progress line too (a run shorter than an interval has no line).
-	summary := func(now time.Time, tot bots.Totals) {
-		fmt.Fprintf(w, "total %s  users %d/%d  sent %d  received %d  missed %d  latency %s\n",
-			now.Sub(start).Round(time.Second), fleet.Connected(), fleet.Users(),
-			tot.Sent-first.Sent, tot.Received-first.Received, tot.Missed-first.Missed, latencies(all))
+	summary := func(now time.Time) {
+		tot, h := fleet.Accounts().Live()
+		all.Merge(h)
+		expected, delivered := fleet.Delivery()
+		ratio := "-"
+		if expected > 0 {
+			ratio = strconv.FormatFloat(100*float64(delivered)/float64(expected), 'f', 2, 64) + "%"
+		}
+		fmt.Fprintf(w, "total %s  users %d/%d  sent %d  received %d  missed %d  delivered %s  latency %s\n",
+			now.Sub(start).Round(100*time.Millisecond), fleet.Connected(), fleet.Users(),
+			tot.Sent, tot.Received, tot.Missed, ratio, latencies(all))
+		if tot.Sent > 0 && tot.Received == 0 {
+			fmt.Fprintln(w, "no pose came back: the server dropped them all (a --size above the largest message it takes? a token that may not publish in the scene?)")
+		}
 	}
 	for {
 		select {
 		case <-ctx.Done():
-			tot, h := fleet.Accounts().Live()
-			all.Merge(h)
-			summary(time.Now(), tot)
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(ctx.Err(), context.Canceled) {
-				return nil
-			}
-			return ctx.Err()
+			end := time.Now()
+			fleet.Stop()
+			botsDrain(fleet, all)
+			summary(end)
+			return nil
 		case now := <-tick.C:
 			tot, h := fleet.Accounts().Live()
 			all.Merge(h)
@@ -163,10 +223,35 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 				latencies(h), missed)
 			prev, prevT = tot, now
 			if connected == 0 {
-				summary(now, tot)
-				return fmt.Errorf("all %d bots were disconnected (did the server stop?)", fleet.Users())
+				fleet.Stop()
+				summary(now)
+				return fmt.Errorf("all %d bots were disconnected; the first: %v (the server stopped or closed them: another client taking over the same client ids, --prefix, or tokens that expired)", fleet.Users(), fleet.LostReason())
 			}
 		}
+	}
+}
+
+// botsDrain waits, once the senders stopped, until the fleet receives
+// nothing more for drainQuiet (the poses sent last are on their way: the
+// server writes a connection's messages at most every 10 ms), at most
+// drainMax, merging the latencies into all.
+func botsDrain(fleet *bots.Fleet, all *hdrhistogram.Histogram) {
+	const (
+		drainQuiet = 200 * time.Millisecond
+		drainMax   = 2 * time.Second
+		poll       = 20 * time.Millisecond
+	)
+	end := time.Now().Add(drainMax)
+	last, quiet := int64(-1), time.Duration(0)
+	for time.Now().Before(end) && quiet < drainQuiet && fleet.Connected() > 0 {
+		tot, h := fleet.Accounts().Live()
+		all.Merge(h)
+		if tot.Received == last {
+			quiet += poll
+		} else {
+			last, quiet = tot.Received, 0
+		}
+		time.Sleep(poll)
 	}
 }
 
@@ -206,6 +291,41 @@ func botTokens(noAuth bool, dataDir, tokenURL, bearer string) (bots.TokenSource,
 		return &bots.KeyTokens{Keys: keys}, nil
 	}
 	return &bots.HTTPTokens{BaseURL: tokenURL, Bearer: bearer}, nil
+}
+
+// maxPoseSize is the largest --size: MQTT's largest packet, less room
+// for the PUBLISH header and topic.
+const maxPoseSize = 256<<20 - 64<<10
+
+// unpaddedPose is the size of a pose without padding, as xrealm bots
+// sends it (its numbers vary in length by a few bytes).
+var unpaddedPose = len(bots.AppendPose(nil, "camera_bot0_bot0", bots.Pose{Pos: bots.Vec3{X: -1.5, Y: 1.6, Z: 2.25}, Rot: bots.NoRotation}, time.Now().UnixNano(), 0))
+
+// botsPayloadSize is the transport's PayloadSize for --size: 0 is no
+// padding, where the transport's 0 is its default size.
+func botsPayloadSize(size int) int { return max(size, 1) }
+
+// randomPrefix returns "bot", four random lower-case letters and '-': the
+// default --prefix, new each run, so that runs side by side (more bots
+// than one process sends, on one host or several) do not share client
+// ids. A server takes a client id over for the newest connection, and
+// the other run's bot was disconnected.
+func randomPrefix() string {
+	b := []byte("bot____-")
+	for i := 3; i < 7; i++ {
+		b[i] = byte('a' + rand.IntN(26))
+	}
+	return string(b)
+}
+
+// botsTokenTTL is the lifetime of the tokens xrealm bots signs itself
+// (--data) for a run of duration d (0: until interrupted): the server
+// closes a connection when its token expires, so they outlast the run.
+func botsTokenTTL(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 30 * 24 * time.Hour
+	}
+	return d + time.Hour
 }
 
 func parseArea(s string) (bots.Area, error) {

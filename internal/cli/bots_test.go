@@ -3,11 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/topic"
 )
 
 // xrealm bots prints a line per interval and a summary, and fails once
@@ -37,8 +42,10 @@ func TestBotsProgressEndsWhenAllDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = <-done
-	if err == nil || !strings.Contains(err.Error(), "all 3 bots were disconnected") {
-		t.Fatalf("botsProgress after the server stopped: %v, want all 3 bots disconnected", err)
+	// It says why the first bot lost its connection (it said only "did
+	// the server stop?", also when another run had taken the client ids).
+	if err == nil || !strings.Contains(err.Error(), "all 3 bots were disconnected") || !strings.Contains(err.Error(), "the server closed the connection") {
+		t.Fatalf("botsProgress after the server stopped: %v, want all 3 bots disconnected, the server having closed the connection", err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	if len(lines) < 3 {
@@ -91,5 +98,148 @@ func TestBotsSummaryCountsToTheEnd(t *testing.T) {
 	}
 	if strings.Contains(line, "sent 0 ") || strings.Contains(line, "received 0 ") || strings.Contains(line, "none received") {
 		t.Errorf("summary %q: want what the run sent and received", line)
+	}
+	// The senders stop, then the poses on their way arrive before the
+	// summary: each of the two bots receives every pose (it lacked the
+	// last ones, as if lost).
+	var sent, received int
+	if _, err := fmt.Sscanf(line[strings.Index(line, "sent "):], "sent %d  received %d", &sent, &received); err != nil {
+		t.Fatalf("summary %q: %v", line, err)
+	}
+	if received != 2*sent || !strings.Contains(line, "delivered 100.00%") {
+		t.Errorf("summary %q: want every pose received by both bots (%d), delivered 100.00%%", line, 2*sent)
+	}
+}
+
+// xrealm bots refuses flags it cannot run with, naming the flag, before
+// it connects anything (the server of --addr does not exist).
+func TestBotsRefusesBadFlags(t *testing.T) {
+	trace := filepath.Join(t.TempDir(), "t.trace")
+	if err := os.WriteFile(trace, []byte("0 0 1.6 0 0 0 0 1\n1 1 1.6 0 0 0 0 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// Each of these panicked, ran forever, or was taken silently.
+		{[]string{"--progress", "0"}, "--progress"},
+		{[]string{"--progress", "-1s"}, "--progress"},
+		{[]string{"--duration", "-1s"}, "--duration"},
+		{[]string{"--size", "-1"}, "--size"},
+		{[]string{"--size", "300000000"}, "--size"},
+		{[]string{"--trace", trace}, "--trace is played by --behaviour replay only"},
+		{[]string{"--speed", "0"}, "--speed"},
+		{[]string{"--speed", "0", "--behaviour", "boids"}, "--speed"},
+		{[]string{"--parallel", "0"}, "--parallel"},
+		{[]string{"--prefix", "a/b"}, "--prefix"},
+		{[]string{"--prefix", "a+"}, "--prefix"},
+		{[]string{"--realm", "x/y"}, "--realm"},
+		{[]string{"--scene", "a b"}, "--scene"},
+		{[]string{"--scene", "a/b"}, "--scene"},
+		{[]string{"--namespace", "a+"}, "--namespace"},
+		{[]string{"--behaviour", "foo"}, "--behaviour"},
+		// as before
+		{[]string{"--users", "0"}, "--users"},
+		{[]string{"--rate", "0"}, "--rate"},
+		{[]string{"--area", "0,0,1,1"}, "--area"},
+		{[]string{"--behaviour", "replay"}, "--trace"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{"--addr", "127.0.0.1:1", "--no-auth"}, tc.args...)
+			err := runBotsFleet(context.Background(), args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("runBotsFleet(%q): %v, want an error about %s", tc.args, err, tc.want)
+			}
+			if strings.Contains(stderr.String(), "connecting") {
+				t.Errorf("it started connecting:\n%s", stderr.String())
+			}
+		})
+	}
+	// --speed 0 is no error where speed does not matter.
+	var stdout, stderr bytes.Buffer
+	err := runBotsFleet(context.Background(), []string{"--addr", "127.0.0.1:1", "--no-auth", "--behaviour", "static", "--speed", "0"}, &stdout, &stderr)
+	if err == nil || strings.Contains(err.Error(), "--speed") {
+		t.Errorf("static bots with --speed 0: %v, want only the connection to fail", err)
+	}
+}
+
+// The default --prefix is new each run: two runs side by side with one
+// prefix take over each other's client ids (the server keeps the newest
+// connection of a client id), and the first run's bots were all
+// disconnected.
+func TestRandomPrefix(t *testing.T) {
+	seen := map[string]bool{}
+	for i := 0; i < 20; i++ {
+		p := randomPrefix()
+		if err := topic.ValidLevel("prefix", p+"0"); err != nil || !strings.HasPrefix(p, "bot") {
+			t.Fatalf("randomPrefix() = %q: %v", p, err)
+		}
+		seen[p] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("20 calls of randomPrefix gave %d prefix(es)", len(seen))
+	}
+}
+
+// Tokens the bots sign themselves (--data) outlast the run: the server
+// closes a connection when its token expires, and they were good for an
+// hour whatever --duration said.
+func TestBotsTokenTTL(t *testing.T) {
+	for _, tc := range []struct {
+		duration, atLeast time.Duration
+	}{
+		{0, 7 * 24 * time.Hour}, // until interrupted
+		{time.Minute, time.Minute},
+		{3 * time.Hour, 3 * time.Hour},
+		{48 * time.Hour, 48 * time.Hour},
+	} {
+		if got := botsTokenTTL(tc.duration); got <= tc.atLeast {
+			t.Errorf("botsTokenTTL(%s) = %s, want more than %s", tc.duration, got, tc.atLeast)
+		}
+	}
+}
+
+// A run of xrealm bots against a real server with tokens signed from its
+// data directory, unpadded poses (--size 0, which was the transport's
+// default of 310 bytes), and a summary that counts every delivery.
+func TestBotsRun(t *testing.T) {
+	cfg, _ := startTestServer(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := runBotsFleet(ctx, []string{"--addr", cfg.MQTTAddr, "--data", cfg.DataDir, "--users", "3", "--scene", "run",
+		"--size", "0", "--rate", "20", "--duration", "600ms", "--progress", "200ms"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "total ") || !strings.Contains(last, "users 3/3") || !strings.Contains(last, "delivered 100.00%") {
+		t.Errorf("summary %q: want all 3 users and every pose delivered\n%s", last, out)
+	}
+	// --size 0 sends poses unpadded.
+	pose := bots.AppendPose(nil, "camera_bot0_bot0", bots.Pose{Rot: bots.NoRotation}, time.Now().UnixNano(), botsPayloadSize(0))
+	if size := len(pose); size > unpaddedPose+10 {
+		t.Errorf("poses of %d bytes with --size 0, want them unpadded (about %d)", size, unpaddedPose)
+	}
+}
+
+// A run whose poses all vanish (larger than the server takes: it drops
+// them) says so under its summary, rather than only "received 0".
+func TestBotsSaysWhenNothingCameBack(t *testing.T) {
+	cfg, _ := startTestServer(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := runBotsFleet(ctx, []string{"--addr", cfg.MQTTAddr, "--no-auth", "--users", "1", "--scene", "big",
+		"--size", strconv.Itoa(cfg.MaxPayload + 1), "--rate", "20", "--duration", "300ms", "--progress", "1h"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if out := stdout.String(); !strings.Contains(out, "received 0 ") || !strings.Contains(out, "no pose came back") {
+		t.Errorf("want a summary with nothing received and a line saying no pose came back, got:\n%s", out)
 	}
 }
