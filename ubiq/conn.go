@@ -128,6 +128,49 @@ type conn struct {
 	// behind is set when the queue overflowed and the peer is disconnected
 	// for it (tooSlow).
 	behind atomic.Bool
+
+	// logGate bounds the lines that the peer's requests log (peerInfo);
+	// request goroutine only.
+	logGate logGate
+}
+
+// A peer's requests log at INFO what they did, or what was wrong with
+// them; a peer that sends many (bad JSON, refused joins, a join per cell
+// change) would flood the logs. So one connection logs a burst of
+// peerLogBurst lines, then one per peerLogEvery, and the next line logged
+// says how many were not.
+const (
+	peerLogBurst = 20
+	peerLogEvery = 2 * time.Second
+)
+
+type logGate struct {
+	tokens  float64
+	at      time.Time
+	skipped int
+}
+
+// peerInfo logs a line at INFO about one of the peer's requests, within
+// the connection's log budget.
+func (c *conn) peerInfo(msg string, args ...any) {
+	g := &c.logGate
+	now := time.Now()
+	if g.at.IsZero() {
+		g.tokens = peerLogBurst
+	} else {
+		g.tokens = min(peerLogBurst, g.tokens+now.Sub(g.at).Seconds()/peerLogEvery.Seconds())
+	}
+	g.at = now
+	if g.tokens < 1 {
+		g.skipped++
+		return
+	}
+	g.tokens--
+	if g.skipped > 0 {
+		args = append(args, "unlogged_before", g.skipped)
+		g.skipped = 0
+	}
+	c.log.Info(msg, args...)
 }
 
 func (c *conn) uuid() string {
@@ -486,14 +529,14 @@ func (c *conn) request(payload []byte) {
 	}
 	var req Request
 	if err := json.Unmarshal(payload, &req); err != nil {
-		c.log.Info("Ubiq server message is not JSON {type,args}", "peer", c.uuid(), "err", err, "message", scene.Quote(payload))
+		c.peerInfo("Ubiq server message is not JSON {type,args}", "peer", c.uuid(), "err", err, "message", scene.Quote(payload))
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.s.ctx, requestTimeout)
 	defer cancel()
 	args := []byte(req.Args)
 	bad := func(err error) {
-		c.log.Info("Ubiq server message has bad arguments", "type", req.Type, "peer", c.uuid(), "err", err, "args", scene.Quote(args))
+		c.peerInfo("Ubiq server message has bad arguments", "type", req.Type, "peer", c.uuid(), "err", err, "args", scene.Quote(args))
 	}
 	switch req.Type {
 	case "Join":
@@ -549,9 +592,9 @@ func (c *conn) request(payload []byte) {
 			var le *BlobLimitError
 			var ne *NameError
 			if err := c.s.store.setBlob(ctx, c.room.id, a.UUID, a.Blob, c.s.cfg.MaxRoomBlobBytes); errors.As(err, &le) {
-				c.log.Info("Ubiq SetBlob refused: the room's blobs would exceed their limit", "peer", c.uuid(), "blob", scene.Quote([]byte(a.UUID)), "err", err)
+				c.peerInfo("Ubiq SetBlob refused: the room's blobs would exceed their limit", "peer", c.uuid(), "blob", scene.Quote([]byte(a.UUID)), "err", err)
 			} else if errors.As(err, &ne) {
-				c.log.Info("Ubiq SetBlob refused", "peer", c.uuid(), "err", err)
+				c.peerInfo("Ubiq SetBlob refused", "peer", c.uuid(), "err", err)
 			} else if err != nil {
 				c.log.Warn("set blob failed", "room", c.room.id, "err", err)
 			}
@@ -568,7 +611,7 @@ func (c *conn) request(payload []byte) {
 			var err error
 			var ne *NameError
 			if blob, err = c.s.store.getBlob(ctx, c.room.id, a.UUID); errors.As(err, &ne) {
-				c.log.Info("Ubiq GetBlob refused; answered with no blob", "peer", c.uuid(), "err", err)
+				c.peerInfo("Ubiq GetBlob refused; answered with no blob", "peer", c.uuid(), "err", err)
 			} else if err != nil {
 				c.log.Warn("get blob failed", "room", c.room.id, "err", err)
 			}
@@ -598,12 +641,12 @@ func (c *conn) request(payload []byte) {
 		}
 		c.setObserved(ctx, a.Rooms)
 	default:
-		c.log.Info("unknown Ubiq server message", "type", req.Type, "peer", c.uuid())
+		c.peerInfo("unknown Ubiq server message", "type", req.Type, "peer", c.uuid())
 	}
 }
 
 func (c *conn) reject(a JoinArgs, reason string) {
-	c.log.Info("Ubiq join rejected", "peer", c.uuid(), "reason", reason)
+	c.peerInfo("Ubiq join rejected", "peer", c.uuid(), "reason", reason)
 	c.sendServer(EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a}))
 }
 
@@ -708,7 +751,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	if old != nil {
 		c.leaveAs(ctx, old, oldAs, oldRev, oldGen)
 	}
-	c.log.Info("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name, "joincode", rec.JoinCode)
+	c.peerInfo("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name, "joincode", rec.JoinCode)
 }
 
 // unclaim counts the peer out of room (generation gen) after it joined or
@@ -794,7 +837,7 @@ func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) 
 		return
 	}
 	if err := c.checkProps(next); err != nil {
-		c.log.Info("Ubiq AppendPeerProperties refused", "peer", c.uuid(), "err", err)
+		c.peerInfo("Ubiq AppendPeerProperties refused", "peer", c.uuid(), "err", err)
 		return
 	}
 	c.me.Props = next
@@ -841,11 +884,11 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 			continue
 		}
 		if !validUUID(id) {
-			c.log.Info("Ubiq SetObserved: not a room uuid, ignored", "peer", c.uuid(), "room", scene.Quote([]byte(id)))
+			c.peerInfo("Ubiq SetObserved: not a room uuid, ignored", "peer", c.uuid(), "room", scene.Quote([]byte(id)))
 			continue
 		}
 		if len(want) >= maxObserved {
-			c.log.Info("Ubiq SetObserved: too many rooms, the rest ignored", "peer", c.uuid(), "asked", len(rooms), "limit", maxObserved)
+			c.peerInfo("Ubiq SetObserved: too many rooms, the rest ignored", "peer", c.uuid(), "asked", len(rooms), "limit", maxObserved)
 			break
 		}
 		want[id] = true

@@ -1,6 +1,7 @@
 package ubiq
 
 import (
+	"log/slog"
 	"reflect"
 	"strconv"
 	"strings"
@@ -166,5 +167,26 @@ func TestPeerPropertiesBounded(t *testing.T) {
 	r.expect("Rejected").decode(t, &rej)
 	if !strings.Contains(rej.Reason, "peer properties") {
 		t.Fatalf("Rejected %q", rej.Reason)
+	}
+}
+
+// A peer that sends the server many bad messages does not flood the logs:
+// its connection logs a burst of lines, then few, and a later line says
+// how many went unlogged. (Before, each message logged a line at INFO, up
+// to the inbound budget's 2,000 a second per connection.)
+func TestBadRequestsLogBounded(t *testing.T) {
+	logs := &logBuffer{}
+	ts := startServer(t, nil, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	p := dialPeer(t, ts.tcp)
+	const bad = 200
+	for range bad {
+		if err := p.c.Send(ServerID, []byte("not json")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.barrier() // every message before the Ping was handled
+	n := strings.Count(logs.String(), "Ubiq server message is not JSON")
+	if n < 1 || n >= bad/2 {
+		t.Fatalf("%d lines logged for %d bad messages, want at least 1 and far fewer than %d:\n%s", n, bad, bad, logs.String())
 	}
 }
