@@ -202,7 +202,7 @@ func (b *runner) interaction(ctx context.Context) error {
 		}
 	}
 	if b.cfg.Python == "" {
-		b.note("The arena-py agent did not run: no Python with arena-py was given (--python) or found in .venv (scripts/setup.sh --test makes one).")
+		b.note("The arena-py agent did not run: no Python with arena-py was given (--python) or found in .venv of the directory the bench ran from (scripts/setup.sh --test makes one in the repository; run from there, or pass --python).")
 		return ctx.Err()
 	}
 	for _, bg := range b.cfg.InteractionBG {

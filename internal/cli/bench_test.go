@@ -80,6 +80,8 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "bus", "--ramp", "60:30"}, want: []string{`--ramp "60:30"`, "from:step:to"}},
 		{args: []string{"bench", "bus", "--ramp", "0:0:0"}, want: []string{`--ramp "0:0:0"`, "step > 0"}},
 		{args: []string{"bench", "bus", "--ramp", "360:30:60"}, want: []string{`--ramp "360:30:60"`, "from ≤ to"}},
+		{args: []string{"bench", "bus", "--experiments", "interaction", "--python", "/bin/false"}, want: []string{"--python /bin/false cannot import arena-py", "scripts/setup.sh --test", "--python ''"}},
+		{args: []string{"bench", "bus", "--experiments", "interaction", "--python", "/nonexistent/python"}, want: []string{"--python /nonexistent/python cannot import arena-py", "no such file"}},
 		{args: []string{"bench", "bus", "--ramp", "0"}, want: []string{"--ramp has a step of 0 users"}},
 		{args: []string{"bench", "bus", "--ramp", "0:30:60"}, want: []string{"--ramp has a step of 0 users"}},
 		{args: []string{"bench", "bus", "--isolation-scenes", "0,1"}, want: []string{"--isolation-scenes has a step of 0 scenes"}},
@@ -102,7 +104,7 @@ func TestRefusesBadFlags(t *testing.T) {
 		args := tc.args
 		switch {
 		case len(args) > 1 && args[1] == "bus":
-			args = append(append([]string(nil), args...), busOut...)
+			args = append(append([]string{"bench", "bus"}, busOut...), args[2:]...) // a later --python wins
 		case len(args) > 1 && args[1] == "sfu":
 			args = append(append([]string(nil), args...), sfuOut...)
 		case len(args) > 1 && args[1] == "cc":

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -107,7 +108,12 @@ func runBenchBus(ctx context.Context, args []string) error {
 	d.XrealmEnv = splitList(*xenv)
 	d.XrealmFlags = strings.Fields(*xflags)
 	if d.Mosquitto == "" {
-		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto)")
+		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto, or scripts/setup.sh --test)")
+	}
+	if d.Python != "" && slices.Contains(d.Experiments, "interaction") {
+		if err := checkArenaPy(d.Python); err != nil {
+			return fmt.Errorf("bench bus: %w", err)
+		}
 	}
 	d.Command = "xrealm bench bus " + shellJoin(args)
 	if err := d.Check(); err != nil {
@@ -174,6 +180,21 @@ func busOutNotice(out, abs string, committed bool, partial []string) string {
 		"(RESULTS.md, results.json and the plots). For a trial, stop now (Ctrl-C) and pass --out DIR; "+
 		"if they are already replaced, git checkout -- %s restores them.\n\n",
 		strings.Join(partial, "; "), out, out)
+}
+
+// checkArenaPy returns an error unless python can import arena-py: a
+// Python without it ran the whole benchmark, recorded a traceback as the
+// arena-py version and the agent's runs as errors.
+func checkArenaPy(python string) error {
+	out, err := exec.Command(python, "-c", "import arena").CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	why := err.Error()
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); lines[len(lines)-1] != "" {
+		why = lines[len(lines)-1]
+	}
+	return fmt.Errorf("--python %s cannot import arena-py (%s): scripts/setup.sh --test installs it in .venv (pip install -r tests/requirements.txt), or --python '' leaves the arena-py agent out", python, why)
 }
 
 func defaultPython() string {
