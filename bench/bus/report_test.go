@@ -2,6 +2,7 @@ package benchbus
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -85,5 +86,46 @@ func TestStudentT95(t *testing.T) {
 	}
 	if !math.IsInf(studentT95(0), 1) {
 		t.Error("studentT95(0) is not +Inf")
+	}
+}
+
+// TestTargetsNotMeasured checks the targets table of a short run: a target
+// whose comparison was not measured shows – and "not measured", never a
+// ratio of zeros or a verdict. A 1 s window gave Mosquitto a broker CPU of
+// 0, and the efficiency target read "8000.00×, met"; the isolation row
+// showed "0 (none held) vs ≥ 8 users: 0.00×" without 5 scenes; the ACL and
+// interaction rows had an empty cell.
+func TestTargetsNotMeasured(t *testing.T) {
+	row := func(exp, system string, users, scenes int, perCPU float64) Row {
+		return Row{Experiment: exp, System: system, Users: users, Scenes: scenes, Ratio: 1, P99ms: 5, PerSec: 100, Delivered: 100, PerCPUSec: perCPU, BrokerCPU: perCPU / 1e5}
+	}
+	r := &Results{
+		Config:  ConfigSummary{MaxP99: "100ms", MinRatio: 0.99, Step: "1s"},
+		Machine: Machine{Cores: 2},
+		Rows: []Row{
+			row("efficiency", "mosquitto", 4, 1, 0), row("efficiency", "xrealm", 4, 1, 8000),
+			row("isolation", "xrealm", 4, 1, 8000), row("isolation", "xrealm", 4, 2, 8000),
+		},
+	}
+	md := Markdown(r, nil)
+	for _, want := range []string{
+		"| Efficiency at 4 users | xrealm deliveries per broker CPU-s ≥ 1.5 × Mosquitto's | – | not measured |",
+		"| Isolation | xrealm capacity (p99 ≤ 50 ms, as for the capacity target) with 5 scenes ≥ 2 × with 1 scene | – | not measured |",
+		"| ACL | enforcement costs ≤ 5% throughput | – | not measured |",
+		"| Interaction | median click-to-update ≤ 2 ms with 100 background users | – | not measured |",
+		"runs on the same 2 cores",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("RESULTS.md lacks %q", want)
+		}
+	}
+	// Both measured: the ratio and a verdict.
+	r.Rows[0].PerCPUSec = 4000
+	r.Rows = append(r.Rows, row("isolation", "xrealm", 8, 5, 8000))
+	md = Markdown(r, nil)
+	for _, want := range []string{"xrealm 8000 vs Mosquitto 4000: 2.00× | **met** |", "users: 2.00×"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("RESULTS.md lacks %q", want)
+		}
 	}
 }
