@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/xrealm/xrealm/streamread"
@@ -123,14 +124,30 @@ func readFrame(r io.Reader, maxPayload int) (f []byte, n int32, got int, err err
 	if err := checkLength(n, maxPayload); err != nil {
 		return nil, n, 4, err
 	}
-	f = make([]byte, 4+int(n))
+	// The frame's buffer grows as its bytes come, from 64 KiB, doubling:
+	// a peer that announces a large frame and sends it slowly, or never,
+	// holds no more memory than it sent (twice that at most).
+	end := 4 + int(n)
+	f = make([]byte, 4, min(end, readChunk))
 	copy(f, hdr[:])
-	k, err := io.ReadFull(r, f[4:])
-	if err != nil {
-		return nil, n, 4 + k, err
+	for len(f) < end {
+		if len(f) == cap(f) {
+			f = slices.Grow(f, min(len(f), end-len(f)))
+		}
+		k, err := io.ReadFull(r, f[len(f):min(cap(f), end)])
+		f = f[:len(f)+k]
+		if err != nil {
+			if errors.Is(err, io.EOF) && len(f) > 4 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, n, len(f), err
+		}
 	}
 	return f, n, len(f), nil
 }
+
+// readChunk is the first buffer readFrame takes for a frame.
+const readChunk = 64 << 10
 
 // frameReader splits a byte stream into frames. Bytes go in through its
 // Buffer (streamread.Receive), frames come out of next.

@@ -308,3 +308,52 @@ func FuzzFrameReader(f *testing.F) {
 		}
 	})
 }
+
+// largestRead records the largest buffer Read was handed, and gives 100
+// payload bytes after the header, then EOF.
+type largestRead struct {
+	data    []byte
+	largest int
+}
+
+func (r *largestRead) Read(p []byte) (int, error) {
+	r.largest = max(r.largest, len(p))
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// A frame that announces 4 MiB and sends 100 bytes takes a buffer of
+// 64 KiB, not 4 MiB: a peer holds no more of the server's memory than it
+// sent. (Before, a WebSocket message's 4-byte length field made the
+// server allocate the whole announced frame at once.)
+func TestReadFrameGrowsAsBytesCome(t *testing.T) {
+	const announced = 4 << 20
+	hdr := binary.LittleEndian.AppendUint32(nil, announced+8)
+	for _, tc := range []struct {
+		name string
+		read func(r io.Reader) error
+	}{
+		{"ReadFrame", func(r io.Reader) error { _, err := ReadFrame(r, announced); return err }},
+		{"WebSocket message", func(r io.Reader) error { _, err := readMessageFrame(r, announced); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &largestRead{data: append(hdr, make([]byte, 100)...)}
+			if err := tc.read(r); err == nil {
+				t.Fatal("a frame cut short was read")
+			}
+			if r.largest > readChunk {
+				t.Fatalf("read into a buffer of %d bytes for a frame that sent 100", r.largest)
+			}
+		})
+	}
+	// A whole frame of that size still reads.
+	payload := bytes.Repeat([]byte("x"), announced)
+	f, err := ReadFrame(bytes.NewReader(NewFrame(NetworkId{A: 1, B: 2}, payload)), announced)
+	if err != nil || !bytes.Equal(f[HeaderSize:], payload) {
+		t.Fatalf("whole frame: %d bytes, %v", len(f), err)
+	}
+}
