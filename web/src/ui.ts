@@ -96,3 +96,24 @@ function showPanel(p: { name: string; button: HTMLButtonElement }, on: boolean) 
   document.body.classList.toggle(`${p.name}-hidden`, !on);
   p.button.setAttribute('aria-pressed', String(on));
 }
+
+/**
+ * Leaves the keys to walking. A-Frame's WASD controls walk only while no
+ * element has the focus, so after a mouse click on a button (Panel,
+ * Microphone, a tree item) W did nothing until the user clicked the 3D
+ * view. A click with the mouse or a tap now leaves no focus behind on a
+ * button or link; one made with the keyboard (Enter or Space: detail 0)
+ * keeps it there. Escape in a text field leaves it, keeping what was typed.
+ */
+export function keysToWalking() {
+  document.addEventListener('click', (e) => {
+    if (e.detail === 0) return;
+    const el = (e.target as Element | null)?.closest?.('button, a[href], summary');
+    if (el && el === document.activeElement) (el as HTMLElement).blur();
+  });
+  document.addEventListener('keydown', (e) => {
+    const el = e.target as HTMLElement | null;
+    if (e.key !== 'Escape' || e.defaultPrevented || !el?.matches?.('input, textarea, select')) return;
+    el.blur();
+  });
+}

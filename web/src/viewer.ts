@@ -7,7 +7,7 @@ import { Bus, type Status } from './bus';
 import { Presence } from './presence';
 import { randomSuffix, topicFor, type Message, type SceneTopic, type StoredObject } from './protocol';
 import { Renderer, SceneModel } from './scene';
-import { clearError, h, panelToggle, showError, toast } from './ui';
+import { clearError, h, keysToWalking, panelToggle, showError, toast } from './ui';
 
 export interface Viewer {
   ns: string;
@@ -112,12 +112,13 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   const side = h('aside', { id: 'xr-side' },
     h('section', {}, h('h3', {}, 'People here'), usersEl),
     h('section', { id: 'xr-chat' }, h('h3', {}, 'Chat'), chatLog, chatForm),
-    h('p', { class: 'hint' }, matchMedia('(pointer: coarse)').matches ? 'Drag to look, tap objects that listen.' : 'Drag to look, WASD to move, click objects that listen.'),
+    h('p', { class: 'hint' }, matchMedia('(pointer: coarse)').matches ? 'Drag to look, tap objects that listen.' : 'Drag to look, WASD or the arrow keys to move (Escape leaves a text field), click objects that listen.'),
   );
   const holder = h('div', { id: 'xr-scene-holder' });
   holder.innerHTML = sceneMarkup(camHeight);
   app.replaceChildren(top, holder, side);
   document.body.classList.add(mode === 'edit' ? 'mode-edit' : 'mode-view');
+  keysToWalking();
 
   const sceneEl = holder.querySelector('a-scene') as HTMLElement & { hasLoaded?: boolean };
   if (!sceneEl.hasLoaded) await new Promise((r) => sceneEl.addEventListener('loaded', r, { once: true }));

@@ -351,6 +351,58 @@ describe('console', () => {
   });
 });
 
+describe('keyboard and mouse', () => {
+  it('WASD walks and a drag looks around without WebXR, also after a click on a button; typing in chat does not walk, and Escape leaves it', async () => {
+    const p = await open('/public/keys', { width: 900, height: 500 });
+    const cam = () => p.evaluate(() => {
+      const o = (document.querySelector('#xr-camera') as any).object3D;
+      return { x: o.position.x, z: o.position.z, yaw: o.rotation.y };
+    });
+    /** How far W held for 400 ms walks, once the camera has stopped gliding. */
+    const walk = async (what: string) => {
+      const a = await cam();
+      await p.keyboard.down('w');
+      await p.waitForTimeout(400);
+      await p.keyboard.up('w');
+      await waitFor(`camera stops (${what})`, async () => {
+        const x = await cam();
+        await p.waitForTimeout(150);
+        const y = await cam();
+        return Math.hypot(y.x - x.x, y.z - x.z) < 1e-3;
+      });
+      const b = await cam();
+      return Math.hypot(b.x - a.x, b.z - a.z);
+    };
+    expect(await walk('fresh page')).toBeGreaterThan(0.3);
+    // Drag to look.
+    const yaw = (await cam()).yaw;
+    await p.mouse.move(300, 300);
+    await p.mouse.down();
+    await p.mouse.move(400, 300, { steps: 5 });
+    await p.mouse.up();
+    expect(Math.abs((await cam()).yaw - yaw)).toBeGreaterThan(0.1);
+    // A mouse click on a button leaves the keys to walking (it kept the
+    // focus, and A-Frame walks only while nothing has it).
+    for (const button of ['#xr-side-toggle', '#xr-side-toggle', '#xr-mic', '#xr-mic']) {
+      await p.click(button);
+      expect(await walk(`after a click on ${button}`), button).toBeGreaterThan(0.3);
+    }
+    // Keys typed in chat stay there; Escape gives them back to walking.
+    await p.click('#xr-chat-input');
+    expect(await walk('typing in chat')).toBeLessThan(1e-3);
+    expect(await p.inputValue('#xr-chat-input')).toBe('w');
+    await p.keyboard.press('Escape');
+    expect(await p.evaluate(() => document.activeElement === document.body)).toBe(true);
+    expect(await p.inputValue('#xr-chat-input')).toBe('w'); // nothing typed is lost
+    expect(await walk('after Escape')).toBeGreaterThan(0.3);
+    // A keyboard user keeps the focus on the button pressed with Enter.
+    await p.focus('#xr-side-toggle');
+    await p.keyboard.press('Enter');
+    expect(await p.evaluate(() => document.activeElement?.id)).toBe('xr-side-toggle');
+    expect(await p.getAttribute('#xr-side-toggle', 'aria-pressed')).toBe('false');
+  });
+});
+
 describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });
