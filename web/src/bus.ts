@@ -64,7 +64,10 @@ export class Bus {
         this.h.onStatus({ state: 'failed', reason: e.message });
         return;
       }
-      this.retry(`token request failed: ${(e as Error).message}`);
+      // fetch fails with a TypeError when no answer comes at all (the
+      // server is down or restarting, or the network is gone); its message
+      // ("Failed to fetch") says nothing to a user.
+      this.retry(e instanceof TypeError ? 'the server cannot be reached' : `token request failed: ${(e as Error).message}`);
       return;
     }
     if (this.stopped) return;

@@ -403,6 +403,53 @@ describe('keyboard and mouse', () => {
   });
 });
 
+describe('server restart', () => {
+  it('the pages say the server is gone, keep what the user typed, send nothing stale, and carry on when it is back', { timeout: 180_000 }, async () => {
+    const alice = srv.token('alice', 'alice/restart', 'editor');
+    const ed = await open(`/alice/restart/edit?token=${alice}`, { width: 1000, height: 700 });
+    const view = await open('/alice/restart');
+    const gone = /ERR_CONNECTION_REFUSED|WebSocket connection to .* failed|xrealm: MQTT error/;
+    for (const p of [ed, view]) expectConsole(p, gone);
+    await ed.selectOption('#new-type', 'box');
+    await ed.fill('#new-id', 'crate');
+    await ed.click('#new-create');
+    await view.waitForSelector('[data-object-id="crate"]', { state: 'attached' });
+    await ed.waitForSelector('#f-form');
+    await ed.fill('#xr-chat-input', 'typed before the restart');
+    const sv = await session(view);
+    await waitFor('editor sees the viewer', () => ed.$(`[data-avatar-for="${sv.userClient}"]`));
+
+    await srv.down();
+    for (const p of [ed, view]) {
+      await waitFor('the page says the server cannot be reached', async () =>
+        /^Disconnected \(the server cannot be reached\); reconnecting in \d+s/.test((await p.textContent('#xr-status')) ?? ''), 30_000);
+    }
+    expect(await ed.isDisabled('#xr-chat-input')).toBe(true);
+    expect(await ed.inputValue('#xr-chat-input')).toBe('typed before the restart');
+    // An edit while the server is away fails, and says so.
+    await ed.fill('#f-position-x', '-2');
+    await ed.click('#f-apply');
+    await waitFor('the failed edit is shown', async () => (await ed.textContent('#xr-toasts'))?.includes('Update failed: not connected'));
+
+    await srv.up();
+    for (const p of [ed, view]) await waitFor('reconnected', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'connected', 60_000);
+    await waitFor('reconnected toast', async () => (await ed.textContent('#xr-toasts'))?.includes('Reconnected'));
+    expect(await ed.isDisabled('#xr-chat-input')).toBe(false);
+    expect(await ed.inputValue('#xr-chat-input')).toBe('typed before the restart');
+    // The refused edit is not sent later; the object is where it was.
+    const stored = (await persisted('alice', 'restart')).find((o) => o.object_id === 'crate');
+    expect(stored.attributes.position.x).not.toBe(-2);
+    await view.waitForSelector('[data-object-id="crate"]', { state: 'attached' });
+    // Chat, avatars and edits work again.
+    await ed.press('#xr-chat-input', 'Enter');
+    await waitFor('chat after the restart', async () => (await view.textContent('#xr-chat-log'))?.includes('typed before the restart'));
+    await waitFor('avatar after the restart', () => ed.$(`[data-avatar-for="${sv.userClient}"]`));
+    await ed.fill('#f-position-x', '-2');
+    await ed.click('#f-apply');
+    await waitFor('moved in the viewer', async () => Math.abs(((await worldPos(view, '[data-object-id="crate"]'))?.x ?? 0) + 2) < 1e-6);
+  });
+});
+
 describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });

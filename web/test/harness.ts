@@ -59,6 +59,10 @@ export interface XrealmServer {
   /** A bus token with the SFU's rights (xrealm token --role sfu), for Go SFU clients. */
   sfuToken(user: string): string;
   log(): string;
+  /** Stops the server as a crash or a restart would, keeping its data directory and ports. */
+  down(): Promise<void>;
+  /** Starts it again after down, on the same ports with the same data, and waits until it answers. */
+  up(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -75,30 +79,49 @@ export async function startServer(opts: { nats?: boolean } = {}): Promise<Xrealm
   const args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
     '--https-addr', '', '--mqtts-addr', '', '--nats-addr', nats ? `127.0.0.1:${nats}` : '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
     '--name', 'webtest', '--log-level', 'info'];
-  const proc: ChildProcess = spawn(bin, args, { env: { ...process.env, XREALM_WEB_DIR: dist }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let proc!: ChildProcess;
   let out = '';
-  proc.stdout!.on('data', (b) => (out += b));
-  proc.stderr!.on('data', (b) => (out += b));
   let exited = false;
-  proc.on('exit', () => (exited = true));
   const url = `http://127.0.0.1:${http}`;
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    if (exited) throw new Error(`xrealm serve exited:\n${out}`);
-    try {
-      const r = await fetch(`${url}/healthz`);
-      if (r.ok) break;
-    } catch {
-      /* not yet */
+  /** Starts the process on the ports above and waits until it answers. */
+  const launch = async () => {
+    proc = spawn(bin, args, { env: { ...process.env, XREALM_WEB_DIR: dist }, stdio: ['ignore', 'pipe', 'pipe'] });
+    exited = false;
+    proc.stdout!.on('data', (b) => (out += b));
+    proc.stderr!.on('data', (b) => (out += b));
+    const me = proc;
+    me.on('exit', () => { if (proc === me) exited = true; });
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (exited) throw new Error(`xrealm serve exited:\n${out}`);
+      try {
+        const r = await fetch(`${url}/healthz`);
+        if (r.ok) break;
+      } catch {
+        /* not yet */
+      }
+      if (Date.now() > deadline) {
+        proc.kill('SIGKILL');
+        throw new Error(`xrealm serve did not answer within 30 s:\n${out}`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
     }
-    if (Date.now() > deadline) {
-      proc.kill('SIGKILL');
-      throw new Error(`xrealm serve did not answer within 30 s:\n${out}`);
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  };
+  /** Ends the process (SIGTERM, then SIGKILL after 10 s) and waits until it has exited. */
+  const kill = async () => {
+    if (exited) return;
+    const me = proc;
+    await new Promise<void>((r) => {
+      const t = setTimeout(() => { me.kill('SIGKILL'); }, 10_000);
+      me.on('exit', () => { clearTimeout(t); r(); });
+      me.kill('SIGTERM');
+    });
+    exited = true;
+  };
+  await launch();
   const root = await fetch(`${url}/`);
   if (!root.ok || !(await root.text()).includes('/assets/')) {
+    await kill();
     throw new Error(`xrealm serve does not serve the web client at / (HTTP ${root.status}); is webclient mounted in server/server.go?`);
   }
   return {
@@ -110,14 +133,10 @@ export async function startServer(opts: { nats?: boolean } = {}): Promise<Xrealm
       execFileSync(bin, ['token', '--user', user, '--scene', scene, '--role', role, '--data', dataDir, '--ttl', '2h']).toString().trim(),
     sfuToken: (user) => execFileSync(bin, ['token', '--user', user, '--role', 'sfu', '--data', dataDir, '--ttl', '2h']).toString().trim(),
     log: () => out,
+    down: kill,
+    up: launch,
     stop: async () => {
-      if (!exited) {
-        proc.kill('SIGTERM');
-        await new Promise<void>((r) => {
-          const t = setTimeout(() => { proc.kill('SIGKILL'); r(); }, 10_000);
-          proc.on('exit', () => { clearTimeout(t); r(); });
-        });
-      }
+      await kill();
       rmSync(dataDir, { recursive: true, force: true });
     },
   };
