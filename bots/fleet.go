@@ -1,6 +1,7 @@
 package bots
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,7 @@ type Fleet struct {
 }
 
 type bot struct {
+	fleet *Fleet
 	id    Identity
 	beh   Behaviour
 	link  Link
@@ -60,6 +62,11 @@ type bot struct {
 	// sent and skipped only once the write returns).
 	first, period int64
 	stopped       atomic.Int64
+
+	// Deliveries of the fleet's own poses (not other clients' in the
+	// scene): ownPend counted by the read goroutine, own once flushed.
+	ownPend int64
+	own     atomic.Int64
 }
 
 // MaxRate is the highest rate CheckRate accepts: one pose per
@@ -119,6 +126,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		ns, sc, _ := strings.Cut(scene, "/")
 		name := fmt.Sprintf("%s%d", cfg.Prefix, i)
 		b := &bot{
+			fleet: f,
 			id:    Identity{Index: i, Realm: cfg.Realm, Namespace: ns, Scene: sc, User: name, UserClient: name, ObjectID: "camera_" + name + "_" + name},
 			meter: f.acc.NewMeter(),
 		}
@@ -243,12 +251,49 @@ func (f *Fleet) LostReason() error {
 // messages are counted together.
 func (b *bot) Receive(r *Received) {
 	b.meter.Record(r)
+	if !r.RoundTrip && b.fleet.isOwn(r.From) {
+		b.ownPend++
+	}
 	if b.peers != nil && r.HasPos {
 		b.peers.update(r.From, r.Pos, r.RecvNanos)
 	}
 }
 
-func (b *bot) ReadDone() { b.meter.Flush() }
+func (b *bot) ReadDone() {
+	b.meter.Flush()
+	if b.ownPend > 0 {
+		b.own.Add(b.ownPend)
+		b.ownPend = 0
+	}
+}
+
+// isOwn reports whether from, a sender's object id, is one of the fleet's
+// bots' cameras: camera_{prefix}{i}_{prefix}{i} with i < Users.
+func (f *Fleet) isOwn(from []byte) bool {
+	p := f.cfg.Prefix
+	rest, ok := bytes.CutPrefix(from, []byte("camera_"))
+	if !ok {
+		return false
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(p)); !ok {
+		return false
+	}
+	i, n := 0, 0
+	for n < len(rest) && rest[n] >= '0' && rest[n] <= '9' && n < 10 {
+		i = i*10 + int(rest[n]-'0')
+		n++
+	}
+	if n == 0 || n > 1 && rest[0] == '0' || i >= len(f.bots) {
+		return false
+	}
+	digits := rest[:n]
+	rest, ok = bytes.CutPrefix(rest[n:], []byte("_"))
+	if !ok {
+		return false
+	}
+	rest, ok = bytes.CutPrefix(rest, []byte(p))
+	return ok && bytes.Equal(rest, digits)
+}
 
 // send paces one bot on its Schedule: a pose every period, stamped with
 // the time it was due, skipping (and counting as missed) the ticks it is
@@ -388,13 +433,14 @@ func (f *Fleet) Stop() {
 
 // Delivery returns the deliveries the bots' poses due so far should make,
 // each to every member of its sender's scene, whether its sender sent it
-// or skipped it (Meter.Missed), and the deliveries the bots received: a
-// run's delivery ratio.
+// or skipped it (Meter.Missed), and the deliveries of them the bots
+// received (not other clients' messages in their scenes, which the
+// meters' totals count too): a run's delivery ratio.
 func (f *Fleet) Delivery() (expected, delivered int64) {
 	for _, b := range f.bots {
-		sent, missed, recv := b.meter.totals()
+		sent, missed := b.meter.sent.Load(), b.meter.missed.Load()
 		expected += (sent + missed) * int64(f.scenes[b.id.Namespace+"/"+b.id.Scene])
-		delivered += recv
+		delivered += b.own.Load()
 	}
 	return expected, delivered
 }

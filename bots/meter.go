@@ -347,14 +347,6 @@ func (m *Meter) Window() WindowCounts {
 	return WindowCounts{Sent: m.winSent.Load(), Received: m.winRecv, Bytes: m.winBytes, Missed: m.winMissed.Load()}
 }
 
-// totals returns what the meter counted since it was made: poses sent and
-// missed, messages received (flushed).
-func (m *Meter) totals() (sent, missed, recv int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.sent.Load(), m.missed.Load(), m.recv
-}
-
 // Quantile returns the q-th percentile (0..100) of h as a duration.
 func Quantile(h *hdrhistogram.Histogram, q float64) time.Duration {
 	return time.Duration(h.ValueAtQuantile(q)) * time.Microsecond
