@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -26,11 +27,11 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"(a user in the browser, an arena-py program, a bot) to a pose trace for xrealm bots --behaviour replay")
 		fs.PrintDefaults()
 	}
-	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port for TCP, or ws://host:port/mqtt for WebSocket")
+	addr := fs.String("addr", "127.0.0.1:1883", "MQTT server: host:port (or mqtt://host:port) for TCP, or ws://host:port/mqtt for WebSocket")
 	tokenURL := fs.String("token-url", "http://127.0.0.1:8080", "get a viewer token from this server's POST /user/v2/mqtt_auth")
 	bearer := fs.String("token", "", "sign in to --token-url with this token (xrealm token) for a scene anonymous users cannot read")
 	dataDir := fs.String("data", "", "sign the token with the keys in this server data directory instead of asking --token-url")
-	noAuth := fs.Bool("no-auth", false, "connect without a token (xrealm --insecure, Mosquitto)")
+	noAuth := fs.Bool("no-auth", false, "connect without a token (xrealm serve --insecure, Mosquitto)")
 	sceneName := fs.String("scene", "", "the scene, NS/SCENE (required)")
 	realm := fs.String("realm", "realm", "realm")
 	object := fs.String("object", "", "the camera's object id (e.g. camera_1234_alice); empty: the first camera that sends a pose")
@@ -68,16 +69,19 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	// The file is made only once the recorder is subscribed: a typo in
-	// --addr or --scene does not empty an earlier recording of the name.
+	// The recording goes to a new file next to --out, made once the
+	// recorder is subscribed, and replaces --out only when it holds a
+	// sample: a typo in --addr or --scene, or a scene where no camera
+	// moved, leaves an earlier recording of the name as it was.
 	var f *os.File
 	open := func() (*bots.TraceWriter, error) {
 		w := stdout
 		if *out != "-" {
 			var err error
-			if f, err = os.Create(*out); err != nil {
-				return nil, err
+			if f, err = os.CreateTemp(filepath.Dir(*out), "."+filepath.Base(*out)+".recording-*"); err != nil {
+				return nil, fmt.Errorf("%s: %w", *out, err)
 			}
+			f.Chmod(0o644) // as os.Create would make it (CreateTemp: 0600)
 			w = f
 		}
 		return bots.NewTraceWriter(w)
@@ -96,6 +100,32 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if f != nil {
 		if cerr := f.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("bots record: %s: %w", *out, cerr)
+		}
+	}
+	if rec.Samples() == 0 {
+		if f != nil {
+			os.Remove(f.Name())
+		}
+		what := "no camera sent a pose"
+		if *object != "" {
+			what = "camera " + *object + " sent no pose"
+		}
+		if err != nil {
+			return err
+		}
+		kept := ""
+		if *out != "-" {
+			kept = "; " + *out + " left as it was"
+		}
+		return fmt.Errorf("bots record: %s in %s/%s while recording: nothing recorded%s", what, ns, scene, kept)
+	}
+	if f != nil {
+		if rerr := os.Rename(f.Name(), *out); rerr != nil {
+			os.Remove(f.Name())
+			if err == nil {
+				err = fmt.Errorf("bots record: %w", rerr)
+			}
+			return err
 		}
 	}
 	fmt.Fprintf(stderr, "%d samples written to %s\n", rec.Samples(), *out)

@@ -144,6 +144,20 @@ func TestBotsRecord(t *testing.T) {
 	if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {
 		t.Error("a recording that could not connect changed the file")
 	}
+	// A recording in which no camera moves fails, saying so, and leaves an
+	// earlier one of the name as it was (it wrote a header only, which
+	// replay refuses, and exited 0).
+	stderr.Reset()
+	err = runBotsRecord(ctx, []string{"--addr", cfg.MQTTAddr, "--data", cfg.DataDir, "--scene", "lab/empty", "--out", out, "--duration", "300ms"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "no camera sent a pose in lab/empty") || !strings.Contains(err.Error(), out+" left as it was") {
+		t.Errorf("bots record of a scene where nobody moves: %v, want an error saying nothing was recorded", err)
+	}
+	if after, _ := os.ReadFile(out); !bytes.Equal(after, before) {
+		t.Error("a recording of no sample changed the file")
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(out), ".*recording*")); len(left) > 0 {
+		t.Errorf("files left behind: %v", left)
+	}
 	noDir := filepath.Join(t.TempDir(), "no", "such", "dir", "x")
 	err = runBotsRecord(ctx, []string{"--addr", cfg.MQTTAddr, "--data", cfg.DataDir, "--scene", "lab/walk", "--out", noDir, "--duration", "5s"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "no such file") {
