@@ -134,6 +134,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	if err := CheckAlgos(cfg.Algos, avail); err != nil {
 		return nil, fmt.Errorf("benchcc: %w", err)
 	}
+	// Every trace is read before the first run: a malformed trace late in
+	// the list stopped the bench after the runs of the traces before it,
+	// hours into the default campaign.
+	traces := make([]*netem.Trace, len(cfg.Traces))
+	for i, tp := range cfg.Traces {
+		if traces[i], err = netem.LoadTrace(tp); err != nil {
+			return nil, fmt.Errorf("benchcc: %w", err)
+		}
+	}
 	if err := os.MkdirAll(cfg.OutDir, 0o755); err != nil {
 		return nil, fmt.Errorf("benchcc: create %s: %w", cfg.OutDir, err)
 	}
@@ -173,11 +182,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	defer out.Close()
 	var results []Result
-	for _, tp := range cfg.Traces {
-		tr, err := netem.LoadTrace(tp)
-		if err != nil {
-			return results, err
-		}
+	for i, tp := range cfg.Traces {
+		tr := traces[i]
 		for _, seed := range cfg.Seeds {
 			for _, algo := range cfg.Algos {
 				if ctx.Err() != nil {
@@ -346,11 +352,14 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 			buf := make([]byte, 1<<16)
 			buf[0] = byte(i)
 			c.SetWriteDeadline(deadline)
+			// An interruption ends the run at once (Ctrl-C waited for the
+			// run's end, a minute by default, and said nothing).
+			defer context.AfterFunc(ctx, func() { c.SetWriteDeadline(time.Now()) })()
 			if _, err := c.Write(buf[:1]); err != nil {
 				errs <- err
 				return
 			}
-			for time.Now().Before(deadline) {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
 				if _, err := c.Write(buf); err != nil {
 					return
 				}
@@ -374,6 +383,9 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 		return res, err
 	}
 	recv.wait()
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
 	select {
 	case err := <-errs:
 		return res, fmt.Errorf("benchcc: flow with %s: %w", algo, err)

@@ -1,10 +1,14 @@
 package benchcc
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -195,3 +199,95 @@ func TestRunCreatesTCPInfoDir(t *testing.T) {
 		t.Fatalf("Run with TCPInfoDir %s: %v, want an error naming it", bad, err)
 	}
 }
+
+// TestRunReadsEveryTraceFirst: a malformed trace after a good one stops
+// Run before any run and before anything is loaded or written, naming the
+// trace and the line; it stopped the bench only when its turn came, after
+// the runs of the traces before it.
+func TestRunReadsEveryTraceFirst(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := filepath.Join(dir, "good"), filepath.Join(dir, "bad")
+	if err := os.WriteFile(good, []byte("1\n2\n3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("1\n2\nx3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	_, err := Run(t.Context(), Config{Algos: []string{"cubic"}, OutDir: out, Traces: []string{good, bad}, Seeds: []uint64{1}, Duration: time.Second})
+	if err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "line 3") {
+		t.Fatalf("Run with a malformed second trace: %v, want an error naming %s and its line", err, bad)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("the output directory was made before the traces were checked: %v", err)
+	}
+}
+
+// TestRunStopsWhenInterrupted interrupts a run of a minute over a real
+// emulated link a moment after it started: Run returns the interruption
+// well before the minute is up, with nothing recorded for the cut run,
+// and leaves no namespace behind. The senders ignored the interruption,
+// and Ctrl-C waited for the run's end.
+func TestRunStopsWhenInterrupted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: the emulated link needs root (network namespaces, TUN devices)")
+	}
+	if _, err := os.Stat("/dev/net/tun"); err != nil {
+		t.Skipf("skipping: no TUN support: %v", err)
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: iproute2's ip command is not installed")
+	}
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace")
+	var b strings.Builder
+	for ms := 1; ms <= 1000; ms++ {
+		fmt.Fprintf(&b, "%d\n", ms) // 12 Mbit/s
+	}
+	if err := os.WriteFile(trace, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	// Interrupt once the link is up (the emulator logs it).
+	log := slog.New(&onMessage{msg: "netem: link up", do: func() { time.AfterFunc(time.Second, cancel) }})
+	out := filepath.Join(dir, "out")
+	start := time.Now()
+	rs, err := Run(ctx, Config{Algos: []string{"cubic"}, OutDir: out, Traces: []string{trace}, Seeds: []uint64{1},
+		Duration: time.Minute, Delay: 5 * time.Millisecond, QueuePackets: 100, Logger: log})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want the interruption", err)
+	}
+	if took := time.Since(start); took > 40*time.Second { // a bound far from both ends, not a timing assertion
+		t.Errorf("Run took %v after an interruption at about 1 s of a 1 min run", took)
+	}
+	if len(rs) != 0 {
+		t.Errorf("the cut run was recorded: %+v", rs)
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "results.jsonl")); err != nil || len(b) != 0 {
+		t.Errorf("results.jsonl: %q, %v; want it empty", b, err)
+	}
+	ns, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mine := fmt.Sprintf("xrealm-netem-%d-", os.Getpid()); strings.Contains(string(ns), mine) {
+		t.Errorf("namespaces left behind: %s", ns)
+	}
+}
+
+// onMessage is a slog handler that calls do when msg is logged.
+type onMessage struct {
+	msg string
+	do  func()
+}
+
+func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.do()
+	}
+	return nil
+}
+func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onMessage) WithGroup(string) slog.Handler      { return h }

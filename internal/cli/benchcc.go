@@ -148,7 +148,11 @@ func runBenchCC(ctx context.Context, args []string) error {
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer sayInterrupted(ctx, "bench cc", "ending the run under way and the emulated link")()
 	rs, err := benchcc.Run(ctx, cfg)
 	benchcc.Summarise(os.Stdout, rs)
+	if err != nil && ctx.Err() != nil {
+		return interruptedError("bench cc", len(rs), "run", filepath.Join(*out, "results.jsonl"))
+	}
 	return err
 }

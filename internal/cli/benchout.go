@@ -1,6 +1,10 @@
 package cli
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+	"os"
+)
 
 // outNotice is the line a bench prints at its start to say where its
 // results go, e.g. "appending results to bench/cc/out/results.jsonl (the
@@ -11,4 +15,28 @@ func outNotice(action, path string, isDefault bool, flag string) string {
 		return action + " " + path
 	}
 	return fmt.Sprintf("%s %s (the default; %s writes elsewhere)", action, path, flag)
+}
+
+// interruptedError is the error of a bench that was interrupted (Ctrl-C,
+// SIGTERM) after n of its units (runs, windows) finished, saying where
+// they are; the unit under way is never recorded. It said only "context
+// canceled".
+func interruptedError(bench string, n int, unit, where string) error {
+	if n == 0 {
+		return fmt.Errorf("%s interrupted before a %s finished; nothing was written to %s", bench, unit, where)
+	}
+	units := unit + "s"
+	if n == 1 {
+		units = unit
+	}
+	return fmt.Errorf("%s interrupted: %d %s finished, in %s (the %s under way is not recorded)", bench, n, units, where, unit)
+}
+
+// sayInterrupted prints at once, when ctx ends, that bench heard the
+// interruption and what it does before it exits (which takes a moment);
+// the returned function stops it.
+func sayInterrupted(ctx context.Context, bench, doing string) func() bool {
+	return context.AfterFunc(ctx, func() {
+		fmt.Fprintf(os.Stderr, "%s: interrupted; %s ...\n", bench, doing)
+	})
 }
