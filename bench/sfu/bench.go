@@ -300,6 +300,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 					return out, ctx.Err()
 				}
 				r, err := runOne(ctx, cfg, topo, clip, setup, sc, n)
+				if ctx.Err() != nil {
+					// Interrupted: the cut run is no result (it was
+					// appended, with 'context canceled' among its errors).
+					return out, ctx.Err()
+				}
 				r.Scale, r.LinkMbps = scale, rate/1e6
 				if err != nil {
 					r.Errors = append(r.Errors, err.Error())
@@ -338,6 +343,9 @@ func start(ctx context.Context, logDir, ns, name string, args ...string) (*proc,
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 10 * time.Second
+	// ip netns exec becomes the child (exec, no fork), which keeps this:
+	// a killed bench took none of its SFUs, bots and bus with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -127,6 +128,11 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	if os.Geteuid() != 0 {
 		return errors.New("bench sfu: needs root (network namespaces, veth, tc)")
 	}
+	for _, tool := range []string{"ip", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("bench sfu: %s not found: it needs iproute2's ip and tc (scripts/setup-sfu.sh installs them, or apt-get install iproute2)", tool)
+		}
+	}
 	fmt.Fprintf(os.Stderr, "bench sfu: %s\n", outNotice("appending results to", *out, *out == benchSFUOut, "--out FILE"))
 	exe, err := privateCopy()
 	if err != nil {
@@ -134,8 +140,15 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	}
 	defer os.Remove(exe)
 	cfg.Exe = exe
+	defer sayInterrupted(ctx, "bench sfu", "stopping its SFUs, bots and bus and removing the namespaces")()
 	rs, err := benchsfu.Run(ctx, cfg)
 	benchsfu.Tables(os.Stdout, rs)
+	if err != nil && ctx.Err() != nil {
+		return interruptedError("bench sfu", len(rs), "run", *out)
+	}
+	if err == nil {
+		fmt.Fprintf(os.Stderr, "bench sfu: %d runs appended to %s; xrealm bench sfu --summary %s prints the tables of all its runs and writes the plots beside it\n", len(rs), *out, *out)
+	}
 	return err
 }
 
