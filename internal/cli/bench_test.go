@@ -6,12 +6,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	benchbus "github.com/xrealm/xrealm/bench/bus"
 )
@@ -305,5 +308,85 @@ func TestBusRunError(t *testing.T) {
 		if !tc.interrupted && !errors.Is(got, tc.err) {
 			t.Errorf("busRunError(%v) no longer wraps it", tc.err)
 		}
+	}
+}
+
+// TestBenchSFUNamesMissingTools: without iproute2, bench sfu failed
+// after building its clip, with "ip netns list: exec: "ip": executable
+// file not found"; it now names the package and how to install it,
+// before anything starts. (Without root it says it needs root first.)
+func TestBenchSFUNamesMissingTools(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("PATH", tmp)
+	var out bytes.Buffer
+	args := []string{"bench", "sfu", "--users", "2", "--out", filepath.Join(tmp, "r.jsonl"), "--clip-dir", tmp, "--log-dir", tmp}
+	if rc := Main(args, &out); rc == 0 {
+		t.Fatalf("exit code 0; output %q", out.String())
+	}
+	want := "ip not found: it needs iproute2's ip and tc (scripts/setup-sfu.sh"
+	if os.Geteuid() != 0 {
+		want = "needs root"
+	}
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("%q does not say %q", out.String(), want)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) > 0 {
+		t.Errorf("it wrote %v before refusing", ents)
+	}
+}
+
+func TestInterruptedError(t *testing.T) {
+	tests := []struct {
+		n    int
+		want string
+	}{
+		{0, "bench cc interrupted before a run finished; nothing was written to /o/results.jsonl"},
+		{1, "bench cc interrupted: 1 run finished, in /o/results.jsonl (the run under way is not recorded)"},
+		{5, "bench cc interrupted: 5 runs finished, in /o/results.jsonl (the run under way is not recorded)"},
+	}
+	for _, tc := range tests {
+		if got := interruptedError("bench cc", tc.n, "run", "/o/results.jsonl").Error(); got != tc.want {
+			t.Errorf("interruptedError(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestBenchRoomsInterrupted interrupts bench rooms against a real room
+// server in this process after a few windows: it says it was interrupted,
+// how many windows finished and where they are, and the CSV holds them.
+// It said only "context canceled".
+func TestBenchRoomsInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a room server")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sctx, stop := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- runRoomsServe(sctx, []string{"--listen", addr}) }()
+	defer func() { stop(); <-served }()
+	if err := waitListening(t.Context(), addr); err != nil {
+		t.Fatal(err)
+	}
+	csvPath := filepath.Join(t.TempDir(), "rooms.csv")
+	ctx, cancel := context.WithCancel(t.Context())
+	// The interruption comes after some windows of 200 ms (how many does
+	// not matter: the error and the CSV must agree).
+	time.AfterFunc(1500*time.Millisecond, cancel)
+	err = runBenchRooms(ctx, []string{"--addr", addr, "--server-pid", strconv.Itoa(os.Getpid()), "--max", "3", "--ramp", "50ms", "--window", "200ms", "--hold", "1000", "--rate", "10", "--out", csvPath})
+	if err == nil || !strings.Contains(err.Error(), "bench rooms interrupted") || !strings.Contains(err.Error(), csvPath) {
+		t.Fatalf("bench rooms: %v, want the interruption and where its windows are", err)
+	}
+	b, rerr := os.ReadFile(csvPath)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	rows := strings.Count(string(b), "\n") - 1 // the header
+	if !strings.Contains(err.Error(), fmt.Sprintf(": %d window", rows)) {
+		t.Errorf("%q does not count the %d windows of the CSV", err, rows)
 	}
 }

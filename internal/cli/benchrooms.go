@@ -100,6 +100,9 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		}
 		cmd := exec.CommandContext(ctx, name, sargs...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		// The server goes with a bench that is killed (no clean-up runs);
+		// taskset execs it and keeps this.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			return err
 		}
@@ -148,10 +151,18 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	r.acc.Live() // reset
 	r.acc.LiveRoundTrips()
 	full := false
+	windows := 0
+	where := "the lines above"
+	if *out != "" {
+		where = "the lines above and " + *out
+	}
+	defer sayInterrupted(ctx, "bench rooms", "stopping the bots and the room server")()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			fmt.Printf("# interrupted with %d peers; capacity so far: ping round trip p99<=100ms up to %s peers; one-way p99<=100ms up to %s peers\n",
+				r.count(), capStr(capRTT, r.count()), capStr(capP99, r.count()))
+			return interruptedError("bench rooms", windows, "window", where)
 		case err := <-errc:
 			if err != nil {
 				return err
@@ -173,6 +184,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 			float64(tot.Bytes-lastTot.Bytes) / dt, h.Mean() / 1000, float64(h.ValueAtQuantile(50)) / 1000, float64(h.ValueAtQuantile(99)) / 1000,
 			float64(h.Max()) / 1000, (srv - lastSrv) / dt, (self - lastSelf) / dt, ext, pol, coll, (idle - lastIdle) / dt, (steal - lastSteal) / dt,
 			rt.Mean() / 1000, float64(rt.ValueAtQuantile(50)) / 1000, float64(rt.ValueAtQuantile(99)) / 1000, float64(pings-lastPings) / dt, float64(rt.TotalCount()) / dt}
+		windows++
 		lastTot, lastSrv, lastSelf, last, lastPings = tot, srv, self, now, pings
 		lastIdle, lastSteal = idle, steal
 		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
