@@ -383,8 +383,10 @@ func (r *roomsRun) add(ctx context.Context, i int) error {
 
 // Bots are paced by shared goroutines, not one goroutine and timer per
 // bot: each pacer owns up to pacerBots bots, wakes every pacerTick and
-// sends the poses that are due (stamped just before each write, so the
-// latency measured is unchanged; a send is at most pacerTick late).
+// sends the poses that are due, each on its bots.Schedule as a Fleet's
+// bots: stamped with the time it was due, so that a pacer's lateness (at
+// least up to pacerTick) counts in the latency, and the ticks a bot is a
+// period or more late for are skipped and counted as missed.
 const (
 	pacerBots = 128
 	pacerTick = 2 * time.Millisecond
@@ -397,10 +399,11 @@ type pacer struct {
 
 type pacedBot struct {
 	*roomBot
-	next, last time.Time
-	peers      []bots.Peer
-	peersAt    time.Time // when peers was taken from seen
-	dead       bool
+	sched   bots.Schedule // its pace, as a Fleet's bots: poses stamped when due
+	last    time.Time
+	peers   []bots.Peer
+	peersAt time.Time // when peers was taken from seen
+	dead    bool
 }
 
 // peersEvery is how often a bot that watches its peers refreshes its copy
@@ -413,7 +416,7 @@ const peersEvery = 50 * time.Millisecond
 func (r *roomsRun) schedule(ctx context.Context, b *roomBot) {
 	period := time.Duration(float64(time.Second) / r.rate)
 	now := time.Now()
-	pb := &pacedBot{roomBot: b, next: now.Add(time.Duration(rand.Int64N(int64(period)))), last: now}
+	pb := &pacedBot{roomBot: b, sched: bots.Schedule{Next: now.Add(time.Duration(rand.Int64N(int64(period)))), Period: period}, last: now}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if n := len(r.pacers); n > 0 {
@@ -429,10 +432,10 @@ func (r *roomsRun) schedule(ctx context.Context, b *roomBot) {
 	p := &pacer{bots: []*pacedBot{pb}}
 	r.pacers = append(r.pacers, p)
 	r.wg.Add(1)
-	go r.pace(ctx, p, period)
+	go r.pace(ctx, p)
 }
 
-func (r *roomsRun) pace(ctx context.Context, p *pacer, period time.Duration) {
+func (r *roomsRun) pace(ctx context.Context, p *pacer) {
 	defer r.wg.Done()
 	t := time.NewTicker(pacerTick)
 	defer t.Stop()
@@ -446,10 +449,11 @@ func (r *roomsRun) pace(ctx context.Context, p *pacer, period time.Duration) {
 		list := p.bots
 		p.mu.Unlock()
 		// One clock read per tick decides who is due (a bot is at most
-		// the time of this loop late); step stamps each pose itself.
+		// the time of this loop late); step stamps each pose with the time
+		// it was due.
 		tick := time.Now()
 		for _, b := range list {
-			if b.dead || tick.Before(b.next) {
+			if b.dead || tick.Before(b.sched.Next) {
 				continue
 			}
 			now := time.Now()
@@ -458,11 +462,6 @@ func (r *roomsRun) pace(ctx context.Context, p *pacer, period time.Duration) {
 				if !r.close.Load() {
 					r.log.Warn("bot disconnected")
 				}
-				continue
-			}
-			b.next = b.next.Add(period)
-			if now.Sub(b.next) > period {
-				b.next = now.Add(period) // too late: skip ticks rather than burst
 			}
 		}
 	}
@@ -483,11 +482,10 @@ func (r *roomsRun) step(b *pacedBot, now time.Time) bool {
 		}
 	}
 	b.last = now
-	ts := time.Now().UnixNano()
-	if err := b.link.SendPose(pose, ts); err != nil {
+	if err := b.link.SendPose(pose, b.sched.Due()); err != nil {
 		return false
 	}
-	b.meter.Sent(ts)
+	b.sched.Sent(b.meter, time.Now())
 	return true
 }
 
