@@ -2,6 +2,7 @@ package benchbus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/server"
 )
 
@@ -29,11 +31,42 @@ type ProfileConfig struct {
 	Log      *slog.Logger
 }
 
+// Check returns an error naming the flag of a setting Profile cannot
+// run with. --profile-users 0 profiled an idle server: the generator
+// refused to start, and the profile was written all the same.
+func (pc *ProfileConfig) Check() error {
+	switch {
+	case pc.Users < 1:
+		return fmt.Errorf("--profile-users %d: want at least 1", pc.Users)
+	case pc.Scenes < 1:
+		return fmt.Errorf("--profile-scenes %d: want at least 1", pc.Scenes)
+	case pc.Duration <= 0:
+		return fmt.Errorf("--profile-duration %v: want a duration above 0", pc.Duration)
+	case pc.Size < 1:
+		return fmt.Errorf("--size %d: want at least 1 (bytes)", pc.Size)
+	case pc.Out == "":
+		return errors.New("--profile: no profile file")
+	case len(pc.BotsCmd) == 0:
+		return errors.New("profile: no generator command")
+	}
+	return bots.CheckRate(pc.Rate)
+}
+
 // Profile runs one profiled load and writes the CPU profile.
 func Profile(ctx context.Context, pc ProfileConfig) error {
 	if pc.Log == nil {
 		pc.Log = slog.Default()
 	}
+	if err := pc.Check(); err != nil {
+		return fmt.Errorf("bench bus: %w", err)
+	}
+	// The profile file first: it failed after the server had started and
+	// the generator had warmed up.
+	f, err := os.Create(pc.Out)
+	if err != nil {
+		return fmt.Errorf("bench bus: --profile: %w", err)
+	}
+	defer f.Close()
 	dir, err := os.MkdirTemp("", "xrealm-profile-")
 	if err != nil {
 		return err
@@ -62,7 +95,7 @@ func Profile(ctx context.Context, pc ProfileConfig) error {
 	}()
 	args := append(append([]string(nil), pc.BotsCmd[1:]...), "bots", "--addr", cfg.MQTTAddr,
 		"--users", strconv.Itoa(pc.Users), "--scenes", strconv.Itoa(max(1, pc.Scenes)), "--rate", fmt.Sprint(pc.Rate),
-		"--size", strconv.Itoa(pc.Size), "--behaviour", "randomwalk", "--duration", (pc.Duration + 3*time.Second).String())
+		"--size", strconv.Itoa(pc.Size), "--behaviour", "randomwalk", "--duration", (pc.Duration + 10*time.Second).String()) // outlasts the profile; stopped after it
 	if pc.Insecure {
 		args = append(args, "--no-auth")
 	} else {
@@ -70,22 +103,43 @@ func Profile(ctx context.Context, pc ProfileConfig) error {
 	}
 	cmd := exec.CommandContext(ctx, pc.BotsCmd[0], args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	diesWithBench(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start the generator: %w", err)
 	}
-	defer cmd.Wait()
-	time.Sleep(3 * time.Second) // connect and warm up
-	f, err := os.Create(pc.Out)
-	if err != nil {
-		return err
+	exited := make(chan struct{}) // closed when the generator has exited, with waitErr
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	defer func() {
+		cmd.Process.Signal(os.Interrupt) // it prints its totals
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	// A generator that ends before the profile does leaves a profile of a
+	// server with less load than asked: an error, not a profile.
+	genEnded := func() error {
+		return fmt.Errorf("bench bus: the generator (xrealm bots) ended before the profile did (%v); its output is above", waitErr)
 	}
-	defer f.Close()
+	select { // connect and warm up
+	case <-time.After(3 * time.Second):
+	case <-exited:
+		return genEnded()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		return err
 	}
 	pc.Log.Info("profiling xrealm", "users", pc.Users, "for", pc.Duration, "insecure", pc.Insecure, "profile", pc.Out)
 	select {
 	case <-time.After(pc.Duration):
+	case <-exited:
+		pprof.StopCPUProfile()
+		return genEnded()
 	case <-ctx.Done():
 	}
 	pprof.StopCPUProfile()
