@@ -58,6 +58,10 @@ export function startEditor(v: Viewer) {
   let selected: string | null = null;
   let pendingSelect: string | null = null;
   let canEdit = false;
+  // The fields of the detail the user changed since it was drawn (input
+  // ids). While there are any, a change of the object by someone else does
+  // not redraw the detail (it would drop what was typed) but shows #f-stale.
+  let touched = new Set<string>();
 
   // --- layout
   const banner = h('div', { id: 'xr-readonly', class: 'readonly', hidden: true });
@@ -112,6 +116,22 @@ export function startEditor(v: Viewer) {
     }
   };
 
+  /**
+   * Publishes the detail's edit. The bus may echo it before the publish
+   * resolves, and the echo is to draw the detail anew, so the fields stop
+   * counting as changed first, and again if it was not sent.
+   */
+  const sendEdit = async (m: Message, what: string) => {
+    const was = touched;
+    touched = new Set();
+    try {
+      await publish(m, what);
+    } catch (e) {
+      touched = was;
+      throw e;
+    }
+  };
+
   // --- tree
   const renderTree = () => {
     const objs = [...v.model.objects.values()];
@@ -133,7 +153,10 @@ export function startEditor(v: Viewer) {
           sub.length ? h('ul', {}, ...sub) : null);
       });
     const items = build(undefined, 0, new Set());
+    const focused = (document.activeElement as HTMLElement | null)?.closest?.('#xr-tree [data-tree-id]')?.getAttribute('data-tree-id');
     tree.replaceChildren(...(items.length ? items : [h('li', { class: 'hint' }, 'No objects yet.')]));
+    // redrawn while someone tabs through it: the focus stays on its item
+    if (focused) (tree.querySelector(`[data-tree-id="${CSS.escape(focused)}"] > .tree-item`) as HTMLElement | null)?.focus();
   };
 
   // --- detail
@@ -148,6 +171,7 @@ export function startEditor(v: Viewer) {
   });
 
   const renderDetail = () => {
+    touched = new Set();
     const o = selected ? v.model.objects.get(selected) : undefined;
     if (!o) {
       detail.replaceChildren(h('p', { class: 'hint' }, selected ? `${selected} was deleted.` : 'Select an object.'));
@@ -207,38 +231,54 @@ export function startEditor(v: Viewer) {
     );
     form.addEventListener('submit', guard(async (e) => {
       e.preventDefault();
-      const delta: JsonObject = {
-        position: readVec('position'),
-        rotation: { ...readVec('rotation'), w: null },
-        scale: readVec('scale'),
-        parent: parentSel.value || null,
-        'click-listener': (detail.querySelector('#f-click') as HTMLInputElement).checked ? true : null,
-      };
-      const input = (detail.querySelector('#f-color') as HTMLInputElement).value;
-      const c = known || input !== color ? input : undefined; // undefined: keep the object's colour
+      // Only the fields the user changed: another user or a program may
+      // have changed the others since the form was drawn.
+      const t = (id: string) => touched.has(id);
+      const now = v.model.objects.get(o.id)?.data ?? d;
+      const delta: JsonObject = {};
+      // position and scale: the axes typed, the others as the object has them now
+      for (const [key, dflt] of [['position', 0], ['scale', 1]] as const) {
+        const axes = (['x', 'y', 'z'] as const).filter((a) => t(`f-${key}-${a}`));
+        if (!axes.length) continue;
+        const cur = isObject(now[key]) ? now[key] : {};
+        const typed = readVec(key);
+        delta[key] = Object.fromEntries((['x', 'y', 'z'] as const).map((a) => [a, axes.includes(a) ? typed[a] : typeof cur[a] === 'number' ? cur[a] : dflt]));
+      }
+      if (['x', 'y', 'z'].some((a) => t(`f-rotation-${a}`))) delta.rotation = { ...readVec('rotation'), w: null };
+      if (t('f-parent')) delta.parent = parentSel.value || null;
+      if (t('f-click')) delta['click-listener'] = (detail.querySelector('#f-click') as HTMLInputElement).checked ? true : null;
+      const c = t('f-color') ? (detail.querySelector('#f-color') as HTMLInputElement).value : undefined;
       if (kind === 'text') {
         if (c) delta.color = c;
       } else if (kind === 'light') {
         if (c && isObject(d.light)) delta.light = { color: c };
         else if (c) delta.color = c;
       } else if (kind !== 'gltf-model' && kind !== 'entity') {
+        const m: JsonObject = {};
         const op = detail.querySelector('#f-opacity') as HTMLInputElement | null;
-        const opv = op ? Math.min(1, Math.max(0, Number(op.value))) : 1;
-        const m: JsonObject = { opacity: opv, transparent: opv < 1 };
+        if (op && t('f-opacity')) {
+          const opv = Math.min(1, Math.max(0, Number(op.value)));
+          m.opacity = opv;
+          m.transparent = opv < 1;
+        }
         if (c) {
           m.color = c;
-          if (typeof d.color === 'string') delta.color = null;
+          if (typeof now.color === 'string') delta.color = null;
         }
-        delta.material = m;
+        if (Object.keys(m).length) delta.material = m;
       }
       const url = detail.querySelector('#f-url') as HTMLInputElement | null;
-      if (url) delta.url = url.value.trim();
+      if (url && t('f-url')) delta.url = url.value.trim();
       const text = detail.querySelector('#f-text') as HTMLInputElement | null;
-      if (text) {
-        if (typeof d.text === 'string') delta.text = text.value;
+      if (text && t('f-text')) {
+        if (typeof now.text === 'string') delta.text = text.value;
         else delta.value = text.value;
       }
-      await publish({ object_id: o.id, action: 'update', type: o.type, persist: true, data: delta }, 'Update');
+      if (Object.keys(delta).length === 0) {
+        toast('Nothing to apply: no field was changed.');
+        return;
+      }
+      await sendEdit({ object_id: o.id, action: 'update', type: o.type, persist: true, data: delta }, 'Update');
     }));
 
     const applyJson = h('button', { id: 'f-apply-json', type: 'button', class: 'write' }, 'Apply JSON');
@@ -255,17 +295,29 @@ export function startEditor(v: Viewer) {
       }
       jsonErr.hidden = true;
       // create replaces the stored object (an upsert), so the JSON is the whole object.
-      await publish({ object_id: parsed.object_id, action: 'create', type: parsed.type, persist: true, data: parsed.data }, 'Save');
+      await sendEdit({ object_id: parsed.object_id, action: 'create', type: parsed.type, persist: true, data: parsed.data }, 'Save');
       if (parsed.object_id !== o.id) pendingSelect = parsed.object_id;
     }));
     const dupBtn = h('button', { id: 'f-duplicate', type: 'button', class: 'write' }, 'Duplicate');
     dupBtn.addEventListener('click', guard(() => duplicate(o.id)));
 
-    detail.replaceChildren(form,
+    const stale = h('p', { id: 'f-stale', class: 'stale', role: 'status', hidden: true },
+      `${o.id} changed since you began editing it. Apply sends the fields you changed; the others keep the new values. `,
+      h('button', { type: 'button', onclick: () => renderDetail() }, 'Show theirs'));
+    // the element with the focus is drawn anew: it gets the focus back
+    const focused = detail.contains(document.activeElement) ? document.activeElement?.id : undefined;
+    detail.replaceChildren(stale, form,
       h('details', { open: true }, h('summary', {}, 'Raw JSON'), jsonArea, jsonErr, h('div', { class: 'row' }, applyJson)),
       h('div', { class: 'row' }, dupBtn, delBtn));
     if (!canEdit) for (const c of detail.querySelectorAll<HTMLInputElement>('input, select, textarea, button.write')) c.disabled = true;
+    if (focused) (detail.querySelector(`#${CSS.escape(focused)}`) as HTMLElement | null)?.focus();
   };
+  for (const ev of ['input', 'change']) {
+    detail.addEventListener(ev, (e) => {
+      const id = (e.target as HTMLElement).id;
+      if (id?.startsWith('f-')) touched.add(id);
+    });
+  }
 
   const select = (id: string | null) => {
     selected = id;
@@ -378,7 +430,12 @@ export function startEditor(v: Viewer) {
     queueMicrotask(() => {
       scheduled = false;
       renderTree();
-      if (detailDirty || !detail.querySelector('#f-form')) renderDetail();
+      if (detailDirty || !detail.querySelector('#f-form')) {
+        const stale = detail.querySelector('#f-stale') as HTMLElement | null;
+        // what the user typed stays; the note says the object changed
+        if (touched.size && stale && selected && v.model.objects.has(selected)) stale.hidden = false;
+        else renderDetail();
+      }
       detailDirty = false;
     });
   });

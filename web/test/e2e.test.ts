@@ -749,6 +749,57 @@ describe('editor', () => {
     await close(view);
   });
 
+  it('what the user types in the form or the JSON stays while others change the object, and Apply sends only the fields changed', async () => {
+    const alice = srv.token('alice', 'alice/form', 'editor');
+    const ed = await open(`/alice/form/edit?token=${alice}`, { width: 1000, height: 700 });
+    // A program that moves the object, as ARENA programs do.
+    const prog = await mqttClient(srv, 'alice', alice, 'prog-1');
+    const send = (m: Record<string, unknown>) => prog.publishAsync(`realm/s/alice/form/o/prog-1/${m.object_id}`, JSON.stringify({ type: 'object', persist: true, ...m }), { qos: 1 });
+    await send({ object_id: 'mover', action: 'create', data: { object_type: 'box', position: { x: 0, y: 1, z: -3 }, scale: { x: 1, y: 1, z: 1 }, material: { color: '#ff0000' } } });
+    await ed.click('[data-tree-id="mover"] > .tree-item');
+    await ed.waitForSelector('#f-form');
+    await ed.fill('#f-scale-y', '2');
+    let x = 0;
+    const move = async () => {
+      x += 0.5;
+      await send({ object_id: 'mover', action: 'update', data: { position: { x, y: 1, z: -3 } } });
+      await waitFor(`the editor has x=${x}`, () => ed.evaluate((x) => (window as any).xrealm.model.objects.get('mover').data.position.x === x, x));
+    };
+    await move();
+    await move();
+    // The typed value and the focus stay; a note says the object changed.
+    expect(await ed.inputValue('#f-scale-y')).toBe('2');
+    expect(await ed.evaluate(() => document.activeElement?.id)).toBe('f-scale-y');
+    expect(await ed.isVisible('#f-stale')).toBe(true);
+    expect(await ed.textContent('#f-stale')).toContain('changed');
+    await ed.press('#f-scale-y', 'Enter'); // submits the form
+    const stored = await waitFor('scale stored', async () => (await persisted('alice', 'form')).find((o) => o.object_id === 'mover' && o.attributes.scale.y === 2));
+    // The program's move is kept: the form sent the scale alone.
+    expect(stored.attributes.position).toEqual({ x: 1, y: 1, z: -3 });
+    expect(stored.attributes.material).toEqual({ color: '#ff0000' });
+    // Once applied, the form shows the object again, with the others' changes.
+    await waitFor('note gone', async () => !(await ed.isVisible('#f-stale')));
+    await move();
+    await waitFor('form follows the object', async () => (await ed.inputValue('#f-position-x')) === '1.5');
+    // Untouched, the form follows the object and the focus stays where it was.
+    await ed.focus('#f-position-z');
+    await move();
+    await waitFor('form follows the object', async () => (await ed.inputValue('#f-position-x')) === '2');
+    expect(await ed.evaluate(() => document.activeElement?.id)).toBe('f-position-z');
+    // The raw JSON too: edited text stays; Show theirs puts the object's back.
+    const mine = '{"object_id": "mover", "type": "object", "data": {"object_type": "sphere"}}';
+    await ed.fill('#f-json', mine);
+    await move();
+    expect(await ed.inputValue('#f-json')).toBe(mine);
+    await ed.click('#f-stale button');
+    expect(JSON.parse(await ed.inputValue('#f-json')).data.position.x).toBe(2.5);
+    expect(await ed.isVisible('#f-stale')).toBe(false);
+    // Apply with nothing changed sends nothing, and says so.
+    await ed.click('#f-apply');
+    await waitFor('nothing to apply', async () => (await ed.textContent('#xr-toasts'))?.includes('Nothing to apply'));
+    prog.end(true);
+  });
+
   it('a viewer token cannot edit, in the UI or on the bus', async () => {
     const ed: Page = (globalThis as any).editorPage;
     expect(ed, 'needs the page of the previous test').toBeDefined();
