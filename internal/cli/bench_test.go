@@ -61,6 +61,7 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "rooms", "--behaviour", "flock"}, want: []string{`--behaviour "flock"`}},
 		{args: []string{"bench", "rooms", "--rate", "-5"}, want: []string{"--rate -5"}},
 		{args: []string{"bench", "rooms", "--mode", "grid", "--cell", "0"}, want: []string{"--cell 0"}},
+		{args: []string{"bench", "rooms", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"bench rooms: --out: open " + filepath.Join(tmp, "none", "r.csv")}},
 		{args: []string{"bench", "cc", "--algos", "cubic,cubc"}, want: []string{`unknown congestion control "cubc"`, "hera, hera-paper"}},
 		{args: []string{"bench", "cc", "--algos", ""}, want: []string{"no congestion control"}},
 		{args: []string{"bench", "cc", "--flows", "0"}, want: []string{"--flows 0"}},
@@ -388,5 +389,27 @@ func TestBenchRoomsInterrupted(t *testing.T) {
 	rows := strings.Count(string(b), "\n") - 1 // the header
 	if !strings.Contains(err.Error(), fmt.Sprintf(": %d window", rows)) {
 		t.Errorf("%q does not count the %d windows of the CSV", err, rows)
+	}
+}
+
+// TestBenchBusHelpNamesSystems: the help of --systems names every system
+// the bench accepts (xrealm-insecure was accepted, and not named).
+func TestBenchBusHelpNamesSystems(t *testing.T) {
+	var out bytes.Buffer
+	stderr := os.Stderr
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stderr = w
+	Main([]string{"bench", "bus", "-h"}, &out)
+	os.Stderr = stderr
+	w.Close()
+	var help bytes.Buffer
+	help.ReadFrom(r)
+	for _, s := range []string{"xrealm,", "mosquitto,", "xrealm-insecure", "xrealm:SERVE-FLAGS", "xrealm@EXECUTABLE"} {
+		if !strings.Contains(help.String(), s) {
+			t.Errorf("bench bus -h does not name %q:\n%s", s, help.String())
+		}
 	}
 }

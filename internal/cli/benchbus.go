@@ -24,7 +24,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	fs.SetOutput(os.Stderr)
 	out := fs.String("out", d.Out, "directory for RESULTS.md, results.json and the plots; the default is the committed results (relative to the repository root), which a run replaces")
 	exps := fs.String("experiments", strings.Join(d.Experiments, ","), "comma-separated: ramp, efficiency, isolation, security, interaction, generator")
-	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems for the ramp, efficiency and isolation: xrealm, mosquitto, and xrealm variants as xrealm:SERVE-FLAGS (e.g. xrealm:--write-linger=2ms), other builds as xrealm@EXECUTABLE")
+	systems := fs.String("systems", strings.Join(d.Systems, ","), "systems for the ramp, efficiency and isolation: xrealm, mosquitto, xrealm-insecure (no tokens or ACLs), and xrealm variants as xrealm:SERVE-FLAGS (e.g. xrealm:--write-linger=2ms), other builds as xrealm@EXECUTABLE")
 	xbin := fs.String("xrealm", "", "xrealm executable to benchmark (default: this one)")
 	mosq := fs.String("mosquitto", benchbus.LookMosquitto(), "mosquitto executable (\"\": Mosquitto not run)")
 	python := fs.String("python", defaultPython(), "python with arena-py for the arena-py agent (\"\": not run)")

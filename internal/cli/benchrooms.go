@@ -76,6 +76,18 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	}
 	defer stopProfile()
 	log := slog.Default()
+	// The CSV is opened before the server starts: a path that could not be
+	// written failed after it, without naming the flag.
+	var w *csv.Writer
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return fmt.Errorf("bench rooms: --out: %w", err)
+		}
+		defer f.Close()
+		w = csv.NewWriter(f)
+		defer w.Flush()
+	}
 	if *addr == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -119,15 +131,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	r := &roomsRun{spec: spec, tr: tr, rate: *rate, acc: bots.NewAccounts(), log: log, start: time.Now()}
 	defer r.stop()
 
-	var w *csv.Writer
-	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = csv.NewWriter(f)
-		defer w.Flush()
+	if w != nil {
 		w.Write([]string{"t_s", "peers", "sent_per_s", "recv_per_s", "recv_bytes_per_s", "mean_ms", "p50_ms", "p99_ms", "max_ms",
 			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions", "idle_cpu", "steal_cpu",
 			"rtt_mean_ms", "rtt_p50_ms", "rtt_p99_ms", "pings_per_s", "pongs_per_s"})
@@ -473,15 +477,18 @@ func (r *roomsRun) step(b *pacedBot, now time.Time) bool {
 		b.peersAt = now
 		b.peers = b.seen.snapshot(b.peers[:0], now.UnixNano())
 	}
-	pose := b.beh.Step(now.Sub(b.last), b.peers)
-	if dt := now.Sub(b.last).Seconds(); dt > 0 {
+	// The behaviour moves on the schedule's clock, as a Fleet's bots do:
+	// the pose is where the bot is at its stamp, the time it was due.
+	due := b.sched.Next
+	pose := b.beh.Step(due.Sub(b.last), b.peers)
+	if dt := due.Sub(b.last).Seconds(); dt > 0 {
 		if prev := b.state.Load(); prev != nil {
 			b.state.Store(&[2]bots.Vec3{pose.Pos, pose.Pos.Sub(prev[0]).Scale(1 / dt)})
 		} else {
 			b.state.Store(&[2]bots.Vec3{pose.Pos, {}})
 		}
 	}
-	b.last = now
+	b.last = due
 	if err := b.link.SendPose(pose, b.sched.Due()); err != nil {
 		return false
 	}
