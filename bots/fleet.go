@@ -303,7 +303,11 @@ func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first ti
 	t := time.NewTimer(time.Until(first))
 	defer t.Stop()
 	sched := Schedule{Next: first, Period: period}
-	last := time.Now()
+	// The behaviour moves on the schedule's clock: a pose is where the bot
+	// is at the time the pose is stamped with (its due time), so a late
+	// sender's poses still trace the behaviour's speed (a recording of
+	// them replays at that speed).
+	last := first.Add(-period)
 	var peers []Peer
 	for {
 		select {
@@ -317,8 +321,8 @@ func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first ti
 		if b.peers != nil {
 			peers = b.peers.snapshot(peers[:0], now.UnixNano())
 		}
-		pose := b.beh.Step(now.Sub(last), peers)
-		last = now
+		pose := b.beh.Step(sched.Next.Sub(last), peers)
+		last = sched.Next
 		if err := b.link.SendPose(pose, sched.Due()); err != nil {
 			return
 		}

@@ -18,13 +18,14 @@ type stallLink struct {
 
 	mu     sync.Mutex
 	stamps []int64
+	poses  []Pose
 	done   chan struct{}
 	once   sync.Once
 }
 
 var errStallLinkFull = errors.New("stall link: enough sends")
 
-func (l *stallLink) SendPose(_ Pose, sentNanos int64) error {
+func (l *stallLink) SendPose(p Pose, sentNanos int64) error {
 	l.mu.Lock()
 	n := len(l.stamps)
 	if n == l.max {
@@ -32,6 +33,7 @@ func (l *stallLink) SendPose(_ Pose, sentNanos int64) error {
 		return errStallLinkFull
 	}
 	l.stamps = append(l.stamps, sentNanos)
+	l.poses = append(l.poses, p)
 	l.mu.Unlock()
 	if n == 0 {
 		time.Sleep(l.stall)
@@ -104,6 +106,46 @@ func TestLateSenderStampsDueTimeAndCountsSkippedTicks(t *testing.T) {
 				t.Errorf("missed %d ticks after a stall of %s, want at least %d", tot.Missed, tc.stall, tc.minSkipped)
 			}
 		})
+	}
+}
+
+// A late sender's poses are where its behaviour puts the bot at their
+// stamps: between two poses a randomwalk bot moves no faster than its
+// speed over the stamps' difference. Before, the behaviour stepped by the
+// time that really passed while the stamp followed the schedule, so the
+// pose after a stall of five periods had the bot cover five periods' way
+// in one stamped period (a recording replayed it at up to five times its
+// speed).
+func TestLateSenderPosesFollowTheirStamps(t *testing.T) {
+	const rate, speed = 100, 3.0
+	link := &stallLink{stall: 50 * time.Millisecond, max: 12, done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	f, err := StartFleet(ctx, FleetConfig{Transport: stallTransport{link}, Users: 1, Rate: rate, Behaviour: Spec{Name: "randomwalk", Speed: speed}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(link.sent()) < link.max {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d poses sent", len(link.sent()), link.max)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	f.Close()
+	link.mu.Lock()
+	defer link.mu.Unlock()
+	moved := 0.0
+	for i := 1; i < len(link.poses); i++ {
+		d := link.poses[i].Pos.Sub(link.poses[i-1].Pos).Len()
+		dt := float64(link.stamps[i]-link.stamps[i-1]) / 1e9
+		if d > speed*dt*1.0001+1e-9 {
+			t.Errorf("pose %d: moved %.4f m in %.0f ms of stamps, %.2f m/s, over the behaviour's %.1f m/s", i, d, dt*1e3, d/dt, speed)
+		}
+		moved += d
+	}
+	if moved == 0 {
+		t.Fatal("the randomwalk bot never moved")
 	}
 }
 
