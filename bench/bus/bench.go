@@ -107,6 +107,15 @@ func Defaults() Config {
 	}
 }
 
+// joinInts writes v as a comma-separated list.
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, n := range v {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
 func seq(from, step, to int) []int {
 	var out []int
 	for n := from; n <= to; n += step {
@@ -358,6 +367,35 @@ func (cfg *Config) Partial() []string {
 		if n.got < n.want {
 			why = append(why, fmt.Sprintf("%s %d (the full run's: %d)", n.flag, n.got, n.want))
 		}
+	}
+	// Loads: a run that leaves out steps of the full run's (a trial's
+	// --ramp 4,8) or measures the targets at other loads replaced the
+	// committed results without the warning.
+	for _, l := range []struct {
+		flag      string
+		got, want []int
+	}{
+		{"--ramp", cfg.Ramp, full.Ramp}, {"--isolation-scenes", cfg.IsolationScene, full.IsolationScene},
+		{"--isolation-ramp", cfg.IsolationRamp, full.IsolationRamp}, {"--security-users", cfg.SecurityUsers, full.SecurityUsers},
+		{"--interaction-bg", cfg.InteractionBG, full.InteractionBG},
+	} {
+		for _, n := range l.want {
+			if !slices.Contains(l.got, n) {
+				why = append(why, fmt.Sprintf("%s without %d (the full run's: %s)", l.flag, n, joinInts(l.want)))
+				break
+			}
+		}
+	}
+	for _, n := range []struct {
+		flag      string
+		got, want int
+	}{{"--efficiency-users", cfg.EfficiencyUsers, full.EfficiencyUsers}, {"--generator-users", cfg.GeneratorUsers, full.GeneratorUsers}} {
+		if n.got != n.want {
+			why = append(why, fmt.Sprintf("%s %d (the full run's: %d)", n.flag, n.got, n.want))
+		}
+	}
+	if cfg.MaxP99 != full.MaxP99 || cfg.MinRatio != full.MinRatio {
+		why = append(why, fmt.Sprintf("other ramp limits (--max-p99 %v --min-ratio %g; the full run's: %v, %g)", cfg.MaxP99, cfg.MinRatio, full.MaxP99, full.MinRatio))
 	}
 	if cfg.Rate != full.Rate || cfg.Size != full.Size || cfg.Behaviour != full.Behaviour || cfg.Trace != full.Trace {
 		why = append(why, fmt.Sprintf("another workload (%g poses/s of %d bytes, %s; the full run's: %g of %d, %s)",

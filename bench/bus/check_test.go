@@ -104,6 +104,17 @@ func TestConfigPartial(t *testing.T) {
 			[]string{"--step 2s (the full run's: 10s)", "--drain 0s", "--security-repeat 1"}},
 		{"another rate", func(c *Config) { c.Rate = 20 }, []string{"another workload (20 poses/s"}},
 		{"a replayed trace", func(c *Config) { c.Behaviour, c.Trace = "replay", "walk.trace" }, []string{"another workload"}},
+		// A trial's loads replaced the committed results without the
+		// warning.
+		{"a short ramp", func(c *Config) { c.Ramp = []int{4, 8} }, []string{"--ramp without 60 (the full run's: 60,90,"}},
+		{"a longer ramp", func(c *Config) { c.Ramp = seq(60, 30, 600) }, nil},
+		{"fewer scenes", func(c *Config) { c.IsolationScene = []int{1, 2} }, []string{"--isolation-scenes without 5"}},
+		{"a short isolation ramp", func(c *Config) { c.IsolationRamp = []int{4} }, []string{"--isolation-ramp without 100"}},
+		{"other security loads", func(c *Config) { c.SecurityUsers = []int{4} }, []string{"--security-users without 120"}},
+		{"no idle interaction", func(c *Config) { c.InteractionBG = []int{50, 100} }, []string{"--interaction-bg without 0"}},
+		{"other target loads", func(c *Config) { c.EfficiencyUsers, c.GeneratorUsers = 4, 4 },
+			[]string{"--efficiency-users 4 (the full run's: 120)", "--generator-users 4 (the full run's: 80)"}},
+		{"other limits", func(c *Config) { c.MaxP99 = time.Hour }, []string{"other ramp limits (--max-p99 1h0m0s"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
