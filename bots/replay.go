@@ -71,6 +71,12 @@ func ReadTraceFile(path string) (*Trace, error) {
 // the memory the bots need).
 const MaxTraceSamples = 1_000_000
 
+// maxTraceSpan is the longest time, in seconds, a trace's samples may
+// span. A replay keeps its clock in float64 seconds into the trace; over
+// spans far beyond this its steps of a tenth of a second would be lost to
+// rounding and the replay would stand still.
+const maxTraceSpan = 1e8
+
 // maxTraceLine is the longest line ReadTrace reads; a sample takes well
 // under 200 bytes.
 const maxTraceLine = 64 << 10
@@ -114,6 +120,9 @@ func ReadTrace(r io.Reader) (*Trace, error) {
 	}
 	if len(t.Samples) == 0 {
 		return nil, fmt.Errorf("no samples (want lines of t x y z qx qy qz qw)")
+	}
+	if sp := t.span(); sp > maxTraceSpan {
+		return nil, fmt.Errorf("the samples span %g s, more than %g s (about 3 years): times are in seconds", sp, float64(maxTraceSpan))
 	}
 	return &t, nil
 }

@@ -25,7 +25,7 @@ func (id Identity) SceneBase() string {
 // Received is one message a bot got. It is valid only during the
 // callback: transports reuse it.
 type Received struct {
-	From      []byte // sender's object id
+	From      []byte // sender: its object id over MQTT, its 8-byte network object id over Ubiq
 	SentNanos int64  // 0: the message carried no timestamp
 	RecvNanos int64
 	Size      int // payload bytes

@@ -74,6 +74,9 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *users < 1 || *nScenes < 1 {
 		return fmt.Errorf("--users (%d) and --scenes (%d) must be at least 1", *users, *nScenes)
 	}
+	if *nScenes > *users {
+		return fmt.Errorf("--scenes %d is more than --users %d: bots are spread over the scenes, so %d scenes would stay empty", *nScenes, *users, *nScenes-*users)
+	}
 	if err := bots.CheckRate(*rate); err != nil {
 		return fmt.Errorf("--rate %g: want poses per second per bot above 0 (and at most %g)", *rate, float64(bots.MaxRate))
 	}

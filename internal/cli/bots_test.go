@@ -139,6 +139,7 @@ func TestBotsRefusesBadFlags(t *testing.T) {
 		{[]string{"--scene", "a/b"}, "--scene"},
 		{[]string{"--namespace", "a+"}, "--namespace"},
 		{[]string{"--behaviour", "foo"}, "--behaviour"},
+		{[]string{"--users", "2", "--scenes", "3"}, "--scenes 3 is more than --users 2"},
 		// as before
 		{[]string{"--users", "0"}, "--users"},
 		{[]string{"--rate", "0"}, "--rate"},
