@@ -84,7 +84,13 @@ export async function startSceneList() {
       location.reload();
     },
   }, ...lead, tokenInput, ' ', h('button', { type: 'submit' }, 'Sign in'), signInMsg);
-  const signInBlock = me
+  const signInBlock = me?.expired
+    // the pages would send it, and the server refuses it: say so, and take a new one
+    ? h('div', { id: 'token-expired', class: 'error' },
+      h('p', {}, `Your sign-in token of ${me.user} expired ${me.expires!.toLocaleString()}, so the list holds the public scenes only and you cannot create scenes; scene pages refuse it too. `,
+        'Sign in with a new token, or sign out to continue as a guest. ', signOutButton()),
+      signInForm(['New token: ']))
+    : me
     ? h('p', { id: 'signed-in' }, `Signed in as `, h('b', {}, me.user),
       me.expires ? ` (token ${me.expired ? 'expired' : 'valid until'} ${me.expires.toLocaleString()})` : '', ' ', signOutButton())
     : unreadable
@@ -126,6 +132,7 @@ export async function startSceneList() {
       }
     },
   }, me ? `New scene in ${me.user}/ ` : '', nameInput, h('button', { type: 'submit', disabled: !me || me.expired }, 'Create scene'), createMsg);
+  if (me?.expired) createForm.append(h('p', { class: 'hint' }, 'Your sign-in token expired: sign in with a new one to create scenes.'));
   if (!me) createForm.append(h('p', { class: 'hint' }, unreadable ? 'Sign in with a token that can be used to create scenes in your namespace.' : 'Sign in to create scenes in your namespace.'));
 
   app.replaceChildren(h('main', { class: 'page' },

@@ -1,7 +1,7 @@
 // End-to-end tests: Debian's Chromium (headless, driven by playwright-core)
 // against a real `xrealm serve`, with Python paho-mqtt (web/test/pypub.py, from
 // the .venv that ./scripts/test.sh makes) as the third party that creates objects.
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -943,6 +943,23 @@ describe('sign-in', () => {
     await Promise.all([page.waitForEvent('load'), page.click('#token-unreadable #sign-out')]);
     await page.waitForSelector('#sign-in');
     expect(await stored(page)).toBeNull();
+  });
+
+  it('the scene list says when the stored token expired, and takes a new one', async () => {
+    const old = execFileSync(xrealmBin(), ['token', '--user', 'hal', '--scene', 'hal/lab', '--role', 'editor', '--data', srv.dataDir, '--ttl', '1s']).toString().trim();
+    const exp = JSON.parse(Buffer.from(old.split('.')[1], 'base64url').toString()).exp * 1000;
+    await waitFor('the token expired', () => Date.now() > exp + 100, 5000);
+    const page = await open(`/?token=${old}`);
+    await page.waitForSelector('#token-expired');
+    expect(await page.textContent('#token-expired')).toMatch(/sign-in token of hal expired .*public scenes only.*cannot create scenes/);
+    expect(await page.isDisabled('#new-scene button')).toBe(true);
+    expect(await page.textContent('#new-scene')).toContain('Your sign-in token expired: sign in with a new one to create scenes');
+    // A new token, pasted, is taken.
+    await page.fill('#token-input', srv.token('hal', 'hal/lab', 'editor'));
+    await Promise.all([page.waitForEvent('load'), page.click('#sign-in button[type="submit"]')]);
+    await page.waitForSelector('#signed-in');
+    expect(await page.$('#token-expired')).toBeNull();
+    expect(await page.isDisabled('#new-scene button')).toBe(false);
   });
 
   it('a readable token the server refuses (its signature altered) is stored, and gets Sign out and continue as guest', async () => {
