@@ -182,6 +182,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	defer out.Close()
 	var results []Result
+	// Progress: the default campaign is 210 runs of a minute each.
+	total, k := len(cfg.Traces)*len(cfg.Seeds)*len(cfg.Algos), 0
 	for i, tp := range cfg.Traces {
 		tr := traces[i]
 		for _, seed := range cfg.Seeds {
@@ -189,6 +191,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				if ctx.Err() != nil {
 					return results, ctx.Err()
 				}
+				k++
+				cfg.Logger.Info("benchcc: starting", "run", fmt.Sprintf("%d of %d", k, total), "trace", filepath.Base(tp), "algo", algo, "seed", seed,
+					"left", (time.Duration(total-k+1) * cfg.Duration).String())
 				r, err := runOne(ctx, cfg, tr, filepath.Base(tp), algo, seed)
 				if err != nil {
 					return results, err

@@ -250,7 +250,18 @@ func TestRunStopsWhenInterrupted(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// Interrupt once the link is up (the emulator logs it).
-	log := slog.New(&onMessage{msg: "netem: link up", do: func() { time.AfterFunc(time.Second, cancel) }})
+	var progress string
+	log := slog.New(&onMessage{msg: "netem: link up", do: func() { time.AfterFunc(time.Second, cancel) },
+		seen: func(r slog.Record) {
+			if r.Message == "benchcc: starting" {
+				r.Attrs(func(a slog.Attr) bool {
+					if a.Key == "run" {
+						progress = a.Value.String()
+					}
+					return true
+				})
+			}
+		}})
 	out := filepath.Join(dir, "out")
 	start := time.Now()
 	rs, err := Run(ctx, Config{Algos: []string{"cubic"}, OutDir: out, Traces: []string{trace}, Seeds: []uint64{1},
@@ -263,6 +274,9 @@ func TestRunStopsWhenInterrupted(t *testing.T) {
 	}
 	if len(rs) != 0 {
 		t.Errorf("the cut run was recorded: %+v", rs)
+	}
+	if progress != "1 of 1" {
+		t.Errorf("the run's start logged progress %q, want \"1 of 1\"", progress)
 	}
 	if b, err := os.ReadFile(filepath.Join(out, "results.jsonl")); err != nil || len(b) != 0 {
 		t.Errorf("results.jsonl: %q, %v; want it empty", b, err)
@@ -278,12 +292,16 @@ func TestRunStopsWhenInterrupted(t *testing.T) {
 
 // onMessage is a slog handler that calls do when msg is logged.
 type onMessage struct {
-	msg string
-	do  func()
+	msg  string
+	do   func()
+	seen func(slog.Record) // every record, if set (called from Run's goroutine)
 }
 
 func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
 func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
+	if h.seen != nil {
+		h.seen(r)
+	}
 	if r.Message == h.msg {
 		h.do()
 	}
