@@ -78,8 +78,11 @@ func runFleet(t *testing.T, tr Transport, behaviour string, users int, scenes []
 		time.Sleep(50 * time.Millisecond)
 		r = f.Collect(time.Second)
 	}
-	if r.Sent < int64(users*10) || r.Expected != (r.Sent+r.Missed)*int64(perScene) {
-		t.Errorf("sent %d missed %d expected %d: want about %d sent, each due to %d members", r.Sent, r.Missed, r.Expected, users*20, perScene)
+	// Every bot had 20 ticks due in the second measured (one more or
+	// less at the window's edges, by its phase); each is sent or, on a
+	// machine too loaded for the bot to keep up, missed.
+	if due := r.Sent + r.Missed; due < int64(users*19) || due > int64(users*21) || r.Sent < int64(users) || r.Expected != due*int64(perScene) {
+		t.Errorf("sent %d missed %d expected %d: want %d due (±%d), sent or missed, each due to %d members", r.Sent, r.Missed, r.Expected, users*20, users, perScene)
 	}
 	// Loopback at this load loses nothing; any loss is a bug in the
 	// accounting or the client. (Ticks a sender was too late for, on a
