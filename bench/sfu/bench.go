@@ -293,12 +293,16 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		return nil, err
 	}
 	var out []Result
+	// Progress: the default campaign is 48 runs.
+	total, k := len(cfg.Scenarios)*len(cfg.Setups)*len(cfg.Users), 0
 	for _, sc := range cfg.Scenarios {
 		for _, setup := range cfg.Setups {
 			for _, n := range cfg.Users {
 				if ctx.Err() != nil {
 					return out, ctx.Err()
 				}
+				k++
+				cfg.Log.Info("starting", "run", fmt.Sprintf("%d of %d", k, total), "setup", setup, "scenario", sc, "users", n)
 				r, err := runOne(ctx, cfg, topo, clip, setup, sc, n)
 				if ctx.Err() != nil {
 					// Interrupted: the cut run is no result (it was

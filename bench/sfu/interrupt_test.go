@@ -1,6 +1,7 @@
 package benchsfu_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,12 +56,13 @@ func TestInterruptRecordsNoCutRun(t *testing.T) {
 	}
 	t.Setenv(childEnv, "1")
 	dir := t.TempDir()
+	var logged syncBuffer
 	cfg := benchsfu.Config{Exe: self, Setups: []string{"central"}, Users: []int{2}, Scenarios: []int{1},
 		PaperLinkRate: 1e9, CentralDelays: [4]time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond},
 		DirectDelay: time.Millisecond, Queue: 200 * time.Millisecond, Warmup: 30 * time.Second, Measure: 30 * time.Second,
 		Estimator: "gcc", RelaySlots: 64, RTCPInterval: 5 * time.Second, Clip: bots.ClipConfig{Points: 200, Frames: 2, FPS: 2, Seed: 1},
 		ClipPath: filepath.Join(dir, "clip.gob"), Out: filepath.Join(dir, "results.jsonl"), LogDir: filepath.Join(dir, "logs"),
-		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		Log: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	// Interrupt once the run's bus has started (its log file appears).
@@ -89,6 +92,28 @@ func TestInterruptRecordsNoCutRun(t *testing.T) {
 	if c := children(); len(c) > 0 {
 		t.Errorf("processes left running: %q", c)
 	}
+	if !strings.Contains(logged.String(), `msg=starting run="1 of 1" setup=central scenario=1 users=2`) {
+		t.Errorf("the run's start did not log its progress:\n%s", logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the bench may log to from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // children returns the processes whose parent is this one.
