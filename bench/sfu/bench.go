@@ -207,14 +207,24 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("link rate %g: want a positive bit rate", c.PaperLinkRate)
 	case c.Measure <= 0:
 		return fmt.Errorf("measurement window %v: want a positive duration", c.Measure)
-	case c.Warmup < 0 || c.Queue <= 0 || c.DirectDelay < 0 || c.RTCPInterval <= 0:
-		return fmt.Errorf("warm-up %v, queue %v, direct delay %v, RTCP interval %v: want durations of at least 0 (the queue and RTCP interval above 0)",
-			c.Warmup, c.Queue, c.DirectDelay, c.RTCPInterval)
+	// One setting named at a time, with its flag: the four were listed
+	// together, and a user had to find which one was wrong.
+	case c.Warmup < 0:
+		return fmt.Errorf("warm-up (--warmup) %v: want at least 0", c.Warmup)
+	case c.Queue <= 0:
+		return fmt.Errorf("queue (--queue) %v: want a duration above 0", c.Queue)
+	case c.DirectDelay < 0:
+		return fmt.Errorf("direct delay (--direct-delay) %v: want at least 0", c.DirectDelay)
+	case c.RTCPInterval <= 0:
+		return fmt.Errorf("RTCP interval (--rtcp-interval) %v: want a duration above 0", c.RTCPInterval)
 	case c.RelaySlots < 0:
 		return fmt.Errorf("relay slots %d: want at least 0", c.RelaySlots)
-	case c.Clip.Points < volumetric.Descriptions || c.Clip.Frames < 1 || !(c.Clip.FPS > 0 && c.Clip.FPS <= 1000):
-		return fmt.Errorf("clip of %d points, %d frames at %g fps: want at least %d points and 1 frame, and 0 < fps ≤ 1000",
-			c.Clip.Points, c.Clip.Frames, c.Clip.FPS, volumetric.Descriptions)
+	case c.Clip.Points < volumetric.Descriptions:
+		return fmt.Errorf("clip of %d points (--points): want at least %d", c.Clip.Points, volumetric.Descriptions)
+	case c.Clip.Frames < 1:
+		return fmt.Errorf("clip of %d frames (--frames): want at least 1", c.Clip.Frames)
+	case !(c.Clip.FPS > 0 && c.Clip.FPS <= 1000):
+		return fmt.Errorf("clip at %g fps (--fps): want more than 0 and at most 1000", c.Clip.FPS)
 	}
 	for i, d := range c.CentralDelays {
 		if d < 0 {

@@ -39,9 +39,16 @@ func TestConfigValidate(t *testing.T) {
 		{"no link rate", func(c *Config) { c.PaperLinkRate = 0 }, "link rate"},
 		{"no window", func(c *Config) { c.Measure = 0 }, "measurement window"},
 		{"negative slots", func(c *Config) { c.RelaySlots = -1 }, "relay slots"},
-		{"no RTCP interval", func(c *Config) { c.RTCPInterval = 0 }, "RTCP interval"},
-		{"two points", func(c *Config) { c.Clip.Points = 2 }, "want at least 3 points"},
-		{"no fps", func(c *Config) { c.Clip.FPS = 0 }, "fps"},
+		{"no RTCP interval", func(c *Config) { c.RTCPInterval = 0 }, "RTCP interval (--rtcp-interval) 0s"},
+		// Each duration and clip setting is named alone, with its flag
+		// (the four durations, and the clip's three numbers, were listed
+		// together).
+		{"negative warm-up", func(c *Config) { c.Warmup = -time.Second }, "warm-up (--warmup) -1s: want at least 0"},
+		{"no queue", func(c *Config) { c.Queue = 0 }, "queue (--queue) 0s: want a duration above 0"},
+		{"negative direct delay", func(c *Config) { c.DirectDelay = -time.Millisecond }, "direct delay (--direct-delay) -1ms"},
+		{"two points", func(c *Config) { c.Clip.Points = 2 }, "clip of 2 points (--points): want at least 3"},
+		{"no frames", func(c *Config) { c.Clip.Frames = 0 }, "clip of 0 frames (--frames)"},
+		{"no fps", func(c *Config) { c.Clip.FPS = 0 }, "clip at 0 fps (--fps)"},
 		{"negative delay", func(c *Config) { c.CentralDelays[2] = -time.Millisecond }, "central–site 3"},
 	}
 	for _, tc := range tests {
