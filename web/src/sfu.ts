@@ -82,6 +82,8 @@ export class SFUConnection {
   private dc: RTCDataChannel | null = null;
   private pending: ((r: Reply) => void)[] = [];
   private closed = false;
+  /** Fails connect() while the WebSocket opens (close() then). */
+  private abort: ((e: Error) => void) | null = null;
   readonly slots = new Map<string, TrackInfo | undefined>();
 
   constructor(private opts: SFUOptions) {}
@@ -94,7 +96,9 @@ export class SFUConnection {
     await new Promise<void>((res, rej) => {
       ws.onopen = () => res();
       ws.onerror = () => rej(new Error('the server cannot be reached; trying again'));
+      this.abort = rej;
     });
+    this.abort = null;
     ws.onmessage = (e) => this.onMessage(String(e.data));
     ws.onclose = () => {
       for (const p of this.pending.splice(0)) p({ op: 'error', error: 'SFU WebSocket closed' });
@@ -154,8 +158,19 @@ export class SFUConnection {
   close() {
     this.closed = true;
     const o = this.opts;
-    if (this.ws?.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify({ op: 'leave', session: o.session, client: o.client }));
-    this.ws?.close();
+    const ws = this.ws;
+    if (ws?.readyState === WebSocket.CONNECTING) {
+      // Closing a WebSocket that is still opening makes Chromium warn on
+      // the console ("closed before the connection is established", e.g.
+      // when the page is left at once): it is closed once open.
+      ws.onopen = () => ws.close();
+      ws.onerror = null;
+      this.abort?.(new Error('closed'));
+      this.abort = null;
+    } else {
+      if (ws?.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ op: 'leave', session: o.session, client: o.client }));
+      ws?.close();
+    }
     this.pc?.close();
   }
 

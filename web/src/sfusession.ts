@@ -95,9 +95,10 @@ export class SFUSession {
       await conn.connect();
       this.retryMs = 1000;
     } catch (e) {
+      if (this.conn !== conn) return; // closed meanwhile: stopped, or replaced by a newer one
       console.info('xrealm: SFU not joined:', (e as Error).message);
       this.setState(`not joined: ${(e as Error).message}`);
-      if (this.conn === conn) this.retry(userClient);
+      this.retry(userClient);
     }
   }
 

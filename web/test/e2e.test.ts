@@ -349,6 +349,29 @@ describe('console', () => {
       await waitFor('audio running', async () => (await p.evaluate(() => (window as any).xrealm.media.stats().audioContext)) === 'running');
     }
   });
+
+  it('a page left while its SFU connection opens says nothing on the console', async () => {
+    // The page is left (the SFU session stops) in the same task as its SFU
+    // WebSocket is made, so that the socket is still opening; once it has
+    // closed, the page's console is checked.
+    const p = await newPage();
+    await p.addInitScript(() => {
+      const Native = window.WebSocket;
+      (window as any).WebSocket = class extends Native {
+        constructor(url: string | URL, protocols?: string | string[]) {
+          super(url, protocols);
+          if (!String(url).includes('/sfu/ws')) return;
+          this.addEventListener('close', () => console.log('test: sfu socket closed'));
+          queueMicrotask(() => (window as any).xrealm.sfu.stop());
+        }
+      };
+    });
+    const closed = p.waitForEvent('console', { predicate: (m) => m.text() === 'test: sfu socket closed', timeout: 30_000 });
+    await p.goto(`${srv.url}/public/quiet?quality=low`);
+    await closed;
+    await p.evaluate(() => new Promise((r) => setTimeout(r, 100)));
+    expect(warnings.get(p)!.filter((w) => !ALWAYS.some((r) => r.test(w)))).toEqual([]);
+  });
 });
 
 describe('keyboard and mouse', () => {
