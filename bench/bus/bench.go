@@ -236,6 +236,18 @@ func (cfg *Config) Check() error {
 			return err
 		}
 	}
+	// The ramp, efficiency and isolation experiments measure the named
+	// systems: with none that can run, a run measured nothing and wrote
+	// empty results (--systems mosquitto without Mosquitto installed).
+	if slices.ContainsFunc(cfg.Experiments, func(e string) bool { return e == "ramp" || e == "efficiency" || e == "isolation" }) {
+		runnable := slices.DeleteFunc(slices.Clone(cfg.Systems), func(s string) bool { return s == "mosquitto" && cfg.Mosquitto == "" })
+		switch {
+		case len(cfg.Systems) == 0:
+			return errors.New("no system to measure (--systems)")
+		case len(runnable) == 0:
+			return fmt.Errorf("--systems %s: Mosquitto is not installed (apt-get install mosquitto, or scripts/setup.sh --test), and no other system is named", strings.Join(cfg.Systems, ","))
+		}
+	}
 	if !slices.Contains(Behaviours, cfg.Behaviour) {
 		return fmt.Errorf("unknown behaviour %q; want one of %s", cfg.Behaviour, strings.Join(Behaviours, ", "))
 	}

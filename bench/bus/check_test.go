@@ -39,6 +39,11 @@ func TestConfigCheck(t *testing.T) {
 		{"rate 0", func(c *Config) { c.Rate = 0 }, "rate 0"},
 		{"rate NaN", func(c *Config) { c.Rate = math.NaN() }, "rate NaN"},
 		{"no output", func(c *Config) { c.Out = "" }, "no output directory"},
+		// Nothing to measure: it wrote empty results and exited 0.
+		{"only a Mosquitto not installed", func(c *Config) { c.Systems, c.Mosquitto = []string{"mosquitto"}, "" }, "--systems mosquitto: Mosquitto is not installed (apt-get install mosquitto"},
+		{"no system", func(c *Config) { c.Systems = nil }, "no system to measure (--systems)"},
+		{"no system, no experiment that needs one", func(c *Config) { c.Systems, c.Experiments = nil, []string{"security", "generator"} }, ""},
+		{"Mosquitto not installed, xrealm too", func(c *Config) { c.Mosquitto = "" }, ""},
 		// Counts and durations it cannot run with: each ran before, and was
 		// recorded as if measured (a 0 s window failed only when the
 		// results were written, at the end).

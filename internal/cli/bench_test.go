@@ -86,6 +86,7 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "bus", "--ramp", "360:30:60"}, want: []string{`--ramp "360:30:60"`, "from ≤ to"}},
 		{args: []string{"bench", "bus", "--experiments", "interaction", "--python", "/bin/false"}, want: []string{"--python /bin/false cannot import arena-py", "scripts/setup.sh --test", "--python ''"}},
 		{args: []string{"bench", "bus", "--experiments", "interaction", "--python", "/nonexistent/python"}, want: []string{"--python /nonexistent/python cannot import arena-py", "no such file"}},
+		{args: []string{"bench", "bus", "--systems", "mosquitto"}, want: []string{"--systems mosquitto: Mosquitto is not installed", "scripts/setup.sh --test"}},
 		{args: []string{"bench", "bus", "--ramp", "0"}, want: []string{"--ramp has a step of 0 users"}},
 		{args: []string{"bench", "bus", "--ramp", "0:30:60"}, want: []string{"--ramp has a step of 0 users"}},
 		{args: []string{"bench", "bus", "--isolation-scenes", "0,1"}, want: []string{"--isolation-scenes has a step of 0 scenes"}},

@@ -108,7 +108,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	d.XrealmEnv = splitList(*xenv)
 	d.XrealmFlags = strings.Fields(*xflags)
 	if d.Mosquitto == "" {
-		fmt.Fprintln(os.Stderr, "mosquitto not found: running xrealm only (apt-get install mosquitto, or scripts/setup.sh --test)")
+		fmt.Fprintln(os.Stderr, "mosquitto not found: the systems are measured without it (apt-get install mosquitto, or scripts/setup.sh --test)")
 	}
 	if d.Python != "" && slices.Contains(d.Experiments, "interaction") {
 		if err := checkArenaPy(d.Python); err != nil {
