@@ -413,8 +413,8 @@ func Markdown(r *Results, plots []string) string {
 		for _, u := range us {
 			s, i := meanOf(sec, "xrealm", u), meanOf(sec, "xrealm-insecure", u)
 			c, cn := enforcementCost(sec, u)
-			p("| %d | %d | %.0f | %.0f | %+.1f%% | %+.1f%% to %+.1f%% | %+.1f%% | %+.1f%% to %+.1f%% | %.0f | %.0f | %+.2f%% |\n", u, c.N, s.PerCPUSec, i.PerCPUSec,
-				100*c.Mean, 100*c.Lo, 100*c.Hi, 100*cn.Mean, 100*cn.Lo, 100*cn.Hi, s.PerSec, i.PerSec, 100*(1-s.PerSec/i.PerSec))
+			p("| %d | %d | %.0f | %.0f | %+.1f%% | %s | %+.1f%% | %s | %.0f | %.0f | %+.2f%% |\n", u, c.N, s.PerCPUSec, i.PerCPUSec,
+				100*c.Mean, c.interval(), 100*cn.Mean, cn.interval(), s.PerSec, i.PerSec, 100*(1-s.PerSec/i.PerSec))
 		}
 		p("\n")
 	}
@@ -525,6 +525,15 @@ func enforcementCost(rows []Row, users int) (raw, normalised cost) {
 		normalised = meanInterval(dn)
 	}
 	return raw, normalised
+}
+
+// interval formats c's 95% interval as percentages, or "–" when it has
+// fewer than two values (no interval: Lo and Hi are the mean).
+func (c cost) interval() string {
+	if c.N < 2 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.1f%% to %+.1f%%", 100*c.Lo, 100*c.Hi)
 }
 
 // meanInterval returns the mean of xs and its two-sided 95% confidence
@@ -672,8 +681,8 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 			}
 		}
 		lines = append(lines, line{"ACL", "enforcement costs ≤ 5% throughput (broker CPU per delivery, normalised by the generator's)",
-			fmt.Sprintf("worst %+.1f%% at %d users (95%% interval %+.1f%% to %+.1f%%, %d fresh pairs; raw deliveries per broker CPU-s %+.1f%%, interval %+.1f%% to %+.1f%%)",
-				100*worst.Mean, worstU, 100*worst.Lo, 100*worst.Hi, worst.N, 100*worstRaw.Mean, 100*worstRaw.Lo, 100*worstRaw.Hi),
+			fmt.Sprintf("worst %+.1f%% at %d users (95%% interval %s, %d fresh pairs; raw deliveries per broker CPU-s %+.1f%%, interval %s)",
+				100*worst.Mean, worstU, worst.interval(), worst.N, 100*worstRaw.Mean, worstRaw.interval()),
 			verdict(worst.Mean <= 0.05, worstU > 0)})
 	} else {
 		lines = append(lines, line{"ACL", "enforcement costs ≤ 5% throughput", "–", verdict(false, false)})

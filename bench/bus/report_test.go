@@ -69,9 +69,17 @@ func TestEnforcementCostNormalised(t *testing.T) {
 	if n.N != 2 || math.Abs(n.Mean-0.1) > 1e-9 || math.Abs(n.Lo-0.1) > 1e-9 || math.Abs(n.Hi-0.1) > 1e-9 {
 		t.Errorf("normalised = %+v, want 2 pairs of exactly +10 %%", n)
 	}
+	if got, want := n.interval(), "+10.0% to +10.0%"; got != want {
+		t.Errorf("interval of 2 pairs = %q, want %q", got, want)
+	}
 	rows[1].GenCPU = 0 // no generator CPU: that pair has no normalised value
-	if _, n := enforcementCost(rows, 120); n.N != 1 {
-		t.Errorf("normalised pairs = %d, want 1", n.N)
+	n1 := cost{}
+	if _, n1 = enforcementCost(rows, 120); n1.N != 1 {
+		t.Errorf("normalised pairs = %d, want 1", n1.N)
+	}
+	// One pair has no interval: the report said "+50% to +50%".
+	if got := n1.interval(); got != "–" {
+		t.Errorf("interval of one pair = %q, want –", got)
 	}
 }
 
