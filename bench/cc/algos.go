@@ -61,3 +61,19 @@ func CheckAlgos(algos, kernel []string) error {
 	}
 	return nil
 }
+
+// kernelAlgos returns the controls in algos that Run does not load (the
+// kernel's own), or cubic when there are none: what a run can still use
+// on a kernel that refuses to load xrealm's.
+func kernelAlgos(algos []string) []string {
+	var out []string
+	for _, a := range algos {
+		if !slices.Contains(cc.Names, a) && !slices.Contains(cc.Names, strings.ReplaceAll(a, "_", "-")) {
+			out = append(out, a)
+		}
+	}
+	if len(out) == 0 {
+		out = []string{"cubic"}
+	}
+	return out
+}

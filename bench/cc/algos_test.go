@@ -1,6 +1,7 @@
 package benchcc
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -45,5 +46,21 @@ func TestCheckAlgos(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A kernel that refuses to load hera gets an error saying which of the
+// run's controls need no loading (the message named none before).
+func TestKernelAlgos(t *testing.T) {
+	for _, tc := range []struct {
+		in, want []string
+	}{
+		{[]string{"cubic", "hera", "bbr"}, []string{"cubic", "bbr"}},
+		{[]string{"hera", "hera-paper"}, []string{"cubic"}},
+		{[]string{"hera_paper", "reno"}, []string{"reno"}},
+	} {
+		if got := kernelAlgos(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("kernelAlgos(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -172,7 +173,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		cfg.Logger.Info("benchcc: loading", "cc", a, "params", fmt.Sprintf("%+v", p))
 		if err := cc.Load(a, p); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w (the kernel's own algorithms need no loading: --algos %s)", err, strings.Join(kernelAlgos(cfg.Algos), ","))
 		}
 		defer cc.Unload(a)
 	}
