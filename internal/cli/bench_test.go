@@ -414,3 +414,18 @@ func TestBenchBusHelpNamesSystems(t *testing.T) {
 		}
 	}
 }
+
+// bench rooms with --addr where no room server listens names the flag:
+// it said only "bot 0: ubiq dial …: connection refused".
+func TestBenchRoomsAddrRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	err = runBenchRooms(t.Context(), []string{"--addr", addr, "--server-pid", strconv.Itoa(os.Getpid()), "--max", "2", "--window", "200ms"})
+	if err == nil || !strings.Contains(err.Error(), addr+" (--addr)") || !strings.Contains(err.Error(), "refused") {
+		t.Fatalf("bench rooms against nothing: %v, want the refusal and --addr named", err)
+	}
+}

@@ -348,6 +348,9 @@ func (r *roomsRun) rampUp(ctx context.Context, every time.Duration, max int) err
 	defer t.Stop()
 	for i := 0; i < max; i++ {
 		if err := r.add(ctx, i); err != nil {
+			if i == 0 {
+				return fmt.Errorf("the room server at %s (--addr) did not take the first bot: %w", r.tr.Addr, err)
+			}
 			return err
 		}
 		select {
