@@ -10,7 +10,8 @@
 // reads the path to decide what to show. A path shaped like a page whose
 // namespace or scene name topic.ValidSceneName refuses (/alice/la.b,
 // /alice/la%20b) is answered 400 with a page that names the bad part and
-// the characters a name may hold; other unknown paths get 404. The handler is meant to be mounted
+// the characters a name may hold; other unknown paths get 404, with a page
+// that says where pages are unless the path names a file. The handler is meant to be mounted
 // with the pattern "/" on a mux whose other routes (/persist/, /user/, /mqtt,
 // ...) are more specific and therefore win.
 //
@@ -117,7 +118,23 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if looksLikePage(p) && !h.staticDir(strings.SplitN(name, "/", 2)[0]) {
+		// Someone typed or followed an address: say where pages are.
+		htmlPage(w, r, http.StatusNotFound, "No page here", fmt.Sprintf(
+			`<p>There is no page at <code>%s</code>.</p>
+<p>Scenes are at <code>/namespace/scene</code>, and their editor at <code>/namespace/scene/edit</code>.</p>`,
+			html.EscapeString(r.URL.EscapedPath())))
+		return
+	}
 	http.Error(w, "404 page not found", http.StatusNotFound)
+}
+
+// looksLikePage reports whether p, a path no file or page answers, is one
+// a person would have typed or followed as a page address rather than a
+// file a page asked for: its last level names no file (has no '.').
+func looksLikePage(p string) bool {
+	last := p[strings.LastIndexByte(strings.TrimSuffix(p, "/"), '/')+1:]
+	return !strings.Contains(last, ".")
 }
 
 // pageNames returns the names of a path shaped like a page path,
@@ -164,24 +181,35 @@ func (h *handler) staticDir(name string) bool {
 func badPage(w http.ResponseWriter, r *http.Request, err error) {
 	// the page says which characters a name may hold once, for every error
 	why, _, _ := strings.Cut(err.Error(), "; a name may contain only")
+	htmlPage(w, r, http.StatusBadRequest, "Not a scene address", fmt.Sprintf(
+		`<p><code>%s</code> is not the address of a scene: the %s.</p>
+<p>Scenes are at <code>/namespace/scene</code>, and their editor at <code>/namespace/scene/edit</code>. A namespace or scene name may contain only %s.</p>`,
+		html.EscapeString(r.URL.EscapedPath()), html.EscapeString(why), html.EscapeString(topic.SceneNameChars)))
+}
+
+// htmlPage answers with status and a short HTML page: the heading title,
+// then body (HTML, escaped by the caller), then a link to the scene list.
+// The page names no icon file, so a browser asks for none (it would be
+// one more 404 in its console).
+func htmlPage(w http.ResponseWriter, r *http.Request, status int, title, body string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusBadRequest)
+	w.WriteHeader(status)
 	if r.Method == http.MethodHead {
 		return
 	}
 	fmt.Fprintf(w, `<!doctype html>
 <html lang="en">
 <head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Not a scene address · xrealm</title></head>
+<link rel="icon" href="data:,">
+<title>%s · xrealm</title></head>
 <body style="font-family: system-ui, sans-serif; max-width: 40em; margin: 2em auto; padding: 0 1em; line-height: 1.5">
-<h1>Not a scene address</h1>
-<p><code>%s</code> is not the address of a scene: the %s.</p>
-<p>Scenes are at <code>/namespace/scene</code>, and their editor at <code>/namespace/scene/edit</code>. A namespace or scene name may contain only %s.</p>
+<h1>%s</h1>
+%s
 <p><a href="/">All scenes</a></p>
 </body>
 </html>
-`, html.EscapeString(r.URL.EscapedPath()), html.EscapeString(why), html.EscapeString(topic.SceneNameChars))
+`, html.EscapeString(title), html.EscapeString(title), body)
 }
 
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {

@@ -48,6 +48,19 @@ func TestHandler(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 404", p, res.StatusCode, body)
 		}
 	}
+	// A page address that is no page gets a page saying where pages are
+	// (it got Go's plain "404 page not found"); a missing file does not.
+	for _, p := range []string{"/only", "/a/b/c/d", "/x/y/view", "/only/"} {
+		res, body := get(t, h, "GET", p)
+		if !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") || !strings.Contains(body, "There is no page at <code>"+p+"</code>") || !strings.Contains(body, `<a href="/">`) || !strings.Contains(body, `rel="icon" href="data:,"`) {
+			t.Errorf("GET %s: %q %q, want a page that says there is no page there", p, res.Header.Get("Content-Type"), body)
+		}
+	}
+	for _, p := range []string{"/assets/missing.js", "/assets/", "/favicon.ico", "/a/b/c.png"} {
+		if res, body := get(t, h, "GET", p); strings.Contains(body, "<html") {
+			t.Errorf("GET %s: %d %q, want a plain 404 for a file", p, res.StatusCode, body)
+		}
+	}
 	if res, _ := get(t, h, "POST", "/"); res.StatusCode != 405 {
 		t.Errorf("POST: %d, want 405", res.StatusCode)
 	}
