@@ -117,6 +117,12 @@ export class SFUSession {
     this.usable.forEach((f) => f.onState?.(s));
   }
 
+  /** The viewer gave up before it had a session: the SFU is never joined. */
+  notStarted(reason: string) {
+    this.state = `not joined: ${reason}`;
+    this.features.forEach((f) => f.onState?.(this.state));
+  }
+
   private sendPose() {
     const cam = (this.viewer.sceneEl as any).camera;
     if (!cam || !this.conn?.connected) return;
@@ -146,6 +152,9 @@ export function startSFUSession(viewer: Viewer, features: SFUFeature[]): SFUSess
     s.start(userClient);
   };
   viewer.onSession((x) => go(x.userClient));
+  // Without a session (sign-in refused) the features would say "starting"
+  // for good.
+  viewer.onFailed((reason) => started || s.notStarted(reason));
   const cur = viewer.session();
   if (cur) go(cur.userClient);
   addEventListener('pagehide', () => s.stop());

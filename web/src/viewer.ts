@@ -23,6 +23,8 @@ export interface Viewer {
   reload(): Promise<void>;
   onSession(f: (s: SceneSession) => void): void;
   onLoaded(f: () => void): void;
+  /** The connection gave up (sign-in refused and the like), with why; at once if it already has. */
+  onFailed(f: (reason: string) => void): void;
 }
 
 /**
@@ -134,6 +136,8 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   let buffer: Message[] = [];
   const sessionListeners: ((s: SceneSession) => void)[] = [];
   const loadedListeners: (() => void)[] = [];
+  const failedListeners: ((reason: string) => void)[] = [];
+  let failedReason: string | null = null; // for a listener added after the failure
 
   const send = (topic: string, m: Message) => {
     bus.publish(topic, m).catch((e) => console.debug('xrealm: not sent:', e.message));
@@ -181,6 +185,8 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
         buffer = [];
       }
       if (s.state === 'failed') {
+        failedReason = s.reason;
+        failedListeners.forEach((f) => f(s.reason));
         const actions = storedToken() ? [{ label: 'Sign out and continue as guest', run: () => { signOut(); location.reload(); } }] : [];
         showError(s.reason, actions);
       }
@@ -263,6 +269,10 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
     reload,
     onSession: (f) => sessionListeners.push(f),
     onLoaded: (f) => loadedListeners.push(f),
+    onFailed: (f) => {
+      failedListeners.push(f);
+      if (failedReason !== null) f(failedReason);
+    },
   };
   (window as any).xrealm = viewer;
 

@@ -991,6 +991,11 @@ describe('sign-in', () => {
     const page = await open(`/public/signin?token=${forged}`, { loaded: false, width: 900 });
     expectConsole(page, /status of 401 \(Unauthorized\) \(.*\/(user\/v2\/mqtt_auth|persist\/!allscenes)\)/);
     await waitFor('refused', async () => (await status(page)) === 'failed');
+    // The SFU is never joined without a session: its sections say why
+    // (they said "starting" for good).
+    for (const sel of ['#xr-media', '#xr-pointclouds']) {
+      await waitFor(`${sel} says it is not joined`, async () => /^not joined: .*refused/.test((await page.getAttribute(sel, 'data-state')) ?? ''));
+    }
     expect(await stored(page)).toBe(forged);
     expect(await page.$('#xr-notice')).toBeNull();
     expect(await page.textContent('#xr-error')).toContain('stored sign-in token was refused');
