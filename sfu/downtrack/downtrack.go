@@ -60,6 +60,10 @@ type Stats struct {
 	Retransmits      uint64 // of those, answered from the buffer
 	RetransmitMisses uint64 // of those, no longer in the buffer
 	Fetches          uint64 // of those, asked from upstream (Source.OnMiss)
+	// PausedNACKs are, of NACKs, those not answered because the track was
+	// inactive (asked then, or fetched and arrived once it was; see
+	// HandleRTCP).
+	PausedNACKs      uint64
 	KeyframeRequests uint64
 	// Lost is the subscriber's own count of packets it never got, from its
 	// last receiver report: the loss that NACKs and retransmissions did
@@ -93,6 +97,7 @@ type DownTrack struct {
 	rtt, rttAt atomic.Int64
 
 	packets, bytes, dropped, nacks, rtx, misses, fetches, kfr atomic.Uint64
+	pausedNACKs                                               atomic.Uint64
 	lost                                                      atomic.Uint64 // from the last receiver report
 }
 
@@ -249,6 +254,15 @@ func (d *DownTrack) WriteRTP(h *rtp.Header, payload []byte) error {
 
 // HandleRTCP acts on the subscriber's feedback for this track: NACKs are
 // answered from the shared buffer, PLI and FIR become keyframe requests.
+// An inactive (paused) track answers no NACK: it was paused because the
+// subscriber's budget has no room for it, and it resumes with a keyframe,
+// which needs none of the packets it lost. Before, a paused video kept
+// answering them, and a subscriber that never gets the retransmissions
+// (pion's SRTP refuses a packet more than 64 behind the newest as a
+// replay, and a paused track gets no newer one) asked again every 100 ms:
+// 14 Mbit/s of retransmissions to a subscriber whose estimate was 100
+// kbit/s, all reported lost, so that its loss-based estimate stayed at its
+// minimum for 12 s after its link recovered (TestPausedVideoResumes).
 func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
 	for _, p := range pkts {
 		switch p := p.(type) {
@@ -256,6 +270,10 @@ func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
 			for _, pair := range p.Nacks {
 				for _, seq := range pair.PacketList() {
 					d.nacks.Add(1)
+					if !d.active.Load() {
+						d.pausedNACKs.Add(1)
+						continue
+					}
 					d.retransmit(seq, true)
 				}
 			}
@@ -366,9 +384,13 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 }
 
 // Resend sends the source packet with sequence number seq from buf again,
-// if buf is still the down track's source: it answers a NACK that
-// Source.OnMiss deferred, once the packet arrived.
+// if buf is still the down track's source and the track is active: it
+// answers a NACK that Source.OnMiss deferred, once the packet arrived.
 func (d *DownTrack) Resend(buf *buffer.Buffer, seq uint16) {
+	if !d.active.Load() {
+		d.pausedNACKs.Add(1)
+		return
+	}
 	d.mu.Lock()
 	cur, off := d.src.Buffer, d.offset
 	d.mu.Unlock()
@@ -392,5 +414,5 @@ func (d *DownTrack) keyframe() {
 // Stats returns the counters.
 func (d *DownTrack) Stats() Stats {
 	return Stats{Packets: d.packets.Load(), Bytes: d.bytes.Load(), Dropped: d.dropped.Load(), NACKs: d.nacks.Load(),
-		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), KeyframeRequests: d.kfr.Load(), Lost: d.lost.Load()}
+		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), PausedNACKs: d.pausedNACKs.Load(), KeyframeRequests: d.kfr.Load(), Lost: d.lost.Load()}
 }

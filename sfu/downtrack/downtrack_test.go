@@ -104,6 +104,19 @@ func TestGateAndNACK(t *testing.T) {
 	if st.NACKs != 2 || st.Retransmits != 1 || st.RetransmitMisses != 1 || st.Dropped != 2 {
 		t.Fatalf("stats %+v", st)
 	}
+	// paused, it answers no NACK, nor a deferred one (Resend): the
+	// subscriber's budget has no room for it, and it resumes with a
+	// keyframe
+	d.SetActive(false)
+	w.out = nil
+	d.HandleRTCP([]rtcp.Packet{&rtcp.TransportLayerNack{Nacks: []rtcp.NackPair{{PacketID: 1002}, {PacketID: 1003}}}})
+	d.Resend(buf, 1004)
+	if len(w.out) != 0 {
+		t.Fatalf("a paused track retransmitted %v", w.out)
+	}
+	if st := d.Stats(); st.NACKs != 4 || st.Retransmits != 1 || st.PausedNACKs != 3 {
+		t.Fatalf("paused: stats %+v, want 4 NACKs, 1 retransmit, 3 paused NACKs", st)
+	}
 	if _, err := New(Config{Codec: webrtc.RTPCodecCapability{MimeType: "application/x"}}); err == nil {
 		t.Error("New with a non-media MIME type succeeded")
 	}
