@@ -104,6 +104,9 @@ type conn struct {
 	memberGen string // generation of room's record that counted this connection in (claimRoom)
 	clientID  NetworkId
 	observed  map[string]*room
+	// cleaning holds, for the rooms this connection let go of, the
+	// channels closed once each has stopped and been cleaned up (letGo).
+	cleaning  []<-chan struct{}
 	busBuf    []byte // read loop only
 	pingReply []byte
 
@@ -284,9 +287,13 @@ func (c *conn) cleanup() {
 		c.leave(ctx, c.room)
 		c.setRoom(nil)
 	}
+	dropped := make([]*room, 0, len(c.observed))
 	for id, r := range c.observed {
-		c.unobserve(id, r)
+		delete(c.observed, id)
+		r.detachObserver(c)
+		dropped = append(dropped, r)
 	}
+	c.letGo(dropped...)
 	c.w.Close()
 	c.visMu.Lock()
 	if c.timer != nil {
@@ -733,8 +740,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
 		c.unclaim(ctx, target, rec.Gen)
-		c.s.release(r)
-		c.s.removeIfEmpty(target)
+		c.letGo(r)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
 		c.reject(a, "Could not join room "+target+": "+err.Error())
 		return
@@ -789,8 +795,7 @@ func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen 
 	}
 	c.unclaim(ctx, r.id, gen)
 	r.cmdDetachMember(c)
-	c.s.release(r)
-	c.s.removeIfEmpty(r.id)
+	c.letGo(r)
 }
 
 // takePosition removes PositionKey from a property append and returns
@@ -937,13 +942,14 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 			old = append(old, id)
 		}
 	}
+	dropped := make([]*room, 0, len(old))
 	for _, id := range old {
 		r := c.observed[id]
 		delete(c.observed, id)
 		r.detachObserver(c)
-		c.s.release(r)
-		c.s.removeIfEmpty(id)
+		dropped = append(dropped, r)
 	}
+	c.letGo(dropped...)
 	now := make([]string, 0, len(c.observed))
 	for _, id := range list {
 		if c.observed[id] != nil {
@@ -951,11 +957,4 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 		}
 	}
 	c.sendServer(EncodeRequest("Observed", ObservedArgs{Rooms: now}))
-}
-
-func (c *conn) unobserve(id string, r *room) {
-	delete(c.observed, id)
-	r.detachObserver(c)
-	c.s.release(r)
-	c.s.removeIfEmpty(id)
 }

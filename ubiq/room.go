@@ -136,6 +136,7 @@ type room struct {
 	err   error
 	cmds  chan func()
 	stopc chan struct{}
+	gone  chan struct{} // closed when the goroutine has let go of the room
 	aud   atomic.Pointer[audience]
 
 	// others counts the other nodes that have this room active (their
@@ -190,7 +191,7 @@ type visibility struct {
 }
 
 func newRoom(s *Server, id string) *room {
-	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}),
+	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}), gone: make(chan struct{}),
 		posNext: map[string]pendingPosition{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
 		pending: map[*conn]pendingMember{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
 		self: s.node + "-" + strconv.FormatUint(s.activations.Add(1), 10), prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
@@ -245,6 +246,7 @@ func (r *room) leavePresence(ctx context.Context) {
 }
 
 func (r *room) loop() {
+	defer close(r.gone)
 	defer func() {
 		r.sub.Unsubscribe()
 		r.watcher.Stop()

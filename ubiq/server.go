@@ -104,10 +104,12 @@ type Server struct {
 	lns    []net.Listener
 	https  []*http.Server
 	closed bool
-	wg     sync.WaitGroup // connections and background removals
+	wg     sync.WaitGroup // connections, sweeps and cleanup workers
 	swept  chan struct{}
 
 	liveDone chan struct{}
+	// cleanups removes rooms that may be empty, in the background.
+	cleanups *cleanups
 	// retry retries departure writes that failed (retrier).
 	retry     *retrier
 	retryDone chan struct{}
@@ -205,6 +207,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	s.swept = make(chan struct{})
 	s.liveDone = make(chan struct{})
 	s.retry = newRetrier(s)
+	s.cleanups = newCleanups(s)
 	s.retryDone = make(chan struct{})
 	go s.sweep()
 	go s.liveness(hw)
@@ -415,8 +418,10 @@ func (s *Server) active(id string) bool {
 	return r != nil && r.refs > 0
 }
 
-// release drops one reference to r, stopping it with the last.
-func (s *Server) release(r *room) {
+// release drops one reference to r, stopping it with the last; then it
+// returns a channel closed once the room goroutine has let go of the
+// room's subscription, watch and presence key (nil if r still runs).
+func (s *Server) release(r *room) <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r.refs--
@@ -424,32 +429,22 @@ func (s *Server) release(r *room) {
 		delete(s.rooms, r.id)
 		s.m.rooms.Dec()
 		r.stop()
+		return r.gone
 	}
+	return nil
 }
 
-// removeIfEmpty deletes a room's state in the background once nobody is
-// in it.
-func (s *Server) removeIfEmpty(id string) {
+// removeIfEmpty asks for the deletion of a room's state, in the
+// background, once nobody is in it (cleanups), and returns a channel
+// closed when that is done.
+func (s *Server) removeIfEmpty(id string) <-chan struct{} {
 	// A room this node holds has a local member or observer: not empty.
 	// (The last local holder to release it calls this again.) This spares
 	// the key listing, a JetStream consumer per call, on every cell change.
 	if s.active(id) {
-		return
+		return closedChan
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, requestTimeout)
-		defer cancel()
-		// Asked again just before the deletion: a local observer holds the
-		// room through this node's presence key, which the store does not
-		// count (it may be an old activation's, on its way out).
-		if ok, err := s.removeEmpty(ctx, id); err != nil {
-			s.log.Info("removing an empty room failed", "room", id, "err", err)
-		} else if ok {
-			s.log.Debug("removed empty room", "room", id)
-		}
-	}()
+	return s.cleanups.ask(id)
 }
 
 func (s *Server) delivered(n int) {
