@@ -15,7 +15,9 @@ import (
 // leader), the key or count it meant to remove would hold the room, and its
 // join code, for as long as this node lives. So the write is handed to the
 // server's retrier, which tries it again in the background until it
-// succeeds, then removes the room if it is empty.
+// succeeds, then removes the room if it is empty. So are the writes of a
+// dead node's sweep (store.sweepNode), and the purge of a removed room's
+// blobs.
 
 // Bounds of the retrier.
 const (
@@ -27,10 +29,10 @@ const (
 	maxRetries = 1 << 16
 )
 
-// retryJob is one failed departure write.
+// retryJob is one failed write.
 type retryJob struct {
 	what  string // for the logs: "delete member key", "count out", ...
-	room  string
+	room  string // "" for writes that belong to no room
 	do    func(ctx context.Context) error
 	tries int
 }
@@ -169,7 +171,7 @@ func (r *retrier) round(ctx context.Context) bool {
 	r.mu.Unlock()
 	// The rooms whose writes are all done may be empty now.
 	for room := range rooms(jobs) {
-		if !failed[room] && !r.waiting(room) && !r.s.active(room) {
+		if room != "" && !failed[room] && !r.waiting(room) && !r.s.active(room) {
 			actx, cancel := context.WithTimeout(ctx, requestTimeout)
 			if _, err := r.s.removeEmpty(actx, room); err != nil {
 				r.s.log.Info("removing an empty room failed", "room", room, "err", err)
@@ -213,11 +215,35 @@ func (s *Server) freeCodeLater(err error) bool {
 }
 
 // removeEmpty removes room if it is empty (store.removeIfEmpty), handing a
-// join code it could not free to the retrier.
+// join code it could not free, and blobs it could not purge, to the
+// retrier.
 func (s *Server) removeEmpty(ctx context.Context, room string) (bool, error) {
 	ok, err := s.store.removeIfEmpty(ctx, room, func() bool { return s.active(room) })
-	if s.freeCodeLater(err) {
-		err = nil
+	if !ok {
+		return ok, err
+	}
+	code := s.freeCodeLater(err)
+	var bp *blobsNotPurgedError
+	if errors.As(err, &bp) {
+		st := s.store
+		s.retry.add("purge blobs", room, err, func(ctx context.Context) error { return st.purgeBlobs(ctx, room) })
+	}
+	if code || bp != nil {
+		err = nil // both are all that can fail once the room is removed
 	}
 	return ok, err
+}
+
+// retryLater is the retryFunc of the store's writes (store.sweepNode): a
+// join code that a write could not free is freed apart (freeCodeLater).
+func (s *Server) retryLater(what, room string, err error, do func(ctx context.Context) error) {
+	if s.freeCodeLater(err) {
+		return // done, but for the code's key
+	}
+	s.retry.add(what, room, err, func(ctx context.Context) error {
+		if err := do(ctx); !s.freeCodeLater(err) {
+			return err
+		}
+		return nil
+	})
 }

@@ -353,9 +353,18 @@ func (s *Server) sweepNode(node string, silent time.Duration) {
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		defer cancel()
-		rooms, err := s.store.sweepNode(ctx, node)
+		rooms, err := s.store.sweepNode(ctx, node, s.retryLater)
 		if err != nil {
-			s.log.Warn("sweeping a dead node's room keys failed", "node", node, "err", err)
+			// Its keys could not be listed: the whole sweep is retried.
+			s.retry.add("sweep a dead node", "", err, func(ctx context.Context) error {
+				rooms, err := s.store.sweepNode(ctx, node, s.retryLater)
+				for _, id := range rooms {
+					if _, err := s.removeEmpty(ctx, id); err != nil {
+						s.log.Info("removing an empty room failed", "room", id, "err", err)
+					}
+				}
+				return err
+			})
 		}
 		s.m.nodesSwept.Inc()
 		s.m.keysSwept.Add(float64(len(rooms)))

@@ -472,7 +472,9 @@ func (s *store) deleteMember(ctx context.Context, room, peer string, rev uint64)
 	key := memberKey(room, peer)
 	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
 	if bus.IsRevisionConflict(err) {
-		if owned, _ := s.ownedBy(ctx, key, s.node); owned {
+		if owned, _, err := s.ownedBy(ctx, key, s.node); err != nil {
+			return err
+		} else if owned {
 			return nil // written since by a connection of this node
 		}
 		return s.kv.Delete(ctx, ownedKey(s.node, key))
@@ -489,68 +491,98 @@ func (s *store) heartbeat(ctx context.Context) error {
 	return err
 }
 
+// retryFunc hands a write that failed with err to the server's retrier,
+// which calls do until it succeeds (retrier.add). room is "" for a write
+// that belongs to no room.
+type retryFunc func(what, room string, err error, do func(ctx context.Context) error)
+
 // sweepNode deletes the ephemeral keys that a dead node wrote (its
-// members, observers and room presence), then its heartbeat. A key is
-// deleted only if that node still owns it: a peer that reconnected to
-// another node meanwhile keeps its new member key. It returns the rooms
-// that lost keys.
-func (s *store) sweepNode(ctx context.Context, node string) (rooms []string, err error) {
+// members, observers and room presence), its count of members in the
+// rooms where it had member keys, then its heartbeat. A key is deleted
+// only if that node still owns it: a peer that reconnected to another node
+// meanwhile keeps its new member key. A write that fails is handed to
+// retry (a key's deletion with its index entry, a count-out, the
+// heartbeat's deletion): the others go on, and no failure leaves a dead
+// node's member in its room, or its count holding the room's join code,
+// for good. It returns the rooms it touched; only a listing of the keys
+// that fails fails the sweep (sweeping again is harmless).
+func (s *store) sweepNode(ctx context.Context, node string, retry retryFunc) (rooms []string, err error) {
 	prefix := ownedKey(node, "")
 	keys, err := s.listKeys(ctx, prefix+">")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sweep node %s: list its keys: %w", node, err)
 	}
 	seen := map[string]bool{}
 	joined := map[string]bool{} // rooms the dead node had members in
 	for _, k := range keys {
 		key := strings.TrimPrefix(k, prefix)
-		if room, rest, ok := strings.Cut(strings.TrimPrefix(key, "r."), "."); ok && strings.HasPrefix(rest, "m.") {
+		room, rest, _ := strings.Cut(strings.TrimPrefix(key, "r."), ".")
+		if strings.HasPrefix(rest, "m.") {
 			joined[room] = true
 		}
-		if owned, rev := s.ownedBy(ctx, key, node); owned {
-			if err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err == nil {
-				if room, _, ok := strings.Cut(strings.TrimPrefix(key, "r."), "."); ok && !seen[room] {
-					seen[room] = true
-					rooms = append(rooms, room)
-				}
-			}
-		}
-		if err := s.kv.Delete(ctx, k); err != nil && ctx.Err() != nil {
-			return rooms, err
-		}
-	}
-	// Its members' counts go with them, and with the last, a room's code.
-	for room := range joined {
-		if err := s.unclaimRoom(ctx, room, "", node, true); err != nil && ctx.Err() != nil {
-			return rooms, err
+		del := func(ctx context.Context) error { return s.sweepKey(ctx, node, key) }
+		if err := del(ctx); err != nil {
+			retry("delete a dead node's key", room, err, del)
 		}
 		if !seen[room] {
 			seen[room] = true
 			rooms = append(rooms, room)
 		}
 	}
-	return rooms, s.kv.Delete(ctx, heartbeatKey(node))
+	// Its members' counts go with them, and with the last, a room's code.
+	for room := range joined {
+		out := func(ctx context.Context) error { return s.unclaimRoom(ctx, room, "", node, true) }
+		if err := out(ctx); err != nil {
+			retry("count a dead node out", room, err, out)
+		}
+	}
+	hb := func(ctx context.Context) error { return s.kv.Delete(ctx, heartbeatKey(node)) }
+	if err := hb(ctx); err != nil {
+		retry("delete a dead node's heartbeat", "", err, hb)
+	}
+	return rooms, nil
+}
+
+// sweepKey deletes key, which dead node wrote, if that node still owns
+// it, then its index entry.
+func (s *store) sweepKey(ctx context.Context, node, key string) error {
+	owned, rev, err := s.ownedBy(ctx, key, node)
+	if err != nil {
+		return fmt.Errorf("sweep node %s: read %s: %w", node, key, err)
+	}
+	if owned {
+		if err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !bus.IsRevisionConflict(err) {
+			return fmt.Errorf("sweep node %s: delete %s: %w", node, key, err)
+		}
+	}
+	if err := s.kv.Delete(ctx, ownedKey(node, key)); err != nil {
+		return fmt.Errorf("sweep node %s: delete the index entry of %s: %w", node, key, err)
+	}
+	return nil
 }
 
 // ownedBy reports whether key still holds what node wrote, and its
-// revision.
-func (s *store) ownedBy(ctx context.Context, key, node string) (bool, uint64) {
+// revision. A key that is gone is owned by nobody; a read that fails is an
+// error.
+func (s *store) ownedBy(ctx context.Context, key, node string) (bool, uint64, error) {
 	e, err := s.kv.Get(ctx, key)
-	if err != nil {
-		return false, 0
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, 0, nil
+	} else if err != nil {
+		return false, 0, err
 	}
 	rest := strings.TrimPrefix(key, "r.")
 	_, rest, _ = strings.Cut(rest, ".")
 	switch {
 	case strings.HasPrefix(rest, "m."):
 		var m memberRecord
-		return json.Unmarshal(e.Value(), &m) == nil && m.Node == node, e.Revision()
+		return json.Unmarshal(e.Value(), &m) == nil && m.Node == node, e.Revision(), nil
 	case strings.HasPrefix(rest, "o."):
-		return string(e.Value()) == node, e.Revision()
+		return string(e.Value()) == node, e.Revision(), nil
 	case strings.HasPrefix(rest, "n."):
-		return strings.HasPrefix(rest[2:], node+"-"), e.Revision()
+		return strings.HasPrefix(rest[2:], node+"-"), e.Revision(), nil
 	}
-	return false, 0
+	return false, 0, nil
 }
 
 // appendRoomProps applies an append to a room's properties with a
@@ -617,8 +649,10 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 	if held() {
 		return false, nil
 	}
-	if err := s.kv.Delete(ctx, infoKey(room), jetstream.LastRevision(rev)); err != nil {
+	if err := s.kv.Delete(ctx, infoKey(room), jetstream.LastRevision(rev)); bus.IsRevisionConflict(err) {
 		return false, nil // changed meanwhile: someone is using it
+	} else if err != nil {
+		return false, fmt.Errorf("remove room %s: %w", room, err)
 	}
 	var codeErr error
 	if r.JoinCode != "" {
@@ -632,13 +666,63 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 			codeErr = &codeNotFreedError{room: room, code: r.JoinCode, err: err} // revision unknown
 		}
 	}
-	if keys, err := s.listKeys(ctx, "b."+room+".*"); err == nil {
-		for _, k := range keys {
-			s.kv.Purge(ctx, k)
+	if err := s.purgeBlobs(ctx, room); err != nil {
+		return true, errors.Join(codeErr, &blobsNotPurgedError{room: room, err: err})
+	}
+	return true, codeErr
+}
+
+// blobsNotPurgedError reports a removed room whose blobs, or their count,
+// could not all be deleted: purgeBlobs again.
+type blobsNotPurgedError struct {
+	room string
+	err  error
+}
+
+func (e *blobsNotPurgedError) Error() string {
+	return fmt.Sprintf("room %s was removed, but not all its blobs: %v", e.room, e.err)
+}
+
+func (e *blobsNotPurgedError) Unwrap() error { return e.err }
+
+// purgeBlobs deletes the blobs of room, which was removed, then their
+// count (so the count is never below what the blobs take). A room that was
+// created again meanwhile (its record is back) keeps them and their
+// count, as a room that was never removed: its new members may have
+// written some. Their revisions are read before the record is: a room
+// created after that read writes new revisions, which the conditional
+// purges leave alone.
+func (s *store) purgeBlobs(ctx context.Context, room string) error {
+	keys, err := s.listKeys(ctx, "b."+room+".*")
+	if err != nil {
+		return fmt.Errorf("list the blobs: %w", err)
+	}
+	keys = append(keys, blobBytesKey(room)) // last
+	revs := make([]uint64, len(keys))
+	for i, k := range keys {
+		e, err := s.kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("read %s: %w", k, err)
+		}
+		revs[i] = e.Revision()
+	}
+	switch _, _, err := s.getRoom(ctx, room); {
+	case err == nil:
+		return nil // created again: the blobs are its own
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return err
+	}
+	for i, k := range keys {
+		if revs[i] == 0 {
+			continue
+		}
+		if err := s.kv.Purge(ctx, k, jetstream.LastRevision(revs[i])); err != nil && !bus.IsRevisionConflict(err) {
+			return fmt.Errorf("purge %s: %w", k, err)
 		}
 	}
-	s.kv.Purge(ctx, blobBytesKey(room))
-	return true, codeErr
+	return nil
 }
 
 func (s *store) listKeys(ctx context.Context, filters ...string) ([]string, error) {
