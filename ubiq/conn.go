@@ -583,7 +583,13 @@ func (c *conn) request(payload []byte) {
 			return
 		}
 		c.setClientID(a.ClientID)
-		rooms, err := c.s.store.discover(ctx, a.JoinCode)
+		var rooms []RoomInfo
+		var err error
+		if a.JoinCode != "" {
+			rooms, err = c.s.store.discover(ctx, a.JoinCode)
+		} else {
+			rooms, err = c.s.published(ctx)
+		}
 		if err != nil {
 			c.log.Warn("discover rooms failed", "err", err)
 			rooms = []RoomInfo{}

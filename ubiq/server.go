@@ -110,6 +110,8 @@ type Server struct {
 	liveDone chan struct{}
 	// cleanups removes rooms that may be empty, in the background.
 	cleanups *cleanups
+	// listing lists the published rooms for DiscoverRooms.
+	listing roomListing
 	// retry retries departure writes that failed (retrier).
 	retry     *retrier
 	retryDone chan struct{}
@@ -186,6 +188,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return p
 	}}
+	s.store.wrote = s.listing.record
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.m = newMetrics(s)
 	s.cfg.Writer.OnCoalesce = func(n int) { s.m.coalesced.Add(float64(n)) }

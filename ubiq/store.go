@@ -173,6 +173,15 @@ type store struct {
 	node     string        // this node's name in owned keys
 	newProps func() props  // properties of a new room
 	newCode  func() string // a random join code; nil = newJoinCode (tests draw from fewer)
+	// wrote, if set, is told of every room record this node writes (nil:
+	// the room was removed), for the listing of published rooms.
+	wrote func(uuid string, r *roomRecord)
+}
+
+func (s *store) recordWritten(uuid string, r *roomRecord) {
+	if s.wrote != nil {
+		s.wrote(uuid, r)
+	}
 }
 
 // putOwned writes an ephemeral key of this node, indexing it first so that
@@ -322,9 +331,12 @@ func (s *store) observeRoom(ctx context.Context, uuid string) error {
 	}
 	rec := &roomRecord{UUID: uuid, Name: uuid, Props: s.newProps(), Gen: newUUID()}
 	b, _ := json.Marshal(rec)
-	if _, err := s.kv.Create(ctx, infoKey(uuid), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := s.kv.Create(ctx, infoKey(uuid), b); errors.Is(err, jetstream.ErrKeyExists) {
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("create room %s: %w", uuid, err)
 	}
+	s.recordWritten(uuid, rec)
 	return nil
 }
 
@@ -371,6 +383,7 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name string, publish 
 			_, err = s.kv.Update(ctx, infoKey(uuid), b, rev)
 		}
 		if err == nil {
+			s.recordWritten(uuid, r)
 			return r, nil
 		}
 		if fresh != "" {
@@ -423,6 +436,7 @@ func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node string, all boo
 		}
 		b, _ := json.Marshal(r)
 		if _, err = s.kv.Update(ctx, infoKey(uuid), b, rev); err == nil {
+			s.recordWritten(uuid, r)
 			if codeRev != 0 {
 				if err := s.freeCode(ctx, code, codeRev); err != nil {
 					return &codeNotFreedError{room: uuid, code: code, rev: codeRev, err: err}
@@ -599,6 +613,7 @@ func (s *store) appendRoomProps(ctx context.Context, room string, keys, values [
 		}
 		b, _ := json.Marshal(r)
 		if _, err := s.kv.Update(ctx, infoKey(room), b, rev); err == nil {
+			s.recordWritten(room, r)
 			return ck, cv, nil
 		} else if !bus.IsRevisionConflict(err) {
 			return nil, nil, err
@@ -654,6 +669,7 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 	} else if err != nil {
 		return false, fmt.Errorf("remove room %s: %w", room, err)
 	}
+	s.recordWritten(room, nil)
 	var codeErr error
 	if r.JoinCode != "" {
 		e, err := s.kv.Get(ctx, codeKey(r.JoinCode))
@@ -741,39 +757,22 @@ func (s *store) listKeys(ctx context.Context, filters ...string) ([]string, erro
 	return out, nil
 }
 
-// discover returns the room with a join code, or every published room.
+// discover returns the room with a join code (none if no room has it).
+// Without a code, DiscoverRooms lists the published rooms: see
+// Server.published.
 func (s *store) discover(ctx context.Context, code string) ([]RoomInfo, error) {
 	out := []RoomInfo{}
-	if code != "" {
-		room, err := s.roomByCode(ctx, code)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return out, nil
-		} else if err != nil {
-			return nil, err
-		}
-		r, _, err := s.getRoom(ctx, room)
-		if err != nil {
-			return out, nil
-		}
-		return append(out, r.info()), nil
-	}
-	keys, err := s.listKeys(ctx, "r.*.i")
-	if err != nil {
+	room, err := s.roomByCode(ctx, code)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return out, nil
+	} else if err != nil {
 		return nil, err
 	}
-	for _, k := range keys {
-		e, err := s.kv.Get(ctx, k)
-		if err != nil {
-			continue
-		}
-		var r roomRecord
-		// A room without a join code has no members: Ubiq's server would
-		// have deleted it, so it is not listed.
-		if json.Unmarshal(e.Value(), &r) == nil && r.Publish && r.JoinCode != "" {
-			out = append(out, r.info())
-		}
+	r, _, err := s.getRoom(ctx, room)
+	if err != nil {
+		return out, nil
 	}
-	return out, nil
+	return append(out, r.info()), nil
 }
 
 // blobOverhead is what a blob costs against a room's blob budget besides
