@@ -53,9 +53,6 @@ func newCleanups(s *Server) *cleanups {
 	return &cleanups{s: s, rooms: map[string]*roomCleanup{}}
 }
 
-// closedChan is a done channel for a cleanup that is not needed.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
 // ask queues a cleanup of room id unless one is queued already, and
 // returns a channel closed when a cleanup that began after this call is
 // done.
@@ -175,7 +172,9 @@ func (c *conn) letGo(rooms ...*room) {
 			}
 			c.cleaning = slices.DeleteFunc(c.cleaning, isDone)
 		}
-		c.cleaning = append(c.cleaning, s.removeIfEmpty(r.id))
+		if done := s.removeIfEmpty(r.id); done != nil {
+			c.cleaning = append(c.cleaning, done)
+		}
 	}
 }
 func isDone(c <-chan struct{}) bool {

@@ -448,13 +448,13 @@ func (s *Server) release(r *room) <-chan struct{} {
 
 // removeIfEmpty asks for the deletion of a room's state, in the
 // background, once nobody is in it (cleanups), and returns a channel
-// closed when that is done.
+// closed when that is done (nil if the room is held here: not empty).
 func (s *Server) removeIfEmpty(id string) <-chan struct{} {
 	// A room this node holds has a local member or observer: not empty.
 	// (The last local holder to release it calls this again.) This spares
 	// the key listing, a JetStream consumer per call, on every cell change.
 	if s.active(id) {
-		return closedChan
+		return nil
 	}
 	return s.cleanups.ask(id)
 }
