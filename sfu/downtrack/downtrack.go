@@ -63,7 +63,11 @@ type Stats struct {
 	// PausedNACKs are, of NACKs, those not answered because the track was
 	// inactive (asked then, or fetched and arrived once it was; see
 	// HandleRTCP).
-	PausedNACKs      uint64
+	PausedNACKs uint64
+	// StaleNACKs are, of NACKs, those not answered because they ask for a
+	// packet sent before the track last resumed or switched source
+	// (retransmit).
+	StaleNACKs       uint64
 	KeyframeRequests uint64
 	// Lost is the subscriber's own count of packets it never got, from its
 	// last receiver report: the loss that NACKs and retransmissions did
@@ -90,6 +94,11 @@ type DownTrack struct {
 	resync  bool
 	offset  uint16
 	lastOut uint16
+	// resumeSeq is the first sequence number sent after the last resync
+	// (a resume or a source switch), when resumed: NACKs for earlier ones
+	// are stale (retransmit)
+	resumed   bool
+	resumeSeq uint16
 
 	active atomic.Bool
 	// rtt is the last round-trip time from a receiver report (µs, 0 =
@@ -97,7 +106,7 @@ type DownTrack struct {
 	rtt, rttAt atomic.Int64
 
 	packets, bytes, dropped, nacks, rtx, misses, fetches, kfr atomic.Uint64
-	pausedNACKs                                               atomic.Uint64
+	pausedNACKs, staleNACKs                                   atomic.Uint64
 	lost                                                      atomic.Uint64 // from the last receiver report
 }
 
@@ -231,6 +240,7 @@ func (d *DownTrack) WriteRTP(h *rtp.Header, payload []byte) error {
 		d.started = true
 	case d.resync:
 		d.offset = d.lastOut + 1 - h.SequenceNumber
+		d.resumed, d.resumeSeq = true, d.lastOut+1
 	}
 	if d.switched && d.packets.Load() > 0 {
 		d.tsOffset = d.lastTS + 3000 - h.Timestamp
@@ -348,10 +358,24 @@ var pktPool = sync.Pool{New: func() any { b := make([]byte, buffer.MaxPacket); r
 
 // retransmit resends subscriber sequence number out from the buffer; on a
 // miss with fetch set it defers to Source.OnMiss.
+//
+// A packet sent before the track last resumed (or switched source) is not
+// sent again: the resume started with a keyframe, which needs none of
+// them, and the offset now maps it to another packet of the source (of
+// another source, after a switch). A pion subscriber, whose SRTP refuses
+// a packet more than 64 behind the newest as a replay, NACKs such a
+// packet again and again; answered, the retransmissions it never takes
+// were reported lost in its feedback (95 % of what was sent), and a probe
+// (allocator.Prober) that resumed a paused video failed on that loss.
 func (d *DownTrack) retransmit(out uint16, fetch bool) {
 	d.mu.Lock()
 	w, off, ssrc, pt, buf, tsOff := d.writer, d.offset, d.ssrc, d.pt, d.src.Buffer, d.tsOffset
+	stale := d.resumed && int16(out-d.resumeSeq) < 0
 	d.mu.Unlock()
+	if stale {
+		d.staleNACKs.Add(1)
+		return
+	}
 	if buf == nil || w == nil {
 		d.misses.Add(1)
 		return
@@ -414,5 +438,5 @@ func (d *DownTrack) keyframe() {
 // Stats returns the counters.
 func (d *DownTrack) Stats() Stats {
 	return Stats{Packets: d.packets.Load(), Bytes: d.bytes.Load(), Dropped: d.dropped.Load(), NACKs: d.nacks.Load(),
-		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), PausedNACKs: d.pausedNACKs.Load(), KeyframeRequests: d.kfr.Load(), Lost: d.lost.Load()}
+		Retransmits: d.rtx.Load(), RetransmitMisses: d.misses.Load(), Fetches: d.fetches.Load(), PausedNACKs: d.pausedNACKs.Load(), StaleNACKs: d.staleNACKs.Load(), KeyframeRequests: d.kfr.Load(), Lost: d.lost.Load()}
 }

@@ -104,6 +104,16 @@ func TestGateAndNACK(t *testing.T) {
 	if st.NACKs != 2 || st.Retransmits != 1 || st.RetransmitMisses != 1 || st.Dropped != 2 {
 		t.Fatalf("stats %+v", st)
 	}
+	// 1001 ("b") went before the pause: stale, not answered (the offset
+	// now maps it to "d", a packet the subscriber was never to get)
+	w.out = nil
+	d.HandleRTCP([]rtcp.Packet{&rtcp.TransportLayerNack{Nacks: []rtcp.NackPair{{PacketID: 1001}}}})
+	if len(w.out) != 0 {
+		t.Fatalf("a NACK from before the resume retransmitted %v", w.out)
+	}
+	if st := d.Stats(); st.NACKs != 3 || st.StaleNACKs != 1 || st.Retransmits != 1 {
+		t.Fatalf("stale NACK: stats %+v, want 3 NACKs, 1 stale, 1 retransmit", st)
+	}
 	// paused, it answers no NACK, nor a deferred one (Resend): the
 	// subscriber's budget has no room for it, and it resumes with a
 	// keyframe
@@ -114,8 +124,8 @@ func TestGateAndNACK(t *testing.T) {
 	if len(w.out) != 0 {
 		t.Fatalf("a paused track retransmitted %v", w.out)
 	}
-	if st := d.Stats(); st.NACKs != 4 || st.Retransmits != 1 || st.PausedNACKs != 3 {
-		t.Fatalf("paused: stats %+v, want 4 NACKs, 1 retransmit, 3 paused NACKs", st)
+	if st := d.Stats(); st.NACKs != 5 || st.Retransmits != 1 || st.PausedNACKs != 3 {
+		t.Fatalf("paused: stats %+v, want 5 NACKs, 1 retransmit, 3 paused NACKs", st)
 	}
 	if _, err := New(Config{Codec: webrtc.RTPCodecCapability{MimeType: "application/x"}}); err == nil {
 		t.Error("New with a non-media MIME type succeeded")
