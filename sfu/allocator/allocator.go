@@ -161,8 +161,12 @@ type Allocator struct {
 	// turns, and to the lowest for audio and video, which keep their place.
 	// A demand left out by the last allocation is paused (ResumeMargin).
 	starved map[string]int
-	// floors is the rate of the floors the last allocation forwarded.
+	// floors is the rate of the floors the last allocation forwarded
+	// within its budget (a probe's is not one of them).
 	floors float64
+	// forced is the demand the last allocation forwarded above its budget
+	// (AllocateProbe); "" none.
+	forced string
 }
 
 // New returns an allocator in the given mode.
@@ -185,6 +189,13 @@ func (a *Allocator) AllocateLeast(demands []Demand) (Decision, float64) {
 }
 
 func (a *Allocator) allocate(budget float64, demands []Demand, hysteresis bool) (Decision, float64) {
+	return a.allocateForcing(budget, demands, hysteresis, "")
+}
+
+// allocateForcing is allocate that then forwards the cheapest choice of
+// demand force if nothing of it was (a probe), setting a.forced to it.
+func (a *Allocator) allocateForcing(budget float64, demands []Demand, hysteresis bool, force string) (Decision, float64) {
+	a.forced = ""
 	order := a.order(demands)
 	dec := Decision{}
 	used := 0.0
@@ -248,6 +259,21 @@ func (a *Allocator) allocate(budget float64, demands []Demand, hysteresis bool) 
 					used += extra
 					break
 				}
+			}
+		}
+	}
+	if force != "" {
+		for _, d := range demands {
+			if d.ID != force || dec[d.ID] != 0 {
+				continue
+			}
+			if r := a.floor(d); r > 0 {
+				dec[d.ID] = Combos[0]
+				if a.Mode == TrackSelection {
+					dec[d.ID] = Set(1<<len(d.Rates) - 1)
+				}
+				used += r
+				a.forced = d.ID
 			}
 		}
 	}
