@@ -44,6 +44,9 @@ type Config struct {
 	Estimators map[string]cc.BandwidthEstimatorFactory
 	// Mode is the allocator mode for point-cloud tracks.
 	Mode allocator.Mode
+	// Probe times the probes for a subscriber's floors paused for budget
+	// (allocator.Prober); zero values take allocator.DefaultProbeConfig's.
+	Probe allocator.ProbeConfig
 	// Authorize, if not nil, decides whether the WebSocket request r may
 	// signal for session as client, presenting token (the first offer's
 	// Signal.Token; "" when it has none, and the request's own credentials

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/xrealm/xrealm/sfu/allocator"
 	"github.com/xrealm/xrealm/volumetric"
 )
 
@@ -45,13 +46,14 @@ var (
 	descSubQueue   = prometheus.NewDesc("xrealm_sfu_subscriber_queue_delay_seconds", "Queueing delay towards the subscriber: receiver-report round-trip time above its floor.", []string{"node", "client"}, nil)
 	descSubTail    = prometheus.NewDesc("xrealm_sfu_subscriber_queue_tail_seconds", "95th percentile of the per-packet queueing delay (TWCC feedback) of the subscriber's shared-path group over the last interval.", []string{"node", "client"}, nil)
 	descSubSlots   = prometheus.NewDesc("xrealm_sfu_subscriber_active_slots", "Receive slots carrying a track.", []string{"node", "client"}, nil)
+	descProbes     = prometheus.NewDesc("xrealm_sfu_probes_total", "Probes for subscribers' floors paused for budget (a paused video or point cloud forwarded above the estimate for a while): started, kept (the estimate came to cover it), failed (the path queued, the estimate fell, or the window ended).", []string{"node", "result"}, nil)
 	descPurged     = prometheus.NewDesc("xrealm_sfu_directory_purged_total", "Track directory entries removed because their node left or stopped sending heartbeats without announcing the tracks' removal (it crashed).", []string{"node"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descClients, descSources, descLinks, descSrcBytes, descSrcPackets, descSrcRate, descSrcRelays, descSrcState,
 		descRelayBytes, descRelayDrop, descRelayRef, descRelaySlots, descSubBytes, descSubPackets, descSubNACK, descSubLost, descSubRTX, descSubMiss, descSubEst, descSubAlloc, descSubShare, descSubQueue, descSubTail, descSubSlots,
-		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK, descPurged} {
+		descSrcFrames, descSrcLat, descSubFrames, descSubLat, descSubFetch, descFetch, descFetchOK, descPurged, descProbes} {
 		ch <- d
 	}
 	for _, d := range dcDescs {
@@ -96,6 +98,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(relayed)), id, "relay")
 	ch <- prometheus.MustNewConstMetric(descLinks, prometheus.GaugeValue, float64(links), id)
 	ch <- prometheus.MustNewConstMetric(descPurged, prometheus.CounterValue, float64(n.purged.Load()), id)
+	for _, ev := range []allocator.ProbeEvent{allocator.ProbeStarted, allocator.ProbeKept, allocator.ProbeFailed} {
+		ch <- prometheus.MustNewConstMetric(descProbes, prometheus.CounterValue, float64(n.probes[ev].Load()), id, ev.String())
+	}
 	now := time.Now()
 	var fetched, recovered float64
 	for origin, list := range map[string][]*source{"local": local, "relay": relayed} {

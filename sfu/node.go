@@ -15,6 +15,7 @@ import (
 	"github.com/pion/interceptor/pkg/report"
 	"github.com/pion/webrtc/v4"
 
+	"github.com/xrealm/xrealm/sfu/allocator"
 	"github.com/xrealm/xrealm/sfu/relay"
 )
 
@@ -43,6 +44,9 @@ type Node struct {
 	closed    bool
 
 	purged atomic.Uint64 // directory entries of gone nodes removed (purgeNode)
+	// probes counts the subscribers' probes for paused floors by
+	// allocator.ProbeEvent (peer.reconcile)
+	probes [allocator.ProbeFailed + 1]atomic.Uint64
 
 	hops *hopHists // packet ages (hops.go)
 

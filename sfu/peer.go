@@ -27,6 +27,11 @@ const (
 	nominalPointCloud = 10_000_000
 )
 
+// probeLoss is the share of the packets sent to a subscriber over an
+// interval that its feedback reports lost above which a probe ends (GCC's
+// own threshold for a decrease).
+const probeLoss = 0.10
+
 // peer is one client's PeerConnection on this node: its publications and
 // its pre-negotiated receive slots.
 type peer struct {
@@ -51,6 +56,7 @@ type peer struct {
 	slots     []*slot
 	alloc     *allocator.Allocator
 	avAlloc   *allocator.Allocator // audio and video when point clouds ride the data channel (pcc)
+	prober    *allocator.Prober    // probes for floors paused for budget on the RTP (probe below)
 	budget    float64              // bit/s of the last allocation
 	allocated float64
 	link      peerLink // the shared-path budget (shared.go)
@@ -93,7 +99,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 		n.mu.Unlock()
 		return "", fmt.Errorf("sfu: client %s already connected (one offer per connection: pre-negotiate receive slots)", key)
 	}
-	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), estName: estimator, estFactory: est, pcSlots: pointClouds}
+	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), prober: allocator.NewProber(n.cfg.Probe), estName: estimator, estFactory: est, pcSlots: pointClouds}
 	if pointClouds > 0 {
 		p.pcc = newPCChannel()
 		p.avAlloc = allocator.New(n.cfg.Mode)
@@ -393,13 +399,36 @@ func (p *peer) reconcile() {
 	// something (shared.go): their feedback keeps that budget moving, and
 	// their flows would suffer. A group with nothing flowing would stay
 	// starved: its budget follows what it is sent.
+	//
+	// A floor paused for budget is probed for (allocator.Prober): now and
+	// then the cheapest one is forwarded above the budget, so that the
+	// estimator, which learns only from what it is sent, can see that the
+	// path carries it again (pion's GCC caps its increase at 1.5 × what
+	// the subscriber received: with only audio flowing, its estimate could
+	// stay at its minimum for good). A probe ends with its floor kept once
+	// the estimate covers it, or paused again when the path congests (the
+	// p95 queueing delay of TWCC feedback above allocator.TailHigh, or
+	// more than probeLoss of the packets reported lost), when the estimate
+	// falls, when the shared path's share becomes the limit, or after its
+	// window.
 	allocate := func(al *allocator.Allocator, budget float64, demands []allocator.Demand) (allocator.Decision, float64) {
-		dec, used := al.Allocate(budget, demands)
-		if used > 0 || estimate > share {
-			return dec, used
+		probing := p.prober.Probing()
+		dec, used, fits := al.AllocateProbe(budget, demands, probing)
+		if used == 0 && estimate <= share {
+			if l := al.Least(demands); l > 0 && (l <= share || p.link.othersSent <= 0) {
+				dec, used = al.AllocateLeast(demands)
+			}
 		}
-		if l := al.Least(demands); l > 0 && (l <= share || p.link.othersSent <= 0) {
-			return al.AllocateLeast(demands)
+		in := allocator.ProbeInput{Estimate: estimate, Fits: fits, Congested: estimate > share || p.link.tail > allocator.TailHigh || p.link.loss > probeLoss}
+		if estimate <= share {
+			in.Paused, _ = al.CheapestPaused(demands, dec)
+		}
+		if ev := p.prober.Step(time.Now(), in); ev != allocator.ProbeNone {
+			if ev == allocator.ProbeStarted {
+				probing = p.prober.Probing()
+			}
+			p.n.probes[ev].Add(1)
+			p.n.log.Debug("sfu probe", "session", p.session, "client", p.client, "event", ev, "track", probing, "estimate", estimate, "budget", budget)
 		}
 		return dec, used
 	}

@@ -35,6 +35,9 @@ type queueProbe struct {
 	sent  [probeRing]sentPacket
 	bases [probeBaseBuckets]baseBucket
 	hist  delayHist
+	// recv and lost count the packets sent that feedback reported
+	// received and not received (takeLoss)
+	recv, lost uint64
 }
 
 type sentPacket struct {
@@ -174,12 +177,16 @@ func (q *queueProbe) onFeedback(fb *rtcp.TransportLayerCC) {
 	defer q.mu.Unlock()
 	var owds []int64
 	for _, r := range reps {
-		if !r.Received {
+		p := q.sent[int(r.Seq)%probeRing]
+		if !p.ok || p.seq != r.Seq {
 			continue
 		}
-		if p := q.sent[int(r.Seq)%probeRing]; p.ok && p.seq == r.Seq {
-			owds = append(owds, int64(r.Arrival)-p.at)
+		if !r.Received {
+			q.lost++
+			continue
 		}
+		q.recv++
+		owds = append(owds, int64(r.Arrival)-p.at)
 	}
 	if len(owds) == 0 {
 		return
@@ -201,6 +208,16 @@ func (q *queueProbe) onFeedback(fb *rtcp.TransportLayerCC) {
 	for _, o := range owds {
 		q.hist.add(time.Duration(o - base))
 	}
+}
+
+// takeLoss returns the packets the feedback reported received and lost
+// since the last call.
+func (q *queueProbe) takeLoss() (recv, lost uint64) {
+	q.mu.Lock()
+	recv, lost = q.recv, q.lost
+	q.recv, q.lost = 0, 0
+	q.mu.Unlock()
+	return recv, lost
 }
 
 // take returns the queueing delays counted since the last call.

@@ -11,7 +11,8 @@ import (
 // TestQueueProbe feeds the probe real TWCC feedback (pion's recorder, as a
 // receiver builds it) for packets whose one-way delay is a fixed path delay
 // plus a known queueing delay, on a receiver clock with an arbitrary
-// offset, and checks the delays it counts.
+// offset, and checks the delays it counts, and the packets reported
+// received and lost.
 func TestQueueProbe(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -66,6 +67,13 @@ func TestQueueProbe(t *testing.T) {
 			}
 			if h2 := q.take(); h2.count() != 0 {
 				t.Errorf("take did not reset: %d", h2.count())
+			}
+			// the feedback's losses, which end a probe (peer.reconcile)
+			if recv, lost := q.takeLoss(); recv != uint64(got) || lost != uint64(tc.n-got) {
+				t.Errorf("takeLoss: %d received, %d lost; want %d, %d", recv, lost, got, tc.n-got)
+			}
+			if recv, lost := q.takeLoss(); recv+lost != 0 {
+				t.Errorf("takeLoss did not reset: %d, %d", recv, lost)
 			}
 		})
 	}

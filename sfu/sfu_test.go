@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/sfu/allocator"
 	"github.com/xrealm/xrealm/sfu/bwe"
 	"github.com/xrealm/xrealm/sfu/relay"
 	"github.com/xrealm/xrealm/volumetric"
@@ -277,6 +278,8 @@ func TestStarvedSubscriberPausesVideo(t *testing.T) {
 	const estimate = 400_000
 	c := startClusterWith(t, func(_ int, cfg *Config) {
 		cfg.Estimator = bwe.NewFactory(bwe.Config{Min: estimate, Max: estimate, Initial: estimate})
+		// no probe (TestPausedVideoResumes): the video is never to be sent
+		cfg.Probe = allocator.ProbeConfig{Wait: time.Hour}
 	}, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -52,6 +52,8 @@ type peerLink struct {
 	onHost           bool    // the client is on the node's host: in no group
 	share            float64 // bit/s; 0 = not limited
 	qdelay           time.Duration
+	loss             float64            // packets lost ÷ sent over the last interval, by TWCC feedback (qprobe.go)
+	ownCarry         delayHist          // queueing delays not yet used, while in no group
 	tail             time.Duration      // the group's p95 per-packet queueing delay (qprobe.go); < 0 unknown
 	group            *linkGroup         // nil: in no group
 	fwd              map[string]float64 // bit/s forwarded per publisher by the last allocation
@@ -78,10 +80,10 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 	}
 	groups := map[string][]member{}
 	for _, p := range peers {
+		// a peer in no group (on the node's host, or before ICE has
+		// connected) still gets its own loss and tail (ownCarry), which
+		// its probes read (peer.reconcile)
 		remote := p.remoteIP()
-		if remote == "" {
-			continue
-		}
 		var bytes, pkts, rtx uint64
 		var rtts []time.Duration
 		p.mu.Lock()
@@ -98,6 +100,9 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		m := member{p: p, qdelay: -1, demand: pl.demand, fwd: maps.Clone(pl.fwd)}
 		if q := p.probe.Load(); q != nil {
 			m.hist = q.take()
+			if recv, lost := q.takeLoss(); recv+lost > 0 {
+				pl.loss = float64(lost) / float64(recv+lost)
+			}
 		}
 		if !pl.at.IsZero() && now.After(pl.at) {
 			dt := now.Sub(pl.at).Seconds()
@@ -117,6 +122,15 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 			}
 			m.qdelay = rtt - pl.floor
 			pl.qdelay = m.qdelay
+		}
+		if remote == "" {
+			pl.ownCarry.merge(&m.hist)
+			if pl.ownCarry.count() >= minTailSamples {
+				pl.tail = pl.ownCarry.quantile(tailQuantile)
+				pl.ownCarry = delayHist{}
+			}
+			p.mu.Unlock()
+			continue
 		}
 		p.mu.Unlock()
 		groups[remote] = append(groups[remote], m)
