@@ -83,8 +83,17 @@ func TestFrameReportMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ratio, p99 float64 = -1, -1
+	ignored := map[string]bool{}
 	for _, f := range fams {
 		switch f.GetName() {
+		case "xrealm_sfu_subscriber_nacks_ignored_total":
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						ignored[l.GetValue()] = true
+					}
+				}
+			}
 		case "xrealm_sfu_subscriber_frame_completion_ratio":
 			ratio = f.GetMetric()[0].GetGauge().GetValue()
 		case "xrealm_sfu_subscriber_frame_latency_seconds":
@@ -97,5 +106,8 @@ func TestFrameReportMetrics(t *testing.T) {
 	}
 	if ratio != 0.9 || p99 != 0.08 {
 		t.Fatalf("completion ratio %v, p99 %v s; want 0.9 and 0.08", ratio, p99)
+	}
+	if !ignored["paused"] || !ignored["stale"] {
+		t.Errorf("xrealm_sfu_subscriber_nacks_ignored_total reasons %v, want paused and stale", ignored)
 	}
 }
