@@ -108,7 +108,10 @@ func (c *Client) connect(ctx context.Context) error {
 		return err
 	}
 	reg := &interceptor.Registry{}
-	gen, _ := nack.NewGeneratorInterceptor()
+	// A packet not recovered after 10 NACKs (a second, at the interval of
+	// 100 ms) is given up: pion's default asks for it for good, and a
+	// packet the subscriber's SRTP refuses as a replay is never recovered.
+	gen, _ := nack.NewGeneratorInterceptor(nack.GeneratorMaxNacksPerPacket(10))
 	resp, _ := nack.NewResponderInterceptor()
 	rr, _ := report.NewReceiverInterceptor(reportOpts[report.ReceiverOption](c.cfg.ReportInterval, report.ReceiverInterval)...)
 	sr, _ := report.NewSenderInterceptor(reportOpts[report.SenderOption](c.cfg.ReportInterval, report.SenderInterval)...)
