@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -463,6 +464,20 @@ func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
 	raw.(*net.TCPConn).SetReadBuffer(4096)
 	writeRaw(t, raw, connectPacket("stalled", "ed", tok))
 	writeRaw(t, raw, subscribePacket(base+"/#"))
+	// Its CONNACK and SUBACK, read before anything is published: the
+	// server acknowledges a SUBSCRIBE once the subscription is in, so the
+	// poses below reach its queue (a 100 ms sleep stood for this, and on
+	// a loaded machine the poses could go out before it subscribed).
+	// After these 9 bytes it reads nothing more.
+	acks := make([]byte, 4+5)
+	raw.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(raw, acks); err != nil {
+		t.Fatalf("the stalled client's CONNACK and SUBACK: %v", err)
+	}
+	raw.SetReadDeadline(time.Time{})
+	if want := []byte{0x20, 2, 0, 0, 0x90, 3, 0, 1, 0}; !bytes.Equal(acks, want) {
+		t.Fatalf("the stalled client read % x, want an accepting CONNACK and a SUBACK granting QoS 0 (% x)", acks, want)
+	}
 
 	pub := mustConnect(t, n.mqttURL, "ed", tok)
 	sub := mustConnect(t, n.mqttURL, "ed", tok)
@@ -477,7 +492,6 @@ func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
 	if !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
 		t.Fatal(tk.Error())
 	}
-	time.Sleep(100 * time.Millisecond) // the stalled client's SUBSCRIBE is in
 	payload := `{"object_id":"cam","action":"update","data":{"pad":"` + strings.Repeat("p", 4000) + `"}}`
 	for i := 0; i < total; i++ {
 		pub.Publish(base+"/u/ed-1/cam", 0, false, payload)
