@@ -11,6 +11,19 @@
 // send time on unsynchronised clocks (the offset cancels) and minRTT is the
 // smallest time from sending a packet to receiving its feedback. The target
 // bitrate is cwnd · mean packet size / (minRTT + queueing delay).
+//
+// Application-limited: a sender that sends less than half of what the
+// estimate allows over the last second (an SFU forwarding only audio) sees
+// no queue whatever the estimate, and the rule would grow the window
+// without bound. While the sender is so limited, a sample whose rule update
+// would take the window above the larger of the window and the one that
+// carries AppLimitedGain × the rate delivered over the last second is
+// withheld from the rule (a sample that lowers the window, or keeps it under
+// that cap, is used), acknowledgements add nothing to slow start past that
+// cap, and the mean packet size is held at its value from before the
+// sender became limited. Growth resumes once the sender sends at least half
+// of what the estimate allows: a probe (sfu/allocator.Prober) finds a
+// recovered path, not a drifting estimate.
 package bwe
 
 import (
@@ -40,6 +53,25 @@ type Options struct {
 	LossThreshold float64
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+}
+
+// AppLimitedGain is the multiple of the rate delivered over the last
+// window (appWindow) above which the estimate does not grow while the
+// sender is application-limited; the sender is so limited while it sends
+// less than 1/AppLimitedGain of what the estimate allows.
+const AppLimitedGain = 2
+
+// appWindow is the span over which the sent, allowed and delivered bytes
+// are counted, in appBuckets buckets.
+const (
+	appWindow  = time.Second
+	appBuckets = 10
+)
+
+// appBucket counts one appWindow/appBuckets of the sending history.
+type appBucket struct {
+	sent, allowed, delivered float64 // bytes
+	size                     float64 // the mean packet size when the bucket opened
 }
 
 // DefaultOptions returns the tuned Hera rule and 300 kbit/s to 50 Mbit/s.
@@ -91,6 +123,13 @@ type Estimator struct {
 	lossUntil time.Time
 	lossRate  float64
 	onChange  func(int)
+	// The sending history of the last appWindow (application-limited
+	// sending): ring[at%appBuckets] is the current bucket.
+	ring       [appBuckets]appBucket
+	at         int64     // index of the current bucket since start
+	integrated time.Time // allowed bytes are counted up to here
+	appLimited bool
+	withheld   uint64 // samples withheld from the rule while limited
 	// malformed counts the feedback refused by ParseFeedback, and
 	// lastMalformed says why the last one was.
 	malformed     uint64
@@ -111,7 +150,10 @@ func New(opts Options) (*Estimator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Estimator{opts: opts, start: opts.Now(), flow: f, target: opts.InitialBitrate, avgSize: 1200}, nil
+	e := &Estimator{opts: opts, start: opts.Now(), flow: f, target: opts.InitialBitrate, avgSize: 1200}
+	e.integrated = e.start
+	e.ring[0].size = e.avgSize
+	return e, nil
 }
 
 // AddStream wraps the stream's writer to record send times of packets that
@@ -142,8 +184,12 @@ func (e *Estimator) AddStream(info *interceptor.StreamInfo, w interceptor.RTPWri
 func (e *Estimator) OnSent(seq uint16, size int) {
 	now := e.opts.Now()
 	e.mu.Lock()
+	e.advanceLocked(now)
 	e.sent[seq] = sent{at: now, size: size, ok: true}
-	e.avgSize += (float64(size) - e.avgSize) / 16
+	e.ring[e.at%appBuckets].sent += float64(size)
+	if !e.appLimited {
+		e.avgSize += (float64(size) - e.avgSize) / 16
+	}
 	e.mu.Unlock()
 }
 
@@ -173,9 +219,92 @@ func (e *Estimator) WriteRTCP(pkts []rtcp.Packet, _ interceptor.Attributes) erro
 	return nil
 }
 
+// advanceLocked brings the sending history to now: it counts the bytes
+// the target allowed since the last call and opens the buckets up to now.
+func (e *Estimator) advanceLocked(now time.Time) {
+	if now.After(e.integrated) {
+		e.ring[e.at%appBuckets].allowed += float64(e.target) / 8 * now.Sub(e.integrated).Seconds()
+		e.integrated = now
+	}
+	idx := int64(now.Sub(e.start) / (appWindow / appBuckets))
+	for n := 0; e.at < idx && n < appBuckets; n++ {
+		e.at++
+		e.ring[e.at%appBuckets] = appBucket{size: e.avgSize}
+	}
+	e.at = max(e.at, idx)
+}
+
+// updateAppLimitedLocked decides whether the sender is application-limited
+// (it sent less than 1/AppLimitedGain of what the target allowed over the
+// last appWindow, or since the start if that is shorter but at least two
+// buckets), and returns the rate delivered over that span (bit/s). On becoming limited, the mean
+// packet size goes back to its value at the window's start: a sender that
+// stops sending video is found limited only some way into the window, and
+// its audio packets would otherwise have shrunk the size, and so the
+// estimate, in the meantime.
+func (e *Estimator) updateAppLimitedLocked(now time.Time) (delivered float64) {
+	span := min(now.Sub(e.start), appWindow)
+	if span < 2*appWindow/appBuckets {
+		return 0
+	}
+	var sent, allowed float64
+	for _, b := range e.ring {
+		sent += b.sent
+		allowed += b.allowed
+		delivered += b.delivered
+	}
+	limited := sent*AppLimitedGain < allowed
+	if limited && !e.appLimited {
+		oldest := e.ring[(e.at+1)%appBuckets]
+		if e.at+1 < appBuckets {
+			oldest = e.ring[0]
+		}
+		e.avgSize = oldest.size
+	}
+	e.appLimited = limited
+	return delivered * 8 / span.Seconds()
+}
+
+// appCapLocked is the window above which a rule update may not take the
+// flow while the sender is application-limited: the larger of the current
+// window and the one whose bitrate is AppLimitedGain × delivered. 0 means
+// no cap.
+func (e *Estimator) appCapLocked(delivered float64) uint32 {
+	if !e.appLimited || e.minRTT == 0 {
+		return 0
+	}
+	rtt := (e.minRTT + e.queue).Seconds()
+	w := AppLimitedGain * delivered * rtt / (e.avgSize * 8)
+	return max(e.flow.Cwnd(), uint32(min(w, 1<<31)))
+}
+
+// ackLocked feeds one sample to the flow, within the application-limited
+// cap (0: none). A sample whose update would take the window above the
+// cap counts nothing toward slow start; if its update still would, it is
+// withheld. The trial runs on a copy of the flow, which has no shared
+// Path to update.
+func (e *Estimator) ackLocked(at uint64, sample time.Duration, limit uint32) {
+	rtt := int64(sample / time.Microsecond)
+	if limit > 0 {
+		acked := uint32(1)
+		trial := *e.flow
+		if trial.OnAck(at, rtt, 1) > limit {
+			acked, trial = 0, *e.flow
+			if trial.OnAck(at, rtt, 0) > limit {
+				e.withheld++
+				return
+			}
+		}
+		e.flow.OnAck(at, rtt, acked)
+		return
+	}
+	e.flow.OnAck(at, rtt, 1)
+}
+
 func (e *Estimator) onFeedback(reps []PacketReport) {
 	now := e.opts.Now()
 	e.mu.Lock()
+	e.advanceLocked(now)
 	lost, known := 0, 0
 	var newest time.Time
 	for _, r := range reps {
@@ -191,7 +320,9 @@ func (e *Estimator) onFeedback(reps []PacketReport) {
 		if s.at.After(newest) {
 			newest = s.at
 		}
+		e.ring[e.at%appBuckets].delivered += float64(s.size)
 	}
+	limit := e.appCapLocked(e.updateAppLimitedLocked(now))
 	if !newest.IsZero() {
 		if rtt := now.Sub(newest); e.minRTT == 0 || rtt < e.minRTT {
 			e.minRTT = max(rtt, time.Microsecond)
@@ -215,7 +346,7 @@ func (e *Estimator) onFeedback(reps []PacketReport) {
 		// took a step back for an expiry and replaced the base RTT early).
 		at := max(e.lastAckUs, uint64(s.at.Sub(e.start)/time.Microsecond)+uint64(sample/time.Microsecond))
 		e.lastAckUs = at
-		e.flow.OnAck(at, int64(sample/time.Microsecond), 1)
+		e.ackLocked(at, sample, limit)
 	}
 	if known > 0 {
 		e.lossRate = float64(lost) / float64(known)
@@ -269,6 +400,10 @@ func (e *Estimator) GetStats() map[string]any {
 		"minRTT":        e.minRTT,
 		"queueDelay":    e.queue,
 		"lossRate":      e.lossRate,
+		// the sender sends under half what the estimate allows: the
+		// window grows no further than twice the delivered rate
+		"appLimited":      e.appLimited,
+		"withheldSamples": e.withheld,
 		// feedback refused by ParseFeedback and skipped
 		"malformedFeedback":     e.malformed,
 		"lastMalformedFeedback": e.lastMalformed,
