@@ -220,3 +220,30 @@ func TestAppLimitedThenSaturated(t *testing.T) {
 		}
 	})
 }
+
+// TestAppLimitedEstimateHoldsWhenQueueDrains: the held window's rate is
+// its size over the RTT, which falls when a queue drains. A sender whose
+// video was paused on a narrow link, left with audio alone, had its
+// estimate jump from 160 kbit/s to 50 Mbit/s within 100 ms of the link
+// being freed (the SFU's loopback test: the queue of 124 ms drained). Now
+// the estimate does not rise above its held value while the sender is
+// limited.
+func TestAppLimitedEstimateHoldsWhenQueueDrains(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	e := newTestEstimator(t, &clock)
+	l := linkRun{oneWay: 500 * time.Microsecond, capacity: constant(31.25), send: saturating()}
+	l.run(t, e, &clock, 10_000)
+	l.send = audio
+	targets, _ := l.run(t, e, &clock, 5_000)
+	held := targets[len(targets)-1]
+	l.capacity = constant(0)
+	targets, _ = l.run(t, e, &clock, 10_000)
+	top := 0
+	for _, r := range targets {
+		top = max(top, r)
+	}
+	t.Logf("target %d bit/s with audio alone on the narrow link, at most %d once freed; %v", held, top, e.GetStats())
+	if top > max(held, AppLimitedGain*50_000) {
+		t.Errorf("an audio-only sender's estimate rose from %d bit/s to %d once its link's queue drained", held, top)
+	}
+}

@@ -20,8 +20,10 @@
 // carries AppLimitedGain × the rate delivered over the last second is
 // withheld from the rule (a sample that lowers the window, or keeps it under
 // that cap, is used), acknowledgements add nothing to slow start past that
-// cap, and the mean packet size is held at its value from before the
-// sender became limited. Growth resumes once the sender sends at least half
+// cap, the mean packet size is held at its value from before the sender
+// became limited, and the target rises no higher than the larger of itself
+// and AppLimitedGain × the delivered rate (a queue that drains would
+// otherwise raise the held window's rate). Growth resumes once the sender sends at least half
 // of what the estimate allows: a probe (sfu/allocator.Prober) finds a
 // recovered path, not a drifting estimate.
 package bwe
@@ -129,7 +131,8 @@ type Estimator struct {
 	at         int64     // index of the current bucket since start
 	integrated time.Time // allowed bytes are counted up to here
 	appLimited bool
-	withheld   uint64 // samples withheld from the rule while limited
+	delivered  float64 // bit/s over the last appWindow, at the last feedback
+	withheld   uint64  // samples withheld from the rule while limited
 	// malformed counts the feedback refused by ParseFeedback, and
 	// lastMalformed says why the last one was.
 	malformed     uint64
@@ -322,7 +325,8 @@ func (e *Estimator) onFeedback(reps []PacketReport) {
 		}
 		e.ring[e.at%appBuckets].delivered += float64(s.size)
 	}
-	limit := e.appCapLocked(e.updateAppLimitedLocked(now))
+	e.delivered = e.updateAppLimitedLocked(now)
+	limit := e.appCapLocked(e.delivered)
 	if !newest.IsZero() {
 		if rtt := now.Sub(newest); e.minRTT == 0 || rtt < e.minRTT {
 			e.minRTT = max(rtt, time.Microsecond)
@@ -370,6 +374,11 @@ func (e *Estimator) bitrateLocked() int {
 	}
 	rtt := (e.minRTT + e.queue).Seconds()
 	r := int(float64(e.flow.Cwnd()) * e.avgSize * 8 / rtt)
+	if e.appLimited {
+		// the window holds, but a queue that drains (the RTT falls)
+		// would still raise its rate: on a loopback path, to the maximum
+		r = min(r, max(e.target, int(AppLimitedGain*e.delivered)))
+	}
 	return min(max(r, e.opts.MinBitrate), e.opts.MaxBitrate)
 }
 
