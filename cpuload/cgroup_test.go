@@ -270,8 +270,9 @@ func TestQuotaOfARealCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The kernel holds the loop to half a CPU; it gets less on a machine
-	// busy with other tests.
-	if used := (u1 - u0) / time.Since(t0).Seconds(); used < 0.25 || used > 0.65 {
+	// busy with other tests (at a load of 12 on two cores, less than a
+	// quarter), so only the limit is checked, and that the usage counts.
+	if used := (u1 - u0) / time.Since(t0).Seconds(); used <= 0 || used > 0.65 {
 		t.Errorf("the loop used %.2f CPUs under a limit of 0.5", used)
 	}
 	if !ok || b < 0.5 {

@@ -15,8 +15,10 @@ go vet ./...
 say "go test ./..."
 go test -count=1 -timeout 15m ./...
 
-say "go test -race (front end and connection machinery)"
-go test -count=1 -race -timeout 10m ./fanout/ ./mqtt/ ./mqttwire/ ./streamread/ ./topic/ ./auth/
+say "go test -race (front end, connection machinery, and the packages that race-test in seconds)"
+go test -count=1 -race -timeout 10m ./fanout/ ./mqtt/ ./mqttwire/ ./streamread/ ./topic/ ./auth/ \
+	./scene/ ./tlscert/ ./wsstream/ ./webclient/ ./interest/ ./hera/ ./cpuload/ ./httpapi/ ./cc/ \
+	./bus/ ./volumetric/ ./internal/cli/ ./netem/ ./bots/
 
 say "pytest tests/python (real clients against bin/xrealm)"
 XREALM_BIN="$PWD/bin/xrealm" .venv/bin/python -m pytest -q tests/python
