@@ -17,6 +17,9 @@ type linkRun struct {
 	// send returns the sizes of the packets sent in millisecond ms, given
 	// the estimate then.
 	send func(ms, target int) []int
+	// maxQueue drops a packet that would wait longer at the bottleneck
+	// (0: none), as shapeNet does in the SFU's tests
+	maxQueue time.Duration
 }
 
 // run drives e for ms milliseconds and returns the target at the end of
@@ -28,6 +31,7 @@ func (l linkRun) run(t *testing.T, e *Estimator, clock *time.Time, ms int) (targ
 		seq  uint16
 		size int
 		dep  time.Time
+		lost bool
 	}
 	var queue []inflight
 	var busyUntil time.Time
@@ -46,15 +50,19 @@ func (l linkRun) run(t *testing.T, e *Estimator, clock *time.Time, ms int) (targ
 		c := l.capacity(step)
 		for _, size := range l.send(step, e.GetTargetBitrate()) {
 			e.OnSent(seq, size)
-			dep := *clock
+			dep, lost := *clock, false
 			if c > 0 {
 				if busyUntil.After(dep) {
 					dep = busyUntil
 				}
-				dep = dep.Add(time.Duration(float64(size) / c * float64(time.Millisecond)))
-				busyUntil = dep
+				if l.maxQueue > 0 && dep.Sub(*clock) > l.maxQueue {
+					dep, lost = *clock, true
+				} else {
+					dep = dep.Add(time.Duration(float64(size) / c * float64(time.Millisecond)))
+					busyUntil = dep
+				}
 			}
-			queue = append(queue, inflight{seq, size, dep})
+			queue = append(queue, inflight{seq, size, dep, lost})
 			seq++
 		}
 		var got float64
@@ -63,6 +71,10 @@ func (l linkRun) run(t *testing.T, e *Estimator, clock *time.Time, ms int) (targ
 			queue = queue[1:]
 			if len(arrivals) == 0 {
 				base = p.seq
+			}
+			if p.lost {
+				arrivals = append(arrivals, -1)
+				continue
 			}
 			arrivals = append(arrivals, p.dep.Add(l.oneWay).Sub(start).Microseconds()+remote)
 			got += float64(p.size)
@@ -245,5 +257,81 @@ func TestAppLimitedEstimateHoldsWhenQueueDrains(t *testing.T) {
 	t.Logf("target %d bit/s with audio alone on the narrow link, at most %d once freed; %v", held, top, e.GetStats())
 	if top > max(held, AppLimitedGain*50_000) {
 		t.Errorf("an audio-only sender's estimate rose from %d bit/s to %d once its link's queue drained", held, top)
+	}
+}
+
+// TestAppLimitedFoundFast: a sender whose video pauses, leaving audio
+// alone, is found application-limited within 300 ms (the last second's
+// count took up to a second), and its estimate does not
+// rise after the pause. On a narrow link the queue the video left drains
+// and the window's rate (cwnd over the RTT) rose tenfold before the sender
+// was found limited: the SFU resumed the video within its budget on a
+// steady 250 kbit/s link and paused it again, four times in 6 s. The SFU
+// forwards a video whatever the estimate until it pauses it: "500kbit
+// video" sends 500 kbit/s through the link, which drops what would wait
+// over 100 ms (shapeNet in sfu/resume_test.go), the other cases send what
+// the estimate allows (saturating). A saturating sender's estimate may
+// rise before it is found limited, by feedback on what it sent before the
+// pause (on a queue that was draining already); it may not stay above its
+// value at the pause once the sender is found limited.
+func TestAppLimitedFoundFast(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		bytesPerMs float64 // the link
+		oneWay     time.Duration
+		video      float64 // bytes per ms sent before the pause; 0: saturating
+		maxQueue   time.Duration
+	}{
+		{"500kbit video 250kbit loopback", 31.25, 500 * time.Microsecond, 62.5, 100 * time.Millisecond},
+		{"500kbit video 250kbit 20ms", 31.25, 20 * time.Millisecond, 62.5, 100 * time.Millisecond},
+		{"250kbit loopback", 31.25, 500 * time.Microsecond, 0, 0},
+		{"250kbit 20ms", 31.25, 20 * time.Millisecond, 0, 0},
+		{"1.5Mbit 50ms", 187.5, 50 * time.Millisecond, 0, 0},
+		{"4Mbit 20ms", 500, 20 * time.Millisecond, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := time.Unix(1000, 0)
+			e := newTestEstimator(t, &clock)
+			const pause = 10_000 // ms
+			sat := saturating()
+			var credit float64
+			found := -1 // ms after the pause from which the sender stays limited
+			send := func(ms, target int) []int {
+				if ms >= pause {
+					if e.GetStats()["appLimited"] != true {
+						found = -1
+					} else if found < 0 {
+						found = ms - pause
+					}
+					return audio(ms, target)
+				}
+				if tc.video == 0 {
+					return sat(ms, target)
+				}
+				out := audio(ms, target)
+				for credit += tc.video; credit >= 1200; credit -= 1200 {
+					out = append(out, 1200)
+				}
+				return out
+			}
+			l := linkRun{oneWay: tc.oneWay, capacity: constant(tc.bytesPerMs), send: send, maxQueue: tc.maxQueue}
+			targets, _ := l.run(t, e, &clock, pause+5_000)
+			at := targets[pause-1]
+			top, when := 0, 0
+			for i, r := range targets[pause:] {
+				if r > top && (tc.video > 0 || i >= found) {
+					top, when = r, i
+				}
+			}
+			t.Logf("target %d bit/s at the pause, found limited %d ms after it, highest after it %d (at %d ms); %v", at, found, top, when, e.GetStats())
+			// the estimator looks at feedback, which comes every 50 ms
+			// here, an RTT after the packets it reports were sent
+			if found < 0 || found > 300 {
+				t.Errorf("a sender that went from its estimate to audio alone found application-limited for good %d ms after it did (-1: never), want within 300 ms", found)
+			}
+			if top > at {
+				t.Errorf("the estimate rose from %d bit/s at the pause to %d, %d ms after it", at, top, when)
+			}
+		})
 	}
 }

@@ -13,23 +13,26 @@
 // bitrate is cwnd · mean packet size / (minRTT + queueing delay).
 //
 // Application-limited: a sender that sends less than half of what the
-// estimate allows over the last second (an SFU forwarding only audio) sees
-// no queue whatever the estimate, and the rule would grow the window
-// without bound. While the sender is so limited, a sample whose rule update
-// would take the window above the larger of the window and the one that
-// carries AppLimitedGain × the rate delivered over the last second is
+// estimate allows over the last second, or the last 100 or 200 ms (an SFU
+// forwarding only audio), sees no queue whatever the estimate, and the
+// rule would grow the window without bound. On becoming so limited the
+// target goes back to its value when the span that found it began. While
+// the sender is limited, a sample whose rule update would take the window
+// above the larger of the window and the one that carries AppLimitedGain ×
+// the rate sent and delivered (the smallest over those spans) is
 // withheld from the rule (a sample that lowers the window, or keeps it under
 // that cap, is used), acknowledgements add nothing to slow start past that
 // cap, the mean packet size is held at its value from before the sender
 // became limited, and the target rises no higher than the larger of itself
-// and AppLimitedGain × the delivered rate (a queue that drains would
-// otherwise raise the held window's rate). Growth resumes once the sender sends at least half
-// of what the estimate allows: a probe (sfu/allocator.Prober) finds a
+// and AppLimitedGain × that rate (a queue that drains would
+// otherwise raise the held window's rate). Growth resumes once the sender
+// sends at least half of what the estimate allows over each span: a probe (sfu/allocator.Prober) finds a
 // recovered path, not a drifting estimate.
 package bwe
 
 import (
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -64,16 +67,24 @@ type Options struct {
 const AppLimitedGain = 2
 
 // appWindow is the span over which the sent, allowed and delivered bytes
-// are counted, in appBuckets buckets.
+// are counted, in appBuckets buckets of appBucket. appSpans are the spans,
+// shortest first, over any of which a sender that sent less than
+// 1/AppLimitedGain of what the target allowed is application-limited: the
+// recent ones find a sender limited sooner, the last appWindow one that
+// sends in bursts.
 const (
 	appWindow  = time.Second
-	appBuckets = 10
+	appBuckets = 100
+	appBucket  = appWindow / appBuckets
 )
 
-// appBucket counts one appWindow/appBuckets of the sending history.
-type appBucket struct {
+var appSpans = [...]time.Duration{100 * time.Millisecond, 200 * time.Millisecond, appWindow}
+
+// sendBucket counts one appBucket of the sending history.
+type sendBucket struct {
 	sent, allowed, delivered float64 // bytes
 	size                     float64 // the mean packet size when the bucket opened
+	target                   int     // the target when the bucket opened
 }
 
 // DefaultOptions returns the tuned Hera rule and 300 kbit/s to 50 Mbit/s.
@@ -127,11 +138,11 @@ type Estimator struct {
 	onChange  func(int)
 	// The sending history of the last appWindow (application-limited
 	// sending): ring[at%appBuckets] is the current bucket.
-	ring       [appBuckets]appBucket
+	ring       [appBuckets]sendBucket
 	at         int64     // index of the current bucket since start
 	integrated time.Time // allowed bytes are counted up to here
 	appLimited bool
-	delivered  float64 // bit/s over the last appWindow, at the last feedback
+	delivered  float64 // bit/s sent and delivered (updateAppLimitedLocked), at the last feedback
 	withheld   uint64  // samples withheld from the rule while limited
 	// malformed counts the feedback refused by ParseFeedback, and
 	// lastMalformed says why the last one was.
@@ -155,7 +166,7 @@ func New(opts Options) (*Estimator, error) {
 	}
 	e := &Estimator{opts: opts, start: opts.Now(), flow: f, target: opts.InitialBitrate, avgSize: 1200}
 	e.integrated = e.start
-	e.ring[0].size = e.avgSize
+	e.ring[0].size, e.ring[0].target = e.avgSize, e.target
 	return e, nil
 }
 
@@ -229,49 +240,73 @@ func (e *Estimator) advanceLocked(now time.Time) {
 		e.ring[e.at%appBuckets].allowed += float64(e.target) / 8 * now.Sub(e.integrated).Seconds()
 		e.integrated = now
 	}
-	idx := int64(now.Sub(e.start) / (appWindow / appBuckets))
+	idx := int64(now.Sub(e.start) / appBucket)
 	for n := 0; e.at < idx && n < appBuckets; n++ {
 		e.at++
-		e.ring[e.at%appBuckets] = appBucket{size: e.avgSize}
+		e.ring[e.at%appBuckets] = sendBucket{size: e.avgSize, target: e.target}
 	}
 	e.at = max(e.at, idx)
 }
 
+// window sums the last n buckets of the sending history (fewer since the
+// start) and returns them with the span they cover up to now and the
+// oldest of them.
+func (e *Estimator) window(now time.Time, n int64) (sum sendBucket, span time.Duration, oldest sendBucket) {
+	first := max(e.at-n+1, 0)
+	for i := first; i <= e.at; i++ {
+		b := e.ring[i%appBuckets]
+		sum.sent += b.sent
+		sum.allowed += b.allowed
+		sum.delivered += b.delivered
+	}
+	return sum, now.Sub(e.start.Add(time.Duration(first) * appBucket)), e.ring[first%appBuckets]
+}
+
 // updateAppLimitedLocked decides whether the sender is application-limited
-// (it sent less than 1/AppLimitedGain of what the target allowed over the
-// last appWindow, or since the start if that is shorter but at least two
-// buckets), and returns the rate delivered over that span (bit/s). On becoming limited, the mean
-// packet size goes back to its value at the window's start: a sender that
-// stops sending video is found limited only some way into the window, and
-// its audio packets would otherwise have shrunk the size, and so the
-// estimate, in the meantime.
-func (e *Estimator) updateAppLimitedLocked(now time.Time) (delivered float64) {
-	span := min(now.Sub(e.start), appWindow)
-	if span < 2*appWindow/appBuckets {
+// and returns the rate it sent and the path delivered (bit/s). It is
+// limited when it sent less than 1/AppLimitedGain of what the target
+// allowed over any of appSpans: the last appWindow (or since the start if
+// that is shorter, once at least the longest of the others), or one of the
+// recent spans. A sender whose video pauses on a narrow link is found
+// limited within about 100 ms, before the queue its video left drains (the
+// window's rate, cwnd over an RTT that falls as the queue drains, rose
+// tenfold within 150 ms of the pause, and the last second's count alone
+// took up to a second to see the pause). With two recent spans, a sender
+// near the threshold (audio alone under the minimum target) stays limited
+// when one of them counts a few packets more.
+//
+// On becoming limited, the mean packet size and the target go back to
+// their values at the start of the longest span that found it: the audio
+// packets sent since the pause would otherwise have shrunk the size, and a
+// draining queue raised the target, in the meantime. The rate is the
+// smallest sent or delivered over the spans: a draining queue delivers the
+// video sent before the pause.
+func (e *Estimator) updateAppLimitedLocked(now time.Time) (rate float64) {
+	if now.Sub(e.start) < appSpans[len(appSpans)-2] {
 		return 0
 	}
-	var sent, allowed float64
-	for _, b := range e.ring {
-		sent += b.sent
-		allowed += b.allowed
-		delivered += b.delivered
-	}
-	limited := sent*AppLimitedGain < allowed
-	if limited && !e.appLimited {
-		oldest := e.ring[(e.at+1)%appBuckets]
-		if e.at+1 < appBuckets {
-			oldest = e.ring[0]
+	limited := false
+	var ref sendBucket
+	rate = math.Inf(1)
+	for _, d := range appSpans {
+		sum, span, oldest := e.window(now, int64(d/appBucket))
+		if sum.sent*AppLimitedGain < sum.allowed {
+			limited, ref = true, oldest
 		}
-		e.avgSize = oldest.size
+		rate = min(rate, sum.sent*8/span.Seconds(), sum.delivered*8/span.Seconds())
+	}
+	if limited && !e.appLimited {
+		e.avgSize = ref.size
+		e.target = min(e.target, max(ref.target, e.opts.MinBitrate))
 	}
 	e.appLimited = limited
-	return delivered * 8 / span.Seconds()
+	return rate
 }
 
 // appCapLocked is the window above which a rule update may not take the
 // flow while the sender is application-limited: the larger of the current
-// window and the one whose bitrate is AppLimitedGain × delivered. 0 means
-// no cap.
+// window and the one whose bitrate is AppLimitedGain × delivered (the rate
+// sent and delivered, updateAppLimitedLocked). 0 means no cap.
 func (e *Estimator) appCapLocked(delivered float64) uint32 {
 	if !e.appLimited || e.minRTT == 0 {
 		return 0
@@ -307,6 +342,7 @@ func (e *Estimator) ackLocked(at uint64, sample time.Duration, limit uint32) {
 func (e *Estimator) onFeedback(reps []PacketReport) {
 	now := e.opts.Now()
 	e.mu.Lock()
+	old := e.target
 	e.advanceLocked(now)
 	lost, known := 0, 0
 	var newest time.Time
@@ -359,7 +395,6 @@ func (e *Estimator) onFeedback(reps []PacketReport) {
 			e.lossUntil = now.Add(e.minRTT + e.queue)
 		}
 	}
-	old := e.target
 	e.target = e.bitrateLocked()
 	cb, nt := e.onChange, e.target
 	e.mu.Unlock()
@@ -409,8 +444,8 @@ func (e *Estimator) GetStats() map[string]any {
 		"minRTT":        e.minRTT,
 		"queueDelay":    e.queue,
 		"lossRate":      e.lossRate,
-		// the sender sends under half what the estimate allows: the
-		// window grows no further than twice the delivered rate
+		// the sender sent under half what the estimate allowed over
+		// the last second, 200 or 100 ms: the estimate holds
 		"appLimited":      e.appLimited,
 		"withheldSamples": e.withheld,
 		// feedback refused by ParseFeedback and skipped
