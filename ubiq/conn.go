@@ -96,14 +96,15 @@ type conn struct {
 	// apart from the read loop, so that slow room-state operations never
 	// hold up relayed frames), and by the read loop while that goroutine
 	// is idle (position updates, see serve).
-	room      *room
-	posBuf    []byte
-	me        memberRecord
-	memberAs  string // uuid of the member key written for room
-	memberRev uint64 // revision of this connection's last write of that key
-	memberGen string // generation of room's record that counted this connection in (claimRoom)
-	clientID  NetworkId
-	observed  map[string]*room
+	room        *room
+	posBuf      []byte
+	me          memberRecord
+	memberAs    string // uuid of the member key written for room
+	memberRev   uint64 // revision of this connection's last write of that key
+	memberGen   string // generation of room's record that counted this connection in (claimRoom)
+	memberClaim string // claim id under which it counted this connection in
+	clientID    NetworkId
+	observed    map[string]*room
 	// cleaning holds, for the rooms this connection let go of, the
 	// channels closed once each has stopped and been cleaned up (letGo).
 	cleaning  []<-chan struct{}
@@ -719,7 +720,8 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	}
 	// Count the peer in before its member key goes in: the room then keeps
 	// its join code, or takes one, and is not removed meanwhile.
-	rec, err := c.s.store.claimRoom(ctx, target, code, a.Name, a.Publish)
+	claim := newClaimID()
+	rec, err := c.s.store.claimRoom(ctx, target, code, a.Name, claim, a.Publish)
 	c.s.freeCodeLater(err) // a code reserved for the join, which failed
 	var codeErr *JoinCodeError
 	switch {
@@ -731,13 +733,16 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		c.reject(a, "Could not join: "+err.Error())
 		return
 	case err != nil:
+		// The claim's write may have landed all the same (its answer
+		// lost): take it out, which is nothing if it did not.
+		c.unclaim(ctx, target, "", claim)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
 		c.reject(a, "Could not join room "+target+": "+err.Error())
 		return
 	}
 	r, err := c.s.acquire(target)
 	if err != nil {
-		c.unclaim(ctx, target, rec.Gen)
+		c.unclaim(ctx, target, rec.Gen, claim)
 		c.s.removeIfEmpty(target)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
 		c.reject(a, "Could not join room "+target+": "+err.Error())
@@ -745,7 +750,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	}
 	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
-		c.unclaim(ctx, target, rec.Gen)
+		c.unclaim(ctx, target, rec.Gen, claim)
 		c.letGo(r)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
 		c.reject(a, "Could not join room "+target+": "+err.Error())
@@ -753,26 +758,29 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	}
 	c.me = me
 	c.id.Store(&id)
-	old, oldAs, oldRev, oldGen := c.room, c.memberAs, c.memberRev, c.memberGen
+	old, oldAs, oldRev, oldGen, oldClaim := c.room, c.memberAs, c.memberRev, c.memberGen, c.memberClaim
 	c.setRoom(r)
-	c.memberAs, c.memberRev, c.memberGen = id, rev, rec.Gen
+	c.memberAs, c.memberRev, c.memberGen, c.memberClaim = id, rev, rec.Gen, claim
 	r.cmdAttachMember(c, id, rev)
 	if hasPos {
 		c.setPosition(pos) // in the new room
 	}
 	if old != nil {
-		c.leaveAs(ctx, old, oldAs, oldRev, oldGen)
+		c.leaveAs(ctx, old, oldAs, oldRev, oldGen, oldClaim)
 	}
 	c.peerInfo("Ubiq peer joined room", "peer", id, "room", target, "name", rec.Name, "joincode", rec.JoinCode)
 }
 
-// unclaim counts the peer out of room (generation gen) after it joined or
-// failed to. A count-out that fails is retried in the background: until
-// it is done, the room keeps its join code and is not removed.
-func (c *conn) unclaim(ctx context.Context, room, gen string) {
+// unclaim counts the peer out of room (generation gen), where it claimed
+// a place under claim id claim, after it joined or failed to. A count-out
+// that fails is retried in the background: until it is done, the room
+// keeps its join code and is not removed. A count-out is idempotent (it
+// removes its claim id), so one whose write landed but reported an error
+// can be retried safely.
+func (c *conn) unclaim(ctx context.Context, room, gen, claim string) {
 	s, node := c.s, c.s.node
 	unclaim := func(ctx context.Context) error {
-		err := s.store.unclaimRoom(ctx, room, gen, node, false)
+		err := s.store.unclaimRoom(ctx, room, gen, node, claim)
 		if s.freeCodeLater(err) {
 			return nil // counted out; only the code's key is left to delete
 		}
@@ -785,21 +793,21 @@ func (c *conn) unclaim(ctx context.Context, room, gen string) {
 
 // leave takes the peer out of room r as a member.
 func (c *conn) leave(ctx context.Context, r *room) {
-	c.leaveAs(ctx, r, c.memberAs, c.memberRev, c.memberGen)
+	c.leaveAs(ctx, r, c.memberAs, c.memberRev, c.memberGen, c.memberClaim)
 }
 
 // leaveAs takes the peer out of room r, where it was a member as peer uuid
 // as with its member key last written at revision rev, counted in by the
-// room's record of generation gen. The key is deleted only if nobody wrote
+// room's record of generation gen under claim id claim. The key is deleted only if nobody wrote
 // it since: a peer that reconnected (the same uuid on a new connection)
 // before its old connection ended keeps its membership.
-func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen string) {
+func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen, claim string) {
 	s, id := c.s, r.id
 	del := func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev) }
 	if err := del(ctx); err != nil {
 		s.retry.add("delete member key", id, err, del)
 	}
-	c.unclaim(ctx, r.id, gen)
+	c.unclaim(ctx, r.id, gen, claim)
 	r.cmdDetachMember(c)
 	c.letGo(r)
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,10 +46,20 @@ type roomRecord struct {
 	// Gen is set when the record is created: a record deleted and created
 	// again is another room for the counts below.
 	Gen string `json:"gen,omitempty"`
-	// Joined counts, by node, the connections that joined the room and
-	// have not left it (claimRoom, unclaimRoom). A room has a join code
-	// while it counts any, and it is not removed while it does.
-	Joined map[string]int `json:"joined,omitempty"`
+	// Joined holds, by node, the claims of the connections that joined
+	// the room and have not left it (claimRoom, unclaimRoom): one id per
+	// join, so that a count-out removes its own claim, and one applied
+	// twice (a write that landed but reported an error, then retried)
+	// removes nothing more. A room has a join code while it holds any
+	// claim, and it is not removed while it does.
+	Joined map[string][]string `json:"joined,omitempty"`
+}
+
+// newClaimID returns a random id for a claim on a room (roomRecord.Joined).
+func newClaimID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func (r *roomRecord) info() RoomInfo {
@@ -340,7 +351,8 @@ func (s *store) observeRoom(ctx context.Context, uuid string) error {
 	return nil
 }
 
-// claimRoom counts one more member of this node into room uuid, creating
+// claimRoom counts one more member of this node into room uuid, under
+// claim id claim (newClaimID; unclaimRoom takes it out), creating
 // the room if it does not exist, and returns the record as written. A room
 // without members has no join code (Ubiq's server deletes a room its last
 // peer leaves, and a join creates it anew): it takes a free code here, and
@@ -348,7 +360,7 @@ func (s *store) observeRoom(ctx context.Context, uuid string) error {
 // join is by that code, which the room must still have (errCodeGone). No
 // free code is a *JoinCodeError. The count comes before the member key:
 // while it is there the room keeps its code and is not removed.
-func (s *store) claimRoom(ctx context.Context, uuid, code, name string, publish bool) (*roomRecord, error) {
+func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, publish bool) (*roomRecord, error) {
 	if name == "" {
 		name = uuid
 	}
@@ -373,9 +385,11 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name string, publish 
 			r.JoinCode, r.Name, r.Publish = fresh, name, publish
 		}
 		if r.Joined == nil {
-			r.Joined = map[string]int{}
+			r.Joined = map[string][]string{}
 		}
-		r.Joined[s.node]++
+		if !slices.Contains(r.Joined[s.node], claim) { // not in already (a retried claim)
+			r.Joined[s.node] = append(r.Joined[s.node], claim)
+		}
 		b, _ := json.Marshal(r)
 		if missing {
 			_, err = s.kv.Create(ctx, infoKey(uuid), b)
@@ -400,11 +414,13 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name string, publish 
 	}
 }
 
-// unclaimRoom counts one member of node out of room uuid (all of node's,
-// for a dead node), if the room is still generation gen ("" = any). The
-// last member out takes the join code with it: a room that only observers
-// hold has none.
-func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node string, all bool) error {
+// unclaimRoom counts the member of node with claim id claim out of room
+// uuid (claim "": all of node's, for a dead node), if the room is still
+// generation gen ("" = any). A claim that is not there (counted out
+// already: this is a retry of a count-out whose write landed) is left
+// alone, so a count-out is never applied twice. The last member out takes
+// the join code with it: a room that only observers hold has none.
+func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node, claim string) error {
 	for {
 		r, rev, err := s.getRoom(ctx, uuid)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -412,11 +428,25 @@ func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node string, all boo
 		} else if err != nil {
 			return err
 		}
-		if (gen != "" && r.Gen != gen) || r.Joined[node] == 0 {
+		if gen != "" && r.Gen != gen {
 			return nil
 		}
-		if r.Joined[node]--; all || r.Joined[node] <= 0 {
+		claims := r.Joined[node]
+		if claim != "" {
+			i := slices.Index(claims, claim)
+			if i < 0 {
+				return nil
+			}
+			claims = slices.Delete(slices.Clone(claims), i, i+1)
+		} else if len(claims) == 0 {
+			return nil
+		} else {
+			claims = nil
+		}
+		if len(claims) == 0 {
 			delete(r.Joined, node)
+		} else {
+			r.Joined[node] = claims
 		}
 		var code string
 		var codeRev uint64
@@ -545,7 +575,7 @@ func (s *store) sweepNode(ctx context.Context, node string, retry retryFunc) (ro
 	}
 	// Its members' counts go with them, and with the last, a room's code.
 	for room := range joined {
-		out := func(ctx context.Context) error { return s.unclaimRoom(ctx, room, "", node, true) }
+		out := func(ctx context.Context) error { return s.unclaimRoom(ctx, room, "", node, "") }
 		if err := out(ctx); err != nil {
 			retry("count a dead node out", room, err, out)
 		}
