@@ -96,7 +96,10 @@ type DownTrack struct {
 	lastOut uint16
 	// resumeSeq is the first sequence number sent after the last resync
 	// (a resume or a source switch), when resumed: NACKs for earlier ones
-	// are stale (retransmit)
+	// are stale (retransmit). resumed is cleared once the packets sent
+	// since are more than the buffer holds (staleWindow): the earlier ones
+	// are then out of the buffer anyway, and the comparison in sequence
+	// space would wrap.
 	resumed   bool
 	resumeSeq uint16
 
@@ -247,6 +250,9 @@ func (d *DownTrack) WriteRTP(h *rtp.Header, payload []byte) error {
 	}
 	d.resync, d.switched = false, false
 	out := h.SequenceNumber + d.offset
+	if since := out - d.resumeSeq; d.resumed && since < 0x8000 && int(since) >= staleWindow(d.src.Buffer) {
+		d.resumed = false
+	}
 	ts := h.Timestamp + d.tsOffset
 	if int16(out-d.lastOut) > 0 || d.packets.Load() == 0 {
 		d.lastOut = out
@@ -370,7 +376,7 @@ var pktPool = sync.Pool{New: func() any { b := make([]byte, buffer.MaxPacket); r
 func (d *DownTrack) retransmit(out uint16, fetch bool) {
 	d.mu.Lock()
 	w, off, ssrc, pt, buf, tsOff := d.writer, d.offset, d.ssrc, d.pt, d.src.Buffer, d.tsOffset
-	stale := d.resumed && int16(out-d.resumeSeq) < 0
+	stale := d.resumed && isStale(out, d.lastOut, d.resumeSeq)
 	d.mu.Unlock()
 	if stale {
 		d.staleNACKs.Add(1)
@@ -405,6 +411,28 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 		d.rtx.Add(1)
 		d.bytes.Add(uint64(len(pkt.Payload) + 12))
 	}
+}
+
+// isStale reports whether out was sent before resumeSeq, the first packet
+// after the last resume, with lastOut the newest sent: it is further behind
+// lastOut than resumeSeq is. A sequence number ahead of lastOut was not sent
+// yet, so it is not stale. Before, int16(out-resumeSeq) < 0 held again
+// once 32768 packets had gone out since the resume, and every NACK was
+// refused as stale for the next 32768 (9 minutes of a 500 kbit/s video).
+func isStale(out, lastOut, resumeSeq uint16) bool {
+	behind := lastOut - out
+	return behind < 0x8000 && behind > lastOut-resumeSeq
+}
+
+// staleWindow is how many packets after a resume a NACK for one sent
+// before it is still told apart: the buffer's size (beyond it such a packet
+// is out of the buffer anyway), at most 0x4000, well inside half the
+// sequence space.
+func staleWindow(buf *buffer.Buffer) int {
+	if buf == nil || buf.Size() > 0x4000 {
+		return 0x4000
+	}
+	return buf.Size()
 }
 
 // Resend sends the source packet with sequence number seq from buf again,

@@ -278,3 +278,72 @@ func TestDownTrackRTTFromReport(t *testing.T) {
 		t.Errorf("lost %d by the track's report, want 7", lost)
 	}
 }
+
+// TestNACKLongAfterResume: a NACK for a recent packet is answered however
+// many packets went out since the last resume, and one for a packet sent
+// before the resume is stale while the buffer could still hold it. Before,
+// the check wrapped: 32768 packets after a resume every NACK was refused as
+// stale for the next 32768.
+func TestNACKLongAfterResume(t *testing.T) {
+	tests := []struct {
+		name  string
+		after int // packets forwarded after the resume
+		nack  int // how far behind the newest the NACKed packet is
+		want  bool
+	}{
+		{"recent, 10 after", 10, 3, true},
+		{"recent, 32767 after", 32767, 3, true},
+		{"recent, 32768 after", 32768, 3, true},
+		{"recent, 40000 after", 40000, 3, true},
+		{"recent, 65535 after", 65535, 3, true},
+		{"recent, 70000 after", 70000, 3, true},
+		{"before the resume, 10 after", 10, 12, false},
+		{"first after the resume", 10, 9, true},
+		{"ahead of the newest", 10, -5, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			buf, _ := buffer.New(64)
+			d, err := New(Config{ID: "v", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, Buffer: buf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := &fakeWriter{}
+			if _, err := d.Bind(fakeCtx{w: w}); err != nil {
+				t.Fatal(err)
+			}
+			seq := uint16(1000)
+			for range 100 {
+				source(t, buf, seq, "x", d)
+				seq++
+			}
+			d.SetActive(false)
+			for range 10 {
+				source(t, buf, seq, "x", d)
+				seq++
+			}
+			d.SetActive(true)
+			for i := range tc.after {
+				source(t, buf, seq, fmt.Sprint(i), d)
+				seq++
+			}
+			newest := w.out[len(w.out)-1].seq
+			asked := newest - uint16(tc.nack)
+			want := ""
+			if tc.want {
+				want = w.out[len(w.out)-1-tc.nack].payload
+			}
+			w.out = nil
+			d.HandleRTCP([]rtcp.Packet{&rtcp.TransportLayerNack{Nacks: []rtcp.NackPair{{PacketID: asked}}}})
+			st := d.Stats()
+			switch {
+			case tc.want && (len(w.out) != 1 || w.out[0] != sent{asked, want}):
+				t.Fatalf("NACK of %d (%d behind the newest) retransmitted %v, want [{%d %s}]; stats %+v", asked, tc.nack, w.out, asked, want, st)
+			case !tc.want && len(w.out) != 0:
+				t.Fatalf("NACK of %d (%d behind the newest) retransmitted %v, want none; stats %+v", asked, tc.nack, w.out, st)
+			case tc.want && st.StaleNACKs != 0:
+				t.Fatalf("stats %+v: a NACK of a recent packet counted stale", st)
+			}
+		})
+	}
+}
