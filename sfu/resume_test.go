@@ -59,7 +59,13 @@ func TestPausedVideoResumes(t *testing.T) {
 		// application-limited, audio alone on this link let it climb to
 		// 891 kbit/s: the video resumed into the congested link, paused and
 		// resumed again.
-		{"hera", []int64{250_000, 250_000, 250_000}, true, "hera/bwe finds the sender application-limited only up to 1 s after the video is paused; the queue drains meanwhile and the window's rate (cwnd over the RTT) rises above the video: 4 resumes within the budget in 6 s"},
+		// While hera/bwe found the sender limited only over the last
+		// second, it did so up to 1 s after the video was paused, and
+		// meanwhile the queue drained and the window's rate (cwnd over
+		// the RTT) rose above the video: 4 resumes within the budget in
+		// 6 s. Since it also looks at the last 100 and 200 ms, none came
+		// from that in 3 runs, but a probe can still be kept.
+		{"hera", []int64{250_000, 250_000, 250_000}, true, "in 1 run of 3 two probes on this link were kept (2 resumes within the budget), probably because once the probed video makes the sender no longer application-limited, hera/bwe's target is its held window over an RTT measured while the path was idle (several Mbit/s on loopback) until the probe's queue shows in the feedback, and the prober keeps a floor the first time the estimate covers it"},
 	} {
 		t.Run(fmt.Sprintf("%s-%v", tc.estimator, tc.narrow), func(t *testing.T) {
 			if tc.skip != "" {
