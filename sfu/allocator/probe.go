@@ -30,13 +30,18 @@ type ProbeConfig struct {
 	// fall (a fraction; GCC's decrease is to 0.85 × the rate received);
 	// a fall during a probe ends it.
 	Fall float64
+	// Hold is how long after a kept probe a pause (of its floor, or of
+	// any after nothing was paused) counts as a failure of that probe:
+	// the wait doubles. Kept does not shorten the wait.
+	Hold time.Duration
 }
 
 // DefaultProbeConfig: the first probe 2 s after a pause, then waits of up
 // to 30 s; a probe on a path that does not congest lasts up to 30 s: GCC
 // grows its estimate by at most 8 % a second, so from its 100 kbit/s
-// minimum to a 1 Mbit/s video takes about 30 s.
-var DefaultProbeConfig = ProbeConfig{Wait: 2 * time.Second, MaxWait: 30 * time.Second, Quiet: 2 * time.Second, Window: 30 * time.Second, Fall: 0.15}
+// minimum to a 1 Mbit/s video takes about 30 s. A pause within 10 s of a
+// kept probe fails it.
+var DefaultProbeConfig = ProbeConfig{Wait: 2 * time.Second, MaxWait: 30 * time.Second, Quiet: 2 * time.Second, Window: 30 * time.Second, Fall: 0.15, Hold: 10 * time.Second}
 
 // ProbeEvent is what a Prober's step did.
 type ProbeEvent int
@@ -49,7 +54,8 @@ const (
 	// ProbeKept: the estimate covers the probed floor, which stays.
 	ProbeKept
 	// ProbeFailed: congestion, a falling estimate or the window's end
-	// ended the probe; its floor is paused again.
+	// ended the probe; its floor is paused again. Also: a pause within
+	// Hold of a kept probe (then counted both kept and failed).
 	ProbeFailed
 )
 
@@ -96,6 +102,8 @@ type Prober struct {
 	paused   bool // something was paused at the last step
 	last     float64
 	lastFall time.Time
+	kept     string    // the floor of the last kept probe, within Hold
+	keptAt   time.Time // when it was kept
 }
 
 // NewProber returns a prober timed by cfg.
@@ -116,6 +124,9 @@ func NewProber(cfg ProbeConfig) *Prober {
 	if cfg.Fall <= 0 {
 		cfg.Fall = d.Fall
 	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = d.Hold
+	}
 	return &Prober{cfg: cfg, wait: cfg.Wait}
 }
 
@@ -126,8 +137,10 @@ func (p *Prober) Probing() string { return p.probing }
 // Step takes one allocation's outcome at now and returns what changed. A
 // probe starts once a floor has been paused for the wait, the estimate
 // has not fallen for Quiet and the path is not congested; it keeps its
-// floor once the estimate covers it (Fits), and fails on congestion, on a
-// fall of the estimate, or at the end of its Window.
+// floor once the estimate covers it with headroom (Fits), and fails on
+// congestion, on a fall of the estimate, at the end of its Window, or,
+// kept, when its floor (or any, after nothing was paused) is paused
+// within Hold.
 func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 	fell := p.last > 0 && in.Estimate < p.last*(1-p.cfg.Fall)
 	if fell || p.lastFall.IsZero() {
@@ -137,8 +150,9 @@ func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 	if p.probing != "" {
 		switch {
 		case in.Fits:
+			// the wait is kept: a pause within Hold doubles it (below)
+			p.kept, p.keptAt = p.probing, now
 			p.probing = ""
-			p.wait = p.cfg.Wait
 			p.next = now.Add(p.wait)
 			return ProbeKept
 		case in.Congested || fell || now.Sub(p.started) >= p.cfg.Window:
@@ -148,6 +162,19 @@ func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 			return ProbeFailed
 		}
 		return ProbeNone
+	}
+	if p.kept != "" && now.Sub(p.keptAt) >= p.cfg.Hold {
+		p.kept = ""
+	}
+	if p.kept != "" && in.Paused != "" && (in.Paused == p.kept || !p.paused) {
+		// paused again soon after the probe was kept (a dip of the
+		// estimate): before, Kept reset the wait and the floor went
+		// paused, probed, kept every 2 s
+		p.kept = ""
+		p.paused = true
+		p.wait = min(2*p.wait, p.cfg.MaxWait)
+		p.next = now.Add(p.wait)
+		return ProbeFailed
 	}
 	if in.Paused == "" {
 		// nothing paused (or the estimate is not the limit): the next
@@ -188,10 +215,11 @@ func (a *Allocator) CheapestPaused(demands []Demand, dec Decision) (id string, r
 
 // AllocateProbe is Allocate that also forwards the floor of the demand
 // named probe, above the budget if it does not fit: a probe (Prober).
-// fits reports that it fitted; a floor forwarded above the budget counts
-// as forwarded, so that the next Allocate keeps it with no headroom
-// (ResumeMargin) once the budget covers it. A probe named by no demand
-// fits.
+// fits reports that it fitted with the headroom a paused floor needs to
+// resume (the floors forwarded within the budget fit in budget ÷
+// (1+ResumeMargin)); a floor forwarded above the budget counts as
+// forwarded, so that the next Allocate keeps it with no headroom once the
+// budget covers it. A probe named by no demand fits.
 func (a *Allocator) AllocateProbe(budget float64, demands []Demand, probe string) (dec Decision, used float64, fits bool) {
 	if probe == "" {
 		dec, used = a.Allocate(budget, demands)
@@ -200,7 +228,10 @@ func (a *Allocator) AllocateProbe(budget float64, demands []Demand, probe string
 	dec, used = a.allocateForcing(budget, demands, true, probe)
 	for _, d := range demands {
 		if d.ID == probe {
-			return dec, used, a.forced == ""
+			// kept only with the headroom a paused floor needs to come
+			// back (ResumeMargin): without it, the next dip of the
+			// estimate paused it again
+			return dec, used, a.forced == "" && dec[probe] != 0 && a.floors*(1+ResumeMargin) <= budget
 		}
 	}
 	return dec, used, true
