@@ -419,10 +419,10 @@ func (p *peer) reconcile() {
 				dec, used = al.AllocateLeast(demands)
 			}
 		}
+		// the share as the limit is congestion, not "nothing paused",
+		// which would reset the prober's backoff
 		in := allocator.ProbeInput{Estimate: estimate, Fits: fits, Congested: estimate > share || p.link.tail > allocator.TailHigh || p.link.loss > probeLoss}
-		if estimate <= share {
-			in.Paused, _ = al.CheapestPaused(demands, dec)
-		}
+		in.Paused, _ = al.CheapestPaused(demands, dec)
 		if ev := p.prober.Step(time.Now(), in); ev != allocator.ProbeNone {
 			if ev == allocator.ProbeStarted {
 				probing = p.prober.Probing()

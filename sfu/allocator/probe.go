@@ -79,8 +79,9 @@ type ProbeInput struct {
 	Estimate float64
 	// Paused is the floor a probe would forward: the cheapest the
 	// allocation paused (Allocator.CheapestPaused); "" when nothing is
-	// paused, or the estimate is not what limits the subscriber (a shared
-	// path's share is, or the least flow is forced).
+	// paused. When the estimate is not what limits the subscriber (a
+	// shared path's share is), say so with Congested, not with an empty
+	// Paused: that would count as nothing paused.
 	Paused string
 	// Fits reports, during a probe, that the allocation forwarded the
 	// probed floor within the budget (AllocateProbe's fits).
@@ -99,7 +100,8 @@ type Prober struct {
 	started  time.Time // when the probe started
 	next     time.Time // no probe before
 	wait     time.Duration
-	paused   bool // something was paused at the last step
+	paused   bool      // something was paused at the last step
+	clear    time.Time // since when nothing has been paused (!paused)
 	last     float64
 	lastFall time.Time
 	kept     string    // the floor of the last kept probe, within Hold
@@ -177,10 +179,16 @@ func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 		return ProbeFailed
 	}
 	if in.Paused == "" {
-		// nothing paused (or the estimate is not the limit): the next
-		// pause starts afresh
-		p.paused = false
-		p.wait = p.cfg.Wait
+		// nothing paused: once nothing has been for MaxWait, the next
+		// pause starts afresh. Before, the wait was reset at once, and
+		// a floor that flapped (or a step that reported the share as
+		// the limit with nothing paused) lost the backoff.
+		if p.paused || p.clear.IsZero() {
+			p.paused, p.clear = false, now
+		}
+		if now.Sub(p.clear) >= p.cfg.MaxWait {
+			p.wait = p.cfg.Wait
+		}
 		return ProbeNone
 	}
 	if !p.paused {

@@ -115,14 +115,34 @@ func TestProber(t *testing.T) {
 			{59.9, paused(1000), ProbeNone, ""},
 			{60, paused(1000), ProbeStarted, "v"},
 		}},
-		{"a pause after nothing was paused waits the first wait again", []step{
+		{"a pause after nothing was paused for 30 s waits the first wait again", []step{
 			{0, paused(1000), ProbeNone, ""},
 			{2, paused(1000), ProbeStarted, "v"},
 			{2, probing(1000, false, true), ProbeFailed, ""}, // wait 4
 			{3, ProbeInput{Estimate: 1000}, ProbeNone, ""},
-			{10, paused(1000), ProbeNone, ""},
-			{11.9, paused(1000), ProbeNone, ""},
-			{12, paused(1000), ProbeStarted, "v"},
+			{33, ProbeInput{Estimate: 1000}, ProbeNone, ""},
+			{40, paused(1000), ProbeNone, ""},
+			{41.9, paused(1000), ProbeNone, ""},
+			{42, paused(1000), ProbeStarted, "v"},
+		}},
+		{"a pause after nothing was paused for less than 30 s keeps the wait", []step{
+			{0, paused(1000), ProbeNone, ""},
+			{2, paused(1000), ProbeStarted, "v"},
+			{2, probing(1000, false, true), ProbeFailed, ""}, // wait 4
+			{3, ProbeInput{Estimate: 1000}, ProbeNone, ""},
+			{20, ProbeInput{Estimate: 1000}, ProbeNone, ""},
+			{32.9, ProbeInput{Estimate: 1000}, ProbeNone, ""},
+			{33, paused(1000), ProbeNone, ""},
+			{36.9, paused(1000), ProbeNone, ""},
+			{37, paused(1000), ProbeStarted, "v"},
+		}},
+		{"the share as the limit holds the probe and keeps the wait", []step{
+			{0, paused(1000), ProbeNone, ""},
+			{2, paused(1000), ProbeStarted, "v"},
+			{2, probing(1000, false, true), ProbeFailed, ""}, // wait 4
+			{3, ProbeInput{Estimate: 1000, Paused: "v", Congested: true}, ProbeNone, ""},
+			{6, ProbeInput{Estimate: 1000, Paused: "v", Congested: true}, ProbeNone, ""},
+			{6.1, paused(1000), ProbeStarted, "v"},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,10 +204,10 @@ func TestProbeKeptWithMargin(t *testing.T) {
 		budget          float64
 		fits, forwarded bool
 	}{
-		{100, false, true},  // above the budget: the probe forwards it
-		{240, false, true},  // covered exactly: no headroom
-		{287, false, true},  // just under 240 × 1.2
-		{288, true, true},   // 240 × 1.2
+		{100, false, true}, // above the budget: the probe forwards it
+		{240, false, true}, // covered exactly: no headroom
+		{287, false, true}, // just under 240 × 1.2
+		{288, true, true},  // 240 × 1.2
 		{1000, true, true},
 	}
 	for _, mode := range []Mode{Layers, TrackSelection} {
