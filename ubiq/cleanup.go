@@ -19,10 +19,16 @@ import (
 //     runs, because the room may have emptied since it began);
 //   - a node runs at most maxCleanupWorkers cleanups at once, on as many
 //     goroutines, which leave when the queue is empty;
-//   - a connection waits for the rooms it lets go of to stop before it
-//     goes on, and has at most maxConnCleanups cleanups of its own under
-//     way: past that its requests wait for the oldest, which holds back
-//     that peer alone (conn.letGo).
+//   - the queue is served round-robin by the connection that asked (one
+//     cleanup of each connection with cleanups waiting in turn), so a
+//     connection's cleanups wait for one of each other connection's at a
+//     time, not for all of them: a peer that churns rooms does not hold
+//     up another's;
+//   - a connection has at most maxConnCleanups rooms let go of that are
+//     still stopping or being cleaned up: past that, its requests wait
+//     for the oldest, which holds back that peer alone (conn.letGo). Below
+//     it, nothing waits: an honest peer's room switches take no store
+//     round trip of the cleanup.
 const (
 	maxCleanupWorkers = 4
 	maxConnCleanups   = maxObserved
@@ -35,9 +41,13 @@ type cleanups struct {
 	// for a slow store.
 	before func(room string)
 
-	mu      sync.Mutex
-	rooms   map[string]*roomCleanup // queued or running
-	queue   []string
+	mu    sync.Mutex
+	rooms map[string]*roomCleanup // queued or running
+	// queues holds the rooms queued, by who asked (a *conn, or nil for
+	// the node itself), and turn the askers with rooms queued, in the
+	// order they are served (round-robin).
+	queues  map[any][]string
+	turn    []any
 	workers int
 }
 
@@ -47,16 +57,17 @@ type roomCleanup struct {
 	// next is closed when the cleanup asked for since the running one
 	// began (or queued, if none runs) is done; nil: none asked for.
 	next chan struct{}
+	by   any // who asked for next
 }
 
 func newCleanups(s *Server) *cleanups {
-	return &cleanups{s: s, rooms: map[string]*roomCleanup{}}
+	return &cleanups{s: s, rooms: map[string]*roomCleanup{}, queues: map[any][]string{}}
 }
 
-// ask queues a cleanup of room id unless one is queued already, and
-// returns a channel closed when a cleanup that began after this call is
-// done.
-func (q *cleanups) ask(id string) <-chan struct{} {
+// ask queues a cleanup of room id for by (a *conn, or nil for the node),
+// unless one is queued already, and returns a channel closed when a
+// cleanup that began after this call is done.
+func (q *cleanups) ask(id string, by any) <-chan struct{} {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	rc := q.rooms[id]
@@ -65,12 +76,12 @@ func (q *cleanups) ask(id string) <-chan struct{} {
 		q.rooms[id] = rc
 	}
 	if rc.next == nil {
-		rc.next = make(chan struct{})
+		rc.next, rc.by = make(chan struct{}), by
 		if !rc.running {
-			q.queue = append(q.queue, id)
+			q.push(id, by)
 		}
 	}
-	if q.workers < maxCleanupWorkers && len(q.queue) > 0 {
+	if q.workers < maxCleanupWorkers && len(q.turn) > 0 {
 		q.workers++
 		q.s.wg.Add(1)
 		go q.work()
@@ -78,23 +89,47 @@ func (q *cleanups) ask(id string) <-chan struct{} {
 	return rc.next
 }
 
+// push queues room id for by. q.mu is held.
+func (q *cleanups) push(id string, by any) {
+	if len(q.queues[by]) == 0 {
+		q.turn = append(q.turn, by)
+	}
+	q.queues[by] = append(q.queues[by], id)
+}
+
+// pop takes the next room to clean up: the first of the asker whose turn
+// it is. q.mu is held, and a room is queued.
+func (q *cleanups) pop() string {
+	by := q.turn[0]
+	q.turn[0] = nil
+	q.turn = q.turn[1:]
+	rooms := q.queues[by]
+	id := rooms[0]
+	rooms[0] = ""
+	if rooms = rooms[1:]; len(rooms) > 0 {
+		q.queues[by] = rooms
+		q.turn = append(q.turn, by) // its next one after the others'
+	} else {
+		delete(q.queues, by)
+	}
+	return id
+}
+
 // work runs queued cleanups until the queue is empty.
 func (q *cleanups) work() {
 	defer q.s.wg.Done()
 	for {
 		q.mu.Lock()
-		if len(q.queue) == 0 {
+		if len(q.turn) == 0 {
 			q.workers--
-			q.queue = nil // let go of the backing array
+			q.turn = nil // let go of the backing array
 			q.mu.Unlock()
 			return
 		}
-		id := q.queue[0]
-		q.queue[0] = ""
-		q.queue = q.queue[1:]
+		id := q.pop()
 		rc := q.rooms[id]
 		done := rc.next
-		rc.next, rc.running = nil, true
+		rc.next, rc.by, rc.running = nil, nil, true
 		q.mu.Unlock()
 
 		q.run(id)
@@ -103,7 +138,7 @@ func (q *cleanups) work() {
 		q.mu.Lock()
 		rc.running = false
 		if rc.next != nil {
-			q.queue = append(q.queue, id) // asked for again meanwhile
+			q.push(id, rc.by) // asked for again meanwhile
 		} else {
 			delete(q.rooms, id)
 		}
@@ -127,11 +162,7 @@ func (q *cleanups) run(id string) {
 	// Asked again just before the deletion: a local observer holds the
 	// room through this node's presence key, which the store does not
 	// count (it may be an old activation's, on its way out).
-	if ok, err := s.removeEmpty(ctx, id); err != nil {
-		s.log.Info("removing an empty room failed", "room", id, "err", err)
-	} else if ok {
-		s.log.Debug("removed empty room", "room", id)
-	}
+	s.removeEmptyLogged(ctx, id)
 }
 
 // idle reports whether no cleanup is queued or running.
@@ -142,42 +173,84 @@ func (q *cleanups) idle() bool {
 }
 
 // letGo releases the connection's hold on rooms (their member or
-// observer attachments already detached), waits for those that stop to
-// let go of their subscription, watch and presence key, then asks for
-// their cleanups. A connection has at most maxConnCleanups of those under
-// way: past it, letGo first waits for the oldest (or for the server to
-// stop). So one connection stops at most one request's rooms at a time,
-// and waits for the cleanups it asks for at the pace the store does them.
+// observer attachments already detached) and asks for the cleanups of
+// those it stops, without waiting for either: the room goroutines let go
+// of their subscription, watch and presence key meanwhile. A connection
+// has at most maxConnCleanups rooms let go of still stopping or being
+// cleaned up: at that bound, letGo first waits for the oldest (or for the
+// server to stop). So below the bound a request does not wait for the
+// store, and a connection that lets go of rooms faster than the store
+// cleans them up waits at the pace the store does.
 func (c *conn) letGo(rooms ...*room) {
-	s := c.s
-	var stopped []<-chan struct{}
 	for _, r := range rooms {
-		if gone := s.release(r); gone != nil {
-			stopped = append(stopped, gone)
+		c.atBound()
+		gone := c.s.release(r)
+		if gone == nil {
+			continue // still held here: not empty
 		}
-	}
-	for _, gone := range stopped {
-		select {
-		case <-gone:
-		case <-s.ctx.Done():
-		}
-	}
-	for _, r := range rooms {
-		c.cleaning = slices.DeleteFunc(c.cleaning, isDone)
-		for len(c.cleaning) >= maxConnCleanups {
-			select {
-			case <-c.cleaning[0]:
-			case <-s.ctx.Done():
-				c.cleaning = nil
-			}
-			c.cleaning = slices.DeleteFunc(c.cleaning, isDone)
-		}
-		if done := s.removeIfEmpty(r.id); done != nil {
-			c.cleaning = append(c.cleaning, done)
-		}
+		c.track(gone, c.s.removeIfEmpty(r.id, c))
 	}
 }
+
+// letting is a room that a connection let go of: gone is closed when its
+// goroutine stopped, done when its cleanup is (either nil: nothing to wait
+// for).
+type letting struct{ gone, done <-chan struct{} }
+
+func (l letting) over() bool { return isDone(l.gone) && isDone(l.done) }
+
+// wait waits for l to be over, or for the server to stop (false).
+func (l letting) wait(ctx context.Context) bool {
+	for _, ch := range []<-chan struct{}{l.gone, l.done} {
+		if ch == nil {
+			continue
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// atBound waits, while the connection has maxConnCleanups rooms let go of
+// under way, for the oldest.
+func (c *conn) atBound() {
+	c.cleaning = slices.DeleteFunc(c.cleaning, letting.over)
+	for len(c.cleaning) >= maxConnCleanups {
+		if !c.cleaning[0].wait(c.s.ctx) {
+			c.cleaning = nil
+			return
+		}
+		c.cleaning = slices.DeleteFunc(c.cleaning, letting.over)
+	}
+}
+
+// track counts a room let go of (gone) or a cleanup asked for (done)
+// against the connection's bound; nil channels are nothing to wait for.
+func (c *conn) track(gone, done <-chan struct{}) {
+	if gone != nil || done != nil {
+		c.cleaning = append(c.cleaning, letting{gone, done})
+	}
+}
+
+// stopped waits for the rooms the connection let go of to stop (not for
+// their cleanups): at the connection's end, so that a peer that connects
+// again and again does not leave room goroutines stopping without bound.
+func (c *conn) stopped() {
+	for _, l := range c.cleaning {
+		if !(letting{gone: l.gone}).wait(c.s.ctx) {
+			break
+		}
+	}
+	c.cleaning = nil
+}
+
 func isDone(c <-chan struct{}) bool {
+	if c == nil {
+		return true
+	}
 	select {
 	case <-c:
 		return true

@@ -107,7 +107,7 @@ type conn struct {
 	observed    map[string]*room
 	// cleaning holds, for the rooms this connection let go of, the
 	// channels closed once each has stopped and been cleaned up (letGo).
-	cleaning  []<-chan struct{}
+	cleaning  []letting
 	busBuf    []byte // read loop only
 	pingReply []byte
 
@@ -295,6 +295,7 @@ func (c *conn) cleanup() {
 		dropped = append(dropped, r)
 	}
 	c.letGo(dropped...)
+	c.stopped()
 	c.w.Close()
 	c.visMu.Lock()
 	if c.timer != nil {
@@ -743,7 +744,8 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	r, err := c.s.acquire(target)
 	if err != nil {
 		c.unclaim(ctx, target, rec.Gen, claim)
-		c.s.removeIfEmpty(target)
+		c.atBound()
+		c.track(nil, c.s.removeIfEmpty(target, c))
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
 		c.reject(a, "Could not join room "+target+": "+err.Error())
 		return
@@ -963,12 +965,13 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 		r.detachObserver(c)
 		dropped = append(dropped, r)
 	}
-	c.letGo(dropped...)
 	now := make([]string, 0, len(c.observed))
 	for _, id := range list {
 		if c.observed[id] != nil {
 			now = append(now, id)
 		}
 	}
+	// The answer goes before any wait for the rooms let go of (letGo).
 	c.sendServer(EncodeRequest("Observed", ObservedArgs{Rooms: now}))
+	c.letGo(dropped...)
 }

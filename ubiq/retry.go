@@ -173,9 +173,7 @@ func (r *retrier) round(ctx context.Context) bool {
 	for room := range rooms(jobs) {
 		if room != "" && !failed[room] && !r.waiting(room) && !r.s.active(room) {
 			actx, cancel := context.WithTimeout(ctx, requestTimeout)
-			if _, err := r.s.removeEmpty(actx, room); err != nil {
-				r.s.log.Info("removing an empty room failed", "room", room, "err", err)
-			}
+			r.s.removeEmptyLogged(actx, room)
 			cancel()
 		}
 	}
@@ -232,6 +230,16 @@ func (s *Server) removeEmpty(ctx context.Context, room string) (bool, error) {
 		err = nil // both are all that can fail once the room is removed
 	}
 	return ok, err
+}
+
+// removeEmptyLogged removes room if it is empty (removeEmpty) and logs
+// the outcome: what every background removal does after its writes.
+func (s *Server) removeEmptyLogged(ctx context.Context, room string) {
+	if ok, err := s.removeEmpty(ctx, room); err != nil {
+		s.log.Info("removing an empty room failed", "room", room, "err", err)
+	} else if ok {
+		s.log.Debug("removed empty room", "room", room)
+	}
 }
 
 // retryLater is the retryFunc of the store's writes (store.sweepNode): a

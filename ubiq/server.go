@@ -373,7 +373,7 @@ func (s *Server) sweepNode(node string, silent time.Duration) {
 		s.m.keysSwept.Add(float64(len(rooms)))
 		s.log.Warn("ubiq node stopped its heartbeat: removed its members, observers and room presence", "node", node, "silent", silent, "rooms", len(rooms))
 		for _, id := range rooms {
-			s.removeIfEmpty(id)
+			s.removeIfEmpty(id, nil)
 		}
 	}()
 }
@@ -447,16 +447,21 @@ func (s *Server) release(r *room) <-chan struct{} {
 }
 
 // removeIfEmpty asks for the deletion of a room's state, in the
-// background, once nobody is in it (cleanups), and returns a channel
-// closed when that is done (nil if the room is held here: not empty).
-func (s *Server) removeIfEmpty(id string) <-chan struct{} {
+// background, once nobody is in it (cleanups), for by (the *conn that let
+// go of it, nil for the node: the queue is served round-robin by asker),
+// and returns a channel closed when that is done (nil if the room is held
+// here: not empty).
+func (s *Server) removeIfEmpty(id string, by *conn) <-chan struct{} {
 	// A room this node holds has a local member or observer: not empty.
 	// (The last local holder to release it calls this again.) This spares
 	// the key listing, a JetStream consumer per call, on every cell change.
 	if s.active(id) {
 		return nil
 	}
-	return s.cleanups.ask(id)
+	if by == nil {
+		return s.cleanups.ask(id, nil) // a nil *conn in an any is not nil
+	}
+	return s.cleanups.ask(id, by)
 }
 
 func (s *Server) delivered(n int) {
