@@ -210,30 +210,30 @@ func (a *Allocator) allocateForcing(budget float64, demands []Demand, hysteresis
 		}
 		return (used+r)*(1+ResumeMargin) <= budget
 	}
+	// Pass 1: the floors (the cheapest choice: audio, video, the base
+	// description or, in TrackSelection, the whole publisher) for as many
+	// as fit, in order. Once an audio does not fit, no video or point
+	// cloud is placed: before, a video cheaper than a paused microphone
+	// went in its place.
+	audioOut := false
+	for _, d := range order {
+		if audioOut && d.Kind != Audio {
+			break
+		}
+		s, r := a.cheapest(d)
+		if s == 0 {
+			continue
+		}
+		if fits(d, r) {
+			dec[d.ID] = s
+			used += r
+		} else if d.Kind == Audio {
+			audioOut = true
+		}
+	}
+	a.floors = used
 	switch a.Mode {
-	case TrackSelection:
-		for _, d := range order {
-			full := Set(1<<len(d.Rates) - 1)
-			r := d.rate(full)
-			if fits(d, r) {
-				dec[d.ID] = full
-				used += r
-			}
-		}
-		a.floors = used
 	case Layers:
-		// Pass 1: the base description (audio, video: the track) for as
-		// many as fit, in order.
-		for _, d := range order {
-			if len(d.Rates) == 0 {
-				continue
-			}
-			if r := d.rate(Combos[0]); fits(d, r) {
-				dec[d.ID] = Combos[0]
-				used += r
-			}
-		}
-		a.floors = used
 		// Pass 2: by interest per cost, the best combination that fits.
 		up := order
 		if hasCost(order) {
@@ -264,14 +264,11 @@ func (a *Allocator) allocateForcing(budget float64, demands []Demand, hysteresis
 	}
 	if force != "" {
 		for _, d := range demands {
-			if d.ID != force || dec[d.ID] != 0 {
+			if d.ID != force || dec[d.ID] != 0 || (d.Kind != Audio && audioOut) {
 				continue
 			}
-			if r := a.floor(d); r > 0 {
-				dec[d.ID] = Combos[0]
-				if a.Mode == TrackSelection {
-					dec[d.ID] = Set(1<<len(d.Rates) - 1)
-				}
+			if s, r := a.cheapest(d); s != 0 {
+				dec[d.ID] = s
 				used += r
 				a.forced = d.ID
 			}
@@ -343,18 +340,25 @@ func (a *Allocator) order(demands []Demand) []Demand {
 // to forward.
 func (a *Allocator) Least(demands []Demand) float64 {
 	for _, d := range a.order(demands) {
-		if len(d.Rates) == 0 {
-			continue
-		}
-		r := d.rate(Set(1<<len(d.Rates) - 1))
-		if a.Mode == Layers {
-			r = d.rate(Combos[0])
-		}
-		if r > 0 {
+		if _, r := a.cheapest(d); r > 0 {
 			return r
 		}
 	}
 	return 0
+}
+
+// cheapest is d's cheapest choice and its rate: the base description in
+// Layers (an audio or video track's one rate), the whole publisher in
+// TrackSelection; 0 and 0 when d has no rates.
+func (a *Allocator) cheapest(d Demand) (Set, float64) {
+	if len(d.Rates) == 0 {
+		return 0, 0
+	}
+	s := Set(1<<len(d.Rates) - 1)
+	if a.Mode == Layers {
+		s = Combos[0]
+	}
+	return s, d.rate(s)
 }
 
 func hasCost(ds []Demand) bool {

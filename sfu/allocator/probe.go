@@ -204,25 +204,32 @@ func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 	return ProbeStarted
 }
 
-// CheapestPaused returns the demand a probe would forward: of the video
-// and point-cloud demands that dec does not forward, the one whose floor
-// (cheapest choice) costs least, the first in Allocate's order among
-// equal costs; "" when there is none.
+// CheapestPaused returns the demand a probe would forward: of the demands
+// that dec does not forward, the one whose floor (cheapest choice) costs
+// least, the first in Allocate's order among equal costs, audio before
+// anything else (AllocateProbe forwards no video or point cloud while an
+// audio is paused); "" when there is none.
 func (a *Allocator) CheapestPaused(demands []Demand, dec Decision) (id string, rate float64) {
-	for _, d := range a.order(demands) {
-		if d.Kind == Audio || dec[d.ID] != 0 {
-			continue
+	for _, audio := range []bool{true, false} {
+		for _, d := range a.order(demands) {
+			if (d.Kind == Audio) != audio || dec[d.ID] != 0 {
+				continue
+			}
+			_, r := a.cheapest(d)
+			if r > 0 && (id == "" || r < rate) {
+				id, rate = d.ID, r
+			}
 		}
-		r := a.floor(d)
-		if r > 0 && (id == "" || r < rate) {
-			id, rate = d.ID, r
+		if id != "" {
+			break
 		}
 	}
 	return id, rate
 }
 
 // AllocateProbe is Allocate that also forwards the floor of the demand
-// named probe, above the budget if it does not fit: a probe (Prober).
+// named probe, above the budget if it does not fit: a probe (Prober); not
+// a video's or point cloud's while an audio does not fit.
 // fits reports that it fitted with the headroom a paused floor needs to
 // resume (the floors forwarded within the budget fit in budget ÷
 // (1+ResumeMargin)); a floor forwarded above the budget counts as
@@ -243,15 +250,4 @@ func (a *Allocator) AllocateProbe(budget float64, demands []Demand, probe string
 		}
 	}
 	return dec, used, true
-}
-
-// floor is the rate of d's cheapest choice (Least's for one demand).
-func (a *Allocator) floor(d Demand) float64 {
-	if len(d.Rates) == 0 {
-		return 0
-	}
-	if a.Mode == Layers {
-		return d.rate(Combos[0])
-	}
-	return d.rate(Set(1<<len(d.Rates) - 1))
 }

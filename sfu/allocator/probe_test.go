@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -220,6 +221,41 @@ func TestProbeKeptWithMargin(t *testing.T) {
 			dec, _, fits = a.AllocateProbe(tc.budget, room, "v")
 			if fits != tc.fits || (dec["v"] != 0) != tc.forwarded {
 				t.Errorf("%v at %v: fits %v, decision %v; want fits %v, v forwarded %v", mode, tc.budget, fits, dec, tc.fits, tc.forwarded)
+			}
+		}
+	}
+}
+
+// TestPausedAudioFirst: with two microphones and a video at a budget that
+// fits one microphone, the video is neither placed after the microphone
+// that does not fit (it is cheaper) nor probed while that microphone is
+// paused: the probe forwards the microphone.
+func TestPausedAudioFirst(t *testing.T) {
+	room := []Demand{audio("mic-1", 0.9, 40), audio("mic-2", 0.5, 40), video("v", 1, 30)}
+	tests := []struct {
+		name   string
+		probe  string
+		want   Decision
+		fits   bool
+		paused string // CheapestPaused of the plain allocation
+	}{
+		{"no probe", "", Decision{"mic-1": 1}, true, "mic-2"},
+		{"probe of the paused microphone", "mic-2", Decision{"mic-1": 1, "mic-2": 1}, false, "mic-2"},
+		{"no video probe while a microphone is paused", "v", Decision{"mic-1": 1}, false, "mic-2"},
+	}
+	for _, mode := range []Mode{Layers, TrackSelection} {
+		for _, tc := range tests {
+			a := New(mode)
+			dec, used := a.Allocate(75, room)
+			if fmt.Sprint(dec) != fmt.Sprint(Decision{"mic-1": 1}) || used != 40 {
+				t.Fatalf("%v: allocation at 75: %v (%v), want only mic-1", mode, dec, used)
+			}
+			if id, _ := a.CheapestPaused(room, dec); id != tc.paused {
+				t.Errorf("%v: cheapest paused %q, want %q", mode, id, tc.paused)
+			}
+			dec, _, fits := a.AllocateProbe(75, room, tc.probe)
+			if fmt.Sprint(dec) != fmt.Sprint(tc.want) || fits != tc.fits {
+				t.Errorf("%v, %s: decision %v fits %v, want %v fits %v", mode, tc.name, dec, fits, tc.want, tc.fits)
 			}
 		}
 	}
