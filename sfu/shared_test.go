@@ -475,3 +475,38 @@ func (k *kindBytes) peek() (pc, video float64) {
 func (k *kindBytes) take() (pc, video float64) {
 	return float64(k.pc.Swap(0)), float64(k.video.Swap(0))
 }
+
+// TestLinkLossPerInterval: a peer's loss is that of the TWCC feedback of
+// the last interval, and none when no feedback came: before, a probe's
+// 95 % stayed until feedback came again, and held the next probe as
+// congested.
+func TestLinkLossPerInterval(t *testing.T) {
+	n := &Node{groups: map[string]*linkGroup{}}
+	p := &peer{n: n}
+	q := &queueProbe{start: time.Now()}
+	p.probe.Store(q)
+	steps := []struct {
+		recv, lost uint64 // reported in the interval
+		want       float64
+	}{
+		{5, 95, 0.95},
+		{0, 0, 0},
+		{90, 10, 0.1},
+		{100, 0, 0},
+		{0, 0, 0},
+	}
+	now := time.Now()
+	for i, s := range steps {
+		q.mu.Lock()
+		q.recv, q.lost = s.recv, s.lost
+		q.mu.Unlock()
+		now = now.Add(time.Second)
+		n.shareLinks(now, []*peer{p})
+		p.mu.Lock()
+		got := p.link.loss
+		p.mu.Unlock()
+		if got != s.want {
+			t.Fatalf("interval %d (%d received, %d lost): loss %v, want %v", i, s.recv, s.lost, got, s.want)
+		}
+	}
+}
