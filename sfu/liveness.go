@@ -122,20 +122,26 @@ func (n *Node) expireNodes(now time.Time) {
 		// a lost node's tracks are purged again if any came back (an
 		// announcement that crossed its purge)
 		if now.Sub(h.seen) >= nodeTTL && (!h.lost || listed[id]) {
-			h.lost = true
 			gone[id] = h
 		}
 	}
 	n.mu.Unlock()
 	for id, h := range gone {
+		if n.expiring != nil {
+			n.expiring(id)
+		}
 		n.mu.Lock()
 		// A heartbeat replaces the record and a leave deletes it: either
 		// means the node was heard meanwhile (compared by record, not by
-		// time: now may be ahead of the clock, as in tests)
+		// time: now may be ahead of the clock, as in tests). The record
+		// is marked lost only now, with the purge: marked before, a
+		// heartbeat in between found it lost, logged the node heard
+		// again and asked for a sync although nothing was purged.
 		if n.closed || n.heard[id] != h {
 			n.mu.Unlock()
 			continue
 		}
+		h.lost = true
 		n.purgeNode(id, "no heartbeat")
 	}
 }

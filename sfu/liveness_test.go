@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // slotWatch records, from a client's slot events, which publisher each of
@@ -254,4 +256,55 @@ func TestDroppedSlotTold(t *testing.T) {
 	go bob.reconcile() // the one dropSources starts
 	waitForExplained(t, "bob to be told his slot is empty", func() bool { return len(w.clients()) == 0 },
 		func() string { return fmt.Sprint("bob's slots carry ", w.clients()) })
+}
+
+// TestHeartbeatDuringExpiry: a heartbeat that node 1 takes while it
+// expires the node (between finding it expired and purging it) keeps the
+// node, which is then not "heard again": nothing was purged, so no sync is
+// asked for. Before, the record was marked lost before the purge was
+// confirmed, and such a heartbeat logged the node back and asked every node
+// to announce its tracks.
+func TestHeartbeatDuringExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		heartbeat bool // node 9's heartbeat lands inside the expiry
+	}{
+		{"heartbeat inside the expiry", true},
+		{"no heartbeat", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, logs := startLoggedCluster(t, "a")
+			n := c.nodes[0]
+			beat := func() {
+				b, _ := json.Marshal(NodeInfo{ID: "9", Site: "x", Instance: "0123456789abcdef"})
+				n.handleNodeInfo(&nats.Msg{Data: b})
+			}
+			beat()
+			if tc.heartbeat {
+				n.expiring = func(id string) {
+					if id == "9" {
+						beat()
+					}
+				}
+			}
+			n.expireNodes(time.Now().Add(nodeTTL + time.Second))
+			n.mu.Lock()
+			h := n.heard["9"]
+			lost := h != nil && h.lost
+			n.mu.Unlock()
+			if lost == tc.heartbeat || h == nil {
+				t.Fatalf("node 9's record %+v after the expiry, want lost %v", h, !tc.heartbeat)
+			}
+			if gone := logs[0].has(`msg="sfu node gone; its tracks removed from the directory"`, "node=9"); gone == tc.heartbeat {
+				t.Errorf("node 9 purged: %v, want %v", gone, !tc.heartbeat)
+			}
+			if !tc.heartbeat {
+				beat()
+			}
+			back := logs[0].has(`msg="sfu node heard again after its heartbeats stopped; asking every node to announce its tracks"`, "node=9")
+			if back == tc.heartbeat {
+				t.Errorf("node 9 logged heard again: %v, want %v", back, !tc.heartbeat)
+			}
+		})
+	}
 }

@@ -59,6 +59,9 @@ type Node struct {
 	// hooks (placement.placed, placement.timeout; tests).
 	wsPlaced       func(Assignment)
 	wsOfferTimeout func(node string) time.Duration
+	// expiring, if set, is called by expireNodes between finding node id
+	// expired and purging it, with n.mu not held (tests).
+	expiring func(id string)
 
 	// hbMu orders heartbeats before the leave announcement: once Close
 	// has set closed, heartbeat publishes nothing.
