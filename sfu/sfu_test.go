@@ -301,20 +301,8 @@ func TestStarvedSubscriberPausesVideo(t *testing.T) {
 	defer sub.Close()
 	n := c.nodes[0]
 	p := n.peerOf("s1", "bob")
-	carried := func() []string {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		var keys []string
-		for _, s := range p.slots {
-			if s.src != nil && s.dt.Active() {
-				keys = append(keys, s.src.info.Key())
-			}
-		}
-		slices.Sort(keys)
-		return keys
-	}
 	waitForExplained(t, "bob's slots to carry alice's audio and point cloud", func() bool {
-		return slices.Equal(carried(), []string{"s1/alice/mic", "s1/alice/pc0"})
+		return slices.Equal(p.carriedKeys(), []string{"s1/alice/mic", "s1/alice/pc0"})
 	}, func() string { return p.explain(n) })
 	waitForExplained(t, "bob to receive the point cloud", func() bool { pc, _ := rcvd.peek(); return pc > 0 }, func() string { return p.explain(n) })
 	p.mu.Lock()
