@@ -781,16 +781,9 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 // can be retried safely.
 func (c *conn) unclaim(ctx context.Context, room, gen, claim string) {
 	s, node := c.s, c.s.node
-	unclaim := func(ctx context.Context) error {
-		err := s.store.unclaimRoom(ctx, room, gen, node, claim)
-		if s.freeCodeLater(err) {
-			return nil // counted out; only the code's key is left to delete
-		}
-		return err
-	}
-	if err := unclaim(ctx); err != nil {
-		s.retry.add("count out of the room", room, err, unclaim)
-	}
+	s.tryWrite(ctx, "count out of the room", room, true, func(ctx context.Context) error {
+		return s.store.unclaimRoom(ctx, room, gen, node, claim)
+	})
 }
 
 // leave takes the peer out of room r as a member.
@@ -805,10 +798,10 @@ func (c *conn) leave(ctx context.Context, r *room) {
 // before its old connection ended keeps its membership.
 func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen, claim string) {
 	s, id := c.s, r.id
-	del := func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev) }
-	if err := del(ctx); err != nil {
-		s.retry.add("delete member key", id, err, del)
-	}
+	// In order: a count-out that freed the join code while the member
+	// key's deletion waits for a retry would leave a ghost member in a
+	// room without a code (retrier.try queues it behind).
+	s.tryWrite(ctx, "delete member key", id, false, func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev) })
 	c.unclaim(ctx, r.id, gen, claim)
 	r.cmdDetachMember(c)
 	c.letGo(r)

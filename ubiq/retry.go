@@ -35,6 +35,8 @@ type retryJob struct {
 	room  string // "" for writes that belong to no room
 	do    func(ctx context.Context) error
 	tries int
+	// timeout bounds one try (0: requestTimeout).
+	timeout time.Duration
 }
 
 // retrier retries failed departure writes, in order within a room.
@@ -51,8 +53,30 @@ func newRetrier(s *Server) *retrier {
 	return &retrier{s: s, wake: make(chan struct{}, 1)}
 }
 
-// add queues a write that failed once with err.
+// try does a write of room ("" = none) now, and hands it to the retrier if
+// it fails. With inOrder, if writes of that room are waiting for a retry
+// already, it is queued behind them instead, untried: a count-out (which
+// may free the join code) never goes before a member key's deletion that
+// waits.
+func (r *retrier) try(ctx context.Context, what, room string, inOrder bool, do func(ctx context.Context) error) {
+	if inOrder && room != "" && r.waiting(room) {
+		r.add(what, room, nil, do)
+		return
+	}
+	if err := do(ctx); err != nil {
+		r.add(what, room, err, do)
+	}
+}
+
+// add queues a write that failed once with err (nil: not tried, queued
+// behind the room's writes waiting).
 func (r *retrier) add(what, room string, err error, do func(ctx context.Context) error) {
+	r.addJob(&retryJob{what: what, room: room, do: do}, err)
+}
+
+// addJob queues j, which failed once with err (nil: not tried).
+func (r *retrier) addJob(j *retryJob, err error) {
+	what, room := j.what, j.room
 	r.mu.Lock()
 	if len(r.jobs) >= maxRetries {
 		r.mu.Unlock()
@@ -60,10 +84,17 @@ func (r *retrier) add(what, room string, err error, do func(ctx context.Context)
 			"write", what, "room", room, "err", err, "waiting", maxRetries)
 		return
 	}
-	r.jobs = append(r.jobs, &retryJob{what: what, room: room, do: do, tries: 1})
+	if err != nil {
+		j.tries = 1
+	}
+	r.jobs = append(r.jobs, j)
 	r.mu.Unlock()
 	r.s.m.retryPending.Inc()
-	r.s.log.Warn("Ubiq room write failed: retrying it in the background until the store takes it", "write", what, "room", room, "err", err)
+	if err == nil {
+		r.s.log.Info("Ubiq room write queued behind the room's writes waiting for a retry", "write", what, "room", room)
+	} else {
+		r.s.log.Warn("Ubiq room write failed: retrying it in the background until the store takes it", "write", what, "room", room, "err", err)
+	}
 	select {
 	case r.wake <- struct{}{}:
 	default:
@@ -147,7 +178,11 @@ func (r *retrier) round(ctx context.Context) bool {
 		if failed[j.room] {
 			continue
 		}
-		actx, cancel := context.WithTimeout(ctx, requestTimeout)
+		timeout := j.timeout
+		if timeout == 0 {
+			timeout = requestTimeout
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
 		err := j.do(actx)
 		cancel()
 		if err != nil {
@@ -242,16 +277,15 @@ func (s *Server) removeEmptyLogged(ctx context.Context, room string) {
 	}
 }
 
-// retryLater is the retryFunc of the store's writes (store.sweepNode): a
-// join code that a write could not free is freed apart (freeCodeLater).
-func (s *Server) retryLater(what, room string, err error, do func(ctx context.Context) error) {
-	if s.freeCodeLater(err) {
-		return // done, but for the code's key
-	}
-	s.retry.add(what, room, err, func(ctx context.Context) error {
+// tryWrite does a write of room ("" = none) now or hands it to the
+// retrier (retrier.try, in order with inOrder); a join code that the write
+// could not free is freed apart (freeCodeLater). It is the retryFunc of
+// the store's writes (store.sweepNode).
+func (s *Server) tryWrite(ctx context.Context, what, room string, inOrder bool, do func(ctx context.Context) error) {
+	s.retry.try(ctx, what, room, inOrder, func(ctx context.Context) error {
 		if err := do(ctx); !s.freeCodeLater(err) {
 			return err
 		}
-		return nil
+		return nil // done, but for the code's key
 	})
 }

@@ -239,10 +239,7 @@ func (r *room) start() {
 // here, relay its frames here and do not remove it.
 func (r *room) leavePresence(ctx context.Context) {
 	st, key := r.s.store, presenceKey(r.id, r.self)
-	del := func(ctx context.Context) error { return st.deleteOwned(ctx, key) }
-	if err := del(ctx); err != nil {
-		r.s.retry.add("delete presence key", r.id, err, del)
-	}
+	r.s.retry.try(ctx, "delete presence key", r.id, false, func(ctx context.Context) error { return st.deleteOwned(ctx, key) })
 }
 
 func (r *room) loop() {

@@ -343,6 +343,9 @@ func (s *Server) liveness(w jetstream.KeyWatcher) {
 	}
 }
 
+// sweepTimeout bounds one sweep of a dead node's keys, first or retried.
+const sweepTimeout = time.Minute
+
 // sweepNode deletes a dead node's keys in the background.
 func (s *Server) sweepNode(node string, silent time.Duration) {
 	s.mu.Lock() // Shutdown sets closed under mu before it waits for wg
@@ -354,28 +357,35 @@ func (s *Server) sweepNode(node string, silent time.Duration) {
 	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		ctx, cancel := context.WithTimeout(s.ctx, sweepTimeout)
 		defer cancel()
-		rooms, err := s.store.sweepNode(ctx, node, s.retryLater)
+		rooms, err := s.store.sweepNode(ctx, node, s.tryWrite)
 		if err != nil {
-			// Its keys could not be listed: the whole sweep is retried.
-			s.retry.add("sweep a dead node", "", err, func(ctx context.Context) error {
-				rooms, err := s.store.sweepNode(ctx, node, s.retryLater)
-				for _, id := range rooms {
-					if _, err := s.removeEmpty(ctx, id); err != nil {
-						s.log.Info("removing an empty room failed", "room", id, "err", err)
-					}
+			// Its keys could not be listed: the whole sweep is retried,
+			// with as long for each try as the first had.
+			s.log.Warn("ubiq node stopped its heartbeat, but sweeping its keys failed: retrying", "node", node, "silent", silent, "err", err)
+			s.retry.addJob(&retryJob{what: "sweep a dead node", timeout: sweepTimeout, do: func(ctx context.Context) error {
+				rooms, err := s.store.sweepNode(ctx, node, s.tryWrite)
+				if err == nil {
+					s.afterSweep(node, silent, rooms)
 				}
 				return err
-			})
+			}}, err)
+			return
 		}
-		s.m.nodesSwept.Inc()
-		s.m.keysSwept.Add(float64(len(rooms)))
-		s.log.Warn("ubiq node stopped its heartbeat: removed its members, observers and room presence", "node", node, "silent", silent, "rooms", len(rooms))
-		for _, id := range rooms {
-			s.removeIfEmpty(id, nil)
-		}
+		s.afterSweep(node, silent, rooms)
 	}()
+}
+
+// afterSweep counts and logs a dead node's sweep, which touched rooms, and asks
+// for the cleanups of those rooms.
+func (s *Server) afterSweep(node string, silent time.Duration, rooms []string) {
+	s.m.nodesSwept.Inc()
+	s.m.keysSwept.Add(float64(len(rooms)))
+	s.log.Warn("ubiq node stopped its heartbeat: removed its members, observers and room presence", "node", node, "silent", silent, "rooms", len(rooms))
+	for _, id := range rooms {
+		s.removeIfEmpty(id, nil)
+	}
 }
 
 // acquire returns the active room id, starting it if needed.

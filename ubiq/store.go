@@ -535,10 +535,11 @@ func (s *store) heartbeat(ctx context.Context) error {
 	return err
 }
 
-// retryFunc hands a write that failed with err to the server's retrier,
-// which calls do until it succeeds (retrier.add). room is "" for a write
-// that belongs to no room.
-type retryFunc func(what, room string, err error, do func(ctx context.Context) error)
+// retryFunc does a write now, or hands it to the server's retrier, which
+// calls do until it succeeds (Server.tryWrite); with inOrder, behind the
+// room's writes that wait already. room is "" for a write that belongs to
+// no room.
+type retryFunc func(ctx context.Context, what, room string, inOrder bool, do func(ctx context.Context) error)
 
 // sweepNode deletes the ephemeral keys that a dead node wrote (its
 // members, observers and room presence), its count of members in the
@@ -564,10 +565,7 @@ func (s *store) sweepNode(ctx context.Context, node string, retry retryFunc) (ro
 		if strings.HasPrefix(rest, "m.") {
 			joined[room] = true
 		}
-		del := func(ctx context.Context) error { return s.sweepKey(ctx, node, key) }
-		if err := del(ctx); err != nil {
-			retry("delete a dead node's key", room, err, del)
-		}
+		retry(ctx, "delete a dead node's key", room, false, func(ctx context.Context) error { return s.sweepKey(ctx, node, key) })
 		if !seen[room] {
 			seen[room] = true
 			rooms = append(rooms, room)
@@ -575,15 +573,9 @@ func (s *store) sweepNode(ctx context.Context, node string, retry retryFunc) (ro
 	}
 	// Its members' counts go with them, and with the last, a room's code.
 	for room := range joined {
-		out := func(ctx context.Context) error { return s.unclaimRoom(ctx, room, "", node, "") }
-		if err := out(ctx); err != nil {
-			retry("count a dead node out", room, err, out)
-		}
+		retry(ctx, "count a dead node out", room, true, func(ctx context.Context) error { return s.unclaimRoom(ctx, room, "", node, "") })
 	}
-	hb := func(ctx context.Context) error { return s.kv.Delete(ctx, heartbeatKey(node)) }
-	if err := hb(ctx); err != nil {
-		retry("delete a dead node's heartbeat", "", err, hb)
-	}
+	retry(ctx, "delete a dead node's heartbeat", "", false, func(ctx context.Context) error { return s.kv.Delete(ctx, heartbeatKey(node)) })
 	return rooms, nil
 }
 
