@@ -189,6 +189,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		return p
 	}}
 	s.store.wrote = s.listing.record
+	s.listing.every = discoverEvery
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.m = newMetrics(s)
 	s.cfg.Writer.OnCoalesce = func(n int) { s.m.coalesced.Add(float64(n)) }

@@ -184,14 +184,15 @@ type store struct {
 	node     string        // this node's name in owned keys
 	newProps func() props  // properties of a new room
 	newCode  func() string // a random join code; nil = newJoinCode (tests draw from fewer)
-	// wrote, if set, is told of every room record this node writes (nil:
-	// the room was removed), for the listing of published rooms.
-	wrote func(uuid string, r *roomRecord)
+	// wrote, if set, is told of every room record this node writes, and
+	// its revision (nil: the room was removed; rev is then the revision
+	// of the record deleted), for the listing of published rooms.
+	wrote func(uuid string, r *roomRecord, rev uint64)
 }
 
-func (s *store) recordWritten(uuid string, r *roomRecord) {
+func (s *store) recordWritten(uuid string, r *roomRecord, rev uint64) {
 	if s.wrote != nil {
-		s.wrote(uuid, r)
+		s.wrote(uuid, r, rev)
 	}
 }
 
@@ -342,12 +343,13 @@ func (s *store) observeRoom(ctx context.Context, uuid string) error {
 	}
 	rec := &roomRecord{UUID: uuid, Name: uuid, Props: s.newProps(), Gen: newUUID()}
 	b, _ := json.Marshal(rec)
-	if _, err := s.kv.Create(ctx, infoKey(uuid), b); errors.Is(err, jetstream.ErrKeyExists) {
+	wrev, err := s.kv.Create(ctx, infoKey(uuid), b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("create room %s: %w", uuid, err)
 	}
-	s.recordWritten(uuid, rec)
+	s.recordWritten(uuid, rec, wrev)
 	return nil
 }
 
@@ -391,13 +393,14 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, p
 			r.Joined[s.node] = append(r.Joined[s.node], claim)
 		}
 		b, _ := json.Marshal(r)
+		var wrev uint64
 		if missing {
-			_, err = s.kv.Create(ctx, infoKey(uuid), b)
+			wrev, err = s.kv.Create(ctx, infoKey(uuid), b)
 		} else {
-			_, err = s.kv.Update(ctx, infoKey(uuid), b, rev)
+			wrev, err = s.kv.Update(ctx, infoKey(uuid), b, rev)
 		}
 		if err == nil {
-			s.recordWritten(uuid, r)
+			s.recordWritten(uuid, r, wrev)
 			return r, nil
 		}
 		if fresh != "" {
@@ -465,8 +468,9 @@ func (s *store) unclaimRoom(ctx context.Context, uuid, gen, node, claim string) 
 			r.JoinCode = ""
 		}
 		b, _ := json.Marshal(r)
-		if _, err = s.kv.Update(ctx, infoKey(uuid), b, rev); err == nil {
-			s.recordWritten(uuid, r)
+		var wrev uint64
+		if wrev, err = s.kv.Update(ctx, infoKey(uuid), b, rev); err == nil {
+			s.recordWritten(uuid, r, wrev)
 			if codeRev != 0 {
 				if err := s.freeCode(ctx, code, codeRev); err != nil {
 					return &codeNotFreedError{room: uuid, code: code, rev: codeRev, err: err}
@@ -634,8 +638,8 @@ func (s *store) appendRoomProps(ctx context.Context, room string, keys, values [
 			return nil, nil, nil
 		}
 		b, _ := json.Marshal(r)
-		if _, err := s.kv.Update(ctx, infoKey(room), b, rev); err == nil {
-			s.recordWritten(room, r)
+		if wrev, err := s.kv.Update(ctx, infoKey(room), b, rev); err == nil {
+			s.recordWritten(room, r, wrev)
 			return ck, cv, nil
 		} else if !bus.IsRevisionConflict(err) {
 			return nil, nil, err
@@ -691,7 +695,7 @@ func (s *store) removeIfEmpty(ctx context.Context, room string, held func() bool
 	} else if err != nil {
 		return false, fmt.Errorf("remove room %s: %w", room, err)
 	}
-	s.recordWritten(room, nil)
+	s.recordWritten(room, nil, rev)
 	var codeErr error
 	if r.JoinCode != "" {
 		e, err := s.kv.Get(ctx, codeKey(r.JoinCode))
