@@ -247,6 +247,9 @@ func (r *room) loop() {
 	defer func() {
 		r.sub.Unsubscribe()
 		r.watcher.Stop()
+		if h := r.s.beforeLeave; h != nil {
+			h(r.id) // tests: a slow store
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 		r.leavePresence(ctx)
 		cancel()

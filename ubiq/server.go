@@ -110,6 +110,9 @@ type Server struct {
 	liveDone chan struct{}
 	// cleanups removes rooms that may be empty, in the background.
 	cleanups *cleanups
+	// beforeLeave, if set, runs in a stopping room's goroutine before it
+	// deletes its presence key: tests use it to stand for a slow store.
+	beforeLeave func(room string)
 	// listing lists the published rooms for DiscoverRooms.
 	listing roomListing
 	// retry retries departure writes that failed (retrier).
