@@ -370,26 +370,31 @@ func (s *Server) sweepNode(node string, silent time.Duration) {
 			s.log.Warn("ubiq node stopped its heartbeat, but sweeping its keys failed: retrying", "node", node, "silent", silent, "err", err)
 			s.retry.addJob(&retryJob{what: "sweep a dead node", timeout: sweepTimeout, do: func(ctx context.Context) error {
 				rooms, err := s.store.sweepNode(ctx, node, s.tryWrite)
-				if err == nil {
-					s.afterSweep(node, silent, rooms)
+				if err != nil {
+					return err
 				}
-				return err
+				s.afterSweep(node, silent, rooms)
+				// Here, not queued (cleanups): the retrier may run while
+				// Shutdown waits for the connections and cleanups.
+				for _, id := range rooms {
+					s.removeEmptyLogged(ctx, id)
+				}
+				return nil
 			}}, err)
 			return
 		}
 		s.afterSweep(node, silent, rooms)
+		for _, id := range rooms {
+			s.removeIfEmpty(id, nil)
+		}
 	}()
 }
 
-// afterSweep counts and logs a dead node's sweep, which touched rooms, and asks
-// for the cleanups of those rooms.
+// afterSweep counts and logs a dead node's sweep, which touched rooms.
 func (s *Server) afterSweep(node string, silent time.Duration, rooms []string) {
 	s.m.nodesSwept.Inc()
 	s.m.keysSwept.Add(float64(len(rooms)))
 	s.log.Warn("ubiq node stopped its heartbeat: removed its members, observers and room presence", "node", node, "silent", silent, "rooms", len(rooms))
-	for _, id := range rooms {
-		s.removeIfEmpty(id, nil)
-	}
 }
 
 // acquire returns the active room id, starting it if needed.
