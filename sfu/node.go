@@ -245,7 +245,9 @@ func (n *Node) loop() {
 			for key, s := range n.local {
 				s.measure(now)
 				if t, ok := n.directory[key]; ok {
-					if u := s.activity(t, now); u != t {
+					u := s.activity(t, now)
+					u.Rate = s.announcedRate(t.Rate)
+					if u != t {
 						n.directory[key] = u
 						changed = append(changed, u)
 					}

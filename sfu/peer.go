@@ -20,7 +20,7 @@ import (
 	"github.com/xrealm/xrealm/sfu/downtrack"
 )
 
-// Nominal bitrates for tracks not measured yet.
+// Nominal bitrates for tracks not measured yet (TrackInfo.Rate).
 const (
 	nominalAudio      = 64_000
 	nominalVideo      = 1_500_000
@@ -292,6 +292,11 @@ func (p *peer) reconcile() {
 		}
 		if s := p.n.relayed[t.Key()]; s != nil && s.rate.Load() > 0 {
 			return float64(s.rate.Load())
+		}
+		if t.Rate > 0 {
+			// measured at its origin: a track not relayed here (yet, or
+			// no more since its last subscriber here paused it)
+			return float64(t.Rate)
 		}
 		switch {
 		case t.PointCloud():

@@ -37,6 +37,13 @@ type TrackInfo struct {
 	// client's clock (a browser's), so no node records hop ages for it
 	// (hops.go); and an RTP track with its key does not replace it.
 	DataChannel bool `json:"datachannel,omitempty"`
+	// Rate is the track's bitrate (bit/s) as its publisher's node measures
+	// it, smoothed; announced again when it moves by more than rateStep
+	// (0: not measured yet). A node budgets a track it does not relay at
+	// this rate rather than a nominal one: before it relays it, and after
+	// its last subscriber there paused it (the relayed source, and its
+	// measurement, are gone then).
+	Rate uint64 `json:"rate,omitempty"`
 }
 
 const (
@@ -97,6 +104,7 @@ type source struct {
 	subAt     time.Time // relayed: when "sub" was last sent (node loop only)
 	winAt     time.Time
 	winB      uint64
+	smooth    float64 // rate smoothed over the windows that carried packets (node loop only)
 }
 
 func newSource(info TrackInfo, keyframe func()) *source {
@@ -184,10 +192,43 @@ func (s *source) measure(now time.Time) {
 	b := s.bytes.Load()
 	if !s.winAt.IsZero() {
 		if dt := now.Sub(s.winAt).Seconds(); dt > 0 {
-			s.rate.Store(uint64(float64(b-s.winB) * 8 / dt))
+			r := float64(b-s.winB) * 8 / dt
+			s.rate.Store(uint64(r))
+			switch {
+			case r <= 0: // idle: the last rate stays
+			case s.smooth == 0:
+				s.smooth = r
+			default:
+				s.smooth += rateSmoothing * (r - s.smooth)
+			}
 		}
 	}
 	s.winAt, s.winB = now, b
+}
+
+// rateSmoothing is the weight of a measurement window in a source's
+// smoothed rate; rateStep how far (a fraction) that rate moves from the
+// one in a local track's directory entry before the entry is announced
+// again: a video's keyframes would otherwise announce it every few
+// seconds, and every announcement re-allocates the session's
+// subscribers on every node.
+const (
+	rateSmoothing = 0.25
+	rateStep      = 0.25
+)
+
+// announcedRate is the rate for the directory entry of the source, a local
+// track, whose entry has rate old: the smoothed rate once it is more than
+// rateStep away from old, else old. Called from the node loop.
+func (s *source) announcedRate(old uint64) uint64 {
+	r := s.smooth
+	if r <= 0 {
+		return old
+	}
+	if o := float64(old); old == 0 || r > o*(1+rateStep) || r < o/(1+rateStep) {
+		return uint64(r)
+	}
+	return old
 }
 
 // activity returns t (the source's directory entry) with the local
