@@ -327,7 +327,6 @@ func (p *peer) reconcile() {
 	// descriptions, grouped by publisher, go through the allocator, which
 	// forwards what fits the budget: audio first, then the floors (a
 	// video, a point cloud's cheapest choice) by interest, then upgrades.
-	want := map[string]TrackInfo{}
 	groups := map[string]*allocator.Demand{}
 	members := map[string][]TrackInfo{}
 	av := map[webrtc.RTPCodecType][]allocator.Candidate{}
@@ -416,17 +415,30 @@ func (p *peer) reconcile() {
 	// more than probeLoss of the packets reported lost), when the estimate
 	// falls, when the shared path's share becomes the limit, or after its
 	// window.
-	allocate := func(al *allocator.Allocator, budget float64, demands []allocator.Demand) (allocator.Decision, float64) {
-		probing := p.prober.Probing()
-		dec, used, fits := al.AllocateProbe(budget, demands, probing)
+	//
+	// The probe's step comes after the slots are assigned: a demand the
+	// allocation forwards but no slot could take (planSlots) counts as
+	// paused (Allocator.Carried): it resumes with headroom, its rate is
+	// not counted as sent, and a probe forced on it fits only once it
+	// has a slot.
+	allocate := func(al *allocator.Allocator, budget float64, demands []allocator.Demand) (allocator.Decision, float64, bool) {
+		dec, used, fits := al.AllocateProbe(budget, demands, p.prober.Probing())
 		if used == 0 && estimate <= share {
 			if l := al.Least(demands); l > 0 && (l <= share || p.link.othersSent <= 0) {
 				dec, used = al.AllocateLeast(demands)
 			}
 		}
+		return dec, used, fits
+	}
+	probeStep := func(al *allocator.Allocator, demands []allocator.Demand, dec, carried allocator.Decision, fits bool) {
+		probing := p.prober.Probing()
 		// the share as the limit is congestion, not "nothing paused",
-		// which would reset the prober's backoff
-		in := allocator.ProbeInput{Estimate: estimate, Fits: fits, Congested: estimate > share || p.link.tail > allocator.TailHigh || p.link.loss > probeLoss}
+		// which would reset the prober's backoff; a probed floor that
+		// got no slot does not fit
+		in := allocator.ProbeInput{Estimate: estimate, Fits: fits && (dec[probing] == 0 || carried[probing] != 0),
+			Congested: estimate > share || p.link.tail > allocator.TailHigh || p.link.loss > probeLoss}
+		// a demand no slot could take is not probed for: a probe would
+		// not give it one
 		in.Paused, _ = al.CheapestPaused(demands, dec)
 		if ev := p.prober.Step(time.Now(), in); ev != allocator.ProbeNone {
 			if ev == allocator.ProbeStarted {
@@ -435,74 +447,167 @@ func (p *peer) reconcile() {
 			p.n.probes[ev].Add(1)
 			p.n.log.Debug("sfu probe", "session", p.session, "client", p.client, "event", ev, "track", probing, "estimate", estimate, "budget", budget)
 		}
-		return dec, used
 	}
-	var dec allocator.Decision
-	var used float64
+	// plans are the allocations made: the PeerConnection's (probed), and
+	// with a data channel its point clouds'
+	type plan struct {
+		al      *allocator.Allocator
+		demands []allocator.Demand
+		dec     allocator.Decision
+		fits    bool
+		probed  bool
+	}
+	var plans []plan
 	if p.pcc == nil {
 		demands = append(demands, avDemands...)
-		dec, used = allocate(p.alloc, budget, demands)
+		dec, _, fits := allocate(p.alloc, budget, demands)
+		plans = []plan{{al: p.alloc, demands: demands, dec: dec, fits: fits, probed: true}}
 	} else {
 		// Point clouds ride the data channel, budgeted by its own
 		// estimate (which grows by itself: nothing is forced there);
 		// audio and video the PeerConnection's RTP.
-		avDec, avUsed := allocate(p.avAlloc, budget, avDemands)
-		dec, used = p.alloc.Allocate(math.Min(p.pcc.estimate(time.Now()), share-avUsed), demands)
-		maps.Copy(dec, avDec)
-		used += avUsed
+		avDec, avUsed, fits := allocate(p.avAlloc, budget, avDemands)
+		pcDec, _ := p.alloc.Allocate(math.Min(p.pcc.estimate(time.Now()), share-avUsed), demands)
+		plans = []plan{{al: p.avAlloc, demands: avDemands, dec: avDec, fits: fits, probed: true}, {al: p.alloc, demands: demands, dec: pcDec}}
 	}
+	dec := allocator.Decision{}
+	for _, pl := range plans {
+		maps.Copy(dec, pl.dec)
+	}
+	want := map[string]wantedTrack{}
 	for _, d := range avDemands {
 		if dec[d.ID] != 0 {
-			want[d.ID] = avInfo[d.ID]
+			want[d.ID] = wantedTrack{info: avInfo[d.ID], interest: d.Interest}
 		}
 	}
-	fwd := make(map[string]float64, len(dec)) // per point-cloud publisher
+	for client, ts := range members {
+		for _, t := range ts {
+			if dec[client].Has(t.Description()) {
+				w := wantedTrack{info: t, rank: 1, interest: groups[client].Interest}
+				if p.alloc.Mode == allocator.Layers && t.Description() > 0 {
+					w.rank = 2 // an upgrade
+				}
+				want[t.Key()] = w
+			}
+		}
+	}
+	for i, t := range planSlots(p.slots, want) {
+		s := p.slots[i]
+		if s.src != nil && (t == nil || s.src.info.Key() != t.Key()) {
+			p.unassign(s)
+		}
+		if t != nil && s.src == nil {
+			p.assign(s, *t)
+		}
+	}
+	// what the slots carry, by demand
+	carried := allocator.Decision{}
+	for _, s := range p.slots {
+		if s.src == nil {
+			continue
+		}
+		t := s.src.info
+		if _, ok := avInfo[t.Key()]; ok {
+			carried[t.Key()] = dec[t.Key()]
+		} else if t.PointCloud() && t.Description() >= 0 {
+			carried[t.Client] |= 1 << t.Description()
+		}
+	}
+	used := 0.0
+	for _, pl := range plans {
+		used += pl.al.Carried(pl.demands, pl.dec, carried)
+		if pl.probed {
+			probeStep(pl.al, pl.demands, pl.dec, carried, pl.fits)
+		}
+	}
+	fwd := make(map[string]float64, len(carried)) // per point-cloud publisher
 	for _, d := range demands[:pcs] {
 		for i, r := range d.Rates {
-			if dec[d.ID].Has(i) {
+			if (dec[d.ID] & carried[d.ID]).Has(i) {
 				fwd[d.ID] += r
 			}
 		}
 	}
 	p.setForwarded(fwd)
 	p.budget, p.allocated = budget, used
-	for client, ts := range members {
-		for _, t := range ts {
-			if dec[client].Has(t.Description()) {
-				want[t.Key()] = t
-			}
-		}
-	}
-	// release slots whose track is no longer wanted
-	for _, s := range p.slots {
-		if s.src != nil {
-			if _, ok := want[s.src.info.Key()]; !ok {
-				p.unassign(s)
-			} else {
-				delete(want, s.src.info.Key())
-			}
-		}
-	}
-	keys := make([]string, 0, len(want))
-	for k := range want {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		t := want[k]
-		kind := webrtc.NewRTPCodecType(t.Kind)
-		for _, s := range p.slots {
-			if s.src == nil && s.kind == kind && s.accepts(t) {
-				p.assign(s, t)
-				break
-			}
-		}
-	}
 	// The client is told what differs from what it was last told, not
 	// only what this pass changed: a slot freed elsewhere (dropSources)
 	// that nothing refills would otherwise stay, for the client, on its
 	// old track.
 	p.notify()
+}
+
+// wantedTrack is a track an allocation forwards, as planSlots ranks it:
+// audio and video (rank 0) before point-cloud floors (1) before upgrades
+// (2); within a rank the most interesting first, then by key.
+type wantedTrack struct {
+	info     TrackInfo
+	rank     int
+	interest float64
+}
+
+func (w wantedTrack) before(o wantedTrack) bool {
+	if w.rank != o.rank {
+		return w.rank < o.rank
+	}
+	if w.interest != o.interest {
+		return w.interest > o.interest
+	}
+	return w.info.Key() < o.info.Key()
+}
+
+// planSlots returns, per slot, the track it is to carry (nil: none) for
+// the tracks wanted, by key. A slot keeps a wanted track it carries; the
+// other wanted tracks, in planSlots' order (wantedTrack), take a free slot
+// of their kind that accepts them, else the slot of the last track in that
+// order of a lower rank, which then has none. A Go client's RTP video
+// slots carry video and point clouds alike: before, a point cloud took the
+// slot of a video paused for budget, and the video, wanted again, found
+// none free, for good. A wanted track left without a slot is paused
+// (Allocator.Carried).
+func planSlots(slots []*slot, want map[string]wantedTrack) []*TrackInfo {
+	plan := make([]*TrackInfo, len(slots))
+	held := map[string]int{} // key → slot
+	for i, s := range slots {
+		if s.src == nil {
+			continue
+		}
+		if w, ok := want[s.src.info.Key()]; ok {
+			plan[i] = &w.info
+			held[w.info.Key()] = i
+		}
+	}
+	pending := make([]wantedTrack, 0, len(want))
+	for k, w := range want {
+		if _, ok := held[k]; !ok {
+			pending = append(pending, w)
+		}
+	}
+	sort.Slice(pending, func(i, j int) bool { return pending[i].before(pending[j]) })
+	for _, w := range pending {
+		kind := webrtc.NewRTPCodecType(w.info.Kind)
+		free, victim := -1, -1
+		for i, s := range slots {
+			if s.kind != kind || !s.accepts(w.info) {
+				continue
+			}
+			if plan[i] == nil {
+				free = i
+				break
+			}
+			h := want[plan[i].Key()]
+			if h.rank > w.rank && (victim < 0 || want[plan[victim].Key()].before(h)) {
+				victim = i
+			}
+		}
+		if free < 0 {
+			free = victim
+		}
+		if free >= 0 {
+			plan[free] = &w.info
+		}
+	}
+	return plan
 }
 
 // holds reports whether one of the peer's slots carries the track; p.mu

@@ -415,3 +415,30 @@ func Interest(pose Pose, pos Vec3) float64 {
 	}
 	return 0.25 * score
 }
+
+// Carried records what of dec, the last allocation's decision on demands,
+// the caller could carry out (carried; a subscriber may have no slot free
+// for a track) and returns the bitrate of what it carried. A demand dec
+// forwards and carried none of is paused as if the allocation had left it
+// out: it comes back with headroom (ResumeMargin), CheapestPaused can
+// return it (so a probe can bring it back), and its floor no longer counts
+// in what the next allocation may take in its place. Before, such a
+// demand counted as forwarded: never probed, its rate still spent.
+func (a *Allocator) Carried(demands []Demand, dec, carried Decision) float64 {
+	used := 0.0
+	for _, d := range demands {
+		got := dec[d.ID] & carried[d.ID]
+		used += d.rate(got)
+		if dec[d.ID] == 0 || got != 0 {
+			continue
+		}
+		if d.ID == a.forced {
+			a.forced = "" // forwarded above the budget: not in floors
+		} else {
+			_, r := a.cheapest(d)
+			a.floors = max(a.floors-r, 0)
+		}
+		a.starved[d.ID] = 1
+	}
+	return used
+}
