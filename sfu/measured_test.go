@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pion/webrtc/v4"
-
 	"github.com/xrealm/xrealm/sfu/allocator"
 	"github.com/xrealm/xrealm/sfu/bwe"
 )
@@ -28,12 +26,7 @@ func TestRemoteVideoMeasuredRate(t *testing.T) {
 	}, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}, {ID: "cam", Mime: webrtc.MimeTypeVP8}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialAVPublisher(ctx, t, c)
 	if pub.Node != "1" {
 		t.Fatalf("publisher at site a assigned to node %s, want 1", pub.Node)
 	}

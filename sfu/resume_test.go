@@ -80,12 +80,7 @@ func testPausedVideoResumes(t *testing.T, estimator string, narrow []int64, stea
 	c := startCluster(t, "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}, {ID: "cam", Mime: webrtc.MimeTypeVP8}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialAVPublisher(ctx, t, c)
 	publishAudio(ctx, pub)
 	go publishVideo(ctx, pub.Tracks["cam"], 2000) // about 500 kbit/s
 	link, err := newShapeNet(100 * time.Millisecond)
@@ -195,4 +190,17 @@ func testPausedVideoResumes(t *testing.T, estimator string, narrow []int64, stea
 			t.Errorf("xrealm_sfu_probes_total{result=%q} = %v, want %v (%v)", r, got[r], want, got)
 		}
 	}
+}
+
+// dialAVPublisher joins alice at site a of session s1 publishing a
+// microphone ("mic", Opus) and a camera ("cam", VP8); the test closes it.
+func dialAVPublisher(ctx context.Context, t *testing.T, c *cluster) *Client {
+	t.Helper()
+	pub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "pub"), Session: "s1", Client: "alice", Site: "a", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "mic", Mime: webrtc.MimeTypeOpus}, {ID: "cam", Mime: webrtc.MimeTypeVP8}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pub.Close() })
+	return pub
 }

@@ -3,6 +3,7 @@ package ubiq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,6 +16,13 @@ import (
 // with a JetStream error, as they do while the store is unreachable.
 func refuseRewrites(t *testing.T, ts *testServer, refuse bool) {
 	t.Helper()
+	updateBucketStream(t, ts, fmt.Sprintf("discard new per subject %v", refuse), func(c *jetstream.StreamConfig) { c.DiscardNewPerSubject = refuse })
+}
+
+// updateBucketStream changes the configuration of the stream of ts's
+// bucket with change; what says what the change is, for the error.
+func updateBucketStream(t *testing.T, ts *testServer, what string, change func(*jetstream.StreamConfig)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st, err := ts.s.cfg.JS.Stream(ctx, "KV_"+ts.s.cfg.Bucket)
@@ -22,9 +30,9 @@ func refuseRewrites(t *testing.T, ts *testServer, refuse bool) {
 		t.Fatal(err)
 	}
 	cfg := st.CachedInfo().Config
-	cfg.DiscardNewPerSubject = refuse
+	change(&cfg)
 	if _, err := ts.s.cfg.JS.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("update stream %s (discard new per subject %v): %v", cfg.Name, refuse, err)
+		t.Fatalf("update stream %s (%s): %v", cfg.Name, what, err)
 	}
 }
 

@@ -16,17 +16,7 @@ import (
 // writes go on.
 func refuseRollups(t *testing.T, ts *testServer, refuse bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := ts.s.cfg.JS.Stream(ctx, "KV_"+ts.s.cfg.Bucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.AllowRollup = !refuse
-	if _, err := ts.s.cfg.JS.UpdateStream(ctx, cfg); err != nil {
-		t.Fatalf("update stream %s (allow rollup %v): %v", cfg.Name, !refuse, err)
-	}
+	updateBucketStream(t, ts, fmt.Sprintf("allow rollup %v", !refuse), func(c *jetstream.StreamConfig) { c.AllowRollup = !refuse })
 }
 
 // A node dies while the store refuses rewrites: the surviving node's
