@@ -140,7 +140,15 @@ describe('audio and video', () => {
     expect((await stats(a)).camera).toBe('off');
     expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('false');
     expect(await toggleMark(a, '#xr-cam')).toBe(MARK_OFF);
-    await waitFor('A\'s video gone on B', async () => (await video())?.anchor === 'hidden', 15_000);
+    // Gone: hidden once no frame came for 1.5 s, and unbound from A once the
+    // node frees the slot 2 s after the last frame (a poll that missed the
+    // half second between the two found no video of A at all).
+    await waitFor('A\'s video gone on B', async () => {
+      const v = await video();
+      return !v || v.anchor === 'hidden';
+    }, 15_000).catch(async (e) => {
+      throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}`);
+    });
     expect(await b.evaluate((c) => (document.querySelector(`#xr-avatars [data-avatar-for="${c}"] [data-role="head"]`) as any).object3D.visible, aClient)).toBe(true);
     // and on again, on the same connection (2 s after the camera went off
     // the node calls its track idle and frees B's slot: then there is no
@@ -219,7 +227,15 @@ describe('audio and video', () => {
     expect(await parts()).toEqual([false, false]);
     // The camera goes: the cloud still stands in for the head, which stays hidden.
     await a.click('#xr-cam');
-    await waitFor('A\'s video gone on B', async () => (await video())?.anchor === 'hidden', 15_000);
+    // Gone: hidden once no frame came for 1.5 s, and unbound from A once the
+    // node frees the slot 2 s after the last frame (a poll that missed the
+    // half second between the two found no video of A at all).
+    await waitFor('A\'s video gone on B', async () => {
+      const v = await video();
+      return !v || v.anchor === 'hidden';
+    }, 15_000).catch(async (e) => {
+      throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}`);
+    });
     // (waited for: on a loaded machine B may draw A's avatar afresh, and the cloud hides its parts a frame later)
     await waitFor('A\'s head and body hidden by the cloud alone', async () => JSON.stringify(await parts()) === '[false,false]', 5000).catch(async (e) => {
       throw new Error(`${e.message}: ${JSON.stringify(await parts())}; B point clouds ${JSON.stringify(await cloud())}`);
