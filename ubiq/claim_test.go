@@ -2,9 +2,13 @@ package ubiq
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Peers A and B are members of one room on one node. A's count-out is
@@ -75,5 +79,93 @@ func TestRetriedCountOutAppliedOnce(t *testing.T) {
 	}
 	if got := r.Joined[node]; len(got) != 1 || got[0] == claimB {
 		t.Fatalf("after B's count-outs, claims of node %s: %v, want only C's", node, got)
+	}
+}
+
+// answerLostKV applies every Create and Update of a room record and then
+// reports an error, as when the store's answer times out after it applied
+// the write.
+type answerLostKV struct {
+	jetstream.KeyValue
+}
+
+var errAnswerLost = errors.New("answer lost (test)")
+
+func isInfoKey(key string) bool { return strings.HasPrefix(key, "r.") && strings.HasSuffix(key, ".i") }
+
+func (kv answerLostKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if _, err := kv.KeyValue.Create(ctx, key, value, opts...); err != nil || !isInfoKey(key) {
+		return 0, err
+	}
+	return 0, errAnswerLost
+}
+
+func (kv answerLostKV) Update(ctx context.Context, key string, value []byte, last uint64) (uint64, error) {
+	if _, err := kv.KeyValue.Update(ctx, key, value, last); err != nil || !isInfoKey(key) {
+		return 0, err
+	}
+	return 0, errAnswerLost
+}
+
+// A new room's claim is written with its fresh join code, but the answer
+// is lost. Before, claimRoom then freed the code's key while the record
+// named the code: another room could take the code, and a joiner by code
+// reached neither. Now the key stays until the room no longer holds the
+// code: the claim's count-out takes it.
+func TestClaimWithLostAnswerKeepsCode(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, node := ts.s.store, ts.s.node
+	lossy := *st
+	lossy.kv = answerLostKV{st.kv}
+
+	room, claim := newUUID(), newClaimID()
+	_, claimErr := lossy.claimRoom(ctx, room, "", "lost answer", claim, true)
+	if !errors.Is(claimErr, errAnswerLost) {
+		t.Fatalf("claim with a lost answer: err %v, want %v", claimErr, errAnswerLost)
+	}
+	r, _, err := st.getRoom(ctx, room)
+	if err != nil {
+		t.Fatalf("the claim's write landed, but room %s: %v", room, err)
+	}
+	if got, err := st.roomByCode(ctx, r.JoinCode); err != nil || got != room {
+		t.Fatalf("room %s holds join code %s, which names room %q (err %v)", room, r.JoinCode, got, err)
+	}
+	// What the server does with the error: a retried free of the code,
+	// which leaves a code the room holds ...
+	var cn *codeNotFreedError
+	if !errors.As(claimErr, &cn) {
+		t.Fatalf("err %v: no join code handed to the retrier", claimErr)
+	}
+	if err := st.freeCodeOf(ctx, cn); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.roomByCode(ctx, r.JoinCode); err != nil || got != room {
+		t.Fatalf("after the retried free, join code %s names room %q (err %v), want %s", r.JoinCode, got, err, room)
+	}
+	// ... and the claim's count-out, which takes the code with it.
+	if err := st.unclaimRoom(ctx, room, "", node, claim); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.roomByCode(ctx, r.JoinCode); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("after the count-out, join code %s names room %q (err %v), want none", r.JoinCode, got, err)
+	}
+
+	// A claim whose write did not land: the retried free frees the code.
+	room = newUUID()
+	_, err = lossy.claimRoom(ctx, room, "", "lost answer", newClaimID(), true)
+	cn = nil
+	if !errors.As(err, &cn) {
+		t.Fatalf("err %v: no join code handed to the retrier", err)
+	}
+	if err := st.kv.Purge(ctx, infoKey(room)); err != nil { // as if the write had not landed
+		t.Fatal(err)
+	}
+	if err := st.freeCodeOf(ctx, cn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.kv.Get(ctx, codeKey(cn.code)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("join code %s of a claim that did not land: key still there (err %v)", cn.code, err)
 	}
 }

@@ -403,12 +403,23 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, p
 			s.recordWritten(uuid, r, wrev)
 			return r, nil
 		}
+		conflict := bus.IsRevisionConflict(err)
+		if fresh != "" && !conflict {
+			// The write may have landed all the same (its answer lost):
+			// the code's key stays until the retrier finds the room
+			// without that code (freeCodeOf without a revision), which
+			// is when the caller's count-out of the claim took it, or at
+			// once if the write did not land. Freed now, another room
+			// could take a code this room's record still names.
+			return nil, errors.Join(fmt.Errorf("join room %s: %w", uuid, err),
+				&codeNotFreedError{room: uuid, code: fresh, err: fmt.Errorf("the room's write may have landed: %w", err)})
+		}
 		if fresh != "" {
 			if ferr := s.freeCode(ctx, fresh, freshRev); ferr != nil {
 				return nil, errors.Join(fmt.Errorf("join room %s: %w", uuid, err), &codeNotFreedError{room: uuid, code: fresh, rev: freshRev, err: ferr})
 			}
 		}
-		if !bus.IsRevisionConflict(err) {
+		if !conflict {
 			return nil, fmt.Errorf("join room %s: %w", uuid, err)
 		}
 		if ctx.Err() != nil {
