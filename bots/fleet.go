@@ -29,8 +29,23 @@ type FleetConfig struct {
 	Prefix string
 	// Parallel bounds how many bots connect at once; 0 = 16.
 	Parallel int
-	Log      *slog.Logger
+	// Reconnect makes a bot whose connection ends join again, as a
+	// browser client does, after a wait that doubles from ReconnectMin
+	// to ReconnectMax, jittered, while it fails. Its poses due while it
+	// is away count as missed. Without it, a bot whose connection ends
+	// stops (a benchmark's bots: a lost connection is a result).
+	Reconnect bool
+	Log       *slog.Logger
 }
+
+// The waits before a bot joins again (FleetConfig.Reconnect): the first,
+// doubled while joins fail, up to the last; each drawn between half and
+// all of it, so that the bots of a server that restarted do not all come
+// back at once.
+const (
+	ReconnectMin = 500 * time.Millisecond
+	ReconnectMax = 10 * time.Second
+)
 
 // Fleet is a set of connected bots.
 type Fleet struct {
@@ -40,9 +55,16 @@ type Fleet struct {
 	scenes map[string]int // members per scene
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	lost   atomic.Int64
+	lost   atomic.Int64 // connections lost
+	rejoin atomic.Int64 // joins again after a lost connection (Reconnect)
+	// rejoinFailed counts failed joins again, for logging the first few.
+	rejoinFailed atomic.Int64
 	// firstLost is why the first bot to lose its connection lost it.
 	firstLost atomic.Pointer[error]
+	// linkMu orders setting bots' links against Close: a join that
+	// ends after Close closed the links closes its own.
+	linkMu sync.Mutex
+	closed bool
 	// JoinTimes holds each bot's connect-and-subscribe time.
 	JoinTimes []time.Duration
 }
@@ -51,7 +73,7 @@ type bot struct {
 	fleet *Fleet
 	id    Identity
 	beh   Behaviour
-	link  Link
+	link  atomic.Pointer[linkRef] // the current connection (nil before the first join)
 	meter *Meter
 	peers *peerTable // nil unless the behaviour watches peers
 
@@ -67,6 +89,24 @@ type bot struct {
 	// scene): ownPend counted by the read goroutine, own once flushed.
 	ownPend int64
 	own     atomic.Int64
+}
+
+type linkRef struct{ Link }
+
+// conn returns the bot's current connection.
+func (b *bot) conn() Link { return b.link.Load().Link }
+
+// setLink makes l the bot's connection, unless the fleet is closed: then
+// it closes l and reports false.
+func (f *Fleet) setLink(b *bot, l Link) bool {
+	f.linkMu.Lock()
+	defer f.linkMu.Unlock()
+	if f.closed {
+		l.Close()
+		return false
+	}
+	b.link.Store(&linkRef{l})
+	return true
 }
 
 // MaxRate is the highest rate CheckRate accepts: one pose per
@@ -171,7 +211,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 				return
 			}
 			f.JoinTimes[b.id.Index] = time.Since(t0)
-			b.link = link
+			b.link.Store(&linkRef{link})
 		}()
 	}
 	wg.Wait()
@@ -198,19 +238,68 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		}()
 	}
 	for _, b := range f.bots {
+		jitter := rand.New(rand.NewPCG(rng.Uint64(), 0))
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			select {
-			case <-b.link.Done():
-				if runCtx.Err() == nil {
-					f.disconnected(b)
-				}
-			case <-runCtx.Done():
-			}
+			f.watch(runCtx, b, jitter)
 		}()
 	}
 	return f, nil
+}
+
+// watch accounts for the ends of bot b's connections until ctx ends, and
+// with Reconnect joins it again after each.
+func (f *Fleet) watch(ctx context.Context, b *bot, rng *rand.Rand) {
+	for {
+		select {
+		case <-b.conn().Done():
+		case <-ctx.Done():
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		f.disconnected(b)
+		if !f.cfg.Reconnect || !f.rejoinBot(ctx, b, rng) {
+			return
+		}
+	}
+}
+
+// rejoinBot joins bot b again, waiting before each try (ReconnectMin,
+// doubled after each failure up to ReconnectMax, jittered), until a join
+// succeeds or ctx ends. It reports whether b has a connection again.
+func (f *Fleet) rejoinBot(ctx context.Context, b *bot, rng *rand.Rand) bool {
+	wait := ReconnectMin
+	for tries := 1; ; tries++ {
+		t := time.NewTimer(wait/2 + time.Duration(rng.Int64N(int64(wait/2)+1)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		link, err := f.cfg.Transport.Join(ctx, b.id, b, b.peers != nil)
+		if err == nil {
+			if !f.setLink(b, link) {
+				return false
+			}
+			if n := f.rejoin.Add(1); n <= logLost {
+				f.cfg.Log.Info("bot joined again", "bot", b.id.User, "tries", tries)
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if n := f.rejoinFailed.Add(1); n <= logLost {
+			f.cfg.Log.Warn("bot could not join again; retrying", "bot", b.id.User, "tries", tries, "err", err)
+		} else if n == logLost+1 {
+			f.cfg.Log.Warn("more joins again failed; the bots keep trying, at most 10 s apart")
+		}
+		wait = min(2*wait, ReconnectMax)
+	}
 }
 
 // logLost is how many disconnections a fleet logs one by one; after them
@@ -220,7 +309,7 @@ const logLost = 3
 
 // disconnected accounts for bot b's lost connection.
 func (f *Fleet) disconnected(b *bot) {
-	err := linkErr(b.link)
+	err := linkErr(b.conn())
 	f.firstLost.CompareAndSwap(nil, &err)
 	switch n := f.lost.Add(1); {
 	case n <= logLost:
@@ -309,11 +398,17 @@ func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first ti
 	// them replays at that speed).
 	last := first.Add(-period)
 	var peers []Peer
+	// Without Reconnect the sender ends with the connection; with it, a
+	// tick while the bot is away is missed, and it sends again once back.
+	var ended <-chan struct{}
+	if !f.cfg.Reconnect {
+		ended = b.conn().Done()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-b.link.Done():
+		case <-ended:
 			return
 		case <-t.C:
 		}
@@ -323,10 +418,14 @@ func (f *Fleet) send(ctx context.Context, b *bot, period time.Duration, first ti
 		}
 		pose := b.beh.Step(sched.Next.Sub(last), peers)
 		last = sched.Next
-		if err := b.link.SendPose(pose, sched.Due()); err != nil {
-			return
+		if err := b.conn().SendPose(pose, sched.Due()); err != nil {
+			if !f.cfg.Reconnect {
+				return
+			}
+			sched.Skip(b.meter, time.Now())
+		} else {
+			sched.Sent(b.meter, time.Now())
 		}
-		sched.Sent(b.meter, time.Now())
 		t.Reset(max(time.Until(sched.Next), 0))
 	}
 }
@@ -342,7 +441,7 @@ func (f *Fleet) Connected() int {
 	n := 0
 	for _, b := range f.bots {
 		select {
-		case <-b.link.Done():
+		case <-b.conn().Done():
 		default:
 			n++
 		}
@@ -363,7 +462,7 @@ type Result struct {
 	Delivered    int64
 	Bytes        int64 // payload bytes delivered
 	Latency      *hdrhistogram.Histogram
-	Disconnected int64 // bots that lost their connection so far
+	Disconnected int64 // connections the bots lost so far
 }
 
 // Ratio returns Delivered/Expected.
@@ -460,21 +559,29 @@ func (f *Fleet) Close() error {
 }
 
 func (f *Fleet) closeLinks() {
+	f.linkMu.Lock()
+	f.closed = true
+	f.linkMu.Unlock()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for _, b := range f.bots {
-		if b.link == nil {
+		l := b.link.Load()
+		if l == nil {
 			continue
 		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			b.link.Close()
+			l.Close()
 		}()
 	}
 	wg.Wait()
 }
+
+// Lost returns how many connections the bots lost, and how many of them
+// they joined again (FleetConfig.Reconnect).
+func (f *Fleet) Lost() (lost, rejoined int64) { return f.lost.Load(), f.rejoin.Load() }
 
 // peerTable holds the peers a bot has seen lately.
 type peerTable struct {

@@ -250,10 +250,20 @@ func (c *MQTTClient) Publish(topic string, payload []byte) error {
 	c.wmu.Unlock()
 	c.lastWrite.Store(time.Now().UnixNano())
 	if err != nil {
+		if peerClosed(err) && !c.closing.Load() {
+			err = fmt.Errorf("the server closed the connection (%w)", err)
+		}
 		err = fmt.Errorf("mqtt publish %s: %w", topic, err)
 		c.fail(err)
 	}
 	return err
+}
+
+// peerClosed reports whether err is the other end closing the connection:
+// an end of stream, or, with data still unread on one side, a reset or a
+// broken pipe.
+func peerClosed(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 func (c *MQTTClient) writePacket(cp packets.ControlPacket) error {
@@ -308,7 +318,7 @@ func (c *MQTTClient) keepalive() {
 func (c *MQTTClient) readLoop() {
 	defer close(c.done)
 	if err := c.receive(); err != nil {
-		if errors.Is(err, io.EOF) && !c.closing.Load() {
+		if peerClosed(err) && !c.closing.Load() {
 			err = fmt.Errorf("the server closed the connection (%w)", err)
 		}
 		c.fail(fmt.Errorf("mqtt %s: read: %w", c.cfg.Addr, err))

@@ -3,10 +3,14 @@ package bots
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -144,5 +148,27 @@ func TestMQTTClientErrWhenServerCloses(t *testing.T) {
 	}
 	if err := c.Err(); err == nil || !strings.Contains(err.Error(), "the server closed the connection") {
 		t.Errorf("Err() = %v, want it to say the server closed the connection", err)
+	}
+}
+
+// A server that stops with bytes unread resets the connection (a read
+// gets ECONNRESET, a write EPIPE): that is the server closing it too, and
+// the bots say so rather than "broken pipe" alone.
+func TestPeerClosed(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{io.EOF, true},
+		{fmt.Errorf("read: %w", io.EOF), true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true},
+		{&net.OpError{Op: "write", Net: "tcp", Err: os.NewSyscallError("write", syscall.EPIPE)}, true},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, false},
+		{net.ErrClosed, false}, // closed by this end
+		{errors.New("short PUBLISH"), false},
+	} {
+		if got := peerClosed(tc.err); got != tc.want {
+			t.Errorf("peerClosed(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }

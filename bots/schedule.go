@@ -41,6 +41,16 @@ func (s *Schedule) Advance(now time.Time) (first, n int64) {
 	return first, n
 }
 
+// Skip counts the pose due at s.Next as missed on m (it could not be
+// sent: the connection is down) and advances the schedule at now,
+// counting the ticks it skips as missed too.
+func (s *Schedule) Skip(m *Meter, now time.Time) {
+	m.Missed(s.Due(), 1, int64(s.Period))
+	if first, n := s.Advance(now); n > 0 {
+		m.Missed(first, n, int64(s.Period))
+	}
+}
+
 // Sent counts the pose due at s.Next as sent on m and advances the
 // schedule at now, counting the ticks it skips as missed on m.
 func (s *Schedule) Sent(m *Meter, now time.Time) {

@@ -64,6 +64,7 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	every := fs.Duration("progress", time.Second, "progress line interval")
 	parallel := fs.Int("parallel", 16, "bots connecting at once")
 	seed := fs.Uint64("seed", 1, "random seed")
+	reconnect := fs.Bool("reconnect", false, "a bot whose connection ends joins again (waits from 0.5 s, doubled while it fails, up to 10 s), as a browser does; poses due while it is away count as missed. Without it a lost bot stays away, and the run ends when every bot is gone")
 	prefix := fs.String("prefix", "", "user names and client ids are {prefix}{i} (default: bot, 4 random letters and '-', new each run: a client id two runs share is taken over, the first run's bot disconnected)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -151,12 +152,12 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		// outlast the run.
 		kt.TTL = botsTokenTTL(*duration)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	fmt.Fprintf(stderr, "connecting %d bots (%s, user names %s0...) to %s in %d scene(s)...\n", *users, *behaviour, *prefix, *addr, len(scenes))
 	t0 := time.Now()
 	fleet, err := bots.StartFleet(ctx, bots.FleetConfig{
 		Transport: tr, Users: *users, Realm: *realm, Scenes: scenes, Rate: *rate,
-		Behaviour: spec, Seed: *seed, Prefix: *prefix, Parallel: *parallel, Log: log,
+		Behaviour: spec, Seed: *seed, Prefix: *prefix, Parallel: *parallel, Reconnect: *reconnect, Log: log,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -171,14 +172,15 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		ctx, cancel = context.WithTimeout(ctx, *duration)
 		defer cancel()
 	}
-	return botsProgress(ctx, stdout, fleet, *every)
+	return botsProgress(ctx, stdout, fleet, *every, *reconnect)
 }
 
 // botsProgress prints a progress line every interval until ctx ends, then
 // stops the senders, waits for the poses still on their way (botsDrain)
-// and prints a summary of the whole run. It fails when every bot has been
-// disconnected (the server went away): the run measures nothing more.
-func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every time.Duration) error {
+// and prints a summary of the whole run. Unless the bots reconnect, it
+// fails when every bot has been disconnected (the server went away): the
+// run measures nothing more.
+func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every time.Duration, reconnect bool) error {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	start := time.Now()
@@ -193,9 +195,13 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 		if expected > 0 {
 			ratio = strconv.FormatFloat(100*float64(delivered)/float64(expected), 'f', 2, 64) + "%"
 		}
-		fmt.Fprintf(w, "total %s  users %d/%d  sent %d  received %d  missed %d  delivered %s  latency %s\n",
+		lostLine := ""
+		if lost, rejoined := fleet.Lost(); lost > 0 {
+			lostLine = fmt.Sprintf("  connections lost %d, joined again %d", lost, rejoined)
+		}
+		fmt.Fprintf(w, "total %s  users %d/%d  sent %d  received %d  missed %d  delivered %s  latency %s%s\n",
 			now.Sub(start).Round(100*time.Millisecond), fleet.Connected(), fleet.Users(),
-			tot.Sent, tot.Received, tot.Missed, ratio, latencies(all))
+			tot.Sent, tot.Received, tot.Missed, ratio, latencies(all), lostLine)
 		if tot.Sent > 0 && tot.Received == 0 {
 			fmt.Fprintln(w, "no pose came back: the server dropped them all (a --size above the largest message it takes? a token that may not publish in the scene?)")
 		}
@@ -215,17 +221,21 @@ func botsProgress(ctx context.Context, w io.Writer, fleet *bots.Fleet, every tim
 			// Ticks the senders were too late for (the generator is behind,
 			// or blocked by a server that stopped reading) show only when
 			// there are some.
+			connected := fleet.Connected()
 			missed := ""
 			if m := tot.Missed - prev.Missed; m > 0 {
-				missed = fmt.Sprintf("  MISSED %.0f/s (senders late)", float64(m)/dt)
+				why := "senders late"
+				if reconnect && connected < fleet.Users() {
+					why = "senders late or away"
+				}
+				missed = fmt.Sprintf("  MISSED %.0f/s (%s)", float64(m)/dt, why)
 			}
-			connected := fleet.Connected()
 			fmt.Fprintf(w, "%6.0fs  users %d/%d  sent %7.0f/s  received %8.0f/s  %6.2f MB/s  latency %s%s\n",
 				now.Sub(start).Seconds(), connected, fleet.Users(),
 				float64(tot.Sent-prev.Sent)/dt, float64(tot.Received-prev.Received)/dt, float64(tot.Bytes-prev.Bytes)/dt/1e6,
 				latencies(h), missed)
 			prev, prevT = tot, now
-			if connected == 0 {
+			if connected == 0 && !reconnect {
 				fleet.Stop()
 				summary(now)
 				return fmt.Errorf("all %d bots were disconnected; the first: %v (the server stopped or closed them: another client taking over the same client ids, --prefix, or tokens that expired)", fleet.Users(), fleet.LostReason())

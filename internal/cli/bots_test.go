@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/server"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -32,7 +34,7 @@ func TestBotsProgressEndsWhenAllDisconnected(t *testing.T) {
 	defer fleet.Close()
 	var out bytes.Buffer
 	done := make(chan error, 1)
-	go func() { done <- botsProgress(ctx, &out, fleet, 200*time.Millisecond) }()
+	go func() { done <- botsProgress(ctx, &out, fleet, 200*time.Millisecond, false) }()
 
 	// Lines while the server runs (read only after botsProgress returns).
 	time.Sleep(700 * time.Millisecond)
@@ -57,6 +59,83 @@ func TestBotsProgressEndsWhenAllDisconnected(t *testing.T) {
 	last := lines[len(lines)-1]
 	if !strings.HasPrefix(last, "total ") || !strings.Contains(last, "users 0/3") || strings.Contains(last, "received 0 ") {
 		t.Errorf("summary %q: want the total of the run, with what was received", last)
+	}
+}
+
+// With --reconnect, bots whose server restarted join again, as browser
+// pages do, and go on sending: the run does not end when every bot is
+// gone, the poses due while they were away count as missed, and the
+// summary says how many connections were lost and joined again.
+func TestBotsReconnectAfterServerRestart(t *testing.T) {
+	cfg, srv := startTestServer(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fleet, err := bots.StartFleet(ctx, bots.FleetConfig{
+		Transport: &bots.MQTTTransport{Addr: cfg.MQTTAddr}, Users: 3, Scenes: []string{"public/reconnect"},
+		Rate: 20, Behaviour: bots.Spec{Name: "randomwalk"}, Seed: 1, Reconnect: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fleet.Close()
+	rctx, rcancel := context.WithCancel(ctx)
+	defer rcancel()
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() { done <- botsProgress(rctx, &out, fleet, 100*time.Millisecond, true) }()
+
+	waitUntil := func(what string, ok func() bool) {
+		t.Helper()
+		for !ok() {
+			if ctx.Err() != nil {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	received := func() int64 { tot, _ := fleet.Accounts().Live(); return tot.Received }
+	waitUntil("poses received", func() bool { return received() > 0 })
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil("every bot disconnected", func() bool { return fleet.Connected() == 0 })
+	select {
+	case err := <-done:
+		t.Fatalf("the run ended when every bot was gone (%v), want the bots to keep trying", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// The same server again, on the same ports and data.
+	srv2, err := server.Start(ctx, cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		srv2.Shutdown(sctx)
+	}()
+	waitUntil("every bot joined again", func() bool { return fleet.Connected() == 3 })
+	back := received()
+	waitUntil("poses received after the restart", func() bool { return received() > back+30 })
+	rcancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "total ") || !strings.Contains(last, "users 3/3") || !strings.Contains(last, "connections lost 3, joined again 3") {
+		t.Errorf("summary %q: want users 3/3, connections lost 3, joined again 3", last)
+	}
+	var missed int
+	if i := strings.Index(last, "missed "); i < 0 {
+		t.Fatalf("summary %q: no missed count", last)
+	} else if _, err := fmt.Sscanf(last[i:], "missed %d", &missed); err != nil || missed == 0 {
+		t.Errorf("summary %q: want the poses due while the bots were away counted as missed (%v)", last, err)
+	}
+	if lost, rejoined := fleet.Lost(); lost != 3 || rejoined != 3 {
+		t.Errorf("fleet.Lost() = %d, %d; want 3 lost, 3 joined again", lost, rejoined)
 	}
 }
 
@@ -89,7 +168,7 @@ func TestBotsSummaryCountsToTheEnd(t *testing.T) {
 	rctx, rcancel := context.WithTimeout(ctx, time.Second)
 	defer rcancel()
 	var out bytes.Buffer
-	if err := botsProgress(rctx, &out, fleet, time.Hour); err != nil {
+	if err := botsProgress(rctx, &out, fleet, time.Hour, false); err != nil {
 		t.Fatal(err)
 	}
 	line := strings.TrimSpace(out.String())
@@ -102,12 +181,31 @@ func TestBotsSummaryCountsToTheEnd(t *testing.T) {
 	// The senders stop, then the poses on their way arrive before the
 	// summary: each of the two bots receives every pose (it lacked the
 	// last ones, as if lost).
-	var sent, received int
-	if _, err := fmt.Sscanf(line[strings.Index(line, "sent "):], "sent %d  received %d", &sent, &received); err != nil {
+	checkEverySentPoseDelivered(t, line, 2)
+}
+
+// checkEverySentPoseDelivered checks a summary line of a run of users
+// bots in one scene: each bot received every pose sent (received is users
+// × sent), and the delivered ratio is that over the poses due, sent or
+// missed. On a loaded machine senders are late and skip ticks (missed:
+// due, never delivered), so the ratio is 100 % only when none was; the
+// summary said 57.50 % with 23 sent, 17 missed and all 46 received.
+func checkEverySentPoseDelivered(t *testing.T, line string, users int) {
+	t.Helper()
+	i := strings.Index(line, "sent ")
+	if i < 0 {
+		t.Fatalf("summary %q: no sent count", line)
+	}
+	var sent, received, missed int
+	var delivered string
+	if _, err := fmt.Sscanf(line[i:], "sent %d  received %d  missed %d  delivered %s", &sent, &received, &missed, &delivered); err != nil {
 		t.Fatalf("summary %q: %v", line, err)
 	}
-	if received != 2*sent || !strings.Contains(line, "delivered 100.00%") {
-		t.Errorf("summary %q: want every pose received by both bots (%d), delivered 100.00%%", line, 2*sent)
+	if sent == 0 || received != users*sent {
+		t.Errorf("summary %q: want every pose sent received by all %d bots (%d)", line, users, users*sent)
+	}
+	if want := strconv.FormatFloat(100*float64(received)/float64(users*(sent+missed)), 'f', 2, 64) + "%"; delivered != want {
+		t.Errorf("summary %q: delivered %s, want %s (%d received of %d due: %d sent and %d missed, to each of %d bots)", line, delivered, want, received, users*(sent+missed), sent, missed, users)
 	}
 }
 
@@ -218,9 +316,10 @@ func TestBotsRun(t *testing.T) {
 	out := stdout.String()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	last := lines[len(lines)-1]
-	if !strings.HasPrefix(last, "total ") || !strings.Contains(last, "users 3/3") || !strings.Contains(last, "delivered 100.00%") {
-		t.Errorf("summary %q: want all 3 users and every pose delivered\n%s", last, out)
+	if !strings.HasPrefix(last, "total ") || !strings.Contains(last, "users 3/3") {
+		t.Fatalf("summary %q: want all 3 users\n%s", last, out)
 	}
+	checkEverySentPoseDelivered(t, last, 3)
 	// --size 0 sends poses unpadded.
 	pose := bots.AppendPose(nil, "camera_bot0_bot0", bots.Pose{Rot: bots.NoRotation}, time.Now().UnixNano(), botsPayloadSize(0))
 	if size := len(pose); size > unpaddedPose+10 {
