@@ -56,11 +56,16 @@ describe('audio and video', () => {
     expect(await toggleMark(a, '#xr-mic')).toBe(MARK_OFF);
     await a.click('#xr-mic');
     await a.click('#xr-cam');
-    await waitFor('A\'s devices on', async () => {
+    // The page's state is 'on' as soon as it has the device; the button is
+    // pressed once the sender took the track (replaceTrack resolves later,
+    // slowly on a loaded machine): wait for both.
+    await waitFor('A\'s devices on, and its buttons pressed', async () => {
       const s = await stats(a);
-      return s.microphone === 'on' && s.camera === 'on';
-    }, 15_000);
-    expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('true');
+      return s.microphone === 'on' && s.camera === 'on' &&
+        await a.getAttribute('#xr-mic', 'aria-pressed') === 'true' && await a.getAttribute('#xr-cam', 'aria-pressed') === 'true';
+    }, 15_000).catch(async (e) => {
+      throw new Error(`${e.message}; A ${JSON.stringify(await stats(a))}, pressed mic ${await a.getAttribute('#xr-mic', 'aria-pressed')} cam ${await a.getAttribute('#xr-cam', 'aria-pressed')}`);
+    });
     // on shows without colour too: a filled dot, not in the button's name
     for (const on of ['#xr-mic', '#xr-cam']) expect(await toggleMark(a, on)).toBe(MARK_ON);
     expect(await a.getByRole('button', { name: 'Microphone', exact: true, pressed: true }).count()).toBe(1);
@@ -138,7 +143,8 @@ describe('audio and video', () => {
     // A turns the camera off: the panel goes and the head comes back
     await a.click('#xr-cam');
     expect((await stats(a)).camera).toBe('off');
-    expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('false');
+    // (the button shows it once the sender dropped the track: replaceTrack resolves later)
+    await waitFor('A\'s camera button released', async () => (await a.getAttribute('#xr-cam', 'aria-pressed')) === 'false', 5_000);
     expect(await toggleMark(a, '#xr-cam')).toBe(MARK_OFF);
     // Gone: hidden once no frame came for 1.5 s, and unbound from A once the
     // node frees the slot 2 s after the last frame (a poll that missed the
