@@ -160,7 +160,12 @@ describe('audio and video', () => {
     }, 15_000).catch(async (e) => {
       throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}`);
     });
-    expect(await b.evaluate((c) => (document.querySelector(`#xr-avatars [data-avatar-for="${c}"] [data-role="head"]`) as any).object3D.visible, aClient)).toBe(true);
+    // The head shows again in the frame that hides the video; a poll that
+    // found the slot already unbound may come before that frame.
+    const headShown = () => b.evaluate((c) => (document.querySelector(`#xr-avatars [data-avatar-for="${c}"] [data-role="head"]`) as any).object3D.visible, aClient);
+    await waitFor('A\'s head back on B', headShown, 5_000).catch(async (e) => {
+      throw new Error(`${e.message}; B ${JSON.stringify(await stats(b))}`);
+    });
     // and on again, on the same connection (2 s after the camera went off
     // the node calls its track idle and frees B's slot: then there is no
     // video of A on B until it comes back, bound afresh from 0 frames)
