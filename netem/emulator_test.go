@@ -101,10 +101,15 @@ func testEmulatorAccuracy(t *testing.T, perMs int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	slices.Sort(rtts)
-	oneWay := rtts[len(rtts)/2] / 2
-	// Each direction also waits up to 1 ms for the next opportunity.
+	// Each direction also waits up to 1 ms for the next opportunity. The
+	// delay is a floor that every ping sees; a loaded machine only adds to
+	// it (the echo's goroutines and the emulator's threads run late), and
+	// did to more than half of the pings (medians of 21 and 38 ms one way
+	// under a CPU hog, the lowest RTTs still 21.3-21.5 ms). So the check
+	// is on the 10th percentile: a wrong delay moves every ping.
+	oneWay := rtts[len(rtts)/10] / 2
 	if d := oneWay - delay; d < -2*time.Millisecond || d > 2*time.Millisecond {
-		t.Errorf("median one-way delay %v, want %v ± 2ms (RTTs %v)", oneWay, delay, rtts)
+		t.Errorf("one-way delay %v (10th percentile of the pings; median %v), want %v ± 2ms (RTTs %v)", oneWay, rtts[len(rtts)/2]/2, delay, rtts)
 	}
 
 	// Rate: a bulk TCP flow from client to host for 5 s.
@@ -180,7 +185,7 @@ func testEmulatorAccuracy(t *testing.T, perMs int) {
 	// sender falls behind at times, and the link idles. The per-packet log
 	// tells how much of the window the link was busy: the rate must be the
 	// trace's for that share.
-	busy := uplinkBusyShare(t, filepath.Join(logs, "uplink.log"), 1500*time.Millisecond)
+	busy := uplinkBusyShare(t, filepath.Join(logs, "uplink.log"), 1500*time.Millisecond, 1000)
 	t.Logf("the uplink had a packet queued %.1f%% of the time", 100*busy)
 	if busy < 0.5 {
 		t.Skipf("skipping the rate check: the sender kept the link busy only %.1f%% of the time (the machine is too busy)", 100*busy)
@@ -196,10 +201,14 @@ func testEmulatorAccuracy(t *testing.T, perMs int) {
 }
 
 // uplinkBusyShare is the share of the time from skip after the first
-// delivery to the last one during which the link had a packet queued,
-// from its per-packet log: a packet that arrived after the previous one
-// left found the link idle for the time between.
-func uplinkBusyShare(t *testing.T, path string, skip time.Duration) float64 {
+// delivery of a packet of at least size bytes (the bulk flow's, not the
+// pings' before it) to the last delivery during which the link had a
+// packet queued, from its per-packet log: a packet that arrived after the
+// previous one left found the link idle for the time between. The window
+// started at the first delivery of all, a ping's: when a loaded machine
+// stretched the pings past skip, the idle time between them counted
+// (busy 79.9 % with 47.86 of 48 Mbit/s on the wire).
+func uplinkBusyShare(t *testing.T, path string, skip time.Duration, size int) float64 {
 	t.Helper()
 	var first, from, prev, last, idle uint64
 	started := false
@@ -208,6 +217,9 @@ func uplinkBusyShare(t *testing.T, path string, skip time.Duration) float64 {
 			return
 		}
 		if !started {
+			if r.Bytes < size {
+				return
+			}
 			started, first, prev = true, r.Deq, r.Deq
 			from = first + uint64(skip.Microseconds())
 			return
@@ -219,6 +231,9 @@ func uplinkBusyShare(t *testing.T, path string, skip time.Duration) float64 {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !started {
+		t.Fatalf("uplink log %s: no delivery of %d bytes or more", path, size)
 	}
 	if last <= from {
 		t.Fatalf("uplink log %s: no deliveries after the first %v", path, skip)
