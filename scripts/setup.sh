@@ -25,9 +25,39 @@ apt_install() {
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
 }
 
-if ! command -v go >/dev/null; then
-	say "Go is not installed. Install Go 1.26 or newer (https://go.dev/dl) and run again."
-	exit 1
+# Go: the machine's, if it is at least the version go.mod names; else that
+# version's toolchain from the Go module proxy (the module the go command
+# itself downloads toolchains from), in .tools/go. Debian's golang-go is
+# too old to fetch a newer toolchain itself.
+source scripts/go-env.sh
+go_want=$(awk '$1 == "go" { print $2; exit }' go.mod)
+go_have() { command -v go >/dev/null && go env GOVERSION 2>/dev/null | sed 's/^go//'; }
+go_new_enough() {
+	local have
+	have=$(go_have) || return 1
+	[[ -n $have && $(printf '%s\n%s\n' "$go_want" "$have" | sort -V | head -1) == "$go_want" ]]
+}
+if ! go_new_enough; then
+	case $(uname -m) in
+	x86_64) go_arch=amd64 ;;
+	aarch64 | arm64) go_arch=arm64 ;;
+	*) say "no Go $go_want for $(uname -m) on the Go proxy: install Go $go_want or newer (https://go.dev/dl) and run again"; exit 1 ;;
+	esac
+	command -v curl >/dev/null && command -v unzip >/dev/null || apt_install curl unzip ca-certificates
+	proxy=${GOPROXY:-https://proxy.golang.org}
+	proxy=${proxy%%[,|]*}
+	[[ $proxy == direct || $proxy == off ]] && proxy=https://proxy.golang.org
+	mod="v0.0.1-go$go_want.linux-$go_arch"
+	say "Go $go_want not found (have: $(go_have || echo none)): fetching it from $proxy into .tools/go"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	curl -fsSL --retry 3 -o "$tmp/go.zip" "$proxy/golang.org/toolchain/@v/$mod.zip"
+	unzip -q "$tmp/go.zip" -d "$tmp"
+	rm -rf .tools/go
+	mkdir -p .tools
+	mv "$tmp/golang.org/toolchain@$mod" .tools/go
+	source scripts/go-env.sh
+	go_new_enough || { say "the fetched Go does not run: $(.tools/go/bin/go version 2>&1)"; exit 1; }
 fi
 
 # The web client, when present, is built before the server that serves it.
