@@ -403,7 +403,11 @@ describe('keyboard and mouse', () => {
     await p.mouse.down();
     await p.mouse.move(400, 300, { steps: 5 });
     await p.mouse.up();
-    expect(Math.abs((await cam()).yaw - yaw)).toBeGreaterThan(0.1);
+    // look-controls turns its yaw object on the mouse events and the camera
+    // in its next tick: a loaded machine may not have drawn a frame yet
+    await waitFor('the camera turned by the drag', async () => Math.abs((await cam()).yaw - yaw) > 0.1, 5_000).catch(async (e) => {
+      throw new Error(`${e.message}: yaw ${(await cam()).yaw}, ${yaw} before the drag`);
+    });
     // A mouse click on a button leaves the keys to walking (it kept the
     // focus, and A-Frame walks only while nothing has it).
     for (const button of ['#xr-side-toggle', '#xr-side-toggle', '#xr-mic', '#xr-mic']) {
