@@ -665,10 +665,16 @@ describe('objects', () => {
     await sub.subscribeAsync('realm/s/public/objects/o/#');
     await waitFor('clickable again', () => a.$('[data-object-id="redbox"].clickable'));
     const at = await screenPoint(a, '[data-object-id="redbox"]');
+    // What the mouse cursor points at: its raycaster finds it in the scene's
+    // tick after a move, and a press goes to what it found last (a loaded
+    // machine may draw no frame for a while).
+    const pointedAt = () => a.evaluate(() => (document.querySelector('a-scene') as any).components.cursor.intersectedEl?.dataset.objectId ?? null);
     // As a person does: point at it, then press.
     await a.mouse.move(at.x - 5, at.y - 5);
     await a.mouse.move(at.x, at.y, { steps: 3 });
-    await a.waitForTimeout(300);
+    await waitFor('the cursor on the box', async () => (await pointedAt()) === 'redbox', 10_000).catch(async (e) => {
+      throw new Error(`${e.message}: it points at ${await pointedAt()}`);
+    });
     await a.mouse.down();
     await a.mouse.up();
     const down = await waitFor('mousedown', () => events.find((e) => e.type === 'mousedown'));
@@ -683,7 +689,9 @@ describe('objects', () => {
     // A click on empty sky sends nothing.
     events.length = 0;
     await a.mouse.move(at.x, 60, { steps: 3 });
-    await a.waitForTimeout(300);
+    await waitFor('the cursor off the box', async () => (await pointedAt()) === null, 10_000).catch(async (e) => {
+      throw new Error(`${e.message}: it points at ${await pointedAt()}`);
+    });
     await a.mouse.down();
     await a.mouse.up();
     await a.waitForTimeout(500);
