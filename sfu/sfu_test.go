@@ -269,7 +269,7 @@ func TestStarvedSubscriberKeepsOneFlow(t *testing.T) {
 
 // TestStarvedSubscriberPausesVideo: a subscriber whose estimate (pinned at
 // 400 kbit/s) is below the floors of what it is given, alice's audio
-// (about 40 kbit/s), video (1 Mbit/s) and point cloud (about 200 kbit/s),
+// (about 40 kbit/s), video (3 Mbit/s) and point cloud (about 200 kbit/s),
 // gets her audio first, then what fits of the rest: the point cloud; her
 // video is paused, and the node forwards no more than the estimate. Before,
 // audio and video went whatever the estimate (1 Mbit/s to a 400 kbit/s
@@ -290,7 +290,6 @@ func TestStarvedSubscriberPausesVideo(t *testing.T) {
 	}
 	defer pub.Close()
 	publishAudio(ctx, pub)
-	go publishVideo(ctx, pub.Tracks["cam"], 4000)
 	go publishFrames(ctx, pub.Tracks["pc0"], 1, 0, 200)
 	rcvd := &kindBytes{}
 	sub, err := Dial(ctx, ClientConfig{NC: c.conn(t, "sub"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
@@ -303,6 +302,22 @@ func TestStarvedSubscriberPausesVideo(t *testing.T) {
 	p := n.peerOf("s1", "bob")
 	waitForExplained(t, "bob's slots to carry alice's audio and point cloud", func() bool {
 		return slices.Equal(p.carriedKeys(), []string{"s1/alice/mic", "s1/alice/pc0"})
+	}, func() string { return p.explain(n) })
+	// The video starts once the audio and point cloud flow. Started with
+	// them, it was at times the first track the node saw, alone, and an
+	// allocation that forwards nothing forwards its least (the video) to
+	// keep feedback coming: a frame or three reached bob before the audio
+	// came (4 runs of 30 under a CPU hog). And at 4000 bytes a frame
+	// (1 Mbit/s) an allocation period (100 ms) holding a single frame
+	// measured 326 kbit/s, which fitted beside the audio; 12000 bytes (3
+	// Mbit/s) is 960 kbit/s a frame a period.
+	go publishVideo(ctx, pub.Tracks["cam"], 12000)
+	// 2 s of video at the node, never forwarded
+	waitForExplained(t, "the node to receive 2 s of alice's video", func() bool {
+		n.mu.Lock()
+		s := n.local["s1/alice/cam"]
+		n.mu.Unlock()
+		return s != nil && s.packets.Load() >= 2*30*12
 	}, func() string { return p.explain(n) })
 	waitForExplained(t, "bob to receive the point cloud", func() bool { pc, _ := rcvd.peek(); return pc > 0 }, func() string { return p.explain(n) })
 	p.mu.Lock()
