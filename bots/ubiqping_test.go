@@ -87,7 +87,22 @@ func TestUbiqPeerPing(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The last poses and pongs are still on their way on a loaded
+	// machine: wait for what the checks below need at least (a fixed
+	// 100 ms did not leave them time), then count.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		in := 0
+		for _, r := range recs {
+			r.mu.Lock()
+			if len(r.rtts) >= 1 && r.poses >= 75 {
+				in++
+			}
+			r.mu.Unlock()
+		}
+		if in == len(recs) {
+			break
+		}
+	}
 	for i, r := range recs {
 		r.mu.Lock()
 		rtts, poses := append([]time.Duration(nil), r.rtts...), r.poses
