@@ -60,8 +60,16 @@ func TestLagProbe(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := StartLagProbe(ctx, time.Millisecond)
-	time.Sleep(30 * time.Millisecond)
-	if q := p.Take(); q.N == 0 || q.Max < 0 {
+	// The probe's goroutine may not run for a while on a loaded machine:
+	// wait for its first samples rather than 30 ms.
+	var q Quantiles
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(30 * time.Millisecond)
+		if q = p.Take(); q.N > 0 {
+			break
+		}
+	}
+	if q.N == 0 || q.Max < 0 {
 		t.Fatalf("Take = %+v, want samples", q)
 	}
 }
