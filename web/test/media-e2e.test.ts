@@ -133,9 +133,11 @@ describe('audio and video', () => {
     expect(level.value.height, JSON.stringify(level)).toBeLessThan(24); // one line of 12 px text
     expect(level.value.right, JSON.stringify(level)).toBeLessThanOrEqual(level.side.right);
     expect(level.overflow, JSON.stringify(level)).toBeLessThanOrEqual(0);
-    // The panel counts the cameras it shows, once a second: A's video is
-    // hidden by a refresh that came when no frame had for 1.5 s (a loaded
-    // machine stalls the decoder), and counted again by the next.
+    // The panel counts the cameras it shows, once a second. On a loaded
+    // machine the node pauses A's video for B now and then (its estimate of
+    // B's path stays near 300 kbit/s) and frees B's slot until a probe
+    // resumes it a few seconds later: a refresh then counts no camera, and
+    // a later one counts A's again.
     await waitFor('A\'s camera counted in B\'s panel', async () => (await b.getAttribute('#xr-media', 'data-cameras')) === '1', 10_000).catch(async (e) => {
       throw new Error(`${e.message}: data-cameras ${await b.getAttribute('#xr-media', 'data-cameras')}; B ${JSON.stringify(await stats(b))}; metrics:\n${(await (await fetch(`${srv.url}/metrics`)).text()).split('\n').filter((l) => /^xrealm_sfu/.test(l)).join('\n')}`);
     });
@@ -218,7 +220,7 @@ describe('audio and video', () => {
       const sc = document.querySelector('a-scene') as any;
       sc.object3D.updateMatrixWorld(true);
       const panel = sc.object3D.getObjectByName('xr-media').children.find((m: any) => m.visible);
-      if (!panel) return null; // no frame for 1.5 s (a loaded machine stalls the decoder)
+      if (!panel) return null; // none while the node pauses A's video for B (see above)
       const pts = sc.object3D.getObjectByName(`pointcloud:${c}`);
       const V = panel.position.constructor;
       const head = (document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any).object3D.getWorldPosition(new V());
