@@ -249,7 +249,11 @@ describe('audio and video', () => {
       expect(l.fromHead).toBeGreaterThan(0.5);
       await b.waitForTimeout(300); // the figure walks and turns
     }
-    expect(await layerPixels(b, 'xr-media')).toBeGreaterThan(200);
+    // (waited for: the node may have paused A's video for B meanwhile, see above)
+    let pixels = 0;
+    await waitFor('A\'s video panel drawn on B', async () => (pixels = await layerPixels(b, 'xr-media')) > 200, 10_000).catch(async (e) => {
+      throw new Error(`${e.message}: ${pixels} pixels; B ${JSON.stringify(await stats(b))}`);
+    });
     expect(await layerPixels(b, 'xr-pointclouds')).toBeGreaterThan(200);
     const parts = () => b.evaluate((c) => {
       const av = document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any;
