@@ -42,9 +42,15 @@ type FleetConfig struct {
 // doubled while joins fail, up to the last; each drawn between half and
 // all of it, so that the bots of a server that restarted do not all come
 // back at once.
+// A connection that lasted less than ReconnectStable does not reset the
+// wait: bots that another run's bots keep taking over (the same client
+// ids) back off as if their joins failed. A join again that does not
+// finish in ReconnectJoinTimeout is given up and tried again.
 const (
-	ReconnectMin = 500 * time.Millisecond
-	ReconnectMax = 10 * time.Second
+	ReconnectMin         = 500 * time.Millisecond
+	ReconnectMax         = 10 * time.Second
+	ReconnectStable      = 10 * time.Second
+	ReconnectJoinTimeout = 30 * time.Second
 )
 
 // Fleet is a set of connected bots.
@@ -251,6 +257,7 @@ func StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 // watch accounts for the ends of bot b's connections until ctx ends, and
 // with Reconnect joins it again after each.
 func (f *Fleet) watch(ctx context.Context, b *bot, rng *rand.Rand) {
+	wait, since := ReconnectMin, time.Now()
 	for {
 		select {
 		case <-b.conn().Done():
@@ -261,26 +268,35 @@ func (f *Fleet) watch(ctx context.Context, b *bot, rng *rand.Rand) {
 			return
 		}
 		f.disconnected(b)
-		if !f.cfg.Reconnect || !f.rejoinBot(ctx, b, rng) {
+		if !f.cfg.Reconnect {
 			return
 		}
+		if time.Since(since) >= ReconnectStable {
+			wait = ReconnectMin
+		}
+		if !f.rejoinBot(ctx, b, rng, &wait) {
+			return
+		}
+		since = time.Now()
 	}
 }
 
-// rejoinBot joins bot b again, waiting before each try (ReconnectMin,
-// doubled after each failure up to ReconnectMax, jittered), until a join
-// succeeds or ctx ends. It reports whether b has a connection again.
-func (f *Fleet) rejoinBot(ctx context.Context, b *bot, rng *rand.Rand) bool {
-	wait := ReconnectMin
+// rejoinBot joins bot b again, waiting *wait before each try (jittered),
+// doubled after each failure up to ReconnectMax, until a join succeeds
+// or ctx ends. It reports whether b has a connection again.
+func (f *Fleet) rejoinBot(ctx context.Context, b *bot, rng *rand.Rand, wait *time.Duration) bool {
 	for tries := 1; ; tries++ {
-		t := time.NewTimer(wait/2 + time.Duration(rng.Int64N(int64(wait/2)+1)))
+		t := time.NewTimer(*wait/2 + time.Duration(rng.Int64N(int64(*wait/2)+1)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return false
 		case <-t.C:
 		}
-		link, err := f.cfg.Transport.Join(ctx, b.id, b, b.peers != nil)
+		*wait = min(2**wait, ReconnectMax)
+		jctx, cancel := context.WithTimeout(ctx, ReconnectJoinTimeout)
+		link, err := f.cfg.Transport.Join(jctx, b.id, b, b.peers != nil)
+		cancel()
 		if err == nil {
 			if !f.setLink(b, link) {
 				return false
@@ -298,7 +314,6 @@ func (f *Fleet) rejoinBot(ctx context.Context, b *bot, rng *rand.Rand) bool {
 		} else if n == logLost+1 {
 			f.cfg.Log.Warn("more joins again failed; the bots keep trying, at most 10 s apart")
 		}
-		wait = min(2*wait, ReconnectMax)
 	}
 }
 

@@ -3,6 +3,7 @@ package bots
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -121,6 +122,14 @@ type mqttLink struct {
 }
 
 func (l *mqttLink) SendPose(p Pose, sentNanos int64) error {
+	select {
+	case <-l.c.Done(): // ended: no write (and no error built) per pose while a bot is away
+		if err := l.c.Err(); err != nil {
+			return err
+		}
+		return net.ErrClosed
+	default:
+	}
 	l.buf = AppendPose(l.buf[:0], l.objectID, p, sentNanos, l.size)
 	return l.c.Publish(l.topic, l.buf)
 }

@@ -76,7 +76,7 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 		echo:     ubiq.NetworkId{A: uint32(id.Index) + 1, B: echoB},
 		clientID: ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0xc11e},
 		sceneID:  ubiq.NetworkId{A: uint32(id.Index) + 1, B: 0x5ce},
-		objectID: id.ObjectID, joined: make(chan struct{})}
+		objectID: id.ObjectID, joined: make(chan struct{}), rejected: make(chan string, 1)}
 	if l.objectID == "" {
 		l.objectID = "bot" + strconv.Itoa(id.Index)
 	}
@@ -97,9 +97,18 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 			if joined {
 				return
 			}
-			if typ, _ := ubiq.DecodeServer(f[ubiq.HeaderSize:], nil); typ == "SetRoom" {
+			var rej ubiq.RejectedArgs
+			switch typ, _ := ubiq.DecodeServer(f[ubiq.HeaderSize:], nil); typ {
+			case "SetRoom":
 				joined = true
 				l.joinOnce.Do(func() { close(l.joined) })
+			case "Rejected":
+				if _, err := ubiq.DecodeServer(f[ubiq.HeaderSize:], &rej); err == nil {
+					select {
+					case l.rejected <- rej.Reason:
+					default:
+					}
+				}
 			}
 			return
 		}
@@ -157,6 +166,9 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 		select {
 		case <-l.joined:
 			return l, nil
+		case why := <-l.rejected:
+			c.Close()
+			return nil, fmt.Errorf("bot %d: the server refused the join: %s", id.Index, why)
 		case <-tick.C:
 			c.Request("Ping", ubiq.ClientArgs{ClientID: l.clientID})
 		case <-c.Done():
@@ -175,6 +187,7 @@ type ubiqLink struct {
 	object, echo, clientID, sceneID ubiq.NetworkId
 	joined                          chan struct{}
 	joinOnce                        sync.Once
+	rejected                        chan string   // the reason of a Rejected join, once
 	lastFrom                        atomic.Uint32 // avatar index + 1 of the last pose's sender; 0: none yet
 	pong                            []byte        // read goroutine only
 
