@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +33,17 @@ func TestBotsProgressEndsWhenAllDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	var out bytes.Buffer
+	var out syncBuffer
 	done := make(chan error, 1)
 	go func() { done <- botsProgress(ctx, &out, fleet, 200*time.Millisecond, false) }()
 
-	// Lines while the server runs (read only after botsProgress returns).
-	time.Sleep(700 * time.Millisecond)
+	// Two progress lines while the server runs.
+	for strings.Count(out.String(), "\n") < 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("no two progress lines in time; got:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	if err := srv.Shutdown(sctx); err != nil {
@@ -137,6 +143,25 @@ func TestBotsReconnectAfterServerRestart(t *testing.T) {
 	if lost, rejoined := fleet.Lost(); lost != 3 || rejoined != 3 {
 		t.Errorf("fleet.Lost() = %d, %d; want 3 lost, 3 joined again", lost, rejoined)
 	}
+}
+
+// syncBuffer is a bytes.Buffer that a test may read while another
+// goroutine writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func TestLatenciesOfNone(t *testing.T) {
