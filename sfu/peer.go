@@ -287,11 +287,11 @@ func (p *peer) reconcile() {
 	p.n.mu.Lock()
 	myPose := p.n.poseOf(p.session + "/" + p.client)
 	rateOf := func(t TrackInfo) float64 {
-		if s := p.n.local[t.Key()]; s != nil && s.rate.Load() > 0 {
-			return float64(s.rate.Load())
+		if s := p.n.local[t.Key()]; s != nil && s.budget.Load() > 0 {
+			return float64(s.budget.Load())
 		}
-		if s := p.n.relayed[t.Key()]; s != nil && s.rate.Load() > 0 {
-			return float64(s.rate.Load())
+		if s := p.n.relayed[t.Key()]; s != nil && s.budget.Load() > 0 {
+			return float64(s.budget.Load())
 		}
 		if t.Rate > 0 {
 			// measured at its origin: a track not relayed here (yet, or

@@ -94,7 +94,15 @@ type source struct {
 	bytes   atomic.Uint64
 	packets atomic.Uint64
 	rate    atomic.Uint64 // bit/s over the last measurement window
-	lastPkt atomic.Int64  // unix ns of the last packet
+	// budget is the rate subscribers' allocations count the source at:
+	// smooth, bit/s (0: not measured yet). A single window's rate swings
+	// with a video's keyframes, and falls for every source at once when
+	// the publisher or the node stalls for a window (a loaded machine:
+	// audio measured at 924 bit/s and a 500 kbit/s video at 108 kbit/s
+	// in one 100 ms window); budgeted at that, a paused video fitted and
+	// was forwarded for a window.
+	budget  atomic.Uint64
+	lastPkt atomic.Int64 // unix ns of the last packet
 	// levelExt is the RTP header extension ID of the audio level
 	// (local audio sources whose publisher negotiated it; set before the
 	// first packet); lastVoice the unix ns of the last packet at
@@ -201,6 +209,7 @@ func (s *source) measure(now time.Time) {
 			default:
 				s.smooth += rateSmoothing * (r - s.smooth)
 			}
+			s.budget.Store(uint64(s.smooth))
 		}
 	}
 	s.winAt, s.winB = now, b
