@@ -36,36 +36,14 @@ func (p *pingRecorder) ReadDone() {}
 // each other through it; each times round trips of its own pings, which
 // are not counted as poses.
 func TestUbiqPeerPing(t *testing.T) {
-	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "ping-test", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Shutdown)
-	nc, err := b.Connect("ubiq")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, err := b.JetStream(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ubiq.NewServer(ctx, ubiq.Config{NC: nc, JS: js, Bucket: "ping-test", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { l.Close() })
-
-	tr := &UbiqTransport{Addr: l.Addr().String(), Mode: UbiqAll, PayloadSize: 100}
+	addr := startUbiqRelay(ctx, t, "ping-test")
+	tr := &UbiqTransport{Addr: addr, Mode: UbiqAll, PayloadSize: 100}
 	recs := []*pingRecorder{{}, {}}
 	links := make([]Link, 2)
 	for i := range links {
+		var err error
 		links[i], err = tr.Join(ctx, Identity{Index: i}, recs[i], false)
 		if err != nil {
 			t.Fatal(err)
@@ -209,4 +187,34 @@ func FuzzParseEcho(f *testing.F) {
 			t.Fatalf("%q parsed as %v %d %d, its formatting %q as %v %d %d %v", b, ping, sent, from, want, p2, s2, f2, ok2)
 		}
 	})
+}
+
+// startUbiqRelay starts a real xrealm Ubiq relay on an embedded bus (room
+// bucket bucket) and returns its TCP address; the test stops it.
+func startUbiqRelay(ctx context.Context, t *testing.T, bucket string) string {
+	t.Helper()
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: bucket, Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	nc, err := b.Connect("ubiq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := b.JetStream(ctx, nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := ubiq.NewServer(ctx, ubiq.Config{NC: nc, JS: js, Bucket: bucket, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
 }

@@ -2,14 +2,9 @@ package bots
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/xrealm/xrealm/bus"
-	"github.com/xrealm/xrealm/ubiq"
 )
 
 // A join the relay refuses (here: a room that is no RFC 4122 uuid) fails
@@ -17,33 +12,11 @@ import (
 // that never came, for as long as its context lasted: a bot joining
 // again after its connection ended (FleetConfig.Reconnect) hung for good.
 func TestUbiqJoinRefused(t *testing.T) {
-	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "reject-test", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Shutdown)
-	nc, err := b.Connect("ubiq")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	js, err := b.JetStream(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ubiq.NewServer(ctx, ubiq.Config{NC: nc, JS: js, Bucket: "reject-test", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(l)
-	t.Cleanup(func() { l.Close() })
+	addr := startUbiqRelay(ctx, t, "reject-test")
 
-	tr := &UbiqTransport{Addr: l.Addr().String(), Mode: UbiqAll, Room: "not-a-uuid"}
+	tr := &UbiqTransport{Addr: addr, Mode: UbiqAll, Room: "not-a-uuid"}
 	link, err := tr.Join(ctx, Identity{Index: 0}, &pingRecorder{}, false)
 	if err == nil {
 		link.Close()

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/xrealm/xrealm/bots"
+	"github.com/xrealm/xrealm/internal/testlog"
 	"github.com/xrealm/xrealm/server"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -33,7 +33,7 @@ func TestBotsProgressEndsWhenAllDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fleet.Close()
-	var out syncBuffer
+	var out testlog.Buffer
 	done := make(chan error, 1)
 	go func() { done <- botsProgress(ctx, &out, fleet, 200*time.Millisecond, false) }()
 
@@ -143,25 +143,6 @@ func TestBotsReconnectAfterServerRestart(t *testing.T) {
 	if lost, rejoined := fleet.Lost(); lost != 3 || rejoined != 3 {
 		t.Errorf("fleet.Lost() = %d, %d; want 3 lost, 3 joined again", lost, rejoined)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a test may read while another
-// goroutine writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func TestLatenciesOfNone(t *testing.T) {
