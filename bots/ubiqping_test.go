@@ -106,7 +106,7 @@ func TestUbiqPeerPing(t *testing.T) {
 	// pose, while the pings to its echo object are never coalesced.
 	declared := make(chan map[string]string, 4)
 	watcherID := ubiq.NetworkId{A: 0xbae, B: 1}
-	watcher, err := ubiq.Dial(ctx, l.Addr().String(), ubiq.ClientOptions{OnFrame: func(f []byte) {
+	watcher, err := ubiq.Dial(ctx, addr, ubiq.ClientOptions{OnFrame: func(f []byte) {
 		if ubiq.IDOf(f) != watcherID { // the server's messages to the watcher
 			return
 		}
