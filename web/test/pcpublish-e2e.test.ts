@@ -77,9 +77,9 @@ describe('publishing a point cloud from the browser', () => {
     await b.screenshot({ path: join(REPO_DIR, 'web', 'test-results', 'pcpublish.png') });
 
     // frames keep coming at the publisher's rate (loose bounds: a loaded machine)
-    const f0 = (await stats(b)).publishers.find((x: any) => x.client === aClient).frames;
-    await b.waitForTimeout(3000);
-    expect((await stats(b)).publishers.find((x: any) => x.client === aClient).frames - f0).toBeGreaterThanOrEqual(5);
+    const frames = async () => (await stats(b)).publishers.find((x: any) => x.client === aClient).frames;
+    const f0 = await frames();
+    await waitFor('five more of A\'s frames on B', async () => (await frames()) - f0 >= 5, 15_000);
     const sa = await pubStats(a);
     expect(sa.state).toBe('publishing');
     expect(sa.bytesSent).toBeGreaterThan(0);
