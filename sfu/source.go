@@ -113,6 +113,7 @@ type source struct {
 	winAt     time.Time
 	winB      uint64
 	smooth    float64 // rate smoothed over the windows that carried packets (node loop only)
+	flowing   bool    // a window with packets was measured (node loop only)
 }
 
 func newSource(info TrackInfo, keyframe func()) *source {
@@ -123,6 +124,12 @@ func newSource(info TrackInfo, keyframe func()) *source {
 	}
 	if info.PointCloud() {
 		s.frames = volumetric.NewFrameTracker(frameDeadline, 2048)
+	}
+	if info.Rate > 0 {
+		// a relayed track: its origin's smoothed rate until this node
+		// has measured it
+		s.smooth = float64(info.Rate)
+		s.budget.Store(info.Rate)
 	}
 	return s
 }
@@ -204,6 +211,10 @@ func (s *source) measure(now time.Time) {
 			s.rate.Store(uint64(r))
 			switch {
 			case r <= 0: // idle: the last rate stays
+			case !s.flowing:
+				// the first window with packets: they began somewhere
+				// inside it, so its rate is a fraction of the track's
+				s.flowing = true
 			case s.smooth == 0:
 				s.smooth = r
 			default:
