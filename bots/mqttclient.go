@@ -89,7 +89,7 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 	c := &MQTTClient{cfg: cfg, nc: nc, rd: mqttwire.NewReader(cfg.ReadBuffer, mqttwire.MaxLength(cfg.MaxPacket)), done: make(chan struct{}), pending: map[uint16]chan []byte{}}
 	wait := handshakeTimeout
 	if dl, ok := ctx.Deadline(); ok {
-		wait = time.Until(dl)
+		wait = min(wait, time.Until(dl))
 	}
 	nc.SetDeadline(time.Now().Add(wait))
 	// The end of ctx (Ctrl-C) ends the handshake at once, not after wait.

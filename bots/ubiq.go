@@ -103,11 +103,12 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 				joined = true
 				l.joinOnce.Do(func() { close(l.joined) })
 			case "Rejected":
-				if _, err := ubiq.DecodeServer(f[ubiq.HeaderSize:], &rej); err == nil {
-					select {
-					case l.rejected <- rej.Reason:
-					default:
-					}
+				if _, err := ubiq.DecodeServer(f[ubiq.HeaderSize:], &rej); err != nil {
+					rej.Reason = "(its reason unreadable: " + err.Error() + ")"
+				}
+				select {
+				case l.rejected <- rej.Reason:
+				default:
 				}
 			}
 			return
@@ -175,7 +176,7 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 			return nil, fmt.Errorf("bot %d: connection closed before SetRoom: %v", id.Index, c.Err())
 		case <-ctx.Done():
 			c.Close()
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("bot %d: no SetRoom from the relay: %w", id.Index, ctx.Err())
 		}
 	}
 }
