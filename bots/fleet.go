@@ -38,14 +38,14 @@ type FleetConfig struct {
 	Log       *slog.Logger
 }
 
-// The waits before a bot joins again (FleetConfig.Reconnect): the first,
-// doubled while joins fail, up to the last; each drawn between half and
-// all of it, so that the bots of a server that restarted do not all come
-// back at once.
-// A connection that lasted less than ReconnectStable does not reset the
-// wait: bots that another run's bots keep taking over (the same client
-// ids) back off as if their joins failed. A join again that does not
-// finish in ReconnectJoinTimeout is given up and tried again.
+// How a bot joins again (FleetConfig.Reconnect). It waits ReconnectMin,
+// doubled after each try up to ReconnectMax, each wait drawn between half
+// and all of it, so that the bots of a server that restarted do not all
+// come back at once. A connection that lasted less than ReconnectStable
+// does not reset the wait: bots that another run's bots keep taking over
+// (the same client ids) back off as if their joins failed. A join again
+// that does not finish in ReconnectJoinTimeout is given up and tried
+// again.
 const (
 	ReconnectMin         = 500 * time.Millisecond
 	ReconnectMax         = 10 * time.Second
