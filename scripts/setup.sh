@@ -113,7 +113,7 @@ fetch_node() {
 	say "Node.js $node_want or newer with npm not found (have: $(node --version 2>/dev/null || echo none)): fetching Node.js $node_fetch and npm $npm_fetch from $registry into .tools/node"
 	fetch "$registry/node-linux-$arch/-/node-linux-$arch-$node_fetch.tgz" "node-linux-$arch-$node_fetch.tgz"
 	fetch "$registry/npm/-/npm-$npm_fetch.tgz" "npm-$npm_fetch.tgz"
-	mkdir -p "$fetch_tmp/node" "$fetch_tmp/npm"
+	mkdir -p "$fetch_tmp/node"
 	tar xzf "$fetch_tmp/node-linux-$arch-$node_fetch.tgz" -C "$fetch_tmp/node" --strip-components=1
 	mkdir -p "$fetch_tmp/node/lib/node_modules/npm"
 	tar xzf "$fetch_tmp/npm-$npm_fetch.tgz" -C "$fetch_tmp/node/lib/node_modules/npm" --strip-components=1
