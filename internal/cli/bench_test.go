@@ -244,6 +244,21 @@ func TestTrimPrefix(t *testing.T) {
 	}
 }
 
+// The command recorded with results leaves out where they were written.
+func TestWithoutOut(t *testing.T) {
+	for _, tc := range []struct{ in, want []string }{
+		{[]string{"--out", "/tmp/x", "--ramp", "60:30:360"}, []string{"--ramp", "60:30:360"}},
+		{[]string{"--ramp", "60", "-out=/tmp/x"}, []string{"--ramp", "60"}},
+		{[]string{"--out"}, nil},
+		{[]string{"--outage", "1"}, []string{"--outage", "1"}},
+		{nil, nil},
+	} {
+		if got := withoutOut(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("withoutOut(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
 // The command recorded with results reruns as it ran: a shell splits it
 // back into the same arguments.
 func TestShellJoin(t *testing.T) {

@@ -115,7 +115,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 			return fmt.Errorf("bench bus: %w", err)
 		}
 	}
-	d.Command = "xrealm bench bus " + shellJoin(args)
+	d.Command = strings.TrimSpace("xrealm bench bus " + shellJoin(withoutOut(args)))
 	if err := d.Check(); err != nil {
 		return fmt.Errorf("bench bus: %w", err)
 	}
@@ -283,6 +283,28 @@ func parseInts(flagName, s string) ([]int, error) {
 		return nil, errors.New(flagName + " is empty")
 	}
 	return out, nil
+}
+
+// withoutOut returns args without the --out flag and its value: where the
+// results are written is not part of the experiment, and the command
+// recorded with results that were copied into bench/bus must regenerate
+// them there.
+func withoutOut(args []string) []string {
+	var kept []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--" {
+			return append(kept, args[i:]...)
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if strings.HasPrefix(args[i], "-") && name == "out" {
+			if !hasValue {
+				i++ // the value is the next argument
+			}
+			continue
+		}
+		kept = append(kept, args[i])
+	}
+	return kept
 }
 
 // shellJoin joins args into a command line a POSIX shell reads back as
