@@ -139,11 +139,41 @@ func loadCollection(name string, p hera.Params) (*ebpf.Collection, error) {
 			return nil, fmt.Errorf("cc: set %s = %v: %w", k, v, err)
 		}
 	}
+	if err := checkPrivilege(name); err != nil {
+		return nil, err
+	}
 	coll, err := ebpf.NewCollection(spec)
+	if errors.Is(err, unix.EPERM) {
+		// cilium/ebpf blames RLIMIT_MEMLOCK for an EPERM, which does not
+		// apply here (the kernels with struct_ops links, 6.4 and later,
+		// charge BPF memory to the cgroup).
+		return nil, fmt.Errorf("cc: load %s into the kernel: not permitted (%s): %w", name, privilegeNeeded, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cc: load %s into the kernel: %w", name, err)
 	}
 	return coll, nil
+}
+
+const privilegeNeeded = "loading a BPF congestion control needs root: CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN"
+
+// checkPrivilege refuses to load when the calling thread lacks the
+// capabilities the kernel asks for. Without them cilium/ebpf's feature
+// probes fail too, and it reports what they could not probe as missing:
+// "prealloc maps not supported (requires >= v4.6)" or "struct_ops requires
+// BTF" on a kernel that has both. When the capabilities cannot be read,
+// the kernel decides.
+func checkPrivilege(name string) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return nil
+	}
+	has := func(c int) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	if has(unix.CAP_SYS_ADMIN) || has(unix.CAP_BPF) && has(unix.CAP_PERFMON) {
+		return nil
+	}
+	return fmt.Errorf("cc: load %s: not permitted: %s", name, privilegeNeeded)
 }
 
 // Unload removes the named congestion control, or every one this package
