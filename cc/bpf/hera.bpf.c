@@ -138,7 +138,8 @@ void BPF_PROG(bpf_hera_init, struct sock *sk)
  * A congestion control with cong_control sets the pacing rate itself (the
  * kernel's tcp_update_pacing_rate only runs for the others): the window
  * per smoothed RTT, times 2 in slow start and 1.2 otherwise, the kernel's
- * default ratios. Until the first RTT sample the rate stays unlimited.
+ * default ratios, and at most the socket's SO_MAX_PACING_RATE, as there.
+ * Until the first RTT sample the rate stays unlimited.
  */
 static __always_inline void set_pacing_rate(struct sock *sk, struct tcp_sock *tp, __u32 cwnd,
 					    __u32 slow_start, __u32 min_rtt)
@@ -155,6 +156,8 @@ static __always_inline void set_pacing_rate(struct sock *sk, struct tcp_sock *tp
 		return;
 	rate = (__u64)cwnd * tp->mss_cache * 1000000ULL / srtt_us;
 	rate = slow_start ? rate * 2 : rate * 6 / 5;
+	if (rate > sk->sk_max_pacing_rate)
+		rate = sk->sk_max_pacing_rate;
 	sk->sk_pacing_rate = rate;
 }
 
@@ -176,7 +179,8 @@ void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const
 	if (cwnd < 1)
 		cwnd = 1;
 	tp->snd_cwnd = cwnd;
-	if (p.variant == HERA_TUNED && p_pacing) {
+	if (p_pacing) {
+		/* hera-paper keeps no minimum RTT (0): it paces over srtt */
 		min_rtt = st->min.min;
 		if (hp && hp->min.min != 0 && hp->min.min < min_rtt)
 			min_rtt = hp->min.min;

@@ -1,0 +1,139 @@
+package cc
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xrealm/xrealm/hera"
+	"github.com/xrealm/xrealm/netem"
+)
+
+// TestKernelPacingRate loads each congestion control with pacing, moves
+// data over a veth pair and reads the socket's pacing rate from TCP_INFO.
+// hera-paper with Pacing set used to leave the rate unlimited (only hera
+// set one, so its --pacing flag did nothing), and hera overwrote the rate
+// on every ACK whatever the socket's SO_MAX_PACING_RATE, which the kernel's
+// own pacing update respects.
+func TestKernelPacingRate(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: loading a BPF congestion control needs root")
+	}
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		t.Skip("skipping: the kernel has no BTF (/sys/kernel/btf/vmlinux), so no struct_ops")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: iproute2's ip command is not installed")
+	}
+	nsA := fmt.Sprintf("xrealm-ccpace-%d-a", os.Getpid())
+	nsB := fmt.Sprintf("xrealm-ccpace-%d-b", os.Getpid())
+	ip(t, "netns", "add", nsA)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsA).Run() })
+	ip(t, "netns", "add", nsB)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsB).Run() })
+	ip(t, "-n", nsA, "link", "add", "xrcp0", "type", "veth", "peer", "name", "xrcp1", "netns", nsB)
+	ip(t, "-n", nsA, "addr", "add", "10.67.0.1/24", "dev", "xrcp0")
+	ip(t, "-n", nsB, "addr", "add", "10.67.0.2/24", "dev", "xrcp1")
+	ip(t, "-n", nsA, "link", "set", "xrcp0", "up")
+	ip(t, "-n", nsB, "link", "set", "xrcp1", "up")
+
+	paper := hera.PaperParams()
+	paper.Pacing = true
+	const maxRate = 5_000_000 // bytes/s
+	for _, tc := range []struct {
+		name    string
+		p       hera.Params
+		maxRate int // SO_MAX_PACING_RATE, 0: not set
+	}{
+		{"hera-paper", paper, 0},
+		{"hera", hera.DefaultParams(), maxRate},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kname := KernelName(tc.name)
+			if avail, _ := Available(); slices.Contains(avail, kname) {
+				t.Skipf("skipping: %s is already registered by someone else; not touching it", tc.name)
+			}
+			if err := Load(tc.name, tc.p); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := Unload(tc.name); err != nil {
+					t.Errorf("unload: %v", err)
+				}
+			})
+			var l net.Listener
+			if err := netem.InNamespace(nsA, func() (err error) { l, err = net.Listen("tcp", "10.67.0.1:0"); return err }); err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			received := make(chan int64, 1)
+			go func() {
+				c, err := l.Accept()
+				if err != nil {
+					received <- -1
+					return
+				}
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				received <- n
+			}()
+			setCC := SetCongestion(kname)
+			d := net.Dialer{Control: func(network, address string, rc syscall.RawConn) error {
+				if err := setCC(network, address, rc); err != nil {
+					return err
+				}
+				if tc.maxRate == 0 {
+					return nil
+				}
+				var serr error
+				if err := rc.Control(func(fd uintptr) {
+					serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MAX_PACING_RATE, tc.maxRate)
+				}); err != nil {
+					return err
+				}
+				return serr
+			}}
+			var c net.Conn
+			if err := netem.InNamespace(nsB, func() (err error) {
+				c, err = d.DialContext(context.Background(), "tcp", l.Addr().String())
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			const total = 4 << 20
+			buf := make([]byte, 1<<16)
+			for sent := 0; sent < total; sent += len(buf) {
+				if _, err := c.Write(buf); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rc, err := c.(syscall.Conn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := TCPInfo(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			if n := <-received; n != total {
+				t.Errorf("receiver got %d bytes, want %d", n, total)
+			}
+			t.Logf("%s: pacing rate %d B/s (max %d), snd_cwnd %d, rtt %d µs", tc.name, info.Pacing_rate, info.Max_pacing_rate, info.Snd_cwnd, info.Rtt)
+			if info.Pacing_rate == ^uint64(0) {
+				t.Fatalf("%s with Pacing: the socket's pacing rate is unlimited", tc.name)
+			}
+			if tc.maxRate > 0 && info.Pacing_rate > uint64(tc.maxRate) {
+				t.Fatalf("pacing rate %d B/s above the socket's SO_MAX_PACING_RATE %d", info.Pacing_rate, tc.maxRate)
+			}
+		})
+	}
+}
