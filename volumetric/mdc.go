@@ -21,12 +21,13 @@ type Splitter struct {
 	bounds [Descriptions + 1]int
 }
 
-// NewSplitter returns a splitter for clouds of n points with the given
-// shares, which must be positive and add up to 1.
+// NewSplitter returns a splitter for clouds of n points (at least
+// Descriptions) with the given shares, which must be positive and add up to
+// 1. Every description holds at least one point.
 func NewSplitter(seed uint64, n int, shares [Descriptions]float64) (*Splitter, error) {
 	var sum float64
 	for i, s := range shares {
-		if s <= 0 {
+		if !(s > 0) { // NaN too
 			return nil, fmt.Errorf("volumetric: share %d is %v, want > 0", i, s)
 		}
 		sum += s
@@ -39,10 +40,15 @@ func NewSplitter(seed uint64, n int, shares [Descriptions]float64) (*Splitter, e
 	}
 	rng := rand.New(rand.NewPCG(seed, 0x5851f42d4c957f2d))
 	sp := &Splitter{perm: rng.Perm(n)}
+	// Every description gets at least one point, and the first ones leave
+	// at least one to each of the rest: rounding would give a small share
+	// of a small cloud none (15 % of 3 points), and shares that add up to
+	// a little over 1 would put a bound past n.
 	acc := 0.0
 	for i := 0; i < Descriptions-1; i++ {
 		acc += shares[i]
-		sp.bounds[i+1] = int(acc*float64(n) + 0.5)
+		b := int(acc*float64(n) + 0.5)
+		sp.bounds[i+1] = min(max(b, sp.bounds[i]+1), n-(Descriptions-1-i))
 	}
 	sp.bounds[Descriptions] = n
 	return sp, nil

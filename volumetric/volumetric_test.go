@@ -47,6 +47,14 @@ func TestSplitMerge(t *testing.T) {
 		{"even", 9, [Descriptions]float64{1.0 / 3, 1.0 / 3, 1.0 / 3}, [Descriptions]int{3, 3, 3}, false},
 		{"bad sum", 100, [Descriptions]float64{0.5, 0.5, 0.5}, [Descriptions]int{}, true},
 		{"zero share", 100, [Descriptions]float64{0, 0.5, 0.5}, [Descriptions]int{}, true},
+		{"NaN share", 100, [Descriptions]float64{math.NaN(), 0.5, 0.5}, [Descriptions]int{}, true},
+		// 15 % of 3 points rounded to none: an empty description, which
+		// Draco refuses to encode (xrealm bots pointcloud --points 3).
+		{"three points", 3, DefaultShares, [Descriptions]int{1, 1, 1}, false},
+		{"small share rounds to none", 10, [Descriptions]float64{0.02, 0.02, 0.96}, [Descriptions]int{1, 1, 8}, false},
+		// Shares within the sum's tolerance whose first two pass 1: the
+		// second bound was past the cloud, and Split panicked.
+		{"first two shares pass 1", 10000, [Descriptions]float64{0.5, 0.5004, 0.0005}, [Descriptions]int{5000, 4999, 1}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
