@@ -7,10 +7,10 @@
 // description, fragment).
 //
 // Receivers hold incomplete descriptions only within fixed bounds
-// (Reassembler: MaxPending; FrameTracker: MaxTrackedPending,
-// MaxTrackedPendingBytes and MaxTrackedDone), evicting the oldest, so that
-// a sender that starts descriptions it never finishes cannot grow a
-// node's memory.
+// (Reassembler: MaxPending and MaxPendingBytes; FrameTracker:
+// MaxTrackedPending, MaxTrackedPendingBytes and MaxTrackedDone), evicting
+// the oldest, so that a sender that starts descriptions it never finishes
+// cannot grow a node's memory.
 //
 // The package is transport-agnostic: it produces and consumes RTP payloads,
 // and the sfu package moves them.

@@ -33,6 +33,7 @@ type pending struct {
 	h     Header
 	frags [][]byte
 	have  int
+	held  int // bytes counted against the Reassembler's maxBytes
 	first time.Time
 }
 
@@ -47,12 +48,15 @@ type Reassembler struct {
 	// counted rather than starting a new, never-completing entry.
 	done  map[fragKey]time.Time
 	stats ReassemblerStats
+	// held is what pending holds, counted as MaxPendingBytes says; at most
+	// maxBytes (MaxPendingBytes; tests lower it).
+	held, maxBytes int
 }
 
 // NewReassembler returns a reassembler that gives each description deadline
 // from its first fragment to complete.
 func NewReassembler(deadline time.Duration) *Reassembler {
-	return &Reassembler{deadline: deadline, pending: map[fragKey]*pending{}, done: map[fragKey]time.Time{}}
+	return &Reassembler{deadline: deadline, pending: map[fragKey]*pending{}, done: map[fragKey]time.Time{}, maxBytes: MaxPendingBytes}
 }
 
 // Push adds one RTP payload received at now. It returns the description it
@@ -69,11 +73,13 @@ func (r *Reassembler) Push(now time.Time, payload []byte) (*Description, error) 
 	}
 	p := r.pending[k]
 	if p == nil {
-		if len(r.pending) >= MaxPending {
-			r.dropOldest(now)
+		slots := int(h.Count) * fragSlotBytes
+		for len(r.pending) > 0 && (len(r.pending) >= MaxPending || r.held+slots > r.maxBytes) {
+			r.dropOldest(now, nil)
 		}
-		p = &pending{h: h, frags: make([][]byte, h.Count), first: now}
+		p = &pending{h: h, frags: make([][]byte, h.Count), held: slots, first: now}
 		r.pending[k] = p
+		r.held += slots
 	}
 	if int(h.Count) != len(p.frags) {
 		return nil, nil // inconsistent count: ignore this fragment
@@ -82,12 +88,23 @@ func (r *Reassembler) Push(now time.Time, payload []byte) (*Description, error) 
 		r.stats.Duplicates++
 		return nil, nil
 	}
-	p.frags[h.Fragment] = append([]byte(nil), data...)
+	for r.held+len(data) > r.maxBytes && len(r.pending) > 1 {
+		r.dropOldest(now, p)
+	}
+	if r.held+len(data) > r.maxBytes { // p alone is larger than the bound
+		r.drop(k, now)
+		return nil, nil
+	}
+	r.held += len(data)
+	p.held += len(data)
+	// Never nil, even without data: nil marks a fragment not yet received.
+	p.frags[h.Fragment] = append(make([]byte, 0, len(data)), data...)
 	p.have++
 	if p.have < len(p.frags) {
 		return nil, nil
 	}
 	delete(r.pending, k)
+	r.held -= p.held
 	r.done[k] = now
 	r.stats.Complete++
 	n := 0
@@ -106,17 +123,39 @@ func (r *Reassembler) Push(now time.Time, payload []byte) (*Description, error) 
 // finishes makes the oldest drop, not memory grow until their deadlines.
 const MaxPending = 32
 
-// dropOldest drops the incomplete description that started first.
-func (r *Reassembler) dropOldest(now time.Time) {
+// MaxPendingBytes bounds what a Reassembler holds for its incomplete
+// descriptions together: their fragments' data, and fragSlotBytes for each
+// fragment a first header announced (a 22-byte header announcing 65535
+// asks for 1.5 MiB of slots). Beyond it the oldest drop, as beyond
+// MaxPending, and a description larger than the bound on its own drops.
+// MaxPending descriptions of 65535 fragments of 1,200 bytes, which
+// MaxPending alone allowed, are 2.4 GB.
+const MaxPendingBytes = 64 << 20
+
+// fragSlotBytes is what a Reassembler counts for each announced fragment:
+// the slice header that holds it.
+const fragSlotBytes = 24
+
+// dropOldest drops the incomplete description that started first, other
+// than keep.
+func (r *Reassembler) dropOldest(now time.Time, keep *pending) {
 	var oldest fragKey
-	var first time.Time
+	var first *pending
 	for k, p := range r.pending {
-		if first.IsZero() || p.first.Before(first) {
-			oldest, first = k, p.first
+		if p != keep && (first == nil || p.first.Before(first.first)) {
+			oldest, first = k, p
 		}
 	}
-	delete(r.pending, oldest)
-	r.done[oldest] = now
+	if first != nil {
+		r.drop(oldest, now)
+	}
+}
+
+// drop gives up the incomplete description k at now.
+func (r *Reassembler) drop(k fragKey, now time.Time) {
+	r.held -= r.pending[k].held
+	delete(r.pending, k)
+	r.done[k] = now
 	r.stats.Expired++
 }
 
@@ -127,9 +166,7 @@ func (r *Reassembler) Expire(now time.Time) int {
 	dropped := 0
 	for k, p := range r.pending {
 		if now.Sub(p.first) > r.deadline {
-			delete(r.pending, k)
-			r.done[k] = now
-			r.stats.Expired++
+			r.drop(k, now)
 			dropped++
 		}
 	}
