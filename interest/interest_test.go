@@ -495,3 +495,38 @@ func TestKNNChurnWithoutPositions(t *testing.T) {
 		}
 	}
 }
+
+// CellOf gives the cell whose centre is nearest, on both sides of the
+// origin, on cell edges and corners (where either neighbour will do: its
+// centre is as near) and far out.
+func TestCellOfNearestCentre(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	for _, size := range []float64{0.5, 20, 1e6} {
+		g := Grid{Size: size}
+		var pts []Vec3
+		for range 20000 {
+			span := []float64{3, 100, 1e9}[rng.Intn(3)] * size
+			pts = append(pts, Vec3{X: (rng.Float64()*2 - 1) * span, Z: (rng.Float64()*2 - 1) * span})
+		}
+		// corners and edge midpoints of cells around the origin and at -40,17
+		for _, c := range []Cell{{}, {-40, 17}, {3, -5}} {
+			ctr := g.Centre(c)
+			for k := range 6 {
+				a := float64(k) * math.Pi / 3
+				pts = append(pts,
+					Vec3{X: ctr.X + size*math.Cos(a), Z: ctr.Z + size*math.Sin(a)},
+					Vec3{X: ctr.X + size*math.Sqrt(3)/2*math.Cos(a+math.Pi/6), Z: ctr.Z + size*math.Sqrt(3)/2*math.Sin(a+math.Pi/6)})
+			}
+		}
+		for _, p := range pts {
+			got := g.CellOf(p)
+			d := func(c Cell) float64 { ctr := g.Centre(c); return math.Hypot(p.X-ctr.X, p.Z-ctr.Z) }
+			best := d(got)
+			for _, c := range Ring(got, 2)[1:] {
+				if dc := d(c); dc < best-1e-9*size*(1+math.Abs(p.X/size)+math.Abs(p.Z/size)) {
+					t.Fatalf("size %g: CellOf(%v) = %v at %g from its centre, but %v is at %g", size, p, got, best, c, dc)
+				}
+			}
+		}
+	}
+}
