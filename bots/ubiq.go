@@ -1,6 +1,7 @@
 package bots
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -69,6 +70,10 @@ func (t *UbiqTransport) Pings() int64 { return t.pings.Load() }
 // DefaultUbiqRoom is the room bots join when none is given.
 const DefaultUbiqRoom = "7e1a0b5e-6c55-4d4e-9a55-0000000b0755"
 
+// rejectedType marks a server message that may be a Rejected join: a grid
+// bot decodes only those of the server's messages after its first join.
+var rejectedType = []byte(`"Rejected"`)
+
 // Join connects one bot and, except in grid mode, joins its room.
 func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, decodePos bool) (Link, error) {
 	l := &ubiqLink{t: t, peer: fmt.Sprintf("b07b07b0-%04x-4000-8000-%012x", id.Index&0xffff, id.Index),
@@ -94,7 +99,9 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 		if ubiq.IDOf(f) == l.clientID {
 			// Only SetRoom matters, and only until it came: kNN rooms send
 			// a stream of PeerAdded/PeerRemoved not worth decoding.
-			if joined {
+			// In grid mode each cell is a Join of its own, after the
+			// first: its refusal ends the link.
+			if joined && (t.Mode != UbiqGrid || !bytes.Contains(f[ubiq.HeaderSize:], rejectedType)) {
 				return
 			}
 			var rej ubiq.RejectedArgs
@@ -105,6 +112,11 @@ func (t *UbiqTransport) Join(ctx context.Context, id Identity, rx Receiver, deco
 			case "Rejected":
 				if _, err := ubiq.DecodeServer(f[ubiq.HeaderSize:], &rej); err != nil {
 					rej.Reason = "(its reason unreadable: " + err.Error() + ")"
+				}
+				if t.Mode == UbiqGrid {
+					l.refused.CompareAndSwap(nil, &rej.Reason)
+					l.c.Close()
+					return
 				}
 				select {
 				case l.rejected <- rej.Reason:
@@ -188,9 +200,10 @@ type ubiqLink struct {
 	object, echo, clientID, sceneID ubiq.NetworkId
 	joined                          chan struct{}
 	joinOnce                        sync.Once
-	rejected                        chan string   // the reason of a Rejected join, once
-	lastFrom                        atomic.Uint32 // avatar index + 1 of the last pose's sender; 0: none yet
-	pong                            []byte        // read goroutine only
+	rejected                        chan string            // the reason of a Rejected join, once
+	refused                         atomic.Pointer[string] // grid: the reason of a refused cell join, which closed the link
+	lastFrom                        atomic.Uint32          // avatar index + 1 of the last pose's sender; 0: none yet
+	pong                            []byte                 // read goroutine only
 
 	// Used by SendPose only, from the bot's sender goroutine.
 	buf      []byte // the pose's payload
@@ -348,4 +361,9 @@ func (l *ubiqLink) Close() error          { return l.c.Close() }
 func (l *ubiqLink) Done() <-chan struct{} { return l.c.Done() }
 
 // Err returns why the connection ended, once Done is closed.
-func (l *ubiqLink) Err() error { return l.c.Err() }
+func (l *ubiqLink) Err() error {
+	if why := l.refused.Load(); why != nil {
+		return fmt.Errorf("the server refused the join of a cell room: %s", *why)
+	}
+	return l.c.Err()
+}

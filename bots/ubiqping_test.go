@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/xrealm/xrealm/bus"
 	"github.com/xrealm/xrealm/ubiq"
 )
@@ -38,7 +39,7 @@ func (p *pingRecorder) ReadDone() {}
 func TestUbiqPeerPing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	addr := startUbiqRelay(ctx, t, "ping-test")
+	addr, _ := startUbiqRelay(ctx, t, "ping-test")
 	tr := &UbiqTransport{Addr: addr, Mode: UbiqAll, PayloadSize: 100}
 	recs := []*pingRecorder{{}, {}}
 	links := make([]Link, 2)
@@ -191,7 +192,7 @@ func FuzzParseEcho(f *testing.F) {
 
 // startUbiqRelay starts a real xrealm Ubiq relay on an embedded bus (room
 // bucket bucket) and returns its TCP address; the test stops it.
-func startUbiqRelay(ctx context.Context, t *testing.T, bucket string) string {
+func startUbiqRelay(ctx context.Context, t *testing.T, bucket string) (string, jetstream.JetStream) {
 	t.Helper()
 	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: bucket, Insecure: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -216,5 +217,5 @@ func startUbiqRelay(ctx context.Context, t *testing.T, bucket string) string {
 	}
 	go srv.Serve(l)
 	t.Cleanup(func() { l.Close() })
-	return l.Addr().String()
+	return l.Addr().String(), js
 }

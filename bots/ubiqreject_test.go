@@ -14,7 +14,7 @@ import (
 func TestUbiqJoinRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	addr := startUbiqRelay(ctx, t, "reject-test")
+	addr, _ := startUbiqRelay(ctx, t, "reject-test")
 
 	tr := &UbiqTransport{Addr: addr, Mode: UbiqAll, Room: "not-a-uuid"}
 	link, err := tr.Join(ctx, Identity{Index: 0}, &pingRecorder{}, false)
@@ -24,5 +24,47 @@ func TestUbiqJoinRefused(t *testing.T) {
 	}
 	if ctx.Err() != nil || !strings.Contains(err.Error(), "refused the join") || !strings.Contains(err.Error(), "uuid") {
 		t.Fatalf("join of room not-a-uuid: %v (context: %v), want the relay's refusal naming the uuid", err, ctx.Err())
+	}
+}
+
+// A grid bot joins a room per cell as it moves; a refused cell join ends
+// its link with the relay's reason, so the fleet counts it lost (and
+// joins it again with --reconnect) instead of a bot that sends into a
+// room it is not in.
+func TestUbiqGridCellJoinRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr, js := startUbiqRelay(ctx, t, "grid-reject-test")
+
+	tr := &UbiqTransport{Addr: addr, Mode: UbiqGrid}
+	link, err := tr.Join(ctx, Identity{Index: 0}, &pingRecorder{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer link.Close()
+	if err := link.SendPose(Pose{}, time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-link.(*ubiqLink).joined:
+	case <-link.Done():
+		t.Fatalf("the first cell's join ended the link: %v", link.(*ubiqLink).Err())
+	case <-ctx.Done():
+		t.Fatal("no SetRoom for the first cell")
+	}
+	// The relay's room state goes away: its next join fails.
+	if err := js.DeleteKeyValue(ctx, "grid-reject-test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := link.SendPose(Pose{Pos: Vec3{X: 500, Z: 500}}, time.Now().UnixNano()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-link.Done():
+	case <-ctx.Done():
+		t.Fatal("the link outlived the refusal of its second cell's join")
+	}
+	if err := link.(*ubiqLink).Err(); err == nil || !strings.Contains(err.Error(), "refused the join of a cell room") {
+		t.Fatalf("link ended with %v, want the relay's refusal of the cell's join", err)
 	}
 }
