@@ -38,6 +38,9 @@ func runCluster(ctx context.Context, args []string) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("want one node name after the flags, got %q\n%s", fs.Args(), clusterUsage)
 	}
+	if *wait <= 0 {
+		return fmt.Errorf("--timeout %s: how long to wait for the answer must be positive, e.g. 40s", *wait)
+	}
 	node := fs.Arg(0)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	nc, perms, err := connectBus(*bus, *token, "xrealm-cluster-admin", log)
