@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -71,10 +72,9 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	for _, r := range strings.Split(*routes, ",") {
-		if r = strings.TrimSpace(r); r != "" {
-			cfg.Routes = append(cfg.Routes, r)
-		}
+	var err error
+	if cfg.Routes, err = parseRoutes(*routes); err != nil {
+		return err
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
@@ -186,7 +186,7 @@ func servePprof(addr string, log *slog.Logger) error {
 func newLogger(level, format string) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: %w", level, err)
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error (%w)", level, err)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -195,7 +195,34 @@ func newLogger(level, format string) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
-	return nil, errors.New("log format must be text or json, got " + strconv.Quote(format))
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// parseRoutes reads --routes: comma-separated URLs of the other nodes'
+// cluster listeners. NATS takes a route it cannot parse as no URL at all,
+// and dials one without a host or port nowhere: "host2:6222", without its
+// scheme, is a URL of scheme host2 and no host, and the node waited for its
+// cluster for ever.
+func parseRoutes(v string) ([]string, error) {
+	var out []string
+	for _, r := range strings.Split(v, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		u, err := url.Parse(r)
+		if err == nil && u.Scheme != "" && u.Hostname() != "" {
+			if p, perr := strconv.Atoi(u.Port()); perr == nil && p > 0 && p <= 65535 {
+				out = append(out, r)
+				continue
+			}
+		}
+		example := "nats-route://host2:6222"
+		if !strings.Contains(r, "://") {
+			example = "nats-route://" + r
+		}
+		return nil, fmt.Errorf("--routes: %q is not a route URL with a host and a port, e.g. %s", r, example)
+	}
+	return out, nil
 }
 
 // parseICEServers reads --ice-servers: "none", comma-separated URIs, or a

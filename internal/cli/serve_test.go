@@ -129,6 +129,15 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 		{[]string{"--ubiq-write-linger", "-1ms"}, "--ubiq-write-linger -1ms must not be negative"},
 		{[]string{"--write-budget", "NaN"}, "--write-budget NaN is not a number"},
 		{[]string{"--max-payload", "0"}, "max payload 0 must be positive"},
+		{[]string{"--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
+		// A route without its scheme is a URL of scheme host2 and no host,
+		// one NATS cannot parse it takes as none: the node waited for its
+		// cluster for ever (or NATS met a nil URL).
+		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "host2:6222"}, `--routes: "host2:6222" is not a route URL with a host and a port, e.g. nats-route://host2:6222`},
+		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host2:6222, nats-route://[::1"}, `--routes: "nats-route://[::1" is not a route URL`},
+		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host3"}, `--routes: "nats-route://host3" is not a route URL with a host and a port`},
+		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host3:0"}, `--routes: "nats-route://host3:0"`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
