@@ -210,3 +210,50 @@ func TestSettingsKey(t *testing.T) {
 		}
 	}
 }
+
+// Processes that start at once on a fresh data directory (a server and
+// `xrealm token`, the nodes of a cluster sharing one directory's keys)
+// must all end with the one key that is on disk: each writes its new key
+// to a file of its own before linking it into place, never into a file
+// another may be linking or reading.
+func TestLoadOrCreateKeysConcurrently(t *testing.T) {
+	const dirs, callers = 20, 8
+	for range dirs {
+		dir := t.TempDir()
+		keys := make([]*Keys, callers)
+		errs := make([]error, callers)
+		done := make(chan int)
+		for i := range callers {
+			go func() {
+				keys[i], errs[i] = LoadOrCreateKeys(dir)
+				done <- i
+			}()
+		}
+		for range callers {
+			<-done
+		}
+		onDisk, err := LoadKeys(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range callers {
+			if errs[i] != nil {
+				t.Fatalf("caller %d of %d: %v", i, callers, errs[i])
+			}
+			if !keys[i].priv.Equal(onDisk.priv) {
+				t.Fatalf("caller %d of %d got a key other than the one in %s", i, callers, dir)
+			}
+		}
+		left, err := os.ReadDir(dir + "/keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 1 || left[0].Name() != KeyFile {
+			var names []string
+			for _, e := range left {
+				names = append(names, e.Name())
+			}
+			t.Fatalf("keys/ holds %q, want only %s", names, KeyFile)
+		}
+	}
+}

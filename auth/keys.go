@@ -69,16 +69,28 @@ func createKeys(dir, path string) (*Keys, error) {
 		return nil, fmt.Errorf("create key directory: %w", err)
 	}
 	pemBytes := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
-	// Write then link, so that two processes starting at once agree on one key.
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, pemBytes, 0o600); err != nil {
+	// Write then link, so that two processes starting at once agree on one
+	// key: the first link wins, and the others read its key. Each writes a
+	// file of its own (CreateTemp, mode 0600): with one shared name, a
+	// process could truncate and rewrite the file another had just linked
+	// into place and read back its own key from, and the two would sign
+	// with different keys.
+	f, err := os.CreateTemp(dir, KeyFile+".tmp-*")
+	if err != nil {
 		return nil, fmt.Errorf("write signing key: %w", err)
 	}
-	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
-		os.Remove(tmp)
-		return nil, fmt.Errorf("save signing key: %w", err)
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(pemBytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	os.Remove(tmp)
+	if err != nil {
+		return nil, fmt.Errorf("write signing key %s: %w", tmp, err)
+	}
+	if err := os.Link(tmp, path); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("save signing key %s: %w", path, err)
+	}
 	return LoadOrCreateKeys(filepath.Dir(dir))
 }
 
