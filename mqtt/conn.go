@@ -241,7 +241,11 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 	c.subs = map[string]byte{}
 	c.pubOK = map[string]bool{}
 	if cc.WillFlag {
-		if err := topic.ValidName(cc.WillTopic); err != nil || !c.mayPublish(cc.WillTopic, cc.WillMessage) {
+		if strings.HasPrefix(cc.WillTopic, "$") {
+			// Dropped, as a PUBLISH on such a topic is (publish): clients
+			// must not reach NATS's own $ subjects, whatever their rights.
+			c.s.denials.Deny(c.log, "last will ignored: topics starting with '$' are not published", "client", c.clientID, "user", c.user, "topic", topic.Clip(cc.WillTopic))
+		} else if err := topic.ValidName(cc.WillTopic); err != nil || !c.mayPublish(cc.WillTopic, cc.WillMessage) {
 			c.s.denials.Deny(c.log, "last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", cc.WillTopic)
 		} else {
 			c.will = &packets.PublishPacket{TopicName: cc.WillTopic, Payload: cc.WillMessage}
@@ -504,6 +508,20 @@ func isObjectSubject(subj, realm string) bool {
 	return n == 7 && tok[0] == realm && tok[1] == "s" && tok[4] == "o"
 }
 
+// MaxSubscriptions is the most topic filters one connection may be
+// subscribed to at once; a SUBSCRIBE to one more is refused (SUBACK 0x80)
+// until the client unsubscribes from another. Every filter is a group
+// that each message of its scene is matched against, on the node's
+// dispatch path that all the scene's subscribers share: without a bound,
+// one client (any viewer) could subscribe to a million filters its rights
+// cover and slow the scene down for everyone. ARENA's clients use a few.
+const MaxSubscriptions = 1024
+
+func hasKey[V any](m map[string]V, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
 func (c *conn) subscribe(p *packets.SubscribePacket) {
 	codes := make([]byte, len(p.Topics))
 	for i, f := range p.Topics {
@@ -517,6 +535,9 @@ func (c *conn) subscribe(p *packets.SubscribePacket) {
 			codes[i] = 0x80
 		case !c.all && !c.rights.CanSubscribe(f):
 			c.deny("subscribe", f, "no subs right covers the filter")
+			codes[i] = 0x80
+		case len(c.subs) >= MaxSubscriptions && !hasKey(c.subs, f):
+			c.deny("subscribe", f, fmt.Sprintf("the connection has %d subscriptions, the most it may have", len(c.subs)))
 			codes[i] = 0x80
 		default:
 			if err := c.s.hub.add(c, f, q); err != nil {

@@ -79,13 +79,19 @@ func (h *Hub) add(c *conn, filter string, qos byte) error {
 		}
 		s = &sceneSub{subject: subj, filter: mq, byKey: map[string]*group{}}
 		s.groups.Store(&[]*group{})
+		// The policy is set before the subscription delivers: dispatch
+		// reads it, on the subscription's goroutine, without the lock, and
+		// getting it may take a while (it reads the scene's settings).
+		h.startInterest(s)
 		sub, err := h.nc.Subscribe(subj, func(m *nats.Msg) { h.fromBus(s, m) })
 		if err != nil {
+			if s.stop != nil {
+				close(s.stop)
+			}
 			return err
 		}
 		sub.SetPendingLimits(-1, 256<<20)
 		s.sub = sub
-		h.startInterest(s)
 		h.scenes[subj] = s
 		h.snapshotScenesLocked()
 	}

@@ -1,8 +1,14 @@
 package mqtt
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/interest"
 )
 
 func TestPassDeliversToInteractingClientsFirst(t *testing.T) {
@@ -48,5 +54,55 @@ func TestPassDeliversToInteractingClientsFirst(t *testing.T) {
 				t.Errorf("n = %d, want %d", p.n, len(tc.want))
 			}
 		})
+	}
+}
+
+// A scene's NATS subscription delivers only once the scene's interest
+// policy is in place. Getting the policy reads the scene's settings, which
+// takes a while; a message that arrived meanwhile (from another node, or
+// a NATS client) was dispatched on the subscription's goroutine, which
+// read sceneSub.policy while add was about to write it: a data race on an
+// interface value, which -race reports.
+func TestHubSetsInterestBeforeSubscribing(t *testing.T) {
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "hub-interest", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	front, err := b.Connect("front", nats.NoEcho())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(front.Close)
+	other, err := b.Connect("other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	h := NewHub(front, slog.New(slog.DiscardHandler), nil)
+	h.interestFor = func(ns, scene string) (interest.Policy, time.Duration) {
+		if n := front.NumSubscriptions(); n != 0 {
+			t.Errorf("the scene's NATS subscription was made before its interest policy (%d subscriptions)", n)
+			// A pose arrives meanwhile, as from another node.
+			if err := other.Publish("realm.s.ns.lobby.u.bob.head", []byte(`{"data":{"position":{"x":1,"y":0,"z":0}}}`)); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); h.seq.Load() == 0 && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return interest.NewKNNPolicy(interest.KNNConfig{}), time.Hour
+	}
+	c := &conn{}
+	const filter = "realm/s/ns/lobby/#"
+	if err := h.add(c, filter, 0); err != nil {
+		t.Fatal(err)
+	}
+	if h.Scenes() != 1 {
+		t.Fatalf("%d scene subscriptions, want 1", h.Scenes())
+	}
+	h.remove(c, filter)
+	if h.Scenes() != 0 {
+		t.Fatalf("%d scene subscriptions after the last filter went, want 0", h.Scenes())
 	}
 }

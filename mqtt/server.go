@@ -56,7 +56,7 @@ type Server struct {
 	denials auth.DenyLog
 
 	mu      sync.Mutex
-	clients map[string]*conn // by client id, for session takeover
+	clients map[clientKey]*conn // by user and client id, for session takeover
 	conns   map[*conn]struct{}
 	lns     []net.Listener
 	closed  bool
@@ -85,7 +85,7 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	m := cfg.Metrics
 	cfg.Writer.OnCoalesce = func(n int) { m.Coalesced.Add(float64(n)) }
-	s := &Server{cfg: cfg, log: cfg.Logger, m: m, clients: map[string]*conn{}, conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, log: cfg.Logger, m: m, clients: map[clientKey]*conn{}, conns: map[*conn]struct{}{}}
 	s.hub = NewHub(cfg.NC, cfg.Logger, func(n int) { s.m.MessagesOut.Add(float64(n)) })
 	s.hub.interestFor = cfg.SceneInterest
 	return s, nil
@@ -126,17 +126,26 @@ func (s *Server) ServeConn(nc net.Conn, transport string) {
 	}()
 }
 
-// register records c as the connection of its client id, closing an older
-// connection with the same id (MQTT session takeover). It fails once the
-// server is shutting down.
+// clientKey is what MQTT session takeover goes by: a client id of one
+// user. Client ids are no secret (a client's id is the userClient level
+// of the topics it publishes on, which everyone in the scene receives), so
+// a connection takes over only from a connection of its own user: another
+// user's connection with the same id is left alone, and both stay.
+type clientKey struct{ user, id string }
+
+func (c *conn) key() clientKey { return clientKey{c.user, c.clientID} }
+
+// register records c as the connection of its user and client id,
+// closing an older connection of the same user with the same id (MQTT
+// session takeover). It fails once the server is shutting down.
 func (s *Server) register(c *conn) bool {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return false
 	}
-	old := s.clients[c.clientID]
-	s.clients[c.clientID] = c
+	old := s.clients[c.key()]
+	s.clients[c.key()] = c
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	if old != nil {
@@ -147,8 +156,8 @@ func (s *Server) register(c *conn) bool {
 
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
-	if s.clients[c.clientID] == c {
-		delete(s.clients, c.clientID)
+	if s.clients[c.key()] == c {
+		delete(s.clients, c.key())
 	}
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -193,16 +202,20 @@ func randomClientID() string {
 	return "xrealm-" + hex.EncodeToString(b)
 }
 
-// Kick closes the connection of clientID, as a network failure would: its
-// last will, if any, is published. It reports whether such a client was
-// connected.
+// Kick closes the connections with client id clientID (of any user), as
+// a network failure would: their last wills, if any, are published. It
+// reports whether such a client was connected.
 func (s *Server) Kick(clientID, reason string) bool {
 	s.mu.Lock()
-	c := s.clients[clientID]
-	s.mu.Unlock()
-	if c == nil {
-		return false
+	var kicked []*conn
+	for k, c := range s.clients {
+		if k.id == clientID {
+			kicked = append(kicked, c)
+		}
 	}
-	c.close(reason)
-	return true
+	s.mu.Unlock()
+	for _, c := range kicked {
+		c.close(reason)
+	}
+	return len(kicked) > 0
 }
