@@ -325,16 +325,16 @@ func lookup(ctx context.Context, host string, sys localAddrs) ([]netip.Addr, err
 
 func (c *Config) validate() error {
 	if c.DataDir == "" {
-		return fmt.Errorf("config: data directory is empty")
+		return fmt.Errorf("config: --data is empty: give the directory the node keeps its state in")
 	}
 	if c.Realm == "" {
-		return fmt.Errorf("config: realm is empty")
+		return fmt.Errorf("config: --realm is empty: give the topic prefix, e.g. realm")
 	}
 	if err := persist.ValidRealm(c.Realm); err != nil {
 		return fmt.Errorf("config: --realm: %w", err)
 	}
 	if c.MaxPayload <= 0 {
-		return fmt.Errorf("config: max payload %d must be positive", c.MaxPayload)
+		return fmt.Errorf("config: --max-payload %d: the largest message must be positive", c.MaxPayload)
 	}
 	// 0 means something for --write-linger, --ubiq-write-linger and
 	// --write-budget (a negative budget is none); for the rest it, or a

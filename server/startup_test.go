@@ -33,7 +33,7 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		{"realm with *", func(c *Config) { c.Realm = "a*" }, `realm "a*" contains '*'`},
 		{"realm with >", func(c *Config) { c.Realm = ">" }, `realm ">" contains '>'`},
 		{"realm with %", func(c *Config) { c.Realm = "a%2E" }, `realm "a%2E" contains '%'`},
-		{"realm empty", func(c *Config) { c.Realm = "" }, "config: realm is empty"},
+		{"realm empty", func(c *Config) { c.Realm = "" }, "config: --realm is empty"},
 		{"realm of other letters", func(c *Config) { c.Realm = "réalm-2_x" }, ""},
 		{"negative replicas", func(c *Config) { c.Replicas = -1 }, "--replicas -1: must be at least 1"},
 		{"replicas alone", func(c *Config) { c.Replicas = 5 }, "--replicas 5: a node that is not in a cluster"},

@@ -26,7 +26,7 @@ import (
 // and ::1) if they do not exist.
 func Load(certFile, keyFile, dataDir string, hosts []string) (*tls.Config, error) {
 	if (certFile == "") != (keyFile == "") {
-		return nil, errors.New("tls: give both a certificate and a key file, or neither")
+		return nil, errors.New("tls: give both --tls-cert and --tls-key, or neither (a self-signed certificate is then made in the data directory)")
 	}
 	if certFile == "" {
 		dir := filepath.Join(dataDir, "tls")

@@ -128,7 +128,7 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 		{[]string{"--write-linger", "-5ms"}, "--write-linger -5ms must not be negative"},
 		{[]string{"--ubiq-write-linger", "-1ms"}, "--ubiq-write-linger -1ms must not be negative"},
 		{[]string{"--write-budget", "NaN"}, "--write-budget NaN is not a number"},
-		{[]string{"--max-payload", "0"}, "max payload 0 must be positive"},
+		{[]string{"--max-payload", "0"}, "--max-payload 0: the largest message must be positive"},
 		{[]string{"--log-level", "loud"}, `--log-level "loud": want debug, info, warn or error`},
 		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
 		// A route without its scheme is a URL of scheme host2 and no host,
