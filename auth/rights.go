@@ -110,5 +110,10 @@ func SceneRights(realm, ns, scene string, role Role, userClient string) Rights {
 // NATS subjects "sfu.>"), and replies through NATS inboxes.
 func ServiceRights(service string) Rights {
 	own := service + "/#"
-	return Rights{Publ: []string{own}, Subs: []string{own, "_INBOX/#"}}
+	return Rights{Publ: []string{own}, Subs: []string{own, Inboxes}}
 }
+
+// Inboxes is the filter of NATS's reply subjects. Rights that subscribe to
+// it are a service's (ServiceRights), and only those answer requests over
+// NATS.
+const Inboxes = "_INBOX/#"

@@ -3,6 +3,7 @@ package bus
 import (
 	"crypto/subtle"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -77,12 +78,21 @@ func (a *authenticator) Check(c server.ClientAuthentication) bool {
 
 // Permissions maps token rights to NATS permissions. Event-only rights are
 // not granted over NATS: NATS permissions cannot look at payloads.
+//
+// Only a service (rights that subscribe to auth.Inboxes) may answer the
+// requests it receives, one reply each. A scene's users may not: the front
+// ends publish a scene's object messages to JetStream as requests, whose
+// reply subject everyone subscribed to the scene receives, and a user's
+// answer could arrive before the stream's and forge its acknowledgement
+// (a success for a message not stored, or an error that fails the
+// sender's publish).
 func Permissions(r auth.Rights) *server.Permissions {
 	p := &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: []string{}},
 		Subscribe: &server.SubjectPermission{Allow: []string{}},
-		// A client may answer the requests it receives (one reply each).
-		Response: &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+	}
+	if slices.Contains(r.Subs, auth.Inboxes) {
+		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	}
 	for _, f := range r.Publ {
 		p.Publish.Allow = append(p.Publish.Allow, topic.ToSubject(f))

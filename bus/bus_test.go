@@ -155,6 +155,52 @@ func TestTokenExpiryClosesConnection(t *testing.T) {
 	}
 }
 
+// A scene's user may not answer the requests it receives on the scene's
+// subjects: the front ends publish object messages to JetStream as such
+// requests, and an answer would forge the stream's acknowledgement.
+func TestSceneUserCannotAnswerRequests(t *testing.T) {
+	b, keys := startBus(t)
+	internal, err := b.Connect("svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer internal.Close()
+	for _, role := range []auth.Role{auth.RoleViewer, auth.RoleEditor} {
+		tok, _ := keys.Issue("vic", auth.SceneRights("realm", "ns", "sc", role, ""), time.Hour)
+		nc, err := nats.Connect(b.ClientURL(), nats.UserInfo("vic", tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 10)
+		nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err })
+		got := make(chan struct{}, 1)
+		if _, err := nc.Subscribe("realm.s.ns.sc.>", func(m *nats.Msg) {
+			m.Respond([]byte(`{"stream":"forged","seq":1}`))
+			got <- struct{}{}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		nc.Flush()
+		if m, err := internal.Request("realm.s.ns.sc.o.uc.box", []byte(`{}`), 500*time.Millisecond); err == nil {
+			t.Fatalf("%s: its answer %q reached the requester", role, m.Data)
+		}
+		select {
+		case <-got:
+		default:
+			t.Fatalf("%s: the request did not reach the user", role)
+		}
+		select {
+		case err := <-errs:
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				t.Fatalf("%s: unexpected error %v", role, err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatalf("%s: no permission violation for the answer", role)
+		}
+		nc.Close()
+	}
+}
+
 // An SFU node joining over NATS with a service token may use sfu.> and
 // request/reply, and nothing else.
 func TestServiceToken(t *testing.T) {
