@@ -133,7 +133,7 @@ func Covers(super, sub string) bool {
 		}
 		if !smore {
 			// sub ends here; super has more levels. Only "x/#" matches "x".
-			return false
+			return prest == "#"
 		}
 		if !pmore {
 			return false

@@ -77,6 +77,11 @@ func TestCovers(t *testing.T) {
 		{"a/#", "a/b/c", true},
 		{"a/#", "a/+/c", true},
 		{"a/#", "a/#", true},
+		{"a/#", "a", true}, // MQTT's a/# matches a itself
+		{"a/+/#", "a/b", true},
+		{"a/+/#", "a/+", true},
+		{"a/b/#", "a", false},
+		{"a/+/c", "a/b", false},
 		{"a/#", "#", false},
 		{"a/+", "a/b", true},
 		{"a/+", "a/+", true},
