@@ -45,6 +45,10 @@ type LatencyWindow struct {
 	n    uint64
 }
 
+// MaxLatency is the longest capture-to-completion latency a FrameTracker
+// keeps in its quantiles and sum (Observe returns any).
+const MaxLatency = time.Minute
+
 // NewLatencyWindow keeps the last size samples (at least 1).
 func NewLatencyWindow(size int) *LatencyWindow {
 	return &LatencyWindow{ring: make([]time.Duration, max(size, 1))}
@@ -221,8 +225,14 @@ func (t *FrameTracker) Observe(now time.Time, payload []byte) (Header, time.Dura
 	}
 	t.finish(p, now)
 	t.complete++
+	// A capture time in the future or more than MaxLatency back is on
+	// another clock, or none (the sender's field): the description counts
+	// as complete, but its latency would only corrupt the quantiles and
+	// overflow the sum.
 	lat := now.Sub(time.UnixMicro(int64(h.CaptureUs)))
-	t.lat.Add(lat)
+	if lat >= 0 && lat <= MaxLatency {
+		t.lat.Add(lat)
+	}
 	return h, lat, true
 }
 

@@ -59,12 +59,23 @@ func TestFrameTracker(t *testing.T) {
 			tr.Observe(t0.Add(3*time.Millisecond), f[1])
 			tr.Observe(t0.Add(4*time.Millisecond), f[2])
 		}, 1, 0, 4 * time.Millisecond, 4 * time.Millisecond},
+		// A sender's capture time of 0 (or of another clock) completes
+		// descriptions without a latency: six of them overflowed the sum.
+		{"capture time not on this clock", func(tr *FrameTracker) {
+			for frame, capUs := range []uint64{0, 0, 0, 0, 0, 0, capture + 10e6} {
+				tr.Observe(t0, header(Header{Client: 2, Frame: uint32(frame), Fragment: 0, Count: 1, CaptureUs: capUs}))
+			}
+			tr.Observe(t0.Add(time.Millisecond), header(Header{Client: 2, Frame: 9, Fragment: 0, Count: 1, CaptureUs: capture}))
+		}, 8, 0, time.Millisecond, time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := NewFrameTracker(100*time.Millisecond, 16)
 			tc.feed(tr)
 			s := tr.Stats(t0.Add(time.Second))
+			if s.Sum < 0 {
+				t.Fatalf("latency sum %v", s.Sum)
+			}
 			if s.Complete != tc.complete || s.Expired != tc.expired || s.P50 != tc.wantP50 || s.P99 != tc.p99 {
 				t.Fatalf("stats %+v, want complete %d expired %d p50 %v p99 %v", s, tc.complete, tc.expired, tc.wantP50, tc.p99)
 			}
