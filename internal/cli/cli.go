@@ -50,7 +50,7 @@ func Main(args []string, stderr io.Writer) int {
 		usage(stderr, cmds)
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible(context.Background(), stderr)
 	defer stop()
 	if err := cmd.run(ctx, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -60,6 +60,28 @@ func Main(args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// interruptible returns a context that the first interrupt (Ctrl-C) or
+// SIGTERM ends, so that the command stops cleanly (a server drains, bots
+// print their summary); the signal after it has its default effect and
+// ends the process at once, for a user who will not wait for the clean
+// stop.
+func interruptible(parent context.Context, stderr io.Writer) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		defer signal.Stop(sig)
+		select {
+		case s := <-sig:
+			signal.Stop(sig)
+			fmt.Fprintf(stderr, "xrealm: %v: stopping (again to quit at once)\n", s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // isHelp reports whether arg asks for help.
