@@ -70,19 +70,31 @@ func NewHub(nc *nats.Conn, log *slog.Logger, onMsgs func(int)) *Hub {
 func (h *Hub) add(c *conn, filter string, qos byte) error {
 	subj := topic.ScenePrefix(filter)
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	s := h.scenes[subj]
+	var mq string
+	var pol interest.Policy
+	var period time.Duration
 	if s == nil {
-		mq, err := topic.FromSubject(subj)
-		if err != nil {
+		// The scene's first subscriber here. Getting its interest policy
+		// reads its settings, which may take a while (up to the store's
+		// timeout): not under the lock, which every subscribe and
+		// disconnect on the node takes.
+		h.mu.Unlock()
+		var err error
+		if mq, err = topic.FromSubject(subj); err != nil {
 			return err
 		}
+		pol, period = h.policyFor(mq)
+		h.mu.Lock()
+		s = h.scenes[subj] // another subscriber's meanwhile: pol is not used
+	}
+	defer h.mu.Unlock()
+	if s == nil {
 		s = &sceneSub{subject: subj, filter: mq, byKey: map[string]*group{}}
 		s.groups.Store(&[]*group{})
 		// The policy is set before the subscription delivers: dispatch
-		// reads it, on the subscription's goroutine, without the lock, and
-		// getting it may take a while (it reads the scene's settings).
-		h.startInterest(s)
+		// reads it, on the subscription's goroutine, without the lock.
+		h.startInterest(s, pol, period)
 		sub, err := h.nc.Subscribe(subj, func(m *nats.Msg) { h.fromBus(s, m) })
 		if err != nil {
 			if s.stop != nil {
@@ -322,25 +334,33 @@ func coalesceKey(name string) string {
 	return ""
 }
 
-// startInterest gives a single-scene subscription the scene's interest
-// policy, if it has one, and starts its recompute loop.
-func (h *Hub) startInterest(s *sceneSub) {
+// policyFor returns the interest policy (nil: none) and its recompute
+// period of the scene whose subscription filter is filter; only a
+// single-scene filter ({realm}/s/{ns}/{scene}/#) has one. It reads the
+// scene's settings.
+func (h *Hub) policyFor(filter string) (interest.Policy, time.Duration) {
 	if h.interestFor == nil {
-		return
+		return nil, 0
 	}
-	lv := strings.Split(s.filter, "/") // {realm}/s/{ns}/{scene}/#
+	lv := strings.Split(filter, "/") // {realm}/s/{ns}/{scene}/#
 	if len(lv) != 5 || lv[1] != "s" || lv[4] != "#" || lv[2] == "+" || lv[3] == "+" || lv[2] == "#" {
-		return
+		return nil, 0
 	}
 	pol, period := h.interestFor(lv[2], lv[3])
-	if pol == nil {
-		return
-	}
 	if period <= 0 {
 		period = 200 * time.Millisecond
 	}
+	return pol, period
+}
+
+// startInterest puts pol (nil: none) in charge of s, its positions updated
+// every period until s.stop is closed.
+func (h *Hub) startInterest(s *sceneSub, pol interest.Policy, period time.Duration) {
+	if pol == nil {
+		return
+	}
 	s.policy, s.stop = pol, make(chan struct{})
-	h.log.Info("interest management on", "scene", lv[2]+"/"+lv[3], "period", period)
+	h.log.Info("interest management on", "scene", s.filter, "period", period)
 	go func(stop <-chan struct{}) {
 		t := time.NewTicker(period)
 		defer t.Stop()

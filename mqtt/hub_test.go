@@ -106,3 +106,52 @@ func TestHubSetsInterestBeforeSubscribing(t *testing.T) {
 		t.Fatalf("%d scene subscriptions after the last filter went, want 0", h.Scenes())
 	}
 }
+
+// Getting a scene's interest policy reads its settings, which may wait on
+// the store; meanwhile subscribes to other scenes, and disconnects, go on.
+func TestHubSlowSettingsDoNotBlockOtherScenes(t *testing.T) {
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "hub-slow", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Shutdown)
+	front, err := b.Connect("front", nats.NoEcho())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(front.Close)
+	h := NewHub(front, slog.New(slog.DiscardHandler), nil)
+	release, asked := make(chan struct{}), make(chan struct{})
+	h.interestFor = func(ns, scene string) (interest.Policy, time.Duration) {
+		if scene == "slow" {
+			close(asked)
+			<-release
+		}
+		return nil, 0
+	}
+	slow := make(chan error, 1)
+	go func() { slow <- h.add(&conn{}, "realm/s/ns/slow/#", 0) }()
+	<-asked
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := &conn{}
+		if err := h.add(c, "realm/s/ns/fast/#", 0); err != nil {
+			t.Error(err)
+		}
+		h.remove(c, "realm/s/ns/fast/#")
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("a subscribe to another scene waited for the slow scene's settings")
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	if h.Scenes() != 1 {
+		t.Fatalf("%d scene subscriptions, want the slow scene's", h.Scenes())
+	}
+}
