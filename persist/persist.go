@@ -195,8 +195,10 @@ type Store struct {
 	now      func() time.Time
 	realms   map[string]bool // the realms whose object messages the stream captures
 
-	deleteWait time.Duration // see deleteWait
-	readWait   time.Duration // see readWait
+	deleteWait  time.Duration // see deleteWait
+	readWait    time.Duration // see readWait
+	markerAge   time.Duration // see markerAge (markers.go)
+	markerEvery time.Duration // see markerEvery
 
 	applied prometheus.Counter
 	invalid prometheus.Counter
@@ -226,7 +228,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		log = slog.Default()
 	}
 	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{},
-		deleteWait: deleteWait, readWait: readWait, expires: map[string]time.Time{}, asked: map[string]time.Time{}}
+		deleteWait: deleteWait, readWait: readWait, markerAge: markerAge, markerEvery: markerEvery,
+		expires: map[string]time.Time{}, asked: map[string]time.Time{}}
 
 	realms := cfg.Realms
 	if len(realms) == 0 {
@@ -311,14 +314,15 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Run applies the stream to the bucket and sweeps expired objects until
-// ctx is done. Transient failures are logged and retried; Run returns nil
-// when ctx is done.
+// Run applies the stream to the bucket, sweeps expired objects and purges
+// old delete markers (markers.go) until ctx is done. Transient failures are
+// logged and retried; Run returns nil when ctx is done.
 func (s *Store) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); s.retry(ctx, "applier", s.runApplier) }()
 	go func() { defer wg.Done(); s.retry(ctx, "ttl sweeper", s.runSweeper) }()
+	go func() { defer wg.Done(); s.retry(ctx, "marker purger", s.runMarkerPurger) }()
 	wg.Wait()
 	// Let another node's applier take over at once rather than after
 	// the pinned TTL.
@@ -641,7 +645,8 @@ func (s *Store) decode(key string, val []byte) (*Object, error) {
 
 // load returns the object stored under key, nil when there is none, and
 // the key's revision: that of its newest write, a delete or purge
-// included, 0 when the key was never written. It reads what the bucket's
+// included, 0 when the key was never written (or its delete marker was
+// purged, markers.go). It reads what the bucket's
 // stream leader holds (newest), which holds every write acknowledged
 // before: the applier decides what to write from it, and a replica that
 // has not yet applied the applier's last write would have it update an
