@@ -44,6 +44,11 @@ type sceneSub struct {
 	// is set once, when the subscription is created for a single scene.
 	policy interest.Policy
 	stop   chan struct{}
+
+	// ready is closed once the bus has the subscription (a flush after
+	// it): a SUBACK waits for it, so that what others publish after it
+	// reaches the subscriber.
+	ready chan struct{}
 }
 
 // group is the local subscribers with one identical filter.
@@ -88,9 +93,9 @@ func (h *Hub) add(c *conn, filter string, qos byte) error {
 		h.mu.Lock()
 		s = h.scenes[subj] // another subscriber's meanwhile: pol is not used
 	}
-	defer h.mu.Unlock()
-	if s == nil {
-		s = &sceneSub{subject: subj, filter: mq, byKey: map[string]*group{}}
+	created := s == nil
+	if created {
+		s = &sceneSub{subject: subj, filter: mq, byKey: map[string]*group{}, ready: make(chan struct{})}
 		s.groups.Store(&[]*group{})
 		// The policy is set before the subscription delivers: dispatch
 		// reads it, on the subscription's goroutine, without the lock.
@@ -100,6 +105,7 @@ func (h *Hub) add(c *conn, filter string, qos byte) error {
 			if s.stop != nil {
 				close(s.stop)
 			}
+			h.mu.Unlock()
 			return err
 		}
 		sub.SetPendingLimits(-1, 256<<20)
@@ -115,6 +121,16 @@ func (h *Hub) add(c *conn, filter string, qos byte) error {
 	g.members[c] = qos
 	g.rebuild()
 	s.snapshotGroups()
+	h.mu.Unlock()
+	if created {
+		// The subscription is sent to the bus asynchronously; a round
+		// trip makes sure the bus has it. Not under the lock.
+		if err := h.nc.FlushTimeout(5 * time.Second); err != nil {
+			h.log.Warn("scene subscription not confirmed by the bus", "subject", subj, "err", err)
+		}
+		close(s.ready)
+	}
+	<-s.ready
 	return nil
 }
 
