@@ -2,10 +2,9 @@ package persist
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/xrealm/xrealm/bus"
 )
 
 // Delete markers.
@@ -41,12 +40,6 @@ const (
 	markerPassWait = 5 * time.Minute
 )
 
-// marker is one delete or purge marker of the bucket.
-type marker struct {
-	key string
-	rev uint64
-}
-
 // runMarkerPurger purges old delete markers every s.markerEvery until ctx
 // is done.
 func (s *Store) runMarkerPurger(ctx context.Context) error {
@@ -74,52 +67,5 @@ func (s *Store) runMarkerPurger(ctx context.Context) error {
 // purgeMarkers purges the bucket's delete markers older than olderThan and
 // returns how many it purged.
 func (s *Store) purgeMarkers(ctx context.Context, olderThan time.Duration) (int, error) {
-	old, err := s.oldMarkers(ctx, olderThan)
-	if err != nil {
-		return 0, err
-	}
-	for i, m := range old {
-		if err := s.purgeMarker(ctx, m); err != nil {
-			return i, err
-		}
-	}
-	return len(old), nil
-}
-
-// oldMarkers returns the keys whose newest message is a delete marker
-// older than olderThan, with the marker's revision.
-func (s *Store) oldMarkers(ctx context.Context, olderThan time.Duration) ([]marker, error) {
-	w, err := s.kv.WatchAll(ctx, jetstream.MetaOnly())
-	if err != nil {
-		return nil, fmt.Errorf("watching %s for delete markers: %w", BucketName, err)
-	}
-	defer w.Stop()
-	limit := time.Now().Add(-olderThan)
-	var out []marker
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("reading the delete markers of %s (%d so far): %w", BucketName, len(out), ctx.Err())
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("the watcher of %s closed after %d delete markers", BucketName, len(out))
-			}
-			if e == nil {
-				return out, nil // the initial values
-			}
-			if op := e.Operation(); (op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge) && !e.Created().After(limit) {
-				out = append(out, marker{key: e.Key(), rev: e.Revision()})
-			}
-		}
-	}
-}
-
-// purgeMarker removes the messages of m's key up to and including the
-// marker; a newer message of the key stays.
-func (s *Store) purgeMarker(ctx context.Context, m marker) error {
-	err := s.kvStream.Purge(ctx, jetstream.WithPurgeSubject(kvSubjectPrefix+m.key), jetstream.WithPurgeSequence(m.rev+1))
-	if err != nil {
-		return fmt.Errorf("purging the delete marker of %q (revision %d): %w", m.key, m.rev, err)
-	}
-	return nil
+	return bus.PurgeOldDeleteMarkers(ctx, s.js, s.kv, olderThan)
 }

@@ -4,6 +4,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/xrealm/xrealm/bus"
 )
 
 // TestDeleteMarkersPurged: the delete markers that deletes leave in the
@@ -61,13 +63,13 @@ func TestPurgeMarkerKeepsNewerValue(t *testing.T) {
 	e.pub(tp+"x", `{"object_id":"x","action":"create","persist":true,"data":{"v":1}}`)
 	e.pub(tp+"x", `{"object_id":"x","action":"delete"}`)
 	e.barrier("ns", "sc")
-	markers, err := e.store.oldMarkers(ctx5s(t), 0)
+	markers, err := bus.OldDeleteMarkers(ctx5s(t), e.store.kv, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	found := false
 	for _, m := range markers {
-		found = found || m.key == objectKey("ns", "sc", "x")
+		found = found || m.Key == objectKey("ns", "sc", "x")
 	}
 	if !found {
 		t.Fatalf("markers %v: none of x", markers)
@@ -76,7 +78,7 @@ func TestPurgeMarkerKeepsNewerValue(t *testing.T) {
 	e.pub(tp+"x", `{"object_id":"x","action":"create","persist":true,"data":{"v":2}}`)
 	e.waitObject("ns", "sc", "x", nil)
 	for _, m := range markers {
-		if err := e.store.purgeMarker(ctx5s(t), m); err != nil {
+		if err := bus.PurgeDeleteMarker(ctx5s(t), e.store.kvStream, e.store.kv, m); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -181,9 +181,10 @@ func presenceKey(room, activation string) string {
 // store reads and writes room state.
 type store struct {
 	kv       jetstream.KeyValue
-	node     string        // this node's name in owned keys
-	newProps func() props  // properties of a new room
-	newCode  func() string // a random join code; nil = newJoinCode (tests draw from fewer)
+	js       jetstream.JetStream // kv's, for purging its old delete markers
+	node     string              // this node's name in owned keys
+	newProps func() props        // properties of a new room
+	newCode  func() string       // a random join code; nil = newJoinCode (tests draw from fewer)
 	// wrote, if set, is told of every room record this node writes, and
 	// its revision (nil: the room was removed; rev is then the revision
 	// of the record deleted), for the listing of published rooms.
@@ -940,7 +941,10 @@ func (s *store) getBlob(ctx context.Context, room, id string) (string, error) {
 }
 
 // purgeMarkers removes old delete markers so that rooms that came and went
-// do not accumulate.
+// do not accumulate, each only up to its own revision: a key written again
+// meanwhile (a room of the same uuid, a member back) keeps its new value,
+// which KeyValue.PurgeDeletes would remove with the marker.
 func (s *store) purgeMarkers(ctx context.Context) error {
-	return s.kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(10*time.Minute))
+	_, err := bus.PurgeOldDeleteMarkers(ctx, s.js, s.kv, 10*time.Minute)
+	return err
 }
