@@ -199,13 +199,17 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	if !h.allowed(w, r, ns, scene, false) {
 		return
 	}
+	// ARENA answers with the array of matching objects, [] for none: not
+	// 404, on which arena-py's get_persisted_obj ends the program.
 	o, err := h.s.Get(r.Context(), ns, scene, id)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadName):
+		writeJSON(w, http.StatusOK, []Object{})
+	case err != nil:
 		storeError(w, err)
-		return
+	default:
+		writeJSON(w, http.StatusOK, []Object{o})
 	}
-	// ARENA answers with the array of matching objects.
-	writeJSON(w, http.StatusOK, []Object{o})
 }
 
 func (h *handler) deleteScene(w http.ResponseWriter, r *http.Request) {

@@ -237,7 +237,7 @@ func TestHTTP(t *testing.T) {
 		{"list empty", "GET", "/persist/ns/nothing", "", 200, nil, `[]`},
 		{"list denied 401", "GET", "/persist/ns/secret", "", 401, nil, `{"error":"no token: authentication required"}`},
 		{"one", "GET", "/persist/ns/sc/box", "", 200, ids, "box"},
-		{"one absent", "GET", "/persist/ns/sc/nope", "", 404, nil, `{"error":"object \"nope\" in scene ns/sc: not found"}`},
+		{"one absent", "GET", "/persist/ns/sc/nope", "", 200, nil, `[]`},
 		{"all scenes", "GET", "/persist/!allscenes", "", 200, nil, `["ns/ro","ns/sc","ns/tpl"]`},
 		{"namespace scenes", "GET", "/persist/ns/!allscenes", "", 200, nil, `["ns/ro","ns/sc","ns/tpl"]`},
 		{"delete denied 403", "DELETE", "/persist/ns/ro", "", 403, nil, `{"error":"you have not been granted write access"}`},

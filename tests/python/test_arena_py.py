@@ -66,6 +66,13 @@ PROGRAM = textwrap.dedent(
         pre = scene.get_persisted_obj("xr_pre")
         c = pre.data.color
         say("PRE", json.dumps({"object_id": pre.object_id, "color": [c.red, c.green, c.blue]}))
+        # An object that is not stored: ARENA answers [] and arena-py raises
+        # ValueError (an error status would end the program: sys.exit).
+        try:
+            scene.get_persisted_obj("xr_missing")
+            say("MISSING found")
+        except ValueError as e:
+            say("MISSING not found", e)
         scene.add_objects([box, sphere, child, temp])
         say("READY")
 
@@ -175,6 +182,8 @@ def test_arena_py_program(xrealm_factory, fixed_ports_lock, tmp_path, request):
         try:
             pre = json.loads(prog.expect("PRE ", 40)[4:])
             assert pre["object_id"] == "xr_pre" and pre["color"] == [0, 0, 255], pre
+            missing = prog.expect("MISSING", 10)
+            assert missing.startswith("MISSING not found"), missing
             prog.expect("READY", 10)
 
             # The creates reached persistence (arena-py publishes at QoS 0).
