@@ -410,6 +410,9 @@ func (c *conn) route(m *outMsg, qos byte) bool {
 		if err == nil {
 			err = persist.CheckUTF8(payload)
 		}
+		if err == nil {
+			err = persist.CheckObjectKey(name)
+		}
 		if err != nil {
 			c.deny("publish", name, err.Error())
 			return true

@@ -129,8 +129,8 @@ func (s *Store) apply(ctx context.Context, subject string, h nats.Header, payloa
 		return nil
 	}
 	key := objectKey(t.Namespace, t.Scene, m.ObjectID)
-	if len(key) > maxKeyLen {
-		s.reject(subject, fmt.Errorf("object id of %d bytes is too long to persist", len(m.ObjectID)))
+	if err := checkKeyLen(key, m.ObjectID); err != nil {
+		s.reject(subject, err)
 		return nil
 	}
 	if !changesState(m.Action, m.Persist) {
@@ -169,6 +169,27 @@ func (s *Store) apply(ctx context.Context, subject string, h nats.Header, payloa
 		s.applied.Inc()
 	}
 	return nil
+}
+
+// checkKeyLen refuses an object whose key, key, the store cannot hold.
+func checkKeyLen(key, objectID string) error {
+	if len(key) > maxKeyLen {
+		return fmt.Errorf("object id of %d bytes is too long to persist (its key would be %d bytes, at most %d)", len(objectID), len(key), maxKeyLen)
+	}
+	return nil
+}
+
+// CheckObjectKey returns the error the applier would refuse an object
+// message on the scene topic name with because the store cannot hold its
+// object's key (an object id too long; the id is the topic's, which a
+// message's object_id must equal), so that a front end refuses it before
+// acknowledging it. It returns nil for every other topic.
+func CheckObjectKey(name string) error {
+	t, err := topic.ParseScene(name)
+	if err != nil {
+		return nil
+	}
+	return checkKeyLen(objectKey(t.Namespace, t.Scene, t.ID), t.ID)
 }
 
 // CheckUTF8 returns an error naming the first bad byte unless payload is

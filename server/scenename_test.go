@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,14 +30,21 @@ func TestInvalidSceneNameNotPersisted(t *testing.T) {
 	}
 	// Not valid UTF-8: refused too, before it is acknowledged.
 	publish(t, c, "realm/s/ns/ok/o/x/bad", 1, `{"object_id":"bad","action":"create","persist":true,"data":{"name":"`+"\xff"+`"}}`)
+	// An object id whose key the store cannot hold (non-letters escape to
+	// 3 bytes): refused too, where it was acknowledged and then dropped.
+	long := strings.Repeat(".", 400)
+	publish(t, c, "realm/s/ns/ok/o/x/"+long, 1, create(long))
 	publish(t, c, "realm/s/ns/ok/o/x/obj", 1, create("obj")) // applied after the others
 	waitObjects(t, n, "ns/ok", "", func(objs []object) bool { return byID(objs, "obj") != nil })
 	seen.wait(t, "ns/ok/o/x/obj", 5*time.Second)
-	if got := metricSum(t, n, `xrealm_auth_denials_total{action="publish"}`) - denied; got != float64(len(scenes)+1) {
-		t.Errorf("%v publishes counted as refused, want %d", got, len(scenes)+1)
+	if got := metricSum(t, n, `xrealm_auth_denials_total{action="publish"}`) - denied; got != float64(len(scenes)+2) {
+		t.Errorf("%v publishes counted as refused, want %d", got, len(scenes)+2)
 	}
 	if seen.has("ns/ok/o/x/bad") {
 		t.Error("a subscriber got the create that is not valid UTF-8")
+	}
+	if seen.has("ns/ok/o/x/" + long) {
+		t.Error("a subscriber got the create whose id is too long to store")
 	}
 	for _, sc := range scenes {
 		if code := getJSON(t, n.httpURL+"/persist/ns/"+url.PathEscape(sc), "", nil); code != 400 {
