@@ -246,7 +246,7 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 			// must not reach NATS's own $ subjects, whatever their rights.
 			c.s.denials.Deny(c.log, "last will ignored: topics starting with '$' are not published", "client", c.clientID, "user", c.user, "topic", topic.Clip(cc.WillTopic))
 		} else if err := topic.ValidName(cc.WillTopic); err != nil || !c.mayPublish(cc.WillTopic, cc.WillMessage) {
-			c.s.denials.Deny(c.log, "last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", cc.WillTopic)
+			c.s.denials.Deny(c.log, "last will ignored: not allowed on its topic", "client", c.clientID, "user", c.user, "topic", topic.Clip(cc.WillTopic))
 		} else {
 			c.will = &packets.PublishPacket{TopicName: cc.WillTopic, Payload: cc.WillMessage}
 			c.will.Qos = min(cc.WillQos, 1)

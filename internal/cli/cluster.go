@@ -25,6 +25,10 @@ remaining peers running; a removed node can join again after 5 minutes.`
 // runCluster runs `xrealm cluster`: the administration of a cluster's
 // nodes over the bus.
 func runCluster(ctx context.Context, args []string) error {
+	if len(args) == 1 && isHelp(args[0]) {
+		fmt.Fprintln(os.Stderr, clusterUsage)
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "remove-peer" {
 		return errors.New(clusterUsage)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -55,8 +56,19 @@ func parseToken(args []string) (tokenRequest, error) {
 	}
 	req := tokenRequest{data: *data, user: *user, ttl: *ttl}
 	if *role == "sfu" || *role == "cluster" {
+		// A service's rights are on its own subjects, in no scene.
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, name := range []string{"scene", "realm", "userclient"} {
+			if set[name] {
+				return tokenRequest{}, fmt.Errorf("--%s does not apply to --role %s (a service's token is for no scene)", name, *role)
+			}
+		}
 		req.rights = auth.ServiceRights(*role)
 		return req, nil
+	}
+	if err := persist.ValidRealm(*realm); err != nil {
+		return tokenRequest{}, fmt.Errorf("--realm: %w", err)
 	}
 	r, ok := auth.ParseRole(*role)
 	if !ok {
@@ -68,9 +80,6 @@ func parseToken(args []string) (tokenRequest, error) {
 	ns, sc, err := topic.ParseSceneName(*scene)
 	if err != nil {
 		return tokenRequest{}, fmt.Errorf("--scene: %w (a token is for one scene)", err)
-	}
-	if err := topic.ValidLevel("--realm", *realm); err != nil {
-		return tokenRequest{}, err
 	}
 	if *client != "" {
 		if err := topic.ValidLevel("--userclient", *client); err != nil {
