@@ -255,6 +255,7 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 	c.log = c.log.With("client", c.clientID, "user", c.user)
 	c.w = fanout.NewWriter(c.nc, c.s.cfg.Writer, func(err error) { c.close("write failed: " + err.Error()) })
 	if !c.s.register(c) {
+		c.w.Close() // its writer goroutine, never used
 		return refuse(packets.ErrRefusedServerUnavailable, "unavailable", "server shutting down")
 	}
 	if !expires.IsZero() {
