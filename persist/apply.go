@@ -21,7 +21,20 @@ func topicSubject(t string) string { return topic.ToSubject(t) }
 // once its effect is in the bucket, and nothing after it is delivered
 // before.
 func (s *Store) runApplier(ctx context.Context) error {
-	it, err := s.consumer.Messages(jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullExpiry(pullExpiry))
+	consumer := s.consumer
+	if s.applierRuns > 0 {
+		// The consumer may be what failed: deleted (an operator's
+		// mistake, a stream restored from a backup), it would never
+		// deliver again. Made again, it delivers what the stream still
+		// holds (a work queue keeps only what was not acknowledged).
+		c, err := s.openConsumer(ctx)
+		if err != nil {
+			return err
+		}
+		consumer = c
+	}
+	s.applierRuns++
+	it, err := consumer.Messages(jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		return fmt.Errorf("consuming %s/%s: %w", StreamName, ConsumerName, err)
 	}

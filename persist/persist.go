@@ -189,11 +189,15 @@ func (o *Object) parent() string {
 type Store struct {
 	js       jetstream.JetStream
 	kv       jetstream.KeyValue
-	kvStream jetstream.Stream // the bucket's
-	consumer jetstream.Consumer
-	log      *slog.Logger
-	now      func() time.Time
-	realms   map[string]bool // the realms whose object messages the stream captures
+	kvStream jetstream.Stream   // the bucket's
+	stream   jetstream.Stream   // the log, StreamName
+	consumer jetstream.Consumer // the applier's, ConsumerName
+	// applierRuns counts the applier's starts (its goroutine only): a
+	// restart opens the consumer again.
+	applierRuns int
+	log         *slog.Logger
+	now         func() time.Time
+	realms      map[string]bool // the realms whose object messages the stream captures
 
 	deleteWait  time.Duration // see deleteWait
 	readWait    time.Duration // see readWait
@@ -257,20 +261,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("persist: stream %s: %w", StreamName, err)
 	}
-	s.consumer, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:        ConsumerName,
-		Description:    "xrealm: applies object messages to " + BucketName,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        ackWait,
-		MaxDeliver:     -1,
-		MaxAckPending:  1, // strict order, also across redeliveries
-		PriorityPolicy: jetstream.PriorityPolicyPinned,
-		PriorityGroups: []string{PriorityGroup},
-		PinnedTTL:      pinnedTTL,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("persist: consumer %s on %s: %w", ConsumerName, StreamName, err)
+	s.stream = stream
+	if s.consumer, err = s.openConsumer(ctx); err != nil {
+		return nil, err
 	}
 	s.kv, err = cfg.JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      BucketName,
@@ -355,6 +348,27 @@ func (s *Store) retry(ctx context.Context, name string, f func(context.Context) 
 		}
 		delay = min(2*delay, 5*time.Second)
 	}
+}
+
+// openConsumer creates the applier's durable consumer, or updates it to
+// this configuration; it is the same consumer for every node.
+func (s *Store) openConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	c, err := s.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        ConsumerName,
+		Description:    "xrealm: applies object messages to " + BucketName,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		MaxDeliver:     -1,
+		MaxAckPending:  1, // strict order, also across redeliveries
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{PriorityGroup},
+		PinnedTTL:      pinnedTTL,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("persist: consumer %s on %s: %w", ConsumerName, StreamName, err)
+	}
+	return c, nil
 }
 
 // Get returns one live stored object, or an error wrapping ErrNotFound.
