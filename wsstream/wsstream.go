@@ -64,7 +64,19 @@ func (c *Conn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (c *Conn) Close() error                       { return c.ws.Close() }
+// closeWait bounds the close frame's write: a peer that does not read
+// does not hold up the close.
+const closeWait = 100 * time.Millisecond
+
+// Close sends a close frame, 1000 (normal closure), and closes the
+// connection: the peer sees the stream end, as a TCP client sees an end of
+// stream, not an abnormal closure (1006). A peer that already went gets
+// nothing.
+func (c *Conn) Close() error {
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(closeWait))
+	return c.ws.Close()
+}
+
 func (c *Conn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
 func (c *Conn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
 func (c *Conn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }

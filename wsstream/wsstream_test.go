@@ -67,3 +67,31 @@ func TestReadAtClose(t *testing.T) {
 		})
 	}
 }
+
+// Closing the stream sends a normal close frame: the peer sees the end of
+// the stream (1000), not an abnormal closure (1006).
+func TestCloseSendsCloseFrame(t *testing.T) {
+	up := websocket.Upgrader{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		c := New(ws)
+		c.Write([]byte("bye"))
+		c.Close()
+	}))
+	defer srv.Close()
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if _, msg, err := ws.ReadMessage(); err != nil || string(msg) != "bye" {
+		t.Fatalf("first message %q, %v", msg, err)
+	}
+	_, _, err = ws.ReadMessage()
+	if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("after the server's Close: %v, want a normal closure (1000)", err)
+	}
+}
