@@ -170,7 +170,8 @@ const (
 )
 
 // Enqueue queues f. When the queue is full, f replaces the newest queued
-// frame with the same key, or is dropped; a Keep frame is queued in the
+// frame with the same key (if the queue's bytes stay within MaxBytes, or f
+// is no larger), or is dropped; a Keep frame is queued in the
 // room beyond the bound, and fails the writer with ErrTooSlow when that is
 // full too.
 //
@@ -543,13 +544,20 @@ func (w *Writer) countCoalesced(n int) {
 
 // replaceLocked puts f in the slot of the queued frame with its key, if
 // there is one (the newer state takes the old slot; the order of the
-// other frames stays); w.indexed is set.
+// other frames stays) and the queue stays within its byte bound, or f is
+// no larger than that frame; w.indexed is set.
 func (w *Writer) replaceLocked(f *Frame) bool {
 	i, ok := w.index[f.Key]
 	if !ok {
 		return false
 	}
-	w.bytes += len(f.Bytes) - len(w.queue[i].Bytes)
+	grow := len(f.Bytes) - len(w.queue[i].Bytes)
+	if grow > 0 && w.bytes+grow > w.opt.MaxBytes {
+		// A queue full by its frame count would otherwise take every
+		// key's larger replacement, past MaxBytes without limit.
+		return false
+	}
+	w.bytes += grow
 	w.queue[i] = f
 	return true
 }

@@ -422,3 +422,31 @@ func TestWriterKeepFramesAreNotDropped(t *testing.T) {
 	}
 	w.Close()
 }
+
+// A newer frame that replaces an older one of its key in a full queue
+// keeps to the byte bound: a queue full by its frame count, of small
+// poses, held every key's larger replacement, past MaxBytes without limit
+// (up to MaxFrames frames of the largest size a peer may publish).
+func TestWriterCoalesceKeepsByteBound(t *testing.T) {
+	c := &pipeConn{block: make(chan struct{})}
+	const maxFrames, maxBytes = 4, 100
+	w := NewWriter(c, Options{MaxFrames: maxFrames, MaxBytes: maxBytes}, nil)
+	w.Enqueue(&Frame{Bytes: []byte("x")})
+	waitFor(t, func() bool { return w.Stats().Queued == 0 })
+	for k := range maxFrames {
+		enqueueWant(t, w, &Frame{Bytes: []byte{'a' + byte(k)}, Key: strconv.Itoa(k)}, Queued)
+	}
+	// Full by frames (4 bytes of 100). A 60-byte replacement fits (63
+	// bytes); another does not, nor a larger one, and the queue keeps the
+	// older frame; a replacement no larger than the frame it replaces
+	// always fits.
+	big := func(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+	enqueueWant(t, w, &Frame{Bytes: big('A', 60), Key: "0"}, Coalesced)
+	enqueueWant(t, w, &Frame{Bytes: big('B', 60), Key: "1"}, Dropped)
+	enqueueWant(t, w, &Frame{Bytes: big('A', 61), Key: "0"}, Coalesced) // 64 bytes
+	enqueueWant(t, w, &Frame{Bytes: big('A', 98), Key: "0"}, Dropped)   // 101 bytes
+	enqueueWant(t, w, &Frame{Bytes: big('a', 10), Key: "0"}, Coalesced)
+	enqueueWant(t, w, &Frame{Bytes: big('B', 88), Key: "1"}, Coalesced) // 100 bytes
+	enqueueWant(t, w, &Frame{Bytes: []byte("C"), Key: "2"}, Coalesced)
+	finish(t, c, w, "x"+string(big('a', 10))+string(big('B', 88))+"Cd")
+}
