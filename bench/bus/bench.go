@@ -686,7 +686,9 @@ func (b *runner) measureWith(ctx context.Context, take func() Row, cool func()) 
 		row.Retry = try > 0
 		b.res.Rows = append(b.res.Rows, row)
 		if row.Error != "" {
-			return false, nil
+			// A failed remeasurement does not undo an earlier
+			// measurement that held (capacity counts the load as held).
+			return held, nil
 		}
 		ok := row.OK(b.cfg.MaxP99, b.cfg.MinRatio)
 		// Any measurement that held holds the load: the ramp goes on

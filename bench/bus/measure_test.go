@@ -36,6 +36,10 @@ func TestMeasureHeldAsCapacityCountsIt(t *testing.T) {
 		{"missed under steal three times", []Row{row(150, 1, 0.5), row(150, 1, 0.5), row(150, 1, 0.5)}, false, 3, 2},
 		{"held within 50 ms under steal", []Row{row(30, 1, 0.5)}, true, 1, 0},
 		{"broker died", []Row{{System: "s", Users: users, Error: "broker exited during the step"}}, false, 1, 0},
+		// The remeasurement under steal failed (its fleet could not join, the
+		// broker died): the first measurement still held the load, as
+		// capacity counts it, and the ramp goes on.
+		{"held within 100 ms under steal; the remeasurement failed", []Row{row(80, 1, 0.5), {System: "s", Users: users, Error: "fleet: 3 of 200 bots could not join"}}, true, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &runner{cfg: Config{MaxP99: 100 * time.Millisecond, MinRatio: 0.99}, res: &Results{}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
