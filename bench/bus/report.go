@@ -643,7 +643,7 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 	haveRamp := len(ramp) > 0 && mosq100 > 0 && x50 > 0
 	lines = append(lines, line{"Capacity, one scene", "xrealm users at p99 ≤ 50 ms ≥ 1.5 × Mosquitto's users (p99 ≤ " + r.Config.MaxP99 + ")",
 		unlessMissing(haveRamp, fmt.Sprintf("xrealm %s vs Mosquitto %s: %.2f×", fmtCap(x50, xCapped), fmtCap(mosq100, mosqCapped), float64(x50)/math.Max(1, float64(mosq100)))),
-		verdict(float64(x50) >= 1.5*float64(mosq100) && !mosqCapped, haveRamp && !mosqCapped)})
+		verdict(capacityRatio(x50, xCapped, mosq100, mosqCapped, 1.5, haveRamp))})
 	eff := rowsOf(r, "efficiency", 1)
 	effUsers := 120
 	if len(eff) > 0 {
@@ -670,7 +670,7 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 	lines = append(lines, line{"Isolation", "xrealm capacity (p99 ≤ 50 ms, as for the capacity target) with 5 scenes ≥ 2 × with 1 scene",
 		unlessMissing(isoKnown, fmt.Sprintf("%s vs %s users: %.2f× (at p99 ≤ %s: %s vs %s, %.2f×)", fmtCap(iso5, c5), fmtCap(iso1, c1), float64(iso5)/math.Max(1, float64(iso1)),
 			r.Config.MaxP99, fmtCap(wide5, w5), fmtCap(wide1, w1), float64(wide5)/math.Max(1, float64(wide1)))),
-		verdict(float64(iso5) >= 2*float64(iso1), iso1 > 0 && iso5 > 0 && (!c1 || float64(iso5) >= 2*float64(iso1)))})
+		verdict(capacityRatio(iso5, c5, iso1, c1, 2, iso1 > 0 && iso5 > 0))})
 	sec := rowsOf(r, "security", 0)
 	if len(sec) > 0 {
 		var worst, worstRaw cost
@@ -728,6 +728,19 @@ func targets(b *strings.Builder, r *Results, maxP99 time.Duration, minRatio floa
 		p("| %s | %s | %s | %s |\n", l.target, l.need, l.got, v)
 	}
 	p("\n")
+}
+
+// capacityRatio judges num ≥ factor × den for two capacities, each of
+// which may be a lower bound (capped: its ramp ended while it still held).
+// A ratio met is known unless den is a lower bound (more would lower it);
+// a ratio missed is known unless num is one (more would raise it). measured
+// false: the comparison was not made.
+func capacityRatio(num int, numCapped bool, den int, denCapped bool, factor float64, measured bool) (met, known bool) {
+	met = float64(num) >= factor*float64(den)
+	if met {
+		return true, measured && !denCapped
+	}
+	return false, measured && !numCapped
 }
 
 // systemRows returns the rows of system.

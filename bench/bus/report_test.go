@@ -137,3 +137,53 @@ func TestTargetsNotMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetsCappedRamp checks the capacity and isolation verdicts when a
+// ramp ended while the system still held (its capacity is a lower bound,
+// "≥ n"): a ratio that misses with the lower bound as numerator, or meets
+// with it as denominator, says nothing. The capacity target read "missed"
+// for xrealm "≥ 120" against Mosquitto's 90 (the ramp had simply ended),
+// and the isolation target read "met" against a one-scene capacity that
+// was only a lower bound.
+func TestTargetsCappedRamp(t *testing.T) {
+	row := func(exp, system string, users, scenes int, p99 float64) Row {
+		return Row{Experiment: exp, System: system, Users: users, Scenes: scenes, Ratio: 1, P99ms: p99, PerSec: 100, Delivered: 100, PerCPUSec: 1000, BrokerCPU: 0.1}
+	}
+	for _, tc := range []struct {
+		name string
+		rows []Row
+		want string
+	}{
+		{"xrealm capped, ratio short", []Row{
+			row("ramp", "mosquitto", 60, 1, 10), row("ramp", "mosquitto", 90, 1, 10), row("ramp", "mosquitto", 120, 1, 500),
+			row("ramp", "xrealm", 60, 1, 10), row("ramp", "xrealm", 90, 1, 10), row("ramp", "xrealm", 120, 1, 10),
+		}, "| xrealm ≥ 120 vs Mosquitto 90: 1.33× | not measured |"},
+		{"xrealm capped, ratio met", []Row{
+			row("ramp", "mosquitto", 60, 1, 10), row("ramp", "mosquitto", 90, 1, 500),
+			row("ramp", "xrealm", 60, 1, 10), row("ramp", "xrealm", 90, 1, 10),
+		}, "| xrealm ≥ 90 vs Mosquitto 60: 1.50× | **met** |"},
+		{"xrealm exact, ratio short", []Row{
+			row("ramp", "mosquitto", 60, 1, 10), row("ramp", "mosquitto", 90, 1, 10), row("ramp", "mosquitto", 120, 1, 500),
+			row("ramp", "xrealm", 60, 1, 10), row("ramp", "xrealm", 90, 1, 10), row("ramp", "xrealm", 120, 1, 10), row("ramp", "xrealm", 150, 1, 80),
+		}, "| xrealm 120 vs Mosquitto 90: 1.33× | **missed** |"},
+		{"five scenes capped, ratio short", []Row{
+			row("isolation", "xrealm", 100, 1, 10), row("isolation", "xrealm", 200, 1, 500),
+			row("isolation", "xrealm", 100, 5, 10), row("isolation", "xrealm", 150, 5, 10),
+		}, "| ≥ 150 vs 100 users: 1.50× (at p99 ≤ 100ms: ≥ 150 vs 100, 1.50×) | not measured |"},
+		{"one scene capped, ratio met", []Row{
+			row("isolation", "xrealm", 100, 1, 10), row("isolation", "xrealm", 200, 1, 10),
+			row("isolation", "xrealm", 100, 5, 10), row("isolation", "xrealm", 400, 5, 10), row("isolation", "xrealm", 500, 5, 500),
+		}, "| 400 vs ≥ 200 users: 2.00× (at p99 ≤ 100ms: 400 vs ≥ 200, 2.00×) | not measured |"},
+		{"one scene capped, ratio short", []Row{
+			row("isolation", "xrealm", 100, 1, 10), row("isolation", "xrealm", 200, 1, 10),
+			row("isolation", "xrealm", 100, 5, 10), row("isolation", "xrealm", 300, 5, 10), row("isolation", "xrealm", 400, 5, 500),
+		}, "| 300 vs ≥ 200 users: 1.50× (at p99 ≤ 100ms: 300 vs ≥ 200, 1.50×) | **missed** |"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Results{Config: ConfigSummary{MaxP99: "100ms", MinRatio: 0.99, Step: "10s"}, Machine: Machine{Cores: 2}, Rows: tc.rows}
+			if md := Markdown(r, nil); !strings.Contains(md, tc.want) {
+				t.Errorf("RESULTS.md lacks %q; its targets:\n%s", tc.want, md[strings.Index(md, "## Targets"):strings.Index(md, "| ACL")])
+			}
+		})
+	}
+}
