@@ -351,6 +351,12 @@ func (c *Config) validate() error {
 	case math.IsNaN(c.WriteBudget):
 		return fmt.Errorf("config: --write-budget %v is not a number", c.WriteBudget)
 	}
+	if c.ClusterName == "" && len(c.Routes) > 0 {
+		// NATS routes only the nodes of a cluster: the node would run
+		// alone, its state apart from the nodes it was meant to join.
+		return fmt.Errorf("config: --routes %s without --cluster-name: a node joins a cluster only with --cluster-name (the same on every node) and a unique --name; "+
+			"leave --routes out to run alone", strings.Join(c.Routes, ","))
+	}
 	if c.ClusterName != "" && c.Name == "" {
 		return fmt.Errorf("config: a cluster node needs a unique --name")
 	}

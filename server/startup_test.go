@@ -42,6 +42,9 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		{"default replicas alone", func(c *Config) { c.Replicas = 0 }, ""},
 		{"replicas in a cluster", func(c *Config) { cluster(c); c.Replicas = 3 }, ""},
 		{"negative replicas in a cluster", func(c *Config) { cluster(c); c.Replicas = -2 }, "--replicas -2"},
+		// NATS ignores routes outside a cluster: the node ran alone, and
+		// two such nodes kept two copies of the state that drifted apart.
+		{"routes alone", func(c *Config) { c.Routes = []string{"nats-route://127.0.0.1:1"} }, "--routes nats-route://127.0.0.1:1 without --cluster-name"},
 		{"negative token lifetime", func(c *Config) { c.TokenTTL = -time.Hour }, "--token-ttl -1h0m0s"},
 		{"no token lifetime", func(c *Config) { c.TokenTTL = 0 }, "--token-ttl 0s"},
 		{"negative queue", func(c *Config) { c.Writer.MaxFrames = -3 }, "--queue-frames -3"},
