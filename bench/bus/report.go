@@ -484,9 +484,11 @@ type cost struct {
 	N            int
 }
 
-// enforcementCost pairs the k-th secure and the k-th insecure security
-// row at users (one repetition measures both, back to back) and returns two
-// paired estimates of what enforcement costs the broker per delivery:
+// enforcementCost pairs the secure and the insecure security row of each
+// repetition at users (one repetition measures both, back to back: the
+// security experiment appends its rows a pair at a time, in either order)
+// and returns two paired estimates of what enforcement costs the broker
+// per delivery:
 //
 //   - raw: the mean of 1 − secure/insecure deliveries per broker CPU-second;
 //   - normalised: the same with each window's broker CPU divided by the
@@ -495,20 +497,30 @@ type cost struct {
 //     both processes at once (on this VM the CPU that one delivery costs
 //     drifts by ±15 % between windows, for the broker and the generator
 //     alike).
+//
+// A repetition with a failed step is left out whole.
 func enforcementCost(rows []Row, users int) (raw, normalised cost) {
-	var sec, ins []Row
+	var run []Row
 	for _, r := range rows {
-		if r.Users != users || r.PerCPUSec <= 0 || r.Error != "" {
-			continue
-		}
-		switch r.System {
-		case "xrealm":
-			sec = append(sec, r)
-		case "xrealm-insecure":
-			ins = append(ins, r)
+		if r.Users == users && (r.System == "xrealm" || r.System == "xrealm-insecure") {
+			run = append(run, r)
 		}
 	}
-	n := min(len(sec), len(ins))
+	var sec, ins []Row
+	for k := 0; k+1 < len(run); k += 2 {
+		a, b := run[k], run[k+1]
+		if a.System == b.System {
+			continue
+		}
+		if a.System != "xrealm" {
+			a, b = b, a
+		}
+		if a.PerCPUSec <= 0 || a.Error != "" || b.PerCPUSec <= 0 || b.Error != "" {
+			continue
+		}
+		sec, ins = append(sec, a), append(ins, b)
+	}
+	n := len(sec)
 	if n == 0 {
 		return cost{}, cost{}
 	}

@@ -34,6 +34,14 @@ func TestEnforcementCost(t *testing.T) {
 				row("xrealm", 120, 1, false), row("xrealm-insecure", 60, 1, true)}},
 		{name: "unpaired secure row ignored", users: 120, n: 1, mean: 0, wantPoints: true,
 			rows: []Row{row("xrealm", 120, 100, false), row("xrealm-insecure", 120, 100, false), row("xrealm", 120, 50, false)}},
+		// A repetition whose secure step failed is left out whole: its
+		// insecure step is not paired with the next repetition's secure one
+		// (other fresh servers, other machine weather); the pairs were the
+		// k-th secure and k-th insecure rows left after the failures.
+		{name: "a failed step leaves its repetition out", users: 120, n: 2, mean: 0.1, wantPoints: true,
+			rows: []Row{row("xrealm", 120, 1, true), row("xrealm-insecure", 120, 200, false),
+				row("xrealm-insecure", 120, 100, false), row("xrealm", 120, 90, false),
+				row("xrealm", 120, 180, false), row("xrealm-insecure", 120, 200, false)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, _ := enforcementCost(tc.rows, tc.users)
