@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -761,16 +760,7 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 		fleet.Close()
 		time.Sleep(300 * time.Millisecond) // let the broker clean up
 	}()
-	joins := slices.Clone(fleet.JoinTimes)
-	sort.Slice(joins, func(i, j int) bool { return joins[i] < joins[j] })
-	var sum time.Duration
-	for _, d := range joins {
-		sum += d
-	}
-	if len(joins) > 0 {
-		row.JoinMeanMs = ms(sum / time.Duration(len(joins)))
-		row.JoinP99ms = ms(joins[min(len(joins)-1, len(joins)*99/100)])
-	}
+	row.JoinMeanMs, row.JoinP99ms = joinStats(fleet.JoinTimes)
 	select {
 	case <-time.After(b.cfg.Warmup):
 	case <-ctx.Done():
@@ -837,6 +827,21 @@ func (b *runner) step(ctx context.Context, experiment string, sys *System, users
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// joinStats returns the mean and the p99 (nearest rank: the
+// ceil(0.99 n)-th smallest) of the bots' join times, in ms; 0 for none.
+func joinStats(times []time.Duration) (meanMs, p99Ms float64) {
+	if len(times) == 0 {
+		return 0, 0
+	}
+	joins := slices.Clone(times)
+	slices.Sort(joins)
+	var sum time.Duration
+	for _, d := range joins {
+		sum += d
+	}
+	return ms(sum / time.Duration(len(joins))), ms(joins[(len(joins)*99+99)/100-1])
+}
 
 // efficiency measures every system at cfg.EfficiencyUsers in one scene,
 // alternating the order.
