@@ -2,10 +2,13 @@ package server
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
 // NATS closes a connection for good after a protocol error. When one of
@@ -53,5 +56,23 @@ func TestCloseDoesNotFailNode(t *testing.T) {
 	n.Close()
 	if err := n.Err(); err != nil {
 		t.Errorf("a closed node is failed: %v", err)
+	}
+}
+
+// Close stops everything at once, the front ends' connections included:
+// an MQTT client connected to a closed node was left connected to a node
+// without a bus, its connection never closed.
+func TestCloseClosesClientConnections(t *testing.T) {
+	n := startNode(t, func(c *Config) { c.Insecure = true })
+	nc := rawConnect(t, n.mqttURL, "c1", "u1", "", 0, "", "")
+	if p, err := packets.ReadPacket(nc); err != nil {
+		t.Fatalf("no CONNACK: %v", err)
+	} else if _, ok := p.(*packets.ConnackPacket); !ok {
+		t.Fatalf("got %v, want a CONNACK", p)
+	}
+	n.Close()
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.ReadAll(nc); err != nil {
+		t.Fatalf("the client's connection stayed open after Close: %v", err)
 	}
 }

@@ -67,11 +67,14 @@ type Server struct {
 	// closing is set by Close before it closes the internal connections;
 	// an internal connection that closes before that has failed the node
 	// (fail).
-	closing  atomic.Bool
-	closed   sync.WaitGroup // one per internal connection, until its close handler has run
-	failOnce sync.Once
-	failed   chan struct{} // closed by fail
-	failErr  error         // set before failed is closed
+	closing atomic.Bool
+	// frontsShut is set by Shutdown once it has shut the front ends down,
+	// so that Close does not do it again.
+	frontsShut atomic.Bool
+	closed     sync.WaitGroup // one per internal connection, until its close handler has run
+	failOnce   sync.Once
+	failed     chan struct{} // closed by fail
+	failErr    error         // set before failed is closed
 	// handler is what the HTTP and HTTPS listeners serve: starting until
 	// Start has made Mux, then Mux.
 	handler atomic.Pointer[routes]
@@ -601,6 +604,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("shutdown: Ubiq front end: %w", err))
 		}
 	}
+	s.frontsShut.Store(true)
 	s.Close()
 	return errors.Join(errs...)
 }
@@ -647,6 +651,19 @@ func (s *Server) Err() error {
 // Close stops everything at once.
 func (s *Server) Close() {
 	s.closing.Store(true)
+	if !s.frontsShut.Load() {
+		// The front ends close their listeners and connections, and stop
+		// their background work, without waiting: a client connection
+		// was left open on a node without a bus.
+		now, cancel := context.WithCancel(context.Background())
+		cancel()
+		if s.mqtt != nil {
+			s.mqtt.Shutdown(now)
+		}
+		if s.ubiq != nil {
+			s.ubiq.Shutdown(now)
+		}
+	}
 	for _, l := range s.lns {
 		l.Close()
 	}
