@@ -154,6 +154,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 		s.lns = append(s.lns, l)
 		bound[b.what] = l
 	}
+	if cfg.ClusterName != "" {
+		// The bus binds the NATS listeners only after the cluster identity
+		// check, which waits for a route to another node: check them now,
+		// or a port in use fails the start only once the others are up.
+		for _, b := range []struct{ what, addr string }{{"nats", cfg.NATSAddr}, {"nats-ws", cfg.NATSWSAddr}} {
+			if b.addr == "" {
+				continue
+			}
+			l, err := net.Listen("tcp", b.addr)
+			if err != nil {
+				return nil, fmt.Errorf("%s listener on %s: %w", b.what, b.addr, err)
+			}
+			l.Close()
+		}
+	}
 
 	// Serve on the listeners bound at the start: HTTP and HTTPS at once,
 	// answering 503 until all is ready (a health check or a client gets an

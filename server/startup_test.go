@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -178,5 +179,35 @@ func TestHealthzWhileStarting(t *testing.T) {
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("started without its other node")
+	}
+}
+
+// A cluster node whose NATS port is taken fails its start at once, naming
+// the listener, as a node alone does: it waited for a route to another
+// node and compared identities with the cluster first, and a node started
+// before the others waited until they came up only to fail then.
+func TestClusterNodeNATSPortInUse(t *testing.T) {
+	p := testnet.FreePorts(t, 4)
+	taken, err := net.Listen("tcp", p[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	c := Defaults()
+	c.DataDir = t.TempDir()
+	c.ClusterName, c.Name, c.ClusterAddr = "xr", "n1", p[1]
+	c.Routes = []string{"nats-route://" + p[2]} // no node there
+	c.HTTPAddr, c.NATSAddr = p[3], p[0]
+	c.HTTPSAddr, c.MQTTAddr, c.MQTTSAddr, c.MQTTWSAddr, c.NATSWSAddr = "", "", "", "", ""
+	c.UbiqAddr, c.UbiqWSSAddr, c.UbiqWSAddr = "", "", ""
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Start(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		s.Close()
+		t.Fatal("started")
+	}
+	if want := "nats listener on " + p[0]; !strings.Contains(err.Error(), want) {
+		t.Fatalf("Start: %v, want an error containing %q", err, want)
 	}
 }
