@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"strings"
+
 	"github.com/xrealm/xrealm/scene"
 	"github.com/xrealm/xrealm/topic"
 )
@@ -112,6 +114,14 @@ func ServiceRights(service string) Rights {
 	own := service + "/#"
 	return Rights{Publ: []string{own}, Subs: []string{own, Inboxes}}
 }
+
+// AnonymousPrefix starts the user name (sub) of every anonymous user's
+// token. The rest is the display name the user chose, so the name is not
+// unique: two anonymous users may both be anonymous-bob.
+const AnonymousPrefix = "anonymous-"
+
+// IsAnonymous reports whether sub names an anonymous user.
+func IsAnonymous(sub string) bool { return strings.HasPrefix(sub, AnonymousPrefix) }
 
 // Inboxes is the filter of NATS's reply subjects. Rights that subscribe to
 // it are a service's (ServiceRights), and only those answer requests over

@@ -153,7 +153,7 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// A token issued to an anonymous user stays anonymous.
-		user, anonymous = cl.Subject, strings.HasPrefix(cl.Subject, "anonymous-")
+		user, anonymous = cl.Subject, auth.IsAnonymous(cl.Subject)
 	}
 	if user == "" {
 		user = anonymousName(f.Get("username"))
@@ -215,7 +215,7 @@ func anonymousName(want string) string {
 		rand.Read(b)
 		clean = hex.EncodeToString(b)
 	}
-	return "anonymous-" + strings.TrimPrefix(clean, "anonymous-")
+	return auth.AnonymousPrefix + strings.TrimPrefix(clean, auth.AnonymousPrefix)
 }
 
 // getSettings returns a scene's settings to anyone who may read it.
@@ -267,7 +267,7 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
-	if strings.HasPrefix(cl.Subject, "anonymous-") {
+	if auth.IsAnonymous(cl.Subject) {
 		// Anyone may ask for an anonymous token of any name: such a user
 		// owns no namespace, as it edits no scene (auth.Settings.RoleFor).
 		msg := "user " + quote(cl.Subject) + " is anonymous; anonymous users may not change the settings of any scene"

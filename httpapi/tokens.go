@@ -199,7 +199,7 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 		if tokenAllows(cl.Rights(), a.Realm, ns, scene, write) {
 			return nil
 		}
-		user, anonymous = cl.Subject, strings.HasPrefix(cl.Subject, "anonymous-")
+		user, anonymous = cl.Subject, auth.IsAnonymous(cl.Subject)
 	}
 	st, err := a.Settings.Get(r.Context(), ns, scene)
 	if err != nil {

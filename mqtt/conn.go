@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -35,10 +36,11 @@ type conn struct {
 	log       *slog.Logger
 	w         *fanout.Writer
 
-	clientID string
-	user     string
-	rights   auth.Rights
-	all      bool // insecure mode: every right
+	clientID  string
+	user      string
+	anonToken string // an anonymous user's token digest, part of its takeover key (clientKey)
+	rights    auth.Rights
+	all       bool // insecure mode: every right
 
 	subs    map[string]byte // filter -> granted qos; read loop only
 	pubOK   map[string]bool // publish-right cache by topic; read loop only
@@ -237,6 +239,10 @@ func (c *conn) connect(cc *packets.ConnectPacket) (time.Duration, bool) {
 			return refuse(packets.ErrRefusedBadUsernameOrPassword, "denied", "user name "+quote(cc.Username)+" does not match the token's sub "+quote(cl.Subject))
 		}
 		c.user, c.rights, expires = cl.Subject, cl.Rights(), cl.ExpiresAt.Time
+		if auth.IsAnonymous(c.user) {
+			sum := sha256.Sum256(cc.Password)
+			c.anonToken = string(sum[:])
+		}
 	}
 	c.subs = map[string]byte{}
 	c.pubOK = map[string]bool{}

@@ -170,6 +170,29 @@ func TestTakeoverOnlyBySameUser(t *testing.T) {
 	}
 }
 
+// An anonymous user's name is the display name it asked for: anyone can
+// get a token for anonymous-bob. So an anonymous connection takes over only
+// from a connection with the same token, not from any with the same name
+// and client id (both of which the scene's presence messages show).
+func TestAnonymousTakeoverNeedsSameToken(t *testing.T) {
+	e := newRightsEnv(t, false)
+	viewer := auth.SceneRights("realm", "alice", "lab", auth.RoleViewer, "")
+	const id = "xr-abcd1234"
+	bobs := e.token(t, "anonymous-bob", viewer)
+	bob := e.dial(t, id, "anonymous-bob", bobs, "", "")
+	mallory := e.dial(t, id, "anonymous-bob", e.token(t, "anonymous-bob", viewer), "", "")
+	if !bob.alive(t) || !mallory.alive(t) {
+		t.Fatal("another token of the same anonymous name took the session over")
+	}
+	again := e.dial(t, id, "anonymous-bob", bobs, "", "")
+	if bob.alive(t) {
+		t.Fatal("a new connection with the same anonymous token did not take the session over")
+	}
+	if !again.alive(t) || !mallory.alive(t) {
+		t.Fatal("after the takeover, the new connection or the other token's is closed")
+	}
+}
+
 // A last will on a '$' topic is not published, as a PUBLISH there is not:
 // clients never reach NATS's own $ subjects, whatever their rights (a
 // right that names a $ topic, or --insecure).

@@ -130,10 +130,13 @@ func (s *Server) ServeConn(nc net.Conn, transport string) {
 // user. Client ids are no secret (a client's id is the userClient level
 // of the topics it publishes on, which everyone in the scene receives), so
 // a connection takes over only from a connection of its own user: another
-// user's connection with the same id is left alone, and both stay.
-type clientKey struct{ user, id string }
+// user's connection with the same id is left alone, and both stay. An
+// anonymous user's name is not unique either (anyone may ask for a token
+// as anonymous-bob), so for anonymous users it is the token that must be
+// the same (token holds its digest; "" for other users).
+type clientKey struct{ user, id, token string }
 
-func (c *conn) key() clientKey { return clientKey{c.user, c.clientID} }
+func (c *conn) key() clientKey { return clientKey{c.user, c.clientID, c.anonToken} }
 
 // register records c as the connection of its user and client id,
 // closing an older connection of the same user with the same id (MQTT
