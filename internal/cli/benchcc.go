@@ -9,12 +9,10 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	benchcc "github.com/xrealm/xrealm/bench/cc"
@@ -146,8 +144,6 @@ func runBenchCC(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "bench cc: traces from %s; %s\n", *dir, outNotice("appending results to", filepath.Join(*out, "results.jsonl"), *out == benchCCOut, "--out DIR"))
 	// Spare Ps for the emulator's forwarding threads (see netem.Config).
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	defer sayInterrupted(ctx, "bench cc", "ending the run under way and the emulated link")()
 	rs, err := benchcc.Run(ctx, cfg)
 	benchcc.Summarise(os.Stdout, rs)

@@ -26,7 +26,7 @@ remaining peers running; a removed node can join again after 5 minutes.`
 // nodes over the bus.
 func runCluster(ctx context.Context, args []string) error {
 	if len(args) == 1 && isHelp(args[0]) {
-		fmt.Fprintln(os.Stderr, clusterUsage)
+		fmt.Fprintln(os.Stdout, clusterUsage)
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || args[0] != "remove-peer" {

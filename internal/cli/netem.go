@@ -58,7 +58,8 @@ func netemCommandLine(ctx context.Context, args []string) error {
 	}
 	cmdArgs := netemCommand(fs.Args(), os.Getenv)
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	// Interrupt and SIGTERM end ctx already (Main); a hang-up too, here.
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGHUP)
 	defer stop()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e, err := netem.Start(ctx, netem.Config{
