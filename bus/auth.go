@@ -3,7 +3,6 @@ package bus
 import (
 	"crypto/subtle"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -91,7 +90,7 @@ func Permissions(r auth.Rights) *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: []string{}},
 		Subscribe: &server.SubjectPermission{Allow: []string{}},
 	}
-	if slices.Contains(r.Subs, auth.Inboxes) {
+	if r.CanSubscribe(auth.Inboxes) {
 		p.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute}
 	}
 	for _, f := range r.Publ {
