@@ -383,7 +383,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	if err != nil {
 		return nil, err
 	}
-	if s.SFU, err = sfu.Start(ctx, sfu.Config{
+	// The SFU node runs until Close: ctx bounds the start only (the
+	// node's own start checks have their own time limits), and a node
+	// whose context ended stopped announcing itself, and its session
+	// manager then dropped it as dead.
+	if s.SFU, err = sfu.Start(context.WithoutCancel(ctx), sfu.Config{
 		NC: sfuNC, ID: sfuID(cfg.nodeName()), Site: cfg.Site, Manager: true,
 		Authorize: sfuAccess(access), Registerer: s.Registry, Logger: log.With("component", "sfu"),
 	}); err != nil {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -204,5 +205,34 @@ func TestSFUClientBoundToToken(t *testing.T) {
 				s.ask(sfu.Signal{Op: "leave", Session: session, Client: c.client})
 			}
 		})
+	}
+}
+
+// The SFU node lives as long as the server, not as long as the context
+// Start was given to bound the start: it kept announcing itself only
+// until that context ended (here, at once, as startNode cancels it after
+// Start), and its session manager then dropped it as dead, so that no
+// client could join a session.
+func TestSFUOutlivesStartContext(t *testing.T) {
+	n := startNode(t, nil)
+	nc, err := n.bus.Connect("test-sfu-heartbeats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("sfu.nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sfuID(n.cfg.nodeName())
+	for beats := 0; beats < 2; {
+		m, err := sub.NextMsg(20 * time.Second)
+		if err != nil {
+			t.Fatalf("%d heartbeats of SFU node %s after Start: %v", beats, id, err)
+		}
+		var info sfu.NodeInfo
+		if json.Unmarshal(m.Data, &info) == nil && info.ID == id && !info.Leaving {
+			beats++
+		}
 	}
 }
