@@ -3,6 +3,7 @@ package fanout
 import (
 	"errors"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -16,8 +17,7 @@ func Accept(l net.Listener, closed func() bool, serve func(net.Conn)) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if temporary(err) {
 				delay = min(max(delay*2, 5*time.Millisecond), time.Second)
 				time.Sleep(delay)
 				continue
@@ -30,4 +30,22 @@ func Accept(l net.Listener, closed func() bool, serve func(net.Conn)) error {
 		delay = 0
 		serve(c)
 	}
+}
+
+// temporary reports whether an accept error passes: a timeout, the
+// process or system out of file descriptors or memory for the moment, a
+// connection aborted before it was accepted. (Only timeouts were retried:
+// a front end that ran out of file descriptors stopped accepting for good
+// while the node ran on.)
+func temporary(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
