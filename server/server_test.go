@@ -908,3 +908,40 @@ func TestShutdownErrorNamesPart(t *testing.T) {
 		t.Fatalf("Shutdown with a request running = %v, want an error naming the HTTP server", err)
 	}
 }
+
+// A message as large as --max-payload allows reaches a WebSocket
+// subscriber (whose queue the bound applies to, as to any connection
+// that is busy): with --max-payload above the queue's 8 MiB byte bound, the
+// publisher's message was taken and every WebSocket client's copy of it
+// dropped without a word.
+func TestLargestPayloadReachesWebSocketSubscriber(t *testing.T) {
+	const maxPayload = 9 << 20
+	n := startNode(t, func(c *Config) { c.Insecure = true; c.MaxPayload = maxPayload })
+	got := make(chan int, 1)
+	sub := mustConnect(t, n.wsURL, "sub", "")
+	tk := sub.Subscribe("realm/s/lab/big/#", 0, func(_ paho.Client, m paho.Message) {
+		select {
+		case got <- len(m.Payload()):
+		default:
+		}
+	})
+	if !tk.WaitTimeout(5*time.Second) || tk.Error() != nil {
+		t.Fatalf("subscribe: %v", tk.Error())
+	}
+	head := `{"object_id":"box","action":"update","persist":false,"data":{"pad":"`
+	tail := `"}}`
+	payload := head + strings.Repeat("x", maxPayload-len(head)-len(tail)) + tail
+	pub := mustConnect(t, n.mqttURL, "pub", "")
+	tk = pub.Publish("realm/s/lab/big/o/pub/box", 0, false, payload)
+	if !tk.WaitTimeout(20*time.Second) || tk.Error() != nil {
+		t.Fatalf("publish: %v", tk.Error())
+	}
+	select {
+	case l := <-got:
+		if l != len(payload) {
+			t.Fatalf("got %d bytes, want %d", l, len(payload))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the WebSocket subscriber did not get the %d-byte message", len(payload))
+	}
+}
