@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrealm/xrealm/bus"
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/ubiq"
@@ -323,6 +324,11 @@ func lookup(ctx context.Context, host string, sys localAddrs) ([]netip.Addr, err
 	return sys.LookupHost(ctx, host)
 }
 
+// MaxPayloadLimit is the largest --max-payload: NATS refuses a message
+// limit above its limit of what a client may have pending (64 MiB), and the
+// bus's limit is bus.HeadroomBytes above the payload's.
+const MaxPayloadLimit = 64<<20 - bus.HeadroomBytes
+
 func (c *Config) validate() error {
 	if c.DataDir == "" {
 		return fmt.Errorf("config: --data is empty: give the directory the node keeps its state in")
@@ -335,6 +341,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxPayload <= 0 {
 		return fmt.Errorf("config: --max-payload %d: the largest message must be positive", c.MaxPayload)
+	}
+	if c.MaxPayload > MaxPayloadLimit {
+		return fmt.Errorf("config: --max-payload %d: at most %d (64 MiB, the most the embedded NATS server holds for a client, less %d bytes for headers)", c.MaxPayload, MaxPayloadLimit, bus.HeadroomBytes)
 	}
 	// 0 means something for --write-linger, --ubiq-write-linger and
 	// --write-budget (a negative budget is none); for the rest it, or a

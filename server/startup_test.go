@@ -46,6 +46,12 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		// NATS ignores routes outside a cluster: the node ran alone, and
 		// two such nodes kept two copies of the state that drifted apart.
 		{"routes alone", func(c *Config) { c.Routes = []string{"nats-route://127.0.0.1:1"} }, "--routes nats-route://127.0.0.1:1 without --cluster-name"},
+		// NATS holds at most 64 MiB per client: a larger payload was
+		// refused by NATS at start, or, past 2 GiB, waited for JetStream for
+		// ever.
+		{"payload above the bus's limit", func(c *Config) { c.MaxPayload = 64 << 20 }, "--max-payload 67108864: at most 67043328"},
+		{"payload past 2 GiB", func(c *Config) { c.MaxPayload = 1<<31 - 1 }, "--max-payload 2147483647: at most"},
+		{"largest payload", func(c *Config) { c.MaxPayload = 64<<20 - 64<<10 }, ""},
 		{"negative token lifetime", func(c *Config) { c.TokenTTL = -time.Hour }, "--token-ttl -1h0m0s"},
 		{"no token lifetime", func(c *Config) { c.TokenTTL = 0 }, "--token-ttl 0s"},
 		{"negative queue", func(c *Config) { c.Writer.MaxFrames = -3 }, "--queue-frames -3"},
