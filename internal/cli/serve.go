@@ -46,7 +46,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
 	fs.IntVar(&cfg.Replicas, "replicas", 0, "JetStream replicas for scene state (default: 1 alone; in a cluster one per node this one knows of, itself and each of --routes, at most 3, and never fewer than the existing state has)")
-	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused")
+	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused (at most "+strconv.Itoa(server.MaxPayloadLimit)+")")
 	fs.DurationVar(&cfg.Writer.Linger, "write-linger", cfg.Writer.Linger, "a connection with steady traffic writes at most once per this interval; an idle one at once (0 = write whenever messages wait)")
 	fs.DurationVar(&cfg.UbiqLinger, "ubiq-write-linger", cfg.UbiqLinger, "longest wait before a busy Ubiq peer's queued frames are written, as --write-linger for MQTT (0: as --write-linger)")
 	fs.Float64Var(&cfg.WriteBudget, "write-budget", cfg.WriteBudget, fmt.Sprintf("MQTT lingering writes per second for the whole node; above it every busy connection's linger stretches alike, up to %gx (0 = %d per CPU, negative = no budget)", fanout.MaxStretch, server.WriteBudgetPerCPU))
