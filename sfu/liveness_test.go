@@ -308,3 +308,19 @@ func TestHeartbeatDuringExpiry(t *testing.T) {
 		})
 	}
 }
+
+// A node with the session manager is placeable as soon as Start returns:
+// the manager has had its first heartbeat, so a client that joins at once
+// (a page opened as the server came up) is not told no node is available.
+func TestManagerKnowsNodeWhenStartReturns(t *testing.T) {
+	for i := range 5 {
+		n := fuzzNode(t)
+		if got := n.mgr.Nodes(); !slices.Contains(got, n.ID()) {
+			t.Fatalf("start %d: the manager lists %q when Start returns, not node %s", i, got, n.ID())
+		}
+		if a := n.mgr.Assign(JoinRequest{Session: "s", Client: "c", Site: "a"}, time.Now()); a.Node != n.ID() {
+			t.Fatalf("start %d: a join at once was placed on %+v, want node %s", i, a, n.ID())
+		}
+		n.Close()
+	}
+}

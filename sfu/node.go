@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,10 +173,33 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		return nil, err
 	}
+	if n.mgr != nil {
+		// The manager learns of this node from its heartbeat, on the
+		// manager's own subscription: a client that joins right after
+		// Start (a page opened as the server came up) would find no node.
+		n.waitKnown(ctx, startKnownWait)
+	}
 	n.wg.Add(1)
 	go n.loop()
 	n.log.Info("sfu node started", "site", cfg.Site, "manager", cfg.Manager, "instance", n.instance)
 	return n, nil
+}
+
+// startKnownWait bounds how long Start waits for its own manager to have
+// its first heartbeat.
+const startKnownWait = 5 * time.Second
+
+// waitKnown waits until n's manager lists n, at most wait; a node it does
+// not list by then is placed from its next heartbeat on.
+func (n *Node) waitKnown(ctx context.Context, wait time.Duration) {
+	deadline := time.Now().Add(wait)
+	for !slices.Contains(n.mgr.Nodes(), n.cfg.ID) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			n.log.Warn("sfu node: its manager has not had its first heartbeat yet", "waited", wait)
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // ID is the node's ID.
