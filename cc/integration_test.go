@@ -26,10 +26,12 @@ func ip(t *testing.T, args ...string) {
 	}
 }
 
-// TestKernelIntegration loads each congestion control, moves data over a
-// veth pair between two namespaces with TCP_CONGESTION set to it, checks the
-// kernel reports it for the socket, and unloads it.
-func TestKernelIntegration(t *testing.T) {
+// vethPair skips t unless it can load a BPF congestion control (root, a
+// kernel with BTF, iproute2); otherwise it makes two network namespaces
+// joined by a veth pair, 10.0.{octet}.1 in nsA and .2 in nsB, removed when
+// t ends. tag and link name them apart from other tests'.
+func vethPair(t *testing.T, tag, link string, octet int) (nsA, nsB string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: loading a BPF congestion control needs root")
 	}
@@ -39,17 +41,25 @@ func TestKernelIntegration(t *testing.T) {
 	if _, err := exec.LookPath("ip"); err != nil {
 		t.Skip("skipping: iproute2's ip command is not installed")
 	}
-	nsA := fmt.Sprintf("xrealm-cctest-%d-a", os.Getpid())
-	nsB := fmt.Sprintf("xrealm-cctest-%d-b", os.Getpid())
+	nsA = fmt.Sprintf("xrealm-%s-%d-a", tag, os.Getpid())
+	nsB = fmt.Sprintf("xrealm-%s-%d-b", tag, os.Getpid())
 	ip(t, "netns", "add", nsA)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsA).Run() })
 	ip(t, "netns", "add", nsB)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsB).Run() })
-	ip(t, "-n", nsA, "link", "add", "xrcc0", "type", "veth", "peer", "name", "xrcc1", "netns", nsB)
-	ip(t, "-n", nsA, "addr", "add", "10.66.0.1/24", "dev", "xrcc0")
-	ip(t, "-n", nsB, "addr", "add", "10.66.0.2/24", "dev", "xrcc1")
-	ip(t, "-n", nsA, "link", "set", "xrcc0", "up")
-	ip(t, "-n", nsB, "link", "set", "xrcc1", "up")
+	ip(t, "-n", nsA, "link", "add", link+"0", "type", "veth", "peer", "name", link+"1", "netns", nsB)
+	ip(t, "-n", nsA, "addr", "add", fmt.Sprintf("10.%d.0.1/24", octet), "dev", link+"0")
+	ip(t, "-n", nsB, "addr", "add", fmt.Sprintf("10.%d.0.2/24", octet), "dev", link+"1")
+	ip(t, "-n", nsA, "link", "set", link+"0", "up")
+	ip(t, "-n", nsB, "link", "set", link+"1", "up")
+	return nsA, nsB
+}
+
+// TestKernelIntegration loads each congestion control, moves data over a
+// veth pair between two namespaces with TCP_CONGESTION set to it, checks the
+// kernel reports it for the socket, and unloads it.
+func TestKernelIntegration(t *testing.T) {
+	nsA, nsB := vethPair(t, "cctest", "xrcc", 66)
 
 	for _, name := range Names {
 		t.Run(name, func(t *testing.T) {

@@ -2,11 +2,8 @@ package cc
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"slices"
 	"syscall"
 	"testing"
@@ -24,26 +21,7 @@ import (
 // on every ACK whatever the socket's SO_MAX_PACING_RATE, which the kernel's
 // own pacing update respects.
 func TestKernelPacingRate(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: loading a BPF congestion control needs root")
-	}
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		t.Skip("skipping: the kernel has no BTF (/sys/kernel/btf/vmlinux), so no struct_ops")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: iproute2's ip command is not installed")
-	}
-	nsA := fmt.Sprintf("xrealm-ccpace-%d-a", os.Getpid())
-	nsB := fmt.Sprintf("xrealm-ccpace-%d-b", os.Getpid())
-	ip(t, "netns", "add", nsA)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsA).Run() })
-	ip(t, "netns", "add", nsB)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", nsB).Run() })
-	ip(t, "-n", nsA, "link", "add", "xrcp0", "type", "veth", "peer", "name", "xrcp1", "netns", nsB)
-	ip(t, "-n", nsA, "addr", "add", "10.67.0.1/24", "dev", "xrcp0")
-	ip(t, "-n", nsB, "addr", "add", "10.67.0.2/24", "dev", "xrcp1")
-	ip(t, "-n", nsA, "link", "set", "xrcp0", "up")
-	ip(t, "-n", nsB, "link", "set", "xrcp1", "up")
+	nsA, nsB := vethPair(t, "ccpace", "xrcp", 67)
 
 	paper := hera.PaperParams()
 	paper.Pacing = true

@@ -63,8 +63,11 @@ func TestPassDeliversToInteractingClientsFirst(t *testing.T) {
 // a NATS client) was dispatched on the subscription's goroutine, which
 // read sceneSub.policy while add was about to write it: a data race on an
 // interface value, which -race reports.
-func TestHubSetsInterestBeforeSubscribing(t *testing.T) {
-	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "hub-interest", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
+// startHub starts a bus and a hub on a connection to it, as a front end's
+// (echo off).
+func startHub(t *testing.T, name string) (*bus.Bus, *nats.Conn, *Hub) {
+	t.Helper()
+	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: name, Insecure: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +77,16 @@ func TestHubSetsInterestBeforeSubscribing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(front.Close)
+	return b, front, NewHub(front, slog.New(slog.DiscardHandler), nil)
+}
+
+func TestHubSetsInterestBeforeSubscribing(t *testing.T) {
+	b, front, h := startHub(t, "hub-interest")
 	other, err := b.Connect("other")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(other.Close)
-	h := NewHub(front, slog.New(slog.DiscardHandler), nil)
 	h.interestFor = func(ns, scene string) (interest.Policy, time.Duration) {
 		if n := front.NumSubscriptions(); n != 0 {
 			t.Errorf("the scene's NATS subscription was made before its interest policy (%d subscriptions)", n)
@@ -110,17 +117,7 @@ func TestHubSetsInterestBeforeSubscribing(t *testing.T) {
 // Getting a scene's interest policy reads its settings, which may wait on
 // the store; meanwhile subscribes to other scenes, and disconnects, go on.
 func TestHubSlowSettingsDoNotBlockOtherScenes(t *testing.T) {
-	b, err := bus.Start(bus.Config{DataDir: t.TempDir(), Name: "hub-slow", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Shutdown)
-	front, err := b.Connect("front", nats.NoEcho())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(front.Close)
-	h := NewHub(front, slog.New(slog.DiscardHandler), nil)
+	_, _, h := startHub(t, "hub-slow")
 	release, asked := make(chan struct{}), make(chan struct{})
 	h.interestFor = func(ns, scene string) (interest.Policy, time.Duration) {
 		if scene == "slow" {

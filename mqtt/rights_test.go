@@ -53,18 +53,25 @@ func newRightsEnv(t *testing.T, insecure bool) *rightsEnv {
 	if e.s, err = NewServer(Config{NC: e.front, Realm: "realm", Verifier: e.keys, Insecure: insecure, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		t.Fatal(err)
 	}
+	e.addr = serveTCP(t, e.s)
+	return e
+}
+
+// serveTCP serves s on a loopback port until the test ends, and returns
+// the port's address.
+func serveTCP(tb testing.TB, s *Server) string {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	e.addr = l.Addr().String()
-	go e.s.Serve(l, "tcp")
-	t.Cleanup(func() {
+	go s.Serve(l, "tcp")
+	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = e.s.Shutdown(ctx)
+		_ = s.Shutdown(ctx)
 	})
-	return e
+	return l.Addr().String()
 }
 
 func (e *rightsEnv) token(t *testing.T, user string, r auth.Rights) string {

@@ -3,7 +3,6 @@ package mqtt
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -69,17 +68,7 @@ func newSessionEnv(tb testing.TB) *sessionEnv {
 	if e.s, err = NewServer(Config{NC: e.front, Realm: "realm", Verifier: keys, MaxPayload: 1 << 16, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 		tb.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e.addr = l.Addr().String()
-	go e.s.Serve(l, "tcp")
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = e.s.Shutdown(ctx)
-	})
+	e.addr = serveTCP(tb, e.s)
 	return e
 }
 
