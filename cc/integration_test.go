@@ -55,6 +55,30 @@ func vethPair(t *testing.T, tag, link string, octet int) (nsA, nsB string) {
 	return nsA, nsB
 }
 
+// dialAndSend dials addr from namespace ns with d and writes total bytes;
+// it returns the connection and its raw socket, for reading its state.
+func dialAndSend(t *testing.T, ns string, d *net.Dialer, addr string, total int) (net.Conn, syscall.RawConn) {
+	t.Helper()
+	var c net.Conn
+	if err := netem.InNamespace(ns, func() (err error) {
+		c, err = d.DialContext(context.Background(), "tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<16)
+	for sent := 0; sent < total; sent += len(buf) {
+		if _, err := c.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, rc
+}
+
 // TestKernelIntegration loads each congestion control, moves data over a
 // veth pair between two namespaces with TCP_CONGESTION set to it, checks the
 // kernel reports it for the socket, and unloads it.
@@ -104,25 +128,8 @@ func TestKernelIntegration(t *testing.T) {
 				n, _ := io.Copy(io.Discard, c)
 				received <- n
 			}()
-			var c net.Conn
-			d := net.Dialer{Control: SetCongestion(kname)}
-			if err := netem.InNamespace(nsB, func() (err error) {
-				c, err = d.DialContext(context.Background(), "tcp", l.Addr().String())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
 			const total = 32 << 20
-			buf := make([]byte, 1<<16)
-			for sent := 0; sent < total; sent += len(buf) {
-				if _, err := c.Write(buf); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rc, err := c.(syscall.Conn).SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, rc := dialAndSend(t, nsB, &net.Dialer{Control: SetCongestion(kname)}, l.Addr().String(), total)
 			got, err := Congestion(rc)
 			if err != nil {
 				t.Fatal(err)

@@ -1,7 +1,6 @@
 package cc
 
 import (
-	"context"
 	"io"
 	"net"
 	"slices"
@@ -79,24 +78,8 @@ func TestKernelPacingRate(t *testing.T) {
 				}
 				return serr
 			}}
-			var c net.Conn
-			if err := netem.InNamespace(nsB, func() (err error) {
-				c, err = d.DialContext(context.Background(), "tcp", l.Addr().String())
-				return err
-			}); err != nil {
-				t.Fatal(err)
-			}
 			const total = 4 << 20
-			buf := make([]byte, 1<<16)
-			for sent := 0; sent < total; sent += len(buf) {
-				if _, err := c.Write(buf); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rc, err := c.(syscall.Conn).SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, rc := dialAndSend(t, nsB, &d, l.Addr().String(), total)
 			info, err := TCPInfo(rc)
 			if err != nil {
 				t.Fatal(err)
