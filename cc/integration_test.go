@@ -55,6 +55,29 @@ func vethPair(t *testing.T, tag, link string, octet int) (nsA, nsB string) {
 	return nsA, nsB
 }
 
+// sink listens on addr in namespace ns (closed when t ends) and reads one
+// connection to its end; received gets the bytes read, -1 if none came.
+func sink(t *testing.T, ns, addr string) (net.Listener, <-chan int64) {
+	t.Helper()
+	var l net.Listener
+	if err := netem.InNamespace(ns, func() (err error) { l, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	received := make(chan int64, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			received <- -1
+			return
+		}
+		defer c.Close()
+		n, _ := io.Copy(io.Discard, c)
+		received <- n
+	}()
+	return l, received
+}
+
 // dialAndSend dials addr from namespace ns with d and writes total bytes;
 // it returns the connection and its raw socket, for reading its state.
 func dialAndSend(t *testing.T, ns string, d *net.Dialer, addr string, total int) (net.Conn, syscall.RawConn) {
@@ -112,22 +135,7 @@ func TestKernelIntegration(t *testing.T) {
 			if avail, _ := Available(); !slices.Contains(avail, kname) {
 				t.Fatalf("%s not in tcp_available_congestion_control after load: %v", kname, avail)
 			}
-			var l net.Listener
-			if err := netem.InNamespace(nsA, func() (err error) { l, err = net.Listen("tcp", "10.66.0.1:0"); return err }); err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			received := make(chan int64, 1)
-			go func() {
-				c, err := l.Accept()
-				if err != nil {
-					received <- -1
-					return
-				}
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				received <- n
-			}()
+			l, received := sink(t, nsA, "10.66.0.1:0")
 			const total = 32 << 20
 			c, rc := dialAndSend(t, nsB, &net.Dialer{Control: SetCongestion(kname)}, l.Addr().String(), total)
 			got, err := Congestion(rc)

@@ -1,7 +1,6 @@
 package cc
 
 import (
-	"io"
 	"net"
 	"slices"
 	"syscall"
@@ -10,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xrealm/xrealm/hera"
-	"github.com/xrealm/xrealm/netem"
 )
 
 // TestKernelPacingRate loads each congestion control with pacing, moves
@@ -46,22 +44,7 @@ func TestKernelPacingRate(t *testing.T) {
 					t.Errorf("unload: %v", err)
 				}
 			})
-			var l net.Listener
-			if err := netem.InNamespace(nsA, func() (err error) { l, err = net.Listen("tcp", "10.67.0.1:0"); return err }); err != nil {
-				t.Fatal(err)
-			}
-			defer l.Close()
-			received := make(chan int64, 1)
-			go func() {
-				c, err := l.Accept()
-				if err != nil {
-					received <- -1
-					return
-				}
-				defer c.Close()
-				n, _ := io.Copy(io.Discard, c)
-				received <- n
-			}()
+			l, received := sink(t, nsA, "10.67.0.1:0")
 			setCC := SetCongestion(kname)
 			d := net.Dialer{Control: func(network, address string, rc syscall.RawConn) error {
 				if err := setCC(network, address, rc); err != nil {

@@ -39,7 +39,7 @@ type Frame struct {
 // Options bound a Writer's queue.
 type Options struct {
 	MaxFrames int // queue bound in frames (default 4096)
-	MaxBytes  int // queue bound in bytes (default 8 MiB)
+	MaxBytes  int // queue bound in bytes (default DefaultMaxBytes)
 	// Linger spaces writes on a busy connection: a frame that arrives less
 	// than Linger after the previous write waits until Linger has passed,
 	// gathering whatever else arrives meanwhile into the same write. A frame
@@ -58,12 +58,15 @@ type Options struct {
 	OnCoalesce func(n int)
 }
 
+// DefaultMaxBytes is a queue's byte bound when Options.MaxBytes is not set.
+const DefaultMaxBytes = 8 << 20
+
 func (o *Options) defaults() {
 	if o.MaxFrames <= 0 {
 		o.MaxFrames = 4096
 	}
 	if o.MaxBytes <= 0 {
-		o.MaxBytes = 8 << 20
+		o.MaxBytes = DefaultMaxBytes
 	}
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = 30 * time.Second

@@ -41,10 +41,20 @@ type decoder struct {
 // byte first; it is the mqttwire.Reader's limit.
 func (d *decoder) limit(first byte) int {
 	if first>>4 == packets.Publish {
-		return d.maxPublish + 2 + 65535 + 2
+		return d.maxPublish + publishOverhead
 	}
 	return maxControlPacket
 }
+
+// publishOverhead is how much longer than its payload a PUBLISH's
+// remaining length may be: the topic's length, the longest topic and a
+// packet id.
+const publishOverhead = 2 + 65535 + 2
+
+// MaxPublishSize is the size of the largest whole PUBLISH packet with a
+// payload of maxPayload bytes: its remaining length and the fixed header
+// (one byte and at most four of length).
+func MaxPublishSize(maxPayload int) int { return 1 + 4 + maxPayload + publishOverhead }
 
 // next decodes the next complete packet in r; ok is false when r holds
 // none. An oversized PUBLISH is skipped and reported as errTooLarge, and

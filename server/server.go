@@ -326,9 +326,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	// copy of such a message to a busy or WebSocket connection was
 	// dropped, the publisher acknowledged.
 	if cfg.Writer.MaxBytes <= 0 {
-		cfg.Writer.MaxBytes = defaultQueueBytes
+		cfg.Writer.MaxBytes = fanout.DefaultMaxBytes
 	}
-	cfg.Writer.MaxBytes = max(cfg.Writer.MaxBytes, cfg.MaxPayload+maxPublishOverhead)
+	cfg.Writer.MaxBytes = max(cfg.Writer.MaxBytes, mqtt.MaxPublishSize(cfg.MaxPayload))
 	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_mqtt_write_linger_stretch",
 		Help: "Factor by which the write budget stretches the MQTT connections' write linger (1: not at all)."}, cfg.Writer.Clock.Stretch))
 	s.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "xrealm_mqtt_write_budget_boost",
@@ -416,15 +416,6 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	log.Info("xrealm is ready", "node", cfg.nodeName(), "realm", cfg.Realm, "data", cfg.DataDir, "replicas", replicas, "cluster", cfg.ClusterName)
 	return s, nil
 }
-
-// defaultQueueBytes is the byte bound of a connection's queue (fanout's
-// default), unless the largest message needs more.
-const defaultQueueBytes = 8 << 20
-
-// maxPublishOverhead is how much larger than its payload an MQTT PUBLISH
-// can be: fixed header, remaining length, topic length, the longest topic
-// and a packet id.
-const maxPublishOverhead = 1 + 4 + 2 + 0xFFFF + 2
 
 // sfuID turns a node name into an SFU node id (letters, digits, '-', '_').
 func sfuID(name string) string {

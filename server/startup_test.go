@@ -83,18 +83,26 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 			c.HTTPAddr = testnet.FreePorts(t, 1)[0]
 			c.HTTPSAddr, c.MQTTAddr, c.MQTTSAddr, c.MQTTWSAddr, c.NATSAddr, c.NATSWSAddr = "", "", "", "", "", ""
 			c.UbiqAddr, c.UbiqWSSAddr, c.UbiqWSAddr = "", "", ""
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			s, err := Start(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err == nil {
-				s.Close()
-				t.Fatal("started")
-			}
+			err = startRefused(t, c)
 			if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("Start: %v, want an error containing %q", err, tt.wantErr)
 			}
 		})
 	}
+}
+
+// startRefused starts a node with c, which must fail (within 20 s), and
+// returns Start's error.
+func startRefused(t *testing.T, c Config) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := Start(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil {
+		s.Close()
+		t.Fatal("started")
+	}
+	return err
 }
 
 // An error that no attempt can get past ends the retries with that error:
@@ -206,13 +214,7 @@ func TestClusterNodeNATSPortInUse(t *testing.T) {
 	c.HTTPAddr, c.NATSAddr = p[3], p[0]
 	c.HTTPSAddr, c.MQTTAddr, c.MQTTSAddr, c.MQTTWSAddr, c.NATSWSAddr = "", "", "", "", ""
 	c.UbiqAddr, c.UbiqWSSAddr, c.UbiqWSAddr = "", "", ""
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	s, err := Start(ctx, c, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err == nil {
-		s.Close()
-		t.Fatal("started")
-	}
+	err = startRefused(t, c)
 	if want := "nats listener on " + p[0]; !strings.Contains(err.Error(), want) {
 		t.Fatalf("Start: %v, want an error containing %q", err, want)
 	}
