@@ -41,7 +41,7 @@ func BenchmarkEmulatorTCP(b *testing.B) {
 // over constant links of perMs opportunities per millisecond, 10 ms delay.
 func runBulk(tb testing.TB, perMs int, d time.Duration) (Report, time.Duration) {
 	tb.Helper()
-	e, err := Start(context.Background(), Config{Up: ConstantTrace(perMs), Down: ConstantTrace(perMs), Delay: 10 * time.Millisecond, QueuePackets: 1000})
+	e, err := Start(context.Background(), Config{Up: constantTrace(tb, perMs), Down: constantTrace(tb, perMs), Delay: 10 * time.Millisecond, QueuePackets: 1000})
 	if err != nil {
 		tb.Fatal(err)
 	}

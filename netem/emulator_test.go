@@ -66,7 +66,7 @@ func TestEmulatorAccuracy(t *testing.T) {
 func testEmulatorAccuracy(t *testing.T, perMs int) {
 	delay := 10 * time.Millisecond
 	logs := t.TempDir()
-	e := startEmulator(t, Config{Up: ConstantTrace(perMs), Down: ConstantTrace(perMs), Delay: delay, QueuePackets: 300, LogDir: logs})
+	e := startEmulator(t, Config{Up: constantTrace(t, perMs), Down: constantTrace(t, perMs), Delay: delay, QueuePackets: 300, LogDir: logs})
 
 	// Delay: UDP echo from the client to the host.
 	_, pc := listenIn(t, e.HostNS, "udp", HostAddr+":7")
@@ -170,7 +170,7 @@ func testEmulatorAccuracy(t *testing.T, perMs int) {
 	}
 	goodput := float64(b.bytes-a.bytes) * 8 / b.at.Sub(a.at).Seconds()
 	wire := goodput * 1500 / 1448 // 52 bytes of IP and TCP headers with timestamps
-	want := ConstantTrace(perMs).MeanRate()
+	want := constantTrace(t, perMs).MeanRate()
 	t.Logf("goodput %.2f Mbit/s, on the wire %.2f Mbit/s, trace %.2f Mbit/s, median RTT %v", goodput/1e6, wire/1e6, want/1e6, rtts[len(rtts)/2])
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func uplinkBusyShare(t *testing.T, path string, skip time.Duration, size int) fl
 
 func TestEmulatorRemovesNamespaces(t *testing.T) {
 	requireRoot(t)
-	e, err := Start(context.Background(), Config{Up: ConstantTrace(1), Down: ConstantTrace(1)})
+	e, err := Start(context.Background(), Config{Up: constantTrace(t, 1), Down: constantTrace(t, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,6 +84,10 @@ func NewLink(cfg LinkConfig) (*Link, error) {
 	if cfg.Trace == nil {
 		return nil, fmt.Errorf("netem: link needs a trace")
 	}
+	if len(cfg.Trace.ms) == 0 || cfg.Trace.period == 0 {
+		// Only a Trace not made by ParseTrace or ConstantTrace can be empty.
+		return nil, fmt.Errorf("netem: trace %q has no delivery opportunities (make traces with ParseTrace, LoadTrace or ConstantTrace)", cfg.Trace.Name)
+	}
 	if cfg.QueuePackets < 0 || cfg.QueueBytes < 0 {
 		return nil, fmt.Errorf("netem: negative queue limit (%d packets, %d bytes)", cfg.QueuePackets, cfg.QueueBytes)
 	}

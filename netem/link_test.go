@@ -104,7 +104,7 @@ func TestLinkServesAtOpportunities(t *testing.T) {
 }
 
 func TestLinkSmallPacketsShareOpportunity(t *testing.T) {
-	tr := ConstantTrace(1)
+	tr := constantTrace(t, 1)
 	// Ten 100-byte packets fit in one 1500-byte opportunity at 1 ms.
 	got, _ := run(t, LinkConfig{Trace: tr}, []uint64{100, 100, 100, 100, 100, 100, 100, 100, 100, 100}, 100, 5000)
 	if len(got) != 10 {
@@ -118,7 +118,7 @@ func TestLinkSmallPacketsShareOpportunity(t *testing.T) {
 }
 
 func TestLinkUnusedOpportunitiesAreLost(t *testing.T) {
-	tr := ConstantTrace(1)
+	tr := constantTrace(t, 1)
 	got, _ := run(t, LinkConfig{Trace: tr}, []uint64{10500, 10600}, 1500, 20000)
 	if len(got) != 2 || got[0].deq != 11000 || got[1].deq != 12000 {
 		t.Fatalf("got %+v, want dequeues at 11000 and 12000", got)
@@ -138,7 +138,7 @@ func TestLinkDropTail(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
-			cfg.Trace = ConstantTrace(1)
+			cfg.Trace = constantTrace(t, 1)
 			arr := make([]uint64, 10)
 			var log bytes.Buffer
 			cfg.Log = &log
@@ -162,7 +162,7 @@ func TestLinkRandomLoss(t *testing.T) {
 	for i := range arr {
 		arr[i] = uint64(i) * 1000
 	}
-	_, l := run(t, LinkConfig{Trace: ConstantTrace(1), Loss: 0.1, Seed: 1}, arr, 1500, 30000000)
+	_, l := run(t, LinkConfig{Trace: constantTrace(t, 1), Loss: 0.1, Seed: 1}, arr, 1500, 30000000)
 	s := l.Stats()
 	if frac := float64(s.LossDrops) / float64(s.Arrived); frac < 0.09 || frac > 0.11 {
 		t.Fatalf("loss fraction %.3f, want about 0.1", frac)
@@ -184,7 +184,7 @@ func TestLinkRateMatchesTrace(t *testing.T) {
 }
 
 func TestNewLinkRejects(t *testing.T) {
-	tr := ConstantTrace(1)
+	tr := constantTrace(t, 1)
 	for _, cfg := range []LinkConfig{
 		{},
 		{Trace: tr, QueuePackets: 1, QueueBytes: 1},
@@ -202,7 +202,7 @@ func TestNewLinkRejects(t *testing.T) {
 
 func TestLogRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	cfg := LinkConfig{Trace: ConstantTrace(1), QueuePackets: 1, Log: &buf}
+	cfg := LinkConfig{Trace: constantTrace(t, 1), QueuePackets: 1, Log: &buf}
 	_, l := run(t, cfg, []uint64{0, 0, 5000}, 1500, 20000)
 	l.Flush()
 	var recs []LogRecord
@@ -226,8 +226,62 @@ func TestLogRoundTrip(t *testing.T) {
 }
 
 func TestCapacity(t *testing.T) {
-	tr := ConstantTrace(2)
+	tr := constantTrace(t, 2)
 	if got := tr.Capacity(500*time.Millisecond, 1500*time.Millisecond); got != 2000*MTU {
 		t.Fatalf("Capacity(0.5s, 1.5s) = %d, want %d", got, 2000*MTU)
 	}
+}
+
+// TestConstantTrace: ConstantTrace(0) used to return a trace with no
+// opportunities, whose first use divided by zero (a panic in the pump);
+// a negative count panicked in make. Both, and counts too large to
+// allocate, are now errors naming the count.
+func TestConstantTrace(t *testing.T) {
+	for _, tt := range []struct {
+		perMs   int
+		rate    float64
+		wantErr string
+	}{
+		{1, 12e6, ""},
+		{2, 24e6, ""},
+		{MaxConstantPerMs, float64(MaxConstantPerMs) * 12e6, ""},
+		{0, 0, "0 delivery opportunities a millisecond"},
+		{-1, 0, "-1 delivery opportunities a millisecond"},
+		{MaxConstantPerMs + 1, 0, "65537 delivery opportunities a millisecond: want 1 to 65536"},
+	} {
+		tr, err := ConstantTrace(tt.perMs)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || tr != nil {
+				t.Errorf("ConstantTrace(%d) = %v, %v; want an error containing %q", tt.perMs, tr, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ConstantTrace(%d): %v", tt.perMs, err)
+			continue
+		}
+		if tr.MeanRate() != tt.rate || tr.Period() != time.Millisecond {
+			t.Errorf("ConstantTrace(%d): rate %v, period %v; want %v, 1ms", tt.perMs, tr.MeanRate(), tr.Period(), tt.rate)
+		}
+	}
+}
+
+// TestNewLinkRejectsEmptyTrace: a Trace not made by ParseTrace or
+// ConstantTrace (the zero value) has no opportunities; the link used to
+// panic with a division by zero on the first packet.
+func TestNewLinkRejectsEmptyTrace(t *testing.T) {
+	_, err := NewLink(LinkConfig{Trace: &Trace{Name: "zero"}})
+	if err == nil || !strings.Contains(err.Error(), `trace "zero"`) {
+		t.Fatalf("NewLink with an empty trace: err = %v, want one naming the trace", err)
+	}
+}
+
+// constantTrace is ConstantTrace for tests, failing tb on an error.
+func constantTrace(tb testing.TB, perMs int) *Trace {
+	tb.Helper()
+	tr, err := ConstantTrace(perMs)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tr
 }

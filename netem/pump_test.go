@@ -122,7 +122,7 @@ func TestPumpSmallPacketsDoNotHoldReadBuffers(t *testing.T) {
 // written; "1 delivered, 0 writes" on xrealm netem ... -- true) but as in
 // flight, and the keep-up check must judge only the written packets.
 func TestPumpReportCountsOnlyWrittenPackets(t *testing.T) {
-	l, err := NewLink(LinkConfig{Trace: ConstantTrace(1), Delay: 50 * time.Millisecond})
+	l, err := NewLink(LinkConfig{Trace: constantTrace(t, 1), Delay: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

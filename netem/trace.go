@@ -99,14 +99,22 @@ func LoadTrace(path string) (*Trace, error) {
 	return ParseTrace(path, f)
 }
 
+// MaxConstantPerMs bounds ConstantTrace's rate: 65536 opportunities a
+// millisecond are about 786 Gbit/s.
+const MaxConstantPerMs = 1 << 16
+
 // ConstantTrace returns a trace with perMs opportunities every millisecond,
-// i.e. a constant rate of perMs·12 Mbit/s.
-func ConstantTrace(perMs int) *Trace {
+// i.e. a constant rate of perMs·12 Mbit/s. perMs must be in
+// [1, MaxConstantPerMs]: a link with no opportunities would never deliver.
+func ConstantTrace(perMs int) (*Trace, error) {
+	if perMs < 1 || perMs > MaxConstantPerMs {
+		return nil, fmt.Errorf("netem: constant trace of %d delivery opportunities a millisecond: want 1 to %d", perMs, MaxConstantPerMs)
+	}
 	ms := make([]uint64, perMs)
 	for i := range ms {
 		ms[i] = 1
 	}
-	return &Trace{Name: fmt.Sprintf("constant-%dpkt-per-ms", perMs), ms: ms, period: 1}
+	return &Trace{Name: fmt.Sprintf("constant-%dpkt-per-ms", perMs), ms: ms, period: 1}, nil
 }
 
 // Period is the trace's loop length.
