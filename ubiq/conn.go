@@ -683,7 +683,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	me.Props = c.me.Props.clone()
 	pk, pv, pos, hasPos := takePosition(a.Peer.Keys, a.Peer.Values)
 	me.Props.appendAll(pk, pv)
-	if err := c.checkProps(me.Props); err != nil {
+	if err := c.checkPeer(&me); err != nil {
 		c.reject(a, "Could not join: "+err.Error())
 		return
 	}
@@ -850,7 +850,9 @@ func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) 
 	if len(ck) == 0 {
 		return
 	}
-	if err := c.checkProps(next); err != nil {
+	me := c.me
+	me.Props = next
+	if err := c.checkPeer(&me); err != nil {
 		c.peerInfo("Ubiq AppendPeerProperties refused", "peer", c.uuid(), "err", err)
 		return
 	}
@@ -866,23 +868,25 @@ func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) 
 	c.memberRev = rev
 }
 
-// PropsLimitError refuses peer properties that would take more than the
-// largest frame (Config.MaxFrame) as JSON: they could not be stored (a
-// member record holds them), and a peer could otherwise grow its
+// PropsLimitError refuses peer properties that would make the peer's
+// PeerAdded message (its PeerInfo, quoted twice) larger than the largest
+// frame (Config.MaxFrame): a queue takes no server message over twice its
+// byte bound, so every peer sent one would be disconnected; its member
+// record could not be stored; and a peer could otherwise grow its
 // connection's memory without bound, key by key.
 type PropsLimitError struct {
-	Size, Limit int
+	Size, Limit int // the PeerAdded message's size, and the largest frame
 }
 
 func (e *PropsLimitError) Error() string {
-	return fmt.Sprintf("peer properties of %d bytes (as JSON) would exceed the limit of %d", e.Size, e.Limit)
+	return fmt.Sprintf("peer properties would make the peer's PeerAdded message %d bytes, more than the largest frame, %d", e.Size, e.Limit)
 }
 
-// checkProps returns a *PropsLimitError if p is too large.
-func (c *conn) checkProps(p props) error {
-	b, _ := json.Marshal(p)
-	if len(b) > c.s.cfg.MaxFrame {
-		return &PropsLimitError{Size: len(b), Limit: c.s.cfg.MaxFrame}
+// checkPeer returns a *PropsLimitError if m's PeerAdded message is too
+// large.
+func (c *conn) checkPeer(m *memberRecord) error {
+	if n := len(encodePeerAdded(m.info())); n > c.s.cfg.MaxFrame {
+		return &PropsLimitError{Size: n, Limit: c.s.cfg.MaxFrame}
 	}
 	return nil
 }

@@ -132,9 +132,9 @@ func TestPropsAppendManyKeys(t *testing.T) {
 	}
 }
 
-// A peer's properties are bounded by the largest frame, as JSON: an
-// append past it is refused, and the peer keeps what it had, so its next
-// small append goes through. (Before, the server kept every append in the
+// A peer's properties are bounded by the largest frame, as its PeerAdded
+// message takes them: an append past it is refused, and the peer keeps
+// what it had, so its next small append goes through. (Before, the server kept every append in the
 // connection's memory, without bound, and once the member record no
 // longer fit in the store, no change of the peer reached the room.)
 func TestPeerPropertiesBounded(t *testing.T) {
