@@ -117,6 +117,19 @@ static __always_inline struct tcp_sock *tcp_sk_of(struct sock *sk)
 	return (struct tcp_sock *)sk;
 }
 
+/*
+ * The window hera gives the socket: at most snd_cwnd_clamp (a locked cwnd
+ * route metric, TCP_BPF_SNDCWND_CLAMP), as the kernel's congestion controls
+ * and BBR keep it, and at least 1. The rule's own window (st->cwnd) is not
+ * cut: like BBR's target it stays what the path allows.
+ */
+static __always_inline __u32 cap_cwnd(__u32 cwnd, __u32 clamp)
+{
+	if (cwnd > clamp)
+		cwnd = clamp;
+	return cwnd < 1 ? 1 : cwnd;
+}
+
 SEC("struct_ops")
 void BPF_PROG(bpf_hera_init, struct sock *sk)
 {
@@ -128,7 +141,7 @@ void BPF_PROG(bpf_hera_init, struct sock *sk)
 		return;
 	load_params(&p);
 	hera_init(st, &p);
-	tcp_sk_of(sk)->snd_cwnd = st->cwnd;
+	tcp_sk_of(sk)->snd_cwnd = cap_cwnd(st->cwnd, tcp_sk_of(sk)->snd_cwnd_clamp);
 	/* Internal TCP pacing (no fq qdisc here): 1.2·cwnd/srtt, like BBR asks for. */
 	if (p_pacing && sk->sk_pacing_status == 0 /* SK_PACING_NONE */)
 		sk->sk_pacing_status = 1; /* SK_PACING_NEEDED */
@@ -176,8 +189,7 @@ void BPF_PROG(bpf_hera_cong_control, struct sock *sk, __u32 ack, int flag, const
 	load_params(&p);
 	hp = p.variant == HERA_TUNED ? path_of(sk) : 0;
 	cwnd = hera_on_ack(st, &p, hp, tp->tcp_mstamp, rs->rtt_us, rs->acked_sacked);
-	if (cwnd < 1)
-		cwnd = 1;
+	cwnd = cap_cwnd(cwnd, tp->snd_cwnd_clamp);
 	tp->snd_cwnd = cwnd;
 	if (p_pacing) {
 		/* hera-paper keeps no minimum RTT (0): it paces over srtt */
@@ -195,6 +207,7 @@ __u32 BPF_PROG(bpf_hera_ssthresh, struct sock *sk)
 	struct hera_params p;
 	struct hera_state *st;
 	__u32 half = tp->snd_cwnd >> 1;
+	__u32 clamp = tp->snd_cwnd_clamp;
 
 	st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
 	if (!st)
@@ -202,7 +215,7 @@ __u32 BPF_PROG(bpf_hera_ssthresh, struct sock *sk)
 	load_params(&p);
 	if (p.variant != HERA_TUNED)
 		return half > 2 ? half : 2;
-	return hera_on_loss(st, &p);
+	return cap_cwnd(hera_on_loss(st, &p), clamp);
 }
 
 SEC("struct_ops")
@@ -211,6 +224,7 @@ __u32 BPF_PROG(bpf_hera_undo_cwnd, struct sock *sk)
 	/* Read the socket's window before the branch: the verifier rejects one
 	 * load instruction used for both the socket and the map value. */
 	__u32 cur = tcp_sk_of(sk)->snd_cwnd;
+	__u32 clamp = tcp_sk_of(sk)->snd_cwnd_clamp;
 	struct hera_state *st = bpf_sk_storage_get(&hera_sk, sk, 0, 0);
 	struct hera_params p;
 	__u32 mine;
@@ -220,7 +234,7 @@ __u32 BPF_PROG(bpf_hera_undo_cwnd, struct sock *sk)
 	/* The kernel found the loss spurious (timestamps, DSACK, F-RTO): hera
 	 * restores the window and delivered-BDP maximum its loss response cut. */
 	load_params(&p);
-	mine = hera_on_undo(st, &p);
+	mine = cap_cwnd(hera_on_undo(st, &p), clamp);
 	barrier_var(mine);
 	return mine;
 }
