@@ -55,7 +55,12 @@ const CONSTRAINTS: Record<Kind, MediaTrackConstraints> = {
 
 interface Local {
   kind: Kind;
+  /** The track being sent: set once the sender took it (replaceTrack resolved). */
   track: MediaStreamTrack | null;
+  /** The track from the device while the sender has not taken it yet. */
+  pending: MediaStreamTrack | null;
+  /** Counts the turns on and off: a step that finds it changed was overtaken. */
+  turn: number;
   sender: RTCRtpSender | null;
   state: string; // off, starting, on, or what failed
   button: HTMLButtonElement;
@@ -117,8 +122,8 @@ export class MediaView implements SFUFeature {
     const button = (kind: Kind, label: string) =>
       h('button', { id: kind === 'audio' ? 'xr-mic' : 'xr-cam', class: 'media-toggle', 'aria-pressed': 'false', onclick: () => this.toggle(kind) }, label);
     this.local = {
-      audio: { kind: 'audio', track: null, sender: null, state: 'off', button: button('audio', 'Microphone') },
-      video: { kind: 'video', track: null, sender: null, state: 'off', button: button('video', 'Camera') },
+      audio: { kind: 'audio', track: null, pending: null, turn: 0, sender: null, state: 'off', button: button('audio', 'Microphone') },
+      video: { kind: 'video', track: null, pending: null, turn: 0, sender: null, state: 'off', button: button('video', 'Camera') },
     };
     this.preview = h('video', { id: 'xr-preview', muted: true, autoplay: true, playsInline: true, hidden: true });
     this.line = h('p', { class: 'media-line' }, 'starting…');
@@ -146,19 +151,28 @@ export class MediaView implements SFUFeature {
     if (this.ctx?.state === 'suspended') this.ctx.resume().catch(() => {});
   };
 
-  /** Turns the microphone or camera on or off. */
+  /**
+   * Turns the microphone or camera on or off. The device is on (the state
+   * 'on', the button pressed) only once the sender took its track:
+   * replaceTrack may take a while, or fail, and until it resolves nothing
+   * is sent. A click while the browser asks for the device or while the
+   * sender takes the track cancels.
+   */
   async toggle(kind: Kind, on = !this.local[kind].track) {
     const l = this.local[kind];
-    if (l.state === 'starting' && on === !l.track) on = false; // a click while the browser asks cancels
+    if (l.state === 'starting') on = false;
+    const turn = ++l.turn;
     if (!on) {
       l.track?.stop();
+      l.pending?.stop();
       l.track = null;
+      l.pending = null;
       l.state = 'off';
-      await l.sender?.replaceTrack(null).catch(() => {});
       this.showLocal(l);
+      await l.sender?.replaceTrack(null).catch(() => {});
       return;
     }
-    if (l.track || l.state === 'starting') return;
+    if (l.track) return;
     if (!navigator.mediaDevices?.getUserMedia) {
       this.fail(l, 'this page is not a secure context: open it over HTTPS (xrealm serve --https-addr) or on localhost');
       return;
@@ -170,26 +184,36 @@ export class MediaView implements SFUFeature {
       const stream = await navigator.mediaDevices.getUserMedia({ [kind]: CONSTRAINTS[kind] });
       track = stream.getTracks()[0];
     } catch (e) {
+      if (l.turn !== turn) return;
       const err = e as DOMException;
       const why = err.name === 'NotAllowedError' ? 'permission denied' : err.name === 'NotFoundError' ? `no ${kind === 'audio' ? 'microphone' : 'camera'} found` : `${err.name}: ${err.message}`;
       this.fail(l, why);
       return;
     }
-    if (l.state !== 'starting') {
+    if (l.turn !== turn || this.stopped) {
       track.stop(); // turned off meanwhile
       return;
     }
+    l.pending = track;
+    const sender = l.sender;
+    try {
+      await sender?.replaceTrack(track);
+    } catch (e) {
+      if (l.turn !== turn) return; // turned off meanwhile: the off step stopped the track
+      // A new connection's sender (prepare) took the track meanwhile: that
+      // one counts, and says itself if it fails.
+      if (l.sender === sender) {
+        l.pending = null;
+        track.stop();
+        this.fail(l, `cannot send it: ${(e as Error).message}`);
+        return;
+      }
+    }
+    if (l.turn !== turn) return;
+    l.pending = null;
     l.track = track;
     l.state = 'on';
     track.onended = () => l.track === track && this.toggle(kind, false); // device unplugged, permission revoked
-    try {
-      await l.sender?.replaceTrack(track);
-    } catch (e) {
-      track.stop();
-      l.track = null;
-      this.fail(l, `cannot send it: ${(e as Error).message}`);
-      return;
-    }
     this.showLocal(l);
     this.audioContext(); // a click started this: audio can start too
   }
@@ -215,12 +239,16 @@ export class MediaView implements SFUFeature {
   prepare(pc: RTCPeerConnection) {
     for (const l of Object.values(this.local)) {
       l.sender = pc.addTransceiver(l.kind, { direction: 'sendonly' }).sender;
-      const track = l.track;
+      // the track on, or the one the old connection's sender was taking
+      const track = l.track ?? l.pending;
       if (track) {
-        l.sender.replaceTrack(track).catch((e) => {
-          if (l.track !== track) return;
+        const sender = l.sender;
+        sender.replaceTrack(track).catch((e) => {
+          if ((l.track ?? l.pending) !== track || l.sender !== sender) return;
+          l.turn++;
           track.stop();
           l.track = null;
+          l.pending = null;
           this.fail(l, `cannot send it: ${(e as Error).message}`);
         });
       }
@@ -438,7 +466,11 @@ export class MediaView implements SFUFeature {
     this.stopped = true;
     clearInterval(this.timer);
     for (const ev of GESTURES) removeEventListener(ev, this.resume);
-    for (const l of Object.values(this.local)) l.track?.stop();
+    for (const l of Object.values(this.local)) {
+      l.turn++;
+      l.track?.stop();
+      l.pending?.stop();
+    }
     for (const r of this.remotes.values()) this.dispose(r);
     this.ctx?.close().catch(() => {});
   }

@@ -56,9 +56,8 @@ describe('audio and video', () => {
     expect(await toggleMark(a, '#xr-mic')).toBe(MARK_OFF);
     await a.click('#xr-mic');
     await a.click('#xr-cam');
-    // The page's state is 'on' as soon as it has the device; the button is
-    // pressed once the sender took the track (replaceTrack resolves later,
-    // slowly on a loaded machine): wait for both.
+    // The page's state is 'on', and the button pressed, once the sender
+    // took the track (replaceTrack resolves slowly on a loaded machine).
     await waitFor('A\'s devices on, and its buttons pressed', async () => {
       const s = await stats(a);
       return s.microphone === 'on' && s.camera === 'on' &&
@@ -150,8 +149,8 @@ describe('audio and video', () => {
     // A turns the camera off: the panel goes and the head comes back
     await a.click('#xr-cam');
     expect((await stats(a)).camera).toBe('off');
-    // (the button shows it once the sender dropped the track: replaceTrack resolves later)
-    await waitFor('A\'s camera button released', async () => (await a.getAttribute('#xr-cam', 'aria-pressed')) === 'false', 5_000);
+    // (off at once: the device is stopped before the sender drops the track)
+    expect(await a.getAttribute('#xr-cam', 'aria-pressed')).toBe('false');
     expect(await toggleMark(a, '#xr-cam')).toBe(MARK_OFF);
     // Gone: hidden once no frame came for 1.5 s, and unbound from A once the
     // node frees the slot 2 s after the last frame (a poll that missed the
@@ -192,6 +191,71 @@ describe('audio and video', () => {
     await a.context().close();
     await b.context().close();
   }, 180_000);
+
+  it('a device is on only once the sender took its track: a failed or slow replaceTrack never shows it on', async () => {
+    const problems: string[] = [];
+    const a = await open('A', problems, 'media-sender');
+    // The page's senders take a track only when the test says so, or fail.
+    await a.evaluate(() => {
+      const w = window as any;
+      const orig = RTCRtpSender.prototype.replaceTrack;
+      w.gates = [];
+      RTCRtpSender.prototype.replaceTrack = function (this: RTCRtpSender, t: MediaStreamTrack | null) {
+        if (!t) return orig.call(this, t);
+        return new Promise<void>((res, rej) => w.gates.push({
+          kind: t.kind, track: t,
+          go: () => orig.call(this, t).then(res, rej),
+          fail: (m: string) => rej(new DOMException(m, 'InvalidStateError')),
+        }));
+      };
+    });
+    const gates = () => a.evaluate(() => (window as any).gates.length as number);
+    const local = () => a.evaluate(() => {
+      const m = (window as any).xrealm.media;
+      m.describe(); // the panel's line, as its once-a-second refresh makes it
+      return { mic: m.stats().microphone, cam: m.stats().camera, micPressed: document.querySelector('#xr-mic')!.getAttribute('aria-pressed'),
+        camPressed: document.querySelector('#xr-cam')!.getAttribute('aria-pressed'), line: document.querySelector('#xr-media .media-line')!.textContent,
+        preview: !(document.querySelector('#xr-preview') as HTMLVideoElement).hidden };
+    });
+
+    // The microphone: the device is there, the sender has not taken it.
+    await a.click('#xr-mic');
+    await waitFor('A\'s microphone given to its sender', async () => (await gates()) === 1);
+    let l = await local();
+    expect(l.mic).toBe('starting');
+    expect(l.micPressed).toBe('false');
+    expect(l.line).not.toMatch(/sharing your microphone/);
+    // The sender refuses it: failed, not on, and the device is stopped.
+    await a.evaluate(() => (window as any).gates[0].fail('the sender is gone'));
+    await waitFor('A\'s microphone failed', async () => /^failed: cannot send it: the sender is gone$/.test((await local()).mic));
+    l = await local();
+    expect(l.micPressed).toBe('false');
+    expect(await a.evaluate(() => (window as any).gates[0].track.readyState)).toBe('ended');
+    expect(await a.textContent('#xr-toasts')).toContain('Microphone: cannot send it: the sender is gone');
+    // Again, and the sender takes it: on.
+    await a.click('#xr-mic');
+    await waitFor('A\'s microphone given to its sender again', async () => (await gates()) === 2);
+    expect((await local()).mic).toBe('starting');
+    await a.evaluate(() => (window as any).gates[1].go());
+    await waitFor('A\'s microphone on', async () => { const x = await local(); return x.mic === 'on' && x.micPressed === 'true'; });
+    expect((await local()).line).toMatch(/sharing your microphone/);
+
+    // The camera: turned off again before the sender took it. It stays
+    // off when the sender takes it late, and the device is stopped.
+    await a.click('#xr-cam');
+    await waitFor('A\'s camera given to its sender', async () => (await gates()) === 3);
+    l = await local();
+    expect([l.cam, l.camPressed, l.preview]).toEqual(['starting', 'false', false]);
+    await a.click('#xr-cam');
+    expect((await local()).cam).toBe('off');
+    await a.evaluate(() => (window as any).gates[2].go());
+    await a.evaluate(() => new Promise((r) => setTimeout(r, 200)));
+    l = await local();
+    expect([l.cam, l.camPressed, l.preview]).toEqual(['off', 'false', false]);
+    expect(await a.evaluate(() => (window as any).gates[2].track.readyState)).toBe('ended');
+    expect(problems).toEqual([]);
+    await a.context().close();
+  }, 120_000);
 
   it('draws a camera beside the head of a point cloud at the same avatar, so that both show', async () => {
     const problems: string[] = [];
