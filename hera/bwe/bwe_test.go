@@ -375,3 +375,53 @@ func TestEstimatorFlowClockIsMonotonic(t *testing.T) {
 		t.Fatalf("the flow's base RTT is %v after late reports of queued packets, want 20ms", got)
 	}
 }
+
+// TestEstimatorReferenceTimeWrap: a TWCC feedback's reference time is 24
+// bits of 64 ms and wraps every 12.4 days of the receiver's clock, which
+// for libwebrtc is not the call's start, so a call can see it wrap. The
+// estimator took the reference time as it stood: the first feedback after
+// the wrap set the minimum one-way delay 1073741.824 s lower, and a
+// feedback from before the wrap that came after it (RTCP over UDP can be
+// reordered) read as 1073741.824 s of queueing delay, which sent the
+// target to the minimum bitrate.
+func TestEstimatorReferenceTimeWrap(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	at := func(ms int) { clock = time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	opts := DefaultOptions()
+	opts.Now = func() time.Time { return clock }
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wrap = int64(1<<24) * 64000 // µs: the receiver's clock where the reference time wraps
+	// The receiver's clock reads wrap - 40 ms at our time 0; the one-way
+	// delay is 20 ms and there is no queue.
+	arrival := func(sentMs int) int64 { return wrap - 40_000 + int64(sentMs)*1000 + 20_000 }
+	feedback := func(ms int, seq uint16, sentMs int) {
+		at(ms)
+		fb := buildFeedback(seq, []int64{arrival(sentMs)}, uint8(seq))
+		fb.ReferenceTime &= 1<<24 - 1 // 24 bits on the wire
+		if err := e.WriteRTCP([]rtcp.Packet{fb}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, ms := range []int{0, 10, 30, 40} {
+		at(ms)
+		e.OnSent(uint16(i), 1200)
+	}
+	feedback(40, 0, 0)  // arrived at wrap - 20 ms
+	feedback(70, 2, 30) // wrap + 10 ms: reference time 0
+	check := func(when string) {
+		t.Helper()
+		if q := e.GetStats()["queueDelay"].(time.Duration); q != 0 {
+			t.Errorf("%s: queueing delay %v across the reference time's wrap, want 0", when, q)
+		}
+		if got := e.GetTargetBitrate(); got <= opts.MinBitrate {
+			t.Errorf("%s: target %d bit/s, want above the minimum %d", when, got, opts.MinBitrate)
+		}
+	}
+	feedback(75, 1, 10) // wrap - 10 ms, reported after the wrap
+	check("a report from before the wrap after one from after it")
+	feedback(80, 3, 40) // wrap + 20 ms
+	check("the next report")
+}

@@ -148,6 +148,10 @@ type Estimator struct {
 	// lastMalformed says why the last one was.
 	malformed     uint64
 	lastMalformed string
+	// refExt is the last feedback's reference time (64 ms units) with its
+	// 24-bit wraps undone (haveRef: one has been seen).
+	refExt  int64
+	haveRef bool
 }
 
 var _ cc.BandwidthEstimator = (*Estimator)(nil)
@@ -228,9 +232,35 @@ func (e *Estimator) WriteRTCP(pkts []rtcp.Packet, _ interceptor.Attributes) erro
 			e.mu.Unlock()
 			continue
 		}
-		e.onFeedback(reps)
+		e.onFeedback(fb.ReferenceTime, reps)
 	}
 	return nil
+}
+
+// refBits is the width of a TWCC feedback's reference time, in 64 ms units:
+// it wraps every 2^24·64 ms, about 12.4 days of the receiver's clock, whose
+// origin is the receiver's (libwebrtc's is not the call's start).
+const refBits = 24
+
+// unwrapRefLocked returns how far to move the arrival times of a feedback
+// whose reference time is ref: the reference time is taken as the value
+// nearest the previous feedback's that has ref's low 24 bits, so that
+// arrival times keep increasing across a wrap, and a feedback from before
+// the wrap that arrives after one from after it is not read as 12 days of
+// queueing delay.
+func (e *Estimator) unwrapRefLocked(ref uint32) time.Duration {
+	const span = 1 << refBits
+	low := int64(ref & (span - 1))
+	if !e.haveRef {
+		e.refExt, e.haveRef = low, true
+	} else {
+		d := (low - e.refExt) & (span - 1) // forward distance, mod 2^24
+		if d >= span/2 {
+			d -= span // nearer backwards
+		}
+		e.refExt += d
+	}
+	return time.Duration(e.refExt-int64(ref)) * 64 * time.Millisecond
 }
 
 // advanceLocked brings the sending history to now: it counts the bytes
@@ -339,9 +369,14 @@ func (e *Estimator) ackLocked(at uint64, sample time.Duration, limit uint32) {
 	e.flow.OnAck(at, rtt, 1)
 }
 
-func (e *Estimator) onFeedback(reps []PacketReport) {
+func (e *Estimator) onFeedback(ref uint32, reps []PacketReport) {
 	now := e.opts.Now()
 	e.mu.Lock()
+	if shift := e.unwrapRefLocked(ref); shift != 0 {
+		for i := range reps {
+			reps[i].Arrival += shift
+		}
+	}
 	old := e.target
 	e.advanceLocked(now)
 	lost, known := 0, 0
