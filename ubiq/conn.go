@@ -571,8 +571,11 @@ func (c *conn) request(payload []byte) {
 		if c.room == nil {
 			return
 		}
-		ck, _, err := c.s.store.appendRoomProps(ctx, c.room.id, a.Keys, a.Values)
-		if err != nil {
+		ck, _, err := c.s.store.appendRoomProps(ctx, c.room.id, a.Keys, a.Values, c.s.cfg.MaxFrame/2)
+		var le *RoomPropsLimitError
+		if errors.As(err, &le) {
+			c.peerInfo("Ubiq AppendRoomProperties refused", "peer", c.uuid(), "err", err)
+		} else if err != nil {
 			c.log.Warn("append room properties failed", "room", c.room.id, "err", err)
 		} else if len(ck) == 0 {
 			// Nothing changed: Ubiq still answers, with an empty update.
@@ -669,6 +672,12 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	// The Join always carries the RoomClient's id, where the answer goes.
 	c.setClientID(a.Peer.ClientID)
 	if err := checkName("peer uuid", a.Peer.UUID); err != nil {
+		c.reject(a, "Could not join: "+err.Error())
+		return
+	}
+	// A room's name goes into its record and its SetRoom message, whose
+	// properties take at most half the largest frame (RoomPropsLimitError).
+	if err := checkName("room name", a.Name); err != nil {
 		c.reject(a, "Could not join: "+err.Error())
 		return
 	}

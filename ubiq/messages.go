@@ -120,6 +120,13 @@ func EncodeRequest(typ string, args any) []byte {
 	return b
 }
 
+// encodeSetRoom returns the SetRoom message for a room.
+func encodeSetRoom(info RoomInfo) []byte {
+	return EncodeRequest("SetRoom", struct {
+		Room RoomInfo `json:"room"`
+	}{info})
+}
+
 // The exact bytes of a position-only AppendPeerProperties as EncodeRequest
 // writes it (xrealm's bots send one every 200 ms): the fast path reads the
 // position without two JSON decodes. Any other spelling takes the general

@@ -37,3 +37,44 @@ func TestPeerAddedFitsAFrame(t *testing.T) {
 	}
 	q.barrier() // still connected
 }
+
+// TestRoomPropertiesBounded: a room's properties are bounded by what its
+// SetRoom message takes, half the largest frame (the rest is for its name,
+// at most MaxNameLen bytes), and so is a room's name. Before, appends
+// grew them without bound: SetRoom, which quotes them a second time, went
+// past what a joiner's queue takes (the joiner was disconnected as too
+// slow), and once the record was near the store's largest value no claim
+// fit, so nobody could join the room.
+func TestRoomPropertiesBounded(t *testing.T) {
+	const maxFrame = 4096
+	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = maxFrame })
+	p := dialPeer(t, ts.tcp)
+	id := newUUID()
+	p.join(JoinArgs{UUID: id})
+	quotes := strings.Repeat(`"`, 300) // 1,200 bytes in SetRoom
+	for _, k := range []string{"a", "b", "c", "d"} {
+		p.request("AppendRoomProperties", PropertiesArgs{Keys: []string{k}, Values: []string{quotes}})
+	}
+	p.request("AppendRoomProperties", PropertiesArgs{Keys: []string{"z"}, Values: []string{"1"}})
+	for _, want := range []string{"a", "z"} {
+		var a PropertiesArgs
+		p.expect("RoomPropertiesAppended").decode(t, &a)
+		if len(a.Keys) != 1 || a.Keys[0] != want {
+			t.Fatalf("RoomPropertiesAppended %q, want [%s]", a.Keys, want)
+		}
+	}
+	q := dialPeer(t, ts.tcp, ClientOptions{MaxFrame: 1 << 20})
+	q.request("Join", JoinArgs{UUID: id, Peer: q.info(nil, nil)})
+	m := q.expect("SetRoom")
+	if n := len(m.frame) - HeaderSize; n > maxFrame/2 {
+		t.Fatalf("SetRoom of %d bytes, more than half the largest frame, %d", n, maxFrame)
+	}
+	// A Join with a name longer than MaxNameLen is rejected.
+	r := dialPeer(t, ts.tcp, ClientOptions{MaxFrame: 1 << 20})
+	r.request("Join", JoinArgs{Name: strings.Repeat("n", MaxNameLen+1), Peer: r.info(nil, nil)})
+	var rej RejectedArgs
+	r.expect("Rejected").decode(t, &rej)
+	if !strings.Contains(rej.Reason, "room name of 1025 bytes") {
+		t.Fatalf("Rejected %q", rej.Reason)
+	}
+}

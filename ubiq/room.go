@@ -562,9 +562,7 @@ func (r *room) attachMember(c *conn, as string) {
 	if r.knn == nil {
 		r.rebuild()
 	}
-	c.sendServer(EncodeRequest("SetRoom", struct {
-		Room RoomInfo `json:"room"`
-	}{info}))
+	c.sendServer(encodeSetRoom(info))
 	r.reconcile(c, a)
 	r.rebuild() // with kNN, the audience follows c's grants
 }

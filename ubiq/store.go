@@ -94,12 +94,13 @@ func keyToken(s string) string {
 // parts of key-value keys, whose subjects a NATS connection carries on one
 // protocol line of at most 4 KiB, and a longer line makes the server close
 // the connection that the whole Ubiq server shares. Ubiq's own are uuids,
-// 36 bytes.
+// 36 bytes. It bounds a room's name too (see RoomPropsLimitError).
 const MaxNameLen = 1024
 
-// NameError refuses a peer uuid or blob uuid longer than MaxNameLen.
+// NameError refuses a peer uuid, blob uuid or room name longer than
+// MaxNameLen.
 type NameError struct {
-	What string // "peer uuid", "blob uuid"
+	What string // "peer uuid", "blob uuid", "room name"
 	Len  int
 }
 
@@ -637,17 +638,44 @@ func (s *store) ownedBy(ctx context.Context, key, node string) (bool, uint64, er
 	return false, 0, nil
 }
 
+// RoomPropsLimitError refuses a room property append that would make the
+// room's SetRoom message (its RoomInfo, quoted twice) larger than half the
+// largest frame (the other half leaves room for its name, at most
+// MaxNameLen bytes, and the record's claims): a queue takes no server
+// message over twice its byte bound, so a joiner sent one would be
+// disconnected, and a record near the store's largest value would take no
+// more claims, so nobody could join the room.
+type RoomPropsLimitError struct {
+	Room        string
+	Size, Limit int // the SetRoom message's size, and its limit
+}
+
+func (e *RoomPropsLimitError) Error() string {
+	return fmt.Sprintf("room %s: its properties would make its SetRoom message %d bytes, more than the limit of %d (half the largest frame)", e.Room, e.Size, e.Limit)
+}
+
 // appendRoomProps applies an append to a room's properties with a
-// compare-and-set loop, and returns the keys that changed.
-func (s *store) appendRoomProps(ctx context.Context, room string, keys, values []string) ([]string, []string, error) {
+// compare-and-set loop, and returns the keys that changed. With limit > 0,
+// an append that makes the room's SetRoom message larger and more than
+// limit bytes is a *RoomPropsLimitError.
+func (s *store) appendRoomProps(ctx context.Context, room string, keys, values []string, limit int) ([]string, []string, error) {
 	for {
 		r, rev, err := s.getRoom(ctx, room)
 		if err != nil {
 			return nil, nil, err
 		}
+		was := 0
+		if limit > 0 {
+			was = len(encodeSetRoom(r.info()))
+		}
 		ck, cv := r.Props.appendAll(keys, values)
 		if len(ck) == 0 {
 			return nil, nil, nil
+		}
+		if limit > 0 {
+			if n := len(encodeSetRoom(r.info())); n > limit && n > was {
+				return nil, nil, &RoomPropsLimitError{Room: room, Size: n, Limit: limit}
+			}
 		}
 		b, _ := json.Marshal(r)
 		if wrev, err := s.kv.Update(ctx, infoKey(room), b, rev); err == nil {
