@@ -425,3 +425,35 @@ func TestEstimatorReferenceTimeWrap(t *testing.T) {
 	feedback(80, 3, 40) // wrap + 20 ms
 	check("the next report")
 }
+
+// TestEstimatorDuplicateFeedbackIsNoLoss: a feedback that reaches the
+// estimator twice (duplicated on the way, or resent) used to count, the
+// second time, only its lost packets (its received ones had been taken),
+// so one loss in twenty read as a loss rate of 100% and cut the window.
+func TestEstimatorDuplicateFeedbackIsNoLoss(t *testing.T) {
+	clock := time.Unix(1000, 0)
+	opts := DefaultOptions()
+	opts.Now = func() time.Time { return clock }
+	e, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arr := make([]int64, 20)
+	for i := range arr {
+		e.OnSent(uint16(i), 1200)
+		clock = clock.Add(time.Millisecond)
+		arr[i] = 5_000_000 + int64(i)*1000
+	}
+	arr[7] = -1 // lost: 5%, under the 10% threshold
+	clock = clock.Add(20 * time.Millisecond)
+	fb := buildFeedback(0, arr, 1)
+	for i := range 2 {
+		if err := e.WriteRTCP([]rtcp.Packet{fb}, nil); err != nil {
+			t.Fatal(err)
+		}
+		clock = clock.Add(time.Millisecond)
+		if st := e.GetStats(); st["slowStart"] != true || st["lossRate"].(float64) > opts.LossThreshold {
+			t.Fatalf("after the feedback's copy %d: slow start %v, loss rate %v; want slow start and a loss rate of 1/20", i+1, st["slowStart"], st["lossRate"])
+		}
+	}
+}

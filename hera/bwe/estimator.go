@@ -115,7 +115,10 @@ func NewFactory(opts Options) cc.BandwidthEstimatorFactory {
 type sent struct {
 	at   time.Time
 	size int
-	ok   bool
+	ok   bool // sent and not yet reported received
+	// lost: a feedback has reported the packet lost, and counted it; a
+	// later report of it lost (a duplicated feedback) counts nothing.
+	lost bool
 }
 
 // Estimator implements cc.BandwidthEstimator with the Hera rule.
@@ -383,11 +386,12 @@ func (e *Estimator) onFeedback(ref uint32, reps []PacketReport) {
 	var newest time.Time
 	for _, r := range reps {
 		s := e.sent[r.Seq]
-		if !s.ok {
+		if !s.ok || !r.Received && s.lost {
 			continue
 		}
 		known++
 		if !r.Received {
+			e.sent[r.Seq].lost = true
 			lost++
 			continue
 		}
