@@ -24,10 +24,15 @@ export interface BusHandlers {
 }
 
 const MAX_BACKOFF_S = 30;
+/** How often a connected bus looks whether its WebSocket is still open. */
+const SOCKET_CHECK_MS = 250;
 
 export class Bus {
   session: SceneSession | null = null;
   private client: MqttClient | null = null;
+  /** The WebSocket under client. */
+  private socket: WebSocket | null = null;
+  private socketCheck: ReturnType<typeof setInterval> | undefined;
   private attempt = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
@@ -48,7 +53,18 @@ export class Bus {
   }
 
   get connected(): boolean {
-    return !!this.client?.connected;
+    return this.usable(this.client);
+  }
+
+  /**
+   * Whether c can send. mqtt.js says connected until the WebSocket's close
+   * event, also while the socket is closing (the server closed it and the
+   * closing handshake is under way): what is sent then is dropped, with
+   * nothing but Chromium's console error 'WebSocket is already in CLOSING
+   * or CLOSED state', while the publish resolves.
+   */
+  private usable(c: MqttClient | null): c is MqttClient {
+    return !!c && c === this.client && c.connected && this.socket?.readyState === WebSocket.OPEN;
   }
 
   private async connect() {
@@ -84,8 +100,15 @@ export class Bus {
       reconnectPeriod: 0, // reconnection is ours: it needs a fresh token
       connectTimeout: 10_000,
       will: { topic: will[0], payload: JSON.stringify(will[1]) as unknown as Buffer, qos: 0, retain: false },
+      // the socket is ours to see, so that one that is closing counts as gone (usable)
+      createWebsocket: (u: string, protocols: string[]) => {
+        const ws = new WebSocket(u, protocols);
+        if (this.client === c) this.socket = ws;
+        return ws;
+      },
     };
-    const c = mqtt.connect(url, opts);
+    // made without connecting, so that the socket is made once this.client is c
+    const c = mqtt.connect(url, { ...opts, manualConnect: true });
     this.client = c;
     let opened = false;
     c.on('connect', async () => {
@@ -95,11 +118,20 @@ export class Bus {
       try {
         await c.subscribeAsync(`${base}/#`, { qos: 1 });
       } catch (e) {
+        if (this.client !== c) return; // gone meanwhile
         console.error('xrealm: subscribe failed', e);
-        c.end(true);
+        this.lost(c, 'subscribe failed');
         return;
       }
-      this.publish(join[0], join[1]);
+      if (!this.usable(c)) {
+        this.lost(c, 'connection lost');
+        return;
+      }
+      this.publish(join[0], join[1]).catch(() => {});
+      clearInterval(this.socketCheck);
+      this.socketCheck = setInterval(() => {
+        if (this.client === c && !this.usable(c)) this.lost(c, 'connection lost');
+      }, SOCKET_CHECK_MS);
       this.h.onStatus({ state: 'connected' });
       const first = !this.everConnected;
       this.everConnected = true;
@@ -110,13 +142,19 @@ export class Bus {
       // Refused CONNECT (bad token) or a transport error; 'close' follows.
       console.warn('xrealm: MQTT error:', err.message);
     });
-    c.on('close', () => {
-      if (this.client !== c) return;
-      this.client = null;
-      c.removeAllListeners('message');
-      c.end(true);
-      this.retry(opened ? 'connection lost' : 'could not connect');
-    });
+    c.on('close', () => this.lost(c, opened ? 'connection lost' : 'could not connect'));
+    c.connect();
+  }
+
+  /** The connection c is gone, or going (its socket is closing): drops it and reconnects. */
+  private lost(c: MqttClient, reason: string) {
+    if (this.client !== c) return;
+    this.client = null;
+    this.socket = null;
+    clearInterval(this.socketCheck);
+    c.removeAllListeners('message');
+    c.end(true);
+    this.retry(reason);
   }
 
   private retry(reason: string) {
@@ -133,6 +171,15 @@ export class Bus {
   /** Drops the connection as a network failure would (no DISCONNECT, so the will fires). */
   dropForTest() {
     (this.client as unknown as { stream?: { destroy(): void } })?.stream?.destroy();
+  }
+
+  /**
+   * Starts closing the WebSocket, as the browser does when the server
+   * closes it: the socket is closing until the closing handshake ends,
+   * while mqtt.js still says connected.
+   */
+  closeSocketForTest() {
+    this.socket?.close();
   }
 
   private receive(topic: string, payload: Uint8Array) {
@@ -160,7 +207,11 @@ export class Bus {
   /** Publishes a message; QoS 1 for persisted object messages. Resolves once sent (QoS 1: acknowledged). */
   publish(topic: string, m: Message, qos: 0 | 1 = m.persist ? 1 : 0): Promise<void> {
     const c = this.client;
-    if (!c?.connected) return Promise.reject(new Error('not connected'));
+    if (!this.usable(c)) {
+      // the socket is closing: the connection is gone, say so now
+      if (c) this.lost(c, 'connection lost');
+      return Promise.reject(new Error('not connected'));
+    }
     const payload = JSON.stringify({ ...m, timestamp: new Date().toISOString() });
     return c.publishAsync(topic, payload, { qos }).then(() => undefined);
   }
@@ -169,9 +220,12 @@ export class Bus {
   stop(leave?: [string, Message]) {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    clearInterval(this.socketCheck);
     const c = this.client;
+    const usable = this.usable(c);
     this.client = null;
-    if (c?.connected && leave) {
+    this.socket = null;
+    if (usable && leave) {
       c.publish(leave[0], JSON.stringify(leave[1]), { qos: 0 });
     }
     c?.end(false);

@@ -521,6 +521,33 @@ describe('server restart', () => {
   });
 });
 
+describe('closing connection', () => {
+  it('a connection whose WebSocket is closing is not shown connected, and chat sent into it fails and keeps the text', async () => {
+    const p = await open('/public/closing');
+    await waitFor('connected', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'connected');
+    await p.fill('#xr-chat-input', 'typed as the server closed');
+    // The socket starts closing, as on a server's close frame (mqtt.js
+    // still says connected until its close event), and the user presses
+    // Enter at once.
+    const at = await p.evaluate(() => {
+      const x = (window as any).xrealm;
+      x.bus.closeSocketForTest();
+      (document.querySelector('#xr-chat-form') as HTMLFormElement).requestSubmit();
+      return {
+        connected: x.bus.connected, state: document.querySelector('#xr-status')!.getAttribute('data-state'),
+        disabled: (document.querySelector('#xr-chat-input') as HTMLInputElement).disabled,
+      };
+    });
+    expect(at).toEqual({ connected: false, state: 'reconnecting', disabled: true });
+    await waitFor('chat not sent', async () => (await p.textContent('#xr-toasts'))?.includes('Chat not sent: not connected'));
+    expect(await p.inputValue('#xr-chat-input')).toBe('typed as the server closed');
+    await waitFor('reconnected', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'connected', 40_000);
+    await p.press('#xr-chat-input', 'Enter');
+    await waitFor('chat after the reconnection', async () => (await p.textContent('#xr-chat-log'))?.includes('typed as the server closed'));
+    expect(await p.textContent('#xr-chat-log')).not.toMatch(/typed as the server closed[^]*typed as the server closed/);
+  });
+});
+
 describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });
