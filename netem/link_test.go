@@ -285,3 +285,24 @@ func constantTrace(tb testing.TB, perMs int) *Trace {
 	}
 	return tr
 }
+
+// TestCapacityBeforeStart: times before the link's start have no
+// opportunities. A negative time used to become a huge unsigned
+// microsecond count whose opportunity index overflowed: Capacity(-1s, 1s)
+// was twice Capacity(0, 1s).
+func TestCapacityBeforeStart(t *testing.T) {
+	tr := constantTrace(t, 2)
+	for _, tt := range []struct{ from, to time.Duration }{
+		{-time.Second, time.Second},
+		{-2 * time.Second, -time.Second},
+		{-time.Nanosecond, time.Millisecond},
+	} {
+		want := int64(0)
+		if tt.to > 0 {
+			want = tr.Capacity(max(tt.from, 0), tt.to)
+		}
+		if got := tr.Capacity(tt.from, tt.to); got != want {
+			t.Errorf("Capacity(%v, %v) = %d, want %d", tt.from, tt.to, got, want)
+		}
+	}
+}

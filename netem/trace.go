@@ -156,8 +156,10 @@ func (t *Trace) firstAtOrAfter(usec uint64) uint64 {
 }
 
 // Capacity returns how many bytes the link can deliver between from and to
-// (measured from the link's start).
+// (measured from the link's start; the link has no opportunities before
+// it).
 func (t *Trace) Capacity(from, to time.Duration) int64 {
+	from = max(from, 0)
 	if to <= from {
 		return 0
 	}
