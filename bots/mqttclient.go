@@ -278,22 +278,57 @@ func (c *MQTTClient) writePacket(cp packets.ControlPacket) error {
 	return err
 }
 
-// Close sends DISCONNECT and closes the connection.
+// closeWait bounds how long Close waits for a write in progress before it
+// closes the connection under it, and how long it gives DISCONNECT.
+const closeWait = time.Second
+
+// Close sends DISCONNECT and closes the connection. A write that does not
+// finish within closeWait (the server stopped reading, and its socket
+// buffers are full) gets no DISCONNECT after it: the connection is closed
+// under it, which ends the write with an error.
 func (c *MQTTClient) Close() error {
 	select {
 	case <-c.done:
 		return nil
 	default:
 	}
-	// Under the write lock: a WebSocket connection's deadline must not
-	// change while another goroutine writes a frame.
-	c.wmu.Lock()
-	c.nc.SetWriteDeadline(time.Now().Add(time.Second))
-	c.wmu.Unlock()
-	c.writePacket(packets.NewControlPacket(packets.Disconnect))
+	if c.lockWrites(closeWait) {
+		// Under the write lock: a WebSocket connection's deadline must
+		// not change while another goroutine writes a frame.
+		c.nc.SetWriteDeadline(time.Now().Add(closeWait))
+		var buf bytes.Buffer
+		if packets.NewControlPacket(packets.Disconnect).Write(&buf) == nil {
+			c.nc.Write(buf.Bytes())
+		}
+		c.wmu.Unlock()
+	}
 	c.fail(errors.New("closed by the client"))
 	<-c.done
 	return nil
+}
+
+// lockWrites takes the write lock, unless a write holds it for longer than
+// d: then it reports false, and takes and releases it once that write
+// ends.
+func (c *MQTTClient) lockWrites(d time.Duration) bool {
+	got, gaveUp := make(chan struct{}), make(chan struct{})
+	go func() {
+		c.wmu.Lock()
+		select {
+		case got <- struct{}{}: // the caller holds it now
+		case <-gaveUp:
+			c.wmu.Unlock()
+		}
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-got:
+		return true
+	case <-t.C:
+		close(gaveUp)
+		return false
+	}
 }
 
 func (c *MQTTClient) keepalive() {

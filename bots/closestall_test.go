@@ -1,0 +1,126 @@
+package bots
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/xrealm/xrealm/mqttwire"
+)
+
+// stalledBroker accepts one MQTT connection, over TCP or WebSocket,
+// answers its CONNECT, and then reads no more once the first byte of the
+// next packet has arrived, which it reports on the channel it returns: a
+// server that stopped reading (stopped, overloaded, or behind a link that
+// dropped everything), whose socket buffers fill up under a large write.
+func stalledBroker(t *testing.T, overWS bool) (addr string, writing <-chan struct{}) {
+	t.Helper()
+	started := make(chan struct{})
+	quit := make(chan struct{})
+	t.Cleanup(func() { close(quit) })
+	if !overWS {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
+			if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
+				return
+			}
+			c.Write([]byte{0x20, 2, 0, 0})
+			if rd.Buffered() == 0 {
+				if _, err := c.Read(make([]byte, 1)); err != nil {
+					return
+				}
+			}
+			close(started)
+			<-quit
+		}()
+		return ln.Addr().String(), started
+	}
+	up := websocket.Upgrader{Subprotocols: []string{"mqtt"}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := up.Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.Close()
+		if _, _, err := ws.ReadMessage(); err != nil { // CONNECT
+			return
+		}
+		ws.WriteMessage(websocket.BinaryMessage, []byte{0x20, 2, 0, 0})
+		_, m, err := ws.NextReader()
+		if err != nil {
+			return
+		}
+		if _, err := m.Read(make([]byte, 1)); err != nil {
+			return
+		}
+		close(started)
+		<-quit
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/mqtt", started
+}
+
+// Close ends a connection whose server stopped reading while a publish
+// was blocked writing to it. Close waited for the write lock that the
+// blocked publish held, and so for ever when the server's socket stayed
+// open: Fleet.Close, and with it `xrealm bots` on Ctrl-C, hung.
+func TestMQTTClientCloseEndsBlockedPublish(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		overWS bool
+	}{
+		{"tcp", false},
+		{"websocket", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, writing := stalledBroker(t, tc.overWS)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := DialMQTT(ctx, MQTTConfig{Addr: addr, ClientID: "c"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Far more than the socket buffers of both ends hold: the
+			// write cannot finish while the server does not read.
+			big := make([]byte, 64<<20)
+			published := make(chan error, 1)
+			go func() { published <- c.Publish("realm/s/public/x/u/c/cam", big) }()
+			select {
+			case <-writing:
+			case <-ctx.Done():
+				t.Fatal("the publish did not reach the server")
+			}
+			closed := make(chan struct{})
+			go func() { c.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Close still waiting 30 s after it was called, behind a publish blocked in its write")
+			}
+			select {
+			case err := <-published:
+				if err == nil {
+					t.Error("the blocked publish reported success")
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the publish still blocked 30 s after Close returned")
+			}
+		})
+	}
+}
