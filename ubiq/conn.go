@@ -607,6 +607,14 @@ func (c *conn) request(payload []byte) {
 			return
 		}
 		if c.room != nil {
+			// The GetBlob answer quotes the blob again, in which a
+			// character may take up to 7 times its bytes ('<' is
+			// "\\u003c"): it must fit a frame, as every server message.
+			if n := len(EncodeRequest("Blob", BlobArgs(a))); n > c.s.cfg.MaxFrame {
+				c.peerInfo("Ubiq SetBlob refused: its GetBlob answer would be larger than the largest frame", "peer", c.uuid(),
+					"blob", scene.Quote([]byte(a.UUID)), "answer_bytes", n, "max_frame", c.s.cfg.MaxFrame)
+				return
+			}
 			var le *BlobLimitError
 			var ne *NameError
 			if err := c.s.store.setBlob(ctx, c.room.id, a.UUID, a.Blob, c.s.cfg.MaxRoomBlobBytes); errors.As(err, &le) {

@@ -78,3 +78,39 @@ func TestRoomPropertiesBounded(t *testing.T) {
 		t.Fatalf("Rejected %q", rej.Reason)
 	}
 }
+
+// TestBlobAnswerFitsAFrame: a blob whose GetBlob answer would be larger
+// than the largest frame is refused. The answer quotes the blob again,
+// and a '<' that a peer sends as one byte is 7 in it ("\\u003c"): a blob
+// that fit a SetBlob frame made an answer of several frames, past what
+// its asker's queue takes or its client reads.
+func TestBlobAnswerFitsAFrame(t *testing.T) {
+	const maxFrame = 4096
+	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = maxFrame })
+	p := dialPeer(t, ts.tcp)
+	q := dialPeer(t, ts.tcp, ClientOptions{MaxFrame: 1 << 20})
+	id := newUUID()
+	p.join(JoinArgs{UUID: id})
+	q.join(JoinArgs{UUID: id})
+	for _, c := range []struct{ name, blob string }{
+		{"big", strings.Repeat("<", 3000)},
+		{"small", strings.Repeat("<", 100)},
+	} {
+		// As a client that does not escape '<' sends it.
+		req := `{"type":"SetBlob","args":"{\"uuid\":\"` + c.name + `\",\"blob\":\"` + c.blob + `\"}"}`
+		if err := p.c.Send(ServerID, []byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		p.barrier()
+		q.request("GetBlob", GetBlobArgs{ClientID: q.clientID, UUID: c.name})
+		m := q.expect("Blob")
+		if n := len(m.frame) - HeaderSize; n > maxFrame {
+			t.Fatalf("blob %s: answer of %d bytes, more than the largest frame, %d", c.name, n, maxFrame)
+		}
+		var b BlobArgs
+		m.decode(t, &b)
+		if want := map[string]string{"big": "", "small": c.blob}[c.name]; b.Blob != want {
+			t.Fatalf("blob %s: got %d bytes, want %d", c.name, len(b.Blob), len(want))
+		}
+	}
+}
