@@ -180,14 +180,25 @@ export function merge(dst: JsonObject, delta: JsonObject): JsonObject {
     if (v === null) {
       delete dst[k];
     } else if (isObject(v)) {
-      const cur = dst[k];
+      const cur = Object.hasOwn(dst, k) ? dst[k] : undefined;
       if (isObject(cur)) merge(cur, v);
-      else dst[k] = merge({}, v);
+      else put(dst, k, merge({}, v));
     } else {
-      dst[k] = Array.isArray(v) ? structuredClone(v) : v;
+      put(dst, k, Array.isArray(v) ? structuredClone(v) : v);
     }
   }
   return dst;
+}
+
+/**
+ * Sets o[k] as an own data member, also for the key "__proto__", which a
+ * message may hold (JSON.parse makes it an own key): assigned, it would
+ * set o's prototype, and merged into, Object.prototype itself, in every
+ * page of the scene.
+ */
+function put(o: JsonObject, k: string, v: Json) {
+  if (k === '__proto__') Object.defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
+  else o[k] = v;
 }
 
 /** A deep copy of o without null members (what a create stores). */

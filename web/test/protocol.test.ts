@@ -2,7 +2,7 @@
 // (scene/scene.go, topic/arena.go).
 import { describe, expect, it } from 'vitest';
 import {
-  checkMessage, descendants, merge, parentsFirst, parseImport, parseMessage, parseObjectJSON, parseTopic, ProtocolError,
+  checkMessage, clean, descendants, merge, parentsFirst, parseImport, parseMessage, parseObjectJSON, parseTopic, ProtocolError,
   SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, validSceneName, jwtClaims, tokenProblem,
 } from '../src/protocol';
 
@@ -48,6 +48,26 @@ describe('merge', () => {
     const dst = merge({}, delta);
     delta.a.b = 2;
     expect(dst.a).toEqual({ b: 1 });
+  });
+  it('keeps a "__proto__" key of a message as data: it changes no prototype', () => {
+    // what a client on the bus can send: JSON.parse makes "__proto__" an own key
+    const m = parseMessage(parseTopic('realm/s/a/b/o/c/box'),
+      '{"object_id":"box","action":"create","data":{"__proto__":{"polluted":1},"material":{"__proto__":{"color":"red"}}}}');
+    try {
+      const created = clean(m.data!);
+      expect(({} as any).polluted).toBeUndefined();
+      expect(Object.getPrototypeOf(created)).toBe(Object.prototype);
+      expect((created.material as any).color).toBeUndefined();
+      expect(JSON.parse(JSON.stringify(created))).toEqual(JSON.parse('{"__proto__":{"polluted":1},"material":{"__proto__":{"color":"red"}}}'));
+      // an update merges into it, and a null removes it
+      merge(created, JSON.parse('{"__proto__":{"more":2}}'));
+      expect(({} as any).more).toBeUndefined();
+      expect(JSON.stringify(created)).toBe('{"__proto__":{"polluted":1,"more":2},"material":{"__proto__":{"color":"red"}}}');
+      merge(created, JSON.parse('{"__proto__":null}'));
+      expect(JSON.stringify(created)).toBe('{"material":{"__proto__":{"color":"red"}}}');
+    } finally {
+      for (const k of ['polluted', 'more', 'color']) delete (Object.prototype as any)[k];
+    }
   });
 });
 
