@@ -599,7 +599,13 @@ func (c *conn) request(payload []byte) {
 			c.log.Warn("discover rooms failed", "err", err)
 			rooms = []RoomInfo{}
 		}
-		c.sendServer(EncodeRequest("Rooms", RoomsArgs{Rooms: rooms, Version: "0.0.4", Request: a}))
+		// As many as fit the largest frame, as every server message.
+		msg, n := encodeRooms(rooms, a, c.s.cfg.MaxFrame)
+		if n < len(rooms) {
+			c.peerInfo("Ubiq DiscoverRooms answered with part of the list: the rest would not fit the largest frame", "peer", c.uuid(),
+				"listed", n, "rooms", len(rooms), "max_frame", c.s.cfg.MaxFrame)
+		}
+		c.sendServer(msg)
 	case "SetBlob":
 		var a SetBlobArgs
 		if err := json.Unmarshal(args, &a); err != nil {

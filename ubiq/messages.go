@@ -127,6 +127,33 @@ func encodeSetRoom(info RoomInfo) []byte {
 	}{info})
 }
 
+// encodeRooms returns the Rooms message answering request a with rooms,
+// of which it lists the first that fit in limit bytes (all of them if
+// limit <= 0), and how many it listed. The message quotes each RoomInfo a
+// second time, character by character, so a room's share of it is its
+// quoted JSON and a comma.
+func encodeRooms(rooms []RoomInfo, a DiscoverArgs, limit int) ([]byte, int) {
+	n := len(rooms)
+	if limit > 0 {
+		size := len(EncodeRequest("Rooms", RoomsArgs{Rooms: []RoomInfo{}, Version: roomsVersion, Request: a}))
+		for i, r := range rooms {
+			b, _ := json.Marshal(r)
+			q, _ := json.Marshal(string(b))
+			if i > 0 {
+				size++
+			}
+			if size += len(q) - 2; size > limit {
+				n = i
+				break
+			}
+		}
+	}
+	return EncodeRequest("Rooms", RoomsArgs{Rooms: rooms[:n], Version: roomsVersion, Request: a}), n
+}
+
+// roomsVersion is the version a Rooms message gives, Ubiq's.
+const roomsVersion = "0.0.4"
+
 // The exact bytes of a position-only AppendPeerProperties as EncodeRequest
 // writes it (xrealm's bots send one every 200 ms): the fast path reads the
 // position without two JSON decodes. Any other spelling takes the general

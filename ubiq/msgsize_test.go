@@ -114,3 +114,76 @@ func TestBlobAnswerFitsAFrame(t *testing.T) {
 		}
 	}
 }
+
+// TestRoomsAnswerFitsAFrame: the answer to DiscoverRooms lists as many of
+// the published rooms as fit the largest frame. It listed them all: a few
+// rooms with large properties (each within its bound) made an answer of
+// several frames, past what the asker's queue takes (it was disconnected
+// as too slow) or its client reads, so that nobody could discover rooms.
+func TestRoomsAnswerFitsAFrame(t *testing.T) {
+	const maxFrame = 4096
+	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = maxFrame })
+	rooms := map[string]bool{}
+	for range 4 {
+		p := dialPeer(t, ts.tcp)
+		rooms[p.join(JoinArgs{Publish: true}).UUID] = true
+		p.request("AppendRoomProperties", PropertiesArgs{Keys: []string{"a"}, Values: []string{strings.Repeat(`"`, 200)}})
+		p.expect("RoomPropertiesAppended")
+	}
+	q := dialPeer(t, ts.tcp, ClientOptions{MaxFrame: 1 << 20})
+	q.request("DiscoverRooms", DiscoverArgs{ClientID: q.clientID})
+	m := q.expect("Rooms")
+	if n := len(m.frame) - HeaderSize; n > maxFrame {
+		t.Fatalf("Rooms of %d bytes, more than the largest frame, %d", n, maxFrame)
+	}
+	var a RoomsArgs
+	m.decode(t, &a)
+	if len(a.Rooms) < 2 || len(a.Rooms) >= 4 {
+		t.Fatalf("Rooms lists %d rooms, want 2 or 3 of the 4", len(a.Rooms))
+	}
+	for _, r := range a.Rooms {
+		if !rooms[r.UUID] {
+			t.Fatalf("Rooms lists room %s, not one of the test's", r.UUID)
+		}
+	}
+}
+
+// TestEncodeRooms: encodeRooms lists the most rooms that fit its limit,
+// in order, whatever their characters take quoted twice.
+func TestEncodeRooms(t *testing.T) {
+	rooms := []RoomInfo{
+		{UUID: newUUID(), Name: "plain", Keys: []string{"k"}, Values: []string{"v"}},
+		{UUID: newUUID(), Name: `"quoted" <html> & \ ` + "\x01\u2028", Keys: []string{}, Values: []string{}},
+		{UUID: newUUID(), Name: strings.Repeat("<", 100), Keys: []string{`"`}, Values: []string{"\n"}},
+	}
+	a := DiscoverArgs{JoinCode: "a<\""}
+	full := len(EncodeRequest("Rooms", RoomsArgs{Rooms: rooms, Version: roomsVersion, Request: a}))
+	for _, limit := range []int{0, 1, 100, 200, 300, 400, 500, 1000, 1500, full - 1, full} {
+		msg, n := encodeRooms(rooms, a, limit)
+		var r Request
+		var args RoomsArgs
+		if err := json.Unmarshal(msg, &r); err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		if err := json.Unmarshal([]byte(r.Args), &args); err != nil {
+			t.Fatalf("limit %d: %v", limit, err)
+		}
+		if len(args.Rooms) != n {
+			t.Fatalf("limit %d: %d rooms, reported %d", limit, len(args.Rooms), n)
+		}
+		if limit <= 0 {
+			if n != len(rooms) {
+				t.Fatalf("no limit: %d rooms, want %d", n, len(rooms))
+			}
+			continue
+		}
+		if n > 0 && len(msg) > limit {
+			t.Fatalf("limit %d: message of %d bytes", limit, len(msg))
+		}
+		if n < len(rooms) {
+			if more := EncodeRequest("Rooms", RoomsArgs{Rooms: rooms[:n+1], Version: roomsVersion, Request: a}); len(more) <= limit {
+				t.Fatalf("limit %d: %d rooms listed, but %d fit (%d bytes)", limit, n, n+1, len(more))
+			}
+		}
+	}
+}
