@@ -19,6 +19,7 @@ import (
 // next packet has arrived, which it reports on the channel it returns: a
 // server that stopped reading (stopped, overloaded, or behind a link that
 // dropped everything), whose socket buffers fill up under a large write.
+// Over TCP, a SUBSCRIBE first gets its SUBACK, as a bot's join needs.
 func stalledBroker(t *testing.T, overWS bool) (addr string, writing <-chan struct{}) {
 	t.Helper()
 	started := make(chan struct{})
@@ -41,10 +42,22 @@ func stalledBroker(t *testing.T, overWS bool) (addr string, writing <-chan struc
 				return
 			}
 			c.Write([]byte{0x20, 2, 0, 0})
-			if rd.Buffered() == 0 {
-				if _, err := c.Read(make([]byte, 1)); err != nil {
+			for {
+				if rd.Buffered() == 0 {
+					n, err := c.Read(rd.Space()[:1])
+					rd.Advance(n)
+					if err != nil {
+						return
+					}
+				}
+				if rd.Bytes()[0]>>4 != 8 { // not a SUBSCRIBE: stop reading
+					break
+				}
+				_, body, err := mqttwire.ReadPacket(c, rd)
+				if err != nil || len(body) < 2 {
 					return
 				}
+				c.Write([]byte{0x90, 3, body[0], body[1], 0}) // SUBACK, QoS 0
 			}
 			close(started)
 			<-quit
@@ -122,5 +135,34 @@ func TestMQTTClientCloseEndsBlockedPublish(t *testing.T) {
 				t.Fatal("the publish still blocked 30 s after Close returned")
 			}
 		})
+	}
+}
+
+// Stop returns while a bot's sender is blocked writing to a server that
+// stopped reading: after a grace, the bot's connection is closed to end
+// the write. Stop waited for every sender, for ever, and `xrealm bots`
+// hung on Ctrl-C (it stops the senders before it closes the fleet).
+func TestFleetStopEndsBlockedSender(t *testing.T) {
+	addr, writing := stalledBroker(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Poses far larger than the socket buffers: the first blocks.
+	tr := &MQTTTransport{Addr: addr, PayloadSize: 64 << 20}
+	f, err := StartFleet(ctx, FleetConfig{Transport: tr, Users: 1, Rate: 100, Behaviour: Spec{Name: "static"}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	select {
+	case <-writing:
+	case <-ctx.Done():
+		t.Fatal("no pose reached the server")
+	}
+	stopped := make(chan struct{})
+	go func() { f.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop still waiting 30 s after it was called, for a sender blocked in its write")
 	}
 }

@@ -540,13 +540,42 @@ func (b *bot) dueIn(from, to int64) int64 {
 	return max(before(to)-before(from), 0)
 }
 
+// stopWait is how long Stop waits for the senders before it closes the
+// connections of those still blocked in a write.
+const stopWait = 2 * time.Second
+
 // Stop stops the bots sending, and returns once every sender has
-// stopped; they stay connected and receiving until Close.
+// stopped; they stay connected and receiving until Close. A sender still
+// blocked in a write after stopWait (its server stopped reading, and the
+// socket buffers are full) cannot stop otherwise: its bot's connection is
+// closed, which ends the write.
 func (f *Fleet) Stop() {
 	if f.cancel != nil {
 		f.cancel()
 	}
-	f.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		f.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(stopWait)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	var stuck []*bot
+	for _, b := range f.bots {
+		if b.stopped.Load() == 0 {
+			stuck = append(stuck, b)
+		}
+	}
+	if len(stuck) > 0 {
+		f.cfg.Log.Warn("senders still blocked in a write: closing their connections (their server stopped reading)", "bots", len(stuck), "first", stuck[0].id.User, "waited", stopWait)
+		closeLinksOf(stuck)
+	}
+	<-done
 }
 
 // Delivery returns the deliveries the bots' poses due so far should make,
@@ -577,9 +606,15 @@ func (f *Fleet) closeLinks() {
 	f.linkMu.Lock()
 	f.closed = true
 	f.linkMu.Unlock()
+	closeLinksOf(f.bots)
+}
+
+// closeLinksOf closes the connections of bots, many at once: a close may
+// wait for a write in progress.
+func closeLinksOf(bots []*bot) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
-	for _, b := range f.bots {
+	for _, b := range bots {
 		l := b.link.Load()
 		if l == nil {
 			continue
