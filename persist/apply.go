@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -346,51 +345,6 @@ func (s *Store) afterConflict(ctx context.Context, key string, conflicts int) er
 	case <-t.C:
 		return nil
 	}
-}
-
-// cascadeDelete removes an object and every stored object below it through
-// data.parent. The descendants are looked for even when the object itself
-// is not stored (any more). Descendants go before their ancestors, so that
-// a delete cut short (a crash, the store not answering) leaves the object
-// itself, and the delete applied again finds what is left below it.
-func (s *Store) cascadeDelete(ctx context.Context, ns, sc, id string) (bool, error) {
-	all, err := s.scan(ctx, ns, sc)
-	if err != nil {
-		return false, err
-	}
-	children := map[string][]scanned{}
-	byID := map[string]scanned{}
-	for _, e := range all {
-		byID[e.obj.ObjectID] = e
-		if p := e.obj.parent(); p != "" {
-			children[p] = append(children[p], e)
-		}
-	}
-	var doomed []string
-	if e, ok := byID[id]; ok {
-		doomed = append(doomed, e.key)
-	}
-	seen := map[string]bool{id: true}
-	queue := []string{id}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		for _, c := range children[p] {
-			if seen[c.obj.ObjectID] {
-				continue
-			}
-			seen[c.obj.ObjectID] = true
-			doomed = append(doomed, c.key)
-			queue = append(queue, c.obj.ObjectID)
-		}
-	}
-	slices.Reverse(doomed) // each object was found after its parent
-	for _, key := range doomed {
-		if err := s.kv.Delete(ctx, key); err != nil {
-			return false, fmt.Errorf("persist: deleting %q: %w", key, err)
-		}
-	}
-	return len(doomed) > 0, nil
 }
 
 // copyData returns a deep copy of data without null members, never nil.

@@ -75,3 +75,83 @@ func BenchmarkApplier(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(2*b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// BenchmarkCascadeDelete measures the applier's delete against the size of
+// the scene: one op applies the delete of one object (a leaf) of a scene
+// that holds objects= others, half of them children of the other half.
+// Before the scene index (index.go) every delete scanned the whole scene.
+func BenchmarkCascadeDelete(b *testing.B) {
+	for _, n := range []int{100, 1000, 5000} {
+		b.Run("objects="+strconv.Itoa(n), func(b *testing.B) {
+			s := benchStore(b)
+			ctx := context.Background()
+			now := time.Now()
+			put := func(id, parent string) {
+				o := &Object{ObjectID: id, Type: "box", Attributes: map[string]any{"position": map[string]any{"x": 1}}, Persist: true, CreatedAt: now, UpdatedAt: now}
+				if parent != "" {
+					o.Attributes["parent"] = parent
+				}
+				val, err := encode(o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.kv.Put(ctx, objectKey("ns", "sc", id), val); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for i := range n {
+				parent := ""
+				if i%2 == 1 {
+					parent = "k" + strconv.Itoa(i-1)
+				}
+				put("k"+strconv.Itoa(i), parent)
+			}
+			for i := range b.N + 1 {
+				put("d"+strconv.Itoa(i), "")
+			}
+			del := func(i int) {
+				id := "d" + strconv.Itoa(i)
+				err := s.apply(ctx, topicSubject("realm/s/ns/sc/o/u/"+id), nil, []byte(`{"object_id":"`+id+`","action":"delete"}`))
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			del(b.N) // a first delete (the index's first build)
+			b.ResetTimer()
+			for i := range b.N {
+				del(i)
+			}
+		})
+	}
+}
+
+// benchStore starts an embedded JetStream server and opens a store on it,
+// without running it.
+func benchStore(b *testing.B) *Store {
+	b.Helper()
+	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), DontListen: true, NoLog: true, NoSigs: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.Start()
+	b.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		b.Fatal("nats server not ready")
+	}
+	nc, err := nats.Connect("", nats.InProcessServer(srv))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := Open(ctx, Config{JS: js, NC: nc, Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}

@@ -18,7 +18,8 @@
 //     removes a key, see scene.Merge), or replaces the object when
 //     overwrite:true; an update for an object that is not stored is ignored;
 //   - delete removes the object and, recursively, the stored objects whose
-//     data.parent names it;
+//     data.parent names it (found through the applier's scene index,
+//     index.go, at the cost of the object's subtree, not the scene's size);
 //   - a persisted object with ttl expires: see ttl.go; the delete goes
 //     through the stream, ordered with the creates, and does not remove an
 //     object created again since it expired;
@@ -212,6 +213,11 @@ type Store struct {
 	// reads of one key can then be direct gets (newest).
 	single atomic.Bool
 
+	// idxMu guards indexes, the applier's scene indexes (index.go), by
+	// sceneKey.
+	idxMu   sync.Mutex
+	indexes map[string]*sceneIndex
+
 	mu      sync.Mutex
 	expires map[string]time.Time // key -> expireAt (zero: none), from the KV watcher
 	asked   map[string]time.Time // key -> when this sweeper asked to expire it (ttl.go)
@@ -233,7 +239,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{js: cfg.JS, log: log.With("component", "persist"), now: time.Now, realms: map[string]bool{},
 		deleteWait: deleteWait, readWait: readWait, markerAge: markerAge, markerEvery: markerEvery,
-		expires: map[string]time.Time{}, asked: map[string]time.Time{}}
+		expires: map[string]time.Time{}, asked: map[string]time.Time{}, indexes: map[string]*sceneIndex{}}
 
 	realms := cfg.Realms
 	if len(realms) == 0 {
@@ -550,6 +556,7 @@ func (s *Store) applyDeleteScene(ctx context.Context, h nats.Header, payload []b
 // deleteSceneKeys removes every key of one scene from the bucket; only the
 // applier calls it.
 func (s *Store) deleteSceneKeys(ctx context.Context, ns, scene string) (int, error) {
+	s.dropIndex(ns, scene) // the scene's next delete scans what is there then
 	entries, err := s.readKeys(ctx, sceneKey(ns, scene)+".>", true)
 	if err != nil {
 		return 0, fmt.Errorf("persist: listing scene %s/%s: %w", ns, scene, err)

@@ -177,6 +177,7 @@ const kvOperationHeader = "KV-Operation"
 
 // kvMsg is the newest message of a key.
 type kvMsg struct {
+	subject string // the message's subject
 	seq     uint64 // the key's revision
 	deleted bool   // a delete or purge marker
 	data    []byte // the value, nil for a marker
@@ -202,9 +203,9 @@ func (s *Store) newest(ctx context.Context, key string) (*kvMsg, error) {
 		return nil, err
 	}
 	if m.Header.Get(kvOperationHeader) != "" {
-		return &kvMsg{seq: m.Sequence, deleted: true}, nil
+		return &kvMsg{subject: m.Subject, seq: m.Sequence, deleted: true}, nil
 	}
-	return &kvMsg{seq: m.Sequence, data: m.Data}, nil
+	return &kvMsg{subject: m.Subject, seq: m.Sequence, data: m.Data}, nil
 }
 
 // checkReplicas sets Store.single from the bucket's configuration. When
@@ -233,6 +234,13 @@ func (s *Store) checkReplicas(ctx context.Context) {
 // 503 (no leader: an election, or too few nodes up), the error wraps
 // ErrUnavailable.
 func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error) {
+	return s.leaderGet(ctx, map[string]any{"last_by_subj": kvSubjectPrefix + filter}, "the newest message of "+filter)
+}
+
+// leaderGet asks the bucket's stream leader for one message (req is the
+// API's message get request, what names it in errors), and returns it, or
+// nil when there is none. See leaderNewest.
+func (s *Store) leaderGet(ctx context.Context, req map[string]any, what string) (*kvMsg, error) {
 	subj := jetstream.DefaultAPIPrefix
 	if o := s.js.Options(); o.Domain != "" {
 		subj = "$JS." + o.Domain + ".API."
@@ -240,13 +248,13 @@ func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error)
 		subj = strings.TrimSuffix(o.APIPrefix, ".") + "."
 	}
 	subj += "STREAM.MSG.GET." + kvStream
-	req, err := json.Marshal(map[string]string{"last_by_subj": kvSubjectPrefix + filter})
+	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, stepWait)
 	defer cancel()
-	msg, err := s.js.Conn().RequestWithContext(rctx, subj, req)
+	msg, err := s.js.Conn().RequestWithContext(rctx, subj, body)
 	if err != nil && ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
@@ -254,13 +262,14 @@ func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error)
 		return nil, fmt.Errorf("%w: the stream leader of %s did not answer within %v (no leader: an election, or too few nodes up)", ErrUnavailable, kvStream, stepWait)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("asking the stream leader of %s for the newest message of %s: %w", kvStream, filter, err)
+		return nil, fmt.Errorf("asking the stream leader of %s for %s: %w", kvStream, what, err)
 	}
 	var resp struct {
 		Message *struct {
-			Seq  uint64 `json:"seq"`
-			Hdrs []byte `json:"hdrs"`
-			Data []byte `json:"data"`
+			Subject string `json:"subject"`
+			Seq     uint64 `json:"seq"`
+			Hdrs    []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
 		} `json:"message"`
 		Error *struct {
 			Code        int    `json:"code"`
@@ -281,7 +290,7 @@ func (s *Store) leaderNewest(ctx context.Context, filter string) (*kvMsg, error)
 	case resp.Message == nil:
 		return nil, fmt.Errorf("the stream leader of %s answered %q, without a message", kvStream, clip(msg.Data))
 	}
-	m := &kvMsg{seq: resp.Message.Seq, data: resp.Message.Data}
+	m := &kvMsg{subject: resp.Message.Subject, seq: resp.Message.Seq, data: resp.Message.Data}
 	if len(resp.Message.Hdrs) > 0 {
 		h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs)
 		if err != nil {
