@@ -538,7 +538,11 @@ func (n *Node) acquire(t TrackInfo) *source {
 		return s
 	}
 	origin := t.Node
-	s := newSource(t, func() { n.sendControl(origin, relay.Control{Op: "pli", Track: key}) })
+	s := newSource(t, func() {
+		if n.ctx.Err() == nil { // a held-back request may be sent after Close
+			n.sendControl(origin, relay.Control{Op: "pli", Track: key})
+		}
+	})
 	s.hops = n.hopsFor(t)
 	s.fetch = newFetcher(func(seqs []uint16) {
 		if n.ctx.Err() == nil { // the batch timer may fire after Close

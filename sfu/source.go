@@ -81,7 +81,7 @@ type source struct {
 	codec webrtc.RTPCodecCapability
 	buf   *buffer.Buffer
 
-	keyframe func()                   // asks the publisher (or the origin node) for a keyframe
+	keyframe func()                   // asks the publisher (or the origin node) for a keyframe, at most once per keyframeInterval
 	frames   *volumetric.FrameTracker // point-cloud tracks only
 	fetch    *fetcher                 // relayed sources only: NACK misses go to the origin
 	cadence  *cadence                 // relayed sources only: frames lost whole are asked for early
@@ -119,7 +119,7 @@ type source struct {
 func newSource(info TrackInfo, keyframe func()) *source {
 	buf, _ := buffer.New(1024)
 	s := &source{
-		info: info, codec: webrtc.RTPCodecCapability{MimeType: info.Mime}, buf: buf, keyframe: keyframe,
+		info: info, codec: webrtc.RTPCodecCapability{MimeType: info.Mime}, buf: buf, keyframe: (&keyframeLimiter{ask: keyframe}).request,
 		downs: map[*downtrack.DownTrack]struct{}{}, relays: map[string]func(string, []byte) error{},
 	}
 	if info.PointCloud() {
@@ -320,4 +320,49 @@ func (s *source) stalled(now time.Time) bool {
 	}
 	s.subAt = now
 	return true
+}
+
+// keyframeInterval is the shortest time between two keyframe requests a
+// source sends its publisher (or its origin node).
+const keyframeInterval = 500 * time.Millisecond
+
+// keyframeLimiter passes a source's keyframe requests on (ask) at most once
+// per keyframeInterval: one at once, and of those that come within the
+// interval after it, one at its end, which answers them all (the keyframe
+// reaches every subscriber that asked before it). Every subscriber's PLI
+// and FIR, every resume and source switch of a down track, and every
+// relay's "sub" and "pli" ask; before, each went on to the publisher, and
+// one subscriber sending PLIs in a loop (a broken decoder, a hostile
+// client) made the publisher send a keyframe for each, raising the track's
+// rate for all its subscribers.
+type keyframeLimiter struct {
+	ask func()
+
+	mu      sync.Mutex
+	last    time.Time // when ask was last called
+	pending bool      // a request waits for the interval's end
+}
+
+// request asks for a keyframe.
+func (k *keyframeLimiter) request() {
+	k.mu.Lock()
+	if k.pending {
+		k.mu.Unlock()
+		return // the request already waiting answers this one too
+	}
+	wait := keyframeInterval - time.Since(k.last)
+	if k.last.IsZero() || wait <= 0 {
+		k.last = time.Now()
+		k.mu.Unlock()
+		k.ask()
+		return
+	}
+	k.pending = true
+	k.mu.Unlock()
+	time.AfterFunc(wait, func() {
+		k.mu.Lock()
+		k.pending, k.last = false, time.Now()
+		k.mu.Unlock()
+		k.ask()
+	})
 }
