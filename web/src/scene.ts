@@ -243,13 +243,24 @@ export class Renderer {
 
     const pid = parentOf(obj.data);
     const parentEl = pid ? this.els.get(pid) : this.root;
-    const target = parentEl ?? this.orphans;
+    let target = parentEl ?? this.orphans;
+    if (target !== this.root && el.contains(target)) {
+      // A parent cycle (the server takes one: b's parent a, then a's
+      // parent b): the DOM cannot nest them, and appendChild would throw.
+      console.warn(`xrealm: object ${obj.id}: its parent ${pid} is inside it (a parent cycle); it is drawn where it was`);
+      target = el.parentElement && el.parentElement !== this.orphans ? el.parentElement : this.root;
+    }
     if (el.parentElement !== target) target.appendChild(el);
     // Objects waiting for this one move in.
     for (const c of [...this.orphans.children] as HTMLElement[]) {
       const cid = c.dataset.objectId;
       const co = cid ? this.model.objects.get(cid) : undefined;
-      if (co && parentOf(co.data) === obj.id) el.appendChild(c);
+      if (!co || parentOf(co.data) !== obj.id) continue;
+      if (c.contains(el)) {
+        // the cycle again, from the other side: the one waiting is drawn at the root
+        console.warn(`xrealm: object ${cid}: its parent ${obj.id} is inside it (a parent cycle); it is drawn at the scene's root`);
+        this.root.appendChild(c);
+      } else el.appendChild(c);
     }
   }
 }

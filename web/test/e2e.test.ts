@@ -722,6 +722,38 @@ describe('objects', () => {
     (globalThis as any).objectsPage = a;
   });
 
+  it('a parent cycle does not stop the page drawing the objects, live or loaded from the store', async () => {
+    const a = await open('/public/cycle');
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/cycle', 'editor'), 'cycle-bot');
+    const send = (m: Record<string, unknown>) =>
+      c.publishAsync(`realm/s/public/cycle/o/cycle-bot/${m.object_id}`, JSON.stringify({ type: 'object', persist: true, ...m }), { qos: 1 });
+    // b's parent is a, then a's parent b: the server takes both.
+    await send({ object_id: 'cyc-a', action: 'create', data: { object_type: 'box', position: { x: -1, y: 1, z: -4 } } });
+    await send({ object_id: 'cyc-b', action: 'create', data: { object_type: 'sphere', parent: 'cyc-a', position: { x: 0, y: 1, z: 0 } } });
+    await a.waitForSelector('[data-object-id="cyc-a"] > [data-object-id="cyc-b"]', { state: 'attached' });
+    await send({ object_id: 'cyc-a', action: 'update', data: { parent: 'cyc-b', color: '#00ff00' } });
+    await send({ object_id: 'cyc-z', action: 'create', data: { object_type: 'box', position: { x: 1, y: 1, z: -4 } } });
+    await a.waitForSelector('[data-object-id="cyc-z"]', { state: 'attached' });
+    // the update applied: a stays where it was, with its new colour
+    expect(await a.evaluate(() => (document.querySelector('[data-object-id="cyc-a"]') as any).getAttribute('material').color)).toBe('#00ff00');
+    expect(await a.$('#xr-objects > [data-object-id="cyc-a"] > [data-object-id="cyc-b"]')).toBeTruthy();
+    expectConsole(a, /cyc-a: its parent cyc-b is inside it \(a parent cycle\)/);
+    // A later page loads them from the store: every object is drawn, and no error shows.
+    const b = await open('/public/cycle');
+    expectConsole(b, /parent cycle/);
+    for (const id of ['cyc-a', 'cyc-b', 'cyc-z']) {
+      expect(await b.evaluate((id) => {
+        let el = document.querySelector(`[data-object-id="${id}"]`) as any;
+        const o = el?.object3D;
+        for (; el && el.id !== 'xr-objects'; el = el.parentElement) if (el.dataset.role === 'orphans') return 'hidden';
+        return o ? 'drawn' : 'missing';
+      }, id), id).toBe('drawn');
+    }
+    expect(await b.isVisible('#xr-error')).toBe(false);
+    for (const id of ['cyc-a', 'cyc-b', 'cyc-z']) await send({ object_id: id, action: 'delete' });
+    c.end(true);
+  });
+
   it('clicking an object with click-listener publishes clientEvents', async () => {
     const a: Page = (globalThis as any).objectsPage;
     expect(a, 'needs the page of the previous test').toBeDefined();
