@@ -1,6 +1,8 @@
 package bwe
 
 import (
+	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -331,6 +333,34 @@ func TestAppLimitedFoundFast(t *testing.T) {
 			}
 			if top > at {
 				t.Errorf("the estimate rose from %d bit/s at the pause to %d, %d ms after it", at, top, when)
+			}
+		})
+	}
+}
+
+// TestOnSentOddSizes: empty packets, and sizes below 0 from a transport's
+// bug, must not drive the average packet size to 0 (windows become rates
+// through it: 0/0) or below.
+func TestOnSentOddSizes(t *testing.T) {
+	for _, size := range []int{0, -1, -1 << 40} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			clock := time.Unix(1000, 0)
+			e := newTestEstimator(t, &clock)
+			for i := range 500 {
+				clock = clock.Add(time.Millisecond)
+				e.OnSent(uint16(i), size)
+			}
+			e.mu.Lock()
+			avg, sent := e.avgSize, e.ring[e.at%appBuckets].sent
+			e.mu.Unlock()
+			if !(avg >= 1) || math.IsInf(avg, 0) {
+				t.Errorf("average packet size after 500 packets of %d bytes: %v", size, avg)
+			}
+			if sent < 0 {
+				t.Errorf("bytes sent in the current bucket after packets of %d bytes: %v", size, sent)
+			}
+			if r := e.GetTargetBitrate(); r <= 0 {
+				t.Errorf("target after packets of %d bytes: %d bit/s", size, r)
 			}
 		})
 	}

@@ -201,14 +201,17 @@ func (e *Estimator) AddStream(info *interceptor.StreamInfo, w interceptor.RTPWri
 
 // OnSent records that the packet with transport-wide sequence number seq
 // and size bytes was sent now. AddStream calls it; it is exported for
-// transports that do not go through an interceptor.
+// transports that do not go through an interceptor. A size below 0 counts
+// as 0, and an empty packet does not move the average packet size (which
+// turns windows into rates: at 0 they would be 0/0).
 func (e *Estimator) OnSent(seq uint16, size int) {
+	size = max(size, 0)
 	now := e.opts.Now()
 	e.mu.Lock()
 	e.advanceLocked(now)
 	e.sent[seq] = sent{at: now, size: size, ok: true}
 	e.ring[e.at%appBuckets].sent += float64(size)
-	if !e.appLimited {
+	if !e.appLimited && size > 0 {
 		e.avgSize += (float64(size) - e.avgSize) / 16
 	}
 	e.mu.Unlock()
