@@ -197,11 +197,12 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       whoEl.textContent = `${s.signedIn ? s.username : s.displayName} · ${s.role}`;
       whoEl.dataset.role = s.role;
       sessionListeners.forEach((f) => f(s));
+      // (before the load: a load that fails says so in the banner, with Retry)
+      clearError();
       await reload();
       for (const m of buffer) model.apply(m);
       buffer = [];
       loading = false;
-      clearError();
       if (!first) toast('Reconnected; the scene was reloaded.');
       loadedListeners.forEach((f) => f());
       sceneEl.dataset.loaded = 'true';

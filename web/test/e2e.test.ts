@@ -754,6 +754,29 @@ describe('objects', () => {
     c.end(true);
   });
 
+  it('a scene whose stored objects cannot be loaded says so, with Retry, and Retry loads them', async () => {
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/unloadable', 'editor'), 'unloadable-bot');
+    await c.publishAsync('realm/s/public/unloadable/o/unloadable-bot/kept', JSON.stringify({
+      object_id: 'kept', action: 'create', type: 'object', persist: true, data: { object_type: 'box', position: { x: 0, y: 1, z: -3 } },
+    }), { qos: 1 });
+    c.end(true);
+    const p = await newPage();
+    let broken = true;
+    await p.route('**/persist/public/unloadable', (r) => (broken
+      ? r.fulfill({ status: 500, contentType: 'application/json', body: '{"error":"the store is unavailable"}' })
+      : r.continue()));
+    expectConsole(p, /status of 500/, /loading the persisted scene failed/);
+    await p.goto(`${srv.url}/public/unloadable?quality=low`);
+    await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    expect(await p.getAttribute('#xr-status', 'data-state')).toBe('connected');
+    expect(await p.isVisible('#xr-error')).toBe(true);
+    expect(await p.textContent('#xr-error')).toContain("Could not load the scene's objects: GET /persist/public/unloadable: the store is unavailable");
+    broken = false;
+    await p.click('#xr-error button:has-text("Retry")');
+    await p.waitForSelector('[data-object-id="kept"]', { state: 'attached' });
+    expect(await p.isVisible('#xr-error')).toBe(false);
+  });
+
   it('clicking an object with click-listener publishes clientEvents', async () => {
     const a: Page = (globalThis as any).objectsPage;
     expect(a, 'needs the page of the previous test').toBeDefined();
