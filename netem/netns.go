@@ -89,13 +89,28 @@ func InNamespace(name string, fn func() error) error {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("netem: enter namespace %s: %w", name, err)
 	}
-	ferr := fn()
-	if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: it dies with the goroutine instead of
-		// running other goroutines in the wrong namespace.
-		return fmt.Errorf("netem: return from namespace %s: %w", name, err)
+	back := func() error {
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: it dies with the goroutine instead of
+			// running other goroutines in the wrong namespace.
+			return fmt.Errorf("netem: return from namespace %s: %w", name, err)
+		}
+		runtime.UnlockOSThread()
+		return nil
 	}
-	runtime.UnlockOSThread()
+	// A panic in fn still returns the thread to its namespace: a caller
+	// that recovers goes on in the namespace it was in.
+	returned := false
+	defer func() {
+		if !returned {
+			_ = back()
+		}
+	}()
+	ferr := fn()
+	returned = true
+	if err := back(); err != nil {
+		return err
+	}
 	return ferr
 }
 
