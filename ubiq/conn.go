@@ -685,13 +685,13 @@ func (c *conn) reject(a JoinArgs, reason string) {
 func (c *conn) join(ctx context.Context, a JoinArgs) {
 	// The Join always carries the RoomClient's id, where the answer goes.
 	c.setClientID(a.Peer.ClientID)
-	if err := checkName("peer uuid", a.Peer.UUID); err != nil {
+	if err := checkName("peer uuid", a.Peer.UUID, MaxPeerUUIDLen); err != nil {
 		c.reject(a, "Could not join: "+err.Error())
 		return
 	}
 	// A room's name goes into its record and its SetRoom message, whose
 	// properties take at most half the largest frame (RoomPropsLimitError).
-	if err := checkName("room name", a.Name); err != nil {
+	if err := checkName("room name", a.Name, MaxNameLen); err != nil {
 		c.reject(a, "Could not join: "+err.Error())
 		return
 	}

@@ -10,7 +10,7 @@ import (
 // key-value keys, whose subjects a NATS connection carries on one protocol
 // line of at most 4 KiB: before, one Join or GetBlob with a 6,000-byte
 // uuid made the server close the Ubiq server's bus connection for good
-// (and xrealm serve then fails the node). Names over MaxNameLen are
+// (and xrealm serve then fails the node). Names over their bound are
 // refused without asking the bus; the connection stays up, and the
 // longest name allowed still works.
 func TestLongNamesKeepTheBusConnection(t *testing.T) {
@@ -47,13 +47,13 @@ func TestLongNamesKeepTheBusConnection(t *testing.T) {
 	}
 	q := dialPeer(t, ts.tcp)
 	qi := q.info(nil, nil)
-	qi.UUID = most
+	qi.UUID = strings.Repeat("é", MaxPeerUUIDLen/2) // the longest peer uuid, escaped
 	q.join(JoinArgs{UUID: newUUID(), Peer: qi})
 	if !ts.nc.IsConnected() {
 		t.Fatalf("the Ubiq server's bus connection closed: %v", ts.nc.LastError())
 	}
 	var ne *NameError
-	if err := checkName("peer uuid", most+"a"); !errors.As(err, &ne) {
+	if err := checkName("blob uuid", most+"a", MaxNameLen); !errors.As(err, &ne) {
 		t.Errorf("a name one byte over: %v", err)
 	}
 }

@@ -849,10 +849,12 @@ func decodePosition(b []byte) (interest.Vec3, bool) {
 	return p, true
 }
 
-// appendBus appends a bus payload header for sender.
+// appendBus appends a bus payload header for sender, whose length is at
+// most MaxPeerUUIDLen, as a peer's uuid (a longer one is cut, and no
+// member of another node would match it).
 func appendBus(b []byte, kind byte, sender string) []byte {
-	if len(sender) > 255 {
-		sender = sender[:255]
+	if len(sender) > MaxPeerUUIDLen {
+		sender = sender[:MaxPeerUUIDLen]
 	}
 	b = append(b, kind, byte(len(sender)))
 	return append(b, sender...)

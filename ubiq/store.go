@@ -90,28 +90,34 @@ func keyToken(s string) string {
 	return "=" + base64.RawURLEncoding.EncodeToString([]byte(s))
 }
 
-// MaxNameLen is the longest peer uuid or blob uuid, in bytes: they are
-// parts of key-value keys, whose subjects a NATS connection carries on one
-// protocol line of at most 4 KiB, and a longer line makes the server close
-// the connection that the whole Ubiq server shares. Ubiq's own are uuids,
-// 36 bytes. It bounds a room's name too (see RoomPropsLimitError).
+// MaxNameLen is the longest blob uuid or room name, in bytes: a blob's
+// uuid is part of a key-value key, whose subject a NATS connection carries
+// on one protocol line of at most 4 KiB, and a longer line makes the
+// server close the connection that the whole Ubiq server shares. Ubiq's
+// own are uuids, 36 bytes. It bounds a room's name too (see
+// RoomPropsLimitError).
 const MaxNameLen = 1024
 
-// NameError refuses a peer uuid, blob uuid or room name longer than
-// MaxNameLen.
+// MaxPeerUUIDLen is the longest peer uuid, in bytes: besides naming its
+// member key, it tags the peer's frames and positions on the bus with a
+// one-byte length (appendBus).
+const MaxPeerUUIDLen = 255
+
+// NameError refuses a peer uuid, blob uuid or room name longer than its
+// bound (MaxPeerUUIDLen, MaxNameLen).
 type NameError struct {
-	What string // "peer uuid", "blob uuid", "room name"
-	Len  int
+	What     string // "peer uuid", "blob uuid", "room name"
+	Len, Max int
 }
 
 func (e *NameError) Error() string {
-	return fmt.Sprintf("%s of %d bytes is longer than the longest, %d", e.What, e.Len, MaxNameLen)
+	return fmt.Sprintf("%s of %d bytes is longer than the longest, %d", e.What, e.Len, e.Max)
 }
 
-// checkName returns a *NameError if name is too long to be part of a key.
-func checkName(what, name string) error {
-	if len(name) > MaxNameLen {
-		return &NameError{What: what, Len: len(name)}
+// checkName returns a *NameError if name is longer than max bytes.
+func checkName(what, name string, max int) error {
+	if len(name) > max {
+		return &NameError{What: what, Len: len(name), Max: max}
 	}
 	return nil
 }
@@ -517,7 +523,7 @@ func (s *store) roomByCode(ctx context.Context, code string) (string, error) {
 }
 
 func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (uint64, error) {
-	if err := checkName("peer uuid", m.UUID); err != nil {
+	if err := checkName("peer uuid", m.UUID, MaxPeerUUIDLen); err != nil {
 		return 0, err
 	}
 	m.Node = s.node
@@ -868,7 +874,7 @@ func (e *BlobLimitError) Error() string {
 // keep it exact (a node that dies between the two leaves it too high,
 // never too low, until the room goes).
 func (s *store) setBlob(ctx context.Context, room, id, blob string, limit int64) error {
-	if err := checkName("blob uuid", id); err != nil {
+	if err := checkName("blob uuid", id, MaxNameLen); err != nil {
 		return err
 	}
 	key := blobKey(room, id)
@@ -955,7 +961,7 @@ func (s *store) addBlobBytes(ctx context.Context, room string, delta, limit int6
 }
 
 func (s *store) getBlob(ctx context.Context, room, id string) (string, error) {
-	if err := checkName("blob uuid", id); err != nil {
+	if err := checkName("blob uuid", id, MaxNameLen); err != nil {
 		return "", err
 	}
 	e, err := s.kv.Get(ctx, blobKey(room, id))
