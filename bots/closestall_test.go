@@ -2,6 +2,8 @@ package bots
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -164,5 +166,75 @@ func TestFleetStopEndsBlockedSender(t *testing.T) {
 	case <-stopped:
 	case <-time.After(30 * time.Second):
 		t.Fatal("Stop still waiting 30 s after it was called, for a sender blocked in its write")
+	}
+}
+
+// A server that answers one SUBSCRIBE with several SUBACKs does not stop
+// the client: the read goroutine handed each to the waiting Subscribe
+// through a channel of one, and blocked for ever on the third once
+// Subscribe had taken the first and before it left (the connection then
+// never ended, and Close waited for it).
+func TestMQTTClientRepeatedSubacks(t *testing.T) {
+	for _, acks := range []int{1, 2, 3, 10} {
+		t.Run(fmt.Sprint(acks), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
+				if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
+					return
+				}
+				c.Write([]byte{0x20, 2, 0, 0})
+				_, body, err := mqttwire.ReadPacket(c, rd) // SUBSCRIBE
+				if err != nil || len(body) < 2 {
+					return
+				}
+				var out []byte
+				for range acks {
+					out = append(out, 0x90, 3, body[0], body[1], 0)
+				}
+				out = append(out, publishPacket("realm/s/p/s/u/c/cam", "after")...)
+				c.Write(out)
+				io.Copy(io.Discard, c)
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			got := make(chan string, 1)
+			c, err := DialMQTT(ctx, MQTTConfig{Addr: ln.Addr().String(), ClientID: "c", OnPublish: func(_, payload []byte, _ int64) {
+				select {
+				case got <- string(payload):
+				default:
+				}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Subscribe(ctx, "realm/s/p/s/+/+/+"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case p := <-got:
+				if p != "after" {
+					t.Fatalf("got %q", p)
+				}
+			case <-ctx.Done():
+				t.Fatal("the PUBLISH after the SUBACKs never arrived: the read goroutine is stuck")
+			}
+			closed := make(chan struct{})
+			go func() { c.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Close hung")
+			}
+		})
 	}
 }

@@ -408,7 +408,12 @@ func (c *MQTTClient) handle(first byte, body []byte, at int64) error {
 			ch := c.pending[p.MessageID]
 			c.pmu.Unlock()
 			if ch != nil {
-				ch <- p.ReturnCodes
+				// The first SUBACK answers; a server that sends more
+				// must not block the read goroutine on a full channel.
+				select {
+				case ch <- p.ReturnCodes:
+				default:
+				}
 			}
 		case *packets.PubrelPacket:
 			comp := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
