@@ -75,12 +75,29 @@ type slot struct {
 	told   *source // what the client was last told the slot carries (notify)
 }
 
+// MaxMediaSections bounds the m-lines of a client's offer: its published
+// tracks, its receive slots and its data channel. A browser offers a
+// dozen, a bench client 64; each receive slot is a down track with an
+// RTCP reader on the node, and each published track a source announced to
+// every node. Before, any number was taken: a 1 MB offer of 7000
+// receive-only m-lines cost the node a second of CPU and 7000 down tracks,
+// and its 2.8 MB answer could not go back over the bus, so the client
+// timed out and tried the next node, which took the same load.
+const MaxMediaSections = 256
+
 // join creates the peer of a client from its offer and returns the answer.
 // The offer must carry the client's send-only tracks and the receive-only
 // transceivers (slots) it wants; there is no renegotiation afterwards.
 func (n *Node) join(session, client, offer, estimator string, pointClouds int) (string, error) {
 	if pointClouds < 0 || pointClouds > MaxPointCloudSlots {
 		return "", fmt.Errorf("sfu: pointclouds %d: want 0-%d", pointClouds, MaxPointCloudSlots)
+	}
+	var sd sdp.SessionDescription
+	if err := sd.UnmarshalString(offer); err != nil {
+		return "", fmt.Errorf("sfu: client %s/%s: offer of %d bytes is not an SDP: %w", session, client, len(offer), err)
+	}
+	if len(sd.MediaDescriptions) > MaxMediaSections {
+		return "", fmt.Errorf("sfu: client %s/%s: offer has %d m-lines (tracks, slots, data channel), at most %d", session, client, len(sd.MediaDescriptions), MaxMediaSections)
 	}
 	if pointClouds > 0 && !offersApplication(offer) {
 		return "", fmt.Errorf("sfu: pointclouds %d without a data channel %q in the offer", pointClouds, PointCloudLabel)
