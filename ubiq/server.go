@@ -528,7 +528,16 @@ func (s *Server) ServeConn(nc net.Conn) {
 }
 
 func (s *Server) serve(nc net.Conn, src frameSource, transport string) {
+	// Counted in under mu, as Shutdown sets closed before it waits for
+	// wg: a connection is never added while Shutdown waits.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		c := &conn{s: s, nc: nc, src: src, transport: transport, session: newUUID(), started: time.Now(), done: make(chan struct{}),
