@@ -250,10 +250,17 @@ func (b *VolumetricBot) onTrack(tr *webrtc.TrackRemote, _ *webrtc.RTPReceiver) {
 }
 
 // Run publishes the clip until ctx ends, reports frame statistics to the
-// node and sends the bot's pose again every PoseEvery.
+// node and sends the bot's pose again every PoseEvery. The reports and
+// resends end when Run returns, with an error too.
 func (b *VolumetricBot) Run(ctx context.Context) error {
-	go b.report(ctx)
-	go b.keepPose(ctx)
+	ctx, cancel := context.WithCancel(ctx)
+	var helpers sync.WaitGroup
+	defer func() {
+		cancel()
+		helpers.Wait()
+	}()
+	helpers.Go(func() { b.report(ctx) })
+	helpers.Go(func() { b.keepPose(ctx) })
 	if len(b.cfg.Publish) == 0 {
 		<-ctx.Done()
 		return nil
