@@ -738,6 +738,11 @@ func (n *Node) establish(peerID string, ls *linkState) {
 		return
 	}
 	ls.finish(l, nil)
+	if n.ctx.Err() != nil {
+		// Close went through the links before this one was done, and
+		// skipped it
+		l.Close()
+	}
 }
 
 func (n *Node) handleLinkRequest(m *nats.Msg) {
@@ -767,12 +772,31 @@ func (n *Node) handleRelayOffer(m *nats.Msg) {
 		respond(LinkOffer{Error: fmt.Sprintf("node %s must not offer to node %s", off.From, n.cfg.ID)})
 		return
 	}
+	// A node that closes refuses the offer, before the answer and after
+	// it (the handler may run while Close empties the links): a link kept
+	// then would be in no map Close goes through, open for good.
+	shutting := func() LinkOffer {
+		return LinkOffer{Error: fmt.Sprintf("node %s is shutting down: relay offer from node %s refused", n.cfg.ID, off.From)}
+	}
+	n.mu.Lock()
+	closed := n.closed
+	n.mu.Unlock()
+	if closed {
+		respond(shutting())
+		return
+	}
 	l, ans, err := relay.Answer(n.api, webrtc.Configuration{}, off.From, off.SDP, (*relayHandler)(n))
 	if err != nil {
 		respond(LinkOffer{Error: err.Error()})
 		return
 	}
 	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		l.Close()
+		respond(shutting())
+		return
+	}
 	ls := n.links[off.From]
 	if ls == nil {
 		ls = &linkState{done: make(chan struct{})}
@@ -789,8 +813,10 @@ func (n *Node) handleRelayOffer(m *nats.Msg) {
 		default:
 		}
 	}
-	n.mu.Unlock()
+	// finished under n.mu: Close, which takes the links under it, finds
+	// the link done and closes it
 	ls.finish(l, nil)
+	n.mu.Unlock()
 	respond(LinkOffer{From: n.cfg.ID, SDP: ans})
 }
 
