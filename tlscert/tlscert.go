@@ -23,7 +23,10 @@ import (
 // Load returns a TLS configuration with the certificate in certFile and
 // keyFile. When both are empty it uses dataDir/tls/cert.pem and key.pem,
 // creating a self-signed certificate for hosts (plus localhost, 127.0.0.1
-// and ::1) if they do not exist.
+// and ::1) if they do not exist. A self-signed certificate made there
+// before is made again when it has expired or does not name one of hosts
+// (the server was started by another name since); certificates it did not
+// make, and files it cannot read as one, are left as they are.
 func Load(certFile, keyFile, dataDir string, hosts []string) (*tls.Config, error) {
 	if (certFile == "") != (keyFile == "") {
 		return nil, errors.New("tls: give both --tls-cert and --tls-key, or neither (a self-signed certificate is then made in the data directory)")
@@ -31,7 +34,7 @@ func Load(certFile, keyFile, dataDir string, hosts []string) (*tls.Config, error
 	if certFile == "" {
 		dir := filepath.Join(dataDir, "tls")
 		certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-		if _, err := os.Stat(certFile); errors.Is(err, os.ErrNotExist) {
+		if renew(certFile, hosts, time.Now()) {
 			if err := generate(dir, certFile, keyFile, hosts); err != nil {
 				return nil, err
 			}
@@ -44,6 +47,39 @@ func Load(certFile, keyFile, dataDir string, hosts []string) (*tls.Config, error
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }
 
+// renew reports whether the self-signed certificate in certFile must be
+// made (again): there is none, or it is one of generate's that has
+// expired or does not name every one of hosts.
+func renew(certFile string, hosts []string, now time.Time) bool {
+	b, err := os.ReadFile(certFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	if err != nil {
+		return false // LoadX509KeyPair says why
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil || blk.Type != "CERTIFICATE" {
+		return false
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil || c.Subject.CommonName != selfSignedName || !c.IsCA {
+		return false
+	}
+	if !now.Before(c.NotAfter) {
+		return true
+	}
+	for _, h := range hosts {
+		if h != "" && c.VerifyHostname(h) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// selfSignedName is the common name of the certificates generate makes.
+const selfSignedName = "xrealm self-signed"
+
 func generate(dir, certFile, keyFile string, hosts []string) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -52,7 +88,7 @@ func generate(dir, certFile, keyFile string, hosts []string) error {
 	serial, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "xrealm self-signed", Organization: []string{"xrealm"}},
+		Subject:               pkix.Name{CommonName: selfSignedName, Organization: []string{"xrealm"}},
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().AddDate(5, 0, 0),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageCertSign,
@@ -78,11 +114,33 @@ func generate(dir, certFile, keyFile string, hosts []string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("tls: %w", err)
 	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	// Each file is written whole under a temporary name and renamed into
+	// place: a renewal stopped half way leaves no truncated file.
+	if err := writeFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		return fmt.Errorf("tls: write key: %w", err)
 	}
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := writeFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return fmt.Errorf("tls: write certificate: %w", err)
 	}
 	return nil
+}
+
+// writeFile writes b to name through a temporary file in its directory.
+func writeFile(name string, b []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(name), filepath.Base(name)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return os.Rename(f.Name(), name)
 }

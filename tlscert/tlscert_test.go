@@ -2,11 +2,18 @@ package tlscert
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSelfSignedIsKept(t *testing.T) {
@@ -99,6 +106,120 @@ func TestLoadMalformed(t *testing.T) {
 			}
 			if !bytes.Equal(read(cf), tt.cert) || !bytes.Equal(read(kf), tt.key) {
 				t.Fatal("the files changed")
+			}
+		})
+	}
+}
+
+// The self-signed certificate in the data directory is made again when it
+// does not name a host the server is started for (a --public-host added
+// after the first start: it was kept, naming localhost only, and clients
+// reaching the server by its name were refused) or when it has expired.
+// A certificate that names every host asked for is kept, and so is a
+// certificate in the data directory that this package did not make.
+func TestSelfSignedRenewed(t *testing.T) {
+	parse := func(t *testing.T, dir string) *x509.Certificate {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "tls", "cert.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			t.Fatal("no PEM block")
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// writeCert puts a certificate named cn, valid until notAfter for
+	// localhost, into dir.
+	writeCert := func(t *testing.T, dir, cn string, notAfter time.Time) {
+		t.Helper()
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: cn},
+			NotBefore: notAfter.Add(-48 * time.Hour), NotAfter: notAfter, DNSNames: []string{"localhost"},
+			KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			BasicConstraintsValid: true, IsCA: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tls", "key.pem"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tls", "cert.pem"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, dir string) // the data directory before Load
+		hosts   []string
+		renewed bool
+	}{
+		{"a host added", func(t *testing.T, dir string) {
+			if _, err := Load("", "", dir, []string{"localhost"}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"xr.example"}, true},
+		{"an address added", func(t *testing.T, dir string) {
+			if _, err := Load("", "", dir, nil); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"192.0.2.7"}, true},
+		{"every host named", func(t *testing.T, dir string) {
+			if _, err := Load("", "", dir, []string{"xr.example", "192.0.2.7"}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{"192.0.2.7", "", "xr.example", "localhost"}, false},
+		{"expired", func(t *testing.T, dir string) {
+			writeCert(t, dir, selfSignedName, time.Now().Add(-time.Hour))
+		}, nil, true},
+		{"not made here, expired and naming another host", func(t *testing.T, dir string) {
+			writeCert(t, dir, "operator's own", time.Now().Add(-time.Hour))
+		}, []string{"xr.example"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.prepare(t, dir)
+			before := parse(t, dir)
+			conf, err := Load("", "", dir, tc.hosts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after := parse(t, dir)
+			served, err := x509.ParseCertificate(conf.Certificates[0].Certificate[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !served.Equal(after) {
+				t.Fatal("Load serves another certificate than the one in the data directory")
+			}
+			if renewed := !before.Equal(after); renewed != tc.renewed {
+				t.Fatalf("certificate renewed: %v, want %v", renewed, tc.renewed)
+			}
+			if tc.renewed {
+				for _, h := range append([]string{"localhost"}, tc.hosts...) {
+					if err := after.VerifyHostname(h); err != nil {
+						t.Errorf("renewed certificate: %v", err)
+					}
+				}
+				if !time.Now().Before(after.NotAfter) {
+					t.Errorf("renewed certificate expired at %s", after.NotAfter)
+				}
 			}
 		})
 	}
