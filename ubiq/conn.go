@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -832,21 +833,29 @@ func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen,
 
 // takePosition removes PositionKey from a property append and returns
 // the last valid position among its values, which the caller feeds to the
-// peer's room instead (it is soft state, not a stored property).
+// peer's room instead (it is soft state, not a stored property). Keys
+// past the values, and values past the keys, are left as they are. It
+// takes one pass over the lists, and changes neither: a request may hold
+// some 160,000 entries.
 func takePosition(keys, values []string) (k, v []string, p interest.Vec3, ok bool) {
-	k, v = keys, values
-	for i := 0; i < len(k) && i < len(v); {
-		if k[i] != PositionKey {
-			i++
-			continue
-		}
-		if q, valid := parsePosition(v[i]); valid {
-			p, ok = q, true
-		}
-		k = append(k[:i:i], k[i+1:]...)
-		v = append(v[:i:i], v[i+1:]...)
+	n := min(len(keys), len(values))
+	first := slices.Index(keys[:n], PositionKey)
+	if first < 0 {
+		return keys, values, p, false
 	}
-	return k, v, p, ok
+	k = append(make([]string, 0, len(keys)-1), keys[:first]...)
+	v = append(make([]string, 0, len(values)-1), values[:first]...)
+	for i := first; i < n; i++ {
+		if keys[i] != PositionKey {
+			k, v = append(k, keys[i]), append(v, values[i])
+		}
+	}
+	for i := n - 1; i >= first && !ok; i-- { // the last valid position
+		if keys[i] == PositionKey {
+			p, ok = parsePosition(values[i])
+		}
+	}
+	return append(k, keys[n:]...), append(v, values[n:]...), p, ok
 }
 
 func (c *conn) setPosition(p interest.Vec3) {
