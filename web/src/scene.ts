@@ -126,6 +126,25 @@ const PRIMITIVES = new Set(['box', 'sphere', 'cylinder', 'cone', 'plane', 'circl
 const LIGHT_KEYS = ['type', 'color', 'intensity', 'distance', 'decay', 'angle', 'penumbra', 'groundColor', 'castShadow', 'target'];
 const PASSTHROUGH = ['animation', 'shadow'];
 
+/** The most segments a geometry is drawn with along one of its axes (A-Frame's own maximum where it has one). */
+export const MAX_SEGMENTS = 256;
+
+/**
+ * Bounds the counts that size a geometry (segments*, detail) by their
+ * schema's minimum and maximum, MAX_SEGMENTS where it has none: A-Frame
+ * does not, and a circle with 10^7 segments, sent by any client, stalled
+ * every page that drew it.
+ */
+function limitDetail(g: Record<string, unknown>, schema: Record<string, { min?: number; max?: number }>) {
+  for (const [k, v] of Object.entries(g)) {
+    if (!/segments|detail/i.test(k)) continue;
+    const n = typeof v === 'number' ? v : typeof v === 'string' && v.trim() !== '' ? Number(v) : NaN;
+    const lo = schema[k]?.min ?? 0, hi = schema[k]?.max ?? MAX_SEGMENTS;
+    if (Number.isNaN(n)) delete g[k];
+    else g[k] = Math.min(hi, Math.max(lo, Math.round(n)));
+  }
+}
+
 export function isClickable(data: JsonObject): boolean {
   const c = data['click-listener'];
   if (c === undefined || c === null || c === false) return false;
@@ -154,6 +173,7 @@ export function components(obj: SceneObject): Record<string, unknown> {
     const schema = AFRAME.geometries[prim]?.schema ?? {};
     for (const k of Object.keys(schema)) if (d[k] !== undefined && k !== 'primitive') g[k] = d[k];
     if (isObject(d.geometry)) Object.assign(g, d.geometry, { primitive: prim });
+    limitDetail(g, schema);
     out.geometry = g;
     out.material = material;
   } else if (kind === 'image') {

@@ -777,6 +777,24 @@ describe('objects', () => {
     expect(await p.isVisible('#xr-error')).toBe(false);
   });
 
+  it('an object with millions of segments is drawn with a bounded number, and does not stall the pages', async () => {
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/segments', 'editor'), 'segments-bot');
+    const send = (id: string, data: Record<string, unknown>) => c.publishAsync(`realm/s/public/segments/o/segments-bot/${id}`,
+      JSON.stringify({ object_id: id, action: 'create', type: 'object', persist: true, data: { position: { x: 0, y: 1, z: -4 }, ...data } }), { qos: 1 });
+    await send('disc', { object_type: 'circle', segments: 1e7 });
+    await send('ball', { object_type: 'sphere', segmentsWidth: '1e9', geometry: { segmentsHeight: 1e6 } });
+    await send('crate', { object_type: 'box', segmentsWidth: 1e6, segmentsDepth: 'many' });
+    await send('gem', { object_type: 'icosahedron', detail: 1000 });
+    c.end(true);
+    const p = await open('/public/segments');
+    const geo = (id: string) => p.evaluate((id) => (document.querySelector(`[data-object-id="${id}"]`) as any).getAttribute('geometry'), id);
+    for (const id of ['disc', 'ball', 'crate', 'gem']) await p.waitForSelector(`[data-object-id="${id}"]`, { state: 'attached' });
+    expect((await geo('disc')).segments).toBe(256);
+    expect([(await geo('ball')).segmentsWidth, (await geo('ball')).segmentsHeight]).toEqual([256, 256]);
+    expect([(await geo('crate')).segmentsWidth, (await geo('crate')).segmentsDepth]).toEqual([20, 1]); // A-Frame's box takes at most 20; 'many' is the default
+    expect((await geo('gem')).detail).toBe(5);
+  });
+
   it('clicking an object with click-listener publishes clientEvents', async () => {
     const a: Page = (globalThis as any).objectsPage;
     expect(a, 'needs the page of the previous test').toBeDefined();
