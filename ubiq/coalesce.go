@@ -1,6 +1,7 @@
 package ubiq
 
 import (
+	"log/slog"
 	"strconv"
 	"strings"
 )
@@ -93,7 +94,7 @@ func (r *room) setStateObjects(sender string, p *props) {
 		if v, ok := p.get(CoalesceKey); ok {
 			var bad int
 			if ids, bad = parseCoalesce(v); bad > 0 {
-				r.s.log.Info("Ubiq peer property "+CoalesceKey+": entries that are not NetworkIds ignored", "room", r.id, "peer", sender, "ignored", bad)
+				r.logBounded(slog.LevelInfo, "Ubiq peer property "+CoalesceKey+": entries that are not NetworkIds ignored", "room", r.id, "peer", sender, "ignored", bad)
 			}
 		}
 	}

@@ -149,16 +149,17 @@ const (
 	peerLogEvery = 2 * time.Second
 )
 
+// A room's goroutine logs what its members set that it cannot use (see
+// room.logBounded) within the same budget, per room.
 type logGate struct {
 	tokens  float64
 	at      time.Time
 	skipped int
 }
 
-// peerInfo logs a line at INFO about one of the peer's requests, within
-// the connection's log budget.
-func (c *conn) peerInfo(msg string, args ...any) {
-	g := &c.logGate
+// log logs a line at level within the gate's budget; a line logged after
+// some were not says how many.
+func (g *logGate) log(l *slog.Logger, level slog.Level, msg string, args ...any) {
 	now := time.Now()
 	if g.at.IsZero() {
 		g.tokens = peerLogBurst
@@ -175,7 +176,13 @@ func (c *conn) peerInfo(msg string, args ...any) {
 		args = append(args, "unlogged_before", g.skipped)
 		g.skipped = 0
 	}
-	c.log.Info(msg, args...)
+	l.Log(context.Background(), level, msg, args...)
+}
+
+// peerInfo logs a line at INFO about one of the peer's requests, within
+// the connection's log budget.
+func (c *conn) peerInfo(msg string, args ...any) {
+	c.logGate.log(c.log, slog.LevelInfo, msg, args...)
 }
 
 func (c *conn) uuid() string {

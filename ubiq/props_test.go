@@ -1,6 +1,7 @@
 package ubiq
 
 import (
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -188,5 +189,38 @@ func TestBadRequestsLogBounded(t *testing.T) {
 	n := strings.Count(logs.String(), "Ubiq server message is not JSON")
 	if n < 1 || n >= bad/2 {
 		t.Fatalf("%d lines logged for %d bad messages, want at least 1 and far fewer than %d:\n%s", n, bad, bad, logs.String())
+	}
+}
+
+// TestRoomLogsBounded: the lines a room logs about what its members set
+// (CoalesceKey entries that are not NetworkIds, an InterestKey that is not
+// valid) are bounded per room, as a peer's requests are: a member that
+// changed such a property with every request made every node log a line
+// for each.
+func TestRoomLogsBounded(t *testing.T) {
+	logs := &logBuffer{}
+	ts := startServer(t, nil, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	p, q := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
+	id := newUUID()
+	p.join(JoinArgs{UUID: id})
+	q.join(JoinArgs{UUID: id})
+	p.expect("PeerAdded")
+	const bad = 200
+	for i := range bad {
+		p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{CoalesceKey}, Values: []string{fmt.Sprint("bad", i)}})
+		p.request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{fmt.Sprint("bad", i)}})
+	}
+	p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{"done"}, Values: []string{"1"}})
+	for {
+		var a PeerPropertiesArgs
+		q.expect("PeerPropertiesAppended").decode(t, &a)
+		if len(a.Keys) == 1 && a.Keys[0] == "done" {
+			break
+		}
+	}
+	for _, line := range []string{"entries that are not NetworkIds ignored", "Ubiq room interest ignored"} {
+		if n := strings.Count(logs.String(), line); n < 1 || n >= bad/2 {
+			t.Errorf("%d lines %q logged for %d bad properties, want at least 1 and far fewer", n, line, bad)
+		}
 	}
 }

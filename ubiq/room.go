@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"strconv"
@@ -168,6 +169,8 @@ type room struct {
 	prefix   string
 	self     string // this activation's presence name: node and sequence
 	audDirty bool
+	// logGate bounds the lines logged about what members set (logBounded).
+	logGate logGate
 	// kNN audience, kept up to date by grant and ungrant so that a
 	// snapshot costs a map copy, not a walk over every grant: by holds,
 	// for each sender, the local non-observer connections granted it. Its
@@ -300,6 +303,14 @@ func (r *room) publish() {
 	r.vis = r.vis[:0]
 }
 
+// logBounded logs a line about what a member set, within the room's log
+// budget (as peerInfo does for a peer's requests): a member may change a
+// property with every request, and every node with the room active logs.
+// Room goroutine only.
+func (r *room) logBounded(level slog.Level, msg string, args ...any) {
+	r.logGate.log(r.s.log, level, msg, args...)
+}
+
 // do runs f on the room goroutine and waits for it and for its messages.
 func (r *room) do(f func()) {
 	done := make(chan struct{})
@@ -334,7 +345,7 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		v, _ := rec.Props.get(InterestKey)
 		ic, err := parseInterest(v)
 		if err != nil && (old == nil || !old.Props.has(InterestKey, v)) {
-			r.s.log.Warn("Ubiq room interest ignored: every member receives every message", "room", r.id, "err", err)
+			r.logBounded(slog.LevelWarn, "Ubiq room interest ignored: every member receives every message", "room", r.id, "err", err)
 		}
 		if ic != r.ic {
 			r.setInterest(ic)
