@@ -231,7 +231,15 @@ export class Renderer {
       }
       return;
     }
-    if (e.kind === 'set') this.render(e.obj);
+    if (e.kind !== 'set') return;
+    try {
+      this.render(e.obj);
+    } catch (err) {
+      // A-Frame throws on some values (a light's target that is not a CSS
+      // selector): the others are drawn all the same, also when a whole
+      // scene is loaded at once.
+      console.warn(`xrealm: object ${e.obj.id} could not be drawn: ${(err as Error).message}`);
+    }
   }
 
   private render(obj: SceneObject) {

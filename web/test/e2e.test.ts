@@ -795,6 +795,20 @@ describe('objects', () => {
     expect((await geo('gem')).detail).toBe(5);
   });
 
+  it('an object that cannot be drawn does not keep a later page from drawing the others', async () => {
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/undrawable', 'editor'), 'undrawable-bot');
+    const send = (id: string, data: Record<string, unknown>) => c.publishAsync(`realm/s/public/undrawable/o/undrawable-bot/${id}`,
+      JSON.stringify({ object_id: id, action: 'create', type: 'object', persist: true, data }), { qos: 1 });
+    // A-Frame's light throws on a target that is not a CSS selector.
+    await send('a-lamp', { object_type: 'light', type: 'spot', target: '[[not a selector' });
+    for (const id of ['m-box', 'z-box']) await send(id, { object_type: 'box', position: { x: 0, y: 1, z: -4 } });
+    c.end(true);
+    const p = await open('/public/undrawable');
+    expectConsole(p, /object a-lamp could not be drawn: .*not a valid selector/);
+    for (const id of ['m-box', 'z-box']) await p.waitForSelector(`#xr-objects > [data-object-id="${id}"]`, { state: 'attached', timeout: 5000 });
+    expect(await p.isVisible('#xr-error')).toBe(false);
+  });
+
   it('clicking an object with click-listener publishes clientEvents', async () => {
     const a: Page = (globalThis as any).objectsPage;
     expect(a, 'needs the page of the previous test').toBeDefined();
