@@ -377,6 +377,7 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 	d.mu.Lock()
 	w, off, ssrc, pt, buf, tsOff := d.writer, d.offset, d.ssrc, d.pt, d.src.Buffer, d.tsOffset
 	stale := d.resumed && isStale(out, d.lastOut, d.resumeSeq)
+	fetchable := d.fetchable(out, buf)
 	d.mu.Unlock()
 	if stale {
 		d.staleNACKs.Add(1)
@@ -393,7 +394,7 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 		d.mu.Lock()
 		onMiss := d.src.OnMiss
 		d.mu.Unlock()
-		if onMiss != nil && fetch {
+		if onMiss != nil && fetch && fetchable {
 			d.fetches.Add(1)
 			onMiss(out-off, d)
 			return
@@ -411,6 +412,22 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 		d.rtx.Add(1)
 		d.bytes.Add(uint64(len(pkt.Payload) + 12))
 	}
+}
+
+// fetchable reports whether a packet of out, missing from buf, may be
+// asked from upstream (Source.OnMiss): it was sent (out is not ahead of
+// the newest sent) and is no further behind the newest than buf holds;
+// upstream's buffer is as large and holds newer packets, so an older one
+// is gone there too. Before, a subscriber that NACKed every sequence
+// number made a relaying node ask the origin for 64 thousand packets on
+// the link's control channel, for one burst of its RTCP. d.mu must be
+// held.
+func (d *DownTrack) fetchable(out uint16, buf *buffer.Buffer) bool {
+	if !d.started || buf == nil {
+		return false
+	}
+	behind := d.lastOut - out
+	return behind < 0x8000 && int(behind) < buf.Size()
 }
 
 // isStale reports whether out was sent before resumeSeq, the first packet

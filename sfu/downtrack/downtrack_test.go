@@ -347,3 +347,36 @@ func TestNACKLongAfterResume(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchable: a NACKed packet missing from the buffer is asked from
+// upstream only when it was sent and is within a buffer's size of the
+// newest sent, across the sequence numbers' wrap.
+func TestFetchable(t *testing.T) {
+	buf, _ := buffer.New(64)
+	for _, tc := range []struct {
+		name    string
+		lastOut uint16
+		out     uint16
+		want    bool
+	}{
+		{"the newest", 1000, 1000, true},
+		{"just behind", 1000, 999, true},
+		{"a buffer's size less one behind", 1000, 937, true},
+		{"a buffer's size behind", 1000, 936, false},
+		{"far behind", 1000, 100, false},
+		{"not sent yet", 1000, 1001, false},
+		{"far ahead", 1000, 40000, false},
+		{"behind across the wrap", 10, 65530, true},
+		{"ahead across the wrap", 65530, 10, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &DownTrack{started: true, lastOut: tc.lastOut}
+			if got := d.fetchable(tc.out, buf); got != tc.want {
+				t.Fatalf("fetchable(%d) with %d the newest sent = %v, want %v", tc.out, tc.lastOut, got, tc.want)
+			}
+		})
+	}
+	if (&DownTrack{}).fetchable(0, buf) {
+		t.Fatal("a down track that sent nothing asks upstream for packet 0")
+	}
+}
