@@ -238,3 +238,63 @@ func TestMQTTClientRepeatedSubacks(t *testing.T) {
 		})
 	}
 }
+
+// A server that goes silent (its host suspended, or a link that drops
+// everything) ends the connection after one and a half keepalives without
+// a byte from it, PINGRESP included, as browsers' MQTT clients do; with
+// FleetConfig.Reconnect the bot then joins again. The client sent PINGREQ
+// only when it had written nothing else, never looked for the answer, and
+// a bot that kept publishing waited for TCP to give up (a quarter of an
+// hour), or for ever while the server's socket stayed open.
+func TestMQTTClientEndsWhenServerSilent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		publish bool // publish all along: PINGREQ is not sent for lack of writes
+	}{
+		{"idle", false},
+		{"publishing", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
+				if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
+					return
+				}
+				c.Write([]byte{0x20, 2, 0, 0})
+				io.Copy(io.Discard, c) // reads on, answers nothing
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			c, err := DialMQTT(ctx, MQTTConfig{Addr: ln.Addr().String(), ClientID: "c", Keepalive: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if tc.publish {
+				go func() {
+					for ctx.Err() == nil && c.Publish("realm/s/p/s/u/c/cam", []byte("{}")) == nil {
+						time.Sleep(50 * time.Millisecond)
+					}
+				}()
+			}
+			select {
+			case <-c.Done():
+			case <-ctx.Done():
+				t.Fatal("the connection to a silent server did not end")
+			}
+			if err := c.Err(); err == nil || !strings.Contains(err.Error(), "nothing from the server") {
+				t.Errorf("Err() = %v, want it to say nothing came from the server", err)
+			}
+		})
+	}
+}

@@ -30,7 +30,9 @@ type MQTTConfig struct {
 	Username string // empty: no user name
 	Password string // empty: no password (the xrealm token otherwise)
 	// Keepalive is sent in CONNECT; a PINGREQ goes out when nothing else
-	// was written for half of it. 0 means 60 s.
+	// was written, or nothing read, for half of it, and the connection
+	// ends when nothing came from the server for one and a half. 0 means
+	// 60 s.
 	Keepalive time.Duration
 	// OnPublish receives every PUBLISH, on the connection's read
 	// goroutine, with the time (Unix nanoseconds) of the read that
@@ -58,6 +60,7 @@ type MQTTClient struct {
 	wmu       sync.Mutex
 	wbuf      []byte
 	lastWrite atomic.Int64
+	lastRead  atomic.Int64 // Unix ns of the last read that brought bytes
 	nextID    atomic.Uint32
 
 	pmu     sync.Mutex
@@ -141,6 +144,7 @@ func DialMQTT(ctx context.Context, cfg MQTTConfig) (*MQTTClient, error) {
 		return fail(ctx.Err())
 	}
 	nc.SetDeadline(time.Time{})
+	c.lastRead.Store(time.Now().UnixNano())
 	go c.readLoop()
 	go c.keepalive()
 	return c, nil
@@ -331,6 +335,16 @@ func (c *MQTTClient) lockWrites(d time.Duration) bool {
 	}
 }
 
+// pingreq is a PINGREQ packet.
+var pingreq = []byte{packets.Pingreq << 4, 0}
+
+// keepalive sends a PINGREQ when the client has written nothing, or read
+// nothing, for half the keepalive, and ends the connection when nothing
+// at all (PINGRESP included) came from the server for one and a half: the
+// server is gone without a word (its host stopped, the link dropped), and
+// TCP would take a quarter of an hour to say so, or never, with the
+// server's socket still open. A PINGREQ that would wait behind a write in
+// progress is left for the next tick.
 func (c *MQTTClient) keepalive() {
 	half := c.cfg.Keepalive / 2
 	t := time.NewTicker(half)
@@ -340,11 +354,24 @@ func (c *MQTTClient) keepalive() {
 		case <-c.done:
 			return
 		case <-t.C:
-			if time.Since(time.Unix(0, c.lastWrite.Load())) >= half {
-				if err := c.writePacket(packets.NewControlPacket(packets.Pingreq)); err != nil {
-					c.fail(err)
-					return
-				}
+			now := time.Now()
+			silent := now.Sub(time.Unix(0, c.lastRead.Load()))
+			if silent >= c.cfg.Keepalive+half {
+				c.fail(fmt.Errorf("mqtt %s: nothing from the server for %s, keepalive %s: it stopped answering", c.cfg.Addr, silent.Round(time.Millisecond), c.cfg.Keepalive))
+				return
+			}
+			if now.Sub(time.Unix(0, c.lastWrite.Load())) < half && silent < half {
+				continue
+			}
+			if !c.wmu.TryLock() {
+				continue
+			}
+			_, err := c.nc.Write(pingreq)
+			c.wmu.Unlock()
+			c.lastWrite.Store(time.Now().UnixNano())
+			if err != nil {
+				c.fail(err)
+				return
 			}
 		}
 	}

@@ -31,6 +31,7 @@ func (c *MQTTClient) receive() error {
 // read that brought them.
 func (c *MQTTClient) drain() error {
 	at := time.Now().UnixNano()
+	c.lastRead.Store(at)
 	for {
 		first, body, ok, err := c.rd.Next()
 		if err != nil || !ok {
