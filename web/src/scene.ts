@@ -202,7 +202,33 @@ export function components(obj: SceneObject): Record<string, unknown> {
     console.warn(`xrealm: object ${obj.id}: unknown object_type ${JSON.stringify(kind)}, shown as an empty entity`);
   }
   for (const k of PASSTHROUGH) if (isObject(d[k]) || typeof d[k] === 'string') out[k] = d[k];
+  dropThrowing(obj.id, out);
   return out;
+}
+
+/**
+ * Leaves out the values A-Frame throws on later, when the entity loads
+ * (an uncaught error, out of reach of the caller): an unknown shader, a
+ * light type it has not, an animation whose property is not a string.
+ */
+function dropThrowing(id: string, out: Record<string, unknown>) {
+  const warn = (what: string) => console.warn(`xrealm: object ${id}: ${what}, left out`);
+  const mat = out.material as Record<string, unknown> | undefined;
+  if (mat?.shader !== undefined && !(typeof mat.shader === 'string' && Object.hasOwn(AFRAME.shaders, mat.shader))) {
+    warn(`unknown material shader ${JSON.stringify(mat.shader)}`);
+    delete mat.shader;
+  }
+  const light = out.light as Record<string, unknown> | undefined;
+  const types: string[] = AFRAME.components.light?.schema?.type?.oneOf ?? [];
+  if (light?.type !== undefined && !(typeof light.type === 'string' && types.includes(light.type))) {
+    warn(`unknown light type ${JSON.stringify(light.type)}`);
+    delete light.type;
+  }
+  const anim = out.animation;
+  if (isObject(anim as Json) && (anim as JsonObject).property !== undefined && typeof (anim as JsonObject).property !== 'string') {
+    warn(`animation property ${JSON.stringify((anim as JsonObject).property)} is not a string`);
+    delete out.animation;
+  }
 }
 
 type XrEl = HTMLElement & { setAttribute(n: string, v: unknown, clobber?: boolean): void; object3D: any; _xrComps?: Set<string> };

@@ -809,6 +809,26 @@ describe('objects', () => {
     expect(await p.isVisible('#xr-error')).toBe(false);
   });
 
+  it('values A-Frame throws on when an entity loads (shader, light type, animation property) are left out, with no uncaught error', async () => {
+    const p = await open('/public/throwing');
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/throwing', 'editor'), 'throwing-bot');
+    const send = (id: string, data: Record<string, unknown>) => c.publishAsync(`realm/s/public/throwing/o/throwing-bot/${id}`,
+      JSON.stringify({ object_id: id, action: 'create', type: 'object', data: { position: { x: 0, y: 1, z: -4 }, ...data } }), { qos: 1 });
+    const ids = { 'lamp-type': { object_type: 'light', type: 'nope' }, 'lamp-number': { object_type: 'light', light: { type: 5, intensity: 0.5 } },
+      'box-shader': { object_type: 'box', material: { shader: 'nope', color: '#00ff00' } }, 'box-anim': { object_type: 'box', animation: { property: ['x'], to: 1 } } };
+    expectConsole(p, /xrealm: object (lamp-type|lamp-number): unknown light type/, /xrealm: object box-shader: unknown material shader "nope"/,
+      /xrealm: object box-anim: animation property \["x"\] is not a string/);
+    for (const [id, data] of Object.entries(ids)) await send(id, data);
+    c.end(true);
+    for (const id of Object.keys(ids)) {
+      await waitFor(`${id} loaded`, () => p.evaluate((id) => (document.querySelector(`[data-object-id="${id}"]`) as any)?.hasLoaded, id));
+    }
+    // what is left is drawn
+    expect(await p.evaluate(() => (document.querySelector('[data-object-id="box-shader"]') as any).getAttribute('material').color)).toBe('#00ff00');
+    expect(await p.evaluate(() => (document.querySelector('[data-object-id="lamp-number"]') as any).getAttribute('light').intensity)).toBe(0.5);
+    await p.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+  });
+
   it('clicking an object with click-listener publishes clientEvents', async () => {
     const a: Page = (globalThis as any).objectsPage;
     expect(a, 'needs the page of the previous test').toBeDefined();
