@@ -157,7 +157,7 @@ void BPF_PROG(bpf_hera_init, struct sock *sk)
 static __always_inline void set_pacing_rate(struct sock *sk, struct tcp_sock *tp, __u32 cwnd,
 					    __u32 slow_start, __u32 min_rtt)
 {
-	__u64 srtt_us = tp->srtt_us >> 3, rate, cap;
+	__u64 srtt_us = tp->srtt_us >> 3, cap;
 
 	/* After an outage srtt stays inflated for many ACKs, and a rate over
 	 * srtt sends too few packets to bring it down: bound the divisor by
@@ -167,11 +167,7 @@ static __always_inline void set_pacing_rate(struct sock *sk, struct tcp_sock *tp
 		srtt_us = cap;
 	if (srtt_us == 0)
 		return;
-	rate = (__u64)cwnd * tp->mss_cache * 1000000ULL / srtt_us;
-	rate = slow_start ? rate * 2 : rate * 6 / 5;
-	if (rate > sk->sk_max_pacing_rate)
-		rate = sk->sk_max_pacing_rate;
-	sk->sk_pacing_rate = rate;
+	sk->sk_pacing_rate = hera_pacing_rate(cwnd, tp->mss_cache, srtt_us, slow_start, sk->sk_max_pacing_rate);
 }
 
 SEC("struct_ops")

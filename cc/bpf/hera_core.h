@@ -100,6 +100,26 @@ static HERA_INLINE __u32 hera_sat_add(__u32 a, __u32 b)
 	return s < a ? 0xffffffffu : s;
 }
 
+/* hera_pacing_rate is the pacing rate, in bytes a second, for a window of
+ * cwnd segments of mss bytes over srtt_us (not 0): twice the window a round
+ * trip in slow start, 6/5 of it after, at most max. cwnd * mss * 1e6 can
+ * pass 64 bits (a window above about 2.8e8 segments of a loopback MSS), so
+ * it divides first and saturates at max rather than wrap. */
+static HERA_INLINE __u64 hera_pacing_rate(__u32 cwnd, __u32 mss, __u64 srtt_us, __u32 slow_start,
+					  __u64 max)
+{
+	__u64 bytes = (__u64)cwnd * mss, rate, frac;
+
+	if (bytes / srtt_us > max / 1000000ULL)
+		return max;
+	rate = bytes / srtt_us * 1000000ULL;
+	frac = bytes % srtt_us * 1000000ULL / srtt_us;
+	rate = rate > max - frac ? max : rate + frac;
+	if (slow_start)
+		return rate > max / 2 ? max : rate * 2;
+	return rate > max - rate / 5 ? max : rate + rate / 5;
+}
+
 static HERA_INLINE void hera_init(struct hera_state *st, const struct hera_params *p)
 {
 	__u32 i;

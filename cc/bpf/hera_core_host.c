@@ -10,6 +10,7 @@
  *   W window_us  (fresh standalone filters; prints 0)
  *   m now_us v  (the min filter's value after sample v)
  *   x now_us v  (the max filter's value after sample v)
+ *   R cwnd mss srtt_us slow_start max  (the pacing rate)
  * P starts HOST_FLOWS fresh flows; with shared = 1 they share one path.
  */
 #include <stdint.h>
@@ -91,6 +92,14 @@ int main(void)
 			hera_max_update(&fmax, now, v, fwin);
 			printf("%u\n", fmax.max);
 			break;
+		case 'R': {
+			unsigned cw, mss, ss;
+			unsigned long long srtt, max;
+			if (scanf("%u %u %llu %u %llu", &cw, &mss, &srtt, &ss, &max) != 5 || srtt == 0)
+				return 2;
+			printf("%llu\n", (unsigned long long)hera_pacing_rate(cw, mss, srtt, ss, max));
+			break;
+		}
 		default:
 			return 2;
 		}
