@@ -111,7 +111,13 @@ const MaxUserClientLen = 256
 // signed in as that token's user; otherwise the request is anonymous and
 // allowed only where the scene allows anonymous users.
 func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
 	if err := r.ParseForm(); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is larger than %d KiB", maxFormBody>>10))
+			return
+		}
 		writeError(w, http.StatusBadRequest, "malformed form: "+err.Error())
 		return
 	}
@@ -239,6 +245,10 @@ func (a *API) internalError(w http.ResponseWriter, r *http.Request, err error) {
 	a.log.Error("HTTP request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	writeError(w, http.StatusServiceUnavailable, err.Error())
 }
+
+// maxFormBody is the largest body of a token request (its form fields
+// are a few short names).
+const maxFormBody = 64 << 10
 
 // maxSettingsBody is the largest body of a settings PUT.
 const maxSettingsBody = 64 << 10

@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/xrealm/xrealm/auth"
+)
+
+// The token endpoint, which anyone may call without a token, reads at
+// most maxFormBody of a request: a larger body is refused with 413 before
+// it is parsed. It took up to 10 MB, net/http's own bound for a form, and
+// kept all of it as form values, per request.
+func TestMQTTAuthBodyLimit(t *testing.T) {
+	dir := t.TempDir()
+	keys, err := auth.LoadOrCreateKeys(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := settingsStore(t, dir)
+	mux := http.NewServeMux()
+	New(Config{Realm: "realm", Access: &Access{Realm: "realm", Keys: keys, Settings: settings}, Settings: settings}).Register(mux)
+	form := func(pad int) string {
+		v := url.Values{"scene": {"public/lobby"}, "username": {"ann"}, "id_auth": {"anonymous"}}
+		if pad > 0 {
+			v.Set("padding", strings.Repeat("x", pad))
+		}
+		return v.Encode()
+	}
+	for _, tc := range []struct {
+		name string
+		body string
+		want int
+	}{
+		{"an ARENA client's form", form(0), http.StatusOK},
+		{"just under the limit", form(maxFormBody - len(form(1)) + 1), http.StatusOK},
+		{"just over the limit", form(maxFormBody - len(form(1)) + 2), http.StatusRequestEntityTooLarge},
+		{"a megabyte", form(1 << 20), http.StatusRequestEntityTooLarge},
+		{"9 MB", form(9 << 20), http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/user/v2/mqtt_auth", strings.NewReader(tc.body))
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			w := httptest.NewRecorder()
+			mux.ServeHTTP(w, r)
+			if w.Code != tc.want {
+				t.Fatalf("%d-byte form: %d %s, want %d", len(tc.body), w.Code, w.Body, tc.want)
+			}
+			if tc.want == http.StatusRequestEntityTooLarge && !strings.Contains(w.Body.String(), "larger than") {
+				t.Errorf("answer %s does not say the form is too large", w.Body)
+			}
+		})
+	}
+}
