@@ -45,7 +45,10 @@ type Config struct {
 	ICEServers []ICEServer
 	Bucket     string // key-value bucket for room state; "" = "ubiq-rooms"
 	Replicas   int    // bucket replicas; 0 = 1
-	MaxFrame   int    // largest frame payload; 0 = DefaultMaxFrame
+	// MaxFrame is the largest frame payload; 0 = DefaultMaxFrame, or what
+	// the bus carries if that is less (NC's largest message less
+	// busOverhead). Set larger than that, it is an error.
+	MaxFrame int
 	// PeerTimeout drops peers that send nothing to the server for this
 	// long (Ubiq: 10s; its clients ping every second).
 	PeerTimeout time.Duration
@@ -120,6 +123,12 @@ type Server struct {
 	retryDone chan struct{}
 }
 
+// busOverhead is what a bus message takes besides the largest frame: a
+// relayed frame's sender tag (appendBus), and in the store the rest of a
+// record (the bucket's largest value is MaxFrame+1024) and the headers of
+// a conditional write.
+const busOverhead = 2048
+
 // NewServer creates the room bucket if needed and returns a server.
 func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.NC == nil || cfg.JS == nil {
@@ -131,8 +140,19 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
 	}
-	if cfg.MaxFrame <= 0 {
+	// Frames travel on the bus (relayed to the other nodes, behind a
+	// sender tag), and what they carry into the store (member and room
+	// records, blobs) is as large: a frame larger than the bus carries
+	// would reach this node's peers and no other's, and not be stored.
+	busMax := int(cfg.NC.MaxPayload()) - busOverhead
+	switch {
+	case cfg.MaxFrame <= 0:
 		cfg.MaxFrame = DefaultMaxFrame
+		if busMax > 0 && busMax < cfg.MaxFrame {
+			cfg.MaxFrame = busMax
+		}
+	case busMax > 0 && cfg.MaxFrame > busMax:
+		return nil, fmt.Errorf("ubiq: MaxFrame %d is larger than the bus carries: its largest message is %d bytes, and a frame needs %d more for its sender and the store's record", cfg.MaxFrame, cfg.NC.MaxPayload(), busOverhead)
 	}
 	if cfg.Writer.Clock == nil { // one clock for all of this server's connections
 		cfg.Writer.Clock = fanout.NewClock()
