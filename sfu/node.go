@@ -60,6 +60,9 @@ type Node struct {
 	// hooks (placement.placed, placement.timeout; tests).
 	wsPlaced       func(Assignment)
 	wsOfferTimeout func(node string) time.Duration
+	// wsPingEvery and wsIdle, if set, replace the WebSocket handler's
+	// wsPingInterval and wsIdleTimeout (tests).
+	wsPingEvery, wsIdle time.Duration
 	// expiring, if set, is called by expireNodes between finding node id
 	// expired and purging it, with n.mu not held (tests).
 	expiring func(id string)

@@ -336,6 +336,21 @@ func badSignal(msg []byte, err error) error {
 	return fmt.Errorf("sfu: bad signal: %v; message %q", err, msg)
 }
 
+// A signalling WebSocket is pinged every wsPingInterval, and closed (the
+// client leaves) when nothing came from it, a message or a pong, for
+// wsIdleTimeout, or when a write to it takes more than wsWriteTimeout.
+// Browsers and gorilla/websocket answer pings by themselves. Before, the
+// node neither pinged nor timed reads or writes: a socket whose client
+// went silent (a laptop that sleeps, a network that drops without a FIN)
+// was never found dead while the node had nothing to send it, and one
+// that stopped reading held the event callback in a write for good; the
+// handler, its bus subscription and the socket stayed.
+const (
+	wsPingInterval = 20 * time.Second
+	wsIdleTimeout  = 60 * time.Second
+	wsWriteTimeout = 10 * time.Second
+)
+
 var upgrader = websocket.Upgrader{ReadBufferSize: 16 << 10, WriteBufferSize: 16 << 10, CheckOrigin: func(*http.Request) bool { return true }}
 
 // Handler serves WebSocket signalling (mount it at /sfu/ws). A client sends
@@ -359,11 +374,25 @@ func (n *Node) Handler() http.Handler {
 			return
 		}
 		defer conn.Close()
+		pingEvery, idle := wsPingInterval, wsIdleTimeout
+		if n.wsPingEvery > 0 {
+			pingEvery = n.wsPingEvery
+		}
+		if n.wsIdle > 0 {
+			idle = n.wsIdle
+		}
 		var wmu sync.Mutex
+		// a write that fails or times out closes the socket, which ends
+		// the reader below and so the handler: the client leaves
 		send := func(v any) error {
 			wmu.Lock()
 			defer wmu.Unlock()
-			return conn.WriteJSON(v)
+			_ = conn.SetWriteDeadline(time.Now().Add(wsWriteTimeout))
+			err := conn.WriteJSON(v)
+			if err != nil {
+				_ = conn.Close()
+			}
+			return err
 		}
 		var (
 			target          string
@@ -393,11 +422,31 @@ func (n *Node) Handler() http.Handler {
 		// says why, in its turn; the socket goes on (before, it closed
 		// without a word).
 		conn.SetReadLimit(maxSignal)
+		// a pong (read by ReadMessage) counts as the client heard from
+		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(idle)) })
+		go func() {
+			t := time.NewTicker(pingEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(wsWriteTimeout)); err != nil {
+						_ = conn.Close()
+						return
+					}
+				}
+			}
+		}()
 		signals := make(chan wsSignal, signalQueue)
 		go func() {
 			defer cancel()
 			defer close(signals)
 			for {
+				// the time the reader waits for the queue below is not
+				// the client's silence
+				_ = conn.SetReadDeadline(time.Now().Add(idle))
 				_, msg, err := conn.ReadMessage()
 				if err != nil {
 					return
