@@ -2,6 +2,7 @@ package bots
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 )
 
@@ -83,7 +84,8 @@ var (
 
 // PositionOf returns the data.position of an ARENA message, as far as a
 // quick scan finds it (no full JSON parse: it is for bots' boids, which
-// read every message of a scene).
+// read every message of a scene). Coordinates that are not finite
+// numbers are no position.
 func PositionOf(payload []byte) (Vec3, bool) {
 	i := bytes.Index(payload, posKey)
 	if i < 0 {
@@ -110,7 +112,8 @@ func numAfter(b, key []byte) (float64, bool) {
 		j++
 	}
 	v, err := strconv.ParseFloat(string(bytes.TrimSpace(b[:j])), 64)
-	return v, err == nil
+	// ParseFloat also reads "NaN" and "Inf", which no JSON number is.
+	return v, err == nil && !math.IsNaN(v) && !math.IsInf(v, 0)
 }
 
 // ObjectIDOfTopic returns the last level of an ARENA scene topic

@@ -648,7 +648,14 @@ type peerState struct {
 // peerTTL is how long a peer that sends nothing more stays visible.
 const peerTTL = 2 * time.Second
 
+// update records peer from at pos, seen at now. A position that is not
+// finite is ignored, and a velocity that is not (a jump across the range
+// of a float64) is taken as none: one such pose from another client in
+// the scene made a boid's own position NaN for good.
 func (t *peerTable) update(from []byte, pos Vec3, now int64) {
+	if !pos.finite() {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if string(from) == t.self {
@@ -661,6 +668,9 @@ func (t *peerTable) update(from []byte, pos Vec3, now int64) {
 	}
 	if dt := float64(now-p.at) / 1e9; dt > 0.01 {
 		p.vel = pos.Sub(p.pos).Scale(1 / dt)
+		if !p.vel.finite() {
+			p.vel = Vec3{}
+		}
 		p.pos, p.at = pos, now
 	}
 }

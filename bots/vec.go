@@ -17,6 +17,16 @@ func (v Vec3) Scale(k float64) Vec3 { return Vec3{v.X * k, v.Y * k, v.Z * k} }
 // Len returns the length of v.
 func (v Vec3) Len() float64 { return math.Sqrt(v.X*v.X + v.Y*v.Y + v.Z*v.Z) }
 
+// finite reports whether every coordinate of v is a finite number.
+func (v Vec3) finite() bool {
+	for _, c := range [...]float64{v.X, v.Y, v.Z} {
+		if math.IsNaN(c) || math.IsInf(c, 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // Limit returns v shortened to at most max.
 func (v Vec3) Limit(max float64) Vec3 {
 	if l := v.Len(); l > max && l > 0 {
