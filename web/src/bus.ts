@@ -1,11 +1,12 @@
 // The MQTT-over-WebSocket connection to xrealm: connects with a scene token
 // (user name = the token's sub, password = the token), keeps a last-will
 // presence message, reconnects with exponential backoff (asking for a fresh
-// token each time) and reports its status.
+// token each time), renews its token before the server closes the
+// connection at its expiry, and reports its status.
 
 import mqtt, { type MqttClient, type IClientOptions } from 'mqtt';
 import { sceneToken, type SceneSession, AuthError } from './auth';
-import { ProtocolError, parseMessage, parseTopic, type Message, type SceneTopic } from './protocol';
+import { ProtocolError, jwtClaims, parseMessage, parseTopic, type Message, type SceneTopic } from './protocol';
 
 export type Status =
   | { state: 'connecting'; attempt: number }
@@ -14,8 +15,11 @@ export type Status =
   | { state: 'failed'; reason: string };
 
 export interface BusHandlers {
-  /** Each connection (first and after every reconnect), once subscribed. */
-  onConnected(session: SceneSession, first: boolean): void | Promise<void>;
+  /**
+   * Each connection (first and after every reconnect), once subscribed;
+   * renewed when it replaced a connection whose token was about to expire.
+   */
+  onConnected(session: SceneSession, first: boolean, renewed: boolean): void | Promise<void>;
   /** A valid message on the scene. */
   onMessage(t: SceneTopic, m: Message): void;
   onStatus(s: Status): void;
@@ -26,6 +30,8 @@ export interface BusHandlers {
 const MAX_BACKOFF_S = 30;
 /** How often a connected bus looks whether its WebSocket is still open. */
 const SOCKET_CHECK_MS = 250;
+/** A token is renewed this long before it expires, or a fifth of its lifetime before when that is shorter. */
+const RENEW_BEFORE_MS = 60_000;
 
 export class Bus {
   session: SceneSession | null = null;
@@ -33,6 +39,7 @@ export class Bus {
   /** The WebSocket under client. */
   private socket: WebSocket | null = null;
   private socketCheck: ReturnType<typeof setInterval> | undefined;
+  private renewTimer: ReturnType<typeof setTimeout> | undefined;
   private attempt = 0;
   private timer: ReturnType<typeof setTimeout> | null = null;
   private stopped = false;
@@ -67,13 +74,16 @@ export class Bus {
     return !!c && c === this.client && c.connected && this.socket?.readyState === WebSocket.OPEN;
   }
 
-  private async connect() {
+  /** Connects with a new token, or with renewal's, which was asked for just now. */
+  private async connect(renewal?: { session: SceneSession; at: number }) {
     if (this.stopped) return;
     this.attempt++;
     this.h.onStatus({ state: 'connecting', attempt: this.attempt });
     let session: SceneSession;
+    let tokenAt = renewal?.at ?? Date.now();
     try {
-      session = await sceneToken(this.ns, this.scene, this.userClient, this.camid);
+      session = renewal?.session ?? await sceneToken(this.ns, this.scene, this.userClient, this.camid);
+      if (!renewal) tokenAt = Date.now();
     } catch (e) {
       // A refusal (403, a bad stored token) will not heal by retrying.
       if (e instanceof AuthError && (e.status === 403 || e.status === 401 || e.status === 400)) {
@@ -133,9 +143,10 @@ export class Bus {
         if (this.client === c && !this.usable(c)) this.lost(c, 'connection lost');
       }, SOCKET_CHECK_MS);
       this.h.onStatus({ state: 'connected' });
+      this.renewBeforeExpiry(c, session, tokenAt);
       const first = !this.everConnected;
       this.everConnected = true;
-      await this.h.onConnected(session, first);
+      await this.h.onConnected(session, first, !!renewal);
     });
     c.on('message', (topic, payload) => this.receive(topic, payload));
     c.on('error', (err) => {
@@ -149,12 +160,54 @@ export class Bus {
   /** The connection c is gone, or going (its socket is closing): drops it and reconnects. */
   private lost(c: MqttClient, reason: string) {
     if (this.client !== c) return;
+    this.drop(c);
+    c.end(true);
+    this.retry(reason);
+  }
+
+  /** Forgets c as the connection. */
+  private drop(c: MqttClient) {
     this.client = null;
     this.socket = null;
     clearInterval(this.socketCheck);
+    clearTimeout(this.renewTimer);
     c.removeAllListeners('message');
-    c.end(true);
-    this.retry(reason);
+  }
+
+  /**
+   * The server closes a connection when its token expires (the others
+   * then get its last will: it left, and came back with the reconnection).
+   * Shortly before, a new token is asked for, and the connection is
+   * replaced: closed with a DISCONNECT, so that no will is sent, and made
+   * again with the new token. The token's lifetime is its exp less its iat,
+   * counted from when it arrived, so that a clock that is off does not
+   * matter.
+   */
+  private renewBeforeExpiry(c: MqttClient, session: SceneSession, tokenAt: number) {
+    const claims = jwtClaims(session.token);
+    if (typeof claims?.exp !== 'number') return;
+    const lifetime = typeof claims.iat === 'number' ? (claims.exp - claims.iat) * 1000 : claims.exp * 1000 - tokenAt;
+    const at = tokenAt + lifetime - Math.min(RENEW_BEFORE_MS, lifetime / 5);
+    clearTimeout(this.renewTimer);
+    this.renewTimer = setTimeout(() => this.renew(c), Math.min(2 ** 31 - 1, Math.max(0, at - Date.now())));
+  }
+
+  private async renew(c: MqttClient) {
+    if (this.client !== c || this.stopped) return;
+    let session: SceneSession;
+    try {
+      session = await sceneToken(this.ns, this.scene, this.userClient, this.camid);
+    } catch (e) {
+      // the connection goes on until its token expires; then it reconnects as after any loss
+      console.info(`xrealm: the token was not renewed (${(e as Error).message}); the connection ends when it expires`);
+      return;
+    }
+    const at = Date.now();
+    if (this.client !== c || this.stopped) return;
+    this.drop(c);
+    // (once the server has the DISCONNECT: a new connection with the same
+    // client id before would take over this one, which then sends its will)
+    c.end(false, {}, () => this.connect({ session, at }));
   }
 
   private retry(reason: string) {
@@ -221,6 +274,7 @@ export class Bus {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     clearInterval(this.socketCheck);
+    clearTimeout(this.renewTimer);
     const c = this.client;
     const usable = this.usable(c);
     this.client = null;

@@ -336,7 +336,7 @@ export function randomSuffix(n = 6): string {
   return Array.from(a, (b) => (b % 36).toString(36)).join('');
 }
 
-export type JWTClaims = { sub?: string; exp?: number; publ?: string[]; subs?: string[] };
+export type JWTClaims = { sub?: string; exp?: number; iat?: number; publ?: string[]; subs?: string[] };
 
 /** One base64url part of a JWT, decoded as a JSON object, or null. */
 function jwtPart(part: string): JsonObject | null {

@@ -191,7 +191,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
         showError(s.reason, actions);
       }
     },
-    onConnected: async (s, first) => {
+    onConnected: async (s, first, renewed) => {
       session = s;
       presence.setSession(s);
       whoEl.textContent = `${s.signedIn ? s.username : s.displayName} · ${s.role}`;
@@ -203,7 +203,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       for (const m of buffer) model.apply(m);
       buffer = [];
       loading = false;
-      if (!first) toast('Reconnected; the scene was reloaded.');
+      if (!first && !renewed) toast('Reconnected; the scene was reloaded.');
       loadedListeners.forEach((f) => f());
       sceneEl.dataset.loaded = 'true';
     },

@@ -548,6 +548,51 @@ describe('closing connection', () => {
   });
 });
 
+describe('token renewal', () => {
+  it('a page renews its token before it expires, without losing the connection or leaving the scene for others', { timeout: 120_000 }, async () => {
+    // a server whose scene tokens last 10 s: the page renews each 2 s before
+    const short = await startServer({ args: ['--token-ttl', '10s'] });
+    try {
+      const watcher = await mqttClient(short, 'bot', short.token('bot', 'public/renewal', 'editor'), 'renewal-watcher');
+      const presence: any[] = [];
+      watcher.on('message', (_t, p) => presence.push(JSON.parse(p.toString())));
+      await watcher.subscribeAsync('realm/s/public/renewal/x/#');
+      const p = await newPage();
+      await p.goto(`${short.url}/public/renewal?quality=low`);
+      await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+      await p.evaluate(() => {
+        const st = document.querySelector('#xr-status')!;
+        const w = window as any;
+        w.states = [st.getAttribute('data-state')];
+        w.toastsSeen = [];
+        new MutationObserver(() => w.states.push(st.getAttribute('data-state'))).observe(st, { attributes: true, attributeFilter: ['data-state'] });
+        new MutationObserver((ms) => ms.forEach((m) => m.addedNodes.forEach((n) => {
+          if ((n as Element).classList?.contains('toast')) w.toastsSeen.push(n.textContent ?? '');
+        }))).observe(document.body, { childList: true, subtree: true });
+      });
+      const me = (await p.evaluate(() => (window as any).xrealm.session())).userClient as string;
+      const tokens = new Set<string>();
+      // two renewals: the page has had three tokens, past the first two's expiry
+      await waitFor('two renewals', async () => {
+        tokens.add(await p.evaluate(() => (window as any).xrealm.session().token));
+        return tokens.size >= 3 && (await p.getAttribute('#xr-status', 'data-state')) === 'connected';
+      }, 40_000);
+      const states: string[] = await p.evaluate(() => (window as any).states);
+      expect(states.filter((s) => s !== 'connecting' && s !== 'connected'), states.join(' ')).toEqual([]);
+      expect(presence.filter((m) => m.object_id === me && m.action === 'leave')).toEqual([]);
+      expect(short.log()).not.toMatch(new RegExp(`MQTT connection closed.*client=${me}.*reason="token expired"`));
+      expect(await p.evaluate(() => (window as any).toastsSeen)).toEqual([]);
+      // and the connection works: chat goes through
+      await p.fill('#xr-chat-input', 'after the renewals');
+      await p.press('#xr-chat-input', 'Enter');
+      await waitFor('chat after the renewals', async () => (await p.textContent('#xr-chat-log'))?.includes('after the renewals'));
+      watcher.end(true);
+    } finally {
+      await short.stop();
+    }
+  });
+});
+
 describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });

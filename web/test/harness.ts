@@ -68,9 +68,10 @@ export interface XrealmServer {
 
 /**
  * Starts `xrealm serve` and waits until it answers. With nats, its NATS
- * listener is on too (Go SFU clients join over the bus).
+ * listener is on too (Go SFU clients join over the bus); args are more
+ * flags of serve (such as --token-ttl).
  */
-export async function startServer(opts: { nats?: boolean } = {}): Promise<XrealmServer> {
+export async function startServer(opts: { nats?: boolean; args?: string[] } = {}): Promise<XrealmServer> {
   const bin = xrealmBin();
   const dist = join(WEB_DIR, 'dist');
   if (!existsSync(join(dist, 'index.html'))) throw new Error(`web client not built (${dist}): run npm run build`);
@@ -78,7 +79,7 @@ export async function startServer(opts: { nats?: boolean } = {}): Promise<Xrealm
   const [http, mq, nats] = [await freePort(), await freePort(), opts.nats ? await freePort() : 0];
   const args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
     '--https-addr', '', '--mqtts-addr', '', '--nats-addr', nats ? `127.0.0.1:${nats}` : '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
-    '--name', 'webtest', '--log-level', 'info'];
+    '--name', 'webtest', '--log-level', 'info', ...(opts.args ?? [])];
   let proc!: ChildProcess;
   let out = '';
   let exited = false;
