@@ -29,7 +29,8 @@ type roomListing struct {
 	at    time.Time     // when the listing was last scanned; zero: never
 	// rooms holds the room records seen, by uuid, with their revisions
 	// (the removed ones this node saw go too, so that an older write
-	// reported late does not bring them back); nil: never scanned.
+	// reported late does not bring them back); nil: never scanned, or
+	// dropped once stale (record).
 	rooms map[string]listed
 	// busy is closed when the scan under way ends; nil: none is.
 	busy chan struct{}
@@ -73,7 +74,14 @@ func (l *roomListing) record(uuid string, r *roomRecord, rev uint64) {
 			l.patched[uuid] = e
 		}
 	}
-	if l.rooms != nil {
+	switch {
+	case l.rooms == nil:
+	case time.Since(l.at) >= l.every:
+		// Stale: the next DiscoverRooms scans afresh and replaces it
+		// whole, so it is dropped instead of taking every room this node
+		// writes (removed ones too) for as long as nobody asks.
+		l.rooms = nil
+	default:
 		l.apply(uuid, e)
 	}
 }

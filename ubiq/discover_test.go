@@ -127,7 +127,7 @@ func TestDiscoverRoomsScansBounded(t *testing.T) {
 // requests' writes of one room): an older revision never replaces a newer
 // one, and a removed room is not brought back by a write reported late.
 func TestListingKeepsNewestRevision(t *testing.T) {
-	l := &roomListing{rooms: map[string]listed{}}
+	l := &roomListing{rooms: map[string]listed{}, at: time.Now(), every: time.Hour}
 	id := newUUID()
 	pub := func(code string) *roomRecord {
 		return &roomRecord{UUID: id, JoinCode: code, Publish: true, Name: "r"}
@@ -154,5 +154,36 @@ func TestListingKeepsNewestRevision(t *testing.T) {
 		if !slices.Equal(got, st.want) {
 			t.Fatalf("step %d (revision %d): listed codes %v, want %v", i, st.rev, got, st.want)
 		}
+	}
+}
+
+// TestListingDoesNotGrowUnasked: the listing of published rooms keeps
+// the record writes of this node only while it is fresh; once it is older
+// than a rescan's period, the next DiscoverRooms scans afresh anyway, so
+// it is dropped. Before, it took every room this node wrote, removed ones
+// too, for as long as nobody asked: a node whose peers created rooms
+// (a Join without a uuid, again and again) grew it without bound.
+func TestListingDoesNotGrowUnasked(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	q := dialPeer(t, ts.tcp)
+	discoverAll(t, q) // scanned once
+	l := &ts.s.listing
+	l.mu.Lock()
+	l.at = time.Now().Add(-time.Hour) // as if it were an hour ago
+	l.mu.Unlock()
+	p := dialPeer(t, ts.tcp)
+	var last string
+	for range 50 {
+		last = p.join(JoinArgs{Publish: true}).UUID // each join leaves the previous room
+	}
+	p.barrier()
+	l.mu.Lock()
+	n := len(l.rooms)
+	l.mu.Unlock()
+	if n > 2 {
+		t.Fatalf("a listing nobody asked for holds %d rooms after 50 rooms came and went", n)
+	}
+	if got := discoverAll(t, q); !slices.Equal(got, []string{last}) {
+		t.Fatalf("listed %v, want the room the peer is in, %s", got, last)
 	}
 }
