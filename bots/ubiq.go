@@ -328,16 +328,24 @@ func parseEcho(payload []byte) (ping bool, sent int64, from uint32, ok bool) {
 
 // decodeTimes is when a bot last decoded a position from each sender.
 // Bots' avatars (B = 0xb07, as Join makes them) are looked up by index in
-// a slice: one memory access per frame instead of a map probe.
+// a slice: one memory access per frame instead of a map probe. The slice
+// grows only by steps of at most denseStep past its end (a fleet's ids
+// are dense), and the map holds at most maxDecodeOthers senders: a room's
+// peers choose the ids they send from.
 type decodeTimes struct {
 	bots  []int64
 	other map[ubiq.NetworkId]int64
 }
 
+const (
+	denseStep       = 1024
+	maxDecodeOthers = 4096
+)
+
 // due reports whether from's position should be decoded at now, and if
 // so records now.
 func (d *decodeTimes) due(from ubiq.NetworkId, now, every int64) bool {
-	if from.B == avatarB && from.A < 1<<20 {
+	if from.B == avatarB && int(from.A) < len(d.bots)+denseStep {
 		if int(from.A) >= len(d.bots) {
 			d.bots = append(d.bots, make([]int64, int(from.A)+1-len(d.bots)+64)...)
 		}
@@ -352,6 +360,10 @@ func (d *decodeTimes) due(from ubiq.NetworkId, now, every int64) bool {
 	}
 	if now-d.other[from] < every {
 		return false
+	}
+	if len(d.other) >= maxDecodeOthers {
+		// Forget them all: at worst a position is decoded once more.
+		clear(d.other)
 	}
 	d.other[from] = now
 	return true
