@@ -27,9 +27,28 @@ func recvOffer(t *testing.T, n int) string {
 	return off.SDP
 }
 
+// sendOffer is an offer (not gathered) of a PeerConnection that publishes
+// n video tracks.
+func sendOffer(t *testing.T, n int) string {
+	t.Helper()
+	pc := newBrowserLikePC(t)
+	defer pc.Close()
+	for range n {
+		if _, err := pc.AddTransceiverFromKind(webrtc.RTPCodecTypeVideo, webrtc.RTPTransceiverInit{Direction: webrtc.RTPTransceiverDirectionSendonly}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off, err := pc.CreateOffer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return off.SDP
+}
+
 // TestOfferMediaSectionsBounded: an offer with more than MaxMediaSections
-// m-lines is refused, with an error that gives their number and the bound,
-// and leaves no peer on the node; one with MaxMediaSections is answered.
+// m-lines, or that publishes more than MaxPublishedTracks, is refused,
+// with an error that gives their number and the bound, and leaves no peer
+// on the node; one at the bounds is answered.
 // Before, any number was taken: a 1 MB offer of 7000 receive-only m-lines
 // cost the node a second of CPU, 7000 down tracks and their RTCP readers
 // for as long as the connection lived, and its 2.8 MB answer could not go
@@ -45,6 +64,9 @@ func TestOfferMediaSectionsBounded(t *testing.T) {
 	}{
 		{"over", recvOffer(t, MaxMediaSections+1), "m-lines"},
 		{"at the bound", recvOffer(t, MaxMediaSections), ""},
+		// each track published has its own 1.5 MB retransmission buffer
+		{"publishes too many", sendOffer(t, MaxPublishedTracks+1), "publishes"},
+		{"publishes at the bound", sendOffer(t, MaxPublishedTracks), ""},
 		{"not an SDP", "v=0\r\nthis is no SDP", "not an SDP"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,7 +74,7 @@ func TestOfferMediaSectionsBounded(t *testing.T) {
 			defer n.Signal(Signal{Op: "leave", Session: "s1", Client: "many"})
 			if tc.wantErr == "" {
 				if rep.Op != "answer" {
-					t.Fatalf("offer of %d m-lines: %s %s, want an answer", MaxMediaSections, rep.Op, rep.Error)
+					t.Fatalf("%s: %s %s, want an answer", tc.name, rep.Op, rep.Error)
 				}
 				return
 			}

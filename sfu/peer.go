@@ -85,6 +85,35 @@ type slot struct {
 // timed out and tried the next node, which took the same load.
 const MaxMediaSections = 256
 
+// MaxPublishedTracks bounds the audio and video tracks a client's offer
+// publishes (send-only or send-receive m-lines): a browser publishes two,
+// a volumetric client three descriptions. Each published track is a
+// source with its own retransmission buffer (1.5 MB), announced to every
+// node and allocated for every subscriber of the session; within
+// MaxMediaSections alone a client could cost a node 384 MB.
+const MaxPublishedTracks = 16
+
+// publishedTracks counts the audio and video m-lines of an offer that send:
+// send-only or send-receive (the default), not rejected (port 0).
+func publishedTracks(sd *sdp.SessionDescription) int {
+	n := 0
+	for _, m := range sd.MediaDescriptions {
+		if (m.MediaName.Media != "audio" && m.MediaName.Media != "video") || m.MediaName.Port.Value == 0 {
+			continue
+		}
+		sends := true
+		for _, a := range m.Attributes {
+			if a.Key == "recvonly" || a.Key == "inactive" {
+				sends = false
+			}
+		}
+		if sends {
+			n++
+		}
+	}
+	return n
+}
+
 // join creates the peer of a client from its offer and returns the answer.
 // The offer must carry the client's send-only tracks and the receive-only
 // transceivers (slots) it wants; there is no renegotiation afterwards.
@@ -98,6 +127,9 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 	}
 	if len(sd.MediaDescriptions) > MaxMediaSections {
 		return "", fmt.Errorf("sfu: client %s/%s: offer has %d m-lines (tracks, slots, data channel), at most %d", session, client, len(sd.MediaDescriptions), MaxMediaSections)
+	}
+	if pub := publishedTracks(&sd); pub > MaxPublishedTracks {
+		return "", fmt.Errorf("sfu: client %s/%s: offer publishes %d tracks (send-only or send-receive audio and video m-lines), at most %d", session, client, pub, MaxPublishedTracks)
 	}
 	if pointClouds > 0 && !offersApplication(offer) {
 		return "", fmt.Errorf("sfu: pointclouds %d without a data channel %q in the offer", pointClouds, PointCloudLabel)
