@@ -71,7 +71,13 @@ export class PointCloudPublisher implements SFUFeature {
     }
     if (!this.worker) {
       const w = new Worker(new URL('./pcpubworker.ts', import.meta.url), { type: 'module', name: 'xrealm-pcpublish' });
-      w.onerror = (e) => this.fail(e.message || 'worker failed');
+      w.onerror = (e) => {
+        // a worker whose script did not load (or that threw) takes no
+        // more work: the next press starts a new one
+        if (this.worker === w) this.worker = null;
+        w.terminate();
+        this.fail(e.message || 'the encoder\'s worker could not be started (its script did not load: if the server was updated, reload the page)');
+      };
       w.onmessage = (e: MessageEvent<FromPubWorker>) => this.onWorker(e.data);
       this.worker = w;
     }

@@ -99,4 +99,26 @@ describe('publishing a point cloud from the browser', () => {
     expect(problems).toEqual([]);
     await b.context().close();
   });
+
+  it('a publisher whose worker failed to load says so, and the next press starts a new worker', async () => {
+    const problems: string[] = [];
+    const a = await open('A', `pcpoints=1000&pcfps=4`, problems);
+    // The worker's script is not there the first time (a server updated
+    // under the page answers 404 for the old build's assets).
+    let refused = 0;
+    await a.route(/\/assets\/pcpubworker-[^/]*\.js$/, (r) => (refused++ === 0 ? r.fulfill({ status: 404, body: 'gone' }) : r.continue()));
+    await a.click('#xr-pcpub');
+    await waitFor('A says publishing failed', async () => (await pubStats(a)).state.startsWith('failed'), 15_000).catch(async (e) => {
+      throw new Error(`${e.message}: ${JSON.stringify(await pubStats(a))}`);
+    });
+    expect(await a.getAttribute('#xr-pcpub', 'aria-pressed')).toBe('false');
+    expect(await a.textContent('.pcpub-line')).toMatch(/^failed: /);
+    await a.click('#xr-pcpub');
+    await waitFor('A publishing after all', async () => (await pubStats(a)).framesSent >= 2, 30_000).catch(async (e) => {
+      throw new Error(`${e.message}: ${JSON.stringify(await pubStats(a))}; worker script asked for ${refused} times`);
+    });
+    expect(refused).toBe(2);
+    expect(problems.filter((p) => !/404|publishing a point cloud failed/.test(p))).toEqual([]);
+    await a.context().close();
+  });
 });
