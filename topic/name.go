@@ -3,6 +3,7 @@ package topic
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -82,12 +83,15 @@ func ParseSceneName(s string) (ns, scene string, err error) {
 }
 
 // ValidLevel reports whether s is one literal topic level: non-empty,
-// without '/' and without the wildcards '+' and '#'. what names s in the
-// error.
+// without '/', without the wildcards '+' and '#', and without control
+// characters (NATS refuses some of them in subjects, so a right naming
+// one would be dropped). what names s in the error.
 func ValidLevel(what, s string) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("%s is empty", what)
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return fmt.Errorf("%s %s contains a control character", what, Clip(s))
 	case strings.ContainsAny(s, "+#"):
 		return fmt.Errorf("%s %s contains an MQTT wildcard ('+' or '#'); it must be one literal topic level", what, Clip(s))
 	case strings.Contains(s, "/"):

@@ -73,7 +73,7 @@ func TestValidLevel(t *testing.T) {
 			t.Errorf("ValidLevel(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "+", "a#", "a/b"} {
+	for _, bad := range []string{"", "+", "a#", "a/b", "a\fb", "a\tb", "\x00", "a\x7f", "a\u0085b"} {
 		if err := ValidLevel("x", bad); err == nil {
 			t.Errorf("ValidLevel(%q) = nil, want an error", bad)
 		}
