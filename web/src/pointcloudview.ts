@@ -102,11 +102,18 @@ export class PointCloudView implements SFUFeature {
     this.decoderReady = new Promise<void>((res, rej) => {
       const w = new Worker(new URL('./pcworker.ts', import.meta.url), { type: 'module', name: 'xrealm-pointclouds' });
       this.worker = w;
-      w.onerror = (e) => rej(new Error(e.message || 'worker failed'));
+      let started = false;
+      w.onerror = (e) => {
+        // (an error event without a message: the script did not load)
+        const why = e.message || 'its worker could not be started (its script did not load: if the server was updated, reload the page)';
+        if (!started) rej(new Error(why));
+        else console.warn(`xrealm: point clouds: the decoder's worker failed: ${why}`);
+      };
       w.onmessage = (e: MessageEvent<FromWorker>) => {
         const m = e.data;
         switch (m.type) {
           case 'ready':
+            started = true;
             return res();
           case 'failed':
             return rej(new Error(m.error));

@@ -121,4 +121,21 @@ describe('publishing a point cloud from the browser', () => {
     expect(problems.filter((p) => !/404|publishing a point cloud failed/.test(p))).toEqual([]);
     await a.context().close();
   });
+
+  it('a viewer whose point-cloud decoder cannot start says why in its panel, and joins for the rest', async () => {
+    const page = await (await browser.newContext({ viewport: { width: 800, height: 450 } })).newPage();
+    await page.route(/\/assets\/pcworker-[^/]*\.js$/, (r) => r.fulfill({ status: 404, body: 'gone' }));
+    await page.goto(`${srv.url}/public/${SCENE}-nodecoder?quality=low&media=0`);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    await waitFor('the decoder refused', async () => (await page.getAttribute('#xr-pointclouds', 'data-state'))?.startsWith('no decoder'), 15_000);
+    await waitFor('the line says it', async () => /^no decoder: its worker could not be started \(its script did not load: if the server was updated, reload the page\)$/
+      .test((await page.textContent('#xr-pointclouds .pc-line')) ?? ''), 5_000).catch(async (e) => {
+      throw new Error(`${e.message}: ${await page.textContent('#xr-pointclouds .pc-line')}`);
+    });
+    // the publisher still joins the SFU
+    await waitFor('joined the SFU for publishing', () => page.evaluate(() => (window as any).xrealm.sfu?.connection?.connected), 30_000);
+    // and the line stays (the session's states are not the decoder's)
+    expect(await page.getAttribute('#xr-pointclouds', 'data-state')).toMatch(/^no decoder/);
+    await page.context().close();
+  });
 });
