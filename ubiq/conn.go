@@ -957,6 +957,7 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 	// record exists, and this node's presence key in it tells the other
 	// nodes that it is held (there is no key per observer).
 	ready := make([]*room, len(list))
+	failed := make([]bool, len(list))
 	var wg sync.WaitGroup
 	for i, id := range list {
 		if c.observed[id] != nil {
@@ -971,11 +972,13 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 			defer wg.Done()
 			if err := c.s.store.observeRoom(ctx, id); err != nil {
 				c.log.Warn("observe room failed", "room", id, "err", err)
+				failed[i] = true
 				return
 			}
 			r, err := c.s.acquire(id)
 			if err != nil {
 				c.log.Warn("observe room failed", "room", id, "err", err)
+				failed[i] = true
 				return
 			}
 			ready[i] = r
@@ -1010,4 +1013,13 @@ func (c *conn) setObserved(ctx context.Context, rooms []string) {
 	// The answer goes before any wait for the rooms let go of (letGo).
 	c.sendServer(EncodeRequest("Observed", ObservedArgs{Rooms: now}))
 	c.letGo(dropped...)
+	// A room that could not be taken up may have had its record created
+	// all the same, which nobody would remove: ask for its removal, as a
+	// failed Join does.
+	for i, id := range list {
+		if failed[i] {
+			c.atBound()
+			c.track(nil, c.s.removeIfEmpty(id, c))
+		}
+	}
 }
