@@ -57,32 +57,50 @@ func parseNetworkId(s string) (NetworkId, bool) {
 	return NetworkId{A: uint32(a), B: uint32(b)}, true
 }
 
-// stateObject is an object of one sender whose frames are state.
-type stateObject struct {
-	sender string
-	id     NetworkId
-}
+// stateKeys maps a room's state objects, by sender, to the key their
+// frames are queued under (fanout.Frame.Key): the NetworkId's wire bytes
+// and the sender, so that only the same sender's frames to the same object
+// replace each other. A published map, and each sender's map in it, is
+// never changed; the room goroutine replaces them, one sender's at a time
+// (a change costs the room's senders, not all their objects).
+type stateKeys map[string]map[NetworkId]string
 
-// stateKeys maps a room's state objects to the key their frames are queued
-// under (fanout.Frame.Key): the NetworkId's wire bytes and the sender, so
-// that only the same sender's frames to the same object replace each
-// other. A published map is never changed; the room goroutine replaces it.
-type stateKeys map[stateObject]string
-
-// withSender returns a copy of m in which sender's state objects are ids.
+// withSender returns a copy of m in which sender's state objects are ids
+// (the other senders' maps are shared).
 func (m stateKeys) withSender(sender string, ids []NetworkId) stateKeys {
-	out := make(stateKeys, len(m)+len(ids))
+	out := make(stateKeys, len(m)+1)
 	for k, v := range m {
-		if k.sender != sender {
+		if k != sender {
 			out[k] = v
 		}
 	}
+	if len(ids) == 0 {
+		return out
+	}
+	own := make(map[NetworkId]string, len(ids))
 	for _, id := range ids {
 		var b [8]byte
 		id.Put(b[:])
-		out[stateObject{sender, id}] = string(b[:]) + sender
+		own[id] = string(b[:]) + sender
 	}
+	out[sender] = own
 	return out
+}
+
+// key returns the queue key of sender's frames to object id, if it is one
+// of sender's state objects.
+func (m stateKeys) key(sender string, id NetworkId) (string, bool) {
+	k, ok := m[sender][id]
+	return k, ok
+}
+
+// count returns the number of state objects of all senders.
+func (m stateKeys) count() int {
+	n := 0
+	for _, own := range m {
+		n += len(own)
+	}
+	return n
 }
 
 // setStateObjects records the objects that member props (sender) declared
@@ -115,18 +133,13 @@ func (r *room) setStateObjects(sender string, p *props) {
 
 // sameStateObjects reports whether sender's state objects in m are ids.
 func sameStateObjects(m stateKeys, sender string, ids []NetworkId) bool {
-	n := 0
-	for k := range m {
-		if k.sender == sender {
-			n++
-		}
-	}
+	own := m[sender]
 	for _, id := range ids {
-		if _, ok := m[stateObject{sender, id}]; !ok {
+		if _, ok := own[id]; !ok {
 			return false
 		}
 	}
-	return n == len(uniqueIDs(ids))
+	return len(own) == len(uniqueIDs(ids))
 }
 
 func uniqueIDs(ids []NetworkId) map[NetworkId]bool {
@@ -144,5 +157,6 @@ func (r *room) frameKey(sender string, frame []byte) string {
 	if m == nil || len(*m) == 0 {
 		return ""
 	}
-	return (*m)[stateObject{sender, IDOf(frame)}]
+	k, _ := m.key(sender, IDOf(frame))
+	return k
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -256,6 +257,12 @@ func TestFullQueueCoalescesOnlyDeclaredState(t *testing.T) {
 	}
 }
 
+// stateObject is an object of one sender whose frames are state.
+type stateObject struct {
+	sender string
+	id     NetworkId
+}
+
 // A sender's state objects replace its previous ones (none when it
 // leaves), leave other senders' alone, and queue under keys that differ
 // between senders of the same object.
@@ -275,11 +282,11 @@ func TestStateKeys(t *testing.T) {
 	}
 	for i, st := range steps {
 		m = m.withSender(st.sender, st.ids)
-		if len(m) != len(st.want) {
-			t.Fatalf("step %d: %d objects, want %d", i, len(m), len(st.want))
+		if n := m.count(); n != len(st.want) {
+			t.Fatalf("step %d: %d objects, want %d", i, n, len(st.want))
 		}
 		for k := range st.want {
-			if _, ok := m[k]; !ok {
+			if _, ok := m.key(k.sender, k.id); !ok {
 				t.Fatalf("step %d: %v missing", i, k)
 			}
 		}
@@ -288,10 +295,39 @@ func TestStateKeys(t *testing.T) {
 		}
 	}
 	m = stateKeys{}.withSender("p", []NetworkId{a}).withSender("q", []NetworkId{a})
-	if m[stateObject{"p", a}] == m[stateObject{"q", a}] {
+	if kp, _ := m.key("p", a); kp == func() string { kq, _ := m.key("q", a); return kq }() {
 		t.Fatal("two senders' frames to one object share a queue key")
 	}
 	if sameStateObjects(m, "p", []NetworkId{a, b}) || sameStateObjects(m, "p", nil) {
 		t.Fatal("sameStateObjects is true for another set")
+	}
+}
+
+// TestStateKeysChangeCostsOneSender: a member's change of its state
+// objects copies the room's senders, not every object of every sender.
+// The whole map was copied: in a room of 1,000 members with 64 objects
+// each, one member that changed its CoalesceKey with every request had
+// every node's room goroutine copy 64,000 entries per request.
+func TestStateKeysChangeCostsOneSender(t *testing.T) {
+	const senders, objects = 1000, maxCoalesceIDs
+	ids := make([]NetworkId, objects)
+	for i := range ids {
+		ids[i] = NetworkId{A: uint32(i), B: 1}
+	}
+	var m stateKeys
+	for i := range senders {
+		m = m.withSender(fmt.Sprint("peer", i), ids)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range 10 {
+		m = m.withSender("peer0", ids[:i+1])
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got > 2<<20 {
+		t.Fatalf("10 changes of one sender's state objects, of %d senders with %d each, allocated %d bytes", senders, objects, got)
+	}
+	if m.count() != (senders-1)*objects+10 {
+		t.Fatalf("%d objects", m.count())
 	}
 }
