@@ -748,9 +748,34 @@ func (n *Node) establish(peerID string, ls *linkState) {
 	}
 }
 
+// badRelayMessage says why msg, a relay offer or link request (what), was
+// refused, quoting (the start of) it.
+func badRelayMessage(what string, msg []byte, err error) string {
+	const show = 200
+	if len(msg) > show {
+		return fmt.Sprintf("bad %s: %v; message of %d bytes starting %q", what, err, len(msg), msg[:show])
+	}
+	return fmt.Sprintf("bad %s: %v; message %q", what, err, msg)
+}
+
+// parseRelayMessage decodes a relay offer or link request (what) into v
+// and checks the node it is from.
+func parseRelayMessage(what string, data []byte, v any, from func() string) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return errors.New(badRelayMessage(what, data, err))
+	}
+	if err := validName("node", from()); err != nil {
+		return errors.New(badRelayMessage(what, data, err))
+	}
+	return nil
+}
+
 func (n *Node) handleLinkRequest(m *nats.Msg) {
 	var req LinkRequest
-	if json.Unmarshal(m.Data, &req) != nil || validName("node", req.From) != nil {
+	if err := parseRelayMessage("link request", m.Data, &req, func() string { return req.From }); err != nil {
+		// answered at once: the asking node would wait for its timeout
+		b, _ := json.Marshal(LinkOffer{Error: err.Error()})
+		_ = m.Respond(b)
 		return
 	}
 	go func() {
@@ -767,8 +792,8 @@ func (n *Node) handleLinkRequest(m *nats.Msg) {
 func (n *Node) handleRelayOffer(m *nats.Msg) {
 	var off LinkOffer
 	respond := func(o LinkOffer) { b, _ := json.Marshal(o); _ = m.Respond(b) }
-	if err := json.Unmarshal(m.Data, &off); err != nil || validName("node", off.From) != nil {
-		respond(LinkOffer{Error: "bad relay offer"})
+	if err := parseRelayMessage("relay offer", m.Data, &off, func() string { return off.From }); err != nil {
+		respond(LinkOffer{Error: err.Error()})
 		return
 	}
 	if !relay.Offerer(off.From, n.cfg.ID) {

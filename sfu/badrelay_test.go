@@ -1,0 +1,43 @@
+package sfu
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBadRelayRequestsAnswered: a relay offer or link request that is not
+// JSON, or names no valid node, is answered at once with an error that
+// says what is wrong with it and quotes the bad part. Before, a bad offer
+// was answered "bad relay offer", and a bad link request not at all: its
+// sender waited for its timeout (15 s for a node's link request).
+func TestBadRelayRequestsAnswered(t *testing.T) {
+	c := startCluster(t, "a")
+	nc := c.conn(t, "peer")
+	for _, tc := range []struct {
+		name, subject, msg string
+		want               []string
+	}{
+		{"offer not JSON", "sfu.node.1.relay", `not json`, []string{"relay offer", "invalid character", `"not json"`}},
+		{"offer from a bad node ID", "sfu.node.1.relay", `{"from":"a b","sdp":"v=0"}`, []string{"relay offer", `"a b"`}},
+		{"link request not JSON", "sfu.node.1.link", `{"from":`, []string{"link request", "unexpected end"}},
+		{"link request from a bad node ID", "sfu.node.1.link", `{"from":"x.y"}`, []string{"link request", `"x.y"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := nc.Request(tc.subject, []byte(tc.msg), 5*time.Second)
+			if err != nil {
+				t.Fatalf("no answer to %q on %s: %v", tc.msg, tc.subject, err)
+			}
+			var rep LinkOffer
+			if err := json.Unmarshal(m.Data, &rep); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(rep.Error, w) {
+					t.Errorf("error %q does not say %q", rep.Error, w)
+				}
+			}
+		})
+	}
+}
