@@ -710,7 +710,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	// write a second one, behind when it goes.
 	me := c.me
 	me.UUID = a.Peer.UUID
-	me.SceneID, me.ClientID = a.Peer.SceneID, a.Peer.ClientID
+	me.SceneID, me.ClientID, me.Session = a.Peer.SceneID, a.Peer.ClientID, c.session
 	me.Props = c.me.Props.clone()
 	pk, pv, pos, hasPos := takePosition(a.Peer.Keys, a.Peer.Values)
 	me.Props.appendAll(pk, pv)
@@ -783,6 +783,12 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	}
 	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
+		// The write may have landed all the same (its answer lost): its
+		// key goes, before the count-out, as in a departure.
+		st, session := c.s.store, c.session
+		c.s.tryWrite(ctx, "delete member key", target, false, func(ctx context.Context) error {
+			return st.deleteMember(ctx, target, me.UUID, 0, session)
+		})
 		c.unclaim(ctx, target, rec.Gen, claim)
 		c.letGo(r)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
@@ -832,7 +838,8 @@ func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen,
 	// In order: a count-out that freed the join code while the member
 	// key's deletion waits for a retry would leave a ghost member in a
 	// room without a code (retrier.try queues it behind).
-	s.tryWrite(ctx, "delete member key", id, false, func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev) })
+	session := c.session
+	s.tryWrite(ctx, "delete member key", id, false, func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev, session) })
 	c.unclaim(ctx, r.id, gen, claim)
 	r.cmdDetachMember(c)
 	c.letGo(r)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,6 +74,9 @@ type memberRecord struct {
 	ClientID NetworkId `json:"clientid"`
 	Props    props     `json:"props"`
 	Node     string    `json:"node,omitempty"` // the node that wrote it
+	// Session is the session id of the connection that wrote it: a
+	// connection's write whose answer was lost is still its own.
+	Session string `json:"session,omitempty"`
 }
 
 func (m *memberRecord) info() PeerInfo {
@@ -196,6 +200,10 @@ type store struct {
 	// its revision (nil: the room was removed; rev is then the revision
 	// of the record deleted), for the listing of published rooms.
 	wrote func(uuid string, r *roomRecord, rev uint64)
+	// afterPut, if set, is called with the key of each ephemeral key
+	// written (putOwned), after the write: an error it returns is
+	// putOwned's, as if the write's answer was lost. Tests only.
+	afterPut *atomic.Pointer[func(key string) error]
 }
 
 func (s *store) recordWritten(uuid string, r *roomRecord, rev uint64) {
@@ -210,7 +218,13 @@ func (s *store) putOwned(ctx context.Context, key string, value []byte) (uint64,
 	if _, err := s.kv.Put(ctx, ownedKey(s.node, key), nil); err != nil {
 		return 0, err
 	}
-	return s.kv.Put(ctx, key, value)
+	rev, err := s.kv.Put(ctx, key, value)
+	if f := s.afterPut.Load(); f != nil && err == nil { // tests
+		if err := (*f)(key); err != nil {
+			return 0, err
+		}
+	}
+	return rev, err
 }
 
 // deleteOwned deletes an ephemeral key of this node and its index entry.
@@ -531,25 +545,45 @@ func (s *store) putMember(ctx context.Context, room string, m *memberRecord) (ui
 	return s.putOwned(ctx, memberKey(room, m.UUID), b)
 }
 
-// deleteMember deletes peer's member key in room if it is still at
-// revision rev (the writer's last write); if another connection has
-// written it since (a reconnect with the same uuid), the key and its
-// index entry are that connection's and stay.
-func (s *store) deleteMember(ctx context.Context, room, peer string, rev uint64) error {
+// deleteMember deletes peer's member key in room, written by the
+// connection of session, if it is still at revision rev (the writer's
+// last write known; 0: none known) or holds that session all the same (a
+// later write of the connection whose answer was lost); if another
+// connection has written it since (a reconnect with the same uuid), the
+// key and its index entry are that connection's and stay.
+func (s *store) deleteMember(ctx context.Context, room, peer string, rev uint64, session string) error {
 	key := memberKey(room, peer)
-	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
-	if bus.IsRevisionConflict(err) {
-		if owned, _, err := s.ownedBy(ctx, key, s.node); err != nil {
+	for {
+		var err error
+		if rev != 0 {
+			err = s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+			if err == nil {
+				return s.kv.Delete(ctx, ownedKey(s.node, key))
+			}
+			if !bus.IsRevisionConflict(err) {
+				return err
+			}
+		}
+		e, err := s.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return s.kv.Delete(ctx, ownedKey(s.node, key))
+		case err != nil:
 			return err
-		} else if owned {
-			return nil // written since by a connection of this node
+		}
+		var m memberRecord
+		if json.Unmarshal(e.Value(), &m) == nil && m.Node == s.node && session != "" && m.Session == session {
+			rev = e.Revision() // this connection's, written later than it knew
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			continue
+		}
+		if m.Node == s.node {
+			return nil // written since by another connection of this node
 		}
 		return s.kv.Delete(ctx, ownedKey(s.node, key))
 	}
-	if err != nil {
-		return err
-	}
-	return s.kv.Delete(ctx, ownedKey(s.node, key))
 }
 
 // heartbeat rewrites this node's heartbeat key.
