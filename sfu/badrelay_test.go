@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // TestBadRelayRequestsAnswered: a relay offer or link request that is not
@@ -40,4 +42,29 @@ func TestBadRelayRequestsAnswered(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLinkRequestRefused: a node that asks the offering node to link (the
+// lower ID offers) and is answered with an error fails its link with that
+// error at once. Before, the answer was not read: the asking node waited
+// 15 s for an offer that would not come, and then reported a timeout.
+func TestLinkRequestRefused(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	n2 := c.nodes[1]
+	// node 0, which would offer to node 2, refuses to link
+	nc := c.conn(t, "node0")
+	if _, err := nc.Subscribe("sfu.node.0.link", func(m *nats.Msg) {
+		b, _ := json.Marshal(LinkOffer{Error: "sfu: link to node 2: test refuses"})
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := n2.link("0")
+	if err == nil || !strings.Contains(err.Error(), "test refuses") {
+		t.Fatalf("link to a node that refuses: %v, want its error", err)
+	}
+	t.Log(err)
 }

@@ -711,9 +711,20 @@ func (n *Node) establish(peerID string, ls *linkState) {
 	if !relay.Offerer(n.cfg.ID, peerID) {
 		// Ask the offerer to dial; its offer arrives in handleRelayOffer,
 		// which completes ls.
+		// The answer comes once the offerer's link is up or failed; an
+		// error in it fails this one at once (it was not read: the link
+		// waited its timeout for an offer that would not come).
 		b, _ := json.Marshal(LinkRequest{From: n.cfg.ID})
-		if _, err := n.cfg.NC.RequestWithContext(ctx, "sfu.node."+peerID+".link", b); err != nil {
+		msg, err := n.cfg.NC.RequestWithContext(ctx, "sfu.node."+peerID+".link", b)
+		if err != nil {
 			ls.finish(nil, fmt.Errorf("sfu: ask node %s to link: %w", peerID, err))
+			return
+		}
+		var rep LinkOffer
+		if err := json.Unmarshal(msg.Data, &rep); err != nil {
+			ls.finish(nil, fmt.Errorf("sfu: ask node %s to link: %s", peerID, badRelayMessage("answer", msg.Data, err)))
+		} else if rep.Error != "" {
+			ls.finish(nil, fmt.Errorf("sfu: node %s did not link: %s", peerID, rep.Error))
 		}
 		return
 	}
