@@ -374,6 +374,7 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		if deleted {
 			if m := r.members[tok]; m != nil {
 				r.removeMember(tok, m)
+				r.membershipLost(m.rec.UUID)
 			}
 			break
 		}
@@ -464,6 +465,22 @@ func (r *room) removeMember(tok string, m *memberState) {
 	for c, a := range r.local {
 		if a.granted[id] {
 			r.ungrant(c, a, id)
+		}
+	}
+}
+
+// membershipLost disconnects the local connections that are members as
+// peer id, whose member key was deleted while they stayed (the room is
+// still theirs, and they are not closing, as they are when they leave):
+// another node took this one for dead and swept its keys, or another
+// connection of the same uuid left. The others have been told that the
+// peer was removed; the peer reconnects and joins again.
+func (r *room) membershipLost(id string) {
+	for c, a := range r.local {
+		if a.member && a.as == id && c.relayRoom.Load() == r && !c.closing() {
+			r.s.log.Warn("Ubiq peer disconnected: its member key was removed while it stayed in the room (another node took this one for dead, or another connection of its uuid left)",
+				"peer", id, "room", r.id)
+			c.close("its member key in room " + r.id + " was removed")
 		}
 	}
 }
