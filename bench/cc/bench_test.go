@@ -82,6 +82,47 @@ func TestSummariseTargetCheck(t *testing.T) {
 	}
 }
 
+// A trace where bbr delivered nothing, or queued nothing, has no ratio to
+// compare with: the check said "+Inf" or "NaN" and counted it (hera met a
+// throughput ratio of +Inf; hera with no queue either failed on NaN).
+func TestSummariseTargetCheckZeroBaseline(t *testing.T) {
+	tests := []struct {
+		name      string
+		bbr, hera Result
+		wantLine  string
+		wantCount string
+	}{
+		{"bbr delivered nothing",
+			Result{ThroughputMbps: 0, P95QDelayMs: 0}, Result{ThroughputMbps: 50, P95QDelayMs: 10},
+			"| A | – | – | bbr delivered nothing: no comparison |", ""},
+		{"neither queued",
+			Result{ThroughputMbps: 100, P95QDelayMs: 0}, Result{ThroughputMbps: 95, P95QDelayMs: 0},
+			"| A | – | 0.95 | true |", "1 of 1 traces"},
+		{"hera queued where bbr did not",
+			Result{ThroughputMbps: 100, P95QDelayMs: 0}, Result{ThroughputMbps: 95, P95QDelayMs: 3},
+			"| A | – | 0.95 | false |", "0 of 1 traces"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, h := tt.bbr, tt.hera
+			b.Trace, b.Algo, b.Flows, b.Valid = "A", "bbr", 1, true
+			h.Trace, h.Algo, h.Flows, h.Valid = "A", "hera", 1, true
+			var buf bytes.Buffer
+			Summarise(&buf, []Result{b, h})
+			out := buf.String()
+			if strings.Contains(out, "Inf") || strings.Contains(out, "NaN") {
+				t.Errorf("summary has a ratio of a zero:\n%s", out)
+			}
+			if !strings.Contains(out, tt.wantLine) {
+				t.Errorf("summary lacks %q:\n%s", tt.wantLine, out)
+			}
+			if tt.wantCount != "" && !strings.Contains(out, tt.wantCount) {
+				t.Errorf("summary lacks %q:\n%s", tt.wantCount, out)
+			}
+		})
+	}
+}
+
 func TestQoEResult(t *testing.T) {
 	start := time.Unix(1000, 0)
 	q := &qoeStream{start: start, period: 100 * time.Millisecond, frame: 125000, target: 10e6, fps: 10,

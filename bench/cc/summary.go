@@ -123,15 +123,27 @@ func Summarise(w io.Writer, rs []Result) {
 				if hh == nil || bb == nil || hh.n == 0 || bb.n == 0 {
 					continue
 				}
+				// A ratio to a zero is no number: a bbr that delivered
+				// nothing leaves nothing to compare with (the trace is not
+				// counted), and one that queued nothing is met by a hera
+				// that queued nothing either. It printed +Inf or NaN.
+				if bb.mbps <= 0 {
+					lines = append(lines, fmt.Sprintf("| %s | – | – | bbr delivered nothing: no comparison |", t))
+					continue
+				}
 				total++
-				dr, tr := hh.p95/bb.p95, hh.mbps/bb.mbps
-				ok := dr <= 0.5 && tr >= 0.9
+				tr := hh.mbps / bb.mbps
+				ok := hh.p95 <= 0.5*bb.p95 && tr >= 0.9
 				if ok {
 					pass++
 				}
-				lines = append(lines, fmt.Sprintf("| %s | %.2f | %.2f | %v |", t, dr, tr, ok))
+				dr := "–"
+				if bb.p95 > 0 {
+					dr = fmt.Sprintf("%.2f", hh.p95/bb.p95)
+				}
+				lines = append(lines, fmt.Sprintf("| %s | %s | %.2f | %v |", t, dr, tr, ok))
 			}
-			if total == 0 {
+			if total == 0 && len(lines) == 0 {
 				continue
 			}
 			fmt.Fprintf(w, "Target check for %s against bbr (p95 delay ratio ≤ 0.5 and throughput ratio ≥ 0.9): %d of %d traces.\n\n", h, pass, total)
