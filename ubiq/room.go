@@ -153,19 +153,25 @@ type room struct {
 	knnOn   atomic.Bool // positions matter: the room uses kNN interest
 
 	// Owned by the room goroutine.
-	rec      *roomRecord
-	rev      uint64
-	members  map[string]*memberState // by key token
-	local    map[*conn]*attachment
-	pending  map[*conn]pendingMember // member attachments waiting for their key
-	ic       interestConfig
-	knn      *interest.KNN
-	placed   map[string]interest.Vec3 // positions of members, by uuid
-	nodes    map[string]bool          // other nodes present, by key token
-	ticker   *time.Ticker
-	tickC    <-chan time.Time
-	sub      *nats.Subscription
-	watcher  jetstream.KeyWatcher
+	rec     *roomRecord
+	rev     uint64
+	members map[string]*memberState // by key token
+	local   map[*conn]*attachment
+	pending map[*conn]pendingMember // member attachments waiting for their key
+	ic      interestConfig
+	knn     *interest.KNN
+	placed  map[string]interest.Vec3 // positions of members, by uuid
+	nodes   map[string]bool          // other nodes present, by key token
+	ticker  *time.Ticker
+	tickC   <-chan time.Time
+	sub     *nats.Subscription
+	watcher jetstream.KeyWatcher
+	// resync holds, while a new watch (rewatch) delivers the room's keys
+	// again, the keys it has delivered; nil otherwise.
+	resync map[string]bool
+	// rewatchC fires when a watch that could not start is to be tried
+	// again.
+	rewatchC <-chan time.Time
 	prefix   string
 	self     string // this activation's presence name: node and sequence
 	audDirty bool
@@ -265,13 +271,21 @@ func (r *room) loop() {
 		select {
 		case e, ok := <-updates:
 			if !ok {
-				r.s.log.Warn("room watch ended", "room", r.id)
-				updates = nil
+				r.logBounded(slog.LevelWarn, "Ubiq room watch ended: watching the room's keys again", "room", r.id)
+				updates = r.rewatch()
 				continue
 			}
-			if e != nil {
+			if e == nil {
+				r.endResync()
+			} else {
+				if r.resync != nil {
+					r.resync[e.Key()] = true
+				}
 				r.onEntry(e)
 			}
+		case <-r.rewatchC:
+			r.rewatchC = nil
+			updates = r.rewatch()
 		case f := <-r.cmds:
 			if f == nil {
 				return
@@ -282,6 +296,56 @@ func (r *room) loop() {
 		}
 		r.publish()
 	}
+}
+
+// rewatch starts a new watch of the room's keys once the last one ended
+// (bus trouble: a reconnect, its consumer gone), as the watch of the node
+// heartbeats does, and returns its updates. The new watch delivers every
+// key of the room again, then changes: endResync, at the end of the
+// former, drops the members and nodes whose keys went meanwhile and left
+// no delete marker (purged). A watch that cannot start is tried again
+// after NodeHeartbeat (rewatchC); none is started while the server shuts
+// down.
+func (r *room) rewatch() <-chan jetstream.KeyValueEntry {
+	if r.s.ctx.Err() != nil {
+		return nil
+	}
+	if h := r.s.beforeRewatch; h != nil {
+		h(r.id) // tests: changes made while the watch was down
+	}
+	w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
+	if err != nil {
+		r.logBounded(slog.LevelWarn, "Ubiq room watch could not start again: retrying", "room", r.id, "retry_in", r.s.cfg.NodeHeartbeat, "err", err)
+		r.rewatchC = time.After(r.s.cfg.NodeHeartbeat)
+		return nil
+	}
+	r.watcher.Stop()
+	r.watcher = w
+	r.resync = map[string]bool{}
+	return w.Updates()
+}
+
+// endResync ends the delivery of the room's keys by a new watch
+// (rewatch): the members and other nodes it did not deliver have gone
+// while no watch ran.
+func (r *room) endResync() {
+	seen := r.resync
+	if seen == nil {
+		return
+	}
+	r.resync = nil
+	for tok, m := range r.members {
+		if !seen[r.prefix+"m."+tok] {
+			r.removeMember(tok, m)
+			r.membershipLost(m.rec.UUID)
+		}
+	}
+	for tok := range r.nodes {
+		if !seen[r.prefix+"n."+tok] {
+			delete(r.nodes, tok)
+		}
+	}
+	r.others.Store(int32(len(r.nodes)))
 }
 
 // publish publishes the audience if it changed, then sends the PeerAdded
@@ -383,6 +447,9 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 			return
 		}
 		if m := r.members[tok]; m != nil {
+			if m.rev == e.Revision() {
+				break // delivered again by a new watch (rewatch)
+			}
 			old := m.rec
 			m.rec, m.rev, m.added = rec, e.Revision(), nil
 			if v, _ := rec.Props.get(CoalesceKey); v != old.Props.value(CoalesceKey) {

@@ -116,6 +116,9 @@ type Server struct {
 	// beforeLeave, if set, runs in a stopping room's goroutine before it
 	// deletes its presence key: tests use it to stand for a slow store.
 	beforeLeave func(room string)
+	// beforeRewatch, if set, runs in a room's goroutine before it watches
+	// the room's keys again after its watch ended (tests).
+	beforeRewatch func(room string)
 	// listing lists the published rooms for DiscoverRooms.
 	listing roomListing
 	// retry retries departure writes that failed (retrier).
