@@ -158,14 +158,15 @@ func (n *Node) purgeNode(id, why string) (tracks int) {
 			tracks++
 		}
 	}
-	relayed := 0
+	var orphans []*source
 	for key, s := range n.relayed {
 		if s.info.Node == id {
 			delete(n.relayed, key)
 			s.cadence.stop()
-			relayed++
+			orphans = append(orphans, s)
 		}
 	}
+	relayed := len(orphans)
 	var link *relay.Link
 	if ls := n.links[id]; ls != nil {
 		select {
@@ -189,7 +190,16 @@ func (n *Node) purgeNode(id, why string) (tracks int) {
 		return 0
 	}
 	for _, p := range peers {
-		go p.reconcile()
+		if relayed > 0 {
+			// the slots fed by the dropped sources are freed before the
+			// reallocation: left in them, a track back in the directory
+			// by then (the sync after a node is heard again) found its
+			// slot already carrying it, on a source nothing fed any more.
+			// On a goroutine: the caller may hold (or wait for) the peer.
+			go p.dropSources(orphans)
+		} else {
+			go p.reconcile()
+		}
 	}
 	return tracks
 }

@@ -1,0 +1,51 @@
+package sfu
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestPurgedRelayedSourceReleased: node 1 purges node 2 (its heartbeats
+// stopped for a moment) while bob, on node 1, receives alice's point cloud
+// relayed from node 2, and alice's track is back in node 1's directory
+// (the sync that follows) before bob's allocation runs. Bob receives
+// alice again. Before, the purge dropped the relayed source from the node
+// but left it in bob's slot: his next allocation found the slot already
+// carrying alice's key and kept it, on a source nothing fed any more (the
+// link it came over was closed), so bob received nothing of alice for
+// good (TestLostNodeBack failed so under load).
+func TestPurgedRelayedSourceReleased(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice, err := Dial(ctx, ClientConfig{NC: c.conn(t, "alice"), Session: "s1", Client: "alice", Site: "b", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	go publishFrames(ctx, alice.Tracks["pc0"], 7, 0, 2000)
+	rcv := newReceiver()
+	bob, err := Dial(ctx, ClientConfig{NC: c.conn(t, "bob"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
+		VideoSlots: 1, OnTrack: rcv.onTrack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bob.Close()
+	if alice.Node != "2" || bob.Node != "1" {
+		t.Fatalf("alice on node %s, bob on node %s; want 2 and 1", alice.Node, bob.Node)
+	}
+	waitFor(t, "bob to receive alice through the relay link", func() bool { return rcv.count(7) >= 3 })
+	n1 := c.nodes[0]
+	key := "s1/alice/pc0"
+	n1.mu.Lock()
+	entry := n1.directory[key]
+	n1.purgeNode("2", "test") // unlocks n1.mu
+	n1.mu.Lock()
+	n1.directory[key] = entry // back, by the sync, before bob's allocation
+	n1.mu.Unlock()
+	before := rcv.count(7)
+	p := n1.peerOf("s1", "bob")
+	waitForExplained(t, "bob to receive alice again", func() bool { return rcv.count(7) >= before+3 }, func() string { return p.explain(n1) })
+}
