@@ -62,6 +62,12 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "rooms", "--rate", "-5"}, want: []string{"--rate -5"}},
 		{args: []string{"bench", "rooms", "--mode", "grid", "--cell", "0"}, want: []string{"--cell 0"}},
 		{args: []string{"bench", "rooms", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"bench rooms: --out: open " + filepath.Join(tmp, "none", "r.csv")}},
+		{args: []string{"bench", "rooms", "--addr", "127.0.0.1:1", "--linger", "5ms", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"--linger 5ms", "--addr"}},
+		{args: []string{"bench", "rooms", "--addr", "127.0.0.1:1", "--server-cpus", "1", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{`--server-cpus "1"`, "--addr"}},
+		{args: []string{"bench", "rooms", "--addr", "127.0.0.1:1", "--server-cpuprofile", "s.prof", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{`--server-cpuprofile "s.prof"`, "--addr"}},
+		{args: []string{"bench", "rooms", "--server-pid", "5", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"--server-pid 5", "--addr"}},
+		{args: []string{"bench", "rooms", "--stop-mean", "-1s", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"--stop-mean -1s"}},
+		{args: []string{"bench", "rooms", "--hold", "-1", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"--hold -1"}},
 		{args: []string{"bench", "cc", "--algos", "cubic,cubc"}, want: []string{`unknown congestion control "cubc"`, "hera, hera-paper"}},
 		{args: []string{"bench", "cc", "--algos", ""}, want: []string{"no congestion control"}},
 		{args: []string{"bench", "cc", "--flows", "0"}, want: []string{"--flows 0"}},
@@ -442,5 +448,85 @@ func TestBenchRoomsAddrRefused(t *testing.T) {
 	err = runBenchRooms(t.Context(), []string{"--addr", addr, "--server-pid", strconv.Itoa(os.Getpid()), "--max", "2", "--window", "200ms"})
 	if err == nil || !strings.Contains(err.Error(), addr+" (--addr)") || !strings.Contains(err.Error(), "refused") {
 		t.Fatalf("bench rooms against nothing: %v, want the refusal and --addr named", err)
+	}
+}
+
+// A bench rooms that fails before its first window leaves the --out of an
+// earlier run as it was: the file was truncated at the start, and a run
+// that then could not reach its server lost the last one's results.
+func TestBenchRoomsKeepsOutOnFailure(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.csv")
+	if err := os.WriteFile(old, []byte("t_s,peers\n1,2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(dir, "fresh.csv")
+	for _, out := range []string{old, fresh} {
+		err := runBenchRooms(t.Context(), []string{"--addr", addr, "--max", "2", "--window", "200ms", "--out", out})
+		if err == nil || !strings.Contains(err.Error(), "(--addr)") {
+			t.Fatalf("bench rooms against nothing: %v", err)
+		}
+	}
+	if b, err := os.ReadFile(old); err != nil || string(b) != "t_s,peers\n1,2\n" {
+		t.Errorf("the earlier --out holds %q (%v), want it as it was", b, err)
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a new --out with no window in it was left behind: %v", err)
+	}
+}
+
+// A bench rooms whose room server goes away once every bot has joined
+// ends with an error saying so: it went on printing empty windows for
+// ever (a window with no latency never counted towards --hold).
+func TestBenchRoomsServerGone(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a room server")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	sctx, stopServer := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- runRoomsServe(sctx, []string{"--listen", addr}) }()
+	defer func() { stopServer(); <-served }()
+	if err := waitListening(t.Context(), addr); err != nil {
+		t.Fatal(err)
+	}
+	csvPath := filepath.Join(t.TempDir(), "rooms.csv")
+	// A guard, not a measure: the bench must end by itself long before.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- runBenchRooms(ctx, []string{"--addr", addr, "--max", "2", "--ramp", "50ms", "--window", "100ms", "--hold", "1000000", "--rate", "10", "--out", csvPath})
+	}()
+	// The server stops once the CSV has a window with both bots.
+	for {
+		b, _ := os.ReadFile(csvPath)
+		if strings.Contains(string(b), "\n") && strings.Contains(string(b)[strings.Index(string(b), "\n"):], ",2.000,") {
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("bench rooms ended before the server stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	stopServer()
+	err = <-done
+	if ctx.Err() != nil {
+		t.Fatal("bench rooms did not end when its room server went away")
+	}
+	if err == nil || !strings.Contains(err.Error(), "all 2 bots were disconnected") || !strings.Contains(err.Error(), csvPath) {
+		t.Fatalf("bench rooms: %v, want every bot disconnected and where the windows are", err)
 	}
 }

@@ -70,6 +70,9 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	if err := checkRoomsFlags(*mode, *beh, *rate, *area, *size, *maxBots, *k, *cell, *ring, *ramp, *window); err != nil {
 		return fmt.Errorf("bench rooms: %w", err)
 	}
+	if err := checkRoomsServerFlags(*addr, *serverPID, *linger, *serverProfile, *serverCPUs, *stopMean, *hold); err != nil {
+		return fmt.Errorf("bench rooms: %w", err)
+	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)
 	if err != nil {
 		return err
@@ -78,15 +81,12 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	log := slog.Default()
 	// The CSV is opened before the server starts: a path that could not be
 	// written failed after it, without naming the flag.
-	var w *csv.Writer
+	var w *roomsCSV
 	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
+		if w, err = openRoomsCSV(*out); err != nil {
 			return fmt.Errorf("bench rooms: --out: %w", err)
 		}
-		defer f.Close()
-		w = csv.NewWriter(f)
-		defer w.Flush()
+		defer w.close()
 	}
 	if *addr == "" {
 		exe, err := os.Executable()
@@ -131,11 +131,6 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	r := &roomsRun{spec: spec, tr: tr, rate: *rate, acc: bots.NewAccounts(), log: log, start: time.Now()}
 	defer r.stop()
 
-	if w != nil {
-		w.Write([]string{"t_s", "peers", "sent_per_s", "recv_per_s", "recv_bytes_per_s", "mean_ms", "p50_ms", "p99_ms", "max_ms",
-			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions", "idle_cpu", "steal_cpu",
-			"rtt_mean_ms", "rtt_p50_ms", "rtt_p99_ms", "pings_per_s", "pongs_per_s"})
-	}
 	fmt.Printf("# xrealm bench rooms: mode=%s behaviour=%s rate=%gHz size=%dB ramp=%v window=%v addr=%s\n", *mode, *beh, *rate, *size, *ramp, *window, *addr)
 	fmt.Printf("# latency: one-way (sender to receiver, one clock) and ping round trip (peer to peer and back through the relay), in ms\n")
 	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %8s %8s %6s %6s %7s %6s %6s %5s %5s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "rttMean", "rtt99", "srvCPU", "botCPU", "ext", "polar", "coll", "idle", "steal")
@@ -194,12 +189,17 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
 			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[16], row[18], row[9], row[10], ext, pol, coll, row[14], row[15])
 		if w != nil {
-			rec := make([]string, len(row))
-			for i, v := range row {
-				rec[i] = strconv.FormatFloat(v, 'f', 3, 64)
+			if err := w.write(row); err != nil {
+				return fmt.Errorf("bench rooms: --out %s: %w (%d windows above)", *out, err, windows)
 			}
-			w.Write(rec)
-			w.Flush()
+		}
+		// A room whose bots are all gone measures nothing more: its
+		// windows have no latency, so --hold never ran out.
+		if peers > 0 && ctx.Err() == nil {
+			if gone, why := r.gone(); gone == peers {
+				return fmt.Errorf("bench rooms: all %d bots were disconnected (the room server at %s stopped or closed them; the first: %v); %d windows in %s",
+					peers, *addr, why, windows, where)
+			}
 		}
 		if h.TotalCount() == 0 {
 			continue
@@ -262,6 +262,81 @@ func checkRoomsFlags(mode, beh string, rate, area float64, size, maxBots, k int,
 		return fmt.Errorf("--ring %d: want at least 0", ring)
 	}
 	return nil
+}
+
+// checkRoomsServerFlags refuses the child server's settings with a
+// server that is not the bench's child (--addr), which it ignored, and the
+// stopping rules that mean nothing.
+func checkRoomsServerFlags(addr string, serverPID int, linger time.Duration, serverProfile, serverCPUs string, stopMean time.Duration, hold int) error {
+	switch {
+	case addr != "" && linger != 0:
+		return fmt.Errorf("--linger %v sets the bench's own room server, and --addr %s names another: set its linger where it runs", linger, addr)
+	case addr != "" && serverProfile != "":
+		return fmt.Errorf("--server-cpuprofile %q profiles the bench's own room server, and --addr %s names another", serverProfile, addr)
+	case addr != "" && serverCPUs != "":
+		return fmt.Errorf("--server-cpus %q pins the bench's own room server, and --addr %s names another: pin it where it runs", serverCPUs, addr)
+	case addr == "" && serverPID != 0:
+		return fmt.Errorf("--server-pid %d is for a server named by --addr (the bench's own room server is measured without it)", serverPID)
+	case serverPID < 0:
+		return fmt.Errorf("--server-pid %d: want a process id above 0", serverPID)
+	case stopMean <= 0:
+		return fmt.Errorf("--stop-mean %v: want a positive latency", stopMean)
+	case hold < 0:
+		return fmt.Errorf("--hold %d: want 0 or more windows", hold)
+	}
+	return nil
+}
+
+// roomsCSV is bench rooms' --out. It is opened before anything starts
+// (a path that cannot be written is refused at once) but emptied only when
+// the first window is written: a run that fails or is interrupted before
+// leaves an earlier run's file as it was, and a new file is removed.
+type roomsCSV struct {
+	path    string
+	f       *os.File
+	created bool
+	w       *csv.Writer
+	started bool
+}
+
+func openRoomsCSV(path string) (*roomsCSV, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	created := err == nil
+	if errors.Is(err, os.ErrExist) {
+		f, err = os.OpenFile(path, os.O_WRONLY, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &roomsCSV{path: path, f: f, created: created, w: csv.NewWriter(f)}, nil
+}
+
+// write writes one window, after the header if it is the first, and
+// flushes it, so that the file holds every window finished.
+func (c *roomsCSV) write(row []float64) error {
+	if !c.started {
+		c.started = true
+		if err := c.f.Truncate(0); err != nil {
+			return err
+		}
+		c.w.Write([]string{"t_s", "peers", "sent_per_s", "recv_per_s", "recv_bytes_per_s", "mean_ms", "p50_ms", "p99_ms", "max_ms",
+			"server_cpu", "bench_cpu", "extension_m", "polarisation", "collisions", "idle_cpu", "steal_cpu",
+			"rtt_mean_ms", "rtt_p50_ms", "rtt_p99_ms", "pings_per_s", "pongs_per_s"})
+	}
+	rec := make([]string, len(row))
+	for i, v := range row {
+		rec[i] = strconv.FormatFloat(v, 'f', 3, 64)
+	}
+	c.w.Write(rec)
+	c.w.Flush()
+	return c.w.Error()
+}
+
+func (c *roomsCSV) close() {
+	c.f.Close()
+	if !c.started && c.created {
+		os.Remove(c.path)
+	}
 }
 
 func capStr(c, n int) string {
@@ -334,6 +409,31 @@ func (r *roomsRun) count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.bs)
+}
+
+// gone returns how many bots' connections have ended, and why the first
+// of them did.
+func (r *roomsRun) gone() (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	var why error
+	for _, b := range r.bs {
+		select {
+		case <-b.link.Done():
+			n++
+			if why == nil {
+				if e, ok := b.link.(interface{ Err() error }); ok {
+					why = e.Err()
+				}
+			}
+		default:
+		}
+	}
+	if why == nil {
+		why = errors.New("connection closed")
+	}
+	return n, why
 }
 
 func (r *roomsRun) markGood(n int) { r.mu.Lock(); r.good = n; r.mu.Unlock() }
