@@ -222,6 +222,9 @@ func (r *room) start() {
 	// sees our members has seen our presence first and publishes to us.
 	if _, err := r.s.store.putOwned(r.s.ctx, presenceKey(r.id, r.self), []byte(r.s.node)); err != nil {
 		sub.Unsubscribe()
+		// The key may have been written all the same (its answer lost),
+		// and its index entry was: both go.
+		r.leavePresence(r.s.ctx)
 		r.err = err
 		return
 	}

@@ -213,7 +213,11 @@ func (s *store) recordWritten(uuid string, r *roomRecord, rev uint64) {
 }
 
 // putOwned writes an ephemeral key of this node, indexing it first so that
-// the surviving nodes find it if this node dies.
+// the surviving nodes find it if this node dies. If it fails, the key may
+// have been written all the same (its answer lost), and its index entry
+// was: unless the key was there before, the caller deletes both
+// (deleteOwned, deleteMember), or the index entry stays until the node
+// dies, and the key with it.
 func (s *store) putOwned(ctx context.Context, key string, value []byte) (uint64, error) {
 	if _, err := s.kv.Put(ctx, ownedKey(s.node, key), nil); err != nil {
 		return 0, err
