@@ -330,7 +330,7 @@ func (c *conn) relay(f []byte) {
 	}
 	c.busBuf = append(appendBus(c.busBuf[:0], busFrame, id), f...)
 	if err := c.s.cfg.NC.Publish(r.subj, c.busBuf); err != nil {
-		c.log.Warn("bus publish failed", "room", r.id, "err", err)
+		c.s.busFailed("relayed frame", r.id, id, err)
 	}
 	if cap(c.busBuf) > 1<<20 {
 		c.busBuf = nil
@@ -883,7 +883,9 @@ func (c *conn) setPosition(p interest.Vec3) {
 		return
 	}
 	c.posBuf = appendPosition(appendBus(c.posBuf[:0], busPosition, id), p)
-	c.s.cfg.NC.Publish(r.subj, c.posBuf)
+	if err := c.s.cfg.NC.Publish(r.subj, c.posBuf); err != nil {
+		c.s.busFailed("position", r.id, id, err)
+	}
 }
 
 func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) {

@@ -116,6 +116,10 @@ type Server struct {
 	// beforeLeave, if set, runs in a stopping room's goroutine before it
 	// deletes its presence key: tests use it to stand for a slow store.
 	beforeLeave func(room string)
+	// busLog bounds the lines logged for publishes on the bus that failed
+	// (busFailed); guarded by busLogMu.
+	busLogMu sync.Mutex
+	busLog   logGate
 	// beforeRewatch, if set, runs in a room's goroutine before it watches
 	// the room's keys again after its watch ended (tests).
 	beforeRewatch func(room string)
@@ -418,6 +422,16 @@ func (s *Server) afterSweep(node string, silent time.Duration, rooms []string) {
 	s.m.nodesSwept.Inc()
 	s.m.keysSwept.Add(float64(len(rooms)))
 	s.log.Warn("ubiq node stopped its heartbeat: removed its members, observers and room presence", "node", node, "silent", silent, "rooms", len(rooms))
+}
+
+// busFailed logs a publish on the bus that failed, within one log budget
+// for the server (logGate): while the bus connection is down, every frame
+// relayed to another node and every position fails, in every room, and
+// the cause is the one connection they share.
+func (s *Server) busFailed(what, room, peer string, err error) {
+	s.busLogMu.Lock()
+	defer s.busLogMu.Unlock()
+	s.busLog.log(s.log, slog.LevelWarn, "Ubiq bus publish failed", "what", what, "room", room, "peer", peer, "err", err)
 }
 
 // acquire returns the active room id, starting it if needed.
