@@ -55,11 +55,11 @@ func runBenchBus(ctx context.Context, args []string) error {
 	profScenes := fs.Int("profile-scenes", 1, "scenes for --profile")
 	profDur := fs.Duration("profile-duration", 20*time.Second, "profiled time for --profile")
 	profInsecure := fs.Bool("profile-insecure", false, "profile xrealm --insecure")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if *summary {
 		r, err := benchbus.ReadResults(filepath.Join(*out, "results.json"))
@@ -85,19 +85,19 @@ func runBenchBus(ctx context.Context, args []string) error {
 	d.Out, d.Mosquitto, d.Python = *out, *mosq, *python
 	d.Experiments, d.Systems = splitList(*exps), splitList(*systems)
 	if d.Ramp, err = parseInts("--ramp", *ramp); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if d.IsolationScene, err = parseInts("--isolation-scenes", *isoScenes); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if d.IsolationRamp, err = parseInts("--isolation-ramp", *isoRamp); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if d.SecurityUsers, err = parseInts("--security-users", *secUsers); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if d.InteractionBG, err = parseInts("--interaction-bg", *bg); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if *xbin == "" {
 		if *xbin, err = os.Executable(); err != nil {
@@ -117,7 +117,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	}
 	d.Command = strings.TrimSpace("xrealm bench bus " + shellJoin(withoutOut(args)))
 	if err := d.Check(); err != nil {
-		return fmt.Errorf("bench bus: %w", err)
+		return usagef("bench bus: %w", err)
 	}
 	abs, _ := filepath.Abs(d.Out)
 	_, err = os.Stat(filepath.Join(d.Out, "RESULTS.md"))

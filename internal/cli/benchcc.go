@@ -54,11 +54,11 @@ func runBenchCC(ctx context.Context, args []string) error {
 	tcpInfo := fs.String("tcpinfo-dir", "", "write flow 0's TCP_INFO every 10 ms to a file per run in this directory (diagnostics)")
 	out := fs.String("out", benchCCOut, "output directory (results.jsonl in it is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench cc: unexpected arguments %q", fs.Args())
+		return usagef("bench cc: unexpected arguments %q", fs.Args())
 	}
 	if *summary != "" {
 		rs, err := benchcc.ReadResults(*summary)
@@ -83,21 +83,21 @@ func runBenchCC(ctx context.Context, args []string) error {
 		return fmt.Errorf("bench cc: %w", err)
 	}
 	if err := benchcc.CheckAlgos(cfg.Algos, kernel); err != nil {
-		return fmt.Errorf("bench cc: --algos: %w", err)
+		return usagef("bench cc: --algos: %w", err)
 	}
 	switch {
 	case *dur <= 0:
-		return fmt.Errorf("bench cc: --duration %v: want a positive duration", *dur)
+		return usagef("bench cc: --duration %v: want a positive duration", *dur)
 	case *delay < 0:
-		return fmt.Errorf("bench cc: --delay %v: want a duration of at least 0", *delay)
+		return usagef("bench cc: --delay %v: want a duration of at least 0", *delay)
 	case *queue < 1:
-		return fmt.Errorf("bench cc: --queue-packets %d: want at least 1", *queue)
+		return usagef("bench cc: --queue-packets %d: want at least 1", *queue)
 	case *flows < 1 || *flows > benchcc.MaxFlows:
-		return fmt.Errorf("bench cc: --flows %d: want 1 to %d", *flows, benchcc.MaxFlows)
+		return usagef("bench cc: --flows %d: want 1 to %d", *flows, benchcc.MaxFlows)
 	case *qoe && !(*qoeRate > 0 && *qoeRate < math.Inf(1)):
-		return fmt.Errorf("bench cc: --qoe-mbps %g: want a positive bitrate", *qoeRate)
+		return usagef("bench cc: --qoe-mbps %g: want a positive bitrate", *qoeRate)
 	case *qoe && *qoeFPS < 1:
-		return fmt.Errorf("bench cc: --qoe-fps %d: want at least 1", *qoeFPS)
+		return usagef("bench cc: --qoe-fps %d: want at least 1", *qoeFPS)
 	}
 	if *heraArgs != "" {
 		p := hera.DefaultParams()
@@ -105,22 +105,22 @@ func runBenchCC(ctx context.Context, args []string) error {
 		hfs.SetOutput(io.Discard) // the error says what is wrong; not the whole flag list
 		heraFlags(hfs, &p)
 		if err := hfs.Parse(strings.Fields(*heraArgs)); err != nil {
-			return fmt.Errorf("bench cc: --hera-args: %w", err)
+			return usagef("bench cc: --hera-args: %w", err)
 		}
 		if err := p.Validate(); err != nil {
-			return fmt.Errorf("bench cc: --hera-args: %w", err)
+			return usagef("bench cc: --hera-args: %w", err)
 		}
 		cfg.HeraParams = &p
 	}
 	for _, s := range splitList(*seeds) {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return fmt.Errorf("bench cc: --seeds: %q is not a non-negative integer", s)
+			return usagef("bench cc: --seeds: %q is not a non-negative integer", s)
 		}
 		cfg.Seeds = append(cfg.Seeds, v)
 	}
 	if len(cfg.Seeds) == 0 {
-		return errors.New("bench cc: --seeds is empty")
+		return usageErr(errors.New("bench cc: --seeds is empty"))
 	}
 	if *dir == "" {
 		if *dir, err = benchcc.DefaultTraces(); err != nil {
@@ -136,7 +136,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 		cfg.Traces = append(cfg.Traces, path)
 	}
 	if len(cfg.Traces) == 0 {
-		return errors.New("bench cc: --traces is empty")
+		return usageErr(errors.New("bench cc: --traces is empty"))
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("bench cc: needs root (network namespaces, TUN devices, BPF congestion control)")

@@ -61,17 +61,17 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	linger := fs.Duration("linger", 0, "child server: write linger of its connections (0 = the server's default)")
 	hold := fs.Int("hold", 0, "windows to keep measuring once every bot has joined")
 	serverCPUs := fs.String("server-cpus", "", "child server: pin it to these CPUs (taskset list, e.g. 1); empty = no pinning")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench rooms: unexpected arguments %q", fs.Args())
+		return usagef("bench rooms: unexpected arguments %q", fs.Args())
 	}
 	if err := checkRoomsFlags(*mode, *beh, *rate, *area, *size, *maxBots, *k, *cell, *ring, *ramp, *window); err != nil {
-		return fmt.Errorf("bench rooms: %w", err)
+		return usagef("bench rooms: %w", err)
 	}
 	if err := checkRoomsServerFlags(*addr, *serverPID, *linger, *serverProfile, *serverCPUs, *stopMean, *hold); err != nil {
-		return fmt.Errorf("bench rooms: %w", err)
+		return usagef("bench rooms: %w", err)
 	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)
 	if err != nil {
@@ -758,7 +758,7 @@ func runRoomsServe(ctx context.Context, args []string) error {
 	wssListen := fs.String("wss-listen", "", "Ubiq secure WebSocket address (self-signed certificate); empty = off")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server to this file")
 	linger := fs.Duration("linger", 0, "write linger of each connection (0 = ubiq's default, negative = none)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)

@@ -62,11 +62,11 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	senders := fs.String("senders", "", "internal (bots): scenario 2 senders")
 	clip := fs.String("clip", "", "internal (bots): clip file")
 	botDelays := fs.String("bot-delays", "", "internal (bots): egress delay routes")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bench sfu: unexpected arguments %q", fs.Args())
+		return usagef("bench sfu: unexpected arguments %q", fs.Args())
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	switch *role {
@@ -75,11 +75,11 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	case "bots":
 		us, err := ints(*botUsers)
 		if err != nil {
-			return fmt.Errorf("--bot-users: %w", err)
+			return usagef("--bot-users: %w", err)
 		}
 		ss, err := ints(*senders)
 		if err != nil {
-			return fmt.Errorf("--senders: %w", err)
+			return usagef("--senders: %w", err)
 		}
 		var nr []string
 		if *near != "" {
@@ -89,10 +89,10 @@ func runBenchSFU(ctx context.Context, args []string) error {
 			ClipPath: *clip, Estimator: *estimator, Delays: *botDelays, Aligned: *phase == "aligned", ReportInterval: *rtcpInterval, Log: log}, os.Stdin, os.Stdout)
 	case "":
 	default:
-		return fmt.Errorf("--role %q: want bus or bots", *role)
+		return usagef("--role %q: want bus or bots", *role)
 	}
 	if *phase != "spread" && *phase != "aligned" {
-		return fmt.Errorf("--phase %q: want spread or aligned", *phase)
+		return usagef("--phase %q: want spread or aligned", *phase)
 	}
 	if *summary != "" {
 		rs, err := benchsfu.ReadResults(*summary)
@@ -108,22 +108,22 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
 	var err error
 	if cfg.Users, err = ints(*users); err != nil {
-		return fmt.Errorf("bench sfu: --users: %w", err)
+		return usagef("bench sfu: --users: %w", err)
 	}
 	if cfg.Scenarios, err = ints(*scenarios); err != nil {
-		return fmt.Errorf("bench sfu: --scenarios: %w", err)
+		return usagef("bench sfu: --scenarios: %w", err)
 	}
 	ds := strings.Split(*delays, ",")
 	if len(ds) != 4 {
-		return fmt.Errorf("bench sfu: --delays %q: want 4 durations", *delays)
+		return usagef("bench sfu: --delays %q: want 4 durations", *delays)
 	}
 	for i, d := range ds {
 		if cfg.CentralDelays[i], err = time.ParseDuration(strings.TrimSpace(d)); err != nil {
-			return fmt.Errorf("bench sfu: --delays: %w", err)
+			return usagef("bench sfu: --delays: %w", err)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("bench sfu: %w (see xrealm bench sfu -h)", err)
+		return usagef("bench sfu: %w (see xrealm bench sfu -h)", err)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("bench sfu: needs root (network namespaces, veth, tc)")

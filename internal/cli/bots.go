@@ -66,63 +66,63 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	seed := fs.Uint64("seed", 1, "random seed")
 	reconnect := fs.Bool("reconnect", false, "a bot whose connection ends joins again (waits from 0.5 s, doubled while it fails, up to 10 s), as a browser does; poses due while it is away count as missed. Without it a lost bot stays away, and the run ends when every bot is gone")
 	prefix := fs.String("prefix", "", "user names and client ids are {prefix}{i} (default: bot, 4 random letters and '-', new each run: a client id two runs share is taken over, the first run's bot disconnected)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if *users < 1 || *nScenes < 1 {
-		return fmt.Errorf("--users (%d) and --scenes (%d) must be at least 1", *users, *nScenes)
+		return usagef("--users (%d) and --scenes (%d) must be at least 1", *users, *nScenes)
 	}
 	if *nScenes > *users {
-		return fmt.Errorf("--scenes %d is more than --users %d: bots are spread over the scenes, so %d scenes would stay empty", *nScenes, *users, *nScenes-*users)
+		return usagef("--scenes %d is more than --users %d: bots are spread over the scenes, so %d scenes would stay empty", *nScenes, *users, *nScenes-*users)
 	}
 	if err := bots.CheckRate(*rate); err != nil {
-		return fmt.Errorf("--rate %g: want poses per second per bot above 0 (and at most %g)", *rate, float64(bots.MaxRate))
+		return usagef("--rate %g: want poses per second per bot above 0 (and at most %g)", *rate, float64(bots.MaxRate))
 	}
 	if *size < 0 || *size > maxPoseSize {
-		return fmt.Errorf("--size %d: want a pose message size in bytes from 0 (no padding) to %d (MQTT's largest message)", *size, maxPoseSize)
+		return usagef("--size %d: want a pose message size in bytes from 0 (no padding) to %d (MQTT's largest message)", *size, maxPoseSize)
 	}
 	if *every <= 0 {
-		return fmt.Errorf("--progress %s: want an interval above 0", *every)
+		return usagef("--progress %s: want an interval above 0", *every)
 	}
 	if *duration < 0 {
-		return fmt.Errorf("--duration %s: want a length of time, or 0 to run until interrupted", *duration)
+		return usagef("--duration %s: want a length of time, or 0 to run until interrupted", *duration)
 	}
 	if *parallel < 1 {
-		return fmt.Errorf("--parallel %d: want at least 1", *parallel)
+		return usagef("--parallel %d: want at least 1", *parallel)
 	}
 	if !slices.Contains(bots.Behaviours, *behaviour) {
-		return fmt.Errorf("--behaviour %q: want one of %s", *behaviour, strings.Join(bots.Behaviours, ", "))
+		return usagef("--behaviour %q: want one of %s", *behaviour, strings.Join(bots.Behaviours, ", "))
 	}
 	if !(*speed >= 0 && *speed <= math.MaxFloat64) {
-		return fmt.Errorf("--speed %g: want metres per second, at least 0 (above 0 for randomwalk and boids)", *speed)
+		return usagef("--speed %g: want metres per second, at least 0 (above 0 for randomwalk and boids)", *speed)
 	}
 	if (*behaviour == "randomwalk" || *behaviour == "boids") && *speed == 0 {
 		// Spec's 0 is its default, 3 m/s.
-		return fmt.Errorf("--speed 0: %s bots need a speed above 0 (bots that stand still: --behaviour static)", *behaviour)
+		return usagef("--speed 0: %s bots need a speed above 0 (bots that stand still: --behaviour static)", *behaviour)
 	}
 	a, err := parseArea(*area)
 	if err != nil {
-		return err
+		return usageErr(err)
 	}
 	switch {
 	case *behaviour == "replay" && *trace == "":
-		return fmt.Errorf("--behaviour replay needs --trace FILE (lines: t x y z qx qy qz qw)")
+		return usagef("--behaviour replay needs --trace FILE (lines: t x y z qx qy qz qw)")
 	case *behaviour != "replay" && *trace != "":
-		return fmt.Errorf("--trace is played by --behaviour replay only (--behaviour is %s)", *behaviour)
+		return usagef("--trace is played by --behaviour replay only (--behaviour is %s)", *behaviour)
 	}
 	if err := topic.ValidLevel("--realm", *realm); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if *prefix == "" {
 		*prefix = randomPrefix()
 	} else if err := topic.ValidLevel("--prefix", *prefix); err != nil {
-		return err
+		return usageErr(err)
 	}
 	if err := topic.ValidSceneName("--namespace", *ns); err != nil {
-		return err
+		return usageErr(err)
 	}
 	scenes := []string{*scene}
 	if *nScenes > 1 {
@@ -133,7 +133,7 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	for i, sc := range scenes {
 		if err := topic.ValidSceneName("--scene", sc); err != nil {
-			return err
+			return usageErr(err)
 		}
 		scenes[i] = *ns + "/" + sc
 	}

@@ -38,27 +38,27 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 	out := fs.String("out", "", "the trace file to write (required; - for standard output)")
 	duration := fs.Duration("duration", 0, "stop after this long (0: until interrupted)")
 	maxSamples := fs.Int("samples", 0, "stop after this many samples (0: no limit)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("bots record: unexpected arguments %q", fs.Args())
+		return usagef("bots record: unexpected arguments %q", fs.Args())
 	}
 	if *sceneName == "" {
-		return errors.New("bots record: --scene NS/SCENE is required")
+		return usageErr(errors.New("bots record: --scene NS/SCENE is required"))
 	}
 	ns, scene, err := topic.ParseSceneName(*sceneName)
 	if err != nil {
-		return fmt.Errorf("bots record: --scene: %w", err)
+		return usagef("bots record: --scene: %w", err)
 	}
 	if err := topic.ValidLevel("--realm", *realm); err != nil {
-		return fmt.Errorf("bots record: %w", err)
+		return usagef("bots record: %w", err)
 	}
 	if *out == "" {
-		return errors.New("bots record: --out FILE is required (- for standard output)")
+		return usageErr(errors.New("bots record: --out FILE is required (- for standard output)"))
 	}
 	if *duration < 0 || *maxSamples < 0 {
-		return fmt.Errorf("bots record: --duration (%s) and --samples (%d) must not be negative", *duration, *maxSamples)
+		return usagef("bots record: --duration (%s) and --samples (%d) must not be negative", *duration, *maxSamples)
 	}
 	tokens, err := botTokens(*noAuth, *dataDir, *tokenURL, *bearer)
 	if err != nil {

@@ -31,7 +31,7 @@ func ccCommand(args []string) error {
 	names := strings.Join(cc.Names, " or ")
 	usage := "usage: xrealm cc load hera|hera-paper [flags] | xrealm cc unload [hera|hera-paper]"
 	if len(args) == 0 {
-		return errors.New(usage)
+		return usageErr(errors.New(usage))
 	}
 	if isHelp(args[0]) || len(args) > 1 && args[0] == "unload" && isHelp(args[1]) {
 		fmt.Fprintln(os.Stderr, usage+"\n(xrealm cc load hera -h for the load flags)")
@@ -40,27 +40,27 @@ func ccCommand(args []string) error {
 	switch args[0] {
 	case "load":
 		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
-			return fmt.Errorf("load: name a congestion control (%s)\n%s", names, usage)
+			return usagef("load: name a congestion control (%s)\n%s", names, usage)
 		}
 		name := args[1]
 		if !slices.Contains(cc.Names, name) {
-			return fmt.Errorf("unknown congestion control %q (want one of %s)", name, strings.Join(cc.Names, ", "))
+			return usagef("unknown congestion control %q (want one of %s)", name, strings.Join(cc.Names, ", "))
 		}
 		p, err := hera.ForVariant(name)
 		if err != nil {
-			return err
+			return usageErr(err)
 		}
 		fs := flag.NewFlagSet("cc load", flag.ContinueOnError)
 		fs.SetOutput(os.Stderr)
 		heraFlags(fs, &p)
-		if err := fs.Parse(args[2:]); err != nil {
+		if err := parseFlags(fs, args[2:]); err != nil {
 			return err
 		}
 		if fs.NArg() > 0 {
-			return fmt.Errorf("load: unexpected arguments %q", fs.Args())
+			return usagef("load: unexpected arguments %q", fs.Args())
 		}
 		if err := p.Validate(); err != nil { // before the kernel is asked
-			return fmt.Errorf("load %s: %w", name, err)
+			return usagef("load %s: %w", name, err)
 		}
 		if err := cc.Load(name, p); err != nil {
 			return err
@@ -70,7 +70,7 @@ func ccCommand(args []string) error {
 		return nil
 	case "unload":
 		if len(args) > 2 {
-			return fmt.Errorf("unload: unexpected arguments %q\n%s", args[2:], usage)
+			return usagef("unload: unexpected arguments %q\n%s", args[2:], usage)
 		}
 		name := ""
 		if len(args) > 1 {
@@ -78,7 +78,7 @@ func ccCommand(args []string) error {
 		}
 		return cc.Unload(name)
 	default:
-		return fmt.Errorf("unknown subcommand %q\n%s", args[0], usage)
+		return usagef("unknown subcommand %q\n%s", args[0], usage)
 	}
 }
 

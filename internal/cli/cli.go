@@ -57,9 +57,43 @@ func Main(args []string, stderr io.Writer) int {
 			return 0
 		}
 		fmt.Fprintf(stderr, "xrealm %s: %v\n", args[0], err)
+		var ue *usageError
+		if errors.As(err, &ue) {
+			return 2
+		}
 		return 1
 	}
 	return 0
+}
+
+// usageError is a command line that cannot run as given: an unknown
+// flag, subcommand or benchmark, a value a flag does not take, a required
+// flag missing, arguments left over. Main exits 2 for it, as Go's flag
+// package and no command at all do, and 1 for a command that failed.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// usageErr marks err (nil stays nil) as a usage error.
+func usageErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &usageError{err}
+}
+
+// usagef is fmt.Errorf for a usage error.
+func usagef(format string, a ...any) error { return usageErr(fmt.Errorf(format, a...)) }
+
+// parseFlags parses args into fs; an error (an unknown flag, a value that
+// does not parse) is a usage error, except -h's flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageErr(err)
 }
 
 // interruptible returns a context that the first interrupt (Ctrl-C) or
@@ -111,7 +145,7 @@ func runBench(ctx context.Context, args []string) error {
 		"rooms": runBenchRooms,
 	}
 	if len(args) < 1 {
-		return fmt.Errorf("which benchmark? one of: %s", strings.Join(keys(benches), ", "))
+		return usagef("which benchmark? one of: %s", strings.Join(keys(benches), ", "))
 	}
 	if isHelp(args[0]) {
 		fmt.Fprintf(os.Stderr, "usage: xrealm bench <benchmark> [flags]   (xrealm bench <benchmark> -h for its flags)\nbenchmarks: %s\n", strings.Join(keys(benches), ", "))
@@ -119,7 +153,7 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	b, ok := benches[args[0]]
 	if !ok {
-		return fmt.Errorf("unknown benchmark %q; one of: %s", args[0], strings.Join(keys(benches), ", "))
+		return usagef("unknown benchmark %q; one of: %s", args[0], strings.Join(keys(benches), ", "))
 	}
 	return b(ctx, args[1:])
 }

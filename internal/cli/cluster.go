@@ -30,20 +30,20 @@ func runCluster(ctx context.Context, args []string) error {
 		return flag.ErrHelp
 	}
 	if len(args) == 0 || args[0] != "remove-peer" {
-		return errors.New(clusterUsage)
+		return usageErr(errors.New(clusterUsage))
 	}
 	fs := flag.NewFlagSet("cluster remove-peer", flag.ContinueOnError)
 	bus := fs.String("bus", "nats://127.0.0.1:4222", "NATS URL of a running node of the cluster (its --nats-addr)")
 	token := fs.String("token", "", "token with the cluster right (xrealm token --role cluster --data <a node's data dir>)")
 	wait := fs.Duration("timeout", 40*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("want one node name after the flags, got %q\n%s", fs.Args(), clusterUsage)
+		return usagef("want one node name after the flags, got %q\n%s", fs.Args(), clusterUsage)
 	}
 	if *wait <= 0 {
-		return fmt.Errorf("--timeout %s: how long to wait for the answer must be positive, e.g. 40s", *wait)
+		return usagef("--timeout %s: how long to wait for the answer must be positive, e.g. 40s", *wait)
 	}
 	node := fs.Arg(0)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -41,12 +41,12 @@ func netemCommandLine(ctx context.Context, args []string) error {
 	noRT := fs.Bool("no-realtime", false, "keep the forwarding threads at normal priority (default: SCHED_FIFO, see netem.RealtimePriority)")
 	logDir := fs.String("log", "", "write per-packet logs (uplink.log, downlink.log) to this `dir`")
 	fs.Usage = func() { netemUsage(fs) }
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *up == "" || *down == "" {
 		fs.Usage()
-		return errors.New("--up and --down are required")
+		return usageErr(errors.New("--up and --down are required"))
 	}
 	upT, err := netem.LoadTrace(*up)
 	if err != nil {

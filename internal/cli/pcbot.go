@@ -40,15 +40,15 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	z := fs.Float64("z", -3, "the publisher's z position, sent as its SFU pose")
 	site := fs.String("site", "", "the site to be placed at (xrealm sfu --site): a node there if one runs, else by load")
 	stdin := fs.Bool("stdin", false, "stop when stdin closes")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *session == "" {
-		return errors.New("--session is required: the scene as NS/SCENE, or its session id {ns}-{scene}")
+		return usageErr(errors.New("--session is required: the scene as NS/SCENE, or its session id {ns}-{scene}"))
 	}
 	if ns, sc, ok := strings.Cut(*session, "/"); ok {
 		if _, _, err := topic.ParseSceneName(*session); err != nil {
-			return fmt.Errorf("--session: %w", err)
+			return usagef("--session: %w", err)
 		}
 		*session = sfu.SessionOf(ns, sc)
 	}

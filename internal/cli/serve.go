@@ -61,11 +61,11 @@ func runServe(ctx context.Context, args []string) error {
 	pprofAddr := fs.String("pprof-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060); empty = off")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	logFormat := fs.String("log-format", "text", "text or json")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if *configFile != "" {
 		if err := applyConfigFile(fs, *configFile); err != nil {
@@ -74,11 +74,11 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	var err error
 	if cfg.Routes, err = parseRoutes(*routes); err != nil {
-		return err
+		return usageErr(err)
 	}
 	log, err := newLogger(*logLevel, *logFormat)
 	if err != nil {
-		return err
+		return usageErr(err)
 	}
 	if *pprofAddr != "" {
 		if err := servePprof(*pprofAddr, log); err != nil {

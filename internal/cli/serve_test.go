@@ -78,7 +78,8 @@ func TestMainUsage(t *testing.T) {
 		t.Fatalf("code %d, output %q", code, out.String())
 	}
 	out.Reset()
-	if code := Main([]string{"token", "--user", "u", "--scene", "bad"}, &out); code != 1 || !strings.Contains(out.String(), "namespace/scene") {
+	// A bad value is a usage error too (TestExitCodes).
+	if code := Main([]string{"token", "--user", "u", "--scene", "bad"}, &out); code != 2 || !strings.Contains(out.String(), "namespace/scene") {
 		t.Fatalf("code %d, output %q", code, out.String())
 	}
 }

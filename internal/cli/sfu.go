@@ -44,34 +44,34 @@ func runSFU(ctx context.Context, args []string) error {
 	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if *join == "" || *id == "" {
-		return errors.New("--join and --id are required")
+		return usageErr(errors.New("--join and --id are required"))
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: %w", *logLevel, err)
+		return usagef("--log-level %q: %w", *logLevel, err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	m, err := allocator.ParseMode(*mode)
 	if err != nil {
-		return err
+		return usageErr(err)
 	}
 	ests := sfu.DefaultEstimators()
 	est, ok := ests[*estimator]
 	if !ok {
-		return fmt.Errorf("--estimator %q: want gcc or hera", *estimator)
+		return usagef("--estimator %q: want gcc or hera", *estimator)
 	}
 	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: cmp.Or(*relaySlots, -1), NoSharedLinks: !*shared, ReportInterval: *rtcpInterval}
 	if *delays != "" {
 		routes, err := sfu.ParseDelayRoutes(*delays)
 		if err != nil {
-			return fmt.Errorf("--egress-delays: %w", err)
+			return usagef("--egress-delays: %w", err)
 		}
 		if cfg.Net, err = sfu.NewDelayNet(routes); err != nil {
 			return err
@@ -302,7 +302,7 @@ func parseUDPPorts(s string) (lo, hi uint16, err error) {
 	l, err1 := strconv.ParseUint(strings.TrimSpace(a), 10, 16)
 	h, err2 := strconv.ParseUint(strings.TrimSpace(b), 10, 16)
 	if !ok || err1 != nil || err2 != nil || l == 0 || h < l {
-		return 0, 0, fmt.Errorf("--udp-ports %q: want MIN-MAX, two ports from 1 to 65535 with MIN not above MAX, e.g. 50000-50100", s)
+		return 0, 0, usagef("--udp-ports %q: want MIN-MAX, two ports from 1 to 65535 with MIN not above MAX, e.g. 50000-50100", s)
 	}
 	return uint16(l), uint16(h), nil
 }

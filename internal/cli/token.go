@@ -42,17 +42,17 @@ func parseToken(args []string) (tokenRequest, error) {
 	data := fs.String("data", "./data", "data directory of the server (holds the signing key)")
 	realm := fs.String("realm", "realm", "realm")
 	client := fs.String("userclient", "", "limit a viewer's own topics to this client id (default: any)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return tokenRequest{}, err
 	}
 	if fs.NArg() > 0 {
-		return tokenRequest{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+		return tokenRequest{}, usagef("unexpected arguments %q", fs.Args())
 	}
 	if *user == "" {
-		return tokenRequest{}, fmt.Errorf("--user is required")
+		return tokenRequest{}, usagef("--user is required")
 	}
 	if *ttl <= 0 {
-		return tokenRequest{}, fmt.Errorf("--ttl must be positive, got %s", *ttl)
+		return tokenRequest{}, usagef("--ttl must be positive, got %s", *ttl)
 	}
 	req := tokenRequest{data: *data, user: *user, ttl: *ttl}
 	if *role == "sfu" || *role == "cluster" {
@@ -61,29 +61,29 @@ func parseToken(args []string) (tokenRequest, error) {
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		for _, name := range []string{"scene", "realm", "userclient"} {
 			if set[name] {
-				return tokenRequest{}, fmt.Errorf("--%s does not apply to --role %s (a service's token is for no scene)", name, *role)
+				return tokenRequest{}, usagef("--%s does not apply to --role %s (a service's token is for no scene)", name, *role)
 			}
 		}
 		req.rights = auth.ServiceRights(*role)
 		return req, nil
 	}
 	if err := persist.ValidRealm(*realm); err != nil {
-		return tokenRequest{}, fmt.Errorf("--realm: %w", err)
+		return tokenRequest{}, usagef("--realm: %w", err)
 	}
 	r, ok := auth.ParseRole(*role)
 	if !ok {
-		return tokenRequest{}, fmt.Errorf("--role must be editor, viewer, sfu or cluster, got %q", *role)
+		return tokenRequest{}, usagef("--role must be editor, viewer, sfu or cluster, got %q", *role)
 	}
 	if *scene == "" {
-		return tokenRequest{}, fmt.Errorf("--scene is required: namespace/scene (a token is for one scene)")
+		return tokenRequest{}, usagef("--scene is required: namespace/scene (a token is for one scene)")
 	}
 	ns, sc, err := topic.ParseSceneName(*scene)
 	if err != nil {
-		return tokenRequest{}, fmt.Errorf("--scene: %w (a token is for one scene)", err)
+		return tokenRequest{}, usagef("--scene: %w (a token is for one scene)", err)
 	}
 	if *client != "" {
 		if err := topic.ValidLevel("--userclient", *client); err != nil {
-			return tokenRequest{}, err
+			return tokenRequest{}, usageErr(err)
 		}
 	}
 	req.rights = auth.SceneRights(*realm, ns, sc, r, *client)
