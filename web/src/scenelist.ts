@@ -33,9 +33,15 @@ async function listScenes(): Promise<{ scenes: string[]; refused?: string }> {
   return { scenes: [...out].sort(), refused };
 }
 
+/** How long the server may take to acknowledge the scene-options object. */
+export const CREATE_ACK_TIMEOUT_MS = 15_000;
+
 /**
  * Creates a scene by storing its scene-options object: a scene exists in
- * xrealm once it has a persisted object. Resolves when the server stored it.
+ * xrealm once it has a persisted object. Resolves when the server stored it;
+ * fails when the connection closes first (mqtt.js, which does not reconnect
+ * here, would wait for the acknowledgement for ever) or no acknowledgement
+ * comes within CREATE_ACK_TIMEOUT_MS.
  */
 async function createScene(ns: string, scene: string): Promise<void> {
   const userClient = `xr-${randomSuffix(8)}`;
@@ -43,19 +49,33 @@ async function createScene(ns: string, scene: string): Promise<void> {
   if (s.role !== 'editor') throw new Error(`your token may not edit ${ns}/${scene} (role ${s.role})`);
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/mqtt`;
   const c = mqtt.connect(url, { clientId: userClient, username: s.username, password: s.token, reconnectPeriod: 0, connectTimeout: 10_000 });
+  // an error is followed by close, which each step below waits for too
+  // (and an 'error' with no listener would be thrown)
+  c.on('error', () => {});
+  let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     await new Promise<void>((resolve, reject) => {
       c.once('connect', () => resolve());
       c.once('error', reject);
-      c.once('close', () => reject(new Error('connection closed')));
+      c.once('close', () => reject(new Error('the connection to the server closed before it was made')));
     });
     const base = `${s.realm}/s/${ns}/${scene}`;
-    await c.publishAsync(topicFor(base, 'o', userClient, 'scene-options'), JSON.stringify({
+    const stored = c.publishAsync(topicFor(base, 'o', userClient, 'scene-options'), JSON.stringify({
       object_id: 'scene-options', action: 'create', type: 'scene-options', persist: true,
       data: { 'scene-options': { sceneHeadModels: [] }, 'env-presets': { preset: 'none' } },
     }), { qos: 1 });
+    stored.catch(() => {}); // (when the race below is lost)
+    await Promise.race([
+      stored,
+      new Promise<never>((_, reject) => {
+        if (!c.connected) reject(new Error('the connection to the server closed before it stored the scene'));
+        c.once('close', () => reject(new Error('the connection to the server closed before it stored the scene')));
+        timer = setTimeout(() => reject(new Error(`the server did not confirm within ${CREATE_ACK_TIMEOUT_MS / 1000} s that it stored the scene`)), CREATE_ACK_TIMEOUT_MS);
+      }),
+    ]);
   } finally {
-    c.end();
+    clearTimeout(timer);
+    c.end(!c.connected); // (a DISCONNECT only on a connection that is up)
   }
 }
 
@@ -109,6 +129,7 @@ export async function startSceneList() {
     oninput: () => nameInput.removeAttribute('aria-invalid'),
   });
   const createMsg = h('span', { id: 'new-scene-msg', 'aria-live': 'polite' });
+  const createButton = h('button', { type: 'submit', disabled: !me || me.expired }, 'Create scene');
   const createForm = h('form', {
     id: 'new-scene',
     novalidate: true,
@@ -124,14 +145,16 @@ export async function startSceneList() {
         return;
       }
       createMsg.textContent = 'Creating…';
+      createButton.disabled = true; // one scene at a time; the button comes back when it failed
       try {
         await createScene(cur.user, name);
         location.href = `/${encodeURIComponent(cur.user)}/${encodeURIComponent(name)}/edit`;
       } catch (err) {
-        createMsg.textContent = `Could not create ${cur.user}/${name}: ${(err as Error).message}`;
+        createMsg.textContent = `Could not create ${cur.user}/${name}: ${(err as Error).message}. Try again.`;
+        createButton.disabled = false;
       }
     },
-  }, me ? `New scene in ${me.user}/ ` : '', nameInput, h('button', { type: 'submit', disabled: !me || me.expired }, 'Create scene'), createMsg);
+  }, me ? `New scene in ${me.user}/ ` : '', nameInput, createButton, createMsg);
   if (me?.expired) createForm.append(h('p', { class: 'hint' }, 'Your sign-in token expired: sign in with a new one to create scenes.'));
   if (!me) createForm.append(h('p', { class: 'hint' }, unreadable ? 'Sign in with a token that can be used to create scenes in your namespace.' : 'Sign in to create scenes in your namespace.'));
 

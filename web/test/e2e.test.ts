@@ -1120,6 +1120,42 @@ describe('scene list', () => {
   });
 });
 
+describe('scene creation', () => {
+  it('a connection that drops while the scene is created fails with a message, and the user can try again', async () => {
+    const bob = srv.token('bob', 'bob/home', 'editor');
+    const page = await newPage();
+    // The page's MQTT socket closes instead of sending its first PUBLISH
+    // (the scene-options object) while window.dropPublish is set, as when
+    // the network goes just then.
+    await page.addInitScript(() => {
+      (window as any).dropPublish = true;
+      const send = WebSocket.prototype.send;
+      WebSocket.prototype.send = function (this: WebSocket, d: any) {
+        const b = d instanceof ArrayBuffer ? new Uint8Array(d) : ArrayBuffer.isView(d) ? new Uint8Array(d.buffer, d.byteOffset, d.byteLength) : null;
+        if ((window as any).dropPublish && this.url.includes('/mqtt') && b && (b[0] & 0xf0) === 0x30) {
+          (window as any).dropPublish = false;
+          this.close();
+          return;
+        }
+        send.call(this, d);
+      };
+    });
+    await page.goto(`${srv.url}/?token=${bob}`);
+    await page.waitForSelector('#signed-in');
+    await page.fill('#new-scene-name', 'dropped');
+    await page.click('#new-scene button');
+    await waitFor('the create failed', async () => /^Could not create bob\/dropped: the connection to the server closed before it stored the scene/.test((await page.textContent('#new-scene-msg')) ?? ''), 20_000)
+      .catch(async (e) => { throw new Error(`${e.message}: ${await page.textContent('#new-scene-msg')}`); });
+    expect(await page.isDisabled('#new-scene button')).toBe(false);
+    // Again, with the network back: the scene is made.
+    await page.click('#new-scene button');
+    await page.waitForURL(/\/bob\/dropped\/edit$/);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached' });
+    const r = await fetch(`${srv.url}/persist/!allscenes`);
+    expect(await r.json()).toContain('bob/dropped');
+  });
+});
+
 describe('sign-in', () => {
   const stored = (p: Page) => p.evaluate(() => localStorage.getItem('xrealm.token'));
   const status = (p: Page) => p.getAttribute('#xr-status', 'data-state');
