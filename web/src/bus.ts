@@ -113,6 +113,16 @@ export class Bus {
       // the socket is ours to see, so that one that is closing counts as gone (usable)
       createWebsocket: (u: string, protocols: string[]) => {
         const ws = new WebSocket(u, protocols);
+        // mqtt.js writes a packet a tick after it was handed one (its
+        // stream corks each packet's parts), and sends PUBACKs and PINGREQs
+        // of its own: what reaches the socket once it is closing (the
+        // server closed it) is dropped, as the browser would drop it, but
+        // without Chromium's console error 'WebSocket is already in CLOSING
+        // or CLOSED state'. Its close event follows, and the bus reconnects.
+        const send = ws.send.bind(ws);
+        ws.send = (data) => {
+          if (ws.readyState === WebSocket.OPEN) send(data);
+        };
         if (this.client === c) this.socket = ws;
         return ws;
       },
