@@ -86,7 +86,10 @@ type Result struct {
 	// latency comes from: sites served over a direct link in 2sfu).
 	P99BySite map[string]float64 `json:"p99_by_site_ms,omitempty"`
 	LossPct   float64            `json:"loss_pct"`
-	SFUs      []SFUStats         `json:"sfus"`
+	// NoLatency says that no frame arrived in the window: there is no
+	// latency, and P50ms, P90ms and P99ms are 0 for want of one.
+	NoLatency bool       `json:"no_latency,omitempty"`
+	SFUs      []SFUStats `json:"sfus"`
 	// Links: every shaped link direction over the window.
 	Links []LinkStat `json:"links,omitempty"`
 	// Machine: load average at the window's end and the whole machine's
@@ -618,6 +621,9 @@ func runOne(ctx context.Context, cfg Config, topo Topology, clip *bots.Clip, set
 	summarise(&r, clip, results)
 	r.P99BySite = map[string]float64{}
 	for site, h := range siteHist {
+		if h.TotalCount() == 0 {
+			continue // no latency at this site, not one of 0 ms
+		}
 		r.P99BySite[site] = float64(h.ValueAtQuantile(99)) / 1000
 	}
 	return r, nil
@@ -674,6 +680,7 @@ func summarise(r *Result, clip *bots.Clip, results []BotResult) {
 	if expected > 0 {
 		r.LossPct = 100 * max(0, 1-packets/expected)
 	}
+	r.NoLatency = hist.TotalCount() == 0
 	ms := func(q float64) float64 { return float64(hist.ValueAtQuantile(q)) / 1000 }
 	r.P50ms, r.P90ms, r.P99ms = ms(50), ms(90), ms(99)
 }

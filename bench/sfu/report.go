@@ -74,8 +74,11 @@ func Tables(w io.Writer, rs []Result) {
 		}
 		fmt.Fprintf(w, "\n#### Scenario %d: transport latency p50 / p90 / p99 (ms), loss after recovery\n\n", sc)
 		table(w, m, sc, setups, users, func(r Result) string {
-			if len(r.Errors) > 0 {
+			switch {
+			case len(r.Errors) > 0:
 				return "–"
+			case r.NoLatency:
+				return "nothing received"
 			}
 			return fmt.Sprintf("%.0f / %.0f / %.0f, %.2f %%", r.P50ms, r.P90ms, r.P99ms, r.LossPct)
 		})
@@ -185,11 +188,12 @@ func Plots(dir string, rs []Result) error {
 		file, title, ylabel string
 		scenario            int
 		y                   func(Result) float64
+		latency             bool // a run with NoLatency has no point
 	}{
-		{"scenario1-publishers.svg", "Scenario 1: publishers received", "% of publishers", 1, func(r Result) float64 { return r.PublishersPct }},
-		{"scenario2-points.svg", "Scenario 2: points received", "% of points", 2, func(r Result) float64 { return r.PointsPct }},
-		{"scenario1-p99.svg", "Scenario 1: p99 transport latency", "ms", 1, func(r Result) float64 { return r.P99ms }},
-		{"scenario2-p99.svg", "Scenario 2: p99 transport latency", "ms", 2, func(r Result) float64 { return r.P99ms }},
+		{"scenario1-publishers.svg", "Scenario 1: publishers received", "% of publishers", 1, func(r Result) float64 { return r.PublishersPct }, false},
+		{"scenario2-points.svg", "Scenario 2: points received", "% of points", 2, func(r Result) float64 { return r.PointsPct }, false},
+		{"scenario1-p99.svg", "Scenario 1: p99 transport latency", "ms", 1, func(r Result) float64 { return r.P99ms }, true},
+		{"scenario2-p99.svg", "Scenario 2: p99 transport latency", "ms", 2, func(r Result) float64 { return r.P99ms }, true},
 	}
 	m := latest(rs)
 	for _, p := range plots {
@@ -200,7 +204,7 @@ func Plots(dir string, rs []Result) error {
 		series := map[string][][2]float64{}
 		for _, s := range setups {
 			for _, u := range users {
-				if r, ok := m[[3]string{s, fmt.Sprint(p.scenario), fmt.Sprint(u)}]; ok && len(r.Errors) == 0 {
+				if r, ok := m[[3]string{s, fmt.Sprint(p.scenario), fmt.Sprint(u)}]; ok && len(r.Errors) == 0 && !(p.latency && r.NoLatency) {
 					series[s] = append(series[s], [2]float64{float64(u), p.y(r)})
 				}
 			}

@@ -2,6 +2,8 @@ package benchsfu
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +50,37 @@ func TestSummarise(t *testing.T) {
 	Tables(&b, []Result{{Setup: "central", Scenario: 1, Users: 8, PublishersPct: 50}, {Setup: "4sfu", Scenario: 1, Users: 8, PublishersPct: 100}})
 	if !strings.Contains(b.String(), "| 8 | 50.0") || !strings.Contains(b.String(), "| central | 4sfu |") {
 		t.Errorf("table:\n%s", b.String())
+	}
+}
+
+// A run where no frame arrived has no latency: its empty histogram gave
+// p50 / p90 / p99 of 0 ms, which the table showed as the best latency of
+// all and the p99 plot drew at 0.
+func TestNothingReceivedHasNoLatency(t *testing.T) {
+	clip := &bots.Clip{Points: 1000, DescSizes: [3]int{150, 250, 600}}
+	r := Result{Setup: "central", Scenario: 1, Users: 2}
+	summarise(&r, clip, []BotResult{
+		{ID: 1, Publish: []int{0}, Stats: bots.VolumetricStats{Sent: 10, Expected: 10}},
+		{ID: 2, Publish: []int{0}, Stats: bots.VolumetricStats{Sent: 10, Expected: 10}},
+	})
+	if !r.NoLatency {
+		t.Fatalf("a run that received nothing: %+v, want NoLatency", r)
+	}
+	var b bytes.Buffer
+	Tables(&b, []Result{r})
+	if strings.Contains(b.String(), "0 / 0 / 0") || !strings.Contains(b.String(), "| 2 | nothing received |") {
+		t.Errorf("table:\n%s", b.String())
+	}
+	dir := t.TempDir()
+	if err := Plots(dir, []Result{r}); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "scenario1-p99.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(svg), "<circle") {
+		t.Errorf("the p99 plot draws a point for a run with no latency:\n%s", svg)
 	}
 }
 
