@@ -177,7 +177,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		defer cc.Unload(a)
 	}
-	out, err := os.OpenFile(filepath.Join(cfg.OutDir, "results.jsonl"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	outPath := filepath.Join(cfg.OutDir, "results.jsonl")
+	out, err := os.OpenFile(outPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("benchcc: open results: %w", err)
 	}
@@ -202,13 +203,26 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				cfg.Logger.Info("benchcc: run", "trace", r.Trace, "algo", algo, "seed", seed, "flows", r.Flows,
 					"mbps", round2(r.ThroughputMbps), "util", round2(r.Utilisation), "p95_ms", round2(r.P95QDelayMs),
 					"jain", round2(r.JainMean), "valid", r.Valid, "invalid", r.Invalid)
-				b, _ := json.Marshal(r)
-				out.Write(append(b, '\n'))
+				if err := appendResult(out, r); err != nil {
+					return results, fmt.Errorf("benchcc: append the run of %s, %s, seed %d to %s: %w", r.Trace, algo, seed, outPath, err)
+				}
 				results = append(results, r)
 			}
 		}
 	}
 	return results, nil
+}
+
+// appendResult writes r as one line of JSON, in one write. Its error was
+// not looked at: a full disk lost every run after it, and the bench said
+// they were appended.
+func appendResult(w io.Writer, r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 // MaxFlows is the most competing flows a run can have: each sender

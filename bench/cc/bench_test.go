@@ -3,6 +3,7 @@ package benchcc
 import (
 	"bytes"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -167,5 +168,22 @@ func TestQoEResultCountsFramesNeverSent(t *testing.T) {
 	r := q.result(0, time.Second)
 	if r.FramesScheduled != 10 || r.FramesDelivered != 5 || r.Over100msPct != 50 {
 		t.Errorf("scheduled %d delivered %d over100 %v%%, want 10, 5, 50%%", r.FramesScheduled, r.FramesDelivered, r.Over100msPct)
+	}
+}
+
+// A result that cannot be written is an error: a full disk lost the runs
+// without a word.
+func TestAppendResultError(t *testing.T) {
+	f, err := os.OpenFile("/dev/full", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	if err := appendResult(f, Result{Trace: "A", Algo: "hera"}); err == nil {
+		t.Fatal("a write to a full device succeeded")
+	}
+	var b bytes.Buffer
+	if err := appendResult(&b, Result{Trace: "A", Algo: "hera"}); err != nil || !strings.HasSuffix(b.String(), "}\n") || strings.Count(b.String(), "\n") != 1 {
+		t.Fatalf("appendResult wrote %q, %v; want one line", b.String(), err)
 	}
 }
