@@ -72,6 +72,9 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
 	}
+	if err := checkTokenFlags(fs); err != nil {
+		return err
+	}
 	if *users < 1 || *nScenes < 1 {
 		return usagef("--users (%d) and --scenes (%d) must be at least 1", *users, *nScenes)
 	}
@@ -285,6 +288,27 @@ func fmtDur(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/1e6, 'f', 1, 64) + "ms"
 	}
 	return strconv.FormatInt(d.Microseconds(), 10) + "µs"
+}
+
+// checkTokenFlags refuses token settings of bots and bots record that
+// contradict each other: one of them was silently ignored (--no-auth won
+// over --data and --token, and --data over --token-url and --token).
+func checkTokenFlags(fs *flag.FlagSet) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	conflicts := []struct{ a, b, why string }{
+		{"no-auth", "data", "connects without a token, --data signs one"},
+		{"no-auth", "token", "connects without a token, --token signs in for one"},
+		{"no-auth", "token-url", "connects without a token, --token-url asks a server for one"},
+		{"data", "token-url", "signs tokens here, --token-url asks a server for them"},
+		{"data", "token", "signs tokens here, --token signs in to --token-url for them"},
+	}
+	for _, c := range conflicts {
+		if set[c.a] && set[c.b] {
+			return usagef("--%s and --%s: choose one (--%s %s)", c.a, c.b, c.a, c.why)
+		}
+	}
+	return nil
 }
 
 // botTokens is where bots get their tokens: none (noAuth), signed with the

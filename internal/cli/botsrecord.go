@@ -44,6 +44,9 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if fs.NArg() > 0 {
 		return usagef("bots record: unexpected arguments %q", fs.Args())
 	}
+	if err := checkTokenFlags(fs); err != nil {
+		return fmt.Errorf("bots record: %w", err)
+	}
 	if *sceneName == "" {
 		return usageErr(errors.New("bots record: --scene NS/SCENE is required"))
 	}
