@@ -7,6 +7,9 @@
 
 export const POINTCLOUD_LABEL = 'pointcloud';
 
+/** The error of a request whose socket closed (or was not open). */
+const SOCKET_CLOSED = 'SFU WebSocket closed';
+
 /** A published track, as the node describes it (sfu.TrackInfo). */
 export interface TrackInfo {
   session: string;
@@ -99,9 +102,12 @@ export class SFUConnection {
       this.abort = rej;
     });
     this.abort = null;
+    let socketClosed!: () => void;
+    const closing = new Promise<void>((res) => (socketClosed = res));
     ws.onmessage = (e) => this.onMessage(String(e.data));
     ws.onclose = () => {
-      for (const p of this.pending.splice(0)) p({ op: 'error', error: 'SFU WebSocket closed' });
+      socketClosed();
+      for (const p of this.pending.splice(0)) p({ op: 'error', error: SOCKET_CLOSED });
       if (!this.closed) o.onState?.('closed'); // signalling is gone: the node drops the peer
     };
     const pc = new RTCPeerConnection();
@@ -116,8 +122,9 @@ export class SFUConnection {
       this.dc = dc;
     }
     await pc.setLocalDescription(await pc.createOffer());
-    await gathered(pc);
+    await Promise.race([gathered(pc), closing]); // (a closed PeerConnection gathers nothing more)
     const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds, token: o.token });
+    if (rep.op === 'error' && rep.error === SOCKET_CLOSED) throw new Error('the SFU connection closed before the offer was answered');
     if (rep.op !== 'answer' || !rep.sdp) throw new Error(`SFU refused the offer: ${rep.error ?? rep.op}`);
     await pc.setRemoteDescription({ type: 'answer', sdp: rep.sdp });
   }
@@ -174,10 +181,18 @@ export class SFUConnection {
     this.pc?.close();
   }
 
+  /**
+   * Sends s and resolves with its reply, or with an error reply at once
+   * when the socket is not open (closing or closed: what is sent then is
+   * dropped, and its close event, which fails the pending requests, may
+   * have come already).
+   */
   private request(s: Signal): Promise<Reply> {
+    const ws = this.ws;
+    if (ws?.readyState !== WebSocket.OPEN) return Promise.resolve({ op: 'error', error: SOCKET_CLOSED });
     return new Promise((res) => {
       this.pending.push(res);
-      this.ws!.send(JSON.stringify(s));
+      ws.send(JSON.stringify(s));
     });
   }
 

@@ -379,6 +379,53 @@ describe('console', () => {
   });
 });
 
+describe('SFU signalling', () => {
+  it('an SFU socket that closes before the offer is sent fails the join at once, and the page joins again, with nothing on the console', async () => {
+    const p = await newPage();
+    // The page's first SFU socket closes while its first PeerConnection
+    // gathers candidates, that is before the offer is sent on it.
+    await p.addInitScript(() => {
+      const NativeWS = window.WebSocket;
+      let sfu: WebSocket | null = null;
+      (window as any).WebSocket = class extends NativeWS {
+        constructor(url: string | URL, protocols?: string | string[]) {
+          super(url, protocols);
+          if (String(url).includes('/sfu/ws')) sfu = this;
+        }
+      };
+      const NativePC = window.RTCPeerConnection;
+      let first = true;
+      (window as any).RTCPeerConnection = class extends NativePC {
+        constructor(c?: RTCConfiguration) {
+          super(c);
+          if (!first) return;
+          first = false;
+          this.addEventListener('icegatheringstatechange', () => {
+            if (this.iceGatheringState !== 'gathering') return;
+            sfu!.close();
+            console.log('test: sfu socket closed while gathering');
+            // the first connection's request (the offer) says when it is answered
+            const conn = (window as any).xrealm.sfu.connection;
+            const request = conn.request.bind(conn);
+            conn.request = (s: any) => {
+              const r = request(s);
+              r.then((rep: any) => console.log(`test: first ${s.op} answered: ${JSON.stringify(rep)}`));
+              return r;
+            };
+          });
+        }
+      };
+    });
+    const closed = p.waitForEvent('console', { predicate: (m) => m.text() === 'test: sfu socket closed while gathering', timeout: 30_000 });
+    const answered = p.waitForEvent('console', { predicate: (m) => m.text().startsWith('test: first offer answered'), timeout: 15_000 });
+    await p.goto(`${srv.url}/public/sfuclosed?quality=low`);
+    await closed;
+    expect((await answered).text()).toBe('test: first offer answered: {"op":"error","error":"SFU WebSocket closed"}');
+    await waitFor('the SFU joined again', async () => (await p.evaluate(() => (window as any).xrealm.sfu.state)) === 'connected', 30_000)
+      .catch(async (e) => { throw new Error(`${e.message}: state ${await p.evaluate(() => (window as any).xrealm.sfu.state)}`); });
+  });
+});
+
 describe('keyboard and mouse', () => {
   it('WASD walks and a drag looks around without WebXR, also after a click on a button; typing in chat does not walk, and Escape leaves it', async () => {
     const p = await open('/public/keys', { width: 900, height: 500 });
