@@ -114,6 +114,12 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"cc", "load", "bogus"}, want: []string{`unknown congestion control "bogus"`, "hera, hera-paper"}},
 		{args: []string{"cc", "unload", "bogus"}, want: []string{`unknown congestion control "bogus"`, "hera, hera-paper"}},
 		{args: []string{"cc", "unload", "hera", "hera-paper"}, want: []string{"unexpected arguments"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none"), "--loss", "1"}, want: []string{"--loss 1", "[0, 1)"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none"), "--loss", "NaN"}, want: []string{"--loss NaN"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none"), "--delay", "-5ms"}, want: []string{"--delay -5ms"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none"), "--queue-packets", "-1"}, want: []string{"--queue-packets -1"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none"), "--queue-bytes", "-1"}, want: []string{"--queue-bytes -1"}},
+		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none"), "--queue-packets", "10", "--queue-bytes", "15000"}, want: []string{"--queue-packets 10", "--queue-bytes 15000", "not both"}},
 		{args: []string{"netem", "--up", filepath.Join(tmp, "none"), "--down", filepath.Join(tmp, "none")}, want: []string{"open trace"}},
 	}
 	for _, tc := range tests {

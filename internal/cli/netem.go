@@ -48,6 +48,21 @@ func netemCommandLine(ctx context.Context, args []string) error {
 		fs.Usage()
 		return usageErr(errors.New("--up and --down are required"))
 	}
+	// The link's settings are checked before the traces are read and the
+	// namespaces made: the emulator refused them only once those were up
+	// (as root; otherwise the user heard of the namespaces), without the flag.
+	switch {
+	case *delay < 0:
+		return usagef("--delay %v: want a delay of at least 0", *delay)
+	case *qp < 0:
+		return usagef("--queue-packets %d: want a limit of at least 0 (0: unbounded)", *qp)
+	case *qb < 0:
+		return usagef("--queue-bytes %d: want a limit of at least 0 (0: unbounded)", *qb)
+	case *qp > 0 && *qb > 0:
+		return usagef("--queue-packets %d and --queue-bytes %d: a queue limit in packets or in bytes, not both", *qp, *qb)
+	case !(*loss >= 0 && *loss < 1):
+		return usagef("--loss %v: want a probability in [0, 1)", *loss)
+	}
 	upT, err := netem.LoadTrace(*up)
 	if err != nil {
 		return err
