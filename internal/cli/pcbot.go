@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -42,6 +43,21 @@ func runPointCloudBot(ctx context.Context, args []string) error {
 	stdin := fs.Bool("stdin", false, "stop when stdin closes")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	// Each setting named alone, with its flag (the clip's error listed
+	// its three numbers), and an --id beyond 32 bits refused, not cut.
+	switch {
+	case *id > math.MaxUint32:
+		return usagef("--id %d: want a client number from 0 to %d", *id, uint32(math.MaxUint32))
+	case *points < volumetric.Descriptions:
+		return usagef("--points %d: want at least %d (a point per description)", *points, volumetric.Descriptions)
+	case *frames < 1:
+		return usagef("--frames %d: want at least 1", *frames)
+	case !(*fps >= bots.MinClipFPS && *fps <= bots.MaxClipFPS):
+		return usagef("--fps %g: want %g to %g frames per second", *fps, bots.MinClipFPS, float64(bots.MaxClipFPS))
 	}
 	if *session == "" {
 		return usageErr(errors.New("--session is required: the scene as NS/SCENE, or its session id {ns}-{scene}"))
