@@ -53,6 +53,27 @@ func runSFU(ctx context.Context, args []string) error {
 	if *join == "" || *id == "" {
 		return usageErr(errors.New("--join and --id are required"))
 	}
+	// Settings that were taken as their defaults, or ignored: a negative
+	// --relay-slots carried relayed media on SCTP as 0 does, a negative
+	// --rtcp-interval was pion's 1 s, a negative --log-stats never logged,
+	// and --public-ws without --http-addr was announced nowhere.
+	switch {
+	case *relaySlots < 0:
+		return usagef("--relay-slots %d: want 0 (an SCTP data channel) or more transceivers", *relaySlots)
+	case *rtcpInterval < 0:
+		return usagef("--rtcp-interval %v: want 0 (pion's 1 s) or a positive interval", *rtcpInterval)
+	case *logStats < 0:
+		return usagef("--log-stats %v: want 0 (never) or a positive interval", *logStats)
+	case *publicWS != "" && *httpAddr == "":
+		return usagef("--public-ws %s needs --http-addr: it announces the WebSocket that --http-addr serves", *publicWS)
+	}
+	var iceAddrs []string
+	if *ice != "" {
+		var err error
+		if iceAddrs, err = parseICEAddrs(*ice); err != nil {
+			return err
+		}
+	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usagef("--log-level %q: %w", *logLevel, err)
@@ -77,9 +98,7 @@ func runSFU(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if *ice != "" {
-		cfg.ICEAddresses = strings.Split(*ice, ",")
-	}
+	cfg.ICEAddresses = iceAddrs
 	if *ports != "" {
 		if cfg.UDPPortMin, cfg.UDPPortMax, err = parseUDPPorts(*ports); err != nil {
 			return err
@@ -292,6 +311,23 @@ func logNodeStats(ctx context.Context, log *slog.Logger, reg *prometheus.Registr
 		log.Info("sfu hops", "in_local_p50_ms", h.InLocal.P50, "in_local_p99_ms", h.InLocal.P99, "in_relay_p50_ms", h.InRelay.P50, "in_relay_p99_ms", h.InRelay.P99,
 			"out_p99_ms", h.Out.P99, "fanout_p99_ms", h.Fanout.P99, "fanout_max_ms", h.Fanout.Max, "lag_p99_ms", l.P99, "lag_max_ms", l.Max)
 	}
+}
+
+// parseICEAddrs reads --ice-addrs: comma-separated IPv4 addresses, as ICE
+// compares them (an address is allowed if a local one prints as it does,
+// over UDP4 only). A host name, an empty entry or an IPv6 address matched
+// no local address, and the node offered no candidate at all.
+func parseICEAddrs(s string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimSpace(a)
+		ip := net.ParseIP(a)
+		if ip == nil || ip.To4() == nil {
+			return nil, usagef("--ice-addrs %q: %q is not an IP address (want local IPv4 addresses, comma-separated)", s, a)
+		}
+		out = append(out, ip.To4().String())
+	}
+	return out, nil
 }
 
 // parseUDPPorts reads --udp-ports, MIN-MAX: two ports from 1 to 65535, the
