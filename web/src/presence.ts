@@ -10,6 +10,13 @@ export const POSE_MIN_INTERVAL_MS = 100; // 10 Hz
 export const HEARTBEAT_MS = 1000;
 export const POSE_TTL_S = 5;
 /**
+ * The longest ttl a pose is taken with (ARENA's clients send 30): a
+ * sender's ttl keeps it in the user list after its last pose, and one of
+ * years would keep a user who left without a leave message (a crash that
+ * lost its will) listed for good.
+ */
+export const MAX_POSE_TTL_S = 30;
+/**
  * An avatar whose user sent no pose for this long is not drawn (the user
  * stays in the list until the pose's ttl): everyone sends a heartbeat pose
  * every second, so silence means that the sender left this page's interest
@@ -186,7 +193,7 @@ export class Presence {
       const qq = new THREE.Quaternion().setFromEuler(e);
       q = { x: qq.x, y: qq.y, z: qq.z, w: qq.w };
     }
-    const ttl = typeof m.ttl === 'number' && m.ttl > 0 ? m.ttl : POSE_TTL_S;
+    const ttl = typeof m.ttl === 'number' && m.ttl > 0 ? Math.min(m.ttl, MAX_POSE_TTL_S) : POSE_TTL_S;
     const color = typeof d.color === 'string' && /^(#[0-9a-fA-F]{3,8}|hsl\([\d.,% ]+\)|[a-z]+)$/.test(d.color) ? d.color : colorFor(t.userClient);
     const known = this.users.get(t.userClient);
     this.lastPose.set(t.userClient, Date.now());

@@ -325,6 +325,31 @@ describe('presence', () => {
   }, 90_000);
 });
 
+describe('presence ttl', () => {
+  it('a pose with a huge ttl keeps its sender listed for at most 30 s after it (MAX_POSE_TTL_S)', async () => {
+    const page = await open('/public/ttl');
+    await waitFor('connected', async () => (await page.getAttribute('#xr-status', 'data-state')) === 'connected');
+    const id = 'eveTTL';
+    const eve = await mqttClient(srv, id, srv.token(id, 'public/ttl', 'viewer'), id);
+    try {
+      for (const ttl of [1e12, 45]) {
+        eve.publish(`realm/s/public/ttl/u/${id}/camera_${id}`, JSON.stringify({
+          object_id: `camera_${id}`, action: 'update', type: 'object', ttl,
+          data: { object_type: 'camera', position: { x: 1, y: 1.6, z: -2 }, rotation: { x: 0, y: 0, z: 0, w: 1 }, displayName: `eve ${ttl}` },
+        }));
+        const left = await waitFor(`eve listed with ttl ${ttl}`, () => page.evaluate(([id, name]) => {
+          const u = (window as any).xrealm.presence.users.get(id);
+          return u?.displayName === name ? u.expires - Date.now() : undefined;
+        }, [id, `eve ${ttl}`] as const));
+        expect(left, `ttl ${ttl}`).toBeGreaterThan(0);
+        expect(left, `ttl ${ttl}`).toBeLessThanOrEqual(30_000);
+      }
+    } finally {
+      eve.end(true);
+    }
+  });
+});
+
 describe('console', () => {
   it('pages nobody has touched yet say nothing on the console, also once they receive audio slots', async () => {
     // Nothing here waits in the page (waitForSelector, evaluate) before
