@@ -877,15 +877,7 @@ func (c *conn) setPosition(p interest.Vec3) {
 	if r == nil {
 		return
 	}
-	id := c.uuid()
-	r.position(id, p)
-	if r.others.Load() == 0 {
-		return
-	}
-	c.posBuf = appendPosition(appendBus(c.posBuf[:0], busPosition, id), p)
-	if err := c.s.cfg.NC.Publish(r.subj, c.posBuf); err != nil {
-		c.s.busFailed("position", r.id, id, err)
-	}
+	c.posBuf = r.localPosition(c.uuid(), p, c.posBuf)
 }
 
 func (c *conn) appendPeerProperties(ctx context.Context, keys, values []string) {

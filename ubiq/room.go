@@ -151,6 +151,12 @@ type room struct {
 	posMu   sync.Mutex
 	posNext map[string]pendingPosition
 	knnOn   atomic.Bool // positions matter: the room uses kNN interest
+	// icKnown is set (under posMu) once the room has read its interest
+	// setting: until then, positions are kept whatever it is (position).
+	icKnown atomic.Bool
+	// posBuf is the bus payload of a local member's position
+	// (republishPositions); room goroutine only.
+	posBuf []byte
 
 	// Owned by the room goroutine.
 	rec     *roomRecord
@@ -242,6 +248,7 @@ func (r *room) start() {
 		}
 		r.onEntry(e)
 	}
+	r.interestKnown() // a room without a record has none
 	r.publish()
 	go r.loop()
 }
@@ -417,6 +424,7 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		if ic != r.ic {
 			r.setInterest(ic)
 		}
+		r.interestKnown()
 		if old != nil {
 			if ck, cv := rec.Props.diff(old.Props); len(ck) > 0 {
 				msg := EncodeRequest("RoomPropertiesAppended", PropertiesArgs{Keys: ck, Values: cv})
@@ -429,12 +437,16 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		}
 	case strings.HasPrefix(rest, "n."):
 		if tok := rest[2:]; tok != r.self {
+			fresh := false
 			if deleted {
 				delete(r.nodes, tok)
-			} else {
-				r.nodes[tok] = true
+			} else if !r.nodes[tok] {
+				r.nodes[tok], fresh = true, true
 			}
 			r.others.Store(int32(len(r.nodes)))
+			if fresh {
+				r.republishPositions()
+			}
 		}
 	case strings.HasPrefix(rest, "m."):
 		tok := rest[2:]
@@ -749,18 +761,93 @@ const (
 	pendingPositionTTL = 2 * requestTimeout
 )
 
-// position records a position from a local or remote peer; the goroutine
-// applies it at its next recompute.
+// position records a position from a remote peer; the goroutine applies
+// it at its next recompute.
 func (r *room) position(id string, p interest.Vec3) {
-	if !r.knnOn.Load() {
+	if !r.knnOn.Load() && r.icKnown.Load() {
 		return
 	}
-	now := time.Now().UnixNano()
 	r.posMu.Lock()
+	r.positionLocked(id, p)
+	r.posMu.Unlock()
+}
+
+// positionLocked records a position, under posMu. Until the room has read
+// its interest setting (interestKnown), it keeps positions whatever the
+// setting: the other nodes send theirs as this one takes the room up
+// (republishPositions), and once only.
+func (r *room) positionLocked(id string, p interest.Vec3) {
+	if !r.knnOn.Load() && r.icKnown.Load() {
+		return
+	}
 	if _, ok := r.posNext[id]; ok || len(r.posNext) < maxPendingPositions {
-		r.posNext[id] = pendingPosition{p: p, at: now}
+		r.posNext[id] = pendingPosition{p: p, at: time.Now().UnixNano()}
+	}
+}
+
+// localPosition records the position of local member id and, if another
+// node has the room active, publishes it (buf: the caller's buffer for
+// the payload, returned). Under posMu, so that a node that takes the room
+// up is sent each local member's latest position last: either here, or
+// by republishPositions.
+func (r *room) localPosition(id string, p interest.Vec3, buf []byte) []byte {
+	r.posMu.Lock()
+	defer r.posMu.Unlock()
+	r.positionLocked(id, p)
+	if r.others.Load() == 0 {
+		return buf
+	}
+	buf = appendPosition(appendBus(buf[:0], busPosition, id), p)
+	if err := r.s.cfg.NC.Publish(r.subj, buf); err != nil {
+		r.s.busFailed("position", r.id, id, err)
+	}
+	return buf
+}
+
+// interestKnown marks the room's interest setting as read (its record, or
+// the first read of its keys, without one): from now on, a room that does
+// not use kNN interest takes no positions, and drops those it kept.
+func (r *room) interestKnown() {
+	if r.icKnown.Load() {
+		return
+	}
+	r.posMu.Lock()
+	r.icKnown.Store(true)
+	if !r.knnOn.Load() {
+		clear(r.posNext)
 	}
 	r.posMu.Unlock()
+}
+
+// republishPositions publishes the latest positions of the room's local
+// members once another node has taken the room up: positions go on the
+// bus only while another node has the room active, so that node has not
+// heard those of the members that have not moved since, and would rank
+// them last. (It keeps them even before it has read the room's interest
+// setting: position.)
+func (r *room) republishPositions() {
+	if r.knn == nil {
+		return
+	}
+	r.posMu.Lock()
+	defer r.posMu.Unlock()
+	for c, a := range r.local {
+		if !a.member || c.relayRoom.Load() != r {
+			continue
+		}
+		id := a.as
+		p, ok := r.placed[id]
+		if pp, next := r.posNext[id]; next {
+			p, ok = pp.p, true
+		}
+		if !ok {
+			continue
+		}
+		r.posBuf = appendPosition(appendBus(r.posBuf[:0], busPosition, id), p)
+		if err := r.s.cfg.NC.Publish(r.subj, r.posBuf); err != nil {
+			r.s.busFailed("position", r.id, id, err)
+		}
+	}
 }
 
 func (r *room) tick(now time.Time) {
