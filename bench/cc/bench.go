@@ -41,8 +41,11 @@ type Config struct {
 	QoERate float64 // bit/s; 0 means 20 Mbit/s
 	QoEFPS  int     // 0 means 60
 	OutDir  string
-	// HeraParams overrides the default parameters of "hera" when set.
+	// HeraParams overrides the default parameters of "hera" when set, and
+	// HeraArgs says how (the flags of xrealm cc load that set them): hera's
+	// results carry it, so that they are not taken for default hera's.
 	HeraParams *hera.Params
+	HeraArgs   string
 	Logger     *slog.Logger
 	// TCPInfoDir, if set, gets one file per run (TRACE-ALGO-SEED.tcpinfo)
 	// with flow 0's TCP_INFO every 10 ms: seconds since the start,
@@ -54,8 +57,12 @@ type Config struct {
 
 // Result is one run.
 type Result struct {
-	Trace          string     `json:"trace"`
-	Algo           string     `json:"algo"`
+	Trace string `json:"trace"`
+	Algo  string `json:"algo"`
+	// HeraArgs is a hera run's parameters that differ from the defaults,
+	// as flags of xrealm cc load (bench cc --hera-args); empty for the
+	// defaults and the other algorithms.
+	HeraArgs       string     `json:"hera_args,omitempty"`
 	Seed           uint64     `json:"seed"`
 	Flows          int        `json:"flows"`
 	DurationS      float64    `json:"duration_s"`
@@ -317,6 +324,9 @@ func round2(v float64) float64 { return math.Round(v*100) / 100 }
 
 func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string, seed uint64) (Result, error) {
 	res := Result{Trace: name, Algo: algo, Seed: seed, Flows: cfg.Flows, DurationS: cfg.Duration.Seconds()}
+	if algo == "hera" && cfg.HeraParams != nil {
+		res.HeraArgs = cfg.HeraArgs
+	}
 	logDir, err := os.MkdirTemp("", "xrealm-benchcc-")
 	if err != nil {
 		return res, err

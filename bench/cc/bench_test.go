@@ -187,3 +187,22 @@ func TestAppendResultError(t *testing.T) {
 		t.Fatalf("appendResult wrote %q, %v; want one line", b.String(), err)
 	}
 }
+
+// Runs of hera with other parameters (bench cc --hera-args) are their own
+// rows: they were averaged with default hera's runs in the same
+// results.jsonl, as nothing in a result said which parameters it ran.
+func TestSummariseKeepsHeraArgsApart(t *testing.T) {
+	rs := []Result{
+		{Trace: "A", Algo: "bbr", Flows: 1, ThroughputMbps: 100, P95QDelayMs: 40, Valid: true},
+		{Trace: "A", Algo: "hera", Flows: 1, ThroughputMbps: 95, P95QDelayMs: 10, Valid: true},
+		{Trace: "A", Algo: "hera", HeraArgs: "--bucket 4ms", Flows: 1, ThroughputMbps: 50, P95QDelayMs: 30, Valid: true},
+	}
+	var buf bytes.Buffer
+	Summarise(&buf, rs)
+	out := buf.String()
+	for _, want := range []string{"| A | hera | 1 | 95.0 |", "| A | hera [--bucket 4ms] | 1 | 50.0 |", "Target check for hera [--bucket 4ms] against bbr"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -33,6 +33,15 @@ func ReadResults(path string) ([]Result, error) {
 
 type key struct{ trace, algo string }
 
+// Label names r's algorithm in the tables: hera run with other parameters
+// is "hera [--bucket 4ms]", a row of its own.
+func (r Result) Label() string {
+	if r.HeraArgs != "" {
+		return r.Algo + " [" + r.HeraArgs + "]"
+	}
+	return r.Algo
+}
+
 type agg struct {
 	n                           int
 	mbps, util, mean, p95, jain float64
@@ -57,7 +66,7 @@ func Summarise(w io.Writer, rs []Result) {
 		if r.Flows > 1 {
 			m = multi
 		}
-		k := key{r.Trace, r.Algo}
+		k := key{r.Trace, r.Label()}
 		a := m[k]
 		if a == nil {
 			a = &agg{}
@@ -66,8 +75,8 @@ func Summarise(w io.Writer, rs []Result) {
 		if !slices.Contains(traces, r.Trace) {
 			traces = append(traces, r.Trace)
 		}
-		if !slices.Contains(algos, r.Algo) {
-			algos = append(algos, r.Algo)
+		if !slices.Contains(algos, r.Label()) {
+			algos = append(algos, r.Label())
 		}
 		if !r.Valid {
 			a.invalid++
@@ -159,7 +168,7 @@ func Summarise(w io.Writer, rs []Result) {
 		flows := map[key]int{}
 		for _, r := range rs {
 			if r.Flows > 1 {
-				flows[key{r.Trace, r.Algo}] = r.Flows
+				flows[key{r.Trace, r.Label()}] = r.Flows
 			}
 		}
 		for _, t := range traces {
@@ -201,7 +210,7 @@ func QoETable(w io.Writer, rs []Result) {
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %.0f, %d | %.1f | %d / %d | %.0f / %.0f / %.0f / %.0f | %.1f%% | %.1f | %v |\n",
-			r.Trace, r.Algo, r.Flows, q.TargetMbps, q.FPS, q.RateMbps, q.FramesDelivered, q.FramesScheduled,
+			r.Trace, r.Label(), r.Flows, q.TargetMbps, q.FPS, q.RateMbps, q.FramesDelivered, q.FramesScheduled,
 			q.LatMeanMs, q.LatP50Ms, q.LatP95Ms, q.LatP99Ms, q.Over100msPct, r.ThroughputMbps, r.Valid)
 	}
 }
@@ -217,6 +226,6 @@ func RunsTable(w io.Writer, rs []Result) {
 			load = fmt.Sprintf("%.1f", r.Load1)
 		}
 		fmt.Fprintf(w, "| %s | %s | %d | %.1f | %.2f | %.1f | %.1f | %d | %d | %v | %s |\n",
-			r.Trace, r.Algo, r.Flows, r.ThroughputMbps, r.Utilisation, r.MeanQDelayMs, r.P95QDelayMs, r.UpLate, r.DownLate, r.Valid, load)
+			r.Trace, r.Label(), r.Flows, r.ThroughputMbps, r.Utilisation, r.MeanQDelayMs, r.P95QDelayMs, r.UpLate, r.DownLate, r.Valid, load)
 	}
 }

@@ -75,6 +75,7 @@ func TestRefusesBadFlags(t *testing.T) {
 		{args: []string{"bench", "rooms", "--hold", "-1", "--out", filepath.Join(tmp, "none", "r.csv")}, want: []string{"--hold -1"}},
 		{args: []string{"bench", "cc", "--algos", "cubic,cubc"}, want: []string{`unknown congestion control "cubc"`, "hera, hera-paper"}},
 		{args: []string{"bench", "cc", "--algos", ""}, want: []string{"no congestion control"}},
+		{args: []string{"bench", "cc", "--algos", "cubic,bbr", "--hera-args", "--bucket 4ms"}, want: []string{`--hera-args "--bucket 4ms"`, "--algos"}},
 		{args: []string{"bench", "cc", "--flows", "0"}, want: []string{"--flows 0"}},
 		{args: []string{"bench", "cc", "--flows", "300"}, want: []string{"--flows 300", "1 to 255"}},
 		{args: []string{"sfu", "--join", "nats://127.0.0.1:1", "--id", "1", "--relay-slots", "-5"}, want: []string{"--relay-slots -5"}},

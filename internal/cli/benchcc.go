@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,7 +51,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	qoe := fs.Bool("qoe", false, "add one app-level stream of paced frames (video-like) of the same algorithm next to the bulk flows")
 	qoeRate := fs.Float64("qoe-mbps", 20, "bitrate of the --qoe stream in Mbit/s")
 	qoeFPS := fs.Int("qoe-fps", 60, "frames per second of the --qoe stream")
-	heraArgs := fs.String("hera-args", "", "`flags` of \"xrealm cc load hera\" that change hera's parameters for this run, e.g. \"--bucket 4ms\"")
+	heraArgs := fs.String("hera-args", "", "`flags` of \"xrealm cc load hera\" that change hera's parameters for this run, e.g. \"--bucket 4ms\" (needs hera in --algos; its results say them, and the tables show it as \"hera [FLAGS]\")")
 	tcpInfo := fs.String("tcpinfo-dir", "", "write flow 0's TCP_INFO every 10 ms to a file per run in this directory (diagnostics)")
 	out := fs.String("out", benchCCOut, "output directory (results.jsonl in it is appended to)")
 	summary := fs.String("summary", "", "print Markdown tables from this results.jsonl and exit")
@@ -110,7 +111,11 @@ func runBenchCC(ctx context.Context, args []string) error {
 		if err := p.Validate(); err != nil {
 			return usagef("bench cc: --hera-args: %w", err)
 		}
+		if !slices.Contains(cfg.Algos, "hera") {
+			return usagef("bench cc: --hera-args %q sets hera's parameters, and --algos %s runs no hera", *heraArgs, *algos)
+		}
 		cfg.HeraParams = &p
+		cfg.HeraArgs = strings.Join(strings.Fields(*heraArgs), " ")
 	}
 	for _, s := range splitList(*seeds) {
 		v, err := strconv.ParseUint(s, 10, 64)
