@@ -761,6 +761,9 @@ func runRoomsServe(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("bench rooms serve: unexpected arguments %q", fs.Args())
+	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)
 	if err != nil {
 		return err

@@ -72,6 +72,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench", "nope"}, 2},
 		{[]string{"bench", "-h"}, 0},
 		{[]string{"bench", "rooms", "--max", "0"}, 2},
+		{[]string{"bench", "rooms", "serve", "--listen", "127.0.0.1:1", "extra"}, 2},
 		{[]string{"bench", "rooms", "--addr", "127.0.0.1:1", "--linger", "5ms"}, 2},
 		{[]string{"bench", "cc", "--flows", "0", "--out", tmp}, 2},
 		{[]string{"bench", "cc", "--summary", filepath.Join(tmp, "none.jsonl")}, 1},
