@@ -28,7 +28,20 @@ type Client struct {
 	done    chan struct{}
 	err     error
 	closing atomic.Bool // Close was called: the reader stops
+	// lastRead is when a read last brought bytes (Unix nanoseconds).
+	lastRead atomic.Int64
+	// silent, once set, is why the watchdog ended the connection: the
+	// reader's error then.
+	silent  atomic.Pointer[error]
+	pinging atomic.Bool // a Ping of the watchdog's is being written
 }
+
+// DefaultServerTimeout is ClientOptions.ServerTimeout's default.
+const DefaultServerTimeout = 15 * time.Second
+
+// pingFrame is the Ping of the watchdog: without a client id, which the
+// server then leaves as it was (a Ping's names the connection's client).
+var pingFrame = AppendFrame(nil, ServerID, EncodeRequest("Ping", struct{}{}))
 
 // ClientOptions configure Dial.
 type ClientOptions struct {
@@ -42,6 +55,15 @@ type ClientOptions struct {
 	TLS       *tls.Config // for wss:// addresses
 	// MaxFrame bounds received payloads; 0 = DefaultMaxFrame.
 	MaxFrame int
+	// ServerTimeout ends the connection (Err says so) when nothing at all
+	// came from the server for that long, and the client sends a Ping
+	// when it has read nothing for a third of it: a server gone without a
+	// word (its host stopped, a link that drops everything) is otherwise
+	// noticed when TCP gives up, a quarter of an hour, or never while its
+	// socket stays open. Its Ping names no client id (the server keeps
+	// the one set before), and its answer, a Ping to the client, goes to
+	// OnFrame as any message does. 0 = DefaultServerTimeout; < 0: none.
+	ServerTimeout time.Duration
 }
 
 // Dial connects to addr: host:port for TCP, or a ws:// or wss:// URL.
@@ -49,7 +71,11 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 	if o.MaxFrame <= 0 {
 		o.MaxFrame = DefaultMaxFrame
 	}
+	if o.ServerTimeout == 0 {
+		o.ServerTimeout = DefaultServerTimeout
+	}
 	c := &Client{onFrame: o.OnFrameAt, done: make(chan struct{})}
+	c.lastRead.Store(time.Now().UnixNano())
 	if c.onFrame == nil {
 		f := o.OnFrame
 		if f == nil {
@@ -66,6 +92,7 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 		ws.SetReadLimit(int64(o.MaxFrame) + HeaderSize)
 		c.ws = ws
 		go c.readWS(o.MaxFrame)
+		c.watch(addr, o.ServerTimeout)
 		return c, nil
 	}
 	var d net.Dialer
@@ -75,7 +102,61 @@ func Dial(ctx context.Context, addr string, o ClientOptions) (*Client, error) {
 	}
 	c.nc = nc
 	go c.readTCP(o.MaxFrame)
+	c.watch(addr, o.ServerTimeout)
 	return c, nil
+}
+
+// watch runs the watchdog of ServerTimeout, if any, until the connection
+// ends: it ends the connection when nothing came from the server for
+// timeout, and pings the server when nothing did for a third of it. A
+// Ping that would wait behind a write in progress is left for a later
+// tick, and one is written on a goroutine of its own: a write to a server
+// that stopped reading blocks, and the watchdog must not.
+func (c *Client) watch(addr string, timeout time.Duration) {
+	if timeout < 0 {
+		return
+	}
+	go func() {
+		t := time.NewTicker(max(timeout/6, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-c.done:
+				return
+			case now := <-t.C:
+				silent := now.Sub(time.Unix(0, c.lastRead.Load()))
+				if silent >= timeout {
+					err := fmt.Errorf("ubiq %s: nothing from the server for %s (timeout %s): it stopped answering", addr, silent.Round(time.Millisecond), timeout)
+					c.silent.Store(&err)
+					c.closing.Store(true)
+					if c.ws != nil {
+						c.ws.Close()
+					} else {
+						c.nc.Close()
+					}
+					return
+				}
+				if silent >= timeout/3 && !c.pinging.Swap(true) {
+					go func() {
+						defer c.pinging.Store(false)
+						if c.wmu.TryLock() {
+							c.writeLocked(pingFrame)
+							c.wmu.Unlock()
+						}
+					}()
+				}
+			}
+		}
+	}()
+}
+
+// readError is what ended the reader: the watchdog's reason, if it ended
+// the connection, else err.
+func (c *Client) readError(err error) error {
+	if p := c.silent.Load(); p != nil {
+		return *p
+	}
+	return err
 }
 
 // readTCP reads the socket with streamread.Receive, which hands over
@@ -89,6 +170,7 @@ func (c *Client) readTCP(maxPayload int) {
 	r.Init(4 << 10)
 	err := streamread.Receive(c.nc, &r.Buffer, streamread.Options{Stop: c.closing.Load}, func() error {
 		now := time.Now().UnixNano()
+		c.lastRead.Store(now)
 		for {
 			f, ok, err := r.next()
 			if err != nil || !ok {
@@ -101,7 +183,7 @@ func (c *Client) readTCP(maxPayload int) {
 }
 
 func (c *Client) fail(err error) {
-	c.err = err
+	c.err = c.readError(err)
 	c.closing.Store(true)
 	c.nc.Close()
 }
@@ -114,11 +196,13 @@ func (c *Client) readWS(max int) {
 			err = ParseFrame(msg, max)
 		}
 		if err != nil {
-			c.err = err
+			c.err = c.readError(err)
 			c.ws.Close()
 			return
 		}
-		c.onFrame(msg, time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		c.lastRead.Store(now)
+		c.onFrame(msg, now)
 	}
 }
 

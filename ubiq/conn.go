@@ -663,7 +663,9 @@ func (c *conn) request(payload []byte) {
 			bad(err)
 			return
 		}
-		c.setClientID(a.ClientID)
+		if a.ClientID != (NetworkId{}) { // none: the one set before (a Client's watchdog)
+			c.setClientID(a.ClientID)
+		}
 		if c.pingReply == nil { // the same for the whole connection
 			c.pingReply = EncodeRequest("Ping", struct {
 				SessionID string `json:"sessionId"`

@@ -158,6 +158,9 @@ func dialPeer(t *testing.T, addr string, o ...ClientOptions) *peer {
 	if len(o) > 0 {
 		opt = o[0]
 	}
+	if opt.ServerTimeout == 0 {
+		opt.ServerTimeout = -1 // the watchdog's Ping answers would end barrier early
+	}
 	opt.OnFrame = func(f []byte) {
 		m := msg{to: IDOf(f), frame: append([]byte(nil), f...)}
 		if m.to == p.clientID {
