@@ -540,7 +540,7 @@ func TestClusterConfigValidation(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Defaults()
 			tt.mod(&c)
-			err := c.validate()
+			err := c.Validate()
 			if (err != nil) != (tt.wantErr != "") || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("validate() = %v, want an error naming %q", err, tt.wantErr)
 			}

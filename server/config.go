@@ -329,7 +329,9 @@ func lookup(ctx context.Context, host string, sys localAddrs) ([]netip.Addr, err
 // bus's limit is bus.HeadroomBytes above the payload's.
 const MaxPayloadLimit = 64<<20 - bus.HeadroomBytes
 
-func (c *Config) validate() error {
+// Validate checks c as Start does, before anything starts: an error names
+// the flag and the value.
+func (c *Config) Validate() error {
 	if c.DataDir == "" {
 		return fmt.Errorf("config: --data is empty: give the directory the node keeps its state in")
 	}

@@ -102,7 +102,7 @@ func starting(node string) http.Handler {
 // Start starts a node and returns once every listener accepts connections
 // and the persistence store is ready.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if log == nil {

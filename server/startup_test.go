@@ -67,7 +67,7 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Defaults()
 			tt.mod(&c)
-			err := c.validate()
+			err := c.Validate()
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("validate() = %v, want nil", err)

@@ -66,6 +66,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"serve", "--max-payload", "many"}, 2},
 		{[]string{"serve", "--log-level", "loud"}, 2},
 		{[]string{"serve", "--routes", "host2:6222"}, 2},
+		{[]string{"serve", "--max-payload", "999999999"}, 2},
+		{[]string{"serve", "--config", "/nonexistent/xrealm.json"}, 2},
 		{[]string{"token", "--user"}, 2},
 		{[]string{"token", "--user", "u", "--ttl", "-1s"}, 2},
 		{[]string{"bench"}, 2},

@@ -69,7 +69,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	if *configFile != "" {
 		if err := applyConfigFile(fs, *configFile); err != nil {
-			return err
+			return usageErr(err)
 		}
 	}
 	var err error
@@ -84,6 +84,9 @@ func runServe(ctx context.Context, args []string) error {
 		if err := servePprof(*pprofAddr, log); err != nil {
 			return err
 		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErr(err)
 	}
 	srv, err := server.Start(ctx, cfg, log)
 	if err != nil {
