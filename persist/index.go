@@ -290,23 +290,14 @@ func (s *Store) nextMsg(ctx context.Context, filter string, seq uint64) (*kvMsg,
 
 // buildIndex makes the index of scene ns/sc from a scan of it.
 func (s *Store) buildIndex(ctx context.Context, ns, sc string) (*sceneIndex, error) {
-	entries, err := s.readKeys(ctx, sceneKey(ns, sc)+".>", false)
+	objs, newest, err := s.scan(ctx, ns, sc)
 	if err != nil {
-		return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, sc, err)
+		return nil, err
 	}
 	x := newSceneIndex()
-	for _, e := range entries {
-		// The scan holds every message of the scene up to its newest.
-		x.rev = max(x.rev, e.rev)
-		if !e.live {
-			continue
-		}
-		o, err := s.decode(e.key, e.value)
-		if err != nil {
-			s.log.Warn("persist: skipping undecodable object", "key", e.key, "err", err)
-			continue
-		}
-		x.set(e.key, o, e.rev)
+	x.rev = newest
+	for _, e := range objs {
+		x.set(e.key, e.obj, e.rev)
 	}
 	return x, nil
 }

@@ -404,7 +404,7 @@ func (s *Store) Get(ctx context.Context, ns, scene, objectID string) (Object, er
 // when typ is "". Objects without a parent come first, then by parent, then
 // by object id, so that parents tend to precede their children.
 func (s *Store) List(ctx context.Context, ns, scene, typ string) ([]Object, error) {
-	all, err := s.scan(ctx, ns, scene)
+	all, _, err := s.scan(ctx, ns, scene)
 	if err != nil {
 		return nil, err
 	}
@@ -624,17 +624,21 @@ type scanned struct {
 }
 
 // scan returns every stored object of one scene, expired or not, current
-// as of the call (see readKeys).
-func (s *Store) scan(ctx context.Context, ns, scene string) ([]scanned, error) {
+// as of the call (see readKeys), and the revision of the newest message of
+// the scene's keys it read, delete markers included: the scan reflects
+// every message of the scene up to it.
+func (s *Store) scan(ctx context.Context, ns, scene string) ([]scanned, uint64, error) {
 	if err := checkScene(ns, scene); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	entries, err := s.readKeys(ctx, sceneKey(ns, scene)+".>", false)
 	if err != nil {
-		return nil, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, err)
+		return nil, 0, fmt.Errorf("persist: reading scene %s/%s: %w", ns, scene, err)
 	}
 	out := make([]scanned, 0, len(entries))
+	var newest uint64
 	for _, e := range entries {
+		newest = max(newest, e.rev)
 		if !e.live {
 			continue
 		}
@@ -645,7 +649,7 @@ func (s *Store) scan(ctx context.Context, ns, scene string) ([]scanned, error) {
 		}
 		out = append(out, scanned{key: e.key, rev: e.rev, obj: o})
 	}
-	return out, nil
+	return out, newest, nil
 }
 
 func (s *Store) decode(key string, val []byte) (*Object, error) {
