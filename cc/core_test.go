@@ -13,10 +13,11 @@ import (
 	"github.com/xrealm/xrealm/hera"
 )
 
-// TestCoreMatchesVectors compiles bpf/hera_core.h for the host and replays
-// the shared test vectors on it, so the C rule inside the eBPF program is
-// checked against the same hand-computed numbers as the Go specification.
-func TestCoreMatchesVectors(t *testing.T) {
+// hostCore compiles the harness of bpf/hera_core.h (bpf/hera_core_host.c)
+// for the host and returns the binary's path; it skips the test when the
+// machine has no C compiler.
+func hostCore(t *testing.T) string {
+	t.Helper()
 	compiler := ""
 	for _, c := range []string{"clang", "cc", "gcc"} {
 		if _, err := exec.LookPath(c); err == nil {
@@ -31,6 +32,14 @@ func TestCoreMatchesVectors(t *testing.T) {
 	if out, err := exec.Command(compiler, "-O2", "-Wall", "-Werror", "-o", bin, "bpf/hera_core_host.c").CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", compiler, err, out)
 	}
+	return bin
+}
+
+// TestCoreMatchesVectors compiles bpf/hera_core.h for the host and replays
+// the shared test vectors on it, so the C rule inside the eBPF program is
+// checked against the same hand-computed numbers as the Go specification.
+func TestCoreMatchesVectors(t *testing.T) {
+	bin := hostCore(t)
 	vf, err := hera.LoadVectors("../hera/testdata/vectors.json")
 	if err != nil {
 		t.Fatal(err)
@@ -81,13 +90,7 @@ func TestCoreMatchesVectors(t *testing.T) {
 // TestCoreFiltersMatchVectors replays the vector file's filter sequences
 // on the C core's windowed minimum and maximum (see hera.TestFilterVectors).
 func TestCoreFiltersMatchVectors(t *testing.T) {
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("skipping: no C compiler")
-	}
-	bin := filepath.Join(t.TempDir(), "hera_core_host")
-	if out, err := exec.Command("cc", "-O2", "-Wall", "-Werror", "-o", bin, "bpf/hera_core_host.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
+	bin := hostCore(t)
 	vf, err := hera.LoadVectors("../hera/testdata/vectors.json")
 	if err != nil {
 		t.Fatal(err)
@@ -137,13 +140,7 @@ func hostParams(p hera.Params, shared int) string {
 // TestCoreMatchesGoOnRandomInput drives the Go and C implementations with
 // the same pseudo-random ACK stream and requires identical windows.
 func TestCoreMatchesGoOnRandomInput(t *testing.T) {
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("skipping: no C compiler")
-	}
-	bin := filepath.Join(t.TempDir(), "hera_core_host")
-	if out, err := exec.Command("cc", "-O2", "-o", bin, "bpf/hera_core_host.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
+	bin := hostCore(t)
 	tests := []struct {
 		name   string
 		p      hera.Params

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/big"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -17,13 +16,7 @@ import (
 // windows above about 2.8e8 segments of a loopback MSS; the rate must then
 // saturate at the maximum, not wrap to a small one.
 func TestCorePacingRate(t *testing.T) {
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("skipping: no C compiler")
-	}
-	bin := filepath.Join(t.TempDir(), "hera_core_host")
-	if out, err := exec.Command("cc", "-O2", "-Wall", "-Werror", "-o", bin, "bpf/hera_core_host.c").CombinedOutput(); err != nil {
-		t.Fatalf("cc: %v\n%s", err, out)
-	}
+	bin := hostCore(t)
 	const unlimited = math.MaxUint64
 	tests := []struct {
 		cwnd, mss uint32
