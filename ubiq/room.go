@@ -356,6 +356,26 @@ func (r *room) endResync() {
 		}
 	}
 	r.others.Store(int32(len(r.nodes)))
+	if !seen[r.prefix+"n."+r.self] {
+		r.announceAgain()
+	}
+}
+
+// announceAgain writes this activation's presence key again, which
+// another node deleted while the room is active here: it took this node
+// for dead (cut off from the bus for longer than NodeTimeout) and swept
+// its keys. Without the key, the other nodes relay none of the room's
+// frames or positions here, and may remove the room while local members
+// or observers are in it. (Local members whose keys went too are
+// disconnected, membershipLost, and join again.) A write that fails is
+// logged; the room then goes on without it.
+func (r *room) announceAgain() {
+	r.logBounded(slog.LevelWarn, "Ubiq room presence key deleted by another node (it took this node for dead): writing it again", "room", r.id, "activation", r.self)
+	ctx, cancel := context.WithTimeout(r.s.ctx, requestTimeout)
+	defer cancel()
+	if _, err := r.s.store.putOwned(ctx, presenceKey(r.id, r.self), []byte(r.s.node)); err != nil {
+		r.logBounded(slog.LevelWarn, "Ubiq room presence key could not be written again: the other nodes relay nothing of the room here", "room", r.id, "activation", r.self, "err", err)
+	}
 }
 
 // publish publishes the audience if it changed, then sends the PeerAdded
@@ -436,7 +456,11 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 			}
 		}
 	case strings.HasPrefix(rest, "n."):
-		if tok := rest[2:]; tok != r.self {
+		if tok := rest[2:]; tok == r.self {
+			if deleted {
+				r.announceAgain()
+			}
+		} else {
 			fresh := false
 			if deleted {
 				delete(r.nodes, tok)
