@@ -39,10 +39,6 @@ type Client struct {
 // DefaultServerTimeout is ClientOptions.ServerTimeout's default.
 const DefaultServerTimeout = 15 * time.Second
 
-// pingFrame is the Ping of the watchdog: without a client id, which the
-// server then leaves as it was (a Ping's names the connection's client).
-var pingFrame = AppendFrame(nil, ServerID, EncodeRequest("Ping", struct{}{}))
-
 // ClientOptions configure Dial.
 type ClientOptions struct {
 	// OnFrame receives every whole frame (header included); the slice is
@@ -116,6 +112,9 @@ func (c *Client) watch(addr string, timeout time.Duration) {
 	if timeout < 0 {
 		return
 	}
+	// The watchdog's Ping names no client id: the server then keeps the
+	// connection's as it was (a Ping's sets it).
+	ping := AppendFrame(nil, ServerID, EncodeRequest("Ping", struct{}{}))
 	go func() {
 		t := time.NewTicker(max(timeout/6, time.Millisecond))
 		defer t.Stop()
@@ -140,7 +139,7 @@ func (c *Client) watch(addr string, timeout time.Duration) {
 					go func() {
 						defer c.pinging.Store(false)
 						if c.wmu.TryLock() {
-							c.writeLocked(pingFrame)
+							c.writeLocked(ping)
 							c.wmu.Unlock()
 						}
 					}()
