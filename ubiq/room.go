@@ -175,12 +175,14 @@ type room struct {
 	// resync holds, while a new watch (rewatch) delivers the room's keys
 	// again, the keys it has delivered; nil otherwise.
 	resync map[string]bool
-	// rewatchC fires when a watch that could not start is to be tried
-	// again.
-	rewatchC <-chan time.Time
-	prefix   string
-	self     string // this activation's presence name: node and sequence
-	audDirty bool
+	// rewatchC fires when a watch that could not start, or ended soon
+	// after it started, is to be tried again; rewatched is when the last
+	// was started.
+	rewatchC  <-chan time.Time
+	rewatched time.Time
+	prefix    string
+	self      string // this activation's presence name: node and sequence
+	audDirty  bool
 	// logGate bounds the lines logged about what members set (logBounded).
 	logGate logGate
 	// kNN audience, kept up to date by grant and ungrant so that a
@@ -314,12 +316,18 @@ func (r *room) loop() {
 // key of the room again, then changes: endResync, at the end of the
 // former, drops the members and nodes whose keys went meanwhile and left
 // no delete marker (purged). A watch that cannot start is tried again
-// after NodeHeartbeat (rewatchC); none is started while the server shuts
-// down.
+// after NodeHeartbeat (rewatchC), and so is one whose last start was less
+// than NodeHeartbeat ago; none is started while the server shuts down.
 func (r *room) rewatch() <-chan jetstream.KeyValueEntry {
 	if r.s.ctx.Err() != nil {
 		return nil
 	}
+	if wait := r.s.cfg.NodeHeartbeat - time.Since(r.rewatched); wait > 0 {
+		// The last one ended at once: no loop of watches.
+		r.rewatchC = time.After(wait)
+		return nil
+	}
+	r.rewatched = time.Now()
 	if h := r.s.beforeRewatch; h != nil {
 		h(r.id) // tests: changes made while the watch was down
 	}
