@@ -47,7 +47,8 @@ type VolumetricConfig struct {
 	// learns where the bot is at the next resend. 0 means 5 s; SetPose
 	// sends a new pose at once.
 	PoseEvery time.Duration
-	// MTU of RTP payloads; 0 means 1200.
+	// MTU of RTP payloads; 0 means 1200. It must be larger than
+	// volumetric.HeaderSize (DialVolumetric refuses it otherwise).
 	MTU int
 	// Deadline for a description to complete; 0 means 500 ms.
 	Deadline time.Duration
@@ -107,6 +108,10 @@ func DialVolumetric(ctx context.Context, cfg VolumetricConfig) (*VolumetricBot, 
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1200
+	}
+	if cfg.MTU <= volumetric.HeaderSize {
+		// Every frame would fail to packetize in Run.
+		return nil, fmt.Errorf("bots: volumetric bot %s: MTU %d leaves no room for payload after the %d-byte fragment header", cfg.Client, cfg.MTU, volumetric.HeaderSize)
 	}
 	if cfg.Deadline == 0 {
 		cfg.Deadline = 500 * time.Millisecond
