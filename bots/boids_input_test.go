@@ -55,3 +55,29 @@ func TestBoidsIgnoreNonFinitePeers(t *testing.T) {
 		})
 	}
 }
+
+// A bot's peer table stays bounded whatever ids the scene's other clients
+// send from: a flood of distinct (spoofed) ids grew it by an entry each
+// until the next snapshot, every step of the bot. A peer it knows keeps
+// its place, and peers that went quiet make room for new ones.
+func TestPeerTableBounded(t *testing.T) {
+	tbl := &peerTable{self: "me", m: map[string]*peerState{}}
+	now := int64(time.Hour)
+	tbl.update([]byte("known"), Vec3{1, 2, 3}, now)
+	for i := range 3 * maxPeers {
+		tbl.update(fmt.Appendf(nil, "spoof%d", i), Vec3{}, now)
+	}
+	if n := len(tbl.m); n > maxPeers {
+		t.Fatalf("%d peers kept after %d ids, want at most %d", n, 3*maxPeers+1, maxPeers)
+	}
+	tbl.update([]byte("known"), Vec3{2, 2, 3}, now+int64(time.Second))
+	if p := tbl.m["known"]; p == nil || p.pos != (Vec3{2, 2, 3}) {
+		t.Fatalf("known peer %+v, want it at its new position", p)
+	}
+	// Once the others went quiet, a new peer finds room.
+	later := now + int64(peerTTL) + int64(2*time.Second)
+	tbl.update([]byte("new"), Vec3{4, 5, 6}, later)
+	if tbl.m["new"] == nil {
+		t.Fatal("a new peer found no room after the others went quiet")
+	}
+}

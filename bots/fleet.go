@@ -633,12 +633,20 @@ func closeLinksOf(bots []*bot) {
 // they joined again (FleetConfig.Reconnect).
 func (f *Fleet) Lost() (lost, rejoined int64) { return f.lost.Load(), f.rejoin.Load() }
 
-// peerTable holds the peers a bot has seen lately.
+// peerTable holds the peers a bot has seen lately, at most maxPeers of
+// them: the scene's other clients choose the ids they send from, and a
+// flood of distinct ids would otherwise cost an entry each per bot until
+// the next snapshot.
 type peerTable struct {
-	self string
-	mu   sync.Mutex
-	m    map[string]*peerState
+	self  string
+	mu    sync.Mutex
+	m     map[string]*peerState
+	swept int64 // ns, when update last dropped quiet peers to make room
 }
+
+// maxPeers bounds a bot's peer table. A peer that is new while the table
+// is full (and no peer in it has gone quiet) is not recorded.
+const maxPeers = 4096
 
 type peerState struct {
 	pos, vel Vec3
@@ -663,6 +671,17 @@ func (t *peerTable) update(from []byte, pos Vec3, now int64) {
 	}
 	p := t.m[string(from)]
 	if p == nil {
+		if len(t.m) >= maxPeers {
+			// Look for quiet peers at most a few times per peerTTL,
+			// not at every new id of a flood.
+			if now-t.swept >= int64(peerTTL)/4 {
+				t.swept = now
+				t.dropQuiet(now)
+			}
+			if len(t.m) >= maxPeers {
+				return
+			}
+		}
 		t.m[string(from)] = &peerState{pos: pos, at: now}
 		return
 	}
@@ -672,6 +691,15 @@ func (t *peerTable) update(from []byte, pos Vec3, now int64) {
 			p.vel = Vec3{}
 		}
 		p.pos, p.at = pos, now
+	}
+}
+
+// dropQuiet drops the peers that sent nothing for peerTTL; t.mu is held.
+func (t *peerTable) dropQuiet(now int64) {
+	for id, p := range t.m {
+		if now-p.at > int64(peerTTL) {
+			delete(t.m, id)
+		}
 	}
 }
 
