@@ -75,25 +75,33 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range n.relayed {
 		relayed = append(relayed, s)
 	}
+	// the links' metrics are made under the lock and sent after it: a
+	// scraper that reads slowly must not hold the node
+	var linkMetrics []prometheus.Metric
 	links := 0
 	for peerID, ls := range n.links {
 		select {
 		case <-ls.done:
 			if l := ls.link; l != nil {
 				links++
-				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesIn.Load()), id, peerID, "in")
-				ch <- prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesOut.Load()), id, peerID, "out")
-				ch <- prometheus.MustNewConstMetric(descRelayDrop, prometheus.CounterValue, float64(l.Dropped.Load()), id, peerID)
-				ch <- prometheus.MustNewConstMetric(descRelayRef, prometheus.CounterValue, float64(l.Refused.Load()), id, peerID)
+				linkMetrics = append(linkMetrics,
+					prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesIn.Load()), id, peerID, "in"),
+					prometheus.MustNewConstMetric(descRelayBytes, prometheus.CounterValue, float64(l.BytesOut.Load()), id, peerID, "out"),
+					prometheus.MustNewConstMetric(descRelayDrop, prometheus.CounterValue, float64(l.Dropped.Load()), id, peerID),
+					prometheus.MustNewConstMetric(descRelayRef, prometheus.CounterValue, float64(l.Refused.Load()), id, peerID))
 				if total, used := l.Slots(); total > 0 {
-					ch <- prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(used), id, peerID, "used")
-					ch <- prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(total), id, peerID, "total")
+					linkMetrics = append(linkMetrics,
+						prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(used), id, peerID, "used"),
+						prometheus.MustNewConstMetric(descRelaySlots, prometheus.GaugeValue, float64(total), id, peerID, "total"))
 				}
 			}
 		default:
 		}
 	}
 	n.mu.Unlock()
+	for _, m := range linkMetrics {
+		ch <- m
+	}
 	ch <- prometheus.MustNewConstMetric(descClients, prometheus.GaugeValue, float64(len(peers)), id)
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(local)), id, "local")
 	ch <- prometheus.MustNewConstMetric(descSources, prometheus.GaugeValue, float64(len(relayed)), id, "relay")
