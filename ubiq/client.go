@@ -34,6 +34,10 @@ type Client struct {
 	// reader's error then.
 	silent  atomic.Pointer[error]
 	pinging atomic.Bool // a Ping of the watchdog's is being written
+	// inFrame is set while the reader is in the caller's OnFrame: the
+	// reader then reads nothing, and the watchdog counts that time as
+	// the server's being alive, not silent.
+	inFrame atomic.Bool
 }
 
 // DefaultServerTimeout is ClientOptions.ServerTimeout's default.
@@ -58,7 +62,10 @@ type ClientOptions struct {
 	// noticed when TCP gives up, a quarter of an hour, or never while its
 	// socket stays open. Its Ping names no client id (the server keeps
 	// the one set before), and its answer, a Ping to the client, goes to
-	// OnFrame as any message does. 0 = DefaultServerTimeout; < 0: none.
+	// OnFrame as any message does. Time spent in OnFrame, during which
+	// nothing is read, counts as the server's being alive: the timeout
+	// runs from the later of the last read and the callback's return (to
+	// within a sixth of it). 0 = DefaultServerTimeout; < 0: none.
 	ServerTimeout time.Duration
 }
 
@@ -123,6 +130,12 @@ func (c *Client) watch(addr string, timeout time.Duration) {
 			case <-c.done:
 				return
 			case now := <-t.C:
+				if c.inFrame.Load() {
+					// The caller's OnFrame holds the reader: what the
+					// server sent meanwhile is not read yet.
+					c.lastRead.Store(now.UnixNano())
+					continue
+				}
 				silent := now.Sub(time.Unix(0, c.lastRead.Load()))
 				if silent >= timeout {
 					err := fmt.Errorf("ubiq %s: nothing from the server for %s (timeout %s): it stopped answering", addr, silent.Round(time.Millisecond), timeout)
@@ -170,6 +183,8 @@ func (c *Client) readTCP(maxPayload int) {
 	err := streamread.Receive(c.nc, &r.Buffer, streamread.Options{Stop: c.closing.Load}, func() error {
 		now := time.Now().UnixNano()
 		c.lastRead.Store(now)
+		c.inFrame.Store(true)
+		defer c.inFrame.Store(false)
 		for {
 			f, ok, err := r.next()
 			if err != nil || !ok {
@@ -201,7 +216,9 @@ func (c *Client) readWS(max int) {
 		}
 		now := time.Now().UnixNano()
 		c.lastRead.Store(now)
+		c.inFrame.Store(true)
 		c.onFrame(msg, now)
+		c.inFrame.Store(false)
 	}
 }
 

@@ -129,3 +129,56 @@ func TestClientWatchdogKeepsALiveConnection(t *testing.T) {
 	default:
 	}
 }
+
+// TestClientWatchdogCountsOnFrame: time the caller spends in OnFrame is
+// not the server's silence. A callback that blocked for longer than
+// ServerTimeout stopped the reads, and the watchdog ended a live
+// connection as if its server had stopped answering.
+func TestClientWatchdogCountsOnFrame(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	for _, transport := range []string{"tcp", "ws"} {
+		t.Run(transport, func(t *testing.T) {
+			addr := ts.tcp
+			if transport == "ws" {
+				addr = ts.ws
+			}
+			const timeout = 300 * time.Millisecond
+			me := NetworkId{A: 78, B: 5}
+			answers := make(chan struct{}, 100)
+			first := true
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c, err := Dial(ctx, addr, ClientOptions{ServerTimeout: timeout, OnFrame: func(f []byte) {
+				if typ, err := DecodeServer(f[HeaderSize:], nil); err != nil || typ != "Ping" || IDOf(f) != me {
+					return
+				}
+				if first { // the caller is busy with the first answer
+					first = false
+					time.Sleep(4 * timeout)
+				}
+				answers <- struct{}{}
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i := range 2 {
+				if err := c.Request("Ping", ClientArgs{ClientID: me}); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-answers:
+				case <-c.Done():
+					t.Fatalf("Ping %d: the connection ended: %v", i, c.Err())
+				case <-ctx.Done():
+					t.Fatalf("Ping %d: no answer", i)
+				}
+			}
+			select {
+			case <-c.Done():
+				t.Fatalf("the connection ended: %v", c.Err())
+			default:
+			}
+		})
+	}
+}
