@@ -91,7 +91,16 @@ type Config struct {
 	// packet per stream, so a subscriber with 63 streams gets 63 sender
 	// reports per interval: as many packets as its media at 2 frames/s.
 	ReportInterval time.Duration
+	// MaxClients bounds the clients connected to the node at once; an
+	// offer beyond it is refused with an error that gives the bound. Zero
+	// means DefaultMaxClients.
+	MaxClients int
 }
+
+// DefaultMaxClients is Config.MaxClients' default. Each client holds a
+// PeerConnection, its down tracks and their readers; without a bound a
+// flood of offers (any client id is new) could exhaust the node.
+const DefaultMaxClients = 500
 
 // rttFresh is how old a subscriber's RTT sample may be to count for its
 // path's queueing delay: three report intervals.
@@ -197,6 +206,12 @@ func (c *Config) validate() error {
 	}
 	if c.RelaySlots == 0 {
 		c.RelaySlots = DefaultRelaySlots
+	}
+	if c.MaxClients < 0 {
+		return fmt.Errorf("sfu: Config.MaxClients %d is negative", c.MaxClients)
+	}
+	if c.MaxClients == 0 {
+		c.MaxClients = DefaultMaxClients
 	}
 	if c.AllocateEvery <= 0 {
 		c.AllocateEvery = 500 * time.Millisecond

@@ -37,6 +37,7 @@ func TestConfigChecked(t *testing.T) {
 		{"no bus", func(c *Config) { c.NC = nil }, []string{"Config.NC is nil"}},
 		{"bad ID", func(c *Config) { c.ID = "a.b" }, []string{`node ID "a.b"`}},
 		{"bad site", func(c *Config) { c.Site = "x y" }, []string{`site "x y"`}},
+		{"negative MaxClients", func(c *Config) { c.MaxClients = -1 }, []string{"Config.MaxClients -1"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

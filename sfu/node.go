@@ -33,6 +33,10 @@ type Node struct {
 	subs   []*nats.Subscription
 	mgr    *Manager
 
+	// signalSlots holds a token per signal being handled on its own
+	// goroutine (handleSignal); at most maxSignalsInFlight
+	signalSlots chan struct{}
+
 	mu        sync.Mutex
 	peers     map[string]*peer      // "session/client"
 	local     map[string]*source    // published here, by key
@@ -98,6 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]knownPose{}, links: map[string]*linkState{},
 		groups: map[string]*linkGroup{}, heard: map[string]*heardNode{}, hops: newHopHists(),
+		signalSlots: make(chan struct{}, maxSignalsInFlight),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
 	me := &webrtc.MediaEngine{}

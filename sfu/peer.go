@@ -148,6 +148,10 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 		n.mu.Unlock()
 		return "", fmt.Errorf("sfu: client %s already connected (one offer per connection: pre-negotiate receive slots)", key)
 	}
+	if len(n.peers) >= n.cfg.MaxClients {
+		n.mu.Unlock()
+		return "", fmt.Errorf("sfu: client %s refused: node %s has %d clients connected, at most %d (Config.MaxClients)", key, n.cfg.ID, len(n.peers), n.cfg.MaxClients)
+	}
 	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), prober: allocator.NewProber(n.cfg.Probe), estName: estimator, estFactory: est, pcSlots: pointClouds}
 	if pointClouds > 0 {
 		p.pcc = newPCChannel()

@@ -245,11 +245,34 @@ func (n *Node) handleSignal(m *nats.Msg) {
 		_ = m.Respond(b)
 		return
 	}
+	switch s.Op {
+	case "ping", "pose", "stats":
+		// cheap, and answered however busy the node is (the manager's
+		// check that it answers)
+		b, _ := json.Marshal(n.Signal(s))
+		_ = m.Respond(b)
+		return
+	}
+	select {
+	case n.signalSlots <- struct{}{}:
+	default:
+		b, _ := json.Marshal(Reply{Op: "error", Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers, leaves) in progress, at most %d; %q from %q/%q refused, try again",
+			n.cfg.ID, len(n.signalSlots), cap(n.signalSlots), s.Op, s.Session, s.Client)})
+		_ = m.Respond(b)
+		return
+	}
 	go func() {
+		defer func() { <-n.signalSlots }()
 		b, _ := json.Marshal(n.Signal(s))
 		_ = m.Respond(b)
 	}()
 }
+
+// maxSignalsInFlight bounds the signals a node handles at once off the
+// bus, each on its own goroutine (an offer makes a PeerConnection and
+// gathers its candidates); one beyond it is answered at once with an
+// error. Without a bound a flood of signals started a goroutine each.
+const maxSignalsInFlight = 64
 
 // Signal handles one client message and returns the reply.
 func (n *Node) Signal(s Signal) Reply {

@@ -1,0 +1,79 @@
+package sfu
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSignalsInFlightBounded: while maxSignalsInFlight signals are being
+// handled, an offer that comes over the bus is answered at once with an
+// error that says the node is busy and gives the bound, and a ping is
+// still answered; once they are done the offer is taken. Before, each
+// signal started its own goroutine, however many came: a flood of offers
+// could exhaust the node.
+func TestSignalsInFlightBounded(t *testing.T) {
+	c := startCluster(t, "a")
+	n := c.nodes[0]
+	nc := c.conn(t, "flood")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// the slots held, as by signals in progress
+	for range cap(n.signalSlots) {
+		n.signalSlots <- struct{}{}
+	}
+	offer := Signal{Op: "offer", Session: "s1", Client: "late", SDP: recvOffer(t, 1)}
+	rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), offer)
+	if err == nil || !strings.Contains(rep.Error, "busy") || !strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxSignalsInFlight)) {
+		t.Fatalf("offer to a busy node: reply %+v, err %v; want an error that it is busy, giving the bound", rep, err)
+	}
+	t.Logf("error: %s", rep.Error)
+	if hasPeer(n, "s1/late") {
+		t.Fatal("the refused offer left a peer")
+	}
+	if rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "ping", Session: "s1", Client: "late"}); err != nil || rep.Op != "ok" {
+		t.Fatalf("ping to a busy node: %+v, %v; want ok", rep, err)
+	}
+	for range cap(n.signalSlots) {
+		<-n.signalSlots
+	}
+	rep, err = requestSignal(ctx, nc, subjectSignal(n.ID()), offer)
+	if err != nil || rep.Op != "answer" {
+		t.Fatalf("offer once the node is free: %+v, %v; want an answer", rep, err)
+	}
+	n.Signal(Signal{Op: "leave", Session: "s1", Client: "late"})
+}
+
+// TestClientsPerNodeBounded: a node takes at most Config.MaxClients clients;
+// the offer of one more is refused with an error that gives the bound, and
+// is taken once a client left. Before, any number was taken.
+func TestClientsPerNodeBounded(t *testing.T) {
+	const maxClients = 2
+	c := startClusterWith(t, func(_ int, cfg *Config) { cfg.MaxClients = maxClients }, "a")
+	n := c.nodes[0]
+	offer := recvOffer(t, 1)
+	for i := range maxClients {
+		client := fmt.Sprintf("c%d", i)
+		if rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: client, SDP: offer}); rep.Op != "answer" {
+			t.Fatalf("client %s: %s %s, want an answer", client, rep.Op, rep.Error)
+		}
+		defer n.Signal(Signal{Op: "leave", Session: "s1", Client: client})
+	}
+	rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: "extra", SDP: offer})
+	if rep.Op != "error" || !strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxClients)) || !strings.Contains(rep.Error, "s1/extra") {
+		t.Fatalf("offer beyond the bound: %s %q, want an error naming the client and the bound", rep.Op, rep.Error)
+	}
+	t.Logf("error: %s", rep.Error)
+	if hasPeer(n, "s1/extra") {
+		t.Fatal("the refused client has a peer on the node")
+	}
+	n.Signal(Signal{Op: "leave", Session: "s1", Client: "c0"})
+	waitFor(t, "c0 to leave", func() bool { return !hasPeer(n, "s1/c0") })
+	if rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: "extra", SDP: offer}); rep.Op != "answer" {
+		t.Fatalf("offer once a client left: %s %s, want an answer", rep.Op, rep.Error)
+	}
+	n.Signal(Signal{Op: "leave", Session: "s1", Client: "extra"})
+}
+
