@@ -204,6 +204,9 @@ type store struct {
 	// written (putOwned), after the write: an error it returns is
 	// putOwned's, as if the write's answer was lost. Tests only.
 	afterPut *atomic.Pointer[func(key string) error]
+	// sweepStep, if set, is called by sweepKey with the key after it read
+	// it ("read") and after it deleted it ("deleted"). Tests only.
+	sweepStep func(step, key string)
 }
 
 func (s *store) recordWritten(uuid string, r *roomRecord, rev uint64) {
@@ -237,6 +240,20 @@ func (s *store) deleteOwned(ctx context.Context, key string) error {
 		return err
 	}
 	return s.kv.Delete(ctx, ownedKey(s.node, key))
+}
+
+// keepIndexed writes the index entry of key, an ephemeral key of this
+// node written again, if it is gone: a sweep of this node (another took it
+// for dead) that read the entry before the write's own and ended before
+// the key landed deleted it (sweepKey puts back an entry only for a key
+// that landed before it looked). Without it, the key would stay for good
+// if this node then died.
+func (s *store) keepIndexed(ctx context.Context, key string) error {
+	_, err := s.kv.Get(ctx, ownedKey(s.node, key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		_, err = s.kv.Put(ctx, ownedKey(s.node, key), nil)
+	}
+	return err
 }
 
 // openStore creates or binds the bucket.
@@ -641,19 +658,60 @@ func (s *store) sweepNode(ctx context.Context, node string, retry retryFunc) (ro
 }
 
 // sweepKey deletes key, which dead node wrote, if that node still owns
-// it, then its index entry.
+// it, then its index entry, unless the node wrote the key again meanwhile:
+// the node may be alive (cut off from the bus for a while), and writes its
+// presence key again when it sees it deleted (room.announceAgain); a key
+// it holds must keep its entry, or nobody deletes the key if it then dies.
+// So the entry is deleted only at the revision read before the key was
+// (putOwned writes the entry before the key: a write since then changed
+// it), and put back if the node's key is there after all (a write whose
+// entry came before that read, whose key landed after). A write whose key
+// lands after this ends finds its entry gone: its writer puts it back
+// (keepIndexed).
 func (s *store) sweepKey(ctx context.Context, node, key string) error {
+	idx := ownedKey(node, key)
+	var idxRev uint64
+	switch e, err := s.kv.Get(ctx, idx); {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// Deleted by its node, or by an earlier try of this sweep.
+	case err != nil:
+		return fmt.Errorf("sweep node %s: read the index entry of %s: %w", node, key, err)
+	default:
+		idxRev = e.Revision()
+	}
 	owned, rev, err := s.ownedBy(ctx, key, node)
 	if err != nil {
 		return fmt.Errorf("sweep node %s: read %s: %w", node, key, err)
+	}
+	if s.sweepStep != nil {
+		s.sweepStep("read", key)
 	}
 	if owned {
 		if err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil && !bus.IsRevisionConflict(err) {
 			return fmt.Errorf("sweep node %s: delete %s: %w", node, key, err)
 		}
 	}
-	if err := s.kv.Delete(ctx, ownedKey(node, key)); err != nil {
+	if s.sweepStep != nil {
+		s.sweepStep("deleted", key)
+	}
+	if idxRev == 0 {
+		return nil
+	}
+	err = s.kv.Delete(ctx, idx, jetstream.LastRevision(idxRev))
+	if bus.IsRevisionConflict(err) {
+		return nil // written again: the node writes its key again, or did
+	}
+	if err != nil {
 		return fmt.Errorf("sweep node %s: delete the index entry of %s: %w", node, key, err)
+	}
+	owned, _, err = s.ownedBy(ctx, key, node)
+	if err != nil {
+		return fmt.Errorf("sweep node %s: read %s again after deleting its index entry: %w", node, key, err)
+	}
+	if owned {
+		if _, err := s.kv.Create(ctx, idx, nil); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("sweep node %s: put back the index entry of %s, written again: %w", node, key, err)
+		}
 	}
 	return nil
 }
