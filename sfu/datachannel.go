@@ -282,7 +282,7 @@ var (
 	descDCRate     = prometheus.NewDesc("xrealm_sfu_subscriber_datachannel_estimate_bps", "The point-cloud data channel's own rate estimate (the allocator's budget for it).", []string{"node", "client"}, nil)
 	descDCPubIn    = prometheus.NewDesc("xrealm_sfu_publisher_datachannel_messages_total", "Point-cloud messages the client published on its data channel and the node forwarded.", []string{"node", "client"}, nil)
 	descDCPubDrop  = prometheus.NewDesc("xrealm_sfu_publisher_datachannel_dropped_total", "Point-cloud messages the client published on its data channel that were malformed or too large.", []string{"node", "client"}, nil)
-	descRTPRefused = prometheus.NewDesc("xrealm_sfu_publisher_rtp_refused_packets_total", "RTP packets the client sent on a point-cloud track it already publishes on its data channel, dropped.", []string{"node", "client"}, nil)
+	descRTPRefused = prometheus.NewDesc("xrealm_sfu_publisher_rtp_refused_packets_total", "RTP packets the client sent on a point-cloud track it already publishes on its data channel, or on a second track with one id, dropped.", []string{"node", "client"}, nil)
 	dcDescs        = []*prometheus.Desc{descDCSent, descDCDropped, descDCRate, descDCPubIn, descDCPubDrop, descRTPRefused}
 )
 

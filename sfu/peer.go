@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,7 @@ type peer struct {
 	budget    float64              // bit/s of the last allocation
 	allocated float64
 	link      peerLink // the shared-path budget (shared.go)
+	rtpTracks map[string]bool // ids of the tracks the client publishes over RTP (onTrack)
 }
 
 type estimatorBox struct{ cc.BandwidthEstimator }
@@ -98,20 +100,60 @@ const MaxPublishedTracks = 16
 func publishedTracks(sd *sdp.SessionDescription) int {
 	n := 0
 	for _, m := range sd.MediaDescriptions {
-		if (m.MediaName.Media != "audio" && m.MediaName.Media != "video") || m.MediaName.Port.Value == 0 {
-			continue
-		}
-		sends := true
-		for _, a := range m.Attributes {
-			if a.Key == "recvonly" || a.Key == "inactive" {
-				sends = false
-			}
-		}
-		if sends {
+		if publishes(m) {
 			n++
 		}
 	}
 	return n
+}
+
+// publishes tells whether m is an audio or video m-line the client sends
+// on (send-only or send-receive).
+func publishes(m *sdp.MediaDescription) bool {
+	if (m.MediaName.Media != "audio" && m.MediaName.Media != "video") || m.MediaName.Port.Value == 0 {
+		return false
+	}
+	for _, a := range m.Attributes {
+		if a.Key == "recvonly" || a.Key == "inactive" {
+			return false
+		}
+	}
+	return true
+}
+
+// duplicateTrackID returns a track id that two of the offer's published
+// m-lines declare (in a=msid or a=ssrc ... msid:), and "" when there is
+// none. Ids that are no valid name are left out: onTrack names those
+// tracks by their SSRC.
+func duplicateTrackID(sd *sdp.SessionDescription) string {
+	seen := map[string]bool{}
+	for _, m := range sd.MediaDescriptions {
+		if !publishes(m) {
+			continue
+		}
+		ids := map[string]bool{} // an m-line's ssrc lines (RTX too) repeat its id
+		for _, a := range m.Attributes {
+			var f []string
+			switch a.Key {
+			case "msid":
+				f = strings.Fields(a.Value)
+			case "ssrc":
+				if v := strings.Fields(a.Value); len(v) == 3 && strings.HasPrefix(v[1], "msid:") {
+					f = v[1:]
+				}
+			}
+			if len(f) == 2 && validName("track", f[1]) == nil {
+				ids[f[1]] = true
+			}
+		}
+		for id := range ids {
+			if seen[id] {
+				return id
+			}
+			seen[id] = true
+		}
+	}
+	return ""
 }
 
 // join creates the peer of a client from its offer and returns the answer.
@@ -130,6 +172,9 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 	}
 	if pub := publishedTracks(&sd); pub > MaxPublishedTracks {
 		return "", fmt.Errorf("sfu: client %s/%s: offer publishes %d tracks (send-only or send-receive audio and video m-lines), at most %d", session, client, pub, MaxPublishedTracks)
+	}
+	if id := duplicateTrackID(&sd); id != "" {
+		return "", fmt.Errorf("sfu: client %s/%s: offer publishes track id %q on two m-lines; a client's tracks need distinct ids (their key is session/client/track)", session, client, id)
 	}
 	if pointClouds > 0 && !offersApplication(offer) {
 		return "", fmt.Errorf("sfu: pointclouds %d without a data channel %q in the offer", pointClouds, PointCloudLabel)
@@ -296,8 +341,29 @@ func (p *peer) onTrack(track *webrtc.TrackRemote, r *webrtc.RTPReceiver) {
 		p.mu.Unlock()
 		return
 	}
+	dup := p.rtpTracks[info.Track]
+	if !dup {
+		if p.rtpTracks == nil {
+			p.rtpTracks = map[string]bool{}
+		}
+		p.rtpTracks[info.Track] = true
+	}
 	p.mu.Unlock()
 	buf := make([]byte, 1500)
+	if dup {
+		// join refuses offers that declare an id twice; this is a track
+		// whose id came otherwise (an SSRC's msid in an m-line that
+		// declared none): it would replace the client's first track of
+		// that id, so its packets are read and dropped
+		p.n.log.Warn("client publishes a second track with one id; its packets are dropped",
+			"session", p.session, "client", p.client, "track", info.Track, "ssrc", ssrc)
+		for {
+			if _, _, err := track.Read(buf); err != nil {
+				return
+			}
+			p.rtpRefused.Add(1)
+		}
+	}
 	if p.n.addLocal(s, func(old *source) bool { return old.info.DataChannel }) != nil {
 		// The client publishes this description on its data channel
 		// already (pcpublish.go): the track would replace that one, whose

@@ -76,4 +76,3 @@ func TestClientsPerNodeBounded(t *testing.T) {
 	}
 	n.Signal(Signal{Op: "leave", Session: "s1", Client: "extra"})
 }
-
