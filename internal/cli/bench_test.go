@@ -160,8 +160,36 @@ func TestRefusesBadFlags(t *testing.T) {
 			if cmd := tc.args[0]; strings.Contains(msg, fmt.Sprintf("xrealm %s: %s:", cmd, cmd)) {
 				t.Errorf("%q names the command twice", msg)
 			}
+			// The error starts with the command's whole name (bench rooms,
+			// bots record) once: "xrealm bench rooms: --out: ...", not
+			// "xrealm bench: bench rooms: ..." nor "xrealm bench: --out".
+			path := commandPath(tc.args)
+			if !strings.HasPrefix(msg, "xrealm "+path+": ") {
+				t.Errorf("%q does not start with %q", msg, "xrealm "+path+": ")
+			}
+			rest := strings.TrimPrefix(msg, "xrealm "+path+": ")
+			for _, again := range []string{path + ":", path + " ", strings.ReplaceAll(path, " ", "") + ":"} {
+				if path != tc.args[0] && strings.HasPrefix(rest, again) {
+					t.Errorf("%q names %q twice", msg, path)
+				}
+			}
 		})
 	}
+}
+
+// commandPath is the name of the command args run, with its subcommand
+// for the commands that have some: "bench rooms", "bots record",
+// "cluster remove-peer", "bots".
+func commandPath(args []string) string {
+	if len(args) > 1 {
+		switch {
+		case args[0] == "bench",
+			args[0] == "bots" && (args[1] == "pointcloud" || args[1] == "record"),
+			args[0] == "cluster" && args[1] == "remove-peer":
+			return args[0] + " " + args[1]
+		}
+	}
+	return args[0]
 }
 
 func TestBusOutNotice(t *testing.T) {
@@ -341,9 +369,9 @@ func TestBusRunError(t *testing.T) {
 		res         *benchbus.Results
 		want        string
 	}{
-		{context.Canceled, true, some, "bench bus interrupted: the 4 measurements made until then are in /tmp/o (RESULTS.md, results.json and the plots)"},
-		{context.Canceled, true, nil, "bench bus interrupted: nothing was measured, and nothing written"},
-		{context.Canceled, true, &benchbus.Results{}, "bench bus interrupted: nothing was measured, and nothing written"},
+		{context.Canceled, true, some, "interrupted: the 4 measurements made until then are in /tmp/o (RESULTS.md, results.json and the plots)"},
+		{context.Canceled, true, nil, "interrupted: nothing was measured, and nothing written"},
+		{context.Canceled, true, &benchbus.Results{}, "interrupted: nothing was measured, and nothing written"},
 		{errors.New("start mosquitto: no such file"), false, some, "start mosquitto: no such file\n(the 4 measurements made until then are in /tmp/o"},
 	}
 	for _, tc := range tests {

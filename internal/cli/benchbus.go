@@ -66,7 +66,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "bench bus: regenerating RESULTS.md and the plots in %s from its results.json\n", *out)
+		fmt.Fprintf(os.Stderr, "regenerating RESULTS.md and the plots in %s from its results.json\n", *out)
 		return benchbus.Write(*out, r)
 	}
 	var err error
@@ -112,12 +112,12 @@ func runBenchBus(ctx context.Context, args []string) error {
 	}
 	if d.Python != "" && slices.Contains(d.Experiments, "interaction") {
 		if err := checkArenaPy(d.Python); err != nil {
-			return fmt.Errorf("bench bus: %w", err)
+			return err
 		}
 	}
 	d.Command = strings.TrimSpace("xrealm bench bus " + shellJoin(withoutOut(args)))
 	if err := d.Check(); err != nil {
-		return usagef("bench bus: %w", err)
+		return usageErr(err)
 	}
 	abs, _ := filepath.Abs(d.Out)
 	_, err = os.Stat(filepath.Join(d.Out, "RESULTS.md"))
@@ -132,7 +132,7 @@ func runBenchBus(ctx context.Context, args []string) error {
 	// Stopping takes seconds (the step's bots, then each server): say
 	// at once that the interruption was heard.
 	defer context.AfterFunc(ctx, func() {
-		fmt.Fprintln(os.Stderr, "bench bus: interrupted; stopping the servers it started and writing what was measured ...")
+		fmt.Fprintln(os.Stderr, "interrupted; stopping the servers it started and writing what was measured ...")
 	})()
 	if res, err := benchbus.Run(ctx, d); err != nil {
 		return busRunError(err, ctx.Err() != nil, res, d.Out)
@@ -154,7 +154,7 @@ func busRunError(err error, interrupted bool, res *benchbus.Results, out string)
 		what = fmt.Sprintf("the %d measurements made until then are in %s (RESULTS.md, results.json and the plots)", n, out)
 	}
 	if interrupted {
-		return fmt.Errorf("bench bus interrupted: %s", what)
+		return fmt.Errorf("interrupted: %s", what)
 	}
 	return fmt.Errorf("%w\n(%s)", err, what)
 }
@@ -170,9 +170,9 @@ func busOutNotice(out, abs string, committed bool, partial []string) string {
 		where += " (" + abs + ")"
 	}
 	if !committed {
-		return fmt.Sprintf("bench bus: writing results to %s\n", where)
+		return fmt.Sprintf("writing results to %s\n", where)
 	}
-	msg := fmt.Sprintf("bench bus: writing results to %s: the committed results, which this run replaces; --out DIR writes elsewhere\n", where)
+	msg := fmt.Sprintf("writing results to %s: the committed results, which this run replaces; --out DIR writes elsewhere\n", where)
 	if len(partial) == 0 {
 		return msg
 	}

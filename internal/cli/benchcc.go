@@ -59,7 +59,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("bench cc: unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if *summary != "" {
 		rs, err := benchcc.ReadResults(*summary)
@@ -81,24 +81,24 @@ func runBenchCC(ctx context.Context, args []string) error {
 	}
 	kernel, err := cc.Available()
 	if err != nil {
-		return fmt.Errorf("bench cc: %w", err)
+		return err
 	}
 	if err := benchcc.CheckAlgos(cfg.Algos, kernel); err != nil {
-		return usagef("bench cc: --algos: %w", err)
+		return usagef("--algos: %w", err)
 	}
 	switch {
 	case *dur <= 0:
-		return usagef("bench cc: --duration %v: want a positive duration", *dur)
+		return usagef("--duration %v: want a positive duration", *dur)
 	case *delay < 0:
-		return usagef("bench cc: --delay %v: want a duration of at least 0", *delay)
+		return usagef("--delay %v: want a duration of at least 0", *delay)
 	case *queue < 1:
-		return usagef("bench cc: --queue-packets %d: want at least 1", *queue)
+		return usagef("--queue-packets %d: want at least 1", *queue)
 	case *flows < 1 || *flows > benchcc.MaxFlows:
-		return usagef("bench cc: --flows %d: want 1 to %d", *flows, benchcc.MaxFlows)
+		return usagef("--flows %d: want 1 to %d", *flows, benchcc.MaxFlows)
 	case *qoe && !(*qoeRate > 0 && *qoeRate < math.Inf(1)):
-		return usagef("bench cc: --qoe-mbps %g: want a positive bitrate", *qoeRate)
+		return usagef("--qoe-mbps %g: want a positive bitrate", *qoeRate)
 	case *qoe && *qoeFPS < 1:
-		return usagef("bench cc: --qoe-fps %d: want at least 1", *qoeFPS)
+		return usagef("--qoe-fps %d: want at least 1", *qoeFPS)
 	}
 	if *heraArgs != "" {
 		p := hera.DefaultParams()
@@ -106,13 +106,13 @@ func runBenchCC(ctx context.Context, args []string) error {
 		hfs.SetOutput(io.Discard) // the error says what is wrong; not the whole flag list
 		heraFlags(hfs, &p)
 		if err := hfs.Parse(strings.Fields(*heraArgs)); err != nil {
-			return usagef("bench cc: --hera-args: %w", err)
+			return usagef("--hera-args: %w", err)
 		}
 		if err := p.Validate(); err != nil {
-			return usagef("bench cc: --hera-args: %w", err)
+			return usagef("--hera-args: %w", err)
 		}
 		if !slices.Contains(cfg.Algos, "hera") {
-			return usagef("bench cc: --hera-args %q sets hera's parameters, and --algos %s runs no hera", *heraArgs, *algos)
+			return usagef("--hera-args %q sets hera's parameters, and --algos %s runs no hera", *heraArgs, *algos)
 		}
 		cfg.HeraParams = &p
 		cfg.HeraArgs = strings.Join(strings.Fields(*heraArgs), " ")
@@ -120,33 +120,33 @@ func runBenchCC(ctx context.Context, args []string) error {
 	for _, s := range splitList(*seeds) {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return usagef("bench cc: --seeds: %q is not a non-negative integer", s)
+			return usagef("--seeds: %q is not a non-negative integer", s)
 		}
 		cfg.Seeds = append(cfg.Seeds, v)
 	}
 	if len(cfg.Seeds) == 0 {
-		return usageErr(errors.New("bench cc: --seeds is empty"))
+		return usageErr(errors.New("--seeds is empty"))
 	}
 	if *dir == "" {
 		if *dir, err = benchcc.DefaultTraces(); err != nil {
-			return fmt.Errorf("bench cc: %w", err)
+			return err
 		}
 	}
 	for _, t := range splitList(*traces) {
 		path := filepath.Join(*dir, t)
 		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("bench cc: trace %s: %w (--traces-dir names the folder that holds mmwave/ and cellular/ with Mahimahi traces; by default $%s, else ../shared/traces, else shared/traces beside the repository)",
+			return fmt.Errorf("trace %s: %w (--traces-dir names the folder that holds mmwave/ and cellular/ with Mahimahi traces; by default $%s, else ../shared/traces, else shared/traces beside the repository)",
 				path, err, benchcc.TracesEnv)
 		}
 		cfg.Traces = append(cfg.Traces, path)
 	}
 	if len(cfg.Traces) == 0 {
-		return usageErr(errors.New("bench cc: --traces is empty"))
+		return usageErr(errors.New("--traces is empty"))
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("bench cc: needs root (network namespaces, TUN devices, BPF congestion control)")
+		return errors.New("needs root (network namespaces, TUN devices, BPF congestion control)")
 	}
-	fmt.Fprintf(os.Stderr, "bench cc: traces from %s; %s\n", *dir, outNotice("appending results to", filepath.Join(*out, "results.jsonl"), *out == benchCCOut, "--out DIR"))
+	fmt.Fprintf(os.Stderr, "traces from %s; %s\n", *dir, outNotice("appending results to", filepath.Join(*out, "results.jsonl"), *out == benchCCOut, "--out DIR"))
 	// Spare Ps for the emulator's forwarding threads (see netem.Config).
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), netem.SuggestedGOMAXPROCS()))
 	defer sayInterrupted(ctx, "bench cc", "ending the run under way and the emulated link")()

@@ -65,13 +65,13 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("bench rooms: unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if err := checkRoomsFlags(*mode, *beh, *rate, *area, *size, *maxBots, *k, *cell, *ring, *ramp, *window); err != nil {
-		return usagef("bench rooms: %w", err)
+		return usageErr(err)
 	}
 	if err := checkRoomsServerFlags(*addr, *serverPID, *linger, *serverProfile, *serverCPUs, *stopMean, *hold); err != nil {
-		return usagef("bench rooms: %w", err)
+		return usageErr(err)
 	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)
 	if err != nil {
@@ -84,7 +84,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	var w *roomsCSV
 	if *out != "" {
 		if w, err = openRoomsCSV(*out); err != nil {
-			return fmt.Errorf("bench rooms: --out: %w", err)
+			return fmt.Errorf("--out: %w", err)
 		}
 		defer w.close()
 	}
@@ -190,14 +190,14 @@ func runBenchRooms(ctx context.Context, args []string) error {
 			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[16], row[18], row[9], row[10], ext, pol, coll, row[14], row[15])
 		if w != nil {
 			if err := w.write(row); err != nil {
-				return fmt.Errorf("bench rooms: --out %s: %w (%d windows above)", *out, err, windows)
+				return fmt.Errorf("--out %s: %w (%d windows above)", *out, err, windows)
 			}
 		}
 		// A room whose bots are all gone measures nothing more: its
 		// windows have no latency, so --hold never ran out.
 		if peers > 0 && ctx.Err() == nil {
 			if gone, why := r.gone(); gone == peers {
-				return fmt.Errorf("bench rooms: all %d bots were disconnected (the room server at %s stopped or closed them; the first: %v); %d windows in %s",
+				return fmt.Errorf("all %d bots were disconnected (the room server at %s stopped or closed them; the first: %v); %d windows in %s",
 					peers, *addr, why, windows, where)
 			}
 		}
@@ -762,7 +762,7 @@ func runRoomsServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("bench rooms serve: unexpected arguments %q", fs.Args())
+		return usagef("serve: unexpected arguments %q", fs.Args())
 	}
 	stopProfile, err := cpuProfileTo(*cpuProfile)
 	if err != nil {

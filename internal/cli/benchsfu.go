@@ -66,7 +66,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("bench sfu: unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	switch *role {
@@ -108,32 +108,32 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	cfg.ClipPath = filepath.Join(*clipDir, fmt.Sprintf("xrsfu-clip-%dp-%df-%gfps.gob", *points, *frames, *fps))
 	var err error
 	if cfg.Users, err = ints(*users); err != nil {
-		return usagef("bench sfu: --users: %w", err)
+		return usagef("--users: %w", err)
 	}
 	if cfg.Scenarios, err = ints(*scenarios); err != nil {
-		return usagef("bench sfu: --scenarios: %w", err)
+		return usagef("--scenarios: %w", err)
 	}
 	ds := strings.Split(*delays, ",")
 	if len(ds) != 4 {
-		return usagef("bench sfu: --delays %q: want 4 durations", *delays)
+		return usagef("--delays %q: want 4 durations", *delays)
 	}
 	for i, d := range ds {
 		if cfg.CentralDelays[i], err = time.ParseDuration(strings.TrimSpace(d)); err != nil {
-			return usagef("bench sfu: --delays: %w", err)
+			return usagef("--delays: %w", err)
 		}
 	}
 	if err := cfg.Validate(); err != nil {
-		return usagef("bench sfu: %w (see xrealm bench sfu -h)", err)
+		return usagef("%w (see xrealm bench sfu -h)", err)
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("bench sfu: needs root (network namespaces, veth, tc)")
+		return errors.New("needs root (network namespaces, veth, tc)")
 	}
 	for _, tool := range []string{"ip", "tc"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			return fmt.Errorf("bench sfu: %s not found: it needs iproute2's ip and tc (scripts/setup-sfu.sh installs them, or apt-get install iproute2)", tool)
+			return fmt.Errorf("%s not found: it needs iproute2's ip and tc (scripts/setup-sfu.sh installs them, or apt-get install iproute2)", tool)
 		}
 	}
-	fmt.Fprintf(os.Stderr, "bench sfu: %s\n", outNotice("appending results to", *out, *out == benchSFUOut, "--out FILE"))
+	fmt.Fprintf(os.Stderr, "%s\n", outNotice("appending results to", *out, *out == benchSFUOut, "--out FILE"))
 	exe, err := privateCopy()
 	if err != nil {
 		return err
@@ -147,7 +147,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 		return interruptedError("bench sfu", len(rs), "run", *out)
 	}
 	if err == nil {
-		fmt.Fprintf(os.Stderr, "bench sfu: %d runs appended to %s; xrealm bench sfu --summary %s prints the tables of all its runs and writes the plots beside it\n", len(rs), *out, *out)
+		fmt.Fprintf(os.Stderr, "%d runs appended to %s; xrealm bench sfu --summary %s prints the tables of all its runs and writes the plots beside it\n", len(rs), *out, *out)
 	}
 	return err
 }

@@ -25,10 +25,10 @@ import (
 // point-cloud publisher on the SFU instead.
 func runBots(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "pointcloud" {
-		return runPointCloudBot(ctx, args[1:])
+		return inSubcommand("bots", "pointcloud", runPointCloudBot(ctx, args[1:]))
 	}
 	if len(args) > 0 && args[0] == "record" {
-		return runBotsRecord(ctx, args[1:], os.Stdout, os.Stderr)
+		return inSubcommand("bots", "record", runBotsRecord(ctx, args[1:], os.Stdout, os.Stderr))
 	}
 	return runBotsFleet(ctx, args, os.Stdout, os.Stderr)
 }

@@ -42,30 +42,30 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if fs.NArg() > 0 {
-		return usagef("bots record: unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if err := checkTokenFlags(fs); err != nil {
-		return fmt.Errorf("bots record: %w", err)
+		return err
 	}
 	if *sceneName == "" {
-		return usageErr(errors.New("bots record: --scene NS/SCENE is required"))
+		return usageErr(errors.New("--scene NS/SCENE is required"))
 	}
 	ns, scene, err := topic.ParseSceneName(*sceneName)
 	if err != nil {
-		return usagef("bots record: --scene: %w", err)
+		return usagef("--scene: %w", err)
 	}
 	if err := topic.ValidLevel("--realm", *realm); err != nil {
-		return usagef("bots record: %w", err)
+		return usageErr(err)
 	}
 	if *out == "" {
-		return usageErr(errors.New("bots record: --out FILE is required (- for standard output)"))
+		return usageErr(errors.New("--out FILE is required (- for standard output)"))
 	}
 	if *duration < 0 || *maxSamples < 0 {
-		return usagef("bots record: --duration (%s) and --samples (%d) must not be negative", *duration, *maxSamples)
+		return usagef("--duration (%s) and --samples (%d) must not be negative", *duration, *maxSamples)
 	}
 	tokens, err := botTokens(*noAuth, *dataDir, *tokenURL, *bearer)
 	if err != nil {
-		return fmt.Errorf("bots record: %w", err)
+		return err
 	}
 	if *duration > 0 {
 		var cancel context.CancelFunc
@@ -98,11 +98,11 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return err
 	}
 	if ferr := rec.Flush(); ferr != nil && err == nil {
-		err = fmt.Errorf("bots record: %s: %w", *out, ferr)
+		err = fmt.Errorf("%s: %w", *out, ferr)
 	}
 	if f != nil {
 		if cerr := f.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("bots record: %s: %w", *out, cerr)
+			err = fmt.Errorf("%s: %w", *out, cerr)
 		}
 	}
 	if rec.Samples() == 0 {
@@ -120,13 +120,13 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if *out != "-" {
 			kept = "; " + *out + " left as it was"
 		}
-		return fmt.Errorf("bots record: %s in %s/%s while recording: nothing recorded%s", what, ns, scene, kept)
+		return fmt.Errorf("%s in %s/%s while recording: nothing recorded%s", what, ns, scene, kept)
 	}
 	if f != nil {
 		if rerr := os.Rename(f.Name(), *out); rerr != nil {
 			os.Remove(f.Name())
 			if err == nil {
-				err = fmt.Errorf("bots record: %w", rerr)
+				err = rerr
 			}
 			return err
 		}
@@ -158,7 +158,7 @@ func recordPoses(ctx context.Context, cfg recordConfig, open func() (*bots.Trace
 	if cfg.Tokens != nil {
 		var err error
 		if user, pass, err = cfg.Tokens.Token(ctx, id); err != nil {
-			return nil, fmt.Errorf("bots record: %w", err)
+			return nil, err
 		}
 	}
 	var (
@@ -184,7 +184,7 @@ func recordPoses(ctx context.Context, cfg recordConfig, open func() (*bots.Trace
 		case err != nil:
 			skipped++
 			if skipped == 1 {
-				cfg.Log.Warn("bots record: skipping a malformed camera pose", "err", err)
+				cfg.Log.Warn("skipping a malformed camera pose", "err", err)
 			}
 			return
 		}
@@ -205,15 +205,15 @@ func recordPoses(ctx context.Context, cfg recordConfig, open func() (*bots.Trace
 	}
 	c, err := bots.DialMQTT(ctx, bots.MQTTConfig{Addr: cfg.Addr, ClientID: id.UserClient, Username: user, Password: pass, OnPublish: onPub})
 	if err != nil {
-		return nil, fmt.Errorf("bots record: %w", err)
+		return nil, err
 	}
 	defer c.Close()
 	if err := c.Subscribe(ctx, id.SceneBase()+"/+/+/+"); err != nil {
-		return nil, fmt.Errorf("bots record: %w", err)
+		return nil, err
 	}
 	tw, err := open()
 	if err != nil {
-		return nil, fmt.Errorf("bots record: %w", err)
+		return nil, err
 	}
 	mu.Lock()
 	rec = tw
@@ -245,13 +245,13 @@ func recordPoses(ctx context.Context, cfg recordConfig, open func() (*bots.Trace
 		case <-full:
 			return finish(nil)
 		case <-c.Done():
-			return finish(fmt.Errorf("bots record: connection to %s ended: %w", cfg.Addr, c.Err()))
+			return finish(fmt.Errorf("connection to %s ended: %w", cfg.Addr, c.Err()))
 		case <-tick.C:
 			mu.Lock()
 			n, obj, err := rec.Samples(), object, rec.Flush()
 			mu.Unlock()
 			if err != nil {
-				return finish(fmt.Errorf("bots record: %w", err))
+				return finish(err)
 			}
 			if obj != "" {
 				fmt.Fprintf(cfg.Progress, "%s: %d samples (+%d/s)\n", obj, n, n-last)

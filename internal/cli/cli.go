@@ -56,7 +56,11 @@ func Main(args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(stderr, "xrealm %s: %v\n", args[0], err)
+		if _, ok := err.(*subcommandError); ok { // "xrealm bench rooms: ..."
+			fmt.Fprintf(stderr, "xrealm %s %v\n", args[0], err)
+		} else {
+			fmt.Fprintf(stderr, "xrealm %s: %v\n", args[0], err)
+		}
 		var ue *usageError
 		if errors.As(err, &ue) {
 			return 2
@@ -155,7 +159,35 @@ func runBench(ctx context.Context, args []string) error {
 	if !ok {
 		return usagef("unknown benchmark %q; one of: %s", args[0], strings.Join(keys(benches), ", "))
 	}
-	return b(ctx, args[1:])
+	return inSubcommand("bench", args[0], b(ctx, args[1:]))
+}
+
+// subcommandError is an error of a subcommand (bench rooms, bots record),
+// which Main prints as "xrealm bench rooms: ...": the subcommand's name
+// once, whether or not the error (or the package it comes from, such as
+// bench/bus's "bench bus: ...") named it already.
+type subcommandError struct {
+	parent, name string
+	err          error
+}
+
+func (e *subcommandError) Error() string {
+	msg := e.err.Error()
+	for _, p := range []string{e.parent + " " + e.name + ": ", e.parent + e.name + ": ", e.name + ": "} {
+		msg = strings.TrimPrefix(msg, p)
+	}
+	return e.name + ": " + msg
+}
+
+func (e *subcommandError) Unwrap() error { return e.err }
+
+// inSubcommand marks err (nil and -h's flag.ErrHelp stay as they are) as
+// an error of subcommand name of command parent; a usage error stays one.
+func inSubcommand(parent, name string, err error) error {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return &subcommandError{parent, name, err}
 }
 
 func keys[V any](m map[string]V) []string {

@@ -32,11 +32,16 @@ func runCluster(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] != "remove-peer" {
 		return usageErr(errors.New(clusterUsage))
 	}
+	return inSubcommand("cluster", "remove-peer", runRemovePeer(ctx, args[1:]))
+}
+
+// runRemovePeer runs `xrealm cluster remove-peer`.
+func runRemovePeer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("cluster remove-peer", flag.ContinueOnError)
 	bus := fs.String("bus", "nats://127.0.0.1:4222", "NATS URL of a running node of the cluster (its --nats-addr)")
 	token := fs.String("token", "", "token with the cluster right (xrealm token --role cluster --data <a node's data dir>)")
 	wait := fs.Duration("timeout", 40*time.Second, "how long to wait for the answer")
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
