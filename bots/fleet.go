@@ -353,10 +353,17 @@ func (f *Fleet) LostReason() error {
 
 // Receive and ReadDone make a bot its transport's Receiver: a read's
 // messages are counted together.
+// Only the fleet's own poses count in the measurement window (Collect):
+// the others count in the totals and live latencies only.
 func (b *bot) Receive(r *Received) {
-	b.meter.Record(r)
-	if !r.RoundTrip && b.fleet.isOwn(r.From) {
+	switch {
+	case r.RoundTrip:
+		b.meter.Record(r)
+	case b.fleet.isOwn(r.From):
+		b.meter.Record(r)
 		b.ownPend++
+	default:
+		b.meter.StageUnwindowed(r.SentNanos, r.RecvNanos, r.Size)
 	}
 	if b.peers != nil && r.HasPos {
 		b.peers.update(r.From, r.Pos, r.RecvNanos)
@@ -472,8 +479,12 @@ type Result struct {
 	// Missed is the poses due in the window that their senders were too
 	// late for and skipped (Meter.Missed): counted in Expected, never
 	// delivered.
-	Missed       int64
-	Expected     int64 // deliveries the poses due should make: each to every member of its scene
+	Missed   int64
+	Expected int64 // deliveries the poses due should make: each to every member of its scene
+	// Delivered, Bytes and Latency are of the deliveries of the fleet's
+	// own poses stamped in the window: other clients' in its scenes (a
+	// browser's, another run's bots') are not counted (as in Delivery),
+	// which Expected does not count either.
 	Delivered    int64
 	Bytes        int64 // payload bytes delivered
 	Latency      *hdrhistogram.Histogram

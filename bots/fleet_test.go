@@ -319,3 +319,43 @@ type failJoin struct{}
 func (failJoin) Join(context.Context, Identity, Receiver, bool) (Link, error) {
 	return nil, errors.New("no server")
 }
+
+// Collect, as Delivery, counts the deliveries of the fleet's own poses
+// only: a browser's or another run's bots' poses stamped in the window
+// made a bench step's delivery ratio pass 100 % and mixed their
+// latencies into the window's.
+func TestFleetCollectCountsOwnOnly(t *testing.T) {
+	f := &Fleet{cfg: FleetConfig{Prefix: "bot"}, acc: NewAccounts(), scenes: map[string]int{"public/a": 3, "public/b": 1}}
+	for i, scene := range []string{"a", "a", "a", "b"} {
+		name := fmt.Sprintf("bot%d", i)
+		f.bots = append(f.bots, &bot{fleet: f, id: Identity{Index: i, Namespace: "public", Scene: scene, ObjectID: "camera_" + name + "_" + name}, meter: f.acc.NewMeter()})
+	}
+	at := time.Now().UnixNano()
+	f.acc.OpenWindow(time.Unix(0, at-int64(time.Second)), time.Unix(0, at+int64(time.Second)))
+	for _, i := range []int{0, 1, 3} {
+		f.bots[i].meter.Sent(at)
+	}
+	deliver := func(to *bot, from string) {
+		to.Receive(&Received{From: []byte(from), SentNanos: at, RecvNanos: at + 1000, Size: 100})
+	}
+	for _, b := range f.bots[:3] {
+		deliver(b, f.bots[0].id.ObjectID)
+		deliver(b, f.bots[1].id.ObjectID)
+		for _, other := range []string{"camera_alice_1234", "camera_botx-1_botx-1", "camera_bot9_bot9", "box1"} {
+			deliver(b, other)
+		}
+		b.ReadDone()
+	}
+	deliver(f.bots[3], f.bots[3].id.ObjectID)
+	f.bots[3].ReadDone()
+	r := f.Collect(2 * time.Second)
+	if r.Expected != 2*3+1 || r.Delivered != 7 {
+		t.Errorf("expected %d delivered %d; want 7 and 7", r.Expected, r.Delivered)
+	}
+	if n := r.Latency.TotalCount(); n != 7 {
+		t.Errorf("%d latencies in the window, want the fleet's 7", n)
+	}
+	if tot, _ := f.acc.Live(); tot.Received != 3*6+1 {
+		t.Errorf("received %d in all, want every message counted (19)", tot.Received)
+	}
+}

@@ -273,6 +273,18 @@ func (m *Meter) Record(r *Received) {
 // Stage counts a received message as Received does, for the next Flush.
 // Only one goroutine (the bot's read goroutine) may call Stage and Flush.
 func (m *Meter) Stage(sentNanos, recvNanos int64, size int) {
+	m.stage(sentNanos, recvNanos, size, true)
+}
+
+// StageUnwindowed counts a received message as Stage does, but in the
+// totals and live latencies only, never in the measurement window: a
+// message that is not one of the deliveries the window measures (a fleet
+// counts its own poses' only).
+func (m *Meter) StageUnwindowed(sentNanos, recvNanos int64, size int) {
+	m.stage(sentNanos, recvNanos, size, false)
+}
+
+func (m *Meter) stage(sentNanos, recvNanos int64, size int, windowed bool) {
 	w := m.acc.window.Load()
 	p := &m.pend
 	if w != p.win {
@@ -287,7 +299,7 @@ func (m *Meter) Stage(sentNanos, recvNanos int64, size int) {
 		return
 	}
 	var v int64
-	if sentNanos >= w[0] && sentNanos < w[1] {
+	if windowed && sentNanos >= w[0] && sentNanos < w[1] {
 		v = stageWin
 		p.winRecv++
 		p.winBytes += int64(size)
