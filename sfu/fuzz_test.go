@@ -86,7 +86,7 @@ func FuzzSourceWrite(f *testing.F) {
 		}
 		s.addDown(dt)
 		var rel relayRec
-		s.addRelay("2", rel.send)
+		s.addRelay("2", nil, rel.send)
 
 		var parsed int
 		for len(in) > 0 {

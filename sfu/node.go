@@ -646,6 +646,15 @@ func (n *Node) drainControls(node string, q *controlQueue) {
 			n.log.Warn("relay controls not sent: no link", "peer", node, "op", c.Op, "track", c.Track, "dropped_after_it", dropped, "err", err)
 			continue
 		}
+		if c.Op == "sub" {
+			// the source's media comes over l now: the close of a link
+			// this one replaced must leave it (OnClose)
+			n.mu.Lock()
+			if s := n.relayed[c.Track]; s != nil {
+				s.subLink = l
+			}
+			n.mu.Unlock()
+		}
 		if err := l.SendControl(c); err != nil {
 			n.log.Warn("relay control not sent", "peer", node, "op", c.Op, "track", c.Track, "err", err)
 		}
@@ -877,7 +886,7 @@ func (h *relayHandler) OnControl(l *relay.Link, c relay.Control) {
 	}
 	switch c.Op {
 	case "sub":
-		s.addRelay(l.Peer, l.SendMedia)
+		s.addRelay(l.Peer, l, l.SendMedia)
 		s.keyframe()
 	case "unsub":
 		s.removeRelay(l.Peer)
@@ -928,16 +937,21 @@ func (h *relayHandler) OnClose(l *relay.Link) {
 		default:
 		}
 	}
+	// Only what belongs to l goes: a replacement link to the same node
+	// may have set up relays and subscribed sources already, and taking
+	// those would stop their media until they stalled and were asked for
+	// again. A relayed source whose "sub" was not sent yet goes too (it
+	// is acquired again).
 	var orphans []*source
 	for k, s := range n.relayed {
-		if s.info.Node == l.Peer {
+		if s.info.Node == l.Peer && (s.subLink == nil || s.subLink == l) {
 			delete(n.relayed, k)
 			s.cadence.stop()
 			orphans = append(orphans, s)
 		}
 	}
 	for _, s := range n.local {
-		s.removeRelay(l.Peer)
+		s.removeRelayOn(l.Peer, l)
 	}
 	peers := n.peerList("")
 	n.mu.Unlock()

@@ -60,7 +60,7 @@ type peer struct {
 	prober    *allocator.Prober    // probes for floors paused for budget on the RTP (probe below)
 	budget    float64              // bit/s of the last allocation
 	allocated float64
-	link      peerLink // the shared-path budget (shared.go)
+	link      peerLink        // the shared-path budget (shared.go)
 	rtpTracks map[string]bool // ids of the tracks the client publishes over RTP (onTrack)
 }
 

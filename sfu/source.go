@@ -12,6 +12,7 @@ import (
 
 	"github.com/xrealm/xrealm/sfu/buffer"
 	"github.com/xrealm/xrealm/sfu/downtrack"
+	"github.com/xrealm/xrealm/sfu/relay"
 	"github.com/xrealm/xrealm/volumetric"
 )
 
@@ -89,7 +90,7 @@ type source struct {
 
 	mu     sync.RWMutex
 	downs  map[*downtrack.DownTrack]struct{}
-	relays map[string]func(key string, pkt []byte) error // node ID → send
+	relays map[string]relayOut // by node ID
 
 	bytes   atomic.Uint64
 	packets atomic.Uint64
@@ -110,17 +111,20 @@ type source struct {
 	levelExt  uint8
 	lastVoice atomic.Int64
 	subAt     time.Time // relayed: when "sub" was last sent (node loop only)
-	winAt     time.Time
-	winB      uint64
-	smooth    float64 // rate smoothed over the windows that carried packets (node loop only)
-	flowing   bool    // a window with packets was measured (node loop only)
+	// subLink is, for a relayed source, the link its last "sub" went over
+	// (nil before the first); under Node.mu
+	subLink *relay.Link
+	winAt   time.Time
+	winB    uint64
+	smooth  float64 // rate smoothed over the windows that carried packets (node loop only)
+	flowing bool    // a window with packets was measured (node loop only)
 }
 
 func newSource(info TrackInfo, keyframe func()) *source {
 	buf, _ := buffer.New(1024)
 	s := &source{
 		info: info, codec: webrtc.RTPCodecCapability{MimeType: info.Mime}, buf: buf, keyframe: (&keyframeLimiter{ask: keyframe}).request,
-		downs: map[*downtrack.DownTrack]struct{}{}, relays: map[string]func(string, []byte) error{},
+		downs: map[*downtrack.DownTrack]struct{}{}, relays: map[string]relayOut{},
 	}
 	if info.PointCloud() {
 		s.frames = volumetric.NewFrameTracker(frameDeadline, 2048)
@@ -191,8 +195,8 @@ func (s *source) write(raw []byte) {
 		}
 		_ = d.WriteRTP(&h, payload)
 	}
-	for _, send := range s.relays {
-		_ = send(key, raw)
+	for _, r := range s.relays {
+		_ = r.send(key, raw)
 	}
 	s.mu.RUnlock()
 	if s.hops != nil && s.frames != nil {
@@ -275,17 +279,37 @@ func (s *source) removeDown(d *downtrack.DownTrack) int {
 	return len(s.downs) + len(s.relays)
 }
 
-func (s *source) addRelay(node string, send func(string, []byte) error) {
+// relayOut is where a source relays to one node: send, on the link the
+// node subscribed over.
+type relayOut struct {
+	link *relay.Link
+	send func(key string, pkt []byte) error
+}
+
+// addRelay relays s to node with send, on link (which its "sub" came over).
+func (s *source) addRelay(node string, link *relay.Link, send func(string, []byte) error) {
 	s.mu.Lock()
-	s.relays[node] = send
+	s.relays[node] = relayOut{link: link, send: send}
 	s.mu.Unlock()
 }
 
+// removeRelay stops relaying s to node (it unsubscribed).
 func (s *source) removeRelay(node string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.relays, node)
 	return len(s.downs) + len(s.relays)
+}
+
+// removeRelayOn stops relaying s to node if it relays on link: a link
+// that closes takes only its own relays, not those a replacement link to
+// that node has set up since.
+func (s *source) removeRelayOn(node string, link *relay.Link) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.relays[node]; ok && r.link == link {
+		delete(s.relays, node)
+	}
 }
 
 func (s *source) relayCount() int {
