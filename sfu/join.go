@@ -17,9 +17,10 @@ import (
 // offer) the same way (placement). When the manager answers busy, or the
 // node does not answer (it died after the manager's ping, hangs, or is
 // slow), they ask the manager again, joinAttempts times in all, waiting
-// joinBackoff between attempts. A node that did not answer is sent a leave
-// for the client (it may have taken the offer) and excluded from the next
-// placements (JoinRequest.Exclude). A signal waits at most offerTimeout for
+// joinBackoff between attempts. A node that did not answer is sent a
+// leave for the client (it may have taken the offer) and excluded from the
+// next placements (JoinRequest.Exclude); one that refused the offer for
+// its load (Reply.Full) is excluded too, with no leave. A signal waits at most offerTimeout for
 // its node, a join request joinRequestTimeout for the manager, and the
 // whole placement at most placementTimeout.
 const (
@@ -197,6 +198,11 @@ func (p placement) once(ctx context.Context, req JoinRequest, s Signal) (a Assig
 	// a context that the caller ended is not the node's failure; the
 	// placement's deadline is: the node did not answer in the time left
 	gaveUp := ctx.Err() != nil && context.Cause(ctx) != errPlacementTimeout
+	if !gaveUp && errors.Is(err, errNodeFull) {
+		// refused for its load, so it took nothing: no leave; another
+		// node may have room
+		return Assignment{}, Reply{}, a.Node, err
+	}
 	if gaveUp || !nodeGone(err) {
 		return a, rep, "", err
 	}
@@ -221,7 +227,7 @@ func requestSignal(ctx context.Context, nc *nats.Conn, subject string, s Signal)
 		return Reply{}, fmt.Errorf("%s: reply from %s: %w", s.Op, subject, err)
 	}
 	if rep.Op == "error" {
-		return rep, fmt.Errorf("%s: %s", s.Op, rep.Error)
+		return rep, replyError(s.Op, rep)
 	}
 	return rep, nil
 }

@@ -195,7 +195,7 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 	}
 	if len(n.peers) >= n.cfg.MaxClients {
 		n.mu.Unlock()
-		return "", fmt.Errorf("sfu: client %s refused: node %s has %d clients connected, at most %d (Config.MaxClients)", key, n.cfg.ID, len(n.peers), n.cfg.MaxClients)
+		return "", fmt.Errorf("sfu: client %s refused: %w: node %s has %d clients connected, at most %d (Config.MaxClients)", key, errNodeFull, n.cfg.ID, len(n.peers), n.cfg.MaxClients)
 	}
 	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), prober: allocator.NewProber(n.cfg.Probe), estName: estimator, estFactory: est, pcSlots: pointClouds}
 	if pointClouds > 0 {

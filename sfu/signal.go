@@ -120,6 +120,23 @@ type Reply struct {
 	// (NodeInfo).
 	Site     string `json:"site,omitempty"`
 	Instance string `json:"instance,omitempty"`
+	// Full (op "error") says the node refused the signal for its load
+	// (Config.MaxClients clients, or maxSignalsInFlight signals in
+	// progress): another node may take it (errNodeFull).
+	Full bool `json:"full,omitempty"`
+}
+
+// errNodeFull is what the error of a signal refused for the node's load
+// wraps (Reply.Full): a placement asks the manager for another node.
+var errNodeFull = errors.New("sfu node full")
+
+// replyError is the error of rep, an "error" reply to op; it wraps
+// errNodeFull when the node refused for its load.
+func replyError(op string, rep Reply) error {
+	if rep.Full {
+		return fmt.Errorf("%s: %w: %s", op, errNodeFull, rep.Error)
+	}
+	return fmt.Errorf("%s: %s", op, rep.Error)
 }
 
 // Event is pushed to a client (subject sfu.client.<session>.<client>, or
@@ -256,7 +273,7 @@ func (n *Node) handleSignal(m *nats.Msg) {
 	select {
 	case n.signalSlots <- struct{}{}:
 	default:
-		b, _ := json.Marshal(Reply{Op: "error", Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers, leaves) in progress, at most %d; %q from %q/%q refused, try again",
+		b, _ := json.Marshal(Reply{Op: "error", Full: true, Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers, leaves) in progress, at most %d; %q from %q/%q refused, try again",
 			n.cfg.ID, len(n.signalSlots), cap(n.signalSlots), s.Op, s.Session, s.Client)})
 		_ = m.Respond(b)
 		return
@@ -287,7 +304,7 @@ func (n *Node) Signal(s Signal) Reply {
 	case "offer":
 		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator, s.PointClouds)
 		if err != nil {
-			return Reply{Op: "error", Error: err.Error()}
+			return Reply{Op: "error", Error: err.Error(), Full: errors.Is(err, errNodeFull)}
 		}
 		return Reply{Op: "answer", SDP: sdp}
 	case "pose":
@@ -605,7 +622,7 @@ func (n *Node) signalNode(ctx context.Context, subject string, s Signal) (Reply,
 	if subject == subjectSignal(n.cfg.ID) {
 		rep := n.Signal(s)
 		if rep.Op == "error" {
-			return rep, fmt.Errorf("%s: %s", s.Op, rep.Error)
+			return rep, replyError(s.Op, rep)
 		}
 		return rep, nil
 	}

@@ -76,3 +76,32 @@ func TestClientsPerNodeBounded(t *testing.T) {
 	}
 	n.Signal(Signal{Op: "leave", Session: "s1", Client: "extra"})
 }
+
+// TestFullNodeClientPlacedElsewhere: a client the manager places on a node
+// that has Config.MaxClients clients is refused by that node and placed on
+// another. Before, the node's refusal ended the client's join with an
+// error, though another node had room.
+func TestFullNodeClientPlacedElsewhere(t *testing.T) {
+	c := startClusterWith(t, func(i int, cfg *Config) {
+		if i == 0 {
+			cfg.MaxClients = 1
+		}
+	}, "a", "b")
+	n1 := c.nodes[0]
+	if rep := n1.Signal(Signal{Op: "offer", Session: "s1", Client: "first", SDP: recvOffer(t, 1)}); rep.Op != "answer" {
+		t.Fatalf("first client: %s %s, want an answer", rep.Op, rep.Error)
+	}
+	defer n1.Signal(Signal{Op: "leave", Session: "s1", Client: "first"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var placed []string
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "second"), Session: "s1", Client: "second", Site: "a", ICEAddresses: loopback, VideoSlots: 1,
+		placed: func(a Assignment) { placed = append(placed, a.Node) }})
+	if err != nil {
+		t.Fatalf("client placed on full node 1 (placements %v): %v", placed, err)
+	}
+	defer cl.Close()
+	if cl.Node != "2" || len(placed) != 2 || placed[0] != "1" {
+		t.Fatalf("client on node %s after placements %v; want node 1 (its site's, full), then 2", cl.Node, placed)
+	}
+}
