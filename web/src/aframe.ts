@@ -101,9 +101,19 @@ AFRAME.registerComponent('xr-smooth', {
   },
   tick(this: any, _t: number, dt: number) {
     if (!this.has || !dt) return;
+    const o = this.el.object3D;
+    // at the target, it stays there: slerp between (nearly) equal
+    // quaternions keeps moving them by a rounding error in every frame, and
+    // a page draws the frames in which something moved (ondemand.ts)
+    if (o.position.equals(this.pos) && o.quaternion.equals(this.quat)) return;
     const k = 1 - Math.pow(0.5, Math.min(dt, 200) / this.data.halfLife);
-    this.el.object3D.position.lerp(this.pos, k);
-    this.el.object3D.quaternion.slerp(this.quat, k);
+    o.position.lerp(this.pos, k);
+    o.quaternion.slerp(this.quat, k);
+    // within a tenth of a millimetre and of a milliradian: there
+    if (o.position.distanceToSquared(this.pos) < 1e-8 && o.quaternion.angleTo(this.quat) < 1e-4) {
+      o.position.copy(this.pos);
+      o.quaternion.copy(this.quat);
+    }
   },
 });
 

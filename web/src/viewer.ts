@@ -5,6 +5,7 @@ import './aframe';
 import { AuthError, identity, persistGet, setDisplayName, signOut, storedToken, storedTokenProblem, displayName, type SceneSession } from './auth';
 import { Bus, type Status } from './bus';
 import { Presence } from './presence';
+import { renderOnDemand, type FrameStats } from './ondemand';
 import { randomSuffix, topicFor, type Message, type SceneTopic, type StoredObject } from './protocol';
 import { Renderer, SceneModel } from './scene';
 import { clearError, h, keysToWalking, panelToggle, showError, toast } from './ui';
@@ -25,6 +26,8 @@ export interface Viewer {
   onLoaded(f: () => void): void;
   /** The connection gave up (sign-in refused and the like), with why; at once if it already has. */
   onFailed(f: (reason: string) => void): void;
+  /** Frames drawn and skipped by rendering on demand (ondemand.ts), null with ?render=always. */
+  frames: FrameStats | null;
 }
 
 /**
@@ -124,6 +127,11 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
 
   const sceneEl = holder.querySelector('a-scene') as HTMLElement & { hasLoaded?: boolean };
   if (!sceneEl.hasLoaded) await new Promise((r) => sceneEl.addEventListener('loaded', r, { once: true }));
+  // ?render=always: every frame drawn, as A-Frame does (to compare);
+  // ?render=changes: only frames that show a change (no idle draw), so that
+  // a test sees what a change does not draw
+  const renderMode = new URLSearchParams(location.search).get('render');
+  const frames = renderMode === 'always' ? null : renderOnDemand(sceneEl, renderMode === 'changes' ? Infinity : undefined);
   const objectsRoot = sceneEl.querySelector('#xr-objects') as HTMLElement;
   const camera = sceneEl.querySelector('#xr-camera') as HTMLElement;
 
@@ -259,7 +267,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   }
 
   const viewer: Viewer = {
-    ns, scene, model, renderer, presence, bus, sceneEl,
+    ns, scene, model, renderer, presence, bus, sceneEl, frames,
     session: () => session,
     publishObject: (m) => {
       const s = session;

@@ -451,6 +451,63 @@ describe('SFU signalling', () => {
   });
 });
 
+describe('render on demand', () => {
+  it('an idle page skips its frames, and draws what changes: a new object, a colour, an animation, the camera', async () => {
+    // ?render=changes: no frame is drawn but for a change, so that what the
+    // page does not see as one stays undrawn
+    const p = await open('/public/ondemand?render=changes', { width: 640, height: 400 });
+    await waitFor('connected', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'connected');
+    await placeCamera(p, 0, 1.6, 0);
+    const ed = await mqttClient(srv, 'bot', srv.token('bot', 'public/ondemand', 'editor'), 'pyClient-000003');
+    const pub = (m: Record<string, unknown>) => ed.publishAsync(`realm/s/public/ondemand/o/pyClient-000003/${m.object_id}`, JSON.stringify(m), { qos: 1 });
+    try {
+      const frames = () => p.evaluate(() => ({ ...(window as any).xrealm.frames }) as { drawn: number; skipped: number });
+      /** Frames drawn and skipped over ten more frames of the render loop. */
+      const tenFrames = async () => {
+        const f0 = await frames();
+        await waitFor('ten frames', async () => { const f = await frames(); return f.drawn + f.skipped >= f0.drawn + f0.skipped + 10; });
+        const f1 = await frames();
+        return { drawn: f1.drawn - f0.drawn, skipped: f1.skipped - f0.skipped };
+      };
+      await waitFor('an idle page draws no frame', async () => (await tenFrames()).drawn === 0);
+      // Another user stands in view, idle: once its avatar has glided there,
+      // its frames are not drawn either (three bumps the version of its name
+      // tag's material in every draw, and the smoothing moved it by a
+      // rounding error in every frame)
+      const q = await open('/public/ondemand');
+      await placeCamera(q, 1, 1.6, -3);
+      const sq = await session(q);
+      await waitFor('the other user in view', () => p.$(`[data-avatar-for="${sq.userClient}"]`));
+      await waitFor('its avatar at its place', async () => Math.abs(((await worldPos(p, `[data-avatar-for="${sq.userClient}"]`))?.z ?? 0) + 3) < 1e-3);
+      const tag = await screenPoint(p, `[data-avatar-for="${sq.userClient}"] [data-role="nametag"]`);
+      expect(tag.x > 0 && tag.x < 640 && tag.y > 0 && tag.y < 400, `name tag on screen at ${JSON.stringify(tag)}`).toBe(true);
+      await waitFor('an idle page with an avatar in view draws no frame', async () => (await tenFrames()).drawn === 0, 10_000);
+      await pub({
+        object_id: 'redbox', action: 'create', type: 'object', persist: true,
+        data: { object_type: 'box', position: { x: 0, y: 1.6, z: -2.5 }, material: { color: '#ff0000', shader: 'flat' } },
+      });
+      await waitForColour(p, 'red', 'the new box drawn red');
+      await pub({ object_id: 'redbox', action: 'update', type: 'object', persist: true, data: { material: { color: '#0000ff' } } });
+      await waitForColour(p, 'blue', 'the box drawn blue');
+      await waitFor('idle again', async () => (await tenFrames()).drawn === 0);
+      // A turning box is drawn in every frame.
+      await pub({ object_id: 'redbox', action: 'update', type: 'object', persist: true, data: { animation: { property: 'rotation', to: '0 360 0', loop: true, dur: 4000, easing: 'linear' } } });
+      await waitFor('every frame drawn while the box turns', async () => (await tenFrames()).skipped === 0);
+      const at = await screenPoint(p, '[data-object-id="redbox"]');
+      await pub({ object_id: 'redbox', action: 'delete' });
+      await p.waitForSelector('[data-object-id="redbox"]', { state: 'detached' });
+      await waitFor('the deleted box undrawn', async () => (await pixelShare(p, await p.screenshot(), 'blue', at)) < 0.1);
+      await waitFor('idle without the box', async () => (await tenFrames()).drawn === 0);
+      // The camera moves: its frame is drawn.
+      const before = (await frames()).drawn;
+      await placeCamera(p, 0.5, 1.6, 0);
+      await waitFor('the moved camera drawn', async () => (await frames()).drawn > before);
+    } finally {
+      ed.end(true);
+    }
+  });
+});
+
 describe('keyboard and mouse', () => {
   it('WASD walks and a drag looks around without WebXR, also after a click on a button; typing in chat does not walk, and Escape leaves it', async () => {
     const p = await open('/public/keys', { width: 900, height: 500 });

@@ -47,7 +47,9 @@ describe('audio and video', () => {
   it('carries one viewer\'s microphone and camera to another, drawn at the avatar and played spatially', async () => {
     const problems: string[] = [];
     const a = await open('A', problems);
-    const b = await open('B', problems);
+    // B draws on demand with no idle draw: A's video panel shows new
+    // frames only when its texture's new frames count as changes
+    const b = await open('B', problems, SCENE, 'pointclouds=0&render=changes');
     // A stands 2.5 m in front of B, who looks straight at it
     await a.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 -1.5'));
     await b.evaluate(() => (document.querySelector('#xr-camera') as any).setAttribute('position', '0 1.6 1'));
@@ -85,6 +87,27 @@ describe('audio and video', () => {
     expect(pos).toBeTruthy();
     expect(Math.abs(pos!.z - -1.5)).toBeLessThan(0.3); // the avatar follows A's pose smoothly
     expect(await layerPixels(b, 'xr-media')).toBeGreaterThan(200);
+    // The panel on B's screen (not drawn by layerPixels, but by B's own
+    // frames) changes as A's fake camera's pattern moves.
+    const panel = await b.evaluate(() => {
+      const sc = document.querySelector('a-scene') as any;
+      const THREE = (window as any).AFRAME.THREE;
+      const o = sc.object3D.getObjectByName('xr-media').children.find((m: any) => m.visible);
+      const box = new THREE.Box3().setFromObject(o);
+      const r = sc.canvas.getBoundingClientRect();
+      const xs: number[] = [], ys: number[] = [];
+      for (const x of [box.min.x, box.max.x]) for (const y of [box.min.y, box.max.y]) for (const z of [box.min.z, box.max.z]) {
+        const v = new THREE.Vector3(x, y, z).project(sc.camera);
+        xs.push(r.left + ((v.x + 1) / 2) * r.width);
+        ys.push(r.top + ((1 - v.y) / 2) * r.height);
+      }
+      const x = Math.max(r.left, Math.min(...xs)), y = Math.max(r.top, Math.min(...ys));
+      return { x, y, width: Math.min(r.right, Math.max(...xs)) - x, height: Math.min(r.bottom, Math.max(...ys)) - y };
+    });
+    expect(panel.width * panel.height, JSON.stringify(panel)).toBeGreaterThan(100);
+    const shot = () => b.screenshot({ clip: panel });
+    const first = await shot();
+    await waitFor('A\'s video frames drawn on B\'s screen', async () => !(await shot()).equals(first), 10_000);
     // A's head is hidden behind its video; its name tag is not
     const head = await b.evaluate((c) => {
       const av = document.querySelector(`#xr-avatars [data-avatar-for="${c}"]`) as any;

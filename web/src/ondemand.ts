@@ -1,0 +1,168 @@
+// Rendering on demand: A-Frame draws the scene in every animation frame,
+// also when nothing on it changed, which on a page left open (and above all
+// with software WebGL) costs a core for nothing. The scene still ticks every
+// frame (animations, walking, smoothing, the pose sent by presence), but the
+// draw is skipped while what would be drawn is the same as in the last
+// frame drawn: the canvas keeps showing that frame.
+//
+// What is compared, after the tick, is a digest of the scene graph: every
+// visible object's id, transform and visibility, its geometry (identity,
+// attribute versions, draw range), its materials (version, colour, opacity,
+// textures' versions: a loaded image, a canvas text or a new video frame
+// bumps them), lights' colour and intensity, the camera's projection, the
+// canvas size and the scene's background and fog. What it cannot see (a
+// shader uniform set by hand, say) is drawn within IDLE_DRAW_MS, when a
+// frame is drawn anyway. In WebXR every frame is drawn.
+
+/** The longest time between two frames drawn, even when nothing seems to change. */
+export const IDLE_DRAW_MS = 500;
+
+export interface FrameStats {
+  /** Frames of the render loop drawn and skipped since the page started. */
+  drawn: number;
+  skipped: number;
+}
+
+const TEXTURE_SLOTS = ['map', 'alphaMap', 'emissiveMap', 'envMap', 'normalMap', 'roughnessMap', 'metalnessMap', 'aoMap', 'lightMap', 'bumpMap', 'displacementMap', 'specularMap'];
+
+/**
+ * What the renderer would draw (see above), as a list of numbers: equal
+ * lists draw the same frame.
+ */
+export class SceneDigest {
+  private cur: number[] = [];
+  private prev: number[] = [];
+
+  private add(x: number) {
+    this.cur.push(x);
+  }
+
+  private color(c: any) {
+    if (c && typeof c.r === 'number') {
+      this.add(c.r);
+      this.add(c.g);
+      this.add(c.b);
+    } else this.add(c?.id ?? (c ? 1 : 0)); // a texture (its version below) or nothing
+    if (c?.isTexture) this.add(c.version);
+  }
+
+  private material(m: any) {
+    if (!m) return;
+    this.add(m.id);
+    this.add(m.version);
+    this.add(m.visible ? 1 : 0);
+    this.add(m.opacity);
+    this.color(m.color);
+    this.color(m.emissive);
+    for (const s of TEXTURE_SLOTS) {
+      const t = m[s];
+      if (t) {
+        this.add(t.id);
+        this.add(t.version);
+      }
+    }
+  }
+
+  private object(o: any) {
+    this.add(o.id);
+    this.add(o.visible ? 1 : 0);
+    if (!o.visible) return; // three draws nothing of it
+    const p = o.position, q = o.quaternion, s = o.scale;
+    this.add(p.x); this.add(p.y); this.add(p.z);
+    this.add(q.x); this.add(q.y); this.add(q.z); this.add(q.w);
+    this.add(s.x); this.add(s.y); this.add(s.z);
+    if (!o.matrixAutoUpdate) for (const e of o.matrix.elements) this.add(e);
+    const g = o.geometry;
+    if (g) {
+      this.add(g.id);
+      for (const k in g.attributes) this.add(g.attributes[k].version);
+      if (g.index) this.add(g.index.version);
+      this.add(g.drawRange.start);
+      this.add(g.drawRange.count);
+    }
+    if (Array.isArray(o.material)) o.material.forEach((m: any) => this.material(m));
+    else this.material(o.material);
+    if (o.isLight) {
+      this.color(o.color);
+      this.add(o.intensity);
+    }
+    if (o.isCamera) {
+      this.add(o.fov ?? 0);
+      this.add(o.aspect ?? 0);
+      this.add(o.zoom ?? 1);
+      this.add(o.near);
+      this.add(o.far);
+    }
+    this.add(o.children.length);
+    for (const c of o.children) this.object(c);
+  }
+
+  /**
+   * Takes the digest of scene (a THREE.Scene) seen through camera on a
+   * canvas of width by height, and says whether it differs from the one
+   * taken before.
+   */
+  changed(scene: any, camera: any, width: number, height: number): boolean {
+    [this.prev, this.cur] = [this.cur, this.prev];
+    this.cur.length = 0;
+    this.add(width);
+    this.add(height);
+    this.color(scene.background);
+    if (scene.fog) {
+      this.color(scene.fog.color);
+      this.add(scene.fog.near ?? scene.fog.density);
+      this.add(scene.fog.far ?? 0);
+    }
+    this.object(scene);
+    // the camera may be outside the scene graph
+    if (camera && camera.parent == null) this.object(camera);
+    const a = this.cur, b = this.prev;
+    if (a.length !== b.length) return true;
+    for (let i = 0; i < a.length; i++) if (a[i] !== b[i] && !(a[i] !== a[i] && b[i] !== b[i])) return true; // (NaN equals NaN)
+    return false;
+  }
+}
+
+/**
+ * Makes the scene's render loop skip the draw of frames that would show
+ * nothing new, drawing one at least every idleDrawMs. Draws outside the
+ * loop (a test reading pixels) are not touched. Returns the counts of
+ * frames drawn and skipped.
+ */
+export function renderOnDemand(sceneEl: any, idleDrawMs = IDLE_DRAW_MS): FrameStats {
+  const stats: FrameStats = { drawn: 0, skipped: 0 };
+  const install = () => {
+    const renderer = sceneEl.renderer;
+    const draw = renderer.render.bind(renderer);
+    const digest = new SceneDigest();
+    let inLoop = false;
+    let lastAt = -Infinity;
+    renderer.render = (scene: any, camera: any) => {
+      if (!inLoop || renderer.xr?.isPresenting) return draw(scene, camera);
+      const now = performance.now();
+      const changed = digest.changed(scene, camera, renderer.domElement.width, renderer.domElement.height);
+      if (!changed && now - lastAt < idleDrawMs) {
+        stats.skipped++;
+        return;
+      }
+      lastAt = now;
+      stats.drawn++;
+      draw(scene, camera);
+      // The next frame compares with the scene as drawn: three changes
+      // some of it while drawing (it bumps the version of a transparent
+      // double-sided material, such as a name tag's, twice per draw).
+      digest.changed(scene, camera, renderer.domElement.width, renderer.domElement.height);
+    };
+    renderer.setAnimationLoop((time: number, frame: unknown) => {
+      inLoop = true;
+      try {
+        sceneEl.render(time, frame);
+      } finally {
+        inLoop = false;
+      }
+    });
+  };
+  if (sceneEl.renderStarted) install();
+  else sceneEl.addEventListener('renderstart', install, { once: true });
+  return stats;
+}
