@@ -581,3 +581,48 @@ func TestBenchRoomsServerGone(t *testing.T) {
 		t.Fatalf("bench rooms: %v, want every bot disconnected and where the windows are", err)
 	}
 }
+
+// TestSummaryRefusesOtherFlags runs bench cc and bench sfu with --summary
+// and a flag that only a run reads: the summary only prints the tables
+// of its results file (and bench sfu its plots), so the flag would be
+// ignored; it is refused as a usage error naming it, before the results
+// file is read (it does not exist here) and nothing is written.
+func TestSummaryRefusesOtherFlags(t *testing.T) {
+	tmp := t.TempDir()
+	results := filepath.Join(tmp, "results.jsonl")
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"bench", "cc", "--summary", results, "--algos", "cubic"}, []string{"--algos", "--summary"}},
+		{[]string{"bench", "cc", "--duration", "5s", "--summary", results, "--out", tmp}, []string{"--duration", "--out"}},
+		{[]string{"bench", "cc", "--summary", results, "--qoe"}, []string{"--qoe"}},
+		{[]string{"bench", "sfu", "--summary", results, "--users", "8"}, []string{"--users", "--summary"}},
+		{[]string{"bench", "sfu", "--summary", results, "--setups", "central", "--phase", "aligned"}, []string{"--setups", "--phase"}},
+		{[]string{"bench", "sfu", "--summary", results, "--role", "bus"}, []string{"--role"}},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var out bytes.Buffer
+			if rc := Main(tc.args, &out); rc != 2 {
+				t.Fatalf("exit code %d, want 2; output %q", rc, out.String())
+			}
+			msg := out.String()
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("%q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, results) && strings.Contains(msg, "no such file") {
+				t.Errorf("%q: the results were read before the flags were checked", msg)
+			}
+		})
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("%s holds %d entries, want none", tmp, len(entries))
+	}
+}

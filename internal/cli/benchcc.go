@@ -62,6 +62,9 @@ func runBenchCC(ctx context.Context, args []string) error {
 		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if *summary != "" {
+		if err := summaryAlone(fs); err != nil {
+			return err
+		}
 		rs, err := benchcc.ReadResults(*summary)
 		if err != nil {
 			return err

@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
+	"strings"
 )
 
 // outNotice is the line a bench prints at its start to say where its
@@ -39,4 +41,28 @@ func sayInterrupted(ctx context.Context, bench, doing string) func() bool {
 	return context.AfterFunc(ctx, func() {
 		fmt.Fprintf(os.Stderr, "%s: interrupted; %s ...\n", bench, doing)
 	})
+}
+
+// summaryAlone refuses, as a usage error naming them, the flags of fs set
+// next to --summary: a summary only prints the tables of its results file
+// (and writes their plots), so a flag of a run would be ignored.
+func summaryAlone(fs *flag.FlagSet) error {
+	var others []string
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name != "summary" {
+			others = append(others, "--"+f.Name)
+		}
+	})
+	if len(others) == 0 {
+		return nil
+	}
+	return usagef("%s with --summary: --summary only prints the tables of a results file, and %s would be ignored; leave %s out",
+		strings.Join(others, ", "), plural(len(others), "this flag", "these flags"), plural(len(others), "it", "them"))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -68,6 +68,11 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
 	}
+	if *summary != "" {
+		if err := summaryAlone(fs); err != nil {
+			return err
+		}
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	switch *role {
 	case "bus":
