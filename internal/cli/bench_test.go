@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -579,6 +580,21 @@ func TestBenchRoomsServerGone(t *testing.T) {
 	}
 	if err == nil || !strings.Contains(err.Error(), "all 2 bots were disconnected") || !strings.Contains(err.Error(), csvPath) {
 		t.Fatalf("bench rooms: %v, want every bot disconnected and where the windows are", err)
+	}
+	// --addr without --server-pid: the server's CPU is unknown, not 0.
+	b, err := os.ReadFile(csvPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	col := slices.Index(strings.Split(lines[0], ","), "server_cpu")
+	for _, l := range lines[1:] {
+		if c := strings.Split(l, ",")[col]; c != "NaN" {
+			t.Errorf("server_cpu %q in %q, want NaN (unknown without --server-pid)", c, l)
+		}
+	}
+	if got := cpuCell(math.NaN()); got != "unknown" {
+		t.Errorf("cpuCell(NaN) = %q, want unknown", got)
 	}
 }
 

@@ -133,7 +133,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 
 	fmt.Printf("# xrealm bench rooms: mode=%s behaviour=%s rate=%gHz size=%dB ramp=%v window=%v addr=%s\n", *mode, *beh, *rate, *size, *ramp, *window, *addr)
 	fmt.Printf("# latency: one-way (sender to receiver, one clock) and ping round trip (peer to peer and back through the relay), in ms\n")
-	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %8s %8s %6s %6s %7s %6s %6s %5s %5s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "rttMean", "rtt99", "srvCPU", "botCPU", "ext", "polar", "coll", "idle", "steal")
+	fmt.Printf("%6s %6s %9s %10s %10s %8s %8s %8s %8s %8s %7s %6s %7s %6s %6s %5s %5s\n", "t", "peers", "sent/s", "recv/s", "MB/s", "mean", "p50", "p99", "rttMean", "rtt99", "srvCPU", "botCPU", "ext", "polar", "coll", "idle", "steal")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -186,8 +186,8 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		windows++
 		lastTot, lastSrv, lastSelf, last, lastPings = tot, srv, self, now, pings
 		lastIdle, lastSteal = idle, steal
-		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %8.1f %8.1f %6.2f %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
-			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[16], row[18], row[9], row[10], ext, pol, coll, row[14], row[15])
+		fmt.Printf("%6.0f %6d %9.0f %10.0f %10.2f %8.1f %8.1f %8.1f %8.1f %8.1f %7s %6.2f %7.1f %6.2f %6.1f %5.2f %5.2f\n",
+			row[0], peers, row[2], row[3], row[4]/1e6, row[5], row[6], row[7], row[16], row[18], cpuCell(row[9]), row[10], ext, pol, coll, row[14], row[15])
 		if w != nil {
 			if err := w.write(row); err != nil {
 				return fmt.Errorf("--out %s: %w (%d windows above)", *out, err, windows)
@@ -711,14 +711,16 @@ func cpuProfileTo(path string) (func(), error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// procCPU returns the user+system CPU seconds of process pid (0: none).
+// procCPU returns the user+system CPU seconds of process pid, NaN when
+// they are unknown: pid 0 (a server named by --addr without --server-pid)
+// or a process that cannot be read (gone).
 func procCPU(pid int) float64 {
 	if pid <= 0 {
-		return 0
+		return math.NaN()
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return math.NaN()
 	}
 	s := string(b)
 	if i := strings.LastIndexByte(s, ')'); i >= 0 {
@@ -726,11 +728,20 @@ func procCPU(pid int) float64 {
 	}
 	f := strings.Fields(s)
 	if len(f) < 13 {
-		return 0
+		return math.NaN()
 	}
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100 // USER_HZ
+}
+
+// cpuCell is a CPU share as bench rooms prints it: "unknown" for NaN
+// (procCPU's unknown).
+func cpuCell(v float64) string {
+	if math.IsNaN(v) {
+		return "unknown"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 // machineCPU returns the machine's idle and stolen CPU seconds so far
