@@ -209,9 +209,36 @@ func Plots(dir string, rs []Result) error {
 				}
 			}
 		}
-		if err := os.WriteFile(filepath.Join(dir, p.file), []byte(svgLines(p.title, "users", p.ylabel, setups, series)), 0o644); err != nil {
-			return err
+		if err := replaceFile(filepath.Join(dir, p.file), []byte(svgLines(p.title, "users", p.ylabel, setups, series))); err != nil {
+			return fmt.Errorf("plot %s: %w", p.file, err)
 		}
+	}
+	return nil
+}
+
+// replaceFile writes data to path through a temporary file in the same
+// directory renamed over it, so that path holds the old contents or the
+// new ones, never part of them (an interrupted or failed write leaves the
+// old plot).
+func replaceFile(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644) // as os.WriteFile made it (CreateTemp: 0600)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
@@ -242,11 +269,19 @@ func svgLines(title, xlabel, ylabel string, names []string, series map[string][]
 		v := ymax * float64(i) / 4
 		fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%g</text>`, L, y(v), W-R, y(v), L-5, y(v)+4, math.Round(v*10)/10)
 	}
+	// Every series' x values are labelled, once: setups may have run
+	// different user counts.
+	var xs []float64
 	for _, pts := range series {
 		for _, p := range pts {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%g</text>`, x(p[0]), H-B+16, p[0])
+			xs = append(xs, p[0])
 		}
-		break
+	}
+	sort.Float64s(xs)
+	for i, v := range xs {
+		if i == 0 || v != xs[i-1] {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%g</text>`, x(v), H-B+16, v)
+		}
 	}
 	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`, (L+W-R)/2, H-8, html.EscapeString(xlabel))
 	fmt.Fprintf(&b, `<text transform="translate(14,%.0f) rotate(-90)" text-anchor="middle">%s</text>`, (T+H-B)/2, html.EscapeString(ylabel))

@@ -113,3 +113,63 @@ func TestParseHops(t *testing.T) {
 		}
 	}
 }
+
+// TestSVGLinesLabelsEveryX: setups that ran different user counts each
+// get their counts labelled on the x axis; the labels came from
+// whichever series the map gave first, so the others' counts went
+// unlabelled (and which ones changed from run to run).
+func TestSVGLinesLabelsEveryX(t *testing.T) {
+	series := map[string][][2]float64{
+		"central": {{8, 1}, {16, 2}},
+		"2sfu":    {{16, 1}, {32, 2}},
+		"4sfu":    {{64, 3}},
+	}
+	for range 20 { // map order varies
+		svg := svgLines("t", "users", "ms", []string{"central", "2sfu", "4sfu"}, series)
+		for _, u := range []string{"8", "16", "32", "64"} {
+			if n := strings.Count(svg, `text-anchor="middle">`+u+`</text>`); n != 1 {
+				t.Fatalf("x label %s appears %d times, want once:\n%s", u, n, svg)
+			}
+		}
+	}
+}
+
+// TestPlotsReplaceAtomically: Plots writes each SVG to a temporary file
+// and renames it over the old one, so that a reader (or a crash) never
+// sees half a plot, and leaves no temporary file behind; it wrote in
+// place with os.WriteFile. A plot that cannot be written names its file.
+func TestPlotsReplaceAtomically(t *testing.T) {
+	dir := t.TempDir()
+	rs := []Result{{Setup: "central", Scenario: 1, Users: 8, PublishersPct: 100, P99ms: 5}}
+	old := filepath.Join(dir, "scenario1-p99.svg")
+	if err := os.WriteFile(old, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A hard link to the old file keeps its contents if the new one is
+	// renamed over it, and would see them change if written in place.
+	keep := filepath.Join(dir, "keep")
+	if err := os.Link(old, keep); err != nil {
+		t.Fatal(err)
+	}
+	if err := Plots(dir, rs); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(keep); string(b) != "old" {
+		t.Errorf("the old plot was written in place: its other link holds %.40q", b)
+	}
+	if b, _ := os.ReadFile(old); !strings.HasPrefix(string(b), "<svg") {
+		t.Errorf("%s holds %.40q, want the new plot", old, b)
+	}
+	if fi, err := os.Stat(old); err != nil || fi.Mode().Perm() != 0o644 {
+		t.Errorf("%s: %v, mode %v, want 0644", old, err, fi.Mode().Perm())
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".svg") && e.Name() != "keep" {
+			t.Errorf("%s left behind", e.Name())
+		}
+	}
+	if err := Plots(filepath.Join(dir, "none"), rs); err == nil || !strings.Contains(err.Error(), "scenario1-publishers.svg") {
+		t.Errorf("Plots into a missing directory: %v, want the plot named", err)
+	}
+}
