@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xrealm/xrealm/bench/tmpfiles"
+
 	"github.com/xrealm/xrealm/cc"
 	"github.com/xrealm/xrealm/hera"
 	"github.com/xrealm/xrealm/netem"
@@ -327,7 +329,7 @@ func runOne(ctx context.Context, cfg Config, tr *netem.Trace, name, algo string,
 	if algo == "hera" && cfg.HeraParams != nil {
 		res.HeraArgs = cfg.HeraArgs
 	}
-	logDir, err := os.MkdirTemp("", "xrealm-benchcc-")
+	logDir, err := tmpfiles.MkdirTemp("xrealm-benchcc-") // a run ended by a crash leaves it to the next
 	if err != nil {
 		return res, err
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xrealm/xrealm/bench/tmpfiles"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/xrealm/xrealm/bots"
@@ -30,7 +32,7 @@ import (
 // RunBus runs the bus (insecure NATS at addr) and the session manager until
 // ctx ends.
 func RunBus(ctx context.Context, addr string, out io.Writer, log *slog.Logger) error {
-	dir, err := os.MkdirTemp("", "xrsfu-bus-")
+	dir, err := tmpfiles.MkdirTemp("xrsfu-bus-") // one of a bus killed is removed by the next
 	if err != nil {
 		return err
 	}

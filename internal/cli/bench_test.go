@@ -642,3 +642,30 @@ func TestSummaryRefusesOtherFlags(t *testing.T) {
 		t.Errorf("%s holds %d entries, want none", tmp, len(entries))
 	}
 }
+
+// bench sfu's private copy of the binary is named with its pid, and the
+// next copy removes the one of a bench that is gone (a second Ctrl-C or a
+// crash left it in the temporary directory for ever).
+func TestPrivateCopyRemovesStale(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(tmp, fmt.Sprintf("xrsfu-xrealm-pid%d-1", cmd.Process.Pid))
+	if err := os.WriteFile(stale, []byte("old binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := privateCopy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(exe)
+	if want := fmt.Sprintf("xrsfu-xrealm-pid%d-", os.Getpid()); !strings.HasPrefix(filepath.Base(exe), want) {
+		t.Errorf("copy %s, want it named %s...", exe, want)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the copy of an ended bench %s is still there (%v)", stale, err)
+	}
+}

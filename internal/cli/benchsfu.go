@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xrealm/xrealm/bench/tmpfiles"
+
 	benchsfu "github.com/xrealm/xrealm/bench/sfu"
 	"github.com/xrealm/xrealm/bots"
 	"github.com/xrealm/xrealm/sfu"
@@ -183,7 +185,7 @@ func privateCopy() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp("", "xrsfu-xrealm-*")
+	f, err := tmpfiles.CreateTemp("xrsfu-xrealm-") // a copy left by a bench killed is removed by the next
 	if err != nil {
 		return "", err
 	}
