@@ -410,17 +410,20 @@ func TestBenchSFUNamesMissingTools(t *testing.T) {
 	}
 }
 
+// TestInterruptedError: Main prints these as "xrealm bench cc:
+// interrupted: ...", the bench named once; they said "bench cc
+// interrupted", after Main's "xrealm bench cc: ".
 func TestInterruptedError(t *testing.T) {
 	tests := []struct {
 		n    int
 		want string
 	}{
-		{0, "bench cc interrupted before a run finished; nothing was written to /o/results.jsonl"},
-		{1, "bench cc interrupted: 1 run finished, in /o/results.jsonl (the run under way is not recorded)"},
-		{5, "bench cc interrupted: 5 runs finished, in /o/results.jsonl (the run under way is not recorded)"},
+		{0, "cc: interrupted before a run finished; nothing was written to /o/results.jsonl"},
+		{1, "cc: interrupted: 1 run finished, in /o/results.jsonl (the run under way is not recorded)"},
+		{5, "cc: interrupted: 5 runs finished, in /o/results.jsonl (the run under way is not recorded)"},
 	}
 	for _, tc := range tests {
-		if got := interruptedError("bench cc", tc.n, "run", "/o/results.jsonl").Error(); got != tc.want {
+		if got := inSubcommand("bench", "cc", interruptedError(tc.n, "run", "/o/results.jsonl")).Error(); got != tc.want {
 			t.Errorf("interruptedError(%d) = %q, want %q", tc.n, got, tc.want)
 		}
 	}
@@ -453,7 +456,7 @@ func TestBenchRoomsInterrupted(t *testing.T) {
 	// not matter: the error and the CSV must agree).
 	time.AfterFunc(1500*time.Millisecond, cancel)
 	err = runBenchRooms(ctx, []string{"--addr", addr, "--server-pid", strconv.Itoa(os.Getpid()), "--max", "3", "--ramp", "50ms", "--window", "200ms", "--hold", "1000", "--rate", "10", "--out", csvPath})
-	if err == nil || !strings.Contains(err.Error(), "bench rooms interrupted") || !strings.Contains(err.Error(), csvPath) {
+	if err == nil || !strings.HasPrefix(err.Error(), "interrupted: ") || !strings.Contains(err.Error(), csvPath) {
 		t.Fatalf("bench rooms: %v, want the interruption and where its windows are", err)
 	}
 	b, rerr := os.ReadFile(csvPath)

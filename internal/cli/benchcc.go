@@ -156,7 +156,7 @@ func runBenchCC(ctx context.Context, args []string) error {
 	rs, err := benchcc.Run(ctx, cfg)
 	benchcc.Summarise(os.Stdout, rs)
 	if err != nil && ctx.Err() != nil {
-		return interruptedError("bench cc", len(rs), "run", filepath.Join(*out, "results.jsonl"))
+		return interruptedError(len(rs), "run", filepath.Join(*out, "results.jsonl"))
 	}
 	return err
 }

@@ -23,15 +23,15 @@ func outNotice(action, path string, isDefault bool, flag string) string {
 // SIGTERM) after n of its units (runs, windows) finished, saying where
 // they are; the unit under way is never recorded. It said only "context
 // canceled".
-func interruptedError(bench string, n int, unit, where string) error {
+func interruptedError(n int, unit, where string) error {
 	if n == 0 {
-		return fmt.Errorf("%s interrupted before a %s finished; nothing was written to %s", bench, unit, where)
+		return fmt.Errorf("interrupted before a %s finished; nothing was written to %s", unit, where)
 	}
 	units := unit + "s"
 	if n == 1 {
 		units = unit
 	}
-	return fmt.Errorf("%s interrupted: %d %s finished, in %s (the %s under way is not recorded)", bench, n, units, where, unit)
+	return fmt.Errorf("interrupted: %d %s finished, in %s (the %s under way is not recorded)", n, units, where, unit)
 }
 
 // sayInterrupted prints at once, when ctx ends, that bench heard the

@@ -161,7 +161,7 @@ func runBenchRooms(ctx context.Context, args []string) error {
 		case <-ctx.Done():
 			fmt.Printf("# interrupted with %d peers; capacity so far: ping round trip p99<=100ms up to %s peers; one-way p99<=100ms up to %s peers\n",
 				r.count(), capStr(capRTT, r.count()), capStr(capP99, r.count()))
-			return interruptedError("bench rooms", windows, "window", where)
+			return interruptedError(windows, "window", where)
 		case err := <-errc:
 			if err != nil {
 				return err

@@ -151,7 +151,7 @@ func runBenchSFU(ctx context.Context, args []string) error {
 	rs, err := benchsfu.Run(ctx, cfg)
 	benchsfu.Tables(os.Stdout, rs)
 	if err != nil && ctx.Err() != nil {
-		return interruptedError("bench sfu", len(rs), "run", *out)
+		return interruptedError(len(rs), "run", *out)
 	}
 	if err == nil {
 		fmt.Fprintf(os.Stderr, "%d runs appended to %s; xrealm bench sfu --summary %s prints the tables of all its runs and writes the plots beside it\n", len(rs), *out, *out)
