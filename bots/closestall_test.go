@@ -16,6 +16,44 @@ import (
 	"github.com/xrealm/xrealm/mqttwire"
 )
 
+// fakeBroker accepts one MQTT connection over TCP, answers its CONNECT
+// with a CONNACK and hands the connection and its reader to serve. It
+// returns the address.
+func fakeBroker(t *testing.T, serve func(c net.Conn, rd *mqttwire.Reader)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
+		if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
+			return
+		}
+		c.Write([]byte{0x20, 2, 0, 0})
+		serve(c, rd)
+	}()
+	return ln.Addr().String()
+}
+
+// within fails the test when f has not returned d after it was called.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s still waiting %s after it was called", what, d)
+	}
+}
+
 // stalledBroker accepts one MQTT connection, over TCP or WebSocket,
 // answers its CONNECT, and then reads no more once the first byte of the
 // next packet has arrived, which it reports on the channel it returns: a
@@ -28,22 +66,7 @@ func stalledBroker(t *testing.T, overWS bool) (addr string, writing <-chan struc
 	quit := make(chan struct{})
 	t.Cleanup(func() { close(quit) })
 	if !overWS {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
-			if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
-				return
-			}
-			c.Write([]byte{0x20, 2, 0, 0})
+		return fakeBroker(t, func(c net.Conn, rd *mqttwire.Reader) {
 			for {
 				if rd.Buffered() == 0 {
 					n, err := c.Read(rd.Space()[:1])
@@ -63,8 +86,7 @@ func stalledBroker(t *testing.T, overWS bool) (addr string, writing <-chan struc
 			}
 			close(started)
 			<-quit
-		}()
-		return ln.Addr().String(), started
+		}), started
 	}
 	up := websocket.Upgrader{Subprotocols: []string{"mqtt"}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -121,13 +143,7 @@ func TestMQTTClientCloseEndsBlockedPublish(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the publish did not reach the server")
 			}
-			closed := make(chan struct{})
-			go func() { c.Close(); close(closed) }()
-			select {
-			case <-closed:
-			case <-time.After(30 * time.Second):
-				t.Fatal("Close still waiting 30 s after it was called, behind a publish blocked in its write")
-			}
+			within(t, 30*time.Second, "Close, behind a publish blocked in its write", func() { c.Close() })
 			select {
 			case err := <-published:
 				if err == nil {
@@ -160,13 +176,7 @@ func TestFleetStopEndsBlockedSender(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no pose reached the server")
 	}
-	stopped := make(chan struct{})
-	go func() { f.Stop(); close(stopped) }()
-	select {
-	case <-stopped:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Stop still waiting 30 s after it was called, for a sender blocked in its write")
-	}
+	within(t, 30*time.Second, "Stop, for a sender blocked in its write", f.Stop)
 }
 
 // A server that answers one SUBSCRIBE with several SUBACKs does not stop
@@ -177,22 +187,7 @@ func TestFleetStopEndsBlockedSender(t *testing.T) {
 func TestMQTTClientRepeatedSubacks(t *testing.T) {
 	for _, acks := range []int{1, 2, 3, 10} {
 		t.Run(fmt.Sprint(acks), func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
-				if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
-					return
-				}
-				c.Write([]byte{0x20, 2, 0, 0})
+			addr := fakeBroker(t, func(c net.Conn, rd *mqttwire.Reader) {
 				_, body, err := mqttwire.ReadPacket(c, rd) // SUBSCRIBE
 				if err != nil || len(body) < 2 {
 					return
@@ -204,11 +199,11 @@ func TestMQTTClientRepeatedSubacks(t *testing.T) {
 				out = append(out, publishPacket("realm/s/p/s/u/c/cam", "after")...)
 				c.Write(out)
 				io.Copy(io.Discard, c)
-			}()
+			})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			got := make(chan string, 1)
-			c, err := DialMQTT(ctx, MQTTConfig{Addr: ln.Addr().String(), ClientID: "c", OnPublish: func(_, payload []byte, _ int64) {
+			c, err := DialMQTT(ctx, MQTTConfig{Addr: addr, ClientID: "c", OnPublish: func(_, payload []byte, _ int64) {
 				select {
 				case got <- string(payload):
 				default:
@@ -228,13 +223,7 @@ func TestMQTTClientRepeatedSubacks(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the PUBLISH after the SUBACKs never arrived: the read goroutine is stuck")
 			}
-			closed := make(chan struct{})
-			go func() { c.Close(); close(closed) }()
-			select {
-			case <-closed:
-			case <-time.After(30 * time.Second):
-				t.Fatal("Close hung")
-			}
+			within(t, 30*time.Second, "Close", func() { c.Close() })
 		})
 	}
 }
@@ -255,27 +244,12 @@ func TestMQTTClientEndsWhenServerSilent(t *testing.T) {
 		{"publishing", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			go func() {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer c.Close()
-				rd := mqttwire.NewReader(512, mqttwire.MaxLength(1<<10))
-				if _, _, err := mqttwire.ReadPacket(c, rd); err != nil { // CONNECT
-					return
-				}
-				c.Write([]byte{0x20, 2, 0, 0})
+			addr := fakeBroker(t, func(c net.Conn, _ *mqttwire.Reader) {
 				io.Copy(io.Discard, c) // reads on, answers nothing
-			}()
+			})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			c, err := DialMQTT(ctx, MQTTConfig{Addr: ln.Addr().String(), ClientID: "c", Keepalive: time.Second})
+			c, err := DialMQTT(ctx, MQTTConfig{Addr: addr, ClientID: "c", Keepalive: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

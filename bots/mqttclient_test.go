@@ -118,7 +118,7 @@ func TestDialMQTTWrongServer(t *testing.T) {
 // Mosquitto's tools write them.
 func TestDialMQTTSchemes(t *testing.T) {
 	for _, scheme := range []string{"", "mqtt://", "tcp://"} {
-		addr := scheme + fakeBroker(t, nil, 1)
+		addr := scheme + scriptedBroker(t, nil, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, err := DialMQTT(ctx, MQTTConfig{Addr: addr, ClientID: "schemes"})
 		cancel()
@@ -133,7 +133,7 @@ func TestDialMQTTSchemes(t *testing.T) {
 // The connection's end says the server closed it, rather than only
 // "read: EOF".
 func TestMQTTClientErrWhenServerCloses(t *testing.T) {
-	addr := fakeBroker(t, nil, 1)
+	addr := scriptedBroker(t, nil, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	c, err := DialMQTT(ctx, MQTTConfig{Addr: addr, ClientID: "c"})

@@ -16,26 +16,11 @@ func publishPacket(topic, payload string) []byte {
 	return append(mqttwire.AppendPublishHeader(nil, topic, 0, 0, len(payload)), payload...)
 }
 
-// fakeBroker accepts one connection, answers CONNECT with CONNACK and then
-// writes script to it in writes of chunk bytes, pausing between them.
-func fakeBroker(t *testing.T, script []byte, chunk int) string {
+// scriptedBroker accepts one connection, answers CONNECT with CONNACK and
+// then writes script to it in writes of chunk bytes, pausing between them.
+func scriptedBroker(t *testing.T, script []byte, chunk int) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 512)
-		if _, err := c.Read(buf); err != nil { // CONNECT
-			return
-		}
-		c.Write([]byte{0x20, 2, 0, 0})
+	return fakeBroker(t, func(c net.Conn, _ *mqttwire.Reader) {
 		for off := 0; off < len(script); off += chunk {
 			if _, err := c.Write(script[off:min(off+chunk, len(script))]); err != nil {
 				return
@@ -43,8 +28,7 @@ func fakeBroker(t *testing.T, script []byte, chunk int) string {
 			time.Sleep(time.Millisecond)
 		}
 		time.Sleep(200 * time.Millisecond)
-	}()
-	return ln.Addr().String()
+	})
 }
 
 func TestClientReadsSplitWritesAndEndsOnMalformed(t *testing.T) {
@@ -56,7 +40,7 @@ func TestClientReadsSplitWritesAndEndsOnMalformed(t *testing.T) {
 	got := make(chan int, 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := DialMQTT(ctx, MQTTConfig{Addr: fakeBroker(t, script, 13), ClientID: "t", OnPublish: func(topic, payload []byte, at int64) {
+	c, err := DialMQTT(ctx, MQTTConfig{Addr: scriptedBroker(t, script, 13), ClientID: "t", OnPublish: func(topic, payload []byte, at int64) {
 		if !bytes.Equal(topic, []byte("realm/s/p/s/u/c/cam")) || at <= 0 {
 			t.Errorf("topic %q at %d", topic, at)
 		}
@@ -93,7 +77,7 @@ func TestClientGrowsForLargePackets(t *testing.T) {
 	got := make(chan string, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := DialMQTT(ctx, MQTTConfig{Addr: fakeBroker(t, script, 64<<10), ClientID: "t", ReadBuffer: 1 << 10, OnPublish: func(_, p []byte, _ int64) {
+	c, err := DialMQTT(ctx, MQTTConfig{Addr: scriptedBroker(t, script, 64<<10), ClientID: "t", ReadBuffer: 1 << 10, OnPublish: func(_, p []byte, _ int64) {
 		got <- string(p)
 	}})
 	if err != nil {
