@@ -32,6 +32,10 @@ const MAX_BACKOFF_S = 30;
 const SOCKET_CHECK_MS = 250;
 /** A token is renewed this long before it expires, or a fifth of its lifetime before when that is shorter. */
 const RENEW_BEFORE_MS = 60_000;
+/** A token that lives shorter than this is not renewed (each renewal reconnects: a storm). */
+const MIN_RENEWED_LIFETIME_MS = 5_000;
+/** How long a renewal waits for the old connection to close cleanly before it cuts it. */
+const RENEW_CLOSE_MS = 5_000;
 
 export class Bus {
   session: SceneSession | null = null;
@@ -197,6 +201,9 @@ export class Bus {
     const claims = jwtClaims(session.token);
     if (typeof claims?.exp !== 'number') return;
     const lifetime = typeof claims.iat === 'number' ? (claims.exp - claims.iat) * 1000 : claims.exp * 1000 - tokenAt;
+    // (a server whose tokens live a second, or a clock far ahead: the
+    // connection ends when the token expires, and reconnects with backoff)
+    if (!(lifetime >= MIN_RENEWED_LIFETIME_MS)) return;
     const at = tokenAt + lifetime - Math.min(RENEW_BEFORE_MS, lifetime / 5);
     clearTimeout(this.renewTimer);
     this.renewTimer = setTimeout(() => this.renew(c), Math.min(2 ** 31 - 1, Math.max(0, at - Date.now())));
@@ -215,9 +222,26 @@ export class Bus {
     const at = Date.now();
     if (this.client !== c || this.stopped) return;
     this.drop(c);
-    // (once the server has the DISCONNECT: a new connection with the same
-    // client id before would take over this one, which then sends its will)
-    c.end(false, {}, () => this.connect({ session, at }));
+    // Once the server has the DISCONNECT: a new connection with the same
+    // client id before would take over this one, which then sends its
+    // will. mqtt.js's end(false) waits for the acknowledgements of QoS 1
+    // publishes in flight, and never calls back when the socket closes
+    // first (the server closes a connection whose publish it could not
+    // store): the socket's close also goes on, and after RENEW_CLOSE_MS
+    // the socket is cut (the will then fires, as after a loss).
+    let next = false;
+    const reconnect = () => {
+      if (next) return;
+      next = true;
+      clearTimeout(cut);
+      if (!this.stopped) this.connect({ session, at });
+    };
+    const cut = setTimeout(() => {
+      (c as unknown as { stream?: { destroy(): void } }).stream?.destroy();
+      reconnect();
+    }, RENEW_CLOSE_MS);
+    c.once('close', reconnect);
+    c.end(false, {}, reconnect);
   }
 
   private retry(reason: string) {

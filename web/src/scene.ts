@@ -261,9 +261,9 @@ export class Renderer {
     try {
       this.render(e.obj);
     } catch (err) {
-      // A-Frame throws on some values (a light's target that is not a CSS
-      // selector): the others are drawn all the same, also when a whole
-      // scene is loaded at once.
+      // (render catches A-Frame's throws per component; anything else
+      // must not keep the others from being drawn either, also when a
+      // whole scene is loaded at once)
       console.warn(`xrealm: object ${e.obj.id} could not be drawn: ${(err as Error).message}`);
     }
   }
@@ -288,8 +288,15 @@ export class Renderer {
     const prev = el._xrComps ?? new Set<string>();
     for (const k of prev) if (!(k in want)) el.removeAttribute(k);
     for (const [k, v] of Object.entries(want)) {
-      if (typeof v === 'object' && v !== null) el.setAttribute(k, v, true);
-      else el.setAttribute(k, v as string);
+      try {
+        if (typeof v === 'object' && v !== null) el.setAttribute(k, v, true);
+        else el.setAttribute(k, v as string);
+      } catch (err) {
+        // A-Frame throws on some values (a light's target that is not a
+        // CSS selector): the object is drawn without that component, and
+        // still placed under its parent, with the objects waiting for it.
+        console.warn(`xrealm: object ${obj.id} could not be drawn: its ${k}: ${(err as Error).message}`);
+      }
     }
     el._xrComps = new Set(Object.keys(want));
     el.classList.toggle('clickable', isClickable(obj.data));

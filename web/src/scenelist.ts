@@ -53,6 +53,7 @@ async function createScene(ns: string, scene: string): Promise<void> {
   // (and an 'error' with no listener would be thrown)
   c.on('error', () => {});
   let timer: ReturnType<typeof setTimeout> | undefined;
+  let acked = false;
   try {
     await new Promise<void>((resolve, reject) => {
       c.once('connect', () => resolve());
@@ -66,7 +67,7 @@ async function createScene(ns: string, scene: string): Promise<void> {
     }), { qos: 1 });
     stored.catch(() => {}); // (when the race below is lost)
     await Promise.race([
-      stored,
+      stored.then(() => { acked = true; }),
       new Promise<never>((_, reject) => {
         if (!c.connected) reject(new Error('the connection to the server closed before it stored the scene'));
         c.once('close', () => reject(new Error('the connection to the server closed before it stored the scene')));
@@ -75,7 +76,10 @@ async function createScene(ns: string, scene: string): Promise<void> {
     ]);
   } finally {
     clearTimeout(timer);
-    c.end(!c.connected); // (a DISCONNECT only on a connection that is up)
+    // A DISCONNECT only on a connection that is up and owes nothing:
+    // end(false) waits for the acknowledgement of a publish in flight,
+    // which a server that did not answer in time may never send.
+    c.end(!acked || !c.connected);
   }
 }
 

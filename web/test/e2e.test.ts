@@ -734,6 +734,35 @@ describe('token renewal', () => {
       await short.stop();
     }
   });
+
+  it('a renewal with a publish still unacknowledged connects again', { timeout: 120_000 }, async () => {
+    // mqtt.js's end(false) waits for the acknowledgements of QoS 1
+    // publishes in flight, and never calls back if the socket closes
+    // first (the server closes a connection whose publish it could not
+    // store): the page stayed disconnected for good, still saying
+    // Connected.
+    const short = await startServer({ args: ['--token-ttl', '10s'] });
+    try {
+      const p = await newPage();
+      await p.goto(`${short.url}/public/renewal-inflight?quality=low`);
+      await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+      const first = await p.evaluate(() => (window as any).xrealm.session().token);
+      // a publish the server will never acknowledge, as mqtt.js keeps one
+      await p.evaluate(() => {
+        const c = (window as any).xrealm.bus.client;
+        c.outgoing[65000] = { volatile: false, cb: () => {} };
+      });
+      await waitFor('a renewed connection', async () => {
+        const t = await p.evaluate(() => (window as any).xrealm.session()?.token);
+        return t && t !== first && (await p.getAttribute('#xr-status', 'data-state')) === 'connected';
+      }, 40_000);
+      await p.fill('#xr-chat-input', 'after the stuck renewal');
+      await p.press('#xr-chat-input', 'Enter');
+      await waitFor('chat after the renewal', async () => (await p.textContent('#xr-chat-log'))?.includes('after the stuck renewal'));
+    } finally {
+      await short.stop();
+    }
+  });
 });
 
 describe('layout', () => {
@@ -990,10 +1019,14 @@ describe('objects', () => {
     // A-Frame's light throws on a target that is not a CSS selector.
     await send('a-lamp', { object_type: 'light', type: 'spot', target: '[[not a selector' });
     for (const id of ['m-box', 'z-box']) await send(id, { object_type: 'box', position: { x: 0, y: 1, z: -4 } });
+    // a child of the lamp: the lamp is placed all the same, with its child
+    // (the lamp's throw skipped its placement, and the child waited, unseen)
+    await send('lamp-child', { object_type: 'box', parent: 'a-lamp', position: { x: 0, y: 1, z: 0 } });
     c.end(true);
     const p = await open('/public/undrawable');
     expectConsole(p, /object a-lamp could not be drawn: .*not a valid selector/);
     for (const id of ['m-box', 'z-box']) await p.waitForSelector(`#xr-objects > [data-object-id="${id}"]`, { state: 'attached', timeout: 5000 });
+    await p.waitForSelector('#xr-objects > [data-object-id="a-lamp"] > [data-object-id="lamp-child"]', { state: 'attached', timeout: 5000 });
     expect(await p.isVisible('#xr-error')).toBe(false);
   });
 
