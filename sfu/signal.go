@@ -269,6 +269,22 @@ func (n *Node) handleSignal(m *nats.Msg) {
 		b, _ := json.Marshal(n.Signal(s))
 		_ = m.Respond(b)
 		return
+	case "leave":
+		// Never refused: nobody retries a leave, and a peer whose leave
+		// was lost held its place (and the client's next offer was
+		// refused as already connected) until ICE gave up, which under
+		// load, when the slots are taken, is when leaves come. A lookup
+		// here, and the close on a goroutine of its own (one per peer
+		// at most: a peer closes once).
+		rep := Reply{Op: "ok"}
+		if err := validSignal(s); err != nil {
+			rep = Reply{Op: "error", Error: err.Error()}
+		} else if p := n.peer(s.Session + "/" + s.Client); p != nil {
+			go p.close()
+		}
+		b, _ := json.Marshal(rep)
+		_ = m.Respond(b)
+		return
 	}
 	select {
 	case n.signalSlots <- struct{}{}:
@@ -291,12 +307,24 @@ func (n *Node) handleSignal(m *nats.Msg) {
 // error. Without a bound a flood of signals started a goroutine each.
 const maxSignalsInFlight = 64
 
+// validSignal checks the names a signal carries.
+func validSignal(s Signal) error {
+	if err := validName("session", s.Session); err != nil {
+		return err
+	}
+	return validName("client", s.Client)
+}
+
+// peer returns the peer of key (session/client), or nil.
+func (n *Node) peer(key string) *peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.peers[key]
+}
+
 // Signal handles one client message and returns the reply.
 func (n *Node) Signal(s Signal) Reply {
-	if err := validName("session", s.Session); err != nil {
-		return Reply{Op: "error", Error: err.Error()}
-	}
-	if err := validName("client", s.Client); err != nil {
+	if err := validSignal(s); err != nil {
 		return Reply{Op: "error", Error: err.Error()}
 	}
 	key := s.Session + "/" + s.Client
@@ -328,10 +356,7 @@ func (n *Node) Signal(s Signal) Reply {
 		p.frames.Store(&f)
 		return Reply{Op: "ok"}
 	case "leave":
-		n.mu.Lock()
-		p := n.peers[key]
-		n.mu.Unlock()
-		if p != nil {
+		if p := n.peer(key); p != nil {
 			p.close()
 		}
 		return Reply{Op: "ok"}

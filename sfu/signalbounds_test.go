@@ -36,6 +36,15 @@ func TestSignalsInFlightBounded(t *testing.T) {
 	if rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "ping", Session: "s1", Client: "late"}); err != nil || rep.Op != "ok" {
 		t.Fatalf("ping to a busy node: %+v, %v; want ok", rep, err)
 	}
+	// A leave is never refused: nobody retries one, and the peer would
+	// hold its place until ICE gave up.
+	if rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: "stays", SDP: recvOffer(t, 1)}); rep.Op != "answer" {
+		t.Fatalf("offer straight to the node: %s %s, want an answer", rep.Op, rep.Error)
+	}
+	if rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "leave", Session: "s1", Client: "stays"}); err != nil || rep.Op != "ok" {
+		t.Fatalf("leave to a busy node: %+v, %v; want ok", rep, err)
+	}
+	waitFor(t, "the peer that left while the node was busy to go", func() bool { return !hasPeer(n, "s1/stays") })
 	for range cap(n.signalSlots) {
 		<-n.signalSlots
 	}
