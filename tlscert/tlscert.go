@@ -34,6 +34,9 @@ func Load(certFile, keyFile, dataDir string, hosts []string) (*tls.Config, error
 	if certFile == "" {
 		dir := filepath.Join(dataDir, "tls")
 		certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+		if err := finishRenewal(certFile, keyFile); err != nil {
+			return nil, err
+		}
 		if renew(certFile, hosts, time.Now()) {
 			if err := generate(dir, certFile, keyFile, hosts); err != nil {
 				return nil, err
@@ -114,13 +117,43 @@ func generate(dir, certFile, keyFile string, hosts []string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("tls: %w", err)
 	}
-	// Each file is written whole under a temporary name and renamed into
-	// place: a renewal stopped half way leaves no truncated file.
-	if err := writeFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	// Each file is written whole under a temporary name and renamed to
+	// its .next name, the key first; then both are renamed into place, the
+	// key first. A renewal stopped half way leaves no truncated file, and
+	// never a key and a certificate that do not belong together:
+	// finishRenewal completes it at the next start.
+	if err := writeFile(keyFile+nextSuffix, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		return fmt.Errorf("tls: write key: %w", err)
 	}
-	if err := writeFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := writeFile(certFile+nextSuffix, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return fmt.Errorf("tls: write certificate: %w", err)
+	}
+	return finishRenewal(certFile, keyFile)
+}
+
+// nextSuffix names the files of a renewal not yet in place.
+const nextSuffix = ".next"
+
+// finishRenewal puts the files of a renewal (certFile and keyFile with
+// nextSuffix) in place, the key first. The certificate's .next file is
+// written after the key's, so without it the renewal was cut short before
+// it had both, and a lone key's .next is removed; with it, the key is
+// either still beside it or already in place.
+func finishRenewal(certFile, keyFile string) error {
+	certNext, keyNext := certFile+nextSuffix, keyFile+nextSuffix
+	if _, err := os.Stat(certNext); errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(keyNext); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("tls: remove an unfinished renewal's key: %w", err)
+		}
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("tls: %w", err)
+	}
+	if err := os.Rename(keyNext, keyFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("tls: put the renewed key in place: %w", err)
+	}
+	if err := os.Rename(certNext, certFile); err != nil {
+		return fmt.Errorf("tls: put the renewed certificate in place: %w", err)
 	}
 	return nil
 }

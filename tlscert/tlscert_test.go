@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -221,6 +222,63 @@ func TestSelfSignedRenewed(t *testing.T) {
 					t.Errorf("renewed certificate expired at %s", after.NotAfter)
 				}
 			}
+		})
+	}
+}
+
+// TestRenewalCutShort: a renewal stopped between its files (a crash, a
+// power cut) is completed, or undone, at the next start: before, the key
+// was renamed into place before the certificate, and a start in between
+// found a pair that did not belong together and refused to start until
+// someone removed the files.
+func TestRenewalCutShort(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cut  func(t *testing.T, certFile, keyFile string) // leaves the files as a cut renewal would
+	}{
+		{"both .next files written", func(*testing.T, string, string) {}},
+		{"key in place, certificate not", func(t *testing.T, _, keyFile string) {
+			if err := os.Rename(keyFile+nextSuffix, keyFile); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"key's .next alone", func(t *testing.T, certFile, _ string) {
+			if err := os.Remove(certFile + nextSuffix); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if _, err := Load("", "", dir, nil); err != nil {
+				t.Fatal(err)
+			}
+			tlsDir := filepath.Join(dir, "tls")
+			certFile, keyFile := filepath.Join(tlsDir, "cert.pem"), filepath.Join(tlsDir, "key.pem")
+			// a renewal for another host, made in a copy and moved in
+			// as its .next files, as generate leaves them before its
+			// renames
+			other := t.TempDir()
+			if err := generate(other, filepath.Join(other, "cert.pem"), filepath.Join(other, "key.pem"), []string{"xr.example"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"cert.pem", "key.pem"} {
+				if err := os.Rename(filepath.Join(other, f), filepath.Join(tlsDir, f+nextSuffix)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tt.cut(t, certFile, keyFile)
+			c, err := Load("", "", dir, nil)
+			if err != nil {
+				t.Fatalf("start after a renewal cut short: %v", err)
+			}
+			for _, f := range []string{certFile, keyFile} {
+				if _, err := os.Stat(f + nextSuffix); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s%s left behind: %v", f, nextSuffix, err)
+				}
+			}
+			leaf, _ := x509.ParseCertificate(c.Certificates[0].Certificate[0])
+			t.Logf("serving a certificate for %v", leaf.DNSNames)
 		})
 	}
 }
