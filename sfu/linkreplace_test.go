@@ -22,24 +22,7 @@ func TestOldLinkCloseKeepsReplacement(t *testing.T) {
 	n1, n2 := c.nodes[0], c.nodes[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	alice, err := Dial(ctx, ClientConfig{NC: c.conn(t, "alice"), Session: "s1", Client: "alice", Site: "b", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer alice.Close()
-	go publishFrames(ctx, alice.Tracks["pc0"], 7, 0, 2000)
-	rcv := newReceiver()
-	bob, err := Dial(ctx, ClientConfig{NC: c.conn(t, "bob"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
-		VideoSlots: 1, OnTrack: rcv.onTrack})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	if alice.Node != "2" || bob.Node != "1" {
-		t.Fatalf("alice on node %s, bob on node %s; want 2 and 1", alice.Node, bob.Node)
-	}
-	waitFor(t, "bob to receive alice through the relay link", func() bool { return rcv.count(7) >= 3 })
+	rcv := relayedPair(t, ctx, c)
 	key := "s1/alice/pc0"
 	linkOf := func(n *Node, peer string) *relay.Link {
 		n.mu.Lock()

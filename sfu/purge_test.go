@@ -19,24 +19,7 @@ func TestPurgedRelayedSourceReleased(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	alice, err := Dial(ctx, ClientConfig{NC: c.conn(t, "alice"), Session: "s1", Client: "alice", Site: "b", ICEAddresses: loopback,
-		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer alice.Close()
-	go publishFrames(ctx, alice.Tracks["pc0"], 7, 0, 2000)
-	rcv := newReceiver()
-	bob, err := Dial(ctx, ClientConfig{NC: c.conn(t, "bob"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
-		VideoSlots: 1, OnTrack: rcv.onTrack})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bob.Close()
-	if alice.Node != "2" || bob.Node != "1" {
-		t.Fatalf("alice on node %s, bob on node %s; want 2 and 1", alice.Node, bob.Node)
-	}
-	waitFor(t, "bob to receive alice through the relay link", func() bool { return rcv.count(7) >= 3 })
+	rcv := relayedPair(t, ctx, c)
 	n1 := c.nodes[0]
 	key := "s1/alice/pc0"
 	n1.mu.Lock()
@@ -48,4 +31,31 @@ func TestPurgedRelayedSourceReleased(t *testing.T) {
 	before := rcv.count(7)
 	p := n1.peerOf("s1", "bob")
 	waitForExplained(t, "bob to receive alice again", func() bool { return rcv.count(7) >= before+3 }, func() string { return p.explain(n1) })
+}
+
+// relayedPair dials alice on node 2 (site b), publishing point-cloud frames
+// of seed 7 on pc0 until ctx ends, and bob on node 1 (site a) with one video
+// slot, and waits until bob receives alice through the relay link. It
+// returns bob's receiver.
+func relayedPair(t *testing.T, ctx context.Context, c *cluster) *receiver {
+	t.Helper()
+	alice, err := Dial(ctx, ClientConfig{NC: c.conn(t, "alice"), Session: "s1", Client: "alice", Site: "b", ICEAddresses: loopback,
+		Publish: []PublishTrack{{ID: "pc0", Mime: MimeTypePointCloud}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { alice.Close() })
+	go publishFrames(ctx, alice.Tracks["pc0"], 7, 0, 2000)
+	rcv := newReceiver()
+	bob, err := Dial(ctx, ClientConfig{NC: c.conn(t, "bob"), Session: "s1", Client: "bob", Site: "a", ICEAddresses: loopback,
+		VideoSlots: 1, OnTrack: rcv.onTrack})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bob.Close() })
+	if alice.Node != "2" || bob.Node != "1" {
+		t.Fatalf("alice on node %s, bob on node %s; want 2 and 1", alice.Node, bob.Node)
+	}
+	waitFor(t, "bob to receive alice through the relay link", func() bool { return rcv.count(7) >= 3 })
+	return rcv
 }
