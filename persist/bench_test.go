@@ -16,30 +16,8 @@ import (
 // persisted create and an update of the same object, published to the
 // stream beforehand and applied in order by Run.
 func BenchmarkApplier(b *testing.B) {
-	srv, err := server.NewServer(&server.Options{JetStream: true, StoreDir: b.TempDir(), DontListen: true, NoLog: true, NoSigs: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv.Start()
-	b.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		b.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(srv))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := Open(ctx, Config{JS: js, NC: nc, Replicas: 1, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := benchStore(b)
+	js := s.js
 	for i := range b.N {
 		id := "o" + strconv.Itoa(i)
 		subj := topicSubject("realm/s/ns/sc/o/u/" + id)

@@ -437,19 +437,8 @@ func TestBenchRoomsInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a room server")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	sctx, stop := context.WithCancel(t.Context())
-	served := make(chan error, 1)
-	go func() { served <- runRoomsServe(sctx, []string{"--listen", addr}) }()
-	defer func() { stop(); <-served }()
-	if err := waitListening(t.Context(), addr); err != nil {
-		t.Fatal(err)
-	}
+	addr, _ := startRoomsServe(t)
+	var err error
 	csvPath := filepath.Join(t.TempDir(), "rooms.csv")
 	ctx, cancel := context.WithCancel(t.Context())
 	// The interruption comes after some windows of 200 ms (how many does
@@ -543,19 +532,8 @@ func TestBenchRoomsServerGone(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a room server")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	sctx, stopServer := context.WithCancel(t.Context())
-	served := make(chan error, 1)
-	go func() { served <- runRoomsServe(sctx, []string{"--listen", addr}) }()
-	defer func() { stopServer(); <-served }()
-	if err := waitListening(t.Context(), addr); err != nil {
-		t.Fatal(err)
-	}
+	addr, stopServer := startRoomsServe(t)
+	var err error
 	csvPath := filepath.Join(t.TempDir(), "rooms.csv")
 	// A guard, not a measure: the bench must end by itself long before.
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -671,4 +649,25 @@ func TestPrivateCopyRemovesStale(t *testing.T) {
 	if _, err := os.Stat(stale); !os.IsNotExist(err) {
 		t.Errorf("the copy of an ended bench %s is still there (%v)", stale, err)
 	}
+}
+
+// startRoomsServe runs `bench rooms serve` on a free loopback port in this
+// process until the test ends, or until the returned stop is called, and
+// returns its address once it listens.
+func startRoomsServe(t *testing.T) (addr string, stop context.CancelFunc) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = l.Addr().String()
+	l.Close()
+	sctx, stop := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() { served <- runRoomsServe(sctx, []string{"--listen", addr}) }()
+	t.Cleanup(func() { stop(); <-served })
+	if err := waitListening(t.Context(), addr); err != nil {
+		t.Fatal(err)
+	}
+	return addr, stop
 }
