@@ -272,3 +272,44 @@ func TestMQTTClientEndsWhenServerSilent(t *testing.T) {
 		})
 	}
 }
+
+// An OnPublish that takes longer than one and a half keepalives (a slow
+// consumer of the poses) is not a silent server: the read time was taken
+// before the callbacks ran, and the keepalive ended a live connection.
+func TestMQTTClientSlowOnPublishIsNotSilence(t *testing.T) {
+	addr := fakeBroker(t, func(c net.Conn, rd *mqttwire.Reader) {
+		c.Write(publishPacket("realm/s/p/s/u/c/cam", "slow"))
+		for {
+			first, _, err := mqttwire.ReadPacket(c, rd)
+			if err != nil {
+				return
+			}
+			if first>>4 == 12 { // PINGREQ
+				c.Write([]byte{0xd0, 0})
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	returned := make(chan struct{})
+	c, err := DialMQTT(ctx, MQTTConfig{Addr: addr, ClientID: "c", Keepalive: time.Second, OnPublish: func(_, _ []byte, _ int64) {
+		time.Sleep(2500 * time.Millisecond)
+		close(returned)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-returned:
+	case <-c.Done():
+		t.Fatalf("the connection ended while OnPublish ran: %v", c.Err())
+	case <-ctx.Done():
+		t.Fatal("OnPublish never returned")
+	}
+	select {
+	case <-c.Done():
+		t.Fatalf("the connection ended after a slow OnPublish: %v", c.Err())
+	case <-time.After(time.Second):
+	}
+}

@@ -61,6 +61,10 @@ type MQTTClient struct {
 	wbuf      []byte
 	lastWrite atomic.Int64
 	lastRead  atomic.Int64 // Unix ns of the last read that brought bytes
+	// handling is set while the reader hands a read's packets to the
+	// callbacks: the keepalive counts that time as the server heard from
+	// (a slow OnPublish is not a silent server).
+	handling atomic.Bool
 	nextID    atomic.Uint32
 
 	pmu     sync.Mutex
@@ -355,6 +359,9 @@ func (c *MQTTClient) keepalive() {
 			return
 		case <-t.C:
 			now := time.Now()
+			if c.handling.Load() {
+				c.lastRead.Store(now.UnixNano())
+			}
 			silent := now.Sub(time.Unix(0, c.lastRead.Load()))
 			if silent >= c.cfg.Keepalive+half {
 				c.fail(fmt.Errorf("mqtt %s: nothing from the server for %s, keepalive %s: it stopped answering", c.cfg.Addr, silent.Round(time.Millisecond), c.cfg.Keepalive))

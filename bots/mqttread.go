@@ -32,15 +32,18 @@ func (c *MQTTClient) receive() error {
 func (c *MQTTClient) drain() error {
 	at := time.Now().UnixNano()
 	c.lastRead.Store(at)
+	c.handling.Store(true)
 	for {
 		first, body, ok, err := c.rd.Next()
 		if err != nil || !ok {
 			if c.cfg.OnReadEnd != nil {
 				c.cfg.OnReadEnd()
 			}
+			c.handling.Store(false)
 			return err
 		}
 		if err := c.handle(first, body, at); err != nil {
+			c.handling.Store(false)
 			return err
 		}
 	}
