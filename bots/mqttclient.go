@@ -65,7 +65,7 @@ type MQTTClient struct {
 	// callbacks: the keepalive counts that time as the server heard from
 	// (a slow OnPublish is not a silent server).
 	handling atomic.Bool
-	nextID    atomic.Uint32
+	nextID   atomic.Uint32
 
 	pmu     sync.Mutex
 	pending map[uint16]chan []byte // SUBACK return codes by packet id
