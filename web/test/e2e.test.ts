@@ -1276,8 +1276,18 @@ describe('editor', () => {
 
 describe('scene list', () => {
   it('lists readable scenes and creates a scene in the user namespace', async () => {
+    // a public scene of its own, with one persisted object (a scene is
+    // listed once it has one), so that the test runs alone too
+    const ed = await mqttClient(srv, 'bot', srv.token('bot', 'public/listed', 'editor'), 'listed-bot');
+    try {
+      await ed.publishAsync('realm/s/public/listed/o/listed-bot/marker', JSON.stringify({
+        object_id: 'marker', action: 'create', type: 'object', persist: true, data: { object_type: 'box' },
+      }), { qos: 1 });
+    } finally {
+      ed.end(true);
+    }
     const guest = await open('/');
-    await guest.waitForSelector('#scene-list [data-scene="public/objects"]');
+    await guest.waitForSelector('#scene-list [data-scene="public/listed"]');
     expect(await guest.isDisabled('#new-scene button')).toBe(true);
     await close(guest);
 
