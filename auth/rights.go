@@ -115,6 +115,11 @@ func ServiceRights(service string) Rights {
 	return Rights{Publ: []string{own}, Subs: []string{own, Inboxes}}
 }
 
+// IsService reports whether r are a service node's rights (ServiceRights:
+// they subscribe to NATS's inboxes), which no user's token carries. Such a
+// token signs a node in to the bus; it is no user's sign-in.
+func (r Rights) IsService() bool { return r.CanSubscribe(Inboxes) }
+
 // AnonymousPrefix starts the user name (sub) of every anonymous user's
 // token. The rest is the display name the user chose, so the name is not
 // unique: two anonymous users may both be anonymous-bob.

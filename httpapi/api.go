@@ -110,6 +110,11 @@ const MaxUserClientLen = 256
 // handrightid. A caller that sends a valid token (Bearer or cookie) is
 // signed in as that token's user; otherwise the request is anonymous and
 // allowed only where the scene allows anonymous users.
+//
+// The token issued has the rights the scene's settings give the user
+// (whatever rights the presented token carried, in whatever scene), and
+// expires after TokenTTL, or with the presented token if that is sooner.
+// A service's token (auth.Rights.IsService) is refused: it is no user's.
 func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
 	if err := r.ParseForm(); err != nil {
@@ -151,6 +156,7 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	user, anonymous := "", true
+	ttl := a.cfg.TokenTTL
 	if tok := RequestToken(r); tok != "" && f.Get("id_auth") != "anonymous" {
 		cl, err := a.cfg.Access.Keys.Verify(tok)
 		if err != nil {
@@ -158,8 +164,30 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusUnauthorized, err.Error())
 			return
 		}
+		if cl.Rights().IsService() {
+			// A node's token (xrealm token --role sfu or cluster) signs
+			// the node in to the bus; it is no user's sign-in, and would
+			// otherwise give its holder its user's role in every scene.
+			msg := "the token of user " + quote(cl.Subject) + " is a service's (--role sfu or cluster), not a user's sign-in: ask with a user's token, or with id_auth=anonymous"
+			a.cfg.Access.Refused(r, errors.New(msg))
+			writeError(w, http.StatusForbidden, msg)
+			return
+		}
 		// A token issued to an anonymous user stays anonymous.
 		user, anonymous = cl.Subject, auth.IsAnonymous(cl.Subject)
+		if !anonymous && cl.ExpiresAt != nil {
+			// The new token is the caller's sign-in for one scene: it
+			// expires with it, so that trading a token for a new one,
+			// again and again, does not keep a sign-in alive for ever.
+			// (Anyone may have an anonymous token at any time.)
+			ttl = min(ttl, time.Until(cl.ExpiresAt.Time))
+			if ttl < time.Second { // it expired since Verify, or does now
+				msg := "the token of user " + quote(cl.Subject) + " expires now: sign in with a new one"
+				a.cfg.Access.Refused(r, errors.New(msg))
+				writeError(w, http.StatusUnauthorized, msg)
+				return
+			}
+		}
 	}
 	if user == "" {
 		user = anonymousName(f.Get("username"))
@@ -175,12 +203,12 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, err.Error())
 		return
 	}
-	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, role, userClient), a.cfg.TokenTTL)
+	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, role, userClient), ttl)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: false, SameSite: http.SameSiteLaxMode, MaxAge: int(a.cfg.TokenTTL.Seconds())})
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: false, SameSite: http.SameSiteLaxMode, MaxAge: int(ttl.Seconds())})
 	a.log.Info("token issued", "user", user, "scene", ns+"/"+scene, "role", role, "anonymous", anonymous)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"username": user,
