@@ -376,8 +376,9 @@ func (r *room) endResync() {
 // frames or positions here, and may remove the room while local members
 // or observers are in it. (Local members whose keys went too are
 // disconnected, membershipLost, and join again.) A write that fails is
-// logged; the room then goes on without it. The key's index entry is
-// checked after the write: a sweep that ran meanwhile may have deleted it.
+// logged; the room then goes on without it. (putOwned checks the key's
+// index entry after the write: a sweep that ran meanwhile may have deleted
+// it.)
 func (r *room) announceAgain() {
 	r.logBounded(slog.LevelWarn, "Ubiq room presence key deleted by another node (it took this node for dead): writing it again", "room", r.id, "activation", r.self)
 	ctx, cancel := context.WithTimeout(r.s.ctx, requestTimeout)
@@ -385,12 +386,6 @@ func (r *room) announceAgain() {
 	key := presenceKey(r.id, r.self)
 	if _, err := r.s.store.putOwned(ctx, key, []byte(r.s.node)); err != nil {
 		r.logBounded(slog.LevelWarn, "Ubiq room presence key could not be written again: the other nodes relay nothing of the room here", "room", r.id, "activation", r.self, "err", err)
-		return
-	}
-	// A sweep of this node that ran while the key was written may have
-	// deleted its index entry (store.sweepKey).
-	if err := r.s.store.keepIndexed(ctx, key); err != nil {
-		r.logBounded(slog.LevelWarn, "Ubiq room presence key written again, but its index entry could not be checked: if this node dies, the key may stay", "room", r.id, "activation", r.self, "err", err)
 	}
 }
 

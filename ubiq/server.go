@@ -211,7 +211,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	iceProp := iceProperty(cfg.ICEServers)
 	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}, node: newUUID()}
-	s.store = &store{kv: kv, js: cfg.JS, node: s.node, afterPut: new(atomic.Pointer[func(string) error]), newProps: func() props {
+	s.store = &store{kv: kv, js: cfg.JS, node: s.node, afterPut: new(atomic.Pointer[func(string) error]), afterIndex: new(atomic.Pointer[func(string)]), newProps: func() props {
 		var p props
 		if iceProp != "" {
 			p.set("ice-servers", iceProp)

@@ -204,6 +204,10 @@ type store struct {
 	// written (putOwned), after the write: an error it returns is
 	// putOwned's, as if the write's answer was lost. Tests only.
 	afterPut *atomic.Pointer[func(key string) error]
+	// afterIndex, if set, is called with the key of each ephemeral key
+	// written (putOwned), between the write of its index entry and the
+	// key's. Tests only.
+	afterIndex *atomic.Pointer[func(key string)]
 	// sweepStep, if set, is called by sweepKey with the key after it read
 	// it ("read") and after it deleted it ("deleted"). Tests only.
 	sweepStep func(step, key string)
@@ -221,9 +225,22 @@ func (s *store) recordWritten(uuid string, r *roomRecord, rev uint64) {
 // was: unless the key was there before, the caller deletes both
 // (deleteOwned, deleteMember), or the index entry stays until the node
 // dies, and the key with it.
+//
+// A sweep of this node (another took it for dead) may delete the entry
+// after its write and before the key's, and find no key to put it back
+// for (sweepKey): putOwned then writes it again (keepIndexed). That can
+// only happen if something else was written to the bucket between the two
+// writes (revisions are the bucket's stream sequence, and a deletion is a
+// write): when the key's revision follows the entry's, nothing was, and
+// the check, a round trip, is skipped. A deletion of the entry after the
+// key landed is the sweep's to undo, which it does.
 func (s *store) putOwned(ctx context.Context, key string, value []byte) (uint64, error) {
-	if _, err := s.kv.Put(ctx, ownedKey(s.node, key), nil); err != nil {
+	idxRev, err := s.kv.Put(ctx, ownedKey(s.node, key), nil)
+	if err != nil {
 		return 0, err
+	}
+	if f := s.afterIndex.Load(); f != nil { // tests
+		(*f)(key)
 	}
 	rev, err := s.kv.Put(ctx, key, value)
 	if f := s.afterPut.Load(); f != nil && err == nil { // tests
@@ -231,7 +248,15 @@ func (s *store) putOwned(ctx context.Context, key string, value []byte) (uint64,
 			return 0, err
 		}
 	}
-	return rev, err
+	if err != nil {
+		return 0, err
+	}
+	if rev != idxRev+1 {
+		if err := s.keepIndexed(ctx, key); err != nil {
+			return 0, fmt.Errorf("%s written, but its index entry could not be checked (a sweep of this node may have deleted it): %w", key, err)
+		}
+	}
+	return rev, nil
 }
 
 // deleteOwned deletes an ephemeral key of this node and its index entry.
@@ -243,7 +268,7 @@ func (s *store) deleteOwned(ctx context.Context, key string) error {
 }
 
 // keepIndexed writes the index entry of key, an ephemeral key of this
-// node written again, if it is gone: a sweep of this node (another took it
+// node just written, if it is gone: a sweep of this node (another took it
 // for dead) that read the entry before the write's own and ended before
 // the key landed deleted it (sweepKey puts back an entry only for a key
 // that landed before it looked). Without it, the key would stay for good
@@ -667,7 +692,7 @@ func (s *store) sweepNode(ctx context.Context, node string, retry retryFunc) (ro
 // it), and put back if the node's key is there after all (a write whose
 // entry came before that read, whose key landed after). A write whose key
 // lands after this ends finds its entry gone: its writer puts it back
-// (keepIndexed).
+// (putOwned, keepIndexed).
 func (s *store) sweepKey(ctx context.Context, node, key string) error {
 	idx := ownedKey(node, key)
 	var idxRev uint64

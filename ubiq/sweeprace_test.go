@@ -23,7 +23,7 @@ func TestSweepKeepsARewrittenKeysIndex(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	newStore := func(node string) *store {
-		return &store{kv: ts.s.kv, node: node, afterPut: new(atomic.Pointer[func(string) error])}
+		return &store{kv: ts.s.kv, node: node, afterPut: new(atomic.Pointer[func(string) error]), afterIndex: new(atomic.Pointer[func(string)])}
 	}
 	present := func(key string) bool {
 		_, err := ts.s.kv.Get(ctx, key)
