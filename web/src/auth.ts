@@ -130,14 +130,46 @@ export function setDisplayName(n: string) {
   localStorage.setItem(NAME_KEY, n.slice(0, 40));
 }
 
+/**
+ * How long a request to the server may go unanswered: the token and the
+ * defaults, their bodies included (they are small), and the stored objects
+ * until their answer starts (a big scene may take longer to arrive). A
+ * server that never answers left the page saying "Creating…" or
+ * "connecting" for ever.
+ */
+export const REQUEST_TIMEOUT_MS = 15_000;
+
+/**
+ * fetch, failing with an Error that names the request (what, such as
+ * 'POST /user/v2/mqtt_auth') when neither fetch nor read has finished
+ * within REQUEST_TIMEOUT_MS. read takes the answer (its body included,
+ * or not) within that time too. The timer is a setTimeout.
+ */
+/** A request that fetchWithin gave up on: its message names it and says so. */
+export class RequestTimeout extends Error {}
+
+async function fetchWithin<T>(what: string, url: string, init: RequestInit, read: (res: Response) => Promise<T>): Promise<T> {
+  const ac = new AbortController();
+  const timer = setTimeout(() => ac.abort(), REQUEST_TIMEOUT_MS);
+  try {
+    return await read(await fetch(url, { ...init, signal: ac.signal }));
+  } catch (e) {
+    if (ac.signal.aborted) throw new RequestTimeout(`the server did not answer the ${what} within ${REQUEST_TIMEOUT_MS / 1000} s`);
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 let defaultsCache: Promise<Defaults> | null = null;
 
 /** GET /conf/defaults.json. */
 export function defaults(): Promise<Defaults> {
   defaultsCache ??= (async () => {
-    const res = await fetch('/conf/defaults.json', { credentials: 'omit' });
-    if (!res.ok) throw new Error(`GET /conf/defaults.json: HTTP ${res.status}`);
-    const j = await res.json();
+    const j = await fetchWithin('request for its settings (GET /conf/defaults.json)', '/conf/defaults.json', { credentials: 'omit' }, async (res) => {
+      if (!res.ok) throw new Error(`GET /conf/defaults.json: HTTP ${res.status}`);
+      return res.json();
+    });
     const d = j?.ARENADefaults ?? {};
     return {
       realm: typeof d.realm === 'string' ? d.realm : 'realm',
@@ -178,16 +210,17 @@ export async function sceneToken(ns: string, scene: string, userClient: string, 
   });
   const headers: Record<string, string> = { 'Content-Type': 'application/x-www-form-urlencoded' };
   if (id) headers.Authorization = `Bearer ${id}`;
-  const res = await fetch('/user/v2/mqtt_auth', { method: 'POST', body: form, headers, credentials: 'same-origin' });
-  if (!res.ok) {
-    const why = await errorText(res);
-    if (res.status === 401 && id) {
-      throw new AuthError(`Your stored sign-in token was refused (${why}). Sign out to continue as a guest, or open the page with ?token=<a new token>.`, 401);
+  const j = await fetchWithin('token request (POST /user/v2/mqtt_auth)', '/user/v2/mqtt_auth', { method: 'POST', body: form, headers, credentials: 'same-origin' }, async (res) => {
+    if (!res.ok) {
+      const why = await errorText(res);
+      if (res.status === 401 && id) {
+        throw new AuthError(`Your stored sign-in token was refused (${why}). Sign out to continue as a guest, or open the page with ?token=<a new token>.`, 401);
+      }
+      if (res.status === 403) throw new AuthError(`Access denied to ${ns}/${scene}: ${why}`, 403);
+      throw new AuthError(`Token request failed (HTTP ${res.status}): ${why}`, res.status);
     }
-    if (res.status === 403) throw new AuthError(`Access denied to ${ns}/${scene}: ${why}`, 403);
-    throw new AuthError(`Token request failed (HTTP ${res.status}): ${why}`, res.status);
-  }
-  const j = await res.json();
+    return res.json();
+  });
   if (typeof j?.token !== 'string' || typeof j?.username !== 'string') {
     throw new AuthError('Token endpoint answered without a token', 500);
   }
@@ -206,7 +239,10 @@ export async function persistGet<T>(path: string, token: string | null): Promise
   const d = await defaults();
   const headers: Record<string, string> = {};
   if (token) headers.Authorization = `Bearer ${token}`;
-  const res = await fetch(d.persistPath.replace(/\/?$/, '/') + path, { headers, credentials: 'omit', cache: 'no-store' });
-  if (!res.ok) throw new AuthError(`GET ${d.persistPath}${path}: ${await errorText(res)}`, res.status);
+  const url = d.persistPath.replace(/\/?$/, '/') + path;
+  const res = await fetchWithin(`request GET ${url}`, url, { headers, credentials: 'omit', cache: 'no-store' }, async (res) => {
+    if (!res.ok) throw new AuthError(`GET ${d.persistPath}${path}: ${await errorText(res)}`, res.status);
+    return res;
+  });
   return res.json() as Promise<T>;
 }

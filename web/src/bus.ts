@@ -5,7 +5,7 @@
 // connection at its expiry, and reports its status.
 
 import mqtt, { type MqttClient, type IClientOptions } from 'mqtt';
-import { sceneToken, type SceneSession, AuthError } from './auth';
+import { sceneToken, type SceneSession, AuthError, RequestTimeout } from './auth';
 import { ProtocolError, jwtClaims, parseMessage, parseTopic, type Message, type SceneTopic } from './protocol';
 
 export type Status =
@@ -97,7 +97,8 @@ export class Bus {
       // fetch fails with a TypeError when no answer comes at all (the
       // server is down or restarting, or the network is gone); its message
       // ("Failed to fetch") says nothing to a user.
-      this.retry(e instanceof TypeError ? 'the server cannot be reached' : `token request failed: ${(e as Error).message}`);
+      // A request unanswered names itself.
+      this.retry(e instanceof TypeError ? 'the server cannot be reached' : e instanceof RequestTimeout ? e.message : `token request failed: ${(e as Error).message}`);
       return;
     }
     if (this.stopped) return;

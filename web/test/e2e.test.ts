@@ -1342,6 +1342,34 @@ describe('scene creation', () => {
   });
 });
 
+describe('scene creation, token unanswered', () => {
+  it('a token request the server never answers fails after REQUEST_TIMEOUT_MS with a message, and the user can try again', async () => {
+    const bob = srv.token('bob', 'bob/home', 'editor');
+    const page = await newPage();
+    // the page's clock is Playwright's, so that the 15 s pass at once
+    await page.clock.install();
+    // the token request is held, unanswered, as by a server that hangs
+    let held = 0;
+    await page.route('**/user/v2/mqtt_auth', () => { held++; });
+    await page.goto(`${srv.url}/?token=${bob}`);
+    await page.waitForSelector('#signed-in');
+    await page.fill('#new-scene-name', 'unanswered');
+    await page.click('#new-scene button');
+    await waitFor('the token request sent', () => held === 1);
+    expect(await page.textContent('#new-scene-msg')).toBe('Creating…');
+    await page.clock.fastForward(16_000);
+    await waitFor('the create failed', async () => /^Could not create bob\/unanswered: the server did not answer the token request \(POST \/user\/v2\/mqtt_auth\) within 15 s/.test((await page.textContent('#new-scene-msg')) ?? ''))
+      .catch(async (e) => { throw new Error(`${e.message}: ${await page.textContent('#new-scene-msg')}`); });
+    expect(await page.isDisabled('#new-scene button')).toBe(false);
+    // The server answers again: the scene is made.
+    await page.unroute('**/user/v2/mqtt_auth');
+    await page.click('#new-scene button');
+    await page.waitForURL(/\/bob\/unanswered\/edit$/);
+    const r = await fetch(`${srv.url}/persist/!allscenes`);
+    expect(await r.json()).toContain('bob/unanswered');
+  });
+});
+
 describe('sign-in', () => {
   const stored = (p: Page) => p.evaluate(() => localStorage.getItem('xrealm.token'));
   const status = (p: Page) => p.getAttribute('#xr-status', 'data-state');
