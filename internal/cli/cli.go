@@ -12,7 +12,10 @@ import (
 	"os/signal"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 type command struct {
@@ -35,7 +38,7 @@ func commands() map[string]command {
 }
 
 // Main runs the command line and returns the process exit code.
-func Main(args []string, stderr io.Writer) int {
+func Main(args []string, stderr io.Writer) (code int) {
 	cmds := commands()
 	if len(args) < 1 || isHelp(args[0]) {
 		usage(stderr, cmds)
@@ -52,6 +55,12 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	ctx, stop := interruptible(context.Background(), stderr)
 	defer stop()
+	ctx, outputClosed := stopWhenOutputCloses(ctx, stderr)
+	defer func() {
+		if outputClosed() {
+			code = exitStdoutClosed
+		}
+	}()
 	if err := cmd.run(ctx, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -120,6 +129,69 @@ func interruptible(parent context.Context, stderr io.Writer) (context.Context, c
 		}
 	}()
 	return ctx, cancel
+}
+
+// exitStdoutClosed is Main's exit code when the command's standard output
+// (or error) was closed while it ran: 128 + SIGPIPE, what a shell reports
+// for a process that a broken pipe killed.
+const exitStdoutClosed = 128 + int(syscall.SIGPIPE)
+
+// stopWhenOutputCloses returns a context that ends when the process's
+// standard output or error is found closed (its reader gone: xrealm bots |
+// head), so that the command stops as it does on an interrupt (bots
+// disconnect, a bench stops the servers it started and removes its
+// temporary files) instead of being killed by SIGPIPE at its next write.
+// Call closed when the command has returned: it reports whether that
+// happened, and ends the watch. Until then SIGPIPE does not kill the
+// process: a write to the closed output fails with EPIPE, and is lost.
+//
+// SIGPIPE also comes from a write to a network connection its peer closed;
+// so the signal only makes it look at fds 1 and 2, and a broken network
+// connection stops nothing.
+func stopWhenOutputCloses(parent context.Context, stderr io.Writer) (ctx context.Context, closed func() bool) {
+	ctx, cancel := context.WithCancel(parent)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGPIPE)
+	var gone atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-sig:
+				if gone.Load() || !outputClosed() {
+					continue
+				}
+				gone.Store(true)
+				fmt.Fprintln(stderr, "xrealm: standard output was closed (broken pipe): stopping")
+				cancel()
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ctx, func() bool {
+		cancel()
+		<-done
+		signal.Stop(sig)
+		return gone.Load()
+	}
+}
+
+// outputClosed reports whether fd 1 or 2 is a pipe or socket whose reader
+// has gone (poll says POLLERR or POLLHUP).
+func outputClosed() bool {
+	fds := []unix.PollFd{{Fd: 1}, {Fd: 2}}
+	n, err := unix.Poll(fds, 0)
+	if err != nil || n == 0 {
+		return false
+	}
+	for _, f := range fds {
+		if f.Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // isHelp reports whether arg asks for help.
