@@ -46,7 +46,10 @@ type Node struct {
 	links     map[string]*linkState // by peer node ID
 	groups    map[string]*linkGroup // subscribers by remote IP (shared.go)
 	heard     map[string]*heardNode // other nodes' liveness, by ID (liveness.go)
-	closed    bool
+	// offers holds, by "session/client", the offers taken and not answered
+	// yet (beginOffer); a leave that comes meanwhile marks them left
+	offers map[string][]*offerToken
+	closed bool
 
 	purged atomic.Uint64 // directory entries of gone nodes removed (purgeNode)
 	// probes counts the subscribers' probes for paused floors by
@@ -70,6 +73,10 @@ type Node struct {
 	// expiring, if set, is called by expireNodes between finding node id
 	// expired and purging it, with n.mu not held (tests).
 	expiring func(id string)
+	// joinStage, if set, is called by join with the client's key at
+	// stageRegister (its peer not registered yet) and stageAnswer (its
+	// connection made, the answer not returned yet), n.mu not held (tests).
+	joinStage func(key, stage string)
 
 	// hbMu orders heartbeats before the leave announcement: once Close
 	// has set closed, heartbeat publishes nothing.
@@ -101,7 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg: cfg, log: cfg.Logger.With("sfu", cfg.ID), instance: newInstance(),
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]knownPose{}, links: map[string]*linkState{},
-		groups: map[string]*linkGroup{}, heard: map[string]*heardNode{}, hops: newHopHists(),
+		groups: map[string]*linkGroup{}, heard: map[string]*heardNode{}, hops: newHopHists(), offers: map[string][]*offerToken{},
 		signalSlots: make(chan struct{}, maxSignalsInFlight),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)

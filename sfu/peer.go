@@ -159,7 +159,11 @@ func duplicateTrackID(sd *sdp.SessionDescription) string {
 // join creates the peer of a client from its offer and returns the answer.
 // The offer must carry the client's send-only tracks and the receive-only
 // transceivers (slots) it wants; there is no renegotiation afterwards.
-func (n *Node) join(session, client, offer, estimator string, pointClouds int) (string, error) {
+//
+// tok is the offer's token (beginOffer): a leave of the client while the
+// offer is handled marks it, and join then makes no peer, or closes the
+// one it made, and returns an error wrapping errLeft.
+func (n *Node) join(session, client, offer, estimator string, pointClouds int, tok *offerToken) (string, error) {
 	if pointClouds < 0 || pointClouds > MaxPointCloudSlots {
 		return "", fmt.Errorf("sfu: pointclouds %d: want 0-%d", pointClouds, MaxPointCloudSlots)
 	}
@@ -184,10 +188,17 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 		return "", err
 	}
 	key := session + "/" + client
+	if n.joinStage != nil {
+		n.joinStage(key, stageRegister)
+	}
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return "", errClosed
+	}
+	if tok.left {
+		n.mu.Unlock()
+		return "", fmt.Errorf("sfu: client %s left while its offer was handled; no connection made (%w)", key, errLeft)
 	}
 	if n.peers[key] != nil {
 		n.mu.Unlock()
@@ -213,10 +224,35 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int) (
 	sdp, err := p.start(offer)
 	if err != nil {
 		p.close()
+		if n.offerLeft(tok) {
+			return "", fmt.Errorf("sfu: client %s left while its offer was handled; its connection closed (%w)", key, errLeft)
+		}
 		return "", fmt.Errorf("sfu: client %s: %w", key, err)
+	}
+	if n.joinStage != nil {
+		n.joinStage(key, stageAnswer)
+	}
+	if n.offerLeft(tok) {
+		// the leave closed the peer (it was registered by then); its
+		// answer is for nobody
+		p.close()
+		return "", fmt.Errorf("sfu: client %s left while its offer was handled; its connection closed (%w)", key, errLeft)
 	}
 	go p.reconcile()
 	return sdp, nil
+}
+
+// join's stages for Node.joinStage (tests).
+const (
+	stageRegister = "register"
+	stageAnswer   = "answer"
+)
+
+// offerLeft reports whether a leave came for the offer of tok.
+func (n *Node) offerLeft(tok *offerToken) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return tok.left
 }
 
 func (p *peer) start(offer string) (string, error) {
@@ -291,8 +327,8 @@ func (p *peer) start(offer string) (string, error) {
 	return Gathered(pc, false)
 }
 
-// errLeft is a join's error when the client left before its connection
-// was made.
+// errLeft is what a join's error wraps when the client left while its
+// offer was handled.
 var errLeft = errors.New("left while joining")
 
 // onDataChannel takes the client's first PointCloudLabel channel: it

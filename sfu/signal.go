@@ -279,26 +279,85 @@ func (n *Node) handleSignal(m *nats.Msg) {
 		rep := Reply{Op: "ok"}
 		if err := validSignal(s); err != nil {
 			rep = Reply{Op: "error", Error: err.Error()}
-		} else if p := n.peer(s.Session + "/" + s.Client); p != nil {
+		} else if p := n.leaveOffers(s.Session + "/" + s.Client); p != nil {
 			go p.close()
 		}
 		b, _ := json.Marshal(rep)
 		_ = m.Respond(b)
 		return
 	}
-	select {
-	case n.signalSlots <- struct{}{}:
-	default:
-		b, _ := json.Marshal(Reply{Op: "error", Full: true, Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers, leaves) in progress, at most %d; %q from %q/%q refused, try again",
-			n.cfg.ID, len(n.signalSlots), cap(n.signalSlots), s.Op, s.Session, s.Client)})
+	if rep, ok := n.takeSignalSlot(s); !ok {
+		b, _ := json.Marshal(rep)
 		_ = m.Respond(b)
 		return
 	}
+	// An offer is noted as in flight here, before its goroutine, so that
+	// a leave the client sends after it (handled inline above, perhaps
+	// before the goroutine runs) finds it.
+	var tok *offerToken
+	if s.Op == "offer" {
+		tok = n.beginOffer(s.Session + "/" + s.Client)
+	}
 	go func() {
 		defer func() { <-n.signalSlots }()
-		b, _ := json.Marshal(n.Signal(s))
+		b, _ := json.Marshal(n.signal(s, tok))
 		_ = m.Respond(b)
 	}()
+}
+
+// takeSignalSlot takes one of the node's maxSignalsInFlight signal slots
+// for s, whether it came over the bus or the node's own WebSocket
+// handler; when all are taken it returns the error reply (Full) that
+// refuses s. The caller gives the slot back (<-n.signalSlots).
+func (n *Node) takeSignalSlot(s Signal) (Reply, bool) {
+	select {
+	case n.signalSlots <- struct{}{}:
+		return Reply{}, true
+	default:
+		return Reply{Op: "error", Full: true, Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers) in progress, at most %d; %q from %q/%q refused, try again",
+			n.cfg.ID, len(n.signalSlots), cap(n.signalSlots), s.Op, s.Session, s.Client)}, false
+	}
+}
+
+// offerToken is one offer a node took and has not answered yet; left is
+// set (under Node.mu) by a leave of its client that came meanwhile.
+type offerToken struct{ left bool }
+
+// beginOffer notes an offer of key (session/client) as in flight; the
+// caller ends it with endOffer once it is answered.
+func (n *Node) beginOffer(key string) *offerToken {
+	tok := &offerToken{}
+	n.mu.Lock()
+	n.offers[key] = append(n.offers[key], tok)
+	n.mu.Unlock()
+	return tok
+}
+
+// endOffer forgets tok, an offer of key.
+func (n *Node) endOffer(key string, tok *offerToken) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rest := slices.DeleteFunc(n.offers[key], func(t *offerToken) bool { return t == tok })
+	if len(rest) == 0 {
+		delete(n.offers, key)
+	} else {
+		n.offers[key] = rest
+	}
+}
+
+// leaveOffers marks the offers of key (session/client) in flight as left, and
+// returns its peer, or nil, for the caller to close. An offer taken
+// before the leave then makes no peer, or closes the one it made, and
+// answers with an error (join). Before, a leave that came while the offer
+// was handled found no peer yet and was lost: the peer, made after it,
+// stayed until liveness removed it.
+func (n *Node) leaveOffers(key string) *peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, t := range n.offers[key] {
+		t.left = true
+	}
+	return n.peers[key]
 }
 
 // maxSignalsInFlight bounds the signals a node handles at once off the
@@ -323,14 +382,25 @@ func (n *Node) peer(key string) *peer {
 }
 
 // Signal handles one client message and returns the reply.
-func (n *Node) Signal(s Signal) Reply {
+func (n *Node) Signal(s Signal) Reply { return n.signal(s, nil) }
+
+// signal is Signal with tok, when set, the offer's token (beginOffer),
+// which it ends; an offer without one is noted in flight here.
+func (n *Node) signal(s Signal, tok *offerToken) Reply {
+	key := s.Session + "/" + s.Client
+	if tok != nil {
+		defer n.endOffer(key, tok)
+	}
 	if err := validSignal(s); err != nil {
 		return Reply{Op: "error", Error: err.Error()}
 	}
-	key := s.Session + "/" + s.Client
 	switch s.Op {
 	case "offer":
-		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator, s.PointClouds)
+		if tok == nil {
+			tok = n.beginOffer(key)
+			defer n.endOffer(key, tok)
+		}
+		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator, s.PointClouds, tok)
 		if err != nil {
 			return Reply{Op: "error", Error: err.Error(), Full: errors.Is(err, errNodeFull)}
 		}
@@ -356,7 +426,7 @@ func (n *Node) Signal(s Signal) Reply {
 		p.frames.Store(&f)
 		return Reply{Op: "ok"}
 	case "leave":
-		if p := n.peer(key); p != nil {
+		if p := n.leaveOffers(key); p != nil {
 			p.close()
 		}
 		return Reply{Op: "ok"}

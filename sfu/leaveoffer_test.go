@@ -1,0 +1,71 @@
+package sfu
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestLeaveDuringOfferTakesEffect: a client's leave that comes over the bus
+// while the node handles its offer (before the node registered its peer,
+// or after it made the connection and before it answered) takes effect:
+// the offer is answered with an error saying the client left, and no peer
+// stays. Before, a leave before the registration found no peer and was
+// lost (the peer, made after it, stayed until liveness removed it), and
+// one after the connection was made still had the offer answered.
+func TestLeaveDuringOfferTakesEffect(t *testing.T) {
+	for _, stage := range []string{stageRegister, stageAnswer} {
+		t.Run(stage, func(t *testing.T) {
+			c := startCluster(t, "a")
+			n := c.nodes[0]
+			nc := c.conn(t, "client")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			const key = "s1/u1"
+			at, release := make(chan struct{}), make(chan struct{})
+			n.joinStage = func(k, s string) {
+				if k == key && s == stage {
+					close(at)
+					<-release
+				}
+			}
+			type result struct {
+				rep Reply
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "offer", Session: "s1", Client: "u1", SDP: recvOffer(t, 1)})
+				done <- result{rep, err}
+			}()
+			select {
+			case <-at:
+			case <-ctx.Done():
+				t.Fatal("the offer did not reach join's stage " + stage)
+			}
+			if rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "leave", Session: "s1", Client: "u1"}); err != nil || rep.Op != "ok" {
+				t.Fatalf("leave during the offer: %+v, %v; want ok", rep, err)
+			}
+			close(release)
+			r := <-done
+			if r.err == nil || !strings.Contains(r.rep.Error, "left while its offer was handled") || !strings.Contains(r.rep.Error, key) {
+				t.Fatalf("offer whose client left meanwhile: reply %s %q, err %v; want an error naming the client and saying it left", r.rep.Op, r.rep.Error, r.err)
+			}
+			t.Logf("error: %s", r.rep.Error)
+			waitFor(t, "no peer for the client that left", func() bool { return !hasPeer(n, key) })
+			n.mu.Lock()
+			pending := len(n.offers)
+			n.mu.Unlock()
+			if pending != 0 {
+				t.Fatalf("%d offers still noted in flight after the answer", pending)
+			}
+			// the client may come back with a new offer
+			n.joinStage = nil
+			if rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: "u1", SDP: recvOffer(t, 1)}); rep.Op != "answer" {
+				t.Fatalf("offer after the leave: %s %s, want an answer", rep.Op, rep.Error)
+			}
+			n.Signal(Signal{Op: "leave", Session: "s1", Client: "u1"})
+		})
+	}
+}
