@@ -180,9 +180,12 @@ type room struct {
 	// was started.
 	rewatchC  <-chan time.Time
 	rewatched time.Time
-	prefix    string
-	self      string // this activation's presence name: node and sequence
-	audDirty  bool
+	// watchStarted delivers the new watch that rewatch starts on a
+	// goroutine of its own; nil while none is being started.
+	watchStarted chan watchStart
+	prefix       string
+	self         string // this activation's presence name: node and sequence
+	audDirty     bool
 	// logGate bounds the lines logged about what members set (logBounded).
 	logGate logGate
 	// kNN audience, kept up to date by grant and ungrant so that a
@@ -298,6 +301,9 @@ func (r *room) loop() {
 		case <-r.rewatchC:
 			r.rewatchC = nil
 			updates = r.rewatch()
+		case ws := <-r.watchStarted:
+			r.watchStarted = nil
+			updates = r.watchStartedNow(ws)
 		case f := <-r.cmds:
 			if f == nil {
 				return
@@ -312,14 +318,21 @@ func (r *room) loop() {
 
 // rewatch starts a new watch of the room's keys once the last one ended
 // (bus trouble: a reconnect, its consumer gone), as the watch of the node
-// heartbeats does, and returns its updates. The new watch delivers every
-// key of the room again, then changes: endResync, at the end of the
-// former, drops the members and nodes whose keys went meanwhile and left
-// no delete marker (purged). A watch that cannot start is tried again
-// after NodeHeartbeat (rewatchC), and so is one whose last start was less
-// than NodeHeartbeat ago; none is started while the server shuts down.
+// heartbeats does. The new watch delivers every key of the room again,
+// then changes: endResync, at the end of the former, drops the members and
+// nodes whose keys went meanwhile and left no delete marker (purged). A
+// watch that cannot start is tried again after NodeHeartbeat (rewatchC),
+// and so is one whose last start was less than NodeHeartbeat ago; none is
+// started while the server shuts down.
+//
+// The watch is started on a goroutine of its own, which hands it to the
+// room's (watchStarted, watchStartedNow): its creation is a request on the
+// bus, which waits up to the bus's request timeout while the bus is down,
+// and meanwhile the room goes on serving its connections (attaching
+// observers, detaching leavers, kNN recomputes). It returns nil: no
+// updates until then.
 func (r *room) rewatch() <-chan jetstream.KeyValueEntry {
-	if r.s.ctx.Err() != nil {
+	if r.s.ctx.Err() != nil || r.watchStarted != nil {
 		return nil
 	}
 	if wait := r.s.cfg.NodeHeartbeat - time.Since(r.rewatched); wait > 0 {
@@ -328,19 +341,43 @@ func (r *room) rewatch() <-chan jetstream.KeyValueEntry {
 		return nil
 	}
 	r.rewatched = time.Now()
-	if h := r.s.beforeRewatch; h != nil {
-		h(r.id) // tests: changes made while the watch was down
-	}
-	w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
-	if err != nil {
-		r.logBounded(slog.LevelWarn, "Ubiq room watch could not start again: retrying", "room", r.id, "retry_in", r.s.cfg.NodeHeartbeat, "err", err)
+	started := make(chan watchStart)
+	r.watchStarted = started
+	go func() {
+		if h := r.s.beforeRewatch; h != nil {
+			h(r.id) // tests: changes made while the watch was down, a slow bus
+		}
+		w, err := r.s.kv.Watch(r.s.ctx, r.prefix+">")
+		select {
+		case started <- watchStart{w: w, err: err}:
+		case <-r.gone: // the room stopped meanwhile
+			if err == nil {
+				w.Stop()
+			}
+		}
+	}()
+	return nil
+}
+
+// watchStart is a watch of a room's keys started by rewatch, or why it
+// could not be.
+type watchStart struct {
+	w   jetstream.KeyWatcher
+	err error
+}
+
+// watchStartedNow takes the watch that rewatch started in place of the
+// one that ended, and returns its updates.
+func (r *room) watchStartedNow(ws watchStart) <-chan jetstream.KeyValueEntry {
+	if ws.err != nil {
+		r.logBounded(slog.LevelWarn, "Ubiq room watch could not start again: retrying", "room", r.id, "retry_in", r.s.cfg.NodeHeartbeat, "err", ws.err)
 		r.rewatchC = time.After(r.s.cfg.NodeHeartbeat)
 		return nil
 	}
 	r.watcher.Stop()
-	r.watcher = w
+	r.watcher = ws.w
 	r.resync = map[string]bool{}
-	return w.Updates()
+	return ws.w.Updates()
 }
 
 // endResync ends the delivery of the room's keys by a new watch

@@ -120,8 +120,8 @@ type Server struct {
 	// (busFailed); guarded by busLogMu.
 	busLogMu sync.Mutex
 	busLog   logGate
-	// beforeRewatch, if set, runs in a room's goroutine before it watches
-	// the room's keys again after its watch ended (tests).
+	// beforeRewatch, if set, runs on the goroutine that starts a room's
+	// new watch of its keys after its watch ended, before it does (tests).
 	beforeRewatch func(room string)
 	// listing lists the published rooms for DiscoverRooms.
 	listing roomListing
