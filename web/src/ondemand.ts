@@ -6,12 +6,17 @@
 // frame drawn: the canvas keeps showing that frame.
 //
 // What is compared, after the tick, is a digest of the scene graph: every
-// visible object's id, transform and visibility, its geometry (identity,
-// attribute versions, draw range), its materials (version, colour, opacity,
-// textures' versions: a loaded image, a canvas text or a new video frame
-// bumps them), lights' colour and intensity, the camera's projection, the
-// canvas size and the scene's background and fog. What it cannot see (a
-// shader uniform set by hand, say) is drawn within IDLE_DRAW_MS, when a
+// visible object's id, transform and visibility, shadow flags, render order,
+// layers, morph influences and instances, its geometry (identity, attribute
+// versions, draw range), its materials (version, colour, opacity, textures'
+// versions: a loaded image, a canvas text or a new video frame bumps them;
+// the values three reads at each draw: side, depth test, roughness and the
+// like, and a ShaderMaterial's uniforms, also set by hand), lights (colour,
+// intensity, range, cone, ground colour, shadow settings, a target outside
+// the graph), the camera's projection, the canvas size, the scene's
+// background, environment, fog and override material, and the renderer's
+// tone mapping and shadow switch. What it still cannot see (a uniform
+// added in onBeforeCompile, say) is drawn within IDLE_DRAW_MS, when a
 // frame is drawn anyway. In WebXR every frame is drawn.
 
 /** The longest time between two frames drawn, even when nothing seems to change. */
@@ -24,6 +29,17 @@ export interface FrameStats {
 }
 
 const TEXTURE_SLOTS = ['map', 'alphaMap', 'emissiveMap', 'envMap', 'normalMap', 'roughnessMap', 'metalnessMap', 'aoMap', 'lightMap', 'bumpMap', 'displacementMap', 'specularMap'];
+/**
+ * Material fields three reads at each draw (no version bump when set):
+ * numbers and booleans, missing ones counted as -1.
+ */
+const MATERIAL_VALUES = ['side', 'transparent', 'alphaTest', 'depthTest', 'depthWrite', 'colorWrite', 'blending', 'wireframe',
+  'emissiveIntensity', 'roughness', 'metalness', 'envMapIntensity', 'size', 'linewidth', 'shininess', 'reflectivity',
+  'aoMapIntensity', 'lightMapIntensity', 'bumpScale', 'displacementScale', 'displacementBias', 'alphaHash', 'flatShading'];
+/** Light fields besides colour and intensity; missing ones counted as -1. */
+const LIGHT_VALUES = ['distance', 'decay', 'angle', 'penumbra', 'width', 'height', 'castShadow'];
+/** A uniform's array elements digested at most (a big array costs its length, not its elements, beyond). */
+const MAX_UNIFORM_ARRAY = 64;
 
 /**
  * What the renderer would draw (see above), as a list of numbers: equal
@@ -46,6 +62,29 @@ export class SceneDigest {
     if (c?.isTexture) this.add(c.version);
   }
 
+  /** A number, a boolean or nothing (-1); anything else counts as 1. */
+  private value(v: any) {
+    this.add(typeof v === 'number' ? v : v === true ? 1 : v === false ? 0 : v == null ? -1 : 1);
+  }
+
+  /** A shader uniform's value: a number, colour, vector, matrix, texture, or an array of them. */
+  private uniform(v: any, depth = 0) {
+    if (v == null || typeof v !== 'object') return this.value(v);
+    if (v.isTexture) {
+      this.add(v.id);
+      this.add(v.version);
+    } else if (v.isColor) {
+      this.add(v.r); this.add(v.g); this.add(v.b);
+    } else if (v.isMatrix3 || v.isMatrix4 || ArrayBuffer.isView(v) || Array.isArray(v)) {
+      const a = v.elements ?? v;
+      this.add(a.length);
+      const n = Math.min(a.length, MAX_UNIFORM_ARRAY);
+      for (let i = 0; i < n; i++) if (depth < 2) this.uniform(a[i], depth + 1);
+    } else if (typeof v.x === 'number') {
+      this.add(v.x); this.add(v.y); this.value(v.z); this.value(v.w);
+    } else this.add(1);
+  }
+
   private material(m: any) {
     if (!m) return;
     this.add(m.id);
@@ -61,6 +100,35 @@ export class SceneDigest {
         this.add(t.version);
       }
     }
+    for (const k of MATERIAL_VALUES) this.value(m[k]);
+    const u = m.uniforms;
+    if (u) {
+      for (const k in u) this.uniform(u[k]?.value);
+      this.add(Object.keys(u).length);
+    }
+  }
+
+  private light(o: any) {
+    this.color(o.color);
+    this.add(o.intensity);
+    for (const k of LIGHT_VALUES) this.value(o[k]);
+    if (o.groundColor) this.color(o.groundColor);
+    const t = o.target;
+    if (t) {
+      this.add(t.id);
+      // in the graph, it is digested as any object; outside, three uses its matrixWorld as set
+      if (t.parent == null) for (const e of t.matrixWorld.elements) this.add(e);
+    }
+    const sh = o.castShadow ? o.shadow : null;
+    if (sh) {
+      this.add(sh.bias);
+      this.add(sh.normalBias);
+      this.add(sh.radius);
+      this.add(sh.mapSize.x);
+      this.add(sh.mapSize.y);
+      const c = sh.camera;
+      if (c) for (const k of ['near', 'far', 'left', 'right', 'top', 'bottom', 'fov']) this.value(c[k]);
+    }
   }
 
   private object(o: any) {
@@ -72,6 +140,16 @@ export class SceneDigest {
     this.add(q.x); this.add(q.y); this.add(q.z); this.add(q.w);
     this.add(s.x); this.add(s.y); this.add(s.z);
     if (!o.matrixAutoUpdate) for (const e of o.matrix.elements) this.add(e);
+    this.add(o.castShadow ? 1 : 0);
+    this.add(o.receiveShadow ? 1 : 0);
+    this.add(o.renderOrder);
+    this.add(o.layers.mask);
+    if (o.morphTargetInfluences) for (const x of o.morphTargetInfluences) this.add(x);
+    if (o.isInstancedMesh) {
+      this.add(o.count);
+      this.add(o.instanceMatrix.version);
+      this.add(o.instanceColor?.version ?? -1);
+    }
     const g = o.geometry;
     if (g) {
       this.add(g.id);
@@ -82,10 +160,7 @@ export class SceneDigest {
     }
     if (Array.isArray(o.material)) o.material.forEach((m: any) => this.material(m));
     else this.material(o.material);
-    if (o.isLight) {
-      this.color(o.color);
-      this.add(o.intensity);
-    }
+    if (o.isLight) this.light(o);
     if (o.isCamera) {
       this.add(o.fov ?? 0);
       this.add(o.aspect ?? 0);
@@ -99,15 +174,28 @@ export class SceneDigest {
 
   /**
    * Takes the digest of scene (a THREE.Scene) seen through camera on a
-   * canvas of width by height, and says whether it differs from the one
-   * taken before.
+   * canvas of width by height, drawn by renderer (a THREE.WebGLRenderer,
+   * or none), and says whether it differs from the one taken before.
    */
-  changed(scene: any, camera: any, width: number, height: number): boolean {
+  changed(scene: any, camera: any, width: number, height: number, renderer?: any): boolean {
     [this.prev, this.cur] = [this.cur, this.prev];
     this.cur.length = 0;
     this.add(width);
     this.add(height);
+    if (renderer) {
+      this.value(renderer.toneMapping);
+      this.value(renderer.toneMappingExposure);
+      this.value(renderer.shadowMap?.enabled);
+      this.value(renderer.shadowMap?.type);
+    }
     this.color(scene.background);
+    this.value(scene.backgroundIntensity);
+    this.value(scene.backgroundBlurriness);
+    this.color(scene.environment);
+    this.value(scene.environmentIntensity);
+    for (const r of [scene.backgroundRotation, scene.environmentRotation]) if (r) { this.add(r.x); this.add(r.y); this.add(r.z); }
+    if (scene.overrideMaterial) this.material(scene.overrideMaterial);
+    else this.add(-1);
     if (scene.fog) {
       this.color(scene.fog.color);
       this.add(scene.fog.near ?? scene.fog.density);
@@ -140,7 +228,7 @@ export function renderOnDemand(sceneEl: any, idleDrawMs = IDLE_DRAW_MS): FrameSt
     renderer.render = (scene: any, camera: any) => {
       if (!inLoop || renderer.xr?.isPresenting) return draw(scene, camera);
       const now = performance.now();
-      const changed = digest.changed(scene, camera, renderer.domElement.width, renderer.domElement.height);
+      const changed = digest.changed(scene, camera, renderer.domElement.width, renderer.domElement.height, renderer);
       if (!changed && now - lastAt < idleDrawMs) {
         stats.skipped++;
         return;
@@ -151,7 +239,7 @@ export function renderOnDemand(sceneEl: any, idleDrawMs = IDLE_DRAW_MS): FrameSt
       // The next frame compares with the scene as drawn: three changes
       // some of it while drawing (it bumps the version of a transparent
       // double-sided material, such as a name tag's, twice per draw).
-      digest.changed(scene, camera, renderer.domElement.width, renderer.domElement.height);
+      digest.changed(scene, camera, renderer.domElement.width, renderer.domElement.height, renderer);
     };
     renderer.setAnimationLoop((time: number, frame: unknown) => {
       inLoop = true;
