@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -27,7 +28,7 @@ func runServe(ctx context.Context, args []string) error {
 	configFile := fs.String("config", "", "JSON config file whose keys are these flags' names, e.g. {\"http-addr\": \":80\"}; flags given on the command line win")
 	fs.StringVar(&cfg.DataDir, "data", cfg.DataDir, "data directory (JetStream state, keys, TLS certificate)")
 	fs.StringVar(&cfg.Realm, "realm", cfg.Realm, "ARENA realm served")
-	fs.StringVar(&cfg.PublicHost, "public-host", cfg.PublicHost, "host name clients reach this server by, sent in /conf/defaults.json")
+	fs.StringVar(&cfg.PublicHost, "public-host", cfg.PublicHost, "host name (or IP address; no scheme, port or path) clients reach this server by, sent in /conf/defaults.json")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP address (REST, /metrics, MQTT over WebSocket at /mqtt); empty = off")
 	fs.StringVar(&cfg.HTTPSAddr, "https-addr", cfg.HTTPSAddr, "HTTPS address; empty = off")
 	fs.StringVar(&cfg.MQTTAddr, "mqtt-addr", cfg.MQTTAddr, "MQTT over TCP address; empty = off")
@@ -39,11 +40,11 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.NATSAddr, "nats-addr", cfg.NATSAddr, "NATS client address; empty = off")
 	fs.StringVar(&cfg.NATSWSAddr, "nats-ws-addr", cfg.NATSWSAddr, "NATS over WebSocket address; empty = off")
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (default: self-signed, generated into the data directory)")
-	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (with --tls-cert)")
 	fs.StringVar(&cfg.Name, "name", "", "node name, unique in a cluster (default: host name)")
-	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at (SFU assignment prefers a client's site)")
+	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at, 1 to 64 of A-Z a-z 0-9 _ - (SFU assignment prefers a client's site)")
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
-	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes")
+	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes (with --cluster-name)")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
 	fs.IntVar(&cfg.Replicas, "replicas", 0, "JetStream replicas for scene state (default: 1 alone; in a cluster one per node this one knows of, itself and each of --routes, at most 3, and never fewer than the existing state has)")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", cfg.MaxPayload, "largest message payload in bytes; larger ones are refused (at most "+strconv.Itoa(server.MaxPayloadLimit)+")")
@@ -71,6 +72,9 @@ func runServe(ctx context.Context, args []string) error {
 		if err := applyConfigFile(fs, *configFile); err != nil {
 			return usageErr(err)
 		}
+	}
+	if err := checkServeFlags(fs, cfg, *pprofAddr); err != nil {
+		return usageErr(err)
 	}
 	var err error
 	if cfg.Routes, err = parseRoutes(*routes); err != nil {
@@ -101,6 +105,62 @@ func runServe(ctx context.Context, args []string) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	return errors.Join(srv.Err(), srv.Shutdown(sctx))
+}
+
+// siteRE is what the SFU takes as a site name (sfu.Config's site).
+var siteRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// checkServeFlags checks what server.Config.Validate does not, before
+// anything starts: listen addresses (host:port, a port 0 to 65535), the
+// site name the SFU takes, the certificate and its key together, a public
+// host that is a host name, and --cluster-addr only with --cluster-name.
+// Each failed as the server started (exit 1, after other listeners had
+// opened), or was taken and ignored.
+func checkServeFlags(fs *flag.FlagSet, cfg server.Config, pprofAddr string) error {
+	for _, a := range []struct{ flag, addr string }{
+		{"http-addr", cfg.HTTPAddr}, {"https-addr", cfg.HTTPSAddr}, {"mqtt-addr", cfg.MQTTAddr},
+		{"mqtts-addr", cfg.MQTTSAddr}, {"mqtt-ws-addr", cfg.MQTTWSAddr}, {"ubiq-addr", cfg.UbiqAddr},
+		{"ubiq-wss-addr", cfg.UbiqWSSAddr}, {"ubiq-ws-addr", cfg.UbiqWSAddr}, {"nats-addr", cfg.NATSAddr},
+		{"nats-ws-addr", cfg.NATSWSAddr}, {"cluster-addr", cfg.ClusterAddr}, {"pprof-addr", pprofAddr},
+	} {
+		if err := checkListenAddr(a.flag, a.addr); err != nil {
+			return err
+		}
+	}
+	if !siteRE.MatchString(cfg.Site) {
+		return fmt.Errorf("--site %q: want 1 to 64 of A-Z a-z 0-9 _ - (the SFU's site names)", cfg.Site)
+	}
+	switch {
+	case cfg.TLSCert != "" && cfg.TLSKey == "":
+		return fmt.Errorf("--tls-cert without --tls-key: give both, or neither for a self-signed certificate in the data directory")
+	case cfg.TLSKey != "" && cfg.TLSCert == "":
+		return fmt.Errorf("--tls-key without --tls-cert: give both, or neither for a self-signed certificate in the data directory")
+	}
+	if h := cfg.PublicHost; strings.ContainsAny(h, "/@ \t\r\n?#") || strings.Contains(h, ":") && net.ParseIP(h) == nil {
+		return fmt.Errorf("--public-host %q: want a host name or IP address, without scheme, port or path (clients add their own), e.g. xr.example.org", h)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["cluster-addr"] && cfg.ClusterName == "" {
+		return fmt.Errorf("--cluster-addr without --cluster-name: only a cluster node listens for routes; leave --cluster-addr out to run alone")
+	}
+	return nil
+}
+
+// checkListenAddr checks the host:port a --*-addr flag listens on ("" is
+// off).
+func checkListenAddr(flag, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fmt.Errorf("--%s %q: want host:port, e.g. :8080 or 127.0.0.1:8080 (\"\" for off)", flag, addr)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("--%s %q: port %s: want a number from 0 to 65535", flag, addr, port)
+	}
+	return nil
 }
 
 // applyConfigFile sets every flag named in the JSON file that was not given

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -139,6 +140,21 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host2:6222, nats-route://[::1"}, `--routes: "nats-route://[::1" is not a route URL`},
 		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host3"}, `--routes: "nats-route://host3" is not a route URL with a host and a port`},
 		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host3:0"}, `--routes: "nats-route://host3:0"`},
+		// An address without a port, a port out of range, a site the SFU
+		// refuses, half a certificate: each failed as the server started
+		// (exit 1), after other listeners had opened, or not at all.
+		{[]string{"--http-addr", "nonsense"}, `--http-addr "nonsense": want host:port`},
+		{[]string{"--mqtt-addr", "127.0.0.1:99999"}, `--mqtt-addr "127.0.0.1:99999": port 99999`},
+		{[]string{"--nats-addr", "127.0.0.1:"}, `--nats-addr "127.0.0.1:": want host:port`},
+		{[]string{"--pprof-addr", "6060"}, `--pprof-addr "6060": want host:port`},
+		{[]string{"--site", "a/b"}, `--site "a/b": want 1 to 64 of A-Z a-z 0-9 _ -`},
+		{[]string{"--site", ""}, `--site "": want 1 to 64`},
+		{[]string{"--tls-cert", "cert.pem"}, "--tls-cert without --tls-key"},
+		{[]string{"--tls-key", "key.pem"}, "--tls-key without --tls-cert"},
+		{[]string{"--public-host", "https://example.org/"}, `--public-host "https://example.org/": want a host name`},
+		{[]string{"--public-host", "example.org:8080"}, `--public-host "example.org:8080": want a host name`},
+		// Accepted and ignored: only a cluster listens for routes.
+		{[]string{"--cluster-addr", "127.0.0.1:7222"}, "--cluster-addr without --cluster-name"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -152,6 +168,9 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 			err := runServe(ctx, args)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("serve %s: %v, want an error containing %q", strings.Join(tt.args, " "), err, tt.wantErr)
+			}
+			if ue := (*usageError)(nil); !errors.As(err, &ue) {
+				t.Errorf("serve %s: %v is not a usage error (exit code 2)", strings.Join(tt.args, " "), err)
 			}
 		})
 	}
