@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -73,6 +75,9 @@ func runBotsFleet(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return usagef("unexpected arguments %q", fs.Args())
 	}
 	if err := checkTokenFlags(fs); err != nil {
+		return err
+	}
+	if err := checkBotsAddr(*addr); err != nil {
 		return err
 	}
 	if *users < 1 || *nScenes < 1 {
@@ -295,7 +300,12 @@ func fmtDur(d time.Duration) string {
 // over --data and --token, and --data over --token-url and --token).
 func checkTokenFlags(fs *flag.FlagSet) error {
 	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fs.Visit(func(f *flag.Flag) {
+		// --no-auth=false and --data "" choose nothing.
+		if v := f.Value.String(); v != "" && v != "false" {
+			set[f.Name] = true
+		}
+	})
 	conflicts := []struct{ a, b, why string }{
 		{"no-auth", "data", "connects without a token, --data signs one"},
 		{"no-auth", "token", "connects without a token, --token signs in for one"},
@@ -327,7 +337,41 @@ func botTokens(noAuth bool, dataDir, tokenURL, bearer string) (bots.TokenSource,
 		}
 		return &bots.KeyTokens{Keys: keys}, nil
 	}
+	if u, err := url.Parse(tokenURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usagef("--token-url %q: want http://host:port or https://host:port, the HTTP address of xrealm serve (--http-addr)", tokenURL)
+	}
 	return &bots.HTTPTokens{BaseURL: tokenURL, Bearer: bearer}, nil
+}
+
+// checkBotsAddr checks --addr of bots and bots record as the bots dial
+// it: host:port or mqtt://host:port (MQTT over TCP), or a ws:// or wss://
+// URL (MQTT over WebSocket). Each bot failed to connect, naming no flag.
+func checkBotsAddr(addr string) error {
+	const want = "want host:port or mqtt://host:port (MQTT over TCP, xrealm serve --mqtt-addr), or ws://host:port/path (MQTT over WebSocket)"
+	hostPort := addr
+	if scheme, rest, ok := strings.Cut(addr, "://"); ok {
+		switch scheme {
+		case "ws", "wss":
+			if u, err := url.Parse(addr); err != nil || u.Host == "" {
+				return usagef("--addr %q: want ws://host:port/path or wss://host:port/path", addr)
+			}
+			return nil
+		case "mqtt", "tcp":
+			hostPort = strings.TrimSuffix(rest, "/")
+		case "http", "https":
+			return usagef("--addr %q: bots speak MQTT, not HTTP: %s", addr, want)
+		default:
+			return usagef("--addr %q: scheme %q: %s; bots do not speak MQTT over TLS", addr, scheme, want)
+		}
+	}
+	_, port, err := net.SplitHostPort(hostPort)
+	if err != nil || port == "" {
+		return usagef("--addr %q: %s", addr, want)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return usagef("--addr %q: port %s: want a number from 1 to 65535", addr, port)
+	}
+	return nil
 }
 
 // maxPoseSize is the largest --size: MQTT's largest packet, less room

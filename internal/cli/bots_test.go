@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -244,6 +245,13 @@ func TestBotsRefusesBadFlags(t *testing.T) {
 		{[]string{"--namespace", "a+"}, "--namespace"},
 		{[]string{"--behaviour", "foo"}, "--behaviour"},
 		{[]string{"--users", "2", "--scenes", "3"}, "--scenes 3 is more than --users 2"},
+		// Each bot failed to connect, naming no flag (exit 1).
+		{[]string{"--addr", "nonsense"}, `--addr "nonsense": want host:port`},
+		{[]string{"--addr", "127.0.0.1:99999"}, `--addr "127.0.0.1:99999": port`},
+		{[]string{"--addr", "https://127.0.0.1:8080"}, `--addr "https://127.0.0.1:8080": bots speak MQTT`},
+		{[]string{"--addr", "ws://"}, `--addr "ws://": want ws://host:port/path`},
+		{[]string{"--no-auth=false", "--token-url", "notaurl"}, `--token-url "notaurl": want http://host:port or https://host:port`},
+		{[]string{"--no-auth=false", "--token-url", "ftp://h:21"}, `--token-url "ftp://h:21"`},
 		// as before
 		{[]string{"--users", "0"}, "--users"},
 		{[]string{"--rate", "0"}, "--rate"},
@@ -256,6 +264,9 @@ func TestBotsRefusesBadFlags(t *testing.T) {
 			err := runBotsFleet(context.Background(), args, &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("runBotsFleet(%q): %v, want an error about %s", tc.args, err, tc.want)
+			}
+			if ue := (*usageError)(nil); !errors.As(err, &ue) {
+				t.Errorf("runBotsFleet(%q): %v is not a usage error (exit code 2)", tc.args, err)
 			}
 			if strings.Contains(stderr.String(), "connecting") {
 				t.Errorf("it started connecting:\n%s", stderr.String())

@@ -63,6 +63,9 @@ func runBotsRecord(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if *duration < 0 || *maxSamples < 0 {
 		return usagef("--duration (%s) and --samples (%d) must not be negative", *duration, *maxSamples)
 	}
+	if err := checkBotsAddr(*addr); err != nil {
+		return err
+	}
 	tokens, err := botTokens(*noAuth, *dataDir, *tokenURL, *bearer)
 	if err != nil {
 		return err

@@ -184,6 +184,8 @@ func TestBotsRecordRefusesBadFlags(t *testing.T) {
 		{[]string{"--scene", "lab/walk", "--out", "x", "--samples", "-1"}, "must not be negative"},
 		{[]string{"--scene", "lab/walk", "--out", "x", "extra"}, "unexpected arguments"},
 		{[]string{"--scene", "lab/walk", "--out", "x", "--data", t.TempDir()}, "signing key"},
+		{[]string{"--scene", "lab/walk", "--out", "x", "--addr", "host"}, `--addr "host"`},
+		{[]string{"--scene", "lab/walk", "--out", "x", "--token-url", "localhost:8080"}, `--token-url "localhost:8080"`},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer
