@@ -715,13 +715,31 @@ func (n *Node) forward(subject string, s Signal) Reply {
 // is an error reply or the node did not answer.
 func (n *Node) signalNode(ctx context.Context, subject string, s Signal) (Reply, error) {
 	if subject == subjectSignal(n.cfg.ID) {
-		rep := n.Signal(s)
+		rep := n.signalOwn(s)
 		if rep.Op == "error" {
 			return rep, replyError(s.Op, rep)
 		}
 		return rep, nil
 	}
 	return requestSignal(ctx, n.cfg.NC, subject, s)
+}
+
+// signalOwn handles s, a signal of the node's own WebSocket handler for
+// this node, as handleSignal does those of the bus: an offer takes one of
+// the maxSignalsInFlight signal slots the bus's take, and is refused (Full)
+// when none is free; a leave, ping, pose or stats is handled at once.
+// Before, these went straight to Signal, bounded only by MaxClients, so
+// a flood of WebSocket offers could occupy the node however busy it was.
+func (n *Node) signalOwn(s Signal) Reply {
+	switch s.Op {
+	case "ping", "pose", "stats", "leave":
+		return n.Signal(s)
+	}
+	if rep, ok := n.takeSignalSlot(s); !ok {
+		return rep
+	}
+	defer func() { <-n.signalSlots }()
+	return n.Signal(s)
 }
 
 var errNoNode = errors.New("sfu: no SFU node is available")

@@ -2,8 +2,11 @@ package sfu
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -112,5 +115,64 @@ func TestFullNodeClientPlacedElsewhere(t *testing.T) {
 	defer cl.Close()
 	if cl.Node != "2" || len(placed) != 2 || placed[0] != "1" {
 		t.Fatalf("client on node %s after placements %v; want node 1 (its site's, full), then 2", cl.Node, placed)
+	}
+}
+
+// TestWebSocketSignalsInFlightBounded: a node's own WebSocket handler
+// takes the node's signal slots as the bus's signals do: while they are
+// all taken, an offer its WebSocket client sends to the node is refused
+// as full, with an error giving the bound, and the client is placed on
+// another node; a leave is never refused. Before, the handler's signals
+// to its own node went straight to Signal, bounded only by MaxClients, so
+// a WebSocket client flooding offers could occupy the node.
+func TestWebSocketSignalsInFlightBounded(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	n1 := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range cap(n1.signalSlots) {
+		n1.signalSlots <- struct{}{}
+	}
+	defer func() {
+		for range cap(n1.signalSlots) {
+			<-n1.signalSlots
+		}
+	}()
+	own := subjectSignal(n1.ID())
+	rep, err := n1.signalNode(ctx, own, Signal{Op: "offer", Session: "s1", Client: "direct", SDP: recvOffer(t, 1)})
+	if !errors.Is(err, errNodeFull) || !rep.Full || !strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxSignalsInFlight)) || !strings.Contains(rep.Error, `"s1"/"direct"`) {
+		t.Fatalf("offer of the node's own handler while its slots are taken: %+v, %v; want a full error giving the bound and the client", rep, err)
+	}
+	if hasPeer(n1, "s1/direct") {
+		t.Fatal("the refused offer left a peer")
+	}
+	if rep, err := n1.signalNode(ctx, own, Signal{Op: "leave", Session: "s1", Client: "direct"}); err != nil || rep.Op != "ok" {
+		t.Fatalf("leave of the node's own handler while its slots are taken: %+v, %v; want ok", rep, err)
+	}
+
+	var (
+		pmu    sync.Mutex
+		placed []string
+	)
+	n1.wsPlaced = func(a Assignment) {
+		pmu.Lock()
+		placed = append(placed, a.Node)
+		pmu.Unlock()
+	}
+	ws := dialSignalling(t, ctx, n1.Handler(), "a")
+	if err := ws.WriteJSON(Signal{Op: "offer", Session: "s1", Client: "ws", SDP: recvOffer(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	var got Reply
+	if err := ws.ReadJSON(&got); err != nil {
+		t.Fatal(err)
+	}
+	pmu.Lock()
+	defer pmu.Unlock()
+	if got.Op != "answer" || !slices.Equal(placed, []string{"1", "2"}) {
+		t.Fatalf("WebSocket offer while node 1's slots are taken: %s %q, placed on %v; want an answer, placed on node 1 (full) then 2", got.Op, got.Error, placed)
+	}
+	if hasPeer(n1, "s1/ws") || !hasPeer(c.nodes[1], "s1/ws") {
+		t.Fatal("the WebSocket client is not on node 2 alone")
 	}
 }
