@@ -688,8 +688,9 @@ func (c *conn) request(payload []byte) {
 }
 
 func (c *conn) reject(a JoinArgs, reason string) {
-	c.peerInfo("Ubiq join rejected", "peer", c.uuid(), "reason", reason)
-	c.sendServer(EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a}))
+	// The reason may quote the Join's room uuid or code, whatever their size.
+	c.peerInfo("Ubiq join rejected", "peer", c.uuid(), "reason", cutString(reason, MaxNameLen))
+	c.sendServer(encodeRejected(reason, a, c.s.cfg.MaxFrame))
 }
 
 func (c *conn) join(ctx context.Context, a JoinArgs) {

@@ -1,8 +1,11 @@
 package ubiq
 
 import (
+	"cmp"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"unicode/utf8"
 )
 
 // Request is a message to or from the room server: Type names it and Args
@@ -131,11 +134,21 @@ func encodeSetRoom(info RoomInfo) []byte {
 // of which it lists the first that fit in limit bytes (all of them if
 // limit <= 0), and how many it listed. The message quotes each RoomInfo a
 // second time, character by character, so a room's share of it is its
-// quoted JSON and a comma.
+// quoted JSON and a comma. It quotes a's join code too, which is cut to
+// fit if it does not (a code of more than three characters finds no room
+// anyway).
 func encodeRooms(rooms []RoomInfo, a DiscoverArgs, limit int) ([]byte, int) {
 	n := len(rooms)
 	if limit > 0 {
 		size := len(EncodeRequest("Rooms", RoomsArgs{Rooms: []RoomInfo{}, Version: roomsVersion, Request: a}))
+		if size > limit {
+			code := a.JoinCode
+			a.JoinCode = ""
+			empty := len(EncodeRequest("Rooms", RoomsArgs{Rooms: []RoomInfo{}, Version: roomsVersion, Request: a}))
+			a.JoinCode = code
+			fitStrings(limit-empty, &a.JoinCode)
+			size = len(EncodeRequest("Rooms", RoomsArgs{Rooms: []RoomInfo{}, Version: roomsVersion, Request: a}))
+		}
 		for i, r := range rooms {
 			b, _ := json.Marshal(r)
 			q, _ := json.Marshal(string(b))
@@ -149,6 +162,65 @@ func encodeRooms(rooms []RoomInfo, a DiscoverArgs, limit int) ([]byte, int) {
 		}
 	}
 	return EncodeRequest("Rooms", RoomsArgs{Rooms: rooms[:n], Version: roomsVersion, Request: a}), n
+}
+
+// encodeRejected returns the Rejected message refusing Join a for reason,
+// at most limit bytes (> 0) long: it quotes a back, and a Join that fit a
+// frame may not, quoted twice. What does not fit is cut: the peer's
+// properties go first, then the strings (the reason, the room's uuid,
+// code and name, and the peer's uuid) are cut to share what is left, the
+// shortest kept whole first.
+func encodeRejected(reason string, a JoinArgs, limit int) []byte {
+	msg := EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a})
+	if limit <= 0 || len(msg) <= limit {
+		return msg
+	}
+	a.Peer.Keys, a.Peer.Values = []string{}, []string{}
+	if msg = EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a}); len(msg) <= limit {
+		return msg
+	}
+	strs := []*string{&reason, &a.UUID, &a.JoinCode, &a.Name, &a.Peer.UUID}
+	saved := make([]string, len(strs))
+	for i, p := range strs {
+		saved[i], *p = *p, ""
+	}
+	empty := len(EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a}))
+	for i, p := range strs {
+		*p = saved[i]
+	}
+	fitStrings(limit-empty, strs...)
+	return EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a})
+}
+
+// maxEscape is the most bytes that one byte of a string takes in a
+// server message, which quotes it twice: '<' is \u003c in the args' JSON
+// and \\u003c in the message's (a control character, U+2028 and an
+// invalid byte alike; '"' takes four).
+const maxEscape = 7
+
+// fitStrings cuts the strings, at character boundaries, so that together
+// they take at most room bytes of a server message (maxEscape a byte): the
+// shortest are kept whole first, and the rest share what is left.
+func fitStrings(room int, strs ...*string) {
+	budget := max(room, 0) / maxEscape
+	order := slices.Clone(strs)
+	slices.SortStableFunc(order, func(a, b *string) int { return cmp.Compare(len(*a), len(*b)) })
+	for i, p := range order {
+		*p = cutString(*p, budget/(len(order)-i))
+		budget -= len(*p)
+	}
+}
+
+// cutString returns s cut to at most n bytes, at a character boundary.
+func cutString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	n = max(n, 0)
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // roomsVersion is the version a Rooms message gives, Ubiq's.

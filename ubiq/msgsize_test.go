@@ -187,3 +187,128 @@ func TestEncodeRooms(t *testing.T) {
 		}
 	}
 }
+
+// rawRequest sends a server message whose args are v's JSON written
+// without HTML escaping, in either layer: a '<' takes one byte of the
+// frame, and seven in an answer that quotes it twice.
+func rawRequest(t *testing.T, p *peer, typ string, v any) {
+	t.Helper()
+	enc := func(v any) string {
+		var b strings.Builder
+		e := json.NewEncoder(&b)
+		e.SetEscapeHTML(false)
+		if err := e.Encode(v); err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSuffix(b.String(), "\n")
+	}
+	if err := p.c.Send(ServerID, []byte(enc(Request{Type: typ, Args: enc(v)}))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEchoingAnswersFitAFrame: the answers that quote a request back
+// (Rejected its JoinArgs, Rooms its DiscoverArgs) are no larger than the
+// largest frame, whatever the request held: what does not fit is cut
+// (the peer's properties first, then the strings). Before, they quoted it
+// whole, where a '<' sent as one byte takes seven, so a request within a
+// frame made an answer of several, past what the asker's queue takes (it
+// was disconnected as too slow) or its client reads.
+func TestEchoingAnswersFitAFrame(t *testing.T) {
+	const maxFrame = 4096
+	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = maxFrame })
+	long := strings.Repeat("<", 3000)
+	tests := []struct {
+		name   string
+		send   func(p *peer)
+		answer string
+		check  func(t *testing.T, m msg)
+	}{
+		{"Rejected, a long name", func(p *peer) {
+			rawRequest(t, p, "Join", JoinArgs{Name: long, Peer: p.info(nil, nil)})
+		}, "Rejected", func(t *testing.T, m msg) {
+			var a RejectedArgs
+			m.decode(t, &a)
+			if !strings.Contains(a.Reason, "room name of 3000 bytes") || !strings.HasPrefix(long, a.JoinArgs.Name) {
+				t.Fatalf("Rejected %q, name %q", a.Reason, a.JoinArgs.Name)
+			}
+		}},
+		{"Rejected, long properties", func(p *peer) {
+			rawRequest(t, p, "Join", JoinArgs{UUID: "not a uuid", Peer: p.info([]string{"k"}, []string{long})})
+		}, "Rejected", func(t *testing.T, m msg) {
+			var a RejectedArgs
+			m.decode(t, &a)
+			if !strings.HasPrefix(a.Reason, "Could not join") || a.JoinArgs.UUID != "not a uuid" || len(a.JoinArgs.Peer.Keys) != len(a.JoinArgs.Peer.Values) {
+				t.Fatalf("Rejected %q, %+v", a.Reason, a.JoinArgs)
+			}
+		}},
+		{"Rejected, a long join code", func(p *peer) {
+			rawRequest(t, p, "Join", JoinArgs{JoinCode: long, Peer: p.info(nil, nil)})
+		}, "Rejected", func(t *testing.T, m msg) {
+			var a RejectedArgs
+			m.decode(t, &a)
+			if !strings.HasPrefix(a.Reason, "Could not join room with code <") || !strings.HasPrefix(long, a.JoinArgs.JoinCode) {
+				t.Fatalf("Rejected %q, code %q", a.Reason, a.JoinArgs.JoinCode)
+			}
+		}},
+		{"Rooms, a long join code", func(p *peer) {
+			rawRequest(t, p, "DiscoverRooms", DiscoverArgs{ClientID: p.clientID, JoinCode: long})
+		}, "Rooms", func(t *testing.T, m msg) {
+			var a RoomsArgs
+			m.decode(t, &a)
+			if len(a.Rooms) != 0 || !strings.HasPrefix(long, a.Request.JoinCode) {
+				t.Fatalf("Rooms %+v", a)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := dialPeer(t, ts.tcp, ClientOptions{MaxFrame: 1 << 20})
+			tc.send(p)
+			m := p.expect(tc.answer)
+			if n := len(m.frame) - HeaderSize; n > maxFrame {
+				t.Fatalf("%s of %d bytes, more than the largest frame, %d", tc.answer, n, maxFrame)
+			}
+			tc.check(t, m)
+			p.barrier() // still connected
+		})
+	}
+}
+
+// TestEncodeRejected: encodeRejected keeps a Rejected message within its
+// limit whatever the Join held, cutting strings at character boundaries,
+// and leaves one that fits as it was.
+func TestEncodeRejected(t *testing.T) {
+	odd := `"quoted" <html> & \ ` + "\x01\u2028\xff" + "é"
+	big := JoinArgs{UUID: strings.Repeat(odd, 40), JoinCode: "abc", Name: strings.Repeat("é<", 300),
+		Peer: PeerInfo{UUID: strings.Repeat(odd, 10), Keys: []string{"k", "l"}, Values: []string{strings.Repeat(odd, 50), "v"}}}
+	small := JoinArgs{UUID: newUUID(), Peer: PeerInfo{UUID: "p", Keys: []string{"k"}, Values: []string{"v"}}}
+	reason := "Could not join: " + odd
+	for _, limit := range []int{0, 300, 500, 1000, 2000, 4000, 8000, 1 << 20} {
+		for _, a := range []JoinArgs{big, small} {
+			msg := encodeRejected(reason, a, limit)
+			var r Request
+			var got RejectedArgs
+			if err := json.Unmarshal(msg, &r); err != nil {
+				t.Fatalf("limit %d: %v", limit, err)
+			}
+			if err := json.Unmarshal([]byte(r.Args), &got); err != nil {
+				t.Fatalf("limit %d: %v", limit, err)
+			}
+			full := EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a})
+			switch {
+			case limit <= 0 || len(full) <= limit:
+				if string(msg) != string(full) {
+					t.Fatalf("limit %d: a message that fits was changed", limit)
+				}
+			case len(msg) > limit:
+				t.Fatalf("limit %d: message of %d bytes", limit, len(msg))
+			}
+			for _, s := range [][2]string{{got.Reason, reason}, {got.JoinArgs.UUID, a.UUID}, {got.JoinArgs.Name, a.Name}, {got.JoinArgs.Peer.UUID, a.Peer.UUID}} {
+				if !strings.HasPrefix(strings.ToValidUTF8(s[1], "\uFFFD"), s[0]) { // json decodes an invalid byte so
+					t.Fatalf("limit %d: %q is not a prefix of %q", limit, s[0], s[1])
+				}
+			}
+		}
+	}
+}
