@@ -51,6 +51,11 @@ func parseToken(args []string) (tokenRequest, error) {
 	if *user == "" {
 		return tokenRequest{}, usagef("--user is required")
 	}
+	if auth.IsAnonymous(*user) {
+		// The token endpoint gives such a name to anyone who asks, and
+		// takes a token of one for an anonymous viewer's.
+		return tokenRequest{}, usagef("--user %q: names starting %q are those of anonymous users, which anyone may take at POST /user/v2/mqtt_auth; choose another name", *user, auth.AnonymousPrefix)
+	}
 	if *ttl <= 0 {
 		return tokenRequest{}, usagef("--ttl must be positive, got %s", *ttl)
 	}
@@ -84,6 +89,9 @@ func parseToken(args []string) (tokenRequest, error) {
 	if *client != "" {
 		if err := topic.ValidLevel("--userclient", *client); err != nil {
 			return tokenRequest{}, usageErr(err)
+		}
+		if r != auth.RoleViewer {
+			return tokenRequest{}, usagef("--userclient limits a viewer's own topics; a %s publishes everything in the scene, as any client: leave --userclient out", r)
 		}
 	}
 	req.rights = auth.SceneRights(*realm, ns, sc, r, *client)

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -34,6 +35,10 @@ func TestParseToken(t *testing.T) {
 		{"cluster with a realm", []string{"--user", "ops", "--role", "cluster", "--realm", "r"}, auth.Rights{}, "--realm does not apply to --role cluster"},
 		{"wildcard userclient", []string{"--user", "eve", "--scene", "a/b", "--userclient", "#"}, auth.Rights{}, `--userclient "#"`},
 		{"no user", []string{"--scene", "a/b"}, auth.Rights{}, "--user is required"},
+		// Taken and ignored: an editor publishes as any client.
+		{"editor with a client id", []string{"--user", "alice", "--scene", "alice/lab", "--role", "editor", "--userclient", "cam_1"}, auth.Rights{}, "--userclient limits a viewer's own topics"},
+		// Anyone may ask the token endpoint for the name anonymous-bob.
+		{"anonymous user", []string{"--user", "anonymous-bob", "--scene", "a/b", "--role", "editor"}, auth.Rights{}, `--user "anonymous-bob": names starting "anonymous-"`},
 		{"bad role", []string{"--user", "eve", "--scene", "a/b", "--role", "admin"}, auth.Rights{}, "--role must be"},
 		{"stray argument", []string{"--user", "eve", "--scene", "a/b", "extra"}, auth.Rights{}, "unexpected arguments"},
 	}
@@ -43,6 +48,9 @@ func TestParseToken(t *testing.T) {
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err %v, want one saying %q", err, tt.wantErr)
+				}
+				if ue := (*usageError)(nil); !errors.As(err, &ue) {
+					t.Errorf("%v is not a usage error (exit code 2)", err)
 				}
 				return
 			}
