@@ -50,6 +50,12 @@ export class Bus {
   private everConnected = false;
   /** Invalid messages received (for tests and the debug console). */
   invalid = 0;
+  /**
+   * The publishes of each connection not settled yet: a connection given
+   * up with some in flight fails them (failInFlight), since mqtt.js does
+   * not when it closes while ending cleanly.
+   */
+  private inFlight = new WeakMap<MqttClient, Set<(e: Error) => void>>();
 
   constructor(
     readonly ns: string,
@@ -176,7 +182,8 @@ export class Bus {
   private lost(c: MqttClient, reason: string) {
     if (this.client !== c) return;
     this.drop(c);
-    c.end(true);
+    c.end(true); // (which fails its publishes in flight)
+    this.failInFlight(c, reason);
     this.retry(reason);
   }
 
@@ -235,6 +242,9 @@ export class Bus {
       if (next) return;
       next = true;
       clearTimeout(cut);
+      // (after a clean end none is left; after a close or the cut, their
+      // acknowledgements will not come: the server may not have them)
+      this.failInFlight(c, 'the connection was replaced (token renewal) before the server confirmed it; it may not be stored');
       if (!this.stopped) this.connect({ session, at });
     };
     const cut = setTimeout(() => {
@@ -301,7 +311,27 @@ export class Bus {
       return Promise.reject(new Error('not connected'));
     }
     const payload = JSON.stringify({ ...m, timestamp: new Date().toISOString() });
-    return c.publishAsync(topic, payload, { qos }).then(() => undefined);
+    let pending = this.inFlight.get(c);
+    if (!pending) this.inFlight.set(c, (pending = new Set()));
+    const set = pending;
+    return new Promise<void>((resolve, reject) => {
+      const fail = (e: Error) => {
+        set.delete(fail);
+        reject(e);
+      };
+      set.add(fail);
+      c.publishAsync(topic, payload, { qos }).then(() => {
+        set.delete(fail);
+        resolve();
+      }, fail);
+    });
+  }
+
+  /** Fails the publishes of c still in flight with why. */
+  private failInFlight(c: MqttClient, why: string) {
+    const pending = this.inFlight.get(c);
+    this.inFlight.delete(c);
+    for (const fail of pending ?? []) fail(new Error(why));
   }
 
   /** Leaves: sends the leave message (the will would say the same) and disconnects. */

@@ -765,6 +765,44 @@ describe('token renewal', () => {
   });
 });
 
+describe('token renewal, publish unacknowledged', () => {
+  it('a publish whose acknowledgement a renewal leaves behind fails with a message (it did not stay pending for ever)', { timeout: 120_000 }, async () => {
+    // The renewal's end(false) waits for the acknowledgement; when the
+    // socket closes first, or is cut, mqtt.js drops the connection with
+    // its QoS 1 publishes unsettled: the editor's Create or Apply then
+    // said nothing, and the change was not stored.
+    const short = await startServer({ args: ['--token-ttl', '10s'] });
+    try {
+      const carol = short.token('carol', 'carol/renew', 'editor');
+      const p = await newPage();
+      await p.goto(`${short.url}/carol/renew/edit?quality=low&token=${carol}`);
+      await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+      const first = await p.evaluate(() => (window as any).xrealm.session().token);
+      await p.evaluate(() => {
+        const w = window as any;
+        const c = w.xrealm.bus.client;
+        const ids = new Set(Object.keys(c.outgoing));
+        w.unacked = w.xrealm.publishObject({ object_id: 'unacked', action: 'create', type: 'object', persist: true, data: { object_type: 'box' } })
+          .then(() => 'stored', (e: Error) => `failed: ${e.message}`);
+        // its PUBACK is not seen: the entry moves to an id the server never acknowledges
+        const id = Object.keys(c.outgoing).find((k) => !ids.has(k))!;
+        c.outgoing[65000] = c.outgoing[id];
+        delete c.outgoing[id];
+        w.settled = null;
+        w.unacked.then((r: string) => (w.settled = r));
+      });
+      await waitFor('a renewed connection', async () => {
+        const t = await p.evaluate(() => (window as any).xrealm.session()?.token);
+        return t && t !== first && (await p.getAttribute('#xr-status', 'data-state')) === 'connected';
+      }, 40_000);
+      const settled = await waitFor('the publish settled', () => p.evaluate(() => (window as any).settled as string | null), 10_000);
+      expect(settled).toMatch(/^failed: the connection was replaced \(token renewal\) before the server confirmed it/);
+    } finally {
+      await short.stop();
+    }
+  });
+});
+
 describe('layout', () => {
   it('the side panel starts hidden on a phone-sized screen, and Panel shows and hides it', async () => {
     const phone = await open('/public/layout', { width: 390, height: 700 });
