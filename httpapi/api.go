@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strings"
 	"time"
@@ -117,7 +118,12 @@ const MaxUserClientLen = 256
 // A service's token (auth.Rights.IsService) is refused: it is no user's.
 func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
-	if err := r.ParseForm(); err != nil {
+	if err := parseTokenForm(r); err != nil {
+		var status interface{ HTTPStatus() int }
+		if errors.As(err, &status) {
+			writeError(w, status.HTTPStatus(), err.Error())
+			return
+		}
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("the form is larger than %d KiB", maxFormBody>>10))
@@ -222,6 +228,42 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 			"handrightid": f.Get("handrightid"),
 		},
 	})
+}
+
+// formError is an error of parseTokenForm with the status it answers.
+type formError struct {
+	status int
+	msg    string
+}
+
+func (e formError) Error() string   { return e.msg }
+func (e formError) HTTPStatus() int { return e.status }
+
+// parseTokenForm reads the token request's fields into r.PostForm: a
+// URL-encoded form, or multipart/form-data (a browser's FormData), of text
+// fields only. Another body, which ParseForm reads as no fields at all, is
+// refused with 415 naming its type. Other errors are ParseForm's.
+func parseTokenForm(r *http.Request) error {
+	const want = "send the fields as application/x-www-form-urlencoded or multipart/form-data"
+	h := r.Header.Get("Content-Type")
+	if h == "" {
+		return formError{http.StatusUnsupportedMediaType, "the form has no Content-Type: " + want}
+	}
+	ct, _, err := mime.ParseMediaType(h)
+	switch {
+	case err == nil && ct == "application/x-www-form-urlencoded":
+		return r.ParseForm()
+	case err == nil && ct == "multipart/form-data":
+		if err := r.ParseMultipartForm(maxFormBody); err != nil {
+			return err
+		}
+		defer r.MultipartForm.RemoveAll()
+		for name := range r.MultipartForm.File {
+			return formError{http.StatusBadRequest, "the form has a file (field " + topic.Clip(name) + "): the token endpoint takes text fields only"}
+		}
+		return nil
+	}
+	return formError{http.StatusUnsupportedMediaType, "Content-Type " + topic.Clip(h) + ": " + want}
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
