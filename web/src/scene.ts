@@ -74,8 +74,11 @@ export class SceneModel {
 
   /** Replaces the whole state with a persisted snapshot, parents first. */
   load(stored: StoredObject[]) {
+    // (a set: a search of the list for each object was quadratic in the
+    // scene's size, at every load after a reconnection or renewal)
+    const kept = new Set(stored.map((s) => s?.object_id));
     for (const id of [...this.objects.keys()]) {
-      if (!stored.some((s) => s.object_id === id)) this.delete(id);
+      if (!kept.has(id)) this.delete(id);
     }
     const list = parentsFirst(
       stored
