@@ -79,8 +79,12 @@ func runBenchBus(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return benchbus.Profile(ctx, benchbus.ProfileConfig{BotsCmd: []string{self}, Users: *profUsers, Scenes: *profScenes, Rate: d.Rate,
-			Size: d.Size, Duration: *profDur, Insecure: *profInsecure, Out: *profile, Log: log})
+		pc := benchbus.ProfileConfig{BotsCmd: []string{self}, Users: *profUsers, Scenes: *profScenes, Rate: d.Rate,
+			Size: d.Size, Duration: *profDur, Insecure: *profInsecure, Out: *profile, Log: log}
+		if err := pc.Check(); err != nil {
+			return usageErr(err)
+		}
+		return benchbus.Profile(ctx, pc)
 	}
 	d.Out, d.Mosquitto, d.Python = *out, *mosq, *python
 	d.Experiments, d.Systems = splitList(*exps), splitList(*systems)
@@ -106,6 +110,13 @@ func runBenchBus(ctx context.Context, args []string) error {
 	}
 	d.XrealmCmd = []string{*xbin}
 	d.XrealmEnv = splitList(*xenv)
+	for _, kv := range d.XrealmEnv {
+		// Without '=' the entry was passed on to the servers, which
+		// ignored it.
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return usagef("--xrealm-env %q: %q is not KEY=VALUE (e.g. GOMAXPROCS=1)", *xenv, kv)
+		}
+	}
 	d.XrealmFlags = strings.Fields(*xflags)
 	if d.Mosquitto == "" {
 		fmt.Fprintln(os.Stderr, "mosquitto not found: the systems are measured without it (apt-get install mosquitto, or scripts/setup.sh --test)")
