@@ -656,7 +656,7 @@ func (c *conn) request(payload []byte) {
 				c.log.Warn("get blob failed", "room", c.room.id, "err", err)
 			}
 		}
-		c.sendServer(EncodeRequest("Blob", BlobArgs{UUID: a.UUID, Blob: blob}))
+		c.sendServer(encodeBlob(a.UUID, blob, c.s.cfg.MaxFrame))
 	case "Ping":
 		var a ClientArgs
 		if err := json.Unmarshal(args, &a); err != nil {

@@ -192,6 +192,19 @@ func encodeRejected(reason string, a JoinArgs, limit int) []byte {
 	return EncodeRequest("Rejected", RejectedArgs{Reason: reason, JoinArgs: a})
 }
 
+// encodeBlob returns the Blob message answering GetBlob for uuid with
+// blob. It quotes the uuid back, which is cut to fit limit (> 0) bytes if
+// it does not: a uuid longer than MaxNameLen names no blob anyway (and a
+// stored blob's answer fits, see SetBlob).
+func encodeBlob(uuid, blob string, limit int) []byte {
+	msg := EncodeRequest("Blob", BlobArgs{UUID: uuid, Blob: blob})
+	if limit <= 0 || len(msg) <= limit {
+		return msg
+	}
+	fitStrings(limit-len(EncodeRequest("Blob", BlobArgs{Blob: blob})), &uuid)
+	return EncodeRequest("Blob", BlobArgs{UUID: uuid, Blob: blob})
+}
+
 // maxEscape is the most bytes that one byte of a string takes in a
 // server message, which quotes it twice: '<' is \u003c in the args' JSON
 // and \\u003c in the message's (a control character, U+2028 and an

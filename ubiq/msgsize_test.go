@@ -208,7 +208,8 @@ func rawRequest(t *testing.T, p *peer, typ string, v any) {
 }
 
 // TestEchoingAnswersFitAFrame: the answers that quote a request back
-// (Rejected its JoinArgs, Rooms its DiscoverArgs) are no larger than the
+// (Rejected its JoinArgs, Rooms its DiscoverArgs, Blob the GetBlob's
+// uuid) are no larger than the
 // largest frame, whatever the request held: what does not fit is cut
 // (the peer's properties first, then the strings). Before, they quoted it
 // whole, where a '<' sent as one byte takes seven, so a request within a
@@ -249,6 +250,25 @@ func TestEchoingAnswersFitAFrame(t *testing.T) {
 			m.decode(t, &a)
 			if !strings.HasPrefix(a.Reason, "Could not join room with code <") || !strings.HasPrefix(long, a.JoinArgs.JoinCode) {
 				t.Fatalf("Rejected %q, code %q", a.Reason, a.JoinArgs.JoinCode)
+			}
+		}},
+		{"Blob, a long uuid", func(p *peer) {
+			rawRequest(t, p, "GetBlob", GetBlobArgs{ClientID: p.clientID, UUID: long})
+		}, "Blob", func(t *testing.T, m msg) {
+			var a BlobArgs
+			m.decode(t, &a)
+			if a.Blob != "" || !strings.HasPrefix(long, a.UUID) {
+				t.Fatalf("Blob %+v", a)
+			}
+		}},
+		{"Blob, a long uuid in a room", func(p *peer) {
+			p.join(JoinArgs{UUID: newUUID()})
+			rawRequest(t, p, "GetBlob", GetBlobArgs{ClientID: p.clientID, UUID: long})
+		}, "Blob", func(t *testing.T, m msg) {
+			var a BlobArgs
+			m.decode(t, &a)
+			if a.Blob != "" || !strings.HasPrefix(long, a.UUID) {
+				t.Fatalf("Blob %+v", a)
 			}
 		}},
 		{"Rooms, a long join code", func(p *peer) {
