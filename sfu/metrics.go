@@ -39,7 +39,7 @@ var (
 	descSrcLat     = prometheus.NewDesc("xrealm_sfu_source_frame_latency_seconds", "Capture to last fragment at this node, per point-cloud description (quantiles over the last 2048).", []string{"node", "track", "origin"}, nil)
 	descSubFrames  = prometheus.NewDesc("xrealm_sfu_subscriber_frame_completion_ratio", "Point-cloud descriptions the subscriber completed, over all it saw (reported by the client, op stats).", []string{"node", "client"}, nil)
 	descSubLat     = prometheus.NewDesc("xrealm_sfu_subscriber_frame_latency_seconds", "Capture to complete description at the subscriber (reported by the client, op stats).", []string{"node", "client"}, nil)
-	descSubIgnored = prometheus.NewDesc("xrealm_sfu_subscriber_nacks_ignored_total", "NACKs not answered: the track was paused (reason paused), or the packet was sent before the track last resumed or switched source (reason stale; a subscriber's SRTP would refuse it as a replay).", []string{"node", "client", "reason"}, nil)
+	descSubIgnored = prometheus.NewDesc("xrealm_sfu_subscriber_nacks_ignored_total", "NACKs not answered: the track was paused (reason paused), or the packet was sent before the track last resumed or switched source (reason stale; a subscriber's SRTP would refuse it as a replay), or the subscriber's retransmissions took their bound, downtrack.RetransmitBytesPerSecond (reason limited).", []string{"node", "client", "reason"}, nil)
 	descSubFetch   = prometheus.NewDesc("xrealm_sfu_subscriber_fetches_total", "NACKs not in a relayed source's buffer, forwarded to the origin node.", []string{"node", "client"}, nil)
 	descFetch      = prometheus.NewDesc("xrealm_sfu_relay_nack_forwarded_total", "Sequence numbers this node asked origin nodes for (one request however many subscribers NACKed).", []string{"node"}, nil)
 	descFetchOK    = prometheus.NewDesc("xrealm_sfu_relay_nack_recovered_total", "Forwarded NACKs whose packet arrived from the origin.", []string{"node"}, nil)
@@ -141,7 +141,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descFetch, prometheus.CounterValue, fetched, id)
 	ch <- prometheus.MustNewConstMetric(descFetchOK, prometheus.CounterValue, recovered, id)
 	for _, p := range peers {
-		var bytes, pkts, nacks, lost, rtx, miss, fetches, paused, stale, active float64
+		var bytes, pkts, nacks, lost, rtx, miss, fetches, paused, stale, limited, active float64
 		p.mu.Lock()
 		for _, s := range p.slots {
 			st := s.dt.Stats()
@@ -154,6 +154,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			fetches += float64(st.Fetches)
 			paused += float64(st.PausedNACKs)
 			stale += float64(st.StaleNACKs)
+			limited += float64(st.LimitedNACKs)
 			if s.src != nil {
 				active++
 			}
@@ -171,6 +172,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSubFetch, prometheus.CounterValue, fetches, id, client)
 		ch <- prometheus.MustNewConstMetric(descSubIgnored, prometheus.CounterValue, paused, id, client, "paused")
 		ch <- prometheus.MustNewConstMetric(descSubIgnored, prometheus.CounterValue, stale, id, client, "stale")
+		ch <- prometheus.MustNewConstMetric(descSubIgnored, prometheus.CounterValue, limited, id, client, "limited")
 		p.collectDC(ch, id, client)
 		if f := p.frames.Load(); f != nil {
 			fs := volumetric.FrameStats{Complete: f.Complete, Expired: f.Expired}

@@ -50,6 +50,9 @@ type peer struct {
 	pcTaken         atomic.Bool                 // a PointCloudLabel channel was taken; later ones are closed
 	extraWarned     atomic.Bool                 // a second PointCloudLabel channel was logged
 	rtpRefused      atomic.Uint64               // RTP packets of tracks refused: the client publishes them on its data channel
+	// rtx bounds what the node retransmits to the client, over all its
+	// slots (downtrack.RetransmitBytesPerSecond)
+	rtx *downtrack.RetransmitBudget
 
 	mu        sync.Mutex
 	closed    bool
@@ -208,7 +211,8 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int, t
 		n.mu.Unlock()
 		return "", fmt.Errorf("sfu: client %s refused: %w: node %s has %d clients connected, at most %d (Config.MaxClients)", key, errNodeFull, n.cfg.ID, len(n.peers), n.cfg.MaxClients)
 	}
-	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), prober: allocator.NewProber(n.cfg.Probe), estName: estimator, estFactory: est, pcSlots: pointClouds}
+	p := &peer{n: n, session: session, client: client, alloc: allocator.New(n.cfg.Mode), prober: allocator.NewProber(n.cfg.Probe), estName: estimator, estFactory: est, pcSlots: pointClouds,
+		rtx: downtrack.NewRetransmitBudget(downtrack.RetransmitBytesPerSecond, nil)}
 	if pointClouds > 0 {
 		p.pcc = newPCChannel()
 		p.avAlloc = allocator.New(n.cfg.Mode)
@@ -296,7 +300,7 @@ func (p *peer) start(offer string) (string, error) {
 		if t.Kind() == webrtc.RTPCodecTypeAudio {
 			codec = webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeOpus}
 		}
-		dt, err := downtrack.New(downtrack.Config{ID: "slot-" + t.Mid(), StreamID: "xrealm-" + t.Mid(), Codec: codec})
+		dt, err := downtrack.New(downtrack.Config{ID: "slot-" + t.Mid(), StreamID: "xrealm-" + t.Mid(), Codec: codec, Retransmits: p.rtx})
 		if err != nil {
 			return "", err
 		}
