@@ -190,7 +190,7 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 	if a.Insecure {
 		return nil
 	}
-	user, anonymous := "", true
+	user, anonymous, service := "", true, ""
 	if tok != "" {
 		cl, err := a.Keys.Verify(tok)
 		if err != nil {
@@ -199,7 +199,13 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 		if tokenAllows(cl.Rights(), a.Realm, ns, scene, write) {
 			return nil
 		}
-		user, anonymous = cl.Subject, auth.IsAnonymous(cl.Subject)
+		if cl.Rights().IsService() {
+			// A node's token is no user's sign-in (as at the token
+			// endpoint): it reads what anyone may, and no more.
+			service = cl.Subject
+		} else {
+			user, anonymous = cl.Subject, auth.IsAnonymous(cl.Subject)
+		}
 	}
 	st, err := a.Settings.Get(r.Context(), ns, scene)
 	if err != nil {
@@ -209,6 +215,12 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 	switch {
 	case err == nil && (!write || role == auth.RoleEditor):
 		return nil
+	case service != "":
+		verb := "read"
+		if write {
+			verb = "write"
+		}
+		return wrap(ErrForbidden, "the token of user "+quote(service)+" is a service's (--role sfu or cluster), not a user's sign-in: it may not "+verb+" scene "+ns+"/"+scene)
 	case anonymous && user == "":
 		what := "reading"
 		if write {

@@ -65,6 +65,13 @@ func TestAccessScene(t *testing.T) {
 		}
 		return s
 	}
+	svc := func(user, service string) string {
+		s, err := keys.Issue(user, auth.ServiceRights(service), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
 	expired, _ := keys.Issue("ed", auth.SceneRights("realm", "lab", "room", auth.RoleEditor, ""), -time.Minute)
 	tests := []struct {
 		name    string
@@ -83,6 +90,12 @@ func TestAccessScene(t *testing.T) {
 		{"the namespace owner writes any of its scenes", tok("lab", "lab/room", auth.RoleEditor), "lab/other", true, nil},
 		{"a listed viewer reads a private scene", tok("carol", "lab/room", auth.RoleViewer), "lab/secret", false, nil},
 		{"others may not", tok("dave", "lab/room", auth.RoleViewer), "lab/secret", false, ErrForbidden},
+		// A node's token is no user's sign-in: its user's role in the
+		// scene's settings gave an SFU token named like a namespace write
+		// access to all of it.
+		{"a service's token does not write its user's namespace", svc("lab", "sfu"), "lab/room", true, ErrForbidden},
+		{"nor read a private scene its user may", svc("carol", "cluster"), "lab/secret", false, ErrForbidden},
+		{"it reads a public scene, as anyone may", svc("lab", "sfu"), "lab/room", false, nil},
 		{"expired token", expired, "lab/room", false, ErrUnauthenticated},
 		{"garbage token", "abc", "lab/room", false, ErrUnauthenticated},
 	}
@@ -111,8 +124,8 @@ func TestAccessScene(t *testing.T) {
 	if got := m.GetCounter().GetValue(); got != float64(refused) {
 		t.Errorf("denials counted %v, want %d", got, refused)
 	}
-	if n := strings.Count(logs.String(), `msg="HTTP request denied" method=GET path=/persist/lab/secret`); n != 2 {
-		t.Errorf("%d log lines for the two refusals of lab/secret, want 2:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), `msg="HTTP request denied" method=GET path=/persist/lab/secret`); n != 3 {
+		t.Errorf("%d log lines for the three refusals of lab/secret, want 3:\n%s", n, logs.String())
 	}
 	if !strings.Contains(logs.String(), `reason="user dave may not read scene lab/secret"`) {
 		t.Errorf("no reason in the log:\n%s", logs.String())
