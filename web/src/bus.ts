@@ -50,6 +50,8 @@ export class Bus {
   private everConnected = false;
   /** Invalid messages received (for tests and the debug console). */
   invalid = 0;
+  /** Messages received, valid or not (for tests). */
+  received = 0;
   /**
    * The publishes of each connection not settled yet: a connection given
    * up with some in flight fails them (failInFlight), since mqtt.js does
@@ -281,6 +283,7 @@ export class Bus {
   }
 
   private receive(topic: string, payload: Uint8Array) {
+    this.received++;
     let t: SceneTopic, m: Message;
     try {
       t = parseTopic(topic);

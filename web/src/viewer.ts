@@ -142,6 +142,8 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
   let session: SceneSession | null = null;
   let loading = true;
   let buffer: Message[] = [];
+  /** Connections begun: a load that ends after the next one began leaves its hold alone. */
+  let generation = 0;
   const sessionListeners: ((s: SceneSession) => void)[] = [];
   const loadedListeners: (() => void)[] = [];
   const failedListeners: ((reason: string) => void)[] = [];
@@ -189,6 +191,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       statusEl.dataset.state = s.state;
       chatInput.disabled = s.state !== 'connected';
       if (s.state === 'connecting') {
+        generation++;
         loading = true;
         buffer = [];
       }
@@ -207,7 +210,12 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       sessionListeners.forEach((f) => f(s));
       // (before the load: a load that fails says so in the banner, with Retry)
       clearError();
+      const g = generation;
       await reload();
+      // Another connection began meanwhile: what is held now waits for its
+      // load (taking messages live again here, before that load, let its
+      // older snapshot undo them).
+      if (g !== generation) return;
       for (const m of buffer) model.apply(m);
       buffer = [];
       loading = false;

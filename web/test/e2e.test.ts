@@ -325,6 +325,44 @@ describe('presence', () => {
   }, 90_000);
 });
 
+describe('reconnection during a load', () => {
+  it('a load that ends after the next reconnection started does not end that one\'s hold on live messages', { timeout: 90_000 }, async () => {
+    // Connection A2's load is slow; A2 is lost and A3 connects before it
+    // ends. A2's load ended by applying what was held and taking messages
+    // live again, while A3's load was yet to come: a message that came
+    // then was drawn, and A3's snapshot, read before it, removed it.
+    const held: import('playwright-core').Route[] = [];
+    const p = await newPage();
+    let hold = false;
+    await p.route('**/persist/public/reloadrace', (r) => (hold ? held.push(r) : r.continue()));
+    await p.goto(`${srv.url}/public/reloadrace?quality=low`);
+    await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    const connected = () => waitFor('connected', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'connected', 30_000);
+    hold = true;
+    await p.evaluate(() => (window as any).xrealm.bus.dropForTest());
+    await waitFor('A2 loading', () => held.length === 1, 30_000);
+    await p.evaluate(() => (window as any).xrealm.bus.dropForTest());
+    await connected();
+    await waitFor('A3 loading', () => held.length === 2, 30_000);
+    // A2's load ends now; A3's snapshot is read now, before the message
+    await held[0].continue();
+    const snapshot = await held[1].fetch();
+    const ed = await mqttClient(srv, 'bot', srv.token('bot', 'public/reloadrace', 'editor'), 'reloadrace-bot');
+    try {
+      const before = await p.evaluate(() => (window as any).xrealm.bus.received as number);
+      await ed.publishAsync('realm/s/public/reloadrace/o/reloadrace-bot/late', JSON.stringify({
+        object_id: 'late', action: 'create', type: 'object', persist: true, data: { object_type: 'box' },
+      }), { qos: 1 });
+      await waitFor('the message received', async () => (await p.evaluate(() => (window as any).xrealm.bus.received as number)) > before);
+      await held[1].fulfill({ response: snapshot });
+      await waitFor('A3 loaded', () => p.evaluate(() => !!(window as any).xrealm.model && document.querySelector('a-scene')!.getAttribute('data-loaded') === 'true'));
+      await waitFor('the object drawn after the load', () => p.evaluate(() => (window as any).xrealm.model.objects.has('late') && !!document.querySelector('[data-object-id="late"]')), 5_000);
+    } finally {
+      ed.end(true);
+    }
+  });
+});
+
 describe('presence ttl', () => {
   it('a pose with a huge ttl keeps its sender listed for at most 30 s after it (MAX_POSE_TTL_S)', async () => {
     const page = await open('/public/ttl');
