@@ -17,8 +17,9 @@ import (
 
 // Manager is the session manager: it tracks the live nodes from their
 // heartbeats and assigns each joining client a node, preferring the
-// client's site and then the least loaded node. A client that joins again
-// keeps its node while that node is alive. A node that announces it is
+// client's site and then the least loaded node; a full node
+// (NodeInfo.MaxClients) only when no other has room. A client that joins
+// again keeps its node while that node is alive and not full. A node that announces it is
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
 // next heartbeat and the client is placed on another node. A join may
@@ -81,6 +82,16 @@ type nodeState struct {
 	info    NodeInfo
 	seen    time.Time
 	pending int // assignments since its last heartbeat
+}
+
+// full reports whether the node has as many clients as it takes
+// (NodeInfo.MaxClients), counting those placed there since its heartbeat.
+// Such a node would refuse the client (Reply.Full), which would then ask
+// again, excluding it: Assign places clients on it only when no other
+// node has room. Before, the manager did not know a node's bound and
+// placed clients on a full node as on any other.
+func (ns *nodeState) full() bool {
+	return ns.info.MaxClients > 0 && ns.info.Clients+ns.pending >= ns.info.MaxClients
 }
 
 // nodeTTL is how long a node counts as alive after a heartbeat.
@@ -362,7 +373,7 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	key := req.Session + "/" + req.Client
 	m.pruneAssigned(now)
 	if a, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, a.node) && now.Sub(a.at) < assignedTTL {
-		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL {
+		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL && !ns.full() {
 			m.assigned[key] = assignedTo{node: a.node, at: now}
 			return assignment(ns.info)
 		}
@@ -387,6 +398,9 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	}
 	sort.Slice(live, func(i, j int) bool {
 		a, b := live[i], live[j]
+		if fa, fb := a.full(), b.full(); fa != fb {
+			return fb // a node with room first, even at another site
+		}
 		if ra, rb := siteRank(req, a.info.Site), siteRank(req, b.info.Site); ra != rb {
 			return ra < rb
 		}

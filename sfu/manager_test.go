@@ -179,3 +179,60 @@ func TestAssignedForgotten(t *testing.T) {
 		t.Fatalf("assignments after node 2 went: %v, want new and other on node 1", m.assigned)
 	}
 }
+
+// TestAssignSkipsFullNodes: a node whose heartbeat gives as many clients
+// as it takes (NodeInfo.MaxClients), counting the clients placed there
+// since, gets a client only when no other node has room, even one at
+// another site; a client given a node that is full now moves. Before, the
+// manager placed clients on a full node as on any other, and each was
+// refused there and asked again.
+func TestAssignSkipsFullNodes(t *testing.T) {
+	tests := []struct {
+		name    string
+		nodes   []NodeInfo
+		clients []string // joining at site a, in order
+		want    []string
+	}{
+		{"own site full: least loaded with room",
+			[]NodeInfo{{ID: "1", Site: "a", Clients: 2, MaxClients: 2}, {ID: "2", Site: "b", Clients: 5, MaxClients: 500}, {ID: "3", Site: "c", Clients: 9}},
+			[]string{"u1"}, []string{"2"}},
+		{"filled by the placements since the heartbeat",
+			[]NodeInfo{{ID: "1", Site: "a", Clients: 1, MaxClients: 2}, {ID: "2", Site: "b", MaxClients: 2}},
+			[]string{"u1", "u2", "u3"}, []string{"1", "2", "2"}},
+		{"all full: its site's, as before",
+			[]NodeInfo{{ID: "1", Site: "a", Clients: 2, MaxClients: 2}, {ID: "2", Site: "b", Clients: 1, MaxClients: 1}},
+			[]string{"u1"}, []string{"1"}},
+		{"no bound known (an older node): never full",
+			[]NodeInfo{{ID: "1", Site: "a", Clients: 900}, {ID: "2", Site: "b", MaxClients: 10}},
+			[]string{"u1"}, []string{"1"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+			now := time.Now()
+			for _, n := range tc.nodes {
+				m.nodes[n.ID] = &nodeState{info: n, seen: now}
+			}
+			var got []string
+			for _, c := range tc.clients {
+				got = append(got, m.Assign(JoinRequest{Session: "s", Client: c, Site: "a"}, now).Node)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("clients %v placed on %v, want %v", tc.clients, got, tc.want)
+			}
+		})
+	}
+	// a client given node 1 before, which is full now, moves
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+	now := time.Now()
+	m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", MaxClients: 1}, seen: now}
+	m.nodes["2"] = &nodeState{info: NodeInfo{ID: "2", Site: "b", MaxClients: 1}, seen: now}
+	req := JoinRequest{Session: "s", Client: "u1", Site: "a"}
+	if a := m.Assign(req, now); a.Node != "1" {
+		t.Fatalf("first join: node %s, want 1", a.Node)
+	}
+	m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", Clients: 1, MaxClients: 1}, seen: now}
+	if a := m.Assign(req, now); a.Node != "2" {
+		t.Fatalf("join again once node 1 is full: node %s, want 2", a.Node)
+	}
+}

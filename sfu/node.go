@@ -337,7 +337,7 @@ func (n *Node) heartbeat() {
 		n.mu.Unlock()
 		return
 	}
-	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Instance: n.instance}
+	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), MaxClients: n.cfg.MaxClients, Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Instance: n.instance}
 	n.mu.Unlock()
 	b, _ := json.Marshal(hb)
 	_ = n.cfg.NC.Publish(subjectNodes, b)

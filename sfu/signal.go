@@ -61,12 +61,17 @@ type Assignment struct {
 // answering, so that the manager stops assigning it at once instead of
 // after nodeTTL.
 type NodeInfo struct {
-	ID        string `json:"id"`
-	Site      string `json:"site"`
-	Clients   int    `json:"clients"`
-	Signal    string `json:"signal"`
-	WebSocket string `json:"websocket,omitempty"`
-	Leaving   bool   `json:"leaving,omitempty"`
+	ID      string `json:"id"`
+	Site    string `json:"site"`
+	Clients int    `json:"clients"`
+	// MaxClients is the node's Config.MaxClients: the manager takes a node
+	// with Clients (and the clients it placed there since) at MaxClients
+	// as full, and places a client there only when no node it may use
+	// has room. 0 (an older node) is no bound known.
+	MaxClients int    `json:"max_clients,omitempty"`
+	Signal     string `json:"signal"`
+	WebSocket  string `json:"websocket,omitempty"`
+	Leaving    bool   `json:"leaving,omitempty"`
 	// Instance is random per Start: it tells a node's restarts, or two
 	// processes started with one ID, apart. The manager ignores a leave
 	// announcement whose Instance is not that of the node's last heartbeat.

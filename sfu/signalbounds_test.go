@@ -90,10 +90,39 @@ func TestClientsPerNodeBounded(t *testing.T) {
 }
 
 // TestFullNodeClientPlacedElsewhere: a client the manager places on a node
-// that has Config.MaxClients clients is refused by that node and placed on
-// another. Before, the node's refusal ended the client's join with an
-// error, though another node had room.
+// that refuses it for its load (here its signal slots, which the manager
+// does not know of) is placed on another. Before, the node's refusal
+// ended the client's join with an error, though another node had room.
 func TestFullNodeClientPlacedElsewhere(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	n1 := c.nodes[0]
+	for range cap(n1.signalSlots) {
+		n1.signalSlots <- struct{}{}
+	}
+	defer func() {
+		for range cap(n1.signalSlots) {
+			<-n1.signalSlots
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var placed []string
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "second"), Session: "s1", Client: "second", Site: "a", ICEAddresses: loopback, VideoSlots: 1,
+		placed: func(a Assignment) { placed = append(placed, a.Node) }})
+	if err != nil {
+		t.Fatalf("client placed on busy node 1 (placements %v): %v", placed, err)
+	}
+	defer cl.Close()
+	if cl.Node != "2" || len(placed) != 2 || placed[0] != "1" {
+		t.Fatalf("client on node %s after placements %v; want node 1 (its site's, busy), then 2", cl.Node, placed)
+	}
+}
+
+// TestManagerSkipsFullNode: a node with Config.MaxClients clients says so
+// in its heartbeat (NodeInfo.MaxClients), and the manager places a client
+// of its site on another node at once. Before, the manager placed it on
+// the full node, which refused it, and the client asked again.
+func TestManagerSkipsFullNode(t *testing.T) {
 	c := startClusterWith(t, func(i int, cfg *Config) {
 		if i == 0 {
 			cfg.MaxClients = 1
@@ -104,17 +133,24 @@ func TestFullNodeClientPlacedElsewhere(t *testing.T) {
 		t.Fatalf("first client: %s %s, want an answer", rep.Op, rep.Error)
 	}
 	defer n1.Signal(Signal{Op: "leave", Session: "s1", Client: "first"})
+	mgr := n1.mgr
+	waitFor(t, "the manager to have node 1's heartbeat with its client", func() bool {
+		mgr.mu.Lock()
+		defer mgr.mu.Unlock()
+		ns := mgr.nodes["1"]
+		return ns != nil && ns.info.Clients == 1 && ns.info.MaxClients == 1
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var placed []string
 	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "second"), Session: "s1", Client: "second", Site: "a", ICEAddresses: loopback, VideoSlots: 1,
 		placed: func(a Assignment) { placed = append(placed, a.Node) }})
 	if err != nil {
-		t.Fatalf("client placed on full node 1 (placements %v): %v", placed, err)
+		t.Fatalf("client at the site of full node 1 (placements %v): %v", placed, err)
 	}
 	defer cl.Close()
-	if cl.Node != "2" || len(placed) != 2 || placed[0] != "1" {
-		t.Fatalf("client on node %s after placements %v; want node 1 (its site's, full), then 2", cl.Node, placed)
+	if cl.Node != "2" || !slices.Equal(placed, []string{"2"}) {
+		t.Fatalf("client on node %s after placements %v; want node 2 at once (node 1 is full)", cl.Node, placed)
 	}
 }
 
