@@ -42,6 +42,7 @@ func runSFU(ctx context.Context, args []string) error {
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (links this node offers; the lower ID offers); 0 = on an SCTP data channel instead")
 	shared := fs.Bool("shared-links", true, "budget subscribers that reach the node from one IP address as one group (their shared path); false = each by its own estimate only")
 	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
+	maxClients := fs.Int("max-clients", sfu.DefaultMaxClients, "clients the node takes at once; an offer beyond them is refused as full, and the manager places clients elsewhere while another node has room")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -62,6 +63,8 @@ func runSFU(ctx context.Context, args []string) error {
 		return usagef("--relay-slots %d: want 0 (an SCTP data channel) or more transceivers", *relaySlots)
 	case *rtcpInterval < 0:
 		return usagef("--rtcp-interval %v: want 0 (pion's 1 s) or a positive interval", *rtcpInterval)
+	case *maxClients < 1:
+		return usagef("--max-clients %d: want at least 1 client (default %d)", *maxClients, sfu.DefaultMaxClients)
 	case *logStats < 0:
 		return usagef("--log-stats %v: want 0 (never) or a positive interval", *logStats)
 	case *publicWS != "" && *httpAddr == "":
@@ -88,7 +91,7 @@ func runSFU(ctx context.Context, args []string) error {
 	if !ok {
 		return usagef("--estimator %q: want gcc or hera", *estimator)
 	}
-	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: cmp.Or(*relaySlots, -1), NoSharedLinks: !*shared, ReportInterval: *rtcpInterval}
+	cfg := sfu.Config{ID: *id, Site: *site, Manager: *manager, Mode: m, Logger: log, Estimator: est, Estimators: ests, RelaySlots: cmp.Or(*relaySlots, -1), NoSharedLinks: !*shared, ReportInterval: *rtcpInterval, MaxClients: *maxClients}
 	if *delays != "" {
 		routes, err := sfu.ParseDelayRoutes(*delays)
 		if err != nil {

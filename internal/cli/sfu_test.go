@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -251,4 +253,88 @@ func TestPointCloudBotViewerToken(t *testing.T) {
 	if took > 15*time.Second {
 		t.Errorf("failed after %s, want long before the 30 s join timeout", took)
 	}
+}
+
+// TestSFUMaxClients: `xrealm sfu --max-clients N` gives the node's
+// Config.MaxClients, which its heartbeat announces (default 500); a value
+// below 1 is refused with exit code 2 and an error naming the flag.
+// Before, the flag did not exist: a node took the default 500 whatever
+// its host could carry.
+func TestSFUMaxClients(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		refused bool
+		want    int
+	}{
+		{value: "", want: sfu.DefaultMaxClients},
+		{value: "3", want: 3},
+		{value: "0", refused: true},
+		{value: "-1", refused: true},
+	} {
+		t.Run(cmp.Or(tc.value, "default"), func(t *testing.T) {
+			if tc.refused {
+				var out bytes.Buffer
+				args := []string{"sfu", "--join", "nats://127.0.0.1:1", "--id", "1", "--max-clients", tc.value}
+				if rc := Main(args, &out); rc != 2 || !strings.Contains(out.String(), "--max-clients "+tc.value) {
+					t.Fatalf("exit code %d, output %q; want 2 and an error naming --max-clients %s", rc, out.String(), tc.value)
+				}
+				return
+			}
+			args := []string{}
+			if tc.value != "" {
+				args = append(args, "--max-clients", tc.value)
+			}
+			if info := sfuHeartbeat(t, args...); info.MaxClients != tc.want {
+				t.Fatalf("heartbeat %+v: max_clients %d, want %d", info, info.MaxClients, tc.want)
+			}
+		})
+	}
+}
+
+// sfuHeartbeat runs `xrealm sfu` with args on a bus of its own as node 9
+// and returns its first heartbeat; the node stops when the test ends.
+func sfuHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
+	t.Helper()
+	b, keys := tokenBus(t)
+	watch, err := b.Connect("watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watch.Close)
+	hbs := make(chan sfu.NodeInfo, 1)
+	if _, err := watch.Subscribe("sfu.nodes", func(m *nats.Msg) {
+		var info sfu.NodeInfo
+		if json.Unmarshal(m.Data, &info) == nil && info.ID == "9" && !info.Leaving {
+			select {
+			case hbs <- info:
+			default:
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- runSFU(ctx, append([]string{"--join", b.ClientURL(), "--id", "9", "--token", issue(t, keys, "sfu-9", auth.ServiceRights("sfu")),
+			"--ice-addrs", "127.0.0.1", "--log-level", "warn"}, args...))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("xrealm sfu %v: %v", args, err)
+		}
+	})
+	select {
+	case info := <-hbs:
+		return info
+	case err := <-done:
+		t.Fatalf("xrealm sfu %v ended: %v", args, err)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no heartbeat of node 9 (xrealm sfu %v)", args)
+	}
+	return sfu.NodeInfo{}
 }
