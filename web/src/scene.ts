@@ -88,8 +88,17 @@ export class SceneModel {
     );
     for (const s of list) {
       const cur = this.objects.get(s.object_id);
-      const obj = { id: s.object_id, type: s.type, data: clean(s.data) };
-      if (cur && JSON.stringify(cur.data) === JSON.stringify(obj.data) && cur.type === obj.type) continue;
+      let obj: SceneObject;
+      try {
+        obj = { id: s.object_id, type: s.type, data: clean(s.data) };
+        if (cur && JSON.stringify(cur.data) === JSON.stringify(obj.data) && cur.type === obj.type) continue;
+      } catch (e) {
+        // data the page cannot copy (nested deeper than its stack: the
+        // server stores up to 10,000 levels) leaves this object out, not
+        // the whole scene
+        console.warn(`xrealm: object ${s.object_id} of the stored scene could not be taken: ${(e as Error).message}`);
+        continue;
+      }
       this.set(obj, cur);
     }
   }

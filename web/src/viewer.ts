@@ -216,7 +216,14 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       // load (taking messages live again here, before that load, let its
       // older snapshot undo them).
       if (g !== generation) return;
-      for (const m of buffer) model.apply(m);
+      for (const m of buffer) {
+        // one that cannot be applied is dropped, as a live one is (Bus.receive)
+        try {
+          model.apply(m);
+        } catch (e) {
+          console.warn(`xrealm: a message on ${m.object_id} could not be applied:`, e);
+        }
+      }
       buffer = [];
       loading = false;
       if (!first && !renewed) toast('Reconnected; the scene was reloaded.');
