@@ -379,13 +379,6 @@ func validSignal(s Signal) error {
 	return validName("client", s.Client)
 }
 
-// peer returns the peer of key (session/client), or nil.
-func (n *Node) peer(key string) *peer {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.peers[key]
-}
-
 // Signal handles one client message and returns the reply.
 func (n *Node) Signal(s Signal) Reply { return n.signal(s, nil) }
 
