@@ -324,7 +324,8 @@ const maxFormBody = 64 << 10
 const maxSettingsBody = 64 << 10
 
 // putSettings replaces a scene's settings; only the namespace's owner (the
-// user named like the namespace) may. It replaces all of them: a field the
+// user named like the namespace, signed in with a user's token, not a
+// service's) may. It replaces all of them: a field the
 // body leaves out is false or empty, so {"interest":{...}} alone makes a
 // public scene private. The answer is the settings as stored; a PUT that
 // takes public or anonymous reading away is logged (logLostAccess).
@@ -345,6 +346,15 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		a.cfg.Access.Refused(r, err)
 		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	if cl.Rights().IsService() {
+		// A node's token (xrealm token --role sfu or cluster) signs the
+		// node in to the bus; it is no user's sign-in (as at the token
+		// endpoint and in Access.Scene), so it owns no namespace.
+		msg := "the token of user " + quote(cl.Subject) + " is a service's (--role sfu or cluster), not a user's sign-in: changing the settings of scene " + ns + "/" + scene + " needs a token of user " + quote(ns)
+		a.cfg.Access.Refused(r, errors.New(msg))
+		writeError(w, http.StatusForbidden, msg)
 		return
 	}
 	if auth.IsAnonymous(cl.Subject) {

@@ -94,7 +94,10 @@ func TestPutSettingsReplaces(t *testing.T) {
 // the scene private, and a user who asked for an anonymous token as
 // "bob" got the sub "anonymous-bob" and with it the namespace
 // anonymous-bob, though anyone can ask for that name. A body over the
-// limit is 413, not 400.
+// limit is 413, not 400. A service's token (xrealm token --user alice
+// --role sfu or cluster) is no user's sign-in: it signs a node in to the
+// bus, and changed the settings of every scene in namespace alice (opened
+// a private scene, shut its owner out).
 func TestPutSettingsRefusals(t *testing.T) {
 	e := newAPIEnv(t)
 	alice, err := e.keys.Issue("alice", auth.SceneRights("realm", "alice", "lab", auth.RoleEditor, ""), time.Hour)
@@ -105,11 +108,21 @@ func TestPutSettingsRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	sfu, err := e.keys.Issue("alice", auth.ServiceRights("sfu"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := e.keys.Issue("alice", auth.ServiceRights("cluster"), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name, target, body, tok string
 		status                  int
 		want                    string
 	}{
+		{"an sfu's token named like the namespace", "/scenes/alice/lab/settings", `{"public_read":false,"editors":["mallory"]}`, sfu, 403, `service`},
+		{"a cluster's token named like the namespace", "/scenes/alice/lab/settings", `{"public_read":false,"editors":["mallory"]}`, cluster, 403, `service`},
 		{"null", "/scenes/alice/lab/settings", `null`, alice, 400, `a JSON object`},
 		{"array", "/scenes/alice/lab/settings", `[]`, alice, 400, `a JSON object`},
 		{"empty body", "/scenes/alice/lab/settings", ``, alice, 400, `a JSON object`},
