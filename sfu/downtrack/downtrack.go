@@ -76,16 +76,31 @@ func NewRetransmitBudget(bytesPerSecond int, now func() time.Time) *RetransmitBu
 	return &RetransmitBudget{rate: float64(bytesPerSecond), now: now, tokens: float64(bytesPerSecond), last: now()}
 }
 
-// take takes n bytes from the budget, if it has them, and reports whether
-// it did.
-func (b *RetransmitBudget) take(n int) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+// refill adds what the budget earned since it was last looked at. b.mu
+// must be held.
+func (b *RetransmitBudget) refill() {
 	now := b.now()
 	if dt := now.Sub(b.last).Seconds(); dt > 0 {
 		b.tokens = min(b.rate, b.tokens+dt*b.rate)
 	}
 	b.last = now
+}
+
+// room reports whether the budget has any bytes left, taking none: a
+// retransmission is looked up (or fetched from upstream) only then.
+func (b *RetransmitBudget) room() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill()
+	return b.tokens > 0
+}
+
+// take takes n bytes from the budget, if it has them, and reports whether
+// it did.
+func (b *RetransmitBudget) take(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refill()
 	if b.tokens < float64(n) {
 		return false
 	}
@@ -441,6 +456,13 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 	}
 	if buf == nil || w == nil {
 		d.misses.Add(1)
+		return
+	}
+	// With no room left the packet is neither copied from the buffer nor
+	// asked from upstream: a relayed source would otherwise fetch it over
+	// the relay link (work on the origin too) only to drop it here.
+	if d.cfg.Retransmits != nil && !d.cfg.Retransmits.room() {
+		d.limitedNACKs.Add(1)
 		return
 	}
 	bp := pktPool.Get().(*[]byte)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pion/rtcp"
+	"github.com/pion/rtp"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/xrealm/xrealm/sfu/buffer"
@@ -77,5 +78,61 @@ func TestRetransmitBudget(t *testing.T) {
 	}
 	if rtx != 25 || limited != 4*40-25 {
 		t.Fatalf("retransmits %d, limited NACKs %d; want 25 and %d", rtx, limited, 4*40-25)
+	}
+}
+
+// TestRetransmitBudgetBeforeFetch: with the subscriber's budget empty, a
+// NACK of a packet missing from a relayed source's buffer is not asked
+// from upstream (Source.OnMiss) and counts as limited. Before, the budget
+// was checked only once the packet was found: the node asked the origin
+// over the relay link for a packet it would then drop as limited.
+func TestRetransmitBudgetBeforeFetch(t *testing.T) {
+	now := time.Unix(1000, 0)
+	budget := NewRetransmitBudget(100, func() time.Time { return now })
+	buf, _ := buffer.New(64)
+	d, err := New(Config{ID: "v", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, Buffer: buf, Retransmits: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []uint16
+	if err := d.SetSource(Source{Codec: webrtc.RTPCodecCapability{MimeType: webrtc.MimeTypeVP8}, Buffer: buf,
+		OnMiss: func(seq uint16, _ *DownTrack) { asked = append(asked, seq) }}); err != nil {
+		t.Fatal(err)
+	}
+	w := &fakeWriter{}
+	if _, err := d.Bind(fakeCtx{w: w}); err != nil {
+		t.Fatal(err)
+	}
+	payload := string(make([]byte, 88)) // 100 bytes with the header: the whole budget
+	for seq := range uint16(10) {
+		if seq == 5 {
+			// sent to the subscriber but not in the buffer: lost on the relay link
+			pkt := rtp.Packet{Header: rtp.Header{Version: 2, SequenceNumber: seq}, Payload: []byte(payload)}
+			if err := d.WriteRTP(&pkt.Header, pkt.Payload); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		source(t, buf, seq, payload, d)
+	}
+	w.out = nil
+	nack := func(seq uint16) {
+		d.HandleRTCP([]rtcp.Packet{&rtcp.TransportLayerNack{Nacks: rtcp.NackPairsFromSequenceNumbers([]uint16{seq})}})
+	}
+	nack(3) // takes the whole budget
+	if len(w.out) != 1 {
+		t.Fatalf("first NACK: %d retransmissions, want 1", len(w.out))
+	}
+	nack(5) // missing: would be fetched, but there is no room
+	if len(asked) != 0 {
+		t.Fatalf("with the budget empty, packets %v were asked from upstream", asked)
+	}
+	if s := d.Stats(); s.LimitedNACKs != 1 || s.Fetches != 0 {
+		t.Fatalf("limited NACKs %d, fetches %d; want 1 and 0", s.LimitedNACKs, s.Fetches)
+	}
+	now = now.Add(time.Second)
+	nack(5) // room again: fetched
+	if len(asked) != 1 || asked[0] != 5 {
+		t.Fatalf("with room again, asked upstream for %v, want [5]", asked)
 	}
 }
