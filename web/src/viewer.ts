@@ -159,14 +159,27 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       h('span', { class: 'dot', style: `background:${u.color}` }), u.displayName + (u.me ? ' (you)' : ''))));
   });
 
-  const reload = async () => {
+  /**
+   * Loads the stored objects. With g, the load of connection g: when
+   * another connection began while it read them (its own load is then
+   * under way, or done), it applies nothing and shows nothing (its
+   * snapshot may be older than that load's, and its failure is not
+   * that connection's); Retry loads without one.
+   */
+  const reload = async (g?: number) => {
     const s = session;
     if (!s) return;
+    const stale = () => g !== undefined && g !== generation;
     try {
       const objs = await persistGet<StoredObject[]>(`${encodeURIComponent(ns)}/${encodeURIComponent(scene)}`, s.token);
+      if (stale()) return;
       if (!Array.isArray(objs)) throw new Error('persisted scene is not a JSON array');
       model.load(objs);
     } catch (e) {
+      if (stale()) {
+        console.debug('xrealm: a load of an earlier connection failed (left alone):', e);
+        return;
+      }
       console.error('xrealm: loading the persisted scene failed', e);
       showError(`Could not load the scene's objects: ${(e as Error).message}`, [{ label: 'Retry', run: () => { clearError(); reload(); } }]);
     }
@@ -211,7 +224,7 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       // (before the load: a load that fails says so in the banner, with Retry)
       clearError();
       const g = generation;
-      await reload();
+      await reload(g);
       // Another connection began meanwhile: what is held now waits for its
       // load (taking messages live again here, before that load, let its
       // older snapshot undo them).

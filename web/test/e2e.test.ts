@@ -361,6 +361,49 @@ describe('reconnection during a load', () => {
       ed.end(true);
     }
   });
+
+  it('a load that ends after the next connection\'s load leaves that one\'s objects alone, and its failure says nothing', { timeout: 90_000 }, async () => {
+    // Connection A2's load is slow; A3 connects and loads first. A2's load
+    // then applied its snapshot, older than A3's, removing what was made
+    // since; a failed one showed 'Could not load' over the loaded scene.
+    for (const fails of [false, true]) {
+      const held: import('playwright-core').Route[] = [];
+      const p = await newPage();
+      if (fails) expectConsole(p, /Failed to load resource: the server responded with a status of 500/);
+      let hold = false;
+      await p.route('**/persist/public/reloadorder', (r) => (hold ? held.push(r) : r.continue()));
+      await p.goto(`${srv.url}/public/reloadorder?quality=low`);
+      await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+      hold = true;
+      await p.evaluate(() => (window as any).xrealm.bus.dropForTest());
+      await waitFor('A2 loading', () => held.length === 1, 30_000);
+      const stale = await held[0].fetch(); // read before the object is made
+      await p.evaluate(() => (window as any).xrealm.bus.dropForTest());
+      await waitFor('A3 loading', () => held.length === 2, 30_000);
+      const id = `made${fails ? 2 : 1}`;
+      const ed = await mqttClient(srv, 'bot', srv.token('bot', 'public/reloadorder', 'editor'), `reloadorder-bot${fails ? 2 : 1}`);
+      try {
+        const before = await p.evaluate(() => (window as any).xrealm.bus.received as number);
+        await ed.publishAsync(`realm/s/public/reloadorder/o/reloadorder-bot/${id}`, JSON.stringify({
+          object_id: id, action: 'create', type: 'object', persist: true, data: { object_type: 'box' },
+        }), { qos: 1 });
+        await waitFor('the message received', async () => (await p.evaluate(() => (window as any).xrealm.bus.received as number)) > before);
+      } finally {
+        ed.end(true);
+      }
+      // A3's load ends (the object is in its snapshot or held), then A2's
+      await held[1].continue();
+      await waitFor('the object drawn after A3\'s load', () => p.evaluate((id) => (window as any).xrealm.model.objects.has(id) && !!document.querySelector(`[data-object-id="${id}"]`), id), 15_000);
+      const done = p.waitForEvent('requestfinished', (r) => r.url().endsWith('/persist/public/reloadorder'));
+      if (fails) await held[0].fulfill({ status: 500, contentType: 'application/json', body: '{"error":"stale failure"}' });
+      else await held[0].fulfill({ response: stale });
+      await done;
+      // the page has the answer: whatever A2 does with it, it does within a few tasks
+      for (let i = 0; i < 5; i++) await p.evaluate(() => new Promise((r) => setTimeout(r, 0)));
+      expect(await p.evaluate((id) => (window as any).xrealm.model.objects.has(id), id), 'the object kept').toBe(true);
+      expect(await p.$eval('#xr-error', (e) => (e as HTMLElement).hidden).catch(() => true), 'no error banner').toBe(true);
+    }
+  });
 });
 
 describe('an object nested too deep', () => {
