@@ -42,7 +42,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate file (default: self-signed, generated into the data directory)")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (with --tls-cert)")
 	fs.StringVar(&cfg.Name, "name", "", "node name, unique in a cluster (default: host name)")
-	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at, 1 to 64 of A-Z a-z 0-9 _ - (SFU assignment prefers a client's site)")
+	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at, 1 to 64 of A-Z a-z 0-9 _ - (SFU assignment prefers a client's site; empty = default)")
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
 	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes (with --cluster-name)")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
@@ -112,7 +112,7 @@ var siteRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // checkServeFlags checks what server.Config.Validate does not, before
 // anything starts: listen addresses (host:port, a port 0 to 65535), the
-// site name the SFU takes, the certificate and its key together, a public
+// site name the SFU takes ("" is its "default"), the certificate and its key together, a public
 // host that is a host name, and --cluster-addr only with --cluster-name.
 // Each failed as the server started (exit 1, after other listeners had
 // opened), or was taken and ignored.
@@ -127,8 +127,8 @@ func checkServeFlags(fs *flag.FlagSet, cfg server.Config, pprofAddr string) erro
 			return err
 		}
 	}
-	if !siteRE.MatchString(cfg.Site) {
-		return fmt.Errorf("--site %q: want 1 to 64 of A-Z a-z 0-9 _ - (the SFU's site names)", cfg.Site)
+	if cfg.Site != "" && !siteRE.MatchString(cfg.Site) { // "" is the SFU's "default"
+		return fmt.Errorf("--site %q: want 1 to 64 of A-Z a-z 0-9 _ - (the SFU's site names), or \"\" for the site \"default\"", cfg.Site)
 	}
 	switch {
 	case cfg.TLSCert != "" && cfg.TLSKey == "":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xrealm/xrealm/internal/testnet"
 	"github.com/xrealm/xrealm/ubiq"
 )
 
@@ -148,7 +150,6 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 		{[]string{"--nats-addr", "127.0.0.1:"}, `--nats-addr "127.0.0.1:": want host:port`},
 		{[]string{"--pprof-addr", "6060"}, `--pprof-addr "6060": want host:port`},
 		{[]string{"--site", "a/b"}, `--site "a/b": want 1 to 64 of A-Z a-z 0-9 _ -`},
-		{[]string{"--site", ""}, `--site "": want 1 to 64`},
 		{[]string{"--tls-cert", "cert.pem"}, "--tls-cert without --tls-key"},
 		{[]string{"--tls-key", "key.pem"}, "--tls-key without --tls-cert"},
 		{[]string{"--public-host", "https://example.org/"}, `--public-host "https://example.org/": want a host name`},
@@ -171,6 +172,61 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 			}
 			if ue := (*usageError)(nil); !errors.As(err, &ue) {
 				t.Errorf("serve %s: %v is not a usage error (exit code 2)", strings.Join(tt.args, " "), err)
+			}
+		})
+	}
+}
+
+// An empty site, on the command line or in a config file, is the SFU's
+// "default" (sfu.Config), as it always was: checkServeFlags refused it
+// with exit code 2. The node, its SFU included, starts and is healthy.
+func TestServeAcceptsEmptySite(t *testing.T) {
+	tests := []struct {
+		name, config string
+		args         []string
+	}{
+		{name: "flag", args: []string{"--site", ""}},
+		{name: "config file", config: `{"site": ""}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			addr := testnet.FreePorts(t, 1)[0]
+			args := []string{"--data", dir, "--http-addr", addr, "--https-addr", "", "--mqtt-addr", "",
+				"--mqtts-addr", "", "--mqtt-ws-addr", "", "--nats-addr", "", "--nats-ws-addr", "", "--ubiq-addr", "", "--ubiq-wss-addr", "",
+				"--log-level", "error"}
+			if tt.config != "" {
+				path := filepath.Join(dir, "xrealm.json")
+				if err := os.WriteFile(path, []byte(tt.config), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", path)
+			}
+			args = append(args, tt.args...)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- runServe(ctx, args) }()
+			for { // until the node, its SFU included, is up
+				resp, err := http.Get("http://" + addr + "/healthz")
+				if err == nil {
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						break
+					}
+					err = errors.New(resp.Status)
+				}
+				select {
+				case err := <-done:
+					t.Fatalf("serve %q: %v, want it to run", args, err)
+				case <-ctx.Done():
+					t.Fatalf("serve %q never answered: %v", args, err)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("serve %q: %v", args, err)
 			}
 		})
 	}
