@@ -179,14 +179,34 @@ func stopWhenOutputCloses(parent context.Context, stderr io.Writer) (ctx context
 }
 
 // outputClosed reports whether fd 1 or 2 is a pipe or socket whose reader
-// has gone (poll says POLLERR or POLLHUP).
-func outputClosed() bool {
-	fds := []unix.PollFd{{Fd: 1}, {Fd: 2}}
-	n, err := unix.Poll(fds, 0)
+// has gone.
+func outputClosed() bool { return readerGone(1, 2) }
+
+// readerGone reports whether one of fds is a pipe or socket whose reader
+// has gone (poll says POLLERR or POLLHUP). Nothing else counts: a terminal
+// that hung up (the SSH session of a disowned xrealm serve ended) reports
+// POLLHUP too, though no reader left and a write to it never raises
+// SIGPIPE; taken for a closed pipe, it made the first SIGPIPE from a client
+// connection reset stop the command.
+func readerGone(fds ...int) bool {
+	pfds := make([]unix.PollFd, 0, len(fds))
+	for _, fd := range fds {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) != nil {
+			continue // not open: nothing to lose
+		}
+		if m := st.Mode & unix.S_IFMT; m == unix.S_IFIFO || m == unix.S_IFSOCK {
+			pfds = append(pfds, unix.PollFd{Fd: int32(fd)})
+		}
+	}
+	if len(pfds) == 0 {
+		return false
+	}
+	n, err := unix.Poll(pfds, 0)
 	if err != nil || n == 0 {
 		return false
 	}
-	for _, f := range fds {
+	for _, f := range pfds {
 		if f.Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
 			return true
 		}
