@@ -95,8 +95,10 @@ export class SceneModel {
       } catch (e) {
         // data the page cannot copy (nested deeper than its stack: the
         // server stores up to 10,000 levels) leaves this object out, not
-        // the whole scene
+        // the whole scene; one on the page already (in kept) leaves it,
+        // as it is left out of the other pages
         console.warn(`xrealm: object ${s.object_id} of the stored scene could not be taken: ${(e as Error).message}`);
+        if (cur) this.delete(s.object_id);
         continue;
       }
       this.set(obj, cur);

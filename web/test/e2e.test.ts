@@ -449,6 +449,30 @@ describe('an object nested too deep', () => {
       ed.end(true);
     }
   });
+
+  it('an object on the page whose stored version now nests too deep leaves the page at the next load', { timeout: 90_000 }, async () => {
+    // It was kept as it was, while the other pages leave it out.
+    let deep = '{"x":1}';
+    for (let i = 0; i < 9000; i++) deep = `{"a":${deep}}`;
+    const ed = await mqttClient(srv, 'bot', srv.token('bot', 'public/deeper', 'editor'), 'deeper-bot');
+    try {
+      const a = await open('/public/deeper');
+      expectConsole(a, /a message on .*grows could not be applied/, /object grows .*could not be taken/);
+      await ed.publishAsync('realm/s/public/deeper/o/deeper-bot/grows', JSON.stringify({
+        object_id: 'grows', action: 'create', type: 'object', persist: true, data: { object_type: 'box' },
+      }), { qos: 1 });
+      await a.waitForSelector('[data-object-id="grows"]', { state: 'attached' });
+      // live, the deep version cannot be applied (dropped); stored, it is the object
+      await ed.publishAsync('realm/s/public/deeper/o/deeper-bot/grows',
+        `{"object_id":"grows","action":"create","type":"object","persist":true,"data":{"object_type":"entity","nested":${deep}}}`, { qos: 1 });
+      await waitFor('stored', async () => (await (await fetch(`${srv.url}/persist/public/deeper`)).text()).includes('"nested"'));
+      await waitFor('dropped', async () => (warnings.get(a) ?? []).some((w) => /a message on .*grows could not be applied/.test(w)));
+      await a.evaluate(() => (window as any).xrealm.bus.dropForTest());
+      await waitFor('left out at the load', () => a.evaluate(() => !(window as any).xrealm.model.objects.has('grows') && !document.querySelector('[data-object-id="grows"]')), 20_000);
+    } finally {
+      ed.end(true);
+    }
+  });
 });
 
 describe('presence ttl', () => {
