@@ -27,8 +27,11 @@ function world() {
   const inst = new THREE.InstancedMesh(new THREE.BoxGeometry(), new THREE.MeshBasicMaterial(), 4);
   const morph = new THREE.Mesh(new THREE.BoxGeometry(), new THREE.MeshBasicMaterial());
   morph.morphTargetInfluences = [0];
+  // the scene's environment map, a texture of its own
+  const env = new THREE.Texture();
+  scene.environment = env;
   scene.add(box, std, spot, sun, sky, inst, morph);
-  return { scene, camera, shader, tex, box, std, spot, sun, sky, inst, morph };
+  return { scene, camera, shader, tex, box, std, spot, sun, sky, inst, morph, env };
 }
 type World = ReturnType<typeof world>;
 
@@ -44,7 +47,7 @@ const changes: [string, (w: World) => void][] = [
   ['a shader uniform array of vectors', (w) => (w.shader.uniforms.points.value[1].x = 3)],
   ['a shader uniform added', (w) => (w.shader.uniforms.more = { value: 1 })],
   ['scene.environment set', (w) => (w.scene.environment = new THREE.Texture())],
-  ['scene.environment updated', (w) => { w.scene.environment = w.tex; }],
+  ['scene.environment updated', (w) => (w.env.needsUpdate = true)],
   ['scene.environmentIntensity', (w) => (w.scene.environmentIntensity = 0.5)],
   ['scene.backgroundIntensity', (w) => (w.scene.backgroundIntensity = 0.5)],
   ['scene.backgroundBlurriness', (w) => (w.scene.backgroundBlurriness = 0.5)],
