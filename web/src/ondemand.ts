@@ -13,7 +13,7 @@
 // the values three reads at each draw: side, depth test, roughness and the
 // like, and a ShaderMaterial's uniforms, also set by hand), lights (colour,
 // intensity, range, cone, ground colour, shadow settings, a target outside
-// the graph), the camera's projection, the canvas size, the scene's
+// the graph or hidden), the camera's projection, the canvas size, the scene's
 // background, environment, fog and override material, and the renderer's
 // tone mapping and shadow switch. What it still cannot see (a uniform
 // added in onBeforeCompile, say) is drawn within IDLE_DRAW_MS, when a
@@ -47,6 +47,8 @@ const MAX_UNIFORM_ARRAY = 64;
  */
 export class SceneDigest {
   private cur: number[] = [];
+  /** The scene whose digest is being taken. */
+  private root: any = null;
   private prev: number[] = [];
 
   private add(x: number) {
@@ -116,8 +118,15 @@ export class SceneDigest {
     const t = o.target;
     if (t) {
       this.add(t.id);
-      // in the graph, it is digested as any object; outside, three uses its matrixWorld as set
-      if (t.parent == null) for (const e of t.matrixWorld.elements) this.add(e);
+      // Reached by the walk (visible, in the scene), it is digested as any
+      // object. In the graph but hidden (itself or a parent: the walk does
+      // not go there), three still updates its matrixWorld and aims the
+      // light with it: that is digested, updated as three would. Outside
+      // the graph, three uses its matrixWorld as set.
+      if (!this.walked(t)) {
+        if (t.parent != null) t.updateWorldMatrix(true, false);
+        for (const e of t.matrixWorld.elements) this.add(e);
+      }
     }
     const sh = o.castShadow ? o.shadow : null;
     if (sh) {
@@ -129,6 +138,15 @@ export class SceneDigest {
       const c = sh.camera;
       if (c) for (const k of ['near', 'far', 'left', 'right', 'top', 'bottom', 'fov']) this.value(c[k]);
     }
+  }
+
+  /** Whether the walk from the scene digests o: it and its parents up to the scene are visible. */
+  private walked(o: any): boolean {
+    for (let x = o; x; x = x.parent) {
+      if (!x.visible) return false;
+      if (x === this.root) return true;
+    }
+    return false;
   }
 
   private object(o: any) {
@@ -180,6 +198,7 @@ export class SceneDigest {
   changed(scene: any, camera: any, width: number, height: number, renderer?: any): boolean {
     [this.prev, this.cur] = [this.cur, this.prev];
     this.cur.length = 0;
+    this.root = scene;
     this.add(width);
     this.add(height);
     if (renderer) {

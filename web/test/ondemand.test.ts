@@ -27,11 +27,24 @@ function world() {
   const inst = new THREE.InstancedMesh(new THREE.BoxGeometry(), new THREE.MeshBasicMaterial(), 4);
   const morph = new THREE.Mesh(new THREE.BoxGeometry(), new THREE.MeshBasicMaterial());
   morph.morphTargetInfluences = [0];
+  // spot lights aimed at invisible objects in the graph (A-Frame's light
+  // target is an entity, often an invisible one): three moves the light
+  // with the target's matrixWorld, which it updates hidden or not
+  const aimed = new THREE.SpotLight(0xffffff, 1);
+  const mark = new THREE.Object3D();
+  mark.visible = false;
+  aimed.target = mark;
+  const aimedInside = new THREE.SpotLight(0xffffff, 1);
+  const holder = new THREE.Group(); // hidden: what is in it is not drawn
+  holder.visible = false;
+  const inner = new THREE.Object3D();
+  holder.add(inner);
+  aimedInside.target = inner;
   // the scene's environment map, a texture of its own
   const env = new THREE.Texture();
   scene.environment = env;
-  scene.add(box, std, spot, sun, sky, inst, morph);
-  return { scene, camera, shader, tex, box, std, spot, sun, sky, inst, morph, env };
+  scene.add(box, std, spot, sun, sky, inst, morph, aimed, mark, aimedInside, holder);
+  return { scene, camera, shader, tex, box, std, spot, sun, sky, inst, morph, mark, holder, env };
 }
 type World = ReturnType<typeof world>;
 
@@ -60,6 +73,8 @@ const changes: [string, (w: World) => void][] = [
   ['a shadow\'s bias', (w) => (w.sun.shadow.bias = -0.01)],
   ['a shadow camera\'s extent', (w) => (w.sun.shadow.camera.left = -20)],
   ['a directional light\'s target outside the graph moved', (w) => { w.sun.target.position.set(3, 0, 0); w.sun.target.updateMatrixWorld(); }],
+  ['a light\'s invisible target moved', (w) => w.mark.position.set(0, 0, -4)],
+  ['a light\'s target in a hidden group moved with it', (w) => w.holder.position.set(2, 0, 0)],
   ['a hemisphere light\'s ground colour', (w) => w.sky.groundColor.setRGB(0, 0, 1)],
   ['a material\'s side', (w) => (w.std.material.side = THREE.DoubleSide)],
   ['a material\'s roughness', (w) => (w.std.material.roughness = 0.1)],
