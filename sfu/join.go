@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,8 +21,14 @@ import (
 // joinBackoff between attempts. A node that did not answer is sent a
 // leave for the client (it may have taken the offer) and excluded from the
 // next placements (JoinRequest.Exclude); one that refused the offer for
-// its load (Reply.Full) is excluded too, with no leave. A signal waits at most offerTimeout for
-// its node, a join request joinRequestTimeout for the manager, and the
+// its load (Reply.Full) is excluded too, with no leave, so that another
+// node may take the client. When the manager then has no node left, the
+// nodes refused for load are asked again after the backoff (they were
+// busy, not failed; a single node's 64 signal slots fill when every tab
+// offers at once after a restart), and a placement that ends so ends
+// with the last refusal's error (errNodeFull, Reply.Full): before, the
+// client heard that no node was available, the node having "failed" it.
+// A signal waits at most offerTimeout for its node, a join request joinRequestTimeout for the manager, and the
 // whole placement at most placementTimeout.
 const (
 	joinAttempts       = 5
@@ -138,18 +145,34 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 		if len(req.Exclude) > 0 {
 			excluded = fmt.Sprint(req.Exclude)
 		}
-		return fmt.Errorf("sfu: join %s/%s: %w after %v: %d attempts, placed on nodes %s, excluded %s as they did not answer; last error: %w",
+		return fmt.Errorf("sfu: join %s/%s: %w after %v: %d attempts, placed on nodes %s, excluded %s as they did not answer or were full; last error: %w",
 			req.Session, req.Client, errPlacementTimeout, limit, attempts, nodes, excluded, err)
 	}
+	// full are the nodes excluded because they refused the client for
+	// their load (errNodeFull), fullErr the last such refusal
+	var full []string
+	var fullErr error
 	for attempt := 1; ; attempt++ {
 		a, rep, failed, err := p.once(pctx, req, first)
 		if failed != "" {
 			req.Exclude = append(req.Exclude, failed)
+			if errors.Is(err, errNodeFull) {
+				full, fullErr = append(full, failed), err
+			}
+		}
+		if err != nil && a.Node == "" && failed == "" && len(full) > 0 && !errors.Is(err, ErrBusy) {
+			// The manager has no node but those excluded, some only for
+			// their load: they were busy, not failed. Ask them again
+			// after the backoff, and tell the client of the refusal, not
+			// that no node is available.
+			req.Exclude = slices.DeleteFunc(req.Exclude, func(id string) bool { return slices.Contains(full, id) })
+			full = nil
+			err = fmt.Errorf("%w; no other node took the client (%v)", fullErr, err)
 		}
 		if err != nil && a.Node == "" && ctx.Err() == nil && context.Cause(pctx) == errPlacementTimeout {
 			return Assignment{}, Reply{}, timedOut(attempt, err)
 		}
-		retry := failed != "" || errors.Is(err, ErrBusy)
+		retry := failed != "" || errors.Is(err, ErrBusy) || errors.Is(err, errNodeFull)
 		if err == nil || !retry || ctx.Err() != nil {
 			return a, rep, err
 		}

@@ -23,7 +23,8 @@ import (
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
 // next heartbeat and the client is placed on another node. A join may
-// exclude nodes (JoinRequest.Exclude: those that failed the client), which
+// exclude nodes (JoinRequest.Exclude: those that did not answer the client
+// or refused it as full), which
 // then also lose their hold on the client. It places at most maxPlacing
 // joins at once and answers further ones busy.
 type Manager struct {
@@ -392,7 +393,7 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	}
 	if len(live) == 0 {
 		if len(req.Exclude) > 0 {
-			return Assignment{Error: fmt.Sprintf("%v (excluding nodes %v, which failed the client)", errNoNode, req.Exclude)}
+			return Assignment{Error: fmt.Sprintf("%v (excluding nodes %v: they did not answer the client or were full)", errNoNode, req.Exclude)}
 		}
 		return Assignment{Error: errNoNode.Error()}
 	}

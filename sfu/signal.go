@@ -38,7 +38,8 @@ type JoinRequest struct {
 	Near []string `json:"near,omitempty"`
 	// Exclude lists nodes not to place the client on, even the node it was
 	// given before: those that failed it (Dial and the WebSocket handler
-	// send the nodes that did not answer its offer when they ask again).
+	// send the nodes that did not answer its offer, or refused it for their
+	// load, when they ask again).
 	Exclude []string `json:"exclude,omitempty"`
 }
 
@@ -652,7 +653,8 @@ func (n *Node) Handler() http.Handler {
 						_ = evSub.Unsubscribe()
 						evSub = nil
 					}
-					_ = send(Reply{Op: "error", Error: err.Error()})
+					// Full: the nodes were busy; the client may try again
+					_ = send(Reply{Op: "error", Error: err.Error(), Full: errors.Is(err, errNodeFull)})
 					continue
 				}
 				target, session, client = a.Signal, s.Session, s.Client

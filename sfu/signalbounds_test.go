@@ -212,3 +212,76 @@ func TestWebSocketSignalsInFlightBounded(t *testing.T) {
 		t.Fatal("the WebSocket client is not on node 2 alone")
 	}
 }
+
+// TestSingleNodeBusyRetried: on a cluster of one node whose signal slots
+// are all taken (every tab offering at once after a restart), a WebSocket
+// client's offer is refused as full, and the placement asks the same node
+// again after its backoff rather than taking it as failed: the client is
+// placed once a slot is free, and when none frees its error is the node's
+// (busy, try again; Reply.Full), not that no node is available. Before,
+// the node refused for its load was excluded from the next attempts, the
+// manager had no other, and the client heard "no SFU node is available
+// (excluding nodes [1], which failed the client)".
+func TestSingleNodeBusyRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		freeAt  int // the placement on node 1 at which its slots free up; 0: never
+		wantOp  string
+		atLeast int // placements on node 1
+	}{
+		{"a slot frees", 2, "answer", 2},
+		{"busy throughout", 0, "error", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCluster(t, "a")
+			n := c.nodes[0]
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for range cap(n.signalSlots) {
+				n.signalSlots <- struct{}{}
+			}
+			var (
+				pmu    sync.Mutex
+				placed []string
+				freed  bool
+			)
+			free := func() {
+				for range cap(n.signalSlots) {
+					<-n.signalSlots
+				}
+			}
+			defer func() {
+				if !freed {
+					free()
+				}
+			}()
+			n.wsPlaced = func(a Assignment) {
+				pmu.Lock()
+				defer pmu.Unlock()
+				placed = append(placed, a.Node)
+				if len(placed) == tc.freeAt {
+					free()
+					freed = true
+				}
+			}
+			ws := dialSignalling(t, ctx, n.Handler(), "a")
+			if err := ws.WriteJSON(Signal{Op: "offer", Session: "s1", Client: "tab", SDP: recvOffer(t, 1)}); err != nil {
+				t.Fatal(err)
+			}
+			var got Reply
+			if err := ws.ReadJSON(&got); err != nil {
+				t.Fatal(err)
+			}
+			pmu.Lock()
+			defer pmu.Unlock()
+			if got.Op != tc.wantOp || len(placed) < tc.atLeast || slices.ContainsFunc(placed, func(id string) bool { return id != "1" }) {
+				t.Fatalf("offer to the only node, busy: %s %q (full %v), placed on %v; want %s after at least %d placements on node 1",
+					got.Op, got.Error, got.Full, placed, tc.wantOp, tc.atLeast)
+			}
+			if got.Op == "error" && (!got.Full || !strings.Contains(got.Error, "busy") || !strings.Contains(got.Error, "try again") || strings.Contains(got.Error, "failed the client")) {
+				t.Fatalf("error to a client of the only node, busy: %q (full %v); want the node's busy error, marked full", got.Error, got.Full)
+			}
+			t.Logf("%s %q after placements %v", got.Op, got.Error, placed)
+		})
+	}
+}
