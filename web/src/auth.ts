@@ -154,7 +154,8 @@ async function fetchWithin<T>(what: string, url: string, init: RequestInit, read
   try {
     return await read(await fetch(url, { ...init, signal: ac.signal }));
   } catch (e) {
-    if (ac.signal.aborted) throw new RequestTimeout(`the server did not answer the ${what} within ${REQUEST_TIMEOUT_MS / 1000} s`);
+    // (a refusal whose body stalled is still a refusal: it is not retried)
+    if (ac.signal.aborted && !(e instanceof AuthError)) throw new RequestTimeout(`the server did not answer the ${what} within ${REQUEST_TIMEOUT_MS / 1000} s`);
     throw e;
   } finally {
     clearTimeout(timer);

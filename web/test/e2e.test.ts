@@ -1530,6 +1530,46 @@ describe('scene creation', () => {
   });
 });
 
+describe('token refused, its answer stalled', () => {
+  it('a refusal (403) whose body stalls past REQUEST_TIMEOUT_MS fails as a refusal, not as a request unanswered to retry', async () => {
+    const page = await newPage();
+    // The token endpoint's answer to the reconnection: 403, its body never
+    // ending (Playwright's route cannot stall a body; the stream errs when
+    // the request is aborted, as fetch's does).
+    await page.addInitScript(() => {
+      const w = window as any;
+      const real = window.fetch.bind(window);
+      w.refusals = 0;
+      window.fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+        if (!w.stallRefusal || !String(input).includes('/user/v2/mqtt_auth')) return real(input, init);
+        w.refusals++;
+        const body = new ReadableStream({
+          start(c) { init?.signal?.addEventListener('abort', () => c.error(init!.signal!.reason)); },
+        });
+        return new Response(body, { status: 403, statusText: 'Forbidden', headers: { 'Content-Type': 'application/json' } });
+      };
+    });
+    await page.goto(`${srv.url}/public/stalled?quality=low`);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    // the page's clock is Playwright's from now, so that the 15 s pass at once
+    await page.clock.install();
+    await page.evaluate(() => {
+      (window as any).stallRefusal = true;
+      (window as any).xrealm.bus.dropForTest();
+    });
+    await waitFor('the token asked for again', async () => {
+      await page.clock.fastForward(1_000); // (the reconnection's backoff)
+      return (await page.evaluate(() => (window as any).refusals)) === 1;
+    });
+    await page.clock.fastForward(16_000);
+    await waitFor('failed', async () => (await page.getAttribute('#xr-status', 'data-state')) === 'failed')
+      .catch(async (e) => { throw new Error(`${e.message}: ${await page.textContent('#xr-status')}`); });
+    expect(await page.textContent('#xr-error')).toMatch(/Access denied to public\/stalled: Forbidden/);
+    await page.clock.fastForward(60_000);
+    expect(await page.evaluate(() => (window as any).refusals), 'not asked again').toBe(1);
+  });
+});
+
 describe('scene creation, token unanswered', () => {
   it('a token request the server never answers fails after REQUEST_TIMEOUT_MS with a message, and the user can try again', async () => {
     const bob = srv.token('bob', 'bob/home', 'editor');
