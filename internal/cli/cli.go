@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -38,8 +39,10 @@ func commands() map[string]command {
 }
 
 // Main runs the command line and returns the process exit code.
-func Main(args []string, stderr io.Writer) (code int) {
-	cmds := commands()
+func Main(args []string, stderr io.Writer) int { return mainWith(commands(), args, stderr) }
+
+// mainWith is Main with the commands cmds.
+func mainWith(cmds map[string]command, args []string, stderr io.Writer) (code int) {
 	if len(args) < 1 || isHelp(args[0]) {
 		usage(stderr, cmds)
 		if len(args) < 1 {
@@ -142,8 +145,9 @@ const exitStdoutClosed = 128 + int(syscall.SIGPIPE)
 // disconnect, a bench stops the servers it started and removes its
 // temporary files) instead of being killed by SIGPIPE at its next write.
 // Call closed when the command has returned: it reports whether that
-// happened, and ends the watch. Until then SIGPIPE does not kill the
-// process: a write to the closed output fails with EPIPE, and is lost.
+// happened, the command's last write included, and ends the watch. Until
+// then SIGPIPE does not kill the process: a write to the closed output
+// fails with EPIPE, and is lost.
 //
 // SIGPIPE also comes from a write to a network connection its peer closed;
 // so the signal only makes it look at fds 1 and 2, and a broken network
@@ -153,28 +157,63 @@ func stopWhenOutputCloses(parent context.Context, stderr io.Writer) (ctx context
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGPIPE)
 	var gone atomic.Bool
-	done := make(chan struct{})
+	check := func(what string) {
+		if gone.Load() || !outputClosed() {
+			return
+		}
+		gone.Store(true)
+		fmt.Fprintln(stderr, "xrealm: standard output was closed (broken pipe)"+what)
+		cancel()
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
 			select {
 			case <-sig:
-				if gone.Load() || !outputClosed() {
-					continue
-				}
-				gone.Store(true)
-				fmt.Fprintln(stderr, "xrealm: standard output was closed (broken pipe): stopping")
-				cancel()
-			case <-ctx.Done():
+				check(": stopping")
+			case <-stop:
 				return
 			}
 		}
 	}()
 	return ctx, func() bool {
-		cancel()
+		// The SIGPIPE of the command's last write may not have reached
+		// sig yet (os/signal hands signals over on a goroutine of its
+		// own): the process exited 0 where a broken pipe had killed it.
+		flushSignals()
+		close(stop)
 		<-done
 		signal.Stop(sig)
+		select {
+		case <-sig:
+			check("")
+		default:
+		}
+		cancel()
 		return gone.Load()
+	}
+}
+
+// flushSignals returns once every signal the process got before the call
+// has been handed to the channels that os/signal.Notify registered: it
+// sends the process SIGWINCH (which nothing else here asks for, and whose
+// default is to do nothing) and waits for it. os/signal hands signals over
+// one at a time, the lowest number first of those that came together, so
+// a SIGPIPE (13) raised before SIGWINCH (28) is handed over first. A write
+// to fd 1 or 2 that fails with EPIPE raises its SIGPIPE before it returns.
+func flushSignals() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGWINCH)
+	defer signal.Stop(ch)
+	if syscall.Kill(os.Getpid(), syscall.SIGWINCH) != nil {
+		return
+	}
+	t := time.NewTimer(time.Second) // not reached: a signal to itself arrives
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,12 +20,88 @@ import (
 // that needs the real process: its exit code, its signals, its pipes.
 const helperEnv = "XREALM_CLI_HELPER_ARGS"
 
+// helperCommandsEnv, when set too, makes the helper run testCommands
+// instead of xrealm's.
+const helperCommandsEnv = "XREALM_CLI_HELPER_TEST_COMMANDS"
+
 func TestHelperMain(t *testing.T) {
 	args := os.Getenv(helperEnv)
 	if args == "" {
 		t.Skip("runs only as a helper process")
 	}
+	if os.Getenv(helperCommandsEnv) != "" {
+		os.Exit(mainWith(testCommands(), strings.Split(args, "\n"), os.Stderr))
+	}
 	os.Exit(Main(strings.Split(args, "\n"), os.Stderr))
+}
+
+// testCommands are commands whose last write is known: "write" writes a
+// line to standard output and returns at once, "quiet" writes nothing.
+func testCommands() map[string]command {
+	return map[string]command{
+		"write": {run: func(ctx context.Context, args []string) error {
+			fmt.Println("the last line")
+			return nil
+		}},
+		"quiet": {run: func(ctx context.Context, args []string) error { return nil }},
+	}
+}
+
+// runHelper runs the helper process with args (in testCommands when test
+// is set), its standard output a pipe whose reader has gone, and returns
+// its exit code, failing if a signal killed it.
+func runHelper(t *testing.T, test bool, args ...string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMain$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(args, "\n"))
+	if test {
+		cmd.Env = append(cmd.Env, helperCommandsEnv+"=1")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // gone before the command starts
+	defer w.Close()
+	var stderr testlog.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	if ee == nil {
+		return 0
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("xrealm %s: killed by %v; stderr:\n%s", strings.Join(args, " "), ws.Signal(), stderr.String())
+	}
+	return ee.ExitCode()
+}
+
+// A command whose last write found its output closed exits 141, as when
+// a broken pipe killed it: the SIGPIPE of that write could reach the
+// watch after the command returned, and the process exited 0, so that a
+// shell's pipefail saw nothing. A command that wrote nothing there exits
+// as it would have (0), its reader's leaving early unnoticed, as for any
+// program.
+func TestLastWriteToClosedOutput(t *testing.T) {
+	tests := []struct {
+		command string
+		want    int
+	}{
+		{"write", exitStdoutClosed},
+		{"quiet", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.command, func(t *testing.T) {
+			if got := runHelper(t, true, tt.command); got != tt.want {
+				t.Fatalf("exit code %d, want %d", got, tt.want)
+			}
+		})
+	}
 }
 
 // A command whose standard output goes away (xrealm bots | head) stops
