@@ -22,19 +22,23 @@ import (
 type command struct {
 	run   func(ctx context.Context, args []string) error
 	usage string
+	// server: a service that runs until stopped (serve, sfu). It keeps
+	// running when its standard output or error loses its reader: see
+	// mainWith.
+	server bool
 }
 
 func commands() map[string]command {
 	return map[string]command{
-		"serve":   {runServe, "run an xrealm node (everything embedded; data in ./data)"},
-		"token":   {runToken, "print a signed token for a user and scene"},
-		"cc":      {runCC, "load or unload the Hera TCP congestion control (eBPF)"},
-		"netem":   {runNetem, "run a command behind a trace-driven emulated link"},
-		"bench":   {runBench, "run a benchmark: bus, cc, rooms or sfu"},
-		"sfu":     {runSFU, "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>"},
-		"cluster": {runCluster, "administer a cluster: remove-peer NODE removes a node that stopped for good from the JetStream peers"},
-		"bots":    {runBots, "run synthetic users against a server, with live progress (bots pointcloud: a point cloud on the SFU; bots record: record a user's poses)"},
-		"version": {runVersion, "print the commit this binary was built from"},
+		"serve":   {run: runServe, usage: "run an xrealm node (everything embedded; data in ./data)", server: true},
+		"token":   {run: runToken, usage: "print a signed token for a user and scene"},
+		"cc":      {run: runCC, usage: "load or unload the Hera TCP congestion control (eBPF)"},
+		"netem":   {run: runNetem, usage: "run a command behind a trace-driven emulated link"},
+		"bench":   {run: runBench, usage: "run a benchmark: bus, cc, rooms or sfu"},
+		"sfu":     {run: runSFU, usage: "run an SFU node that joins a bus: --join <nats url> --id <n> --site <name>", server: true},
+		"cluster": {run: runCluster, usage: "administer a cluster: remove-peer NODE removes a node that stopped for good from the JetStream peers"},
+		"bots":    {run: runBots, usage: "run synthetic users against a server, with live progress (bots pointcloud: a point cloud on the SFU; bots record: record a user's poses)"},
+		"version": {run: runVersion, usage: "print the commit this binary was built from"},
 	}
 }
 
@@ -58,12 +62,21 @@ func mainWith(cmds map[string]command, args []string, stderr io.Writer) (code in
 	}
 	ctx, stop := interruptible(context.Background(), stderr)
 	defer stop()
-	ctx, outputClosed := stopWhenOutputCloses(ctx, stderr)
-	defer func() {
-		if outputClosed() {
-			code = exitStdoutClosed
-		}
-	}()
+	if cmd.server {
+		// A server's output is its logs: when their reader goes (tee
+		// ended, the journal restarted) they are lost, but its clients
+		// are not, and it keeps serving. A write there fails with EPIPE
+		// instead of killing the process.
+		defer surviveSIGPIPE()()
+	} else {
+		var outputClosed func() bool
+		ctx, outputClosed = stopWhenOutputCloses(ctx, stderr)
+		defer func() {
+			if outputClosed() {
+				code = exitStdoutClosed
+			}
+		}()
+	}
 	if err := cmd.run(ctx, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -141,7 +154,7 @@ const exitStdoutClosed = 128 + int(syscall.SIGPIPE)
 
 // stopWhenOutputCloses returns a context that ends when the process's
 // standard output or error is found closed (its reader gone: xrealm bots |
-// head), so that the command stops as it does on an interrupt (bots
+// head; not for a server, see command.server), so that the command stops as it does on an interrupt (bots
 // disconnect, a bench stops the servers it started and removes its
 // temporary files) instead of being killed by SIGPIPE at its next write.
 // Call closed when the command has returned: it reports whether that
@@ -193,6 +206,15 @@ func stopWhenOutputCloses(parent context.Context, stderr io.Writer) (ctx context
 		cancel()
 		return gone.Load()
 	}
+}
+
+// surviveSIGPIPE makes a write to a closed standard output or error fail
+// with EPIPE, not kill the process (Go's default), until the function it
+// returns is called. The SIGPIPEs themselves are dropped.
+func surviveSIGPIPE() (stop func()) {
+	sig := make(chan os.Signal, 1) // never read: os/signal drops what does not fit
+	signal.Notify(sig, syscall.SIGPIPE)
+	return func() { signal.Stop(sig) }
 }
 
 // flushSignals returns once every signal the process got before the call

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/internal/testlog"
+	"github.com/xrealm/xrealm/internal/testnet"
 )
 
 // helperEnv, when set, makes TestHelperMain run Main with the arguments
@@ -148,5 +150,75 @@ func TestStdoutClosedStopsCleanly(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "standard output was closed") {
 		t.Errorf("stderr does not say why it stopped:\n%s", stderr.String())
+	}
+}
+
+// A server keeps serving when its standard output and error lose their
+// reader (xrealm serve 2>&1 | tee log, and tee is gone; the journal
+// restarted): its logs are lost, its clients are not. It stopped at its
+// next log line, as a command does. SIGTERM still stops it cleanly, with
+// exit code 0.
+func TestServeKeepsRunningWhenOutputCloses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	addr := testnet.FreePorts(t, 1)[0]
+	args := []string{"serve", "--data", t.TempDir(), "--http-addr", addr, "--https-addr", "", "--mqtt-addr", "",
+		"--mqtts-addr", "", "--mqtt-ws-addr", "", "--nats-addr", "", "--nats-ws-addr", "", "--ubiq-addr", "", "--ubiq-wss-addr", ""}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperMain$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(args, "\n"))
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	defer cmd.Process.Kill()
+	get := func(method, path string) (int, error) {
+		req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, nil)
+		if err != nil {
+			return 0, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for { // its start's log lines fit in the pipe, unread
+		if code, err := get(http.MethodGet, "/healthz"); err == nil && code == http.StatusOK {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("serve never became healthy")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	r.Close()
+	// A refused request logs a line (WARN "HTTP request denied"), before
+	// the answer: that write fails with EPIPE and raises SIGPIPE.
+	if code, err := get(http.MethodPut, "/scenes/lab/room/settings"); err != nil || code != http.StatusUnauthorized {
+		t.Fatalf("PUT without a token: %d %v, want 401", code, err)
+	}
+	if code, err := get(http.MethodGet, "/healthz"); err != nil || code != http.StatusOK {
+		t.Fatalf("after its output closed, /healthz: %d %v, want 200", code, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			t.Fatalf("killed by %v, want a clean stop", ws.Signal())
+		}
+		t.Fatalf("exit code %d, want 0", ee.ExitCode())
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
