@@ -216,10 +216,11 @@ export class Bus {
     if (!(lifetime >= MIN_RENEWED_LIFETIME_MS)) return;
     const at = tokenAt + lifetime - Math.min(RENEW_BEFORE_MS, lifetime / 5);
     clearTimeout(this.renewTimer);
-    this.renewTimer = setTimeout(() => this.renew(c), Math.min(2 ** 31 - 1, Math.max(0, at - Date.now())));
+    this.renewTimer = setTimeout(() => this.renew(c, claims.exp as number), Math.min(2 ** 31 - 1, Math.max(0, at - Date.now())));
   }
 
-  private async renew(c: MqttClient) {
+  /** Replaces c, whose token expires at exp (seconds), with a connection on a new token. */
+  private async renew(c: MqttClient, exp: number) {
     if (this.client !== c || this.stopped) return;
     let session: SceneSession;
     try {
@@ -231,6 +232,15 @@ export class Bus {
     }
     const at = Date.now();
     if (this.client !== c || this.stopped) return;
+    // The server caps a scene token's expiry at the sign-in token's: near
+    // the sign-in's end a new token expires when this one does, and
+    // reconnecting with it (the scene loaded again, messages lost) gains
+    // nothing. The connection goes on until then, renewed no more.
+    const renewedExp = jwtClaims(session.token)?.exp;
+    if (typeof renewedExp === 'number' && renewedExp <= exp) {
+      console.info('xrealm: the renewed token expires no later than the current one (the sign-in token ends then); the connection ends when it expires');
+      return;
+    }
     this.drop(c);
     // Once the server has the DISCONNECT: a new connection with the same
     // client id before would take over this one, which then sends its

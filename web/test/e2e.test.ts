@@ -915,6 +915,38 @@ describe('token renewal', () => {
   });
 });
 
+describe('token renewal at the end of a sign-in', () => {
+  it('a renewal whose token expires no later than the one it replaces does not reconnect', { timeout: 90_000 }, async () => {
+    // The server caps a scene token's expiry at the sign-in token's: near
+    // its end every renewal gets the same exp, and each reconnected (the
+    // scene loaded again, messages lost) for nothing, a fifth of the
+    // remaining lifetime before the end, again and again.
+    const signin = execFileSync(xrealmBin(), ['token', '--user', 'ivan', '--scene', 'ivan/lab', '--role', 'editor', '--data', srv.dataDir, '--ttl', '15s']).toString().trim();
+    const exp = JSON.parse(Buffer.from(signin.split('.')[1], 'base64url').toString()).exp * 1000;
+    const p = await newPage();
+    // at its end: the connection closes, and the expired sign-in token is refused
+    expectConsole(p, /status of 401/, /MQTT error/);
+    const asked: number[] = [];
+    p.on('request', (r) => { if (r.url().endsWith('/user/v2/mqtt_auth')) asked.push(Date.now()); });
+    await p.goto(`${srv.url}/public/signinend?quality=low&token=${signin}`);
+    await p.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    const first = await p.evaluate(() => (window as any).xrealm.session().token as string);
+    expect(JSON.parse(Buffer.from(first.split('.')[1], 'base64url').toString()).exp * 1000, 'the scene token capped').toBe(exp);
+    await p.evaluate(() => {
+      const st = document.querySelector('#xr-status')!;
+      const w = window as any;
+      w.states = [];
+      new MutationObserver(() => w.states.push([st.getAttribute('data-state'), Date.now()])).observe(st, { attributes: true, attributeFilter: ['data-state'] });
+    });
+    // the renewal was asked for, and the token expired: the connection is gone
+    await waitFor('the sign-in\'s end', async () => asked.length >= 2 && Date.now() > exp + 1_000 && (await p.getAttribute('#xr-status', 'data-state')) !== 'connected', 40_000);
+    const states: [string, number][] = await p.evaluate(() => (window as any).states);
+    const before = states.filter(([, at]) => at < exp);
+    expect(before.map(([s]) => s), 'no reconnection before the end').toEqual([]);
+    expect(asked.filter((at) => at < exp).length, 'the first token and one renewal').toBe(2);
+  });
+});
+
 describe('token renewal, publish unacknowledged', () => {
   it('a publish whose acknowledgement a renewal leaves behind fails with a message (it did not stay pending for ever)', { timeout: 120_000 }, async () => {
     // The renewal's end(false) waits for the acknowledgement; when the
