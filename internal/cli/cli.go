@@ -197,12 +197,12 @@ func stopWhenOutputCloses(parent context.Context, stderr io.Writer) (ctx context
 		flushSignals()
 		close(stop)
 		<-done
-		signal.Stop(sig)
 		select {
 		case <-sig:
-			check("")
+			check("") // before Stop: with stderr closed, saying so raises SIGPIPE
 		default:
 		}
+		signal.Stop(sig)
 		cancel()
 		return gone.Load()
 	}

@@ -50,9 +50,10 @@ func testCommands() map[string]command {
 }
 
 // runHelper runs the helper process with args (in testCommands when test
-// is set), its standard output a pipe whose reader has gone, and returns
-// its exit code, failing if a signal killed it.
-func runHelper(t *testing.T, test bool, args ...string) int {
+// is set), its standard output (and error too, with stderrClosed) a pipe
+// whose reader has gone, and returns its exit code, failing if a signal
+// killed it.
+func runHelper(t *testing.T, test, stderrClosed bool, args ...string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -69,6 +70,9 @@ func runHelper(t *testing.T, test bool, args ...string) int {
 	defer w.Close()
 	var stderr testlog.Buffer
 	cmd.Stdout, cmd.Stderr = w, &stderr
+	if stderrClosed {
+		cmd.Stderr = w
+	}
 	err = cmd.Run()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
@@ -88,18 +92,22 @@ func runHelper(t *testing.T, test bool, args ...string) int {
 // watch after the command returned, and the process exited 0, so that a
 // shell's pipefail saw nothing. A command that wrote nothing there exits
 // as it would have (0), its reader's leaving early unnoticed, as for any
-// program.
+// program. With standard error closed too, saying so fails and is lost,
+// and kills nothing.
 func TestLastWriteToClosedOutput(t *testing.T) {
 	tests := []struct {
-		command string
-		want    int
+		command      string
+		stderrClosed bool
+		want         int
 	}{
-		{"write", exitStdoutClosed},
-		{"quiet", 0},
+		{"write", false, exitStdoutClosed},
+		{"write", true, exitStdoutClosed},
+		{"quiet", false, 0},
+		{"quiet", true, 0},
 	}
 	for _, tt := range tests {
-		t.Run(tt.command, func(t *testing.T) {
-			if got := runHelper(t, true, tt.command); got != tt.want {
+		t.Run(fmt.Sprintf("%s stderr closed %v", tt.command, tt.stderrClosed), func(t *testing.T) {
+			if got := runHelper(t, true, tt.stderrClosed, tt.command); got != tt.want {
 				t.Fatalf("exit code %d, want %d", got, tt.want)
 			}
 		})
