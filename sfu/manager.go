@@ -19,7 +19,8 @@ import (
 // heartbeats and assigns each joining client a node, preferring the
 // client's site and then the least loaded node; a full node
 // (NodeInfo.MaxClients) only when no other has room. A client that joins
-// again keeps its node while that node is alive and not full. A node that announces it is
+// again keeps its node while that node is alive and not full, its own old
+// connection not counted. A node that announces it is
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
 // next heartbeat and the client is placed on another node. A join may
@@ -91,8 +92,15 @@ type nodeState struct {
 // again, excluding it: Assign places clients on it only when no other
 // node has room. Before, the manager did not know a node's bound and
 // placed clients on a full node as on any other.
-func (ns *nodeState) full() bool {
-	return ns.info.MaxClients > 0 && ns.info.Clients+ns.pending >= ns.info.MaxClients
+func (ns *nodeState) full() bool { return ns.fullBut(0) }
+
+// fullBut is full with own of the clients counted left out: a client
+// placed on the node before, joining again (a tab reloading), may still
+// be counted in the heartbeat's Clients, which lags its leave by up to a
+// heartbeat; it is not one more client. Before, it counted, and a tab
+// reloading on a node at MaxClients was moved to another node.
+func (ns *nodeState) fullBut(own int) bool {
+	return ns.info.MaxClients > 0 && ns.info.Clients+ns.pending-own >= ns.info.MaxClients
 }
 
 // nodeTTL is how long a node counts as alive after a heartbeat.
@@ -374,7 +382,8 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	key := req.Session + "/" + req.Client
 	m.pruneAssigned(now)
 	if a, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, a.node) && now.Sub(a.at) < assignedTTL {
-		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL && !ns.full() {
+		// the client's own old connection may still be counted
+		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL && !ns.fullBut(1) {
 			m.assigned[key] = assignedTo{node: a.node, at: now}
 			return assignment(ns.info)
 		}

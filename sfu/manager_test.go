@@ -222,17 +222,36 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 			}
 		})
 	}
-	// a client given node 1 before, which is full now, moves
-	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
-	now := time.Now()
-	m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", MaxClients: 1}, seen: now}
-	m.nodes["2"] = &nodeState{info: NodeInfo{ID: "2", Site: "b", MaxClients: 1}, seen: now}
-	req := JoinRequest{Session: "s", Client: "u1", Site: "a"}
-	if a := m.Assign(req, now); a.Node != "1" {
-		t.Fatalf("first join: node %s, want 1", a.Node)
-	}
-	m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", Clients: 1, MaxClients: 1}, seen: now}
-	if a := m.Assign(req, now); a.Node != "2" {
-		t.Fatalf("join again once node 1 is full: node %s, want 2", a.Node)
+	// A client given node 1 before joins again: it keeps node 1 while
+	// node 1 has room for it, counting its own old connection, which the
+	// heartbeat's Clients includes until the heartbeat after its leave (a
+	// tab reloading on a node at MaxClients); it moves once node 1 is full
+	// without it. Before, its own connection counted: the reloading tab
+	// was moved to another node.
+	for _, tc := range []struct {
+		name    string
+		clients int // node 1's heartbeat, MaxClients 2
+		placed  int // clients placed on node 1 since
+		want    string
+	}{
+		{"room", 1, 0, "1"},
+		{"at MaxClients with the client itself", 2, 0, "1"},
+		{"full with one placed since", 2, 1, "2"},
+		{"full without the client", 1, 2, "2"},
+	} {
+		t.Run("joins again: "+tc.name, func(t *testing.T) {
+			m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+			now := time.Now()
+			m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", MaxClients: 2}, seen: now}
+			m.nodes["2"] = &nodeState{info: NodeInfo{ID: "2", Site: "b", MaxClients: 2}, seen: now}
+			req := JoinRequest{Session: "s", Client: "u1", Site: "a"}
+			if a := m.Assign(req, now); a.Node != "1" {
+				t.Fatalf("first join: node %s, want 1", a.Node)
+			}
+			m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", Clients: tc.clients, MaxClients: 2}, pending: tc.placed, seen: now}
+			if a := m.Assign(req, now); a.Node != tc.want {
+				t.Fatalf("join again with node 1 at %d clients of 2, %d placed since: node %s, want %s", tc.clients, tc.placed, a.Node, tc.want)
+			}
+		})
 	}
 }

@@ -285,3 +285,45 @@ func TestSingleNodeBusyRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestRejoinKeepsFullNode: a client on a node at Config.MaxClients that
+// leaves and joins again at once (a tab reloading) is placed on the same
+// node, though the node's heartbeat still counts its old connection.
+// Before, the manager counted it and took the node as full for the client,
+// which was moved to another node.
+func TestRejoinKeepsFullNode(t *testing.T) {
+	c := startClusterWith(t, func(i int, cfg *Config) {
+		cfg.Heartbeat = 2 * time.Second // the manager's count lags the leave
+		if i == 0 {
+			cfg.MaxClients = 1
+		}
+	}, "a", "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dial := func() (*Client, []string) {
+		var placed []string
+		cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "tab"), Session: "s1", Client: "tab", Site: "a", ICEAddresses: loopback, VideoSlots: 1,
+			placed: func(a Assignment) { placed = append(placed, a.Node) }})
+		if err != nil {
+			t.Fatalf("client at site a (placements %v): %v", placed, err)
+		}
+		return cl, placed
+	}
+	cl, placed := dial()
+	if cl.Node != "1" {
+		t.Fatalf("first join: node %s after placements %v, want 1", cl.Node, placed)
+	}
+	mgr := c.nodes[0].mgr
+	waitFor(t, "the manager to have node 1's heartbeat with its client", func() bool {
+		mgr.mu.Lock()
+		defer mgr.mu.Unlock()
+		ns := mgr.nodes["1"]
+		return ns != nil && ns.info.Clients == 1
+	})
+	cl.Close()
+	cl, placed = dial()
+	defer cl.Close()
+	if cl.Node != "1" || !slices.Equal(placed, []string{"1"}) {
+		t.Fatalf("join again after a leave: node %s after placements %v; want node 1 at once", cl.Node, placed)
+	}
+}
