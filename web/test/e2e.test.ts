@@ -944,6 +944,9 @@ describe('token renewal at the end of a sign-in', () => {
     const before = states.filter(([, at]) => at < exp);
     expect(before.map(([s]) => s), 'no reconnection before the end').toEqual([]);
     expect(asked.filter((at) => at < exp).length, 'the first token and one renewal').toBe(2);
+    // and then the page says why it cannot go on
+    await waitFor('failed', async () => (await p.getAttribute('#xr-status', 'data-state')) === 'failed', 30_000);
+    expect(await p.textContent('#xr-error')).toMatch(/stored sign-in token was refused/);
   });
 });
 
