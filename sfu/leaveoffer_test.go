@@ -69,3 +69,35 @@ func TestLeaveDuringOfferTakesEffect(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaveAfterFailedStartKeepsError: when making a client's connection
+// fails (here its offer has no DTLS fingerprint) and a leave of the client
+// came meanwhile, the offer's error says both: that the client left, and
+// why its connection failed. Before, it said only that the client left.
+func TestLeaveAfterFailedStartKeepsError(t *testing.T) {
+	c := startCluster(t, "a")
+	n := c.nodes[0]
+	nc := c.conn(t, "client")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const key = "s1/u1"
+	n.joinStage = func(k, s string) {
+		if k == key && s == stageStartFailed {
+			if rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "leave", Session: "s1", Client: "u1"}); err != nil || rep.Op != "ok" {
+				t.Errorf("leave during the offer: %+v, %v; want ok", rep, err)
+			}
+		}
+	}
+	var lines []string
+	for _, l := range strings.Split(recvOffer(t, 1), "\r\n") {
+		if !strings.HasPrefix(l, "a=fingerprint:") {
+			lines = append(lines, l)
+		}
+	}
+	rep, err := requestSignal(ctx, nc, subjectSignal(n.ID()), Signal{Op: "offer", Session: "s1", Client: "u1", SDP: strings.Join(lines, "\r\n")})
+	if err == nil || !strings.Contains(rep.Error, "left while its offer was handled") || !strings.Contains(rep.Error, "fingerprint") {
+		t.Fatalf("offer without a fingerprint whose client left meanwhile: %s %q; want an error saying the client left and why its connection failed", rep.Op, rep.Error)
+	}
+	t.Logf("error: %s", rep.Error)
+	waitFor(t, "no peer for the client that left", func() bool { return !hasPeer(n, key) })
+}

@@ -74,8 +74,9 @@ type Node struct {
 	// expired and purging it, with n.mu not held (tests).
 	expiring func(id string)
 	// joinStage, if set, is called by join with the client's key at
-	// stageRegister (its peer not registered yet) and stageAnswer (its
-	// connection made, the answer not returned yet), n.mu not held (tests).
+	// stageRegister (its peer not registered yet), stageAnswer (its
+	// connection made, the answer not returned yet) and stageStartFailed
+	// (making its connection failed), n.mu not held (tests).
 	joinStage func(key, stage string)
 
 	// hbMu orders heartbeats before the leave announcement: once Close

@@ -227,9 +227,17 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int, t
 	n.mu.Unlock()
 	sdp, err := p.start(offer)
 	if err != nil {
+		if n.joinStage != nil {
+			n.joinStage(key, stageStartFailed)
+		}
 		p.close()
 		if n.offerLeft(tok) {
-			return "", fmt.Errorf("sfu: client %s left while its offer was handled; its connection closed (%w)", key, errLeft)
+			if errors.Is(err, errLeft) {
+				return "", fmt.Errorf("sfu: client %s left while its offer was handled; its connection closed (%w)", key, errLeft)
+			}
+			// the start failed for its own reason too: say it, or the
+			// client hears only that it left
+			return "", fmt.Errorf("sfu: client %s left while its offer was handled; its connection closed (%w), and making it failed: %w", key, errLeft, err)
 		}
 		return "", fmt.Errorf("sfu: client %s: %w", key, err)
 	}
@@ -248,8 +256,9 @@ func (n *Node) join(session, client, offer, estimator string, pointClouds int, t
 
 // join's stages for Node.joinStage (tests).
 const (
-	stageRegister = "register"
-	stageAnswer   = "answer"
+	stageRegister    = "register"
+	stageAnswer      = "answer"
+	stageStartFailed = "start failed" // its connection failed to start
 )
 
 // offerLeft reports whether a leave came for the offer of tok.
