@@ -113,26 +113,7 @@ func TestSFUDuplicateID(t *testing.T) {
 // a WebSocket URL with a host a remote client can dial, not [::].
 func TestSFUAnnouncesReachableWebSocket(t *testing.T) {
 	b, keys := tokenBus(t)
-	watch, err := b.Connect("watch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer watch.Close()
-	hbs := make(chan sfu.NodeInfo, 16)
-	if _, err := watch.Subscribe("sfu.nodes", func(m *nats.Msg) {
-		var info sfu.NodeInfo
-		if json.Unmarshal(m.Data, &info) == nil && info.ID == "7" && !info.Leaving {
-			select {
-			case hbs <- info:
-			default:
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	hbs := heartbeats(t, b, "7", 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -296,26 +277,7 @@ func TestSFUMaxClients(t *testing.T) {
 func sfuHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 	t.Helper()
 	b, keys := tokenBus(t)
-	watch, err := b.Connect("watch")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(watch.Close)
-	hbs := make(chan sfu.NodeInfo, 1)
-	if _, err := watch.Subscribe("sfu.nodes", func(m *nats.Msg) {
-		var info sfu.NodeInfo
-		if json.Unmarshal(m.Data, &info) == nil && info.ID == "9" && !info.Leaving {
-			select {
-			case hbs <- info:
-			default:
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	hbs := heartbeats(t, b, "9", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -337,4 +299,31 @@ func sfuHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 		t.Fatalf("no heartbeat of node 9 (xrealm sfu %v)", args)
 	}
 	return sfu.NodeInfo{}
+}
+
+// heartbeats returns the heartbeats of SFU node id on bus b (not those of
+// its leaving), in a channel of capacity n that drops what does not fit.
+func heartbeats(t *testing.T, b *bus.Bus, id string, n int) <-chan sfu.NodeInfo {
+	t.Helper()
+	watch, err := b.Connect("watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(watch.Close)
+	hbs := make(chan sfu.NodeInfo, n)
+	if _, err := watch.Subscribe("sfu.nodes", func(m *nats.Msg) {
+		var info sfu.NodeInfo
+		if json.Unmarshal(m.Data, &info) == nil && info.ID == id && !info.Leaving {
+			select {
+			case hbs <- info:
+			default:
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return hbs
 }
