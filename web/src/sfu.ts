@@ -36,6 +36,30 @@ export interface Reply {
   op: 'answer' | 'ok' | 'error';
   sdp?: string;
   error?: string;
+  /** An error refusing for the node's load (its client or signal limit):
+   * the server says to try again (sfu/signal.go, Reply.Full). */
+  full?: boolean;
+}
+
+/** The offer's refusal; full: the node refused it for its load, so trying again later may do. */
+export class SFURefusal extends Error {
+  constructor(message: string, readonly full: boolean) {
+    super(message);
+    this.name = 'SFURefusal';
+  }
+}
+
+/** How many times in a row an offer refused as busy (full) is tried again. */
+export const BUSY_TRIES = 10;
+
+/**
+ * The wait (ms, before jitter) before trying again after the n-th busy
+ * refusal in a row (n from 1): 1 s doubling to 10 s; null after
+ * BUSY_TRIES, when the page stops trying.
+ */
+export function busyRetryMs(n: number): number | null {
+  if (!(n >= 1) || n > BUSY_TRIES) return null;
+  return Math.min(1000 * 2 ** (n - 1), 10_000);
 }
 
 export interface SlotEvent {
@@ -125,7 +149,7 @@ export class SFUConnection {
     await Promise.race([gathered(pc), closing]); // (a closed PeerConnection gathers nothing more)
     const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds, token: o.token });
     if (rep.op === 'error' && rep.error === SOCKET_CLOSED) throw new Error('the SFU connection closed before the offer was answered');
-    if (rep.op !== 'answer' || !rep.sdp) throw new Error(`SFU refused the offer: ${rep.error ?? rep.op}`);
+    if (rep.op !== 'answer' || !rep.sdp) throw new SFURefusal(`SFU refused the offer: ${rep.error ?? rep.op}`, rep.op === 'error' && rep.full === true);
     await pc.setRemoteDescription({ type: 'answer', sdp: rep.sdp });
   }
 

@@ -6,7 +6,7 @@
 // what every feature asks for, since the node does not renegotiate.
 
 import { THREE } from './aframe';
-import { SFUConnection, sfuName, sfuSession, type TrackInfo } from './sfu';
+import { BUSY_TRIES, busyRetryMs, SFUConnection, SFURefusal, sfuName, sfuSession, type TrackInfo } from './sfu';
 import type { Viewer } from './viewer';
 
 /** How long ICE may stay "disconnected" before the session rejoins. */
@@ -35,6 +35,8 @@ export class SFUSession {
   private usable: SFUFeature[] = [];
   private conn: SFUConnection | null = null;
   private retryMs = 1000;
+  /** Offers refused as busy (full) in a row. */
+  private busyTries = 0;
   private stopped = false;
   private poseTimer: ReturnType<typeof setInterval> | null = null;
   private grace: ReturnType<typeof setTimeout> | undefined;
@@ -94,8 +96,14 @@ export class SFUSession {
     try {
       await conn.connect();
       this.retryMs = 1000;
+      this.busyTries = 0;
     } catch (e) {
       if (this.conn !== conn) return; // closed meanwhile: stopped, or replaced by a newer one
+      if (e instanceof SFURefusal && e.full) {
+        this.busy(userClient, e.message);
+        return;
+      }
+      this.busyTries = 0;
       console.info('xrealm: SFU not joined:', (e as Error).message);
       this.setState(`not joined: ${(e as Error).message}`);
       this.retry(userClient);
@@ -109,6 +117,28 @@ export class SFUSession {
     if (this.stopped) return;
     const ms = this.retryMs * (0.8 + Math.random() * 0.4);
     this.retryMs = Math.min(this.retryMs * 2, 30_000);
+    setTimeout(() => this.connect(userClient), ms);
+  }
+
+  /**
+   * The node refused the offer for its load (at its client or signal
+   * limit): tries again after 1 s doubling to 10 s, saying the media
+   * server is busy, and stops after BUSY_TRIES refusals in a row.
+   */
+  private busy(userClient: string, why: string) {
+    const conn = this.conn;
+    this.conn = null;
+    conn?.close();
+    if (this.stopped) return;
+    this.busyTries++;
+    console.info('xrealm: SFU not joined, busy:', why);
+    const base = busyRetryMs(this.busyTries);
+    if (base === null) {
+      this.setState(`the media server is busy: gave up after ${BUSY_TRIES} tries; reload the page to try again`);
+      return;
+    }
+    const ms = base * (0.8 + Math.random() * 0.4);
+    this.setState(`the media server is busy; trying again in ${Math.max(1, Math.round(ms / 1000))} s (retry ${this.busyTries} of ${BUSY_TRIES})`);
     setTimeout(() => this.connect(userClient), ms);
   }
 
