@@ -10,6 +10,14 @@ export const POINTCLOUD_LABEL = 'pointcloud';
 /** The error of a request whose socket closed (or was not open). */
 const SOCKET_CLOSED = 'SFU WebSocket closed';
 
+/**
+ * How long a request waits for its reply, and the WebSocket to open: the
+ * server bounds a signal it forwards to a node at 20 s, so a reply later
+ * than this is not coming (a network that drops traffic without a word,
+ * which TCP notices only after minutes).
+ */
+export const REQUEST_TIMEOUT_MS = 25_000;
+
 /** A published track, as the node describes it (sfu.TrackInfo). */
 export interface TrackInfo {
   session: string;
@@ -107,8 +115,10 @@ export class SFUConnection {
   private ws: WebSocket | null = null;
   private pc: RTCPeerConnection | null = null;
   private dc: RTCDataChannel | null = null;
-  private pending: ((r: Reply) => void)[] = [];
+  private pending: { done: (r: Reply) => void; timer: ReturnType<typeof setTimeout> }[] = [];
   private closed = false;
+  /** connect() applied the answer: a later timeout ends the connection (onState). */
+  private joined = false;
   /** Fails connect() while the WebSocket opens (close() then). */
   private abort: ((e: Error) => void) | null = null;
   readonly slots = new Map<string, TrackInfo | undefined>();
@@ -120,18 +130,28 @@ export class SFUConnection {
     const o = this.opts;
     const ws = new WebSocket(o.url);
     this.ws = ws;
-    await new Promise<void>((res, rej) => {
-      ws.onopen = () => res();
-      ws.onerror = () => rej(new Error('the server cannot be reached; trying again'));
-      this.abort = rej;
-    });
-    this.abort = null;
+    let opening: ReturnType<typeof setTimeout> | undefined;
+    try {
+      await new Promise<void>((res, rej) => {
+        ws.onopen = () => res();
+        ws.onerror = () => rej(new Error('the server cannot be reached; trying again'));
+        this.abort = rej;
+        opening = setTimeout(() => {
+          ws.onopen = () => ws.close(); // (see close)
+          ws.onerror = null;
+          rej(new Error(`the SFU WebSocket did not open within ${REQUEST_TIMEOUT_MS / 1000} s`));
+        }, REQUEST_TIMEOUT_MS);
+      });
+    } finally {
+      clearTimeout(opening);
+      this.abort = null;
+    }
     let socketClosed!: () => void;
     const closing = new Promise<void>((res) => (socketClosed = res));
     ws.onmessage = (e) => this.onMessage(String(e.data));
     ws.onclose = () => {
       socketClosed();
-      for (const p of this.pending.splice(0)) p({ op: 'error', error: SOCKET_CLOSED });
+      this.failPending(SOCKET_CLOSED);
       if (!this.closed) o.onState?.('closed'); // signalling is gone: the node drops the peer
     };
     const pc = new RTCPeerConnection();
@@ -149,8 +169,10 @@ export class SFUConnection {
     await Promise.race([gathered(pc), closing]); // (a closed PeerConnection gathers nothing more)
     const rep = await this.request({ op: 'offer', session: o.session, client: o.client, sdp: pc.localDescription!.sdp, pointclouds: o.pointClouds, token: o.token });
     if (rep.op === 'error' && rep.error === SOCKET_CLOSED) throw new Error('the SFU connection closed before the offer was answered');
+    if (rep.op === 'error' && rep.error === timeoutError('offer')) throw new Error(rep.error);
     if (rep.op !== 'answer' || !rep.sdp) throw new SFURefusal(`SFU refused the offer: ${rep.error ?? rep.op}`, rep.op === 'error' && rep.full === true);
     await pc.setRemoteDescription({ type: 'answer', sdp: rep.sdp });
+    this.joined = true;
   }
 
   /** Sends the camera pose (the allocator ranks publishers by it). */
@@ -188,6 +210,7 @@ export class SFUConnection {
 
   close() {
     this.closed = true;
+    this.failPending(SOCKET_CLOSED); // (their timers too)
     const o = this.opts;
     const ws = this.ws;
     if (ws?.readyState === WebSocket.CONNECTING) {
@@ -209,15 +232,43 @@ export class SFUConnection {
    * Sends s and resolves with its reply, or with an error reply at once
    * when the socket is not open (closing or closed: what is sent then is
    * dropped, and its close event, which fails the pending requests, may
-   * have come already).
+   * have come already), or after REQUEST_TIMEOUT_MS without a reply (see
+   * timedOut).
    */
   private request(s: Signal): Promise<Reply> {
     const ws = this.ws;
     if (ws?.readyState !== WebSocket.OPEN) return Promise.resolve({ op: 'error', error: SOCKET_CLOSED });
-    return new Promise((res) => {
-      this.pending.push(res);
+    return new Promise((done) => {
+      const timer = setTimeout(() => this.timedOut(s.op), REQUEST_TIMEOUT_MS);
+      this.pending.push({ done, timer });
       ws.send(JSON.stringify(s));
     });
+  }
+
+  /**
+   * A request had no reply in time: the signalling is taken for lost.
+   * Replies come in order, so a late one could not be told from the next
+   * request's: every pending request fails with the timeout, the socket is
+   * closed, and a joined connection ends (onState "closed: …"; the offer's
+   * timeout fails connect instead).
+   */
+  private timedOut(op: Signal['op']) {
+    const error = timeoutError(op);
+    const ws = this.ws;
+    if (ws) {
+      ws.onmessage = null;
+      ws.onclose = null; // a dead network's close can take long: this is the end
+      ws.close();
+    }
+    this.failPending(error);
+    if (this.joined && !this.closed) this.opts.onState?.(`closed: ${error}`);
+  }
+
+  private failPending(error: string) {
+    for (const p of this.pending.splice(0)) {
+      clearTimeout(p.timer);
+      p.done({ op: 'error', error });
+    }
   }
 
   private onMessage(text: string) {
@@ -235,8 +286,15 @@ export class SFUConnection {
     }
     // Replies come in the order of the signals.
     const p = this.pending.shift();
-    if (p) p(m as Reply);
+    if (p) {
+      clearTimeout(p.timer);
+      p.done(m as Reply);
+    }
   }
+}
+
+function timeoutError(op: Signal['op']): string {
+  return `the SFU did not answer the ${op} within ${REQUEST_TIMEOUT_MS / 1000} s`;
 }
 
 /** Waits until ICE gathering completes: the node takes a complete offer (no trickle). */

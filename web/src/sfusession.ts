@@ -87,7 +87,8 @@ export class SFUSession {
         // ICE often recovers from "disconnected" (a blip on Wi-Fi): rejoin,
         // which drops every stream, only when it lasts
         if (s === 'disconnected') this.grace = setTimeout(() => this.conn === conn && this.retry(userClient), DISCONNECTED_GRACE_MS);
-        if (s === 'failed' || s === 'closed') this.retry(userClient);
+        // ("closed: …": a request had no reply in time)
+        if (s === 'failed' || s === 'closed' || s.startsWith('closed:')) this.retry(userClient);
       },
     });
     this.conn = conn;

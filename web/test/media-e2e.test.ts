@@ -379,6 +379,77 @@ describe('audio and video', () => {
     await b.context().close();
   }, 300_000);
 
+  /**
+   * Opens a page whose SFU WebSocket goes through drop(signal): true keeps
+   * the page's signal from the real server (reply, if any, is the
+   * caller's); window.statesSeen records each state its media panel had.
+   */
+  async function openRouted(scene: string, drop: (s: any, page: (r: object) => void) => boolean): Promise<Page> {
+    const ctx = await browser.newContext({ viewport: { width: 800, height: 450 }, permissions: ['camera', 'microphone'] });
+    const page = await ctx.newPage();
+    await page.routeWebSocket(/\/sfu\/ws/, (ws) => {
+      const server = ws.connectToServer();
+      ws.onMessage((m) => {
+        if (!drop(JSON.parse(String(m)), (r) => ws.send(JSON.stringify(r)))) server.send(m);
+      });
+    });
+    // the page keeps every state its media panel showed, not only the last
+    await page.addInitScript(() => {
+      const seen: string[] = ((window as any).statesSeen = []);
+      setInterval(() => {
+        const s = (window as any).xrealm?.media?.stats().state;
+        if (s && seen[seen.length - 1] !== s) seen.push(s);
+      }, 20);
+    });
+    await page.goto(`${srv.url}/public/${scene}?quality=low&pointclouds=0`);
+    await page.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    return page;
+  }
+  const statesSeen = (p: Page) => p.evaluate(() => (window as any).statesSeen as string[]);
+
+  it('an offer refused as busy (full: the node is at its limit) is tried again after a backoff, the page saying the media server is busy', async () => {
+    let busy = 2;
+    const page = await openRouted('media-busy', (s, reply) => {
+      if (s.op !== 'offer' || busy === 0) return false;
+      busy--;
+      reply({ op: 'error', full: true, error: `sfu node 1 is busy: 1 clients, at most 1; ${JSON.stringify(s.client)} refused, try again` });
+      return true;
+    });
+    await waitFor('joined the SFU after the busy refusals', () => page.evaluate(() => (window as any).xrealm.media?.stats().state === 'connected'), 60_000);
+    expect(busy).toBe(0);
+    const states = await statesSeen(page);
+    expect(states.some((s) => /^the media server is busy; trying again in \d+ s \(retry 1 of \d+\)$/.test(s)), JSON.stringify(states)).toBe(true);
+    expect(states.some((s) => /^the media server is busy; trying again in \d+ s \(retry 2 of \d+\)$/.test(s)), JSON.stringify(states)).toBe(true);
+    await page.context().close();
+  }, 120_000);
+
+  it('an offer the network drops without a word times out, the page saying so, and is tried again', async () => {
+    let dropped = 0;
+    const page = await openRouted('media-timeout', (s) => s.op === 'offer' && dropped++ === 0);
+    await waitFor('joined the SFU after the timeout', () => page.evaluate(() => (window as any).xrealm.media?.stats().state === 'connected'), 60_000);
+    const states = await statesSeen(page);
+    expect(states, JSON.stringify(states)).toContain('not joined: the SFU did not answer the offer within 25 s');
+    expect(dropped).toBe(2);
+    await page.context().close();
+  }, 120_000);
+
+  it('a pose the network drops without a word times out, ending the connection, and the page rejoins', async () => {
+    // the first connection's poses go nowhere; the next one's pass
+    let offers = 0;
+    let dropped = 0;
+    const page = await openRouted('media-pose-timeout', (s) => {
+      if (s.op === 'offer') offers++;
+      if (s.op !== 'pose' || offers !== 1) return false;
+      dropped++;
+      return true;
+    });
+    await waitFor('rejoined the SFU after the timeout', async () => offers === 2 && (await page.evaluate(() => (window as any).xrealm.media?.stats().state === 'connected')), 90_000);
+    const states = await statesSeen(page);
+    expect(states, JSON.stringify(states)).toContain('closed: the SFU did not answer the pose within 25 s');
+    expect(dropped).toBeGreaterThan(0);
+    await page.context().close();
+  }, 150_000);
+
   it('rejoins the SFU as its own client when another tab of the browser took the cookie', async () => {
     // Two tabs of one browser share the mqtt_token cookie, which holds the
     // token the later tab was issued. A token binds its holder to its own
