@@ -28,6 +28,8 @@ export interface BusHandlers {
 }
 
 const MAX_BACKOFF_S = 30;
+/** Invalid messages logged in full; after them only a count at 10, 100, 1000 … */
+const INVALID_WARNINGS = 5;
 /** How often a connected bus looks whether its WebSocket is still open. */
 const SOCKET_CHECK_MS = 250;
 /** A token is renewed this long before it expires, or a fifth of its lifetime before when that is shorter. */
@@ -302,7 +304,7 @@ export class Bus {
       if (!(e instanceof ProtocolError)) throw e;
       this.invalid++;
       const text = new TextDecoder().decode(payload.slice(0, 200));
-      console.warn(`xrealm: ignored an invalid message on ${topic}: ${e.message}; payload ${JSON.stringify(text)}`);
+      this.warnInvalid(`xrealm: ignored an invalid message on ${topic}: ${e.message}; payload ${JSON.stringify(text)}`);
       return;
     }
     // Messages addressed to another client are not ours.
@@ -310,8 +312,30 @@ export class Bus {
     try {
       this.h.onMessage(t, m);
     } catch (e) {
-      this.invalid++;
-      console.warn(`xrealm: a message on ${topic} could not be applied:`, e);
+      this.notApplied(topic, e);
+    }
+  }
+
+  /** A message (its topic, or its object id) that could not be applied was dropped: counted and logged as invalid. */
+  notApplied(where: string, e: unknown) {
+    this.invalid++;
+    this.warnInvalid(`xrealm: a message on ${where} could not be applied:`, e);
+  }
+
+  /**
+   * Logs the invalid message this.invalid counts: the first
+   * INVALID_WARNINGS in full, then one line at each power of ten (10, 100,
+   * 1000 …) with the count and the last one, so that a client sending
+   * invalid messages by the thousand does not flood the console.
+   */
+  private warnInvalid(what: string, err?: unknown) {
+    const n = this.invalid;
+    if (n <= INVALID_WARNINGS) {
+      const more = n === INVALID_WARNINGS ? ' (more are counted in xrealm.bus.invalid, and logged at 10, 100, 1000 … of them)' : '';
+      if (err === undefined) console.warn(what + more);
+      else console.warn(what + more, err);
+    } else if (powerOfTen(n)) {
+      console.warn(`xrealm: ${n} invalid messages ignored so far; the last: ${what}${err === undefined ? '' : ` ${err}`}`);
     }
   }
 
@@ -362,4 +386,10 @@ export class Bus {
     }
     c?.end(false);
   }
+}
+
+function powerOfTen(n: number): boolean {
+  let p = 10;
+  while (p < n) p *= 10;
+  return p === n;
 }

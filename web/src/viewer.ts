@@ -230,11 +230,11 @@ export async function startViewer(ns: string, scene: string, mode: 'view' | 'edi
       // older snapshot undo them).
       if (g !== generation) return;
       for (const m of buffer) {
-        // one that cannot be applied is dropped, as a live one is (Bus.receive)
+        // one that cannot be applied is dropped, as a live one is (Bus.receive), and counted and logged as one
         try {
           model.apply(m);
         } catch (e) {
-          console.warn(`xrealm: a message on ${m.object_id} could not be applied:`, e);
+          bus.notApplied(m.object_id, e);
         }
       }
       buffer = [];

@@ -1108,6 +1108,21 @@ describe('interest management', () => {
 });
 
 describe('objects', () => {
+  it('a client spamming invalid messages gets a few console warnings, then counts', async () => {
+    const a = await open('/public/objects');
+    expectConsole(a, /invalid message/);
+    const topic = 'realm/s/public/objects/o/pyClient-000001/spam';
+    for (let i = 0; i < 120; i++) await bot.publishAsync(topic + i, '{not json', { qos: 0 });
+    await publish('objects', { object_id: 'after-spam', action: 'create', type: 'object', data: { object_type: 'box', position: { x: 0, y: 1, z: -9 } } }, 0);
+    await a.waitForSelector('[data-object-id="after-spam"]', { state: 'attached' });
+    await waitFor('every invalid message counted', () => a.evaluate(() => (window as any).xrealm.bus.invalid >= 120));
+    const said = warnings.get(a)!.filter((w) => w.includes('invalid message'));
+    // five in full (the fifth says that more are counted), then one line at 10 and at 100
+    expect(said.filter((w) => w.startsWith('warning: xrealm: ignored an invalid message on ')).length, said.join('\n')).toBe(5);
+    expect(said[4]).toContain('more are counted in xrealm.bus.invalid');
+    expect(said.slice(5).map((w) => w.match(/xrealm: (\d+) invalid messages ignored so far/)?.[1]), said.join('\n')).toEqual(['10', '100']);
+  }, 60_000);
+
   it('a third client creates persisted objects; pages render them, and a later page too', async () => {
     const a = await open('/public/objects', { width: 640, height: 400 });
     const b = await open('/public/objects', { width: 640, height: 400 });
