@@ -76,14 +76,18 @@ export async function startServer(opts: { nats?: boolean; args?: string[] } = {}
   const dist = join(WEB_DIR, 'dist');
   if (!existsSync(join(dist, 'index.html'))) throw new Error(`web client not built (${dist}): run npm run build`);
   const dataDir = mkdtempSync(join(tmpdir(), 'xrealm-web-test-'));
-  const [http, mq, nats] = [await freePort(), await freePort(), opts.nats ? await freePort() : 0];
-  const args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
-    '--https-addr', '', '--mqtts-addr', '', '--nats-addr', nats ? `127.0.0.1:${nats}` : '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
-    '--name', 'webtest', '--log-level', 'info', ...(opts.args ?? [])];
+  let http = 0, mq = 0, nats = 0, args: string[] = [], url = '';
+  /** Picks free ports for the listeners (again after one was taken meanwhile). */
+  const pickPorts = async () => {
+    [http, mq, nats] = [await freePort(), await freePort(), opts.nats ? await freePort() : 0];
+    args = ['serve', '--data', dataDir, '--http-addr', `127.0.0.1:${http}`, '--mqtt-addr', `127.0.0.1:${mq}`,
+      '--https-addr', '', '--mqtts-addr', '', '--nats-addr', nats ? `127.0.0.1:${nats}` : '', '--nats-ws-addr', '', '--mqtt-ws-addr', '', '--ubiq-addr', '', '--ubiq-wss-addr', '',
+      '--name', 'webtest', '--log-level', 'info', ...(opts.args ?? [])];
+    url = `http://127.0.0.1:${http}`;
+  };
   let proc!: ChildProcess;
   let out = '';
   let exited = false;
-  const url = `http://127.0.0.1:${http}`;
   /** Starts the process on the ports above and waits until it answers. */
   const launch = async () => {
     proc = spawn(bin, args, { env: { ...process.env, XREALM_WEB_DIR: dist }, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -119,7 +123,19 @@ export async function startServer(opts: { nats?: boolean; args?: string[] } = {}
     });
     exited = true;
   };
-  await launch();
+  // A port found free can be taken before the server binds it (by another
+  // test file's server, or as the local port of any outgoing connection):
+  // then the server exits at once, and it is started again on other ports.
+  for (let attempt = 1; ; attempt++) {
+    await pickPorts();
+    try {
+      await launch();
+      break;
+    } catch (e) {
+      if (attempt >= 5 || !/address already in use/.test(String(e))) throw e;
+      out = '';
+    }
+  }
   const root = await fetch(`${url}/`);
   if (!root.ok || !(await root.text()).includes('/assets/')) {
     await kill();
