@@ -26,9 +26,8 @@ import (
 // nodes refused for load are asked again after the backoff (they were
 // busy, not failed; a single node's 64 signal slots fill when every tab
 // offers at once after a restart), and a placement that ends so ends
-// with the last refusal's error (errNodeFull, Reply.Full): before, the
-// client heard that no node was available, the node having "failed" it.
-// A signal waits at most offerTimeout for its node, a join request joinRequestTimeout for the manager, and the
+// with the last refusal's error (errNodeFull, Reply.Full), not with "no
+// node is available". A signal waits at most offerTimeout for its node, a join request joinRequestTimeout for the manager, and the
 // whole placement at most placementTimeout.
 const (
 	joinAttempts       = 5

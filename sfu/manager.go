@@ -90,15 +90,14 @@ type nodeState struct {
 // (NodeInfo.MaxClients), counting those placed there since its heartbeat.
 // Such a node would refuse the client (Reply.Full), which would then ask
 // again, excluding it: Assign places clients on it only when no other
-// node has room. Before, the manager did not know a node's bound and
-// placed clients on a full node as on any other.
+// node has room.
 func (ns *nodeState) full() bool { return ns.fullBut(0) }
 
 // fullBut is full with own of the clients counted left out: a client
 // placed on the node before, joining again (a tab reloading), may still
 // be counted in the heartbeat's Clients, which lags its leave by up to a
-// heartbeat; it is not one more client. Before, it counted, and a tab
-// reloading on a node at MaxClients was moved to another node.
+// heartbeat; it is not one more client (a tab reloading on a node at
+// MaxClients stays there).
 func (ns *nodeState) fullBut(own int) bool {
 	return ns.info.MaxClients > 0 && ns.info.Clients+ns.pending-own >= ns.info.MaxClients
 }

@@ -354,9 +354,7 @@ func (n *Node) endOffer(key string, tok *offerToken) {
 // leaveOffers marks the offers of key (session/client) in flight as left, and
 // returns its peer, or nil, for the caller to close. An offer taken
 // before the leave then makes no peer, or closes the one it made, and
-// answers with an error (join). Before, a leave that came while the offer
-// was handled found no peer yet and was lost: the peer, made after it,
-// stayed until liveness removed it.
+// answers with an error (join).
 func (n *Node) leaveOffers(key string) *peer {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -728,8 +726,6 @@ func (n *Node) signalNode(ctx context.Context, subject string, s Signal) (Reply,
 // this node, as handleSignal does those of the bus: an offer takes one of
 // the maxSignalsInFlight signal slots the bus's take, and is refused (Full)
 // when none is free; a leave, ping, pose or stats is handled at once.
-// Before, these went straight to Signal, bounded only by MaxClients, so
-// a flood of WebSocket offers could occupy the node however busy it was.
 func (n *Node) signalOwn(s Signal) Reply {
 	switch s.Op {
 	case "ping", "pose", "stats", "leave":

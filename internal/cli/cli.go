@@ -154,9 +154,10 @@ const exitStdoutClosed = 128 + int(syscall.SIGPIPE)
 
 // stopWhenOutputCloses returns a context that ends when the process's
 // standard output or error is found closed (its reader gone: xrealm bots |
-// head; not for a server, see command.server), so that the command stops as it does on an interrupt (bots
-// disconnect, a bench stops the servers it started and removes its
-// temporary files) instead of being killed by SIGPIPE at its next write.
+// head; not for a server, see command.server), so that the command stops
+// as it does on an interrupt (bots disconnect, a bench stops the servers it
+// started and removes its temporary files) instead of being killed by
+// SIGPIPE at its next write.
 // Call closed when the command has returned: it reports whether that
 // happened, the command's last write included, and ends the watch. Until
 // then SIGPIPE does not kill the process: a write to the closed output
@@ -193,7 +194,7 @@ func stopWhenOutputCloses(parent context.Context, stderr io.Writer) (ctx context
 	return ctx, func() bool {
 		// The SIGPIPE of the command's last write may not have reached
 		// sig yet (os/signal hands signals over on a goroutine of its
-		// own): the process exited 0 where a broken pipe had killed it.
+		// own).
 		flushSignals()
 		close(stop)
 		<-done
@@ -247,8 +248,7 @@ func outputClosed() bool { return readerGone(1, 2) }
 // has gone (poll says POLLERR or POLLHUP). Nothing else counts: a terminal
 // that hung up (the SSH session of a disowned xrealm serve ended) reports
 // POLLHUP too, though no reader left and a write to it never raises
-// SIGPIPE; taken for a closed pipe, it made the first SIGPIPE from a client
-// connection reset stop the command.
+// SIGPIPE.
 func readerGone(fds ...int) bool {
 	pfds := make([]unix.PollFd, 0, len(fds))
 	for _, fd := range fds {

@@ -50,9 +50,8 @@ type Config struct {
 // slots, with bursts of up to a second's worth. A subscriber losing 10 %
 // of 30 Mbit/s of point clouds is repaired within it; one that NACKs
 // everything (a buggy or hostile client) costs the node no more than
-// this. Before, NACKs were answered without bound: each is a buffer copy,
-// an SRTP encryption and a write, so such a subscriber cost the node CPU
-// in proportion to what it asked.
+// this in retransmissions (each a buffer copy, an SRTP encryption and a
+// write).
 const RetransmitBytesPerSecond = 1_000_000
 
 // RetransmitBudget is a token bucket of retransmitted bytes, shared by a
