@@ -15,7 +15,7 @@ import (
 	"syscall"
 )
 
-// name is the pattern of a temporary name: prefix, "pid", the pid of the
+// pattern is the pattern of a temporary name: prefix, "pid", the pid of the
 // process that made it, "-", and os.MkdirTemp's random part.
 func pattern(prefix string) string {
 	return fmt.Sprintf("%spid%d-*", prefix, os.Getpid())
