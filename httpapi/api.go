@@ -109,8 +109,12 @@ const MaxUserClientLen = 256
 // does. It takes ARENA's form fields: username, id_auth ("anonymous" for an
 // anonymous user), realm, scene ("ns/scene"), userclient, camid, handleftid,
 // handrightid. A caller that sends a valid token (Bearer or cookie) is
-// signed in as that token's user; otherwise the request is anonymous and
-// allowed only where the scene allows anonymous users.
+// signed in as that token's user; one without a token is anonymous and
+// allowed only where the scene allows anonymous users. A token that is not
+// valid, or an Authorization header that carries no Bearer token
+// (RequestToken), is refused with 401, except with id_auth=anonymous: such
+// a request asks as an anonymous user, and its credentials, whatever they
+// are, are not read.
 //
 // The token issued has the rights the scene's settings give the user
 // (whatever rights the presented token carried, in whatever scene), and
@@ -163,7 +167,16 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	user, anonymous := "", true
 	ttl := a.cfg.TokenTTL
-	if tok := RequestToken(r); tok != "" && f.Get("id_auth") != "anonymous" {
+	tok := ""
+	if f.Get("id_auth") != "anonymous" { // an anonymous request's credentials are not read
+		var err error
+		if tok, err = RequestToken(r); err != nil {
+			a.cfg.Access.Refused(r, err)
+			writeError(w, http.StatusUnauthorized, err.Error())
+			return
+		}
+	}
+	if tok != "" {
 		cl, err := a.cfg.Access.Keys.Verify(tok)
 		if err != nil {
 			a.cfg.Access.Refused(r, err)
@@ -335,7 +348,12 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	tok := RequestToken(r)
+	tok, err := RequestToken(r)
+	if err != nil {
+		a.cfg.Access.Refused(r, err)
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
 	if tok == "" {
 		msg := "changing the settings of scene " + ns + "/" + scene + " needs a token of user " + quote(ns) + " (Bearer header or mqtt_token cookie)"
 		a.cfg.Access.Refused(r, errors.New(msg))

@@ -78,9 +78,23 @@ func FuzzTokenAllows(f *testing.F) {
 }
 
 // FuzzRequestToken: the token of a request is what follows "Bearer " (in
-// any case) in its Authorization header (trimmed), else its mqtt_token
-// cookie.
+// any case, trimmed) in its Authorization header. A header that holds no
+// such token is refused with 401, and the refusal is one of a few fixed
+// texts, but for the name of the header's scheme: it quotes none of the
+// header's credentials.
 func FuzzRequestToken(f *testing.F) {
+	request := func(authz, cookie string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/", nil)
+		r.Header.Set("Authorization", authz)
+		r.Header.Set("Cookie", cookie)
+		return r
+	}
+	refusals := map[string]bool{} // the refusals, with "Basic" for a quoted scheme
+	for _, h := range []string{"", "x", "Bearer", "Basic x", "/ x"} {
+		if _, err := RequestToken(request(h, "")); err != nil {
+			refusals[err.Error()] = true
+		}
+	}
 	f.Add("Bearer abc.def.ghi", "")
 	f.Add("Bearer  spaced ", "mqtt_token=c")
 	f.Add("Basic dXNlcjpwdw==", "mqtt_token=c; other=d")
@@ -88,23 +102,30 @@ func FuzzRequestToken(f *testing.F) {
 	f.Add("bearer x", "mqtt_token=")
 	f.Add("BEARER y", "mqtt_token=c")
 	f.Add("Bearer", "mqtt_token=c")
+	f.Add("Bearer\t", "")
+	f.Add("Token abc", "")
+	f.Add("abc.def.ghi", "")
+	f.Add("send", "")
+	f.Add("\"quoted\" secret", "")
 	f.Fuzz(func(t *testing.T, authz, cookie string) {
-		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header.Set("Authorization", authz)
-		r.Header.Set("Cookie", cookie)
-		got := RequestToken(r)
-		if h := r.Header.Get("Authorization"); len(h) >= 7 && strings.EqualFold(h[:7], "Bearer ") {
-			if want := strings.TrimSpace(h[len("Bearer "):]); got != want {
-				t.Fatalf("Authorization %q: token %q, want %q", h, got, want)
+		got, err := RequestToken(request(authz, cookie))
+		h := strings.TrimSpace(authz)
+		i := strings.IndexAny(h, " \t")
+		if i < 0 || !strings.EqualFold(h[:i], "Bearer") {
+			if err == nil || got != "" || statusOf(err) != http.StatusUnauthorized {
+				t.Fatalf("Authorization %q: token %q, %v; want a 401 refusal", authz, got, err)
+			}
+			msg := err.Error()
+			if i > 0 {
+				msg = strings.Replace(msg, quote(h[:i]), quote("Basic"), 1)
+			}
+			if !refusals[msg] {
+				t.Fatalf("Authorization %q: the refusal %q is none of RequestToken's texts", authz, err)
 			}
 			return
 		}
-		want := ""
-		if c, err := r.Cookie(CookieName); err == nil {
-			want = c.Value
-		}
-		if got != want {
-			t.Fatalf("Authorization %q, Cookie %q: token %q, want %q", authz, cookie, got, want)
+		if want := strings.TrimSpace(h[i+1:]); err != nil || got != want {
+			t.Fatalf("Authorization %q: token %q, %v; want %q", authz, got, err, want)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -17,17 +18,65 @@ import (
 // CookieName is the cookie that carries a token, as in ARENA.
 const CookieName = "mqtt_token"
 
-// RequestToken returns the token a request carries, from an
-// "Authorization: Bearer" header (the scheme in any case, as RFC 9110
-// has it: "bearer" too) or the mqtt_token cookie; "" if none.
-func RequestToken(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); len(h) >= len("Bearer ") && strings.EqualFold(h[:len("Bearer ")], "Bearer ") {
-		return strings.TrimSpace(h[len("Bearer "):])
+// RequestToken returns the token a request carries: the one of its
+// "Authorization: Bearer <token>" header (the scheme in any case, as RFC
+// 9110 has it: "bearer" too), else its mqtt_token cookie's; "" if it has
+// neither. An Authorization header is the request's credentials, even
+// beside the cookie: one that carries no Bearer token (another scheme
+// such as Basic, a bare token, Bearer with nothing after it, an empty
+// header, or more than one Authorization header) is an error that says
+// what xrealm takes, with HTTPStatus 401 (it wraps ErrUnauthenticated),
+// rather than a request without a token. The error never holds the
+// header's credentials.
+func RequestToken(r *http.Request) (string, error) {
+	hs := r.Header.Values("Authorization")
+	switch len(hs) {
+	case 0:
+		if c, err := r.Cookie(CookieName); err == nil {
+			return c.Value, nil
+		}
+		return "", nil
+	case 1:
+	default:
+		return "", wrap(ErrUnauthenticated, fmt.Sprintf("the request has %d Authorization headers: send one, %s", len(hs), takesToken))
 	}
-	if c, err := r.Cookie(CookieName); err == nil {
-		return c.Value
+	h := strings.TrimSpace(hs[0])
+	if h == "" {
+		return "", wrap(ErrUnauthenticated, "the Authorization header is empty: leave it out, or send "+takesToken)
 	}
-	return ""
+	i := strings.IndexAny(h, " \t")
+	if i < 0 {
+		if strings.EqualFold(h, "Bearer") {
+			return "", wrap(ErrUnauthenticated, "the Authorization header is Bearer with no token: send "+takesToken)
+		}
+		return "", wrap(ErrUnauthenticated, "the Authorization header has no scheme (a token without \"Bearer \" before it?): send "+takesToken)
+	}
+	scheme, tok := h[:i], strings.TrimSpace(h[i+1:])
+	if !strings.EqualFold(scheme, "Bearer") {
+		if !schemeName(scheme) {
+			return "", wrap(ErrUnauthenticated, "the Authorization header's scheme is not Bearer: send "+takesToken)
+		}
+		return "", wrap(ErrUnauthenticated, "the Authorization scheme "+quote(scheme)+" is not supported: send "+takesToken)
+	}
+	return tok, nil // not empty: h is trimmed
+}
+
+// takesToken says what credentials xrealm takes, for RequestToken's errors.
+const takesToken = "Authorization: Bearer <token> (a JWT from POST /user/v2/mqtt_auth or xrealm token), or the token as the " + CookieName + " cookie"
+
+// schemeName reports whether s can be the name of an authentication
+// scheme (RFC 9110's token, at most 32 characters), which an error may
+// quote: anything else may be a credential.
+func schemeName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // ErrUnauthenticated is returned for a request whose token is missing where
@@ -94,16 +143,29 @@ func (a *Access) Refused(r *http.Request, err error) error {
 // ErrForbidden, or ErrBadRequest for names CheckScene refuses (also with
 // Insecure), or ErrUnavailable when the settings could not be read.
 //
+// An Authorization header that carries no Bearer token is refused
+// (RequestToken), not read as a request without a token; with Insecure the
+// request's credentials are not read.
+//
 // With ns and scene both empty it checks only the request's credentials:
 // nil without a token, or with a valid one (for any scene).
 func (a *Access) Scene(r *http.Request, ns, scene string, write bool) error {
+	if ns != "" || scene != "" {
+		if err := CheckScene(ns, scene); err != nil {
+			return err
+		}
+	}
+	if a.Insecure {
+		return nil
+	}
+	tok, err := RequestToken(r)
+	if err != nil {
+		return a.refusedIf(r, err)
+	}
 	if ns == "" && scene == "" {
-		return a.refusedIf(r, a.credentials(RequestToken(r)))
+		return a.refusedIf(r, a.credentials(tok))
 	}
-	if err := CheckScene(ns, scene); err != nil {
-		return err
-	}
-	return a.refusedIf(r, a.scene(r, RequestToken(r), ns, scene, write))
+	return a.refusedIf(r, a.scene(r, tok, ns, scene, write))
 }
 
 // ClientBinding is who a request is in a scene and which client ids it may
@@ -114,14 +176,16 @@ type ClientBinding struct {
 	IDs  []string // otherwise the userclients its token binds it to
 }
 
-// SceneClients reports whether r may read scene ns/scene, presenting token
-// (the request's own when token is ""), and which client ids it may take
-// there. The rules are Scene's; in addition, a token whose rights name the
-// scene binds its holder to the userclients it may publish presence as
-// (realm/s/ns/scene/x/{userclient}/...), as the bus binds its topics: the
-// one it was issued for (auth.SceneRights), any for an editor or a token
-// issued without one. A request that the scene's settings alone allow (no
-// token, or one for another scene) names no client and may take any.
+// SceneClients reports whether r may read scene ns/scene, presenting token,
+// and which client ids it may take there. A token given here is checked in
+// place of the request's credentials, which are then not read; with token
+// "" they are (RequestToken). The rules are Scene's; in addition, a token
+// whose rights name the scene binds its holder to the userclients it may
+// publish presence as (realm/s/ns/scene/x/{userclient}/...), as the bus
+// binds its topics: the one it was issued for (auth.SceneRights), any for
+// an editor or a token issued without one. A request that the scene's
+// settings alone allow (no token, or one for another scene) names no
+// client and may take any.
 //
 // The token endpoint issues a token for whatever userclient its caller
 // asks, as ARENA's does, so this keeps a client to the one id its token
@@ -131,13 +195,19 @@ func (a *Access) SceneClients(r *http.Request, token, ns, scene string) (ClientB
 	if err := CheckScene(ns, scene); err != nil {
 		return ClientBinding{}, err
 	}
+	if a.Insecure {
+		return ClientBinding{Any: true}, nil
+	}
 	if token == "" {
-		token = RequestToken(r)
+		var err error
+		if token, err = RequestToken(r); err != nil {
+			return ClientBinding{}, a.refusedIf(r, err)
+		}
 	}
 	if err := a.scene(r, token, ns, scene, false); err != nil {
 		return ClientBinding{}, a.refusedIf(r, err)
 	}
-	if a.Insecure || token == "" {
+	if token == "" {
 		return ClientBinding{Any: true}, nil
 	}
 	cl, err := a.Keys.Verify(token)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -148,30 +149,71 @@ func cut(scene string) (string, string, bool) {
 }
 
 // The Authorization scheme is case-insensitive (RFC 9110, 11.1): a client
-// that sends "bearer" is signed in, not read as one without a token (which
-// it was, and then told that it "needs a token").
+// that sends "bearer" is signed in, not read as one without a token. An
+// Authorization header that carries no Bearer token is refused with 401
+// saying what xrealm takes (it was read as no header: the request was
+// anonymous, or told that it "needs a token"), also when the request has
+// the cookie, and the refusal never quotes the credentials.
 func TestRequestToken(t *testing.T) {
-	tests := []struct{ authz, cookie, want string }{
-		{"Bearer abc", "", "abc"},
-		{"bearer abc", "", "abc"},
-		{"BEARER abc", CookieName + "=c", "abc"},
-		{"Bearer  abc ", "", "abc"},
-		{"Basic dXNlcjpwdw==", CookieName + "=c", "c"},
-		{"Bearer", CookieName + "=c", "c"},
-		{"Bearerabc", "", ""},
-		{"", CookieName + "=c", "c"},
-		{"", "", ""},
+	const jwtLike = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"
+	tests := []struct {
+		authz   []string
+		cookie  string
+		want    string
+		wantErr string // "" = no error
+	}{
+		{[]string{"Bearer abc"}, "", "abc", ""},
+		{[]string{"bearer abc"}, "", "abc", ""},
+		{[]string{"BEARER abc"}, CookieName + "=c", "abc", ""},
+		{[]string{"Bearer  abc "}, "", "abc", ""},
+		{[]string{"Bearer\tabc"}, "", "abc", ""},
+		{nil, CookieName + "=c", "c", ""},
+		{nil, "", "", ""},
+		{[]string{"Basic dXNlcjpwdw=="}, "", "", `the Authorization scheme "Basic" is not supported`},
+		{[]string{"Basic dXNlcjpwdw=="}, CookieName + "=c", "", `the Authorization scheme "Basic" is not supported`},
+		{[]string{"Token " + jwtLike}, "", "", `the Authorization scheme "Token" is not supported`},
+		{[]string{"JWT " + jwtLike}, "", "", `the Authorization scheme "JWT" is not supported`},
+		{[]string{"Digest username=\"a\", response=\"b\""}, "", "", `the Authorization scheme "Digest" is not supported`},
+		{[]string{jwtLike}, "", "", "the Authorization header has no scheme"},
+		{[]string{"Bearerabc"}, "", "", "the Authorization header has no scheme"},
+		{[]string{"Bearer:" + jwtLike}, "", "", "the Authorization header has no scheme"},
+		{[]string{"Bearer"}, CookieName + "=c", "", "the Authorization header is Bearer with no token"},
+		{[]string{"bearer   "}, "", "", "the Authorization header is Bearer with no token"},
+		{[]string{""}, CookieName + "=c", "", "the Authorization header is empty"},
+		{[]string{"   "}, "", "", "the Authorization header is empty"},
+		{[]string{"Bearer abc", "Basic dXNlcjpwdw=="}, "", "", "the request has 2 Authorization headers"},
+		// a first word that is no scheme name may be a credential: not quoted
+		{[]string{"secret/key=1 more"}, "", "", "the Authorization header's scheme is not Bearer"},
 	}
 	for _, tt := range tests {
 		r := httptest.NewRequest("GET", "/", nil)
-		if tt.authz != "" {
-			r.Header.Set("Authorization", tt.authz)
+		for _, h := range tt.authz {
+			r.Header.Add("Authorization", h)
 		}
 		if tt.cookie != "" {
 			r.Header.Set("Cookie", tt.cookie)
 		}
-		if got := RequestToken(r); got != tt.want {
-			t.Errorf("Authorization %q, Cookie %q: token %q, want %q", tt.authz, tt.cookie, got, tt.want)
+		got, err := RequestToken(r)
+		if tt.wantErr == "" {
+			if err != nil || got != tt.want {
+				t.Errorf("Authorization %q, Cookie %q: token %q, %v; want %q", tt.authz, tt.cookie, got, err, tt.want)
+			}
+			continue
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) || got != "" {
+			t.Errorf("Authorization %q, Cookie %q: token %q, %v; want an error starting %q", tt.authz, tt.cookie, got, err, tt.wantErr)
+			continue
+		}
+		if !errors.Is(err, ErrUnauthenticated) || statusOf(err) != http.StatusUnauthorized {
+			t.Errorf("Authorization %q: error %v is not ErrUnauthenticated with status 401 (status %d)", tt.authz, err, statusOf(err))
+		}
+		if !strings.Contains(err.Error(), "Authorization: Bearer <token>") || !strings.Contains(err.Error(), CookieName) {
+			t.Errorf("Authorization %q: error %q does not say what xrealm takes", tt.authz, err)
+		}
+		for _, secret := range []string{"dXNlcjpwdw", jwtLike, "secret", "response="} {
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("Authorization %q: error %q quotes the credentials", tt.authz, err)
+			}
 		}
 	}
 }
