@@ -188,6 +188,13 @@ type room struct {
 	audDirty     bool
 	// logGate bounds the lines logged about what members set (logBounded).
 	logGate logGate
+	// writes is the context of the room's store writes that run off its
+	// goroutine (roomWriter), canceled by stopWrites; writing counts them.
+	writes     context.Context
+	stopWrites context.CancelFunc
+	writing    sync.WaitGroup
+	// presence writes this activation's presence key again (announceAgain).
+	presence *roomWriter
 	// kNN audience, kept up to date by grant and ungrant so that a
 	// snapshot costs a map copy, not a walk over every grant: by holds,
 	// for each sender, the local non-observer connections granted it. Its
@@ -216,12 +223,30 @@ func newRoom(s *Server, id string) *room {
 		pending: map[*conn]pendingMember{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
 		self: s.node + "-" + strconv.FormatUint(s.activations.Add(1), 10), prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
 	r.aud.Store(&audience{})
+	r.writes, r.stopWrites = context.WithCancel(s.ctx)
+	r.presence = r.writer(r.writePresence)
 	return r
+}
+
+// writer returns a roomWriter of the room that does write.
+func (r *room) writer(write func(ctx context.Context, w *roomWriter)) *roomWriter {
+	return &roomWriter{ctx: r.writes, wg: &r.writing, log: r.s.log, write: write}
+}
+
+// endWrites cancels the room's writes under way and waits for them.
+func (r *room) endWrites() {
+	r.stopWrites()
+	r.writing.Wait()
 }
 
 // start subscribes, loads the room's keys and runs the goroutine.
 func (r *room) start() {
 	defer close(r.ready)
+	defer func() {
+		if r.err != nil {
+			r.endWrites() // the room does not run
+		}
+	}()
 	sub, err := r.s.cfg.NC.Subscribe(r.subj, r.fromBus)
 	if err != nil {
 		r.err = err
@@ -271,6 +296,9 @@ func (r *room) loop() {
 	defer func() {
 		r.sub.Unsubscribe()
 		r.watcher.Stop()
+		// A presence key written again after leavePresence would hold
+		// the room here for good.
+		r.endWrites()
 		if h := r.s.beforeLeave; h != nil {
 			h(r.id) // tests: a slow store
 		}
@@ -406,23 +434,27 @@ func (r *room) endResync() {
 	}
 }
 
-// announceAgain writes this activation's presence key again, which
-// another node deleted while the room is active here: it took this node
-// for dead (cut off from the bus for longer than NodeTimeout) and swept
-// its keys. Without the key, the other nodes relay none of the room's
-// frames or positions here, and may remove the room while local members
-// or observers are in it. (Local members whose keys went too are
-// disconnected, membershipLost, and join again.) A write that fails is
-// logged; the room then goes on without it. (putOwned checks the key's
-// index entry after the write: a sweep that ran meanwhile may have deleted
-// it.)
+// announceAgain has this activation's presence key written again
+// (writePresence), which another node deleted while the room is active
+// here: it took this node for dead (cut off from the bus for longer than
+// NodeTimeout) and swept its keys. Without the key, the other nodes relay
+// none of the room's frames or positions here, and may remove the room
+// while local members or observers are in it. (Local members whose keys
+// went too are disconnected, membershipLost, and join again.) The write
+// runs off the room goroutine (roomWriter): meanwhile the room goes on
+// serving its connections.
 func (r *room) announceAgain() {
 	r.logBounded(slog.LevelWarn, "Ubiq room presence key deleted by another node (it took this node for dead): writing it again", "room", r.id, "activation", r.self)
-	ctx, cancel := context.WithTimeout(r.s.ctx, requestTimeout)
-	defer cancel()
-	key := presenceKey(r.id, r.self)
-	if _, err := r.s.store.putOwned(ctx, key, []byte(r.s.node)); err != nil {
-		r.logBounded(slog.LevelWarn, "Ubiq room presence key could not be written again: the other nodes relay nothing of the room here", "room", r.id, "activation", r.self, "err", err)
+	r.presence.kick()
+}
+
+// writePresence writes this activation's presence key (announceAgain). A
+// write that fails is logged; the room then goes on without it. (putOwned
+// checks the key's index entry after the write: a sweep that ran
+// meanwhile may have deleted it.)
+func (r *room) writePresence(ctx context.Context, w *roomWriter) {
+	if _, err := r.s.store.putOwned(ctx, presenceKey(r.id, r.self), []byte(r.s.node)); err != nil {
+		w.warn("Ubiq room presence key could not be written again: the other nodes relay nothing of the room here", "room", r.id, "activation", r.self, "err", err)
 	}
 }
 
