@@ -3,6 +3,7 @@ package auth
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -254,6 +255,48 @@ func TestLoadOrCreateKeysConcurrently(t *testing.T) {
 				names = append(names, e.Name())
 			}
 			t.Fatalf("keys/ holds %q, want only %s", names, KeyFile)
+		}
+	}
+}
+
+// A token longer than MaxTokenLen is refused before it is parsed, with
+// its length, even one this key signed; Issue signs none, and says why.
+// The longest scene token the server issues (names of 128 bytes, a
+// userclient of 256) is far inside the limit.
+func TestTokenLength(t *testing.T) {
+	k, err := LoadOrCreateKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 128)
+	longest, err := k.Issue(strings.Repeat("u", 256), SceneRights("realm", long, long, RoleViewer, strings.Repeat("c", 256)), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(longest) > MaxTokenLen/2 {
+		t.Errorf("the longest scene token has %d bytes, near MaxTokenLen (%d)", len(longest), MaxTokenLen)
+	}
+	if _, err := k.Verify(longest); err != nil {
+		t.Fatalf("the longest scene token: %v", err)
+	}
+	many := Rights{Subs: make([]string, 200)}
+	for i := range many.Subs {
+		many.Subs[i] = "realm/s/ns/" + strings.Repeat("x", 80) + "/#"
+	}
+	if tok, err := k.Issue("alice", many, time.Hour); err == nil || !strings.Contains(err.Error(), "more than a token may have (16384)") {
+		t.Fatalf("Issue of a %d-byte token: %v, want a refusal naming MaxTokenLen", len(tok), err)
+	}
+	signed, err := jwt.NewWithClaims(jwt.SigningMethodES256, &Claims{
+		RegisteredClaims: jwt.RegisteredClaims{Subject: "alice", ExpiresAt: jwt.NewNumericDate(time.Now().Add(time.Hour))},
+		Publ:             []string{}, Subs: many.Subs,
+	}).SignedString(k.priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tok := range []string{signed, strings.Repeat("A", MaxTokenLen+1), longest + strings.Repeat("A", MaxTokenLen), strings.Repeat(".", 1<<20)} {
+		want := fmt.Sprintf("invalid token: it has %d bytes, more than a token of this server may have (16384)", len(tok))
+		if c, err := k.Verify(tok); c != nil || err == nil || err.Error() != want || !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("Verify of %d bytes: %v, %v; want %q", len(tok), c, err, want)
 		}
 	}
 }

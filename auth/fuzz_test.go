@@ -2,7 +2,11 @@ package auth
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"os"
@@ -22,7 +26,9 @@ import (
 // byte for byte one this key signed: the fuzzer cannot forge a signature,
 // so anything else accepted would be a hole in the check. An accepted
 // token's claims are exactly those issued, with a subject and an expiry in
-// the future.
+// the future. A token longer than MaxTokenLen is refused for its length,
+// and no refusal is longer than 1 KiB, whatever the input. The seeds hold
+// tokens of other algorithms, truncated ones, and huge or garbage headers.
 func FuzzVerify(f *testing.F) {
 	k, err := LoadOrCreateKeys(f.TempDir())
 	if err != nil {
@@ -64,6 +70,31 @@ func FuzzVerify(f *testing.F) {
 	for _, s := range []string{expired, foreign, noExp, noSub, hs, none, "", ".", "..", "a.b.c", "a.b.c.d", "not a token", "eyJ.eyJ.", "\x00.\xff.\x80"} {
 		f.Add(s)
 	}
+	// Another algorithm's signature, by a key of its own curve.
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	es384, _ := jwt.NewWithClaims(jwt.SigningMethodES384, jwt.MapClaims{"sub": "x", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(p384)
+	f.Add(es384)
+	// A valid token's header with the algorithm changed, its signature kept.
+	valid, _ := k.Issue("dan", SceneRights("realm", "ns", "sc", RoleViewer, ""), time.Hour)
+	parts := strings.SplitN(valid, ".", 3)
+	b64 := base64.RawURLEncoding.EncodeToString
+	for _, alg := range []string{"ES384", "HS256", "none", "es256", ""} {
+		f.Add(b64([]byte(`{"alg":"`+alg+`","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2])
+	}
+	// Truncated: in the signature, at a dot, inside the claims or header.
+	for _, n := range []int{len(valid) - 1, len(valid) - 40, len(parts[0]) + 1 + len(parts[1]) + 1, len(parts[0]) + 1 + len(parts[1])/2, len(parts[0]) + 1, len(parts[0]) / 2} {
+		f.Add(valid[:n])
+	}
+	// Huge and garbage headers, within and beyond MaxTokenLen.
+	f.Add(b64([]byte(`{"alg":"ES256","x":"`+strings.Repeat("A", 10<<10)+`"}`)) + "." + parts[1] + "." + parts[2])
+	f.Add(b64([]byte(strings.Repeat("[", 10<<10))) + "." + parts[1] + "." + parts[2])
+	f.Add(b64([]byte(`{"alg":"ES256","kid":`+strings.Repeat(`{"a":`, 2000)+`1`+strings.Repeat(`}`, 2000)+`}`)) + "." + parts[1] + "." + parts[2])
+	f.Add(b64(bytes.Repeat([]byte{0xff}, 4<<10)) + "." + parts[1] + "." + parts[2])
+	f.Add(strings.Repeat("A", MaxTokenLen+1))
+	f.Add(valid + strings.Repeat("=", MaxTokenLen))
 	f.Fuzz(func(t *testing.T, tok string) {
 		c, err := k.Verify(tok)
 		if err != nil {
@@ -73,7 +104,16 @@ func FuzzVerify(f *testing.F) {
 			if !strings.HasPrefix(err.Error(), "invalid token") {
 				t.Fatalf("Verify(%q): error %q does not say the token is invalid", tok, err)
 			}
+			if len(tok) > MaxTokenLen && !strings.Contains(err.Error(), "more than a token of this server may have") {
+				t.Fatalf("Verify of %d bytes: %v, want a refusal for its length", len(tok), err)
+			}
+			if len(err.Error()) > 1024 {
+				t.Fatalf("Verify(%q): an error of %d bytes", tok, len(err.Error()))
+			}
 			return
+		}
+		if len(tok) > MaxTokenLen {
+			t.Fatalf("Verify accepted a token of %d bytes", len(tok))
 		}
 		i := strings.LastIndexByte(tok, '.')
 		if i < 0 {

@@ -105,7 +105,15 @@ type Claims struct {
 // Rights returns the topic rights the claims carry.
 func (c *Claims) Rights() Rights { return Rights{Publ: c.Publ, Subs: c.Subs, Evts: c.Evts} }
 
-// Issue signs a token for user with the given rights, valid for ttl.
+// MaxTokenLen is the longest token, in bytes, that Verify reads: a longer
+// one is refused before it is parsed, so that whatever a client sends as a
+// token (an HTTP header, a cookie, an MQTT password) costs a bounded
+// amount of work. Issue signs none longer. A scene token is a few KiB at
+// most (names of at most 128 bytes, a userclient of at most 256).
+const MaxTokenLen = 16 << 10
+
+// Issue signs a token for user with the given rights, valid for ttl. It
+// refuses rights that would make a token longer than MaxTokenLen.
 func (k *Keys) Issue(user string, r Rights, ttl time.Duration) (string, error) {
 	if user == "" {
 		return "", errors.New("issue token: empty user name")
@@ -126,7 +134,20 @@ func (k *Keys) Issue(user string, r Rights, ttl time.Duration) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("sign token for %q: %w", user, err)
 	}
+	if len(s) > MaxTokenLen {
+		return "", fmt.Errorf("sign token for %q: its %d bytes are more than a token may have (%d): its rights hold %d topic filters of %d bytes in all", user, len(s), MaxTokenLen, len(r.Publ)+len(r.Subs)+len(r.Evts), filtersLen(r))
+	}
 	return s, nil
+}
+
+func filtersLen(r Rights) int {
+	n := 0
+	for _, fs := range [][]string{r.Publ, r.Subs, r.Evts} {
+		for _, f := range fs {
+			n += len(f)
+		}
+	}
+	return n
 }
 
 func nonNil(s []string) []string {
@@ -142,8 +163,12 @@ func nonNil(s []string) []string {
 var ErrInvalidToken = errors.New("invalid token")
 
 // Verify checks the token's signature and expiry and returns its claims.
-// A token without exp is refused. Errors wrap ErrInvalidToken.
+// A token without exp, or longer than MaxTokenLen, is refused. Errors wrap
+// ErrInvalidToken.
 func (k *Keys) Verify(token string) (*Claims, error) {
+	if len(token) > MaxTokenLen {
+		return nil, fmt.Errorf("%w: it has %d bytes, more than a token of this server may have (%d)", ErrInvalidToken, len(token), MaxTokenLen)
+	}
 	var c Claims
 	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		return &k.priv.PublicKey, nil

@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -254,5 +256,67 @@ func TestSceneClientsAuthorizationHeader(t *testing.T) {
 				t.Fatalf("binding %+v, want ids %q", b, tc.wantIDs)
 			}
 		})
+	}
+}
+
+// A token that is too long (over auth.MaxTokenLen), in the Authorization
+// header or the cookie, or a JWT whose header is huge or garbage, is
+// refused with 401 and a short reason by every route that reads a token:
+// the long one for its length, before it is parsed. The answer quotes
+// none of it.
+func TestMalformedTokenRoutes(t *testing.T) {
+	e := newRoutesEnv(t)
+	valid, err := e.keys.Issue("lab", auth.SceneRights("realm", "lab", "room", auth.RoleEditor, ""), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.SplitN(valid, ".", 3)
+	b64 := base64.RawURLEncoding.EncodeToString
+	const tooLong = "more than a token of this server may have (16384)"
+	tokens := []struct {
+		name, token string
+		cookie      bool
+		want        string
+	}{
+		{"one byte too long", strings.Repeat("A", auth.MaxTokenLen+1), false, tooLong},
+		{"a valid token with 16 KiB after it", valid + strings.Repeat("A", 16<<10), false, tooLong},
+		{"900 KiB", strings.Repeat("eyJ.", 900<<8), false, tooLong},
+		{"too long, as the cookie", strings.Repeat("A", 20<<10), true, tooLong},
+		{"a 10 KiB header", b64([]byte(`{"alg":"ES256","x":"`+strings.Repeat("A", 10<<10)+`"}`)) + "." + parts[1] + "." + parts[2], false, "signature is invalid"},
+		{"a header nested 3000 deep", b64([]byte(`{"alg":"ES256","x":`+strings.Repeat("[", 3000)+strings.Repeat("]", 3000)+`}`)) + "." + parts[1] + "." + parts[2], false, "signature is invalid"},
+		{"a header of garbage bytes", b64(bytes.Repeat([]byte{0xfe, 0x00}, 4<<10)) + "." + parts[1] + "." + parts[2], false, "could not JSON decode header"},
+		{"a header that is not base64", strings.Repeat("*", 8<<10) + "." + parts[1] + "." + parts[2], false, "could not base64 decode header"},
+		{"a truncated token", valid[:len(valid)/2], false, "invalid token"},
+		{"another algorithm", b64([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2], false, "signing method HS256 is invalid"},
+	}
+	routes := []struct{ method, path, body string }{
+		{http.MethodGet, "/persist/lab/room", ""},
+		{http.MethodGet, "/persist/!allscenes", ""},
+		{http.MethodGet, "/scenes/lab/room/settings", ""},
+		{http.MethodPut, "/scenes/lab/room/settings", `{"public_read":true,"anonymous_users":true}`},
+		{http.MethodPost, "/user/v2/mqtt_auth", "scene=lab%2Froom"},
+	}
+	for _, tc := range tokens {
+		for _, rt := range routes {
+			t.Run(tc.name+"/"+rt.method+" "+rt.path, func(t *testing.T) {
+				r := httptest.NewRequest(rt.method, rt.path, strings.NewReader(rt.body))
+				if rt.method == http.MethodPost {
+					r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				}
+				if tc.cookie {
+					r.AddCookie(&http.Cookie{Name: CookieName, Value: tc.token})
+				} else {
+					r.Header.Set("Authorization", "Bearer "+tc.token)
+				}
+				w := httptest.NewRecorder()
+				e.mux.ServeHTTP(w, r)
+				if w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), tc.want) {
+					t.Fatalf("%d %.300s, want 401 saying %q", w.Code, w.Body, tc.want)
+				}
+				if w.Body.Len() > 1024 {
+					t.Fatalf("an answer of %d bytes: %.300s", w.Body.Len(), w.Body)
+				}
+			})
+		}
 	}
 }
