@@ -81,16 +81,42 @@ func (m *Manager) pruneAssigned(now time.Time) {
 }
 
 type nodeState struct {
-	info    NodeInfo
-	seen    time.Time
-	pending int // assignments since its last heartbeat
+	info NodeInfo
+	seen time.Time
+	// placed holds the clients ("session/client") placed on the node that
+	// its heartbeats do not count yet, each with the number of the node's
+	// last heartbeat before it knew of the placement (Reply.Beat; until
+	// the ping answers, one more than the heartbeat the manager has): the
+	// heartbeats after that one count the client (expect.go).
+	placed map[string]uint64
 }
 
+func newNodeState(info NodeInfo, seen time.Time) *nodeState {
+	return &nodeState{info: info, seen: seen, placed: map[string]uint64{}}
+}
+
+// heartbeat takes info, a heartbeat of the node's instance, at now: the
+// placements it counts are no longer counted here. Those of a node that
+// does not number its heartbeats (NodeInfo.Beat 0, an older node) are
+// taken as counted by its next heartbeat.
+func (ns *nodeState) heartbeat(info NodeInfo, now time.Time) {
+	ns.info, ns.seen = info, now
+	for key, beat := range ns.placed {
+		if info.Beat == 0 || beat < info.Beat {
+			delete(ns.placed, key)
+		}
+	}
+}
+
+// load is the node's clients: those of its heartbeat and those placed
+// there that it does not count.
+func (ns *nodeState) load() int { return ns.info.Clients + len(ns.placed) }
+
 // full reports whether the node has as many clients as it takes
-// (NodeInfo.MaxClients), counting those placed there since its heartbeat.
-// Such a node would refuse the client (Reply.Full), which would then ask
-// again, excluding it: Assign places clients on it only when no other
-// node has room.
+// (NodeInfo.MaxClients), counting those placed there that its heartbeat
+// does not count. Such a node would refuse the client (Reply.Full), which
+// would then ask again, excluding it: Assign places clients on it only
+// when no other node has room.
 func (ns *nodeState) full() bool { return ns.fullBut(0) }
 
 // fullBut is full with own of the clients counted left out: a client
@@ -99,7 +125,7 @@ func (ns *nodeState) full() bool { return ns.fullBut(0) }
 // heartbeat; it is not one more client (a tab reloading on a node at
 // MaxClients stays there).
 func (ns *nodeState) fullBut(own int) bool {
-	return ns.info.MaxClients > 0 && ns.info.Clients+ns.pending-own >= ns.info.MaxClients
+	return ns.info.MaxClients > 0 && ns.load()-own >= ns.info.MaxClients
 }
 
 // nodeTTL is how long a node counts as alive after a heartbeat.
@@ -210,8 +236,10 @@ func (m *Manager) handleHeartbeat(msg *nats.Msg) {
 	case stale:
 	case info.Leaving:
 		delete(m.nodes, info.ID)
+	case known && info.Instance == current:
+		old.heartbeat(info, time.Now())
 	default:
-		m.nodes[info.ID] = &nodeState{info: info, seen: time.Now()}
+		m.nodes[info.ID] = newNodeState(info, time.Now())
 	}
 	m.mu.Unlock()
 	switch {
@@ -315,11 +343,12 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 			}
 			return a
 		}
-		err := m.probe(ctx, req, a)
+		rep, err := m.probe(ctx, req, a)
 		if ctx.Err() != nil {
 			return Assignment{Error: errShuttingDown.Error(), Busy: true}
 		}
 		if err == nil {
+			m.settle(a.Node, req.Session+"/"+req.Client, rep)
 			if len(unreachable) > 0 {
 				m.log.Info("sfu client placed on another node", "session", req.Session, "client", req.Client, "node", a.Node, "unreachable", unreachable)
 			}
@@ -336,20 +365,43 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 	return Assignment{Error: fmt.Sprintf("%v: nodes %v did not answer", errNoNode, unreachable)}
 }
 
-// probe asks the assigned node whether it answers; any reply will do.
-func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) error {
+// probe asks the assigned node whether it answers, telling it that the
+// client is placed there (Signal.Place), and returns its reply.
+func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) (Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(m.probeWait.Load()))
 	defer cancel()
-	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client})
+	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client, Place: true})
 	msg, err := m.nc.RequestWithContext(ctx, a.Signal, b)
 	if err != nil {
-		return fmt.Errorf("sfu manager: ping node %s on %s: %w", a.Node, a.Signal, err)
+		return Reply{}, fmt.Errorf("sfu manager: ping node %s on %s: %w", a.Node, a.Signal, err)
 	}
 	var r Reply
 	if err := json.Unmarshal(msg.Data, &r); err != nil || r.Op != "ok" {
-		return fmt.Errorf("sfu manager: ping node %s on %s: %w: %s", a.Node, a.Signal, errNodeRefused, r.Error)
+		return Reply{}, fmt.Errorf("sfu manager: ping node %s on %s: %w: %s", a.Node, a.Signal, errNodeRefused, r.Error)
 	}
-	return nil
+	return r, nil
+}
+
+// settle takes rep, the answer of node to the ping of client key's
+// placement: the node's heartbeats after rep.Beat count the client, and
+// the manager counts it itself until it has one of them. An answer
+// without Beat (an older node) or from another instance than the
+// manager knows leaves the placement as Assign counted it.
+func (m *Manager) settle(node, key string, rep Reply) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ns := m.nodes[node]
+	if ns == nil || rep.Beat == 0 || rep.Instance != ns.info.Instance {
+		return
+	}
+	if _, ok := ns.placed[key]; !ok {
+		return
+	}
+	if rep.Beat < ns.info.Beat {
+		delete(ns.placed, key) // a heartbeat after the ping has come: it counts the client
+		return
+	}
+	ns.placed[key] = rep.Beat
 }
 
 // errNodeRefused is a ping's error when the node answers that it takes no
@@ -413,13 +465,13 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 		if ra, rb := siteRank(req, a.info.Site), siteRank(req, b.info.Site); ra != rb {
 			return ra < rb
 		}
-		if la, lb := a.info.Clients+a.pending, b.info.Clients+b.pending; la != lb {
+		if la, lb := a.load(), b.load(); la != lb {
 			return la < lb
 		}
 		return a.info.ID < b.info.ID
 	})
 	best := live[0]
-	best.pending++
+	best.placed[key] = best.info.Beat + 1 // until its ping answers (settle)
 	m.assigned[key] = assignedTo{node: best.info.ID, at: now}
 	return assignment(best.info)
 }

@@ -14,7 +14,7 @@ func TestAssignNearSites(t *testing.T) {
 	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 	now := time.Now()
 	for _, n := range []NodeInfo{{ID: "1", Site: "s1", Clients: 9}, {ID: "2", Site: "s2", Clients: 0}} {
-		m.nodes[n.ID] = &nodeState{info: n, seen: now}
+		m.nodes[n.ID] = newNodeState(n, now)
 	}
 	tests := []struct {
 		client, site string
@@ -58,7 +58,7 @@ func TestAssignExclude(t *testing.T) {
 	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 	now := time.Now()
 	for _, n := range []NodeInfo{{ID: "1", Site: "s1"}, {ID: "2", Site: "s2"}, {ID: "3", Site: "s3"}} {
-		m.nodes[n.ID] = &nodeState{info: n, seen: now}
+		m.nodes[n.ID] = newNodeState(n, now)
 	}
 	req := JoinRequest{Session: "s", Client: "c", Site: "s1", Near: []string{"s3"}}
 	for _, tc := range []struct {
@@ -142,7 +142,7 @@ func TestAssignedForgotten(t *testing.T) {
 	t0 := time.Now()
 	seen := func(now time.Time, ids ...string) {
 		for _, id := range ids {
-			m.nodes[id] = &nodeState{info: NodeInfo{ID: id, Site: "s" + id}, seen: now}
+			m.nodes[id] = newNodeState(NodeInfo{ID: id, Site: "s" + id}, now)
 		}
 	}
 	seen(t0, "1", "2")
@@ -211,7 +211,7 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 			m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 			now := time.Now()
 			for _, n := range tc.nodes {
-				m.nodes[n.ID] = &nodeState{info: n, seen: now}
+				m.nodes[n.ID] = newNodeState(n, now)
 			}
 			var got []string
 			for _, c := range tc.clients {
@@ -242,13 +242,16 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 		t.Run("joins again: "+tc.name, func(t *testing.T) {
 			m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
 			now := time.Now()
-			m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", MaxClients: 2}, seen: now}
-			m.nodes["2"] = &nodeState{info: NodeInfo{ID: "2", Site: "b", MaxClients: 2}, seen: now}
+			m.nodes["1"] = newNodeState(NodeInfo{ID: "1", Site: "a", MaxClients: 2}, now)
+			m.nodes["2"] = newNodeState(NodeInfo{ID: "2", Site: "b", MaxClients: 2}, now)
 			req := JoinRequest{Session: "s", Client: "u1", Site: "a"}
 			if a := m.Assign(req, now); a.Node != "1" {
 				t.Fatalf("first join: node %s, want 1", a.Node)
 			}
-			m.nodes["1"] = &nodeState{info: NodeInfo{ID: "1", Site: "a", Clients: tc.clients, MaxClients: 2}, pending: tc.placed, seen: now}
+			m.nodes["1"] = newNodeState(NodeInfo{ID: "1", Site: "a", Clients: tc.clients, MaxClients: 2}, now)
+			for i := range tc.placed {
+				m.nodes["1"].placed[fmt.Sprint("s/other", i)] = 1
+			}
 			if a := m.Assign(req, now); a.Node != tc.want {
 				t.Fatalf("join again with node 1 at %d clients of 2, %d placed since: node %s, want %s", tc.clients, tc.placed, a.Node, tc.want)
 			}

@@ -49,6 +49,12 @@ type Node struct {
 	// offers holds, by "session/client", the offers taken and not answered
 	// yet (beginOffer); a leave that comes meanwhile marks them left
 	offers map[string][]*offerToken
+	// expected holds, by "session/client", the clients the manager placed
+	// here (its ping, Signal.Place) whose offer has not come, with when:
+	// heartbeats count them until it comes or expectGrace passes
+	expected map[string]time.Time
+	// beat is the number of the last heartbeat (NodeInfo.Beat)
+	beat   uint64
 	closed bool
 
 	purged atomic.Uint64 // directory entries of gone nodes removed (purgeNode)
@@ -110,6 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]knownPose{}, links: map[string]*linkState{},
 		groups: map[string]*linkGroup{}, heard: map[string]*heardNode{}, hops: newHopHists(), offers: map[string][]*offerToken{},
+		expected:    map[string]time.Time{},
 		signalSlots: make(chan struct{}, maxSignalsInFlight),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)
@@ -338,7 +345,9 @@ func (n *Node) heartbeat() {
 		n.mu.Unlock()
 		return
 	}
-	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: len(n.peers), MaxClients: n.cfg.MaxClients, Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL, Instance: n.instance}
+	n.beat++
+	hb := NodeInfo{ID: n.cfg.ID, Site: n.cfg.Site, Clients: n.clientsCounted(time.Now()), MaxClients: n.cfg.MaxClients, Signal: subjectSignal(n.cfg.ID), WebSocket: n.cfg.WebSocketURL,
+		Instance: n.instance, Beat: n.beat}
 	n.mu.Unlock()
 	b, _ := json.Marshal(hb)
 	_ = n.cfg.NC.Publish(subjectNodes, b)

@@ -77,6 +77,11 @@ type NodeInfo struct {
 	// processes started with one ID, apart. The manager ignores a leave
 	// announcement whose Instance is not that of the node's last heartbeat.
 	Instance string `json:"instance,omitempty"`
+	// Beat numbers an instance's heartbeats from 1 (0: an older node,
+	// which does not). Clients counts the clients connected and those
+	// the manager placed here before the heartbeat whose offer has not
+	// come (expect.go).
+	Beat uint64 `json:"beat,omitempty"`
 }
 
 // Signal is a client's message to its node, over the bus (request/reply)
@@ -102,6 +107,10 @@ type Signal struct {
 	// a page presents its own, since one browser's tabs share a cookie.
 	// The handler never forwards it to a node.
 	Token string `json:"token,omitempty"`
+	// Place (op "ping", the manager's only) says that the manager places
+	// the client on the node: its heartbeats count the client until its
+	// offer comes (expect.go). The WebSocket handler never forwards it.
+	Place bool `json:"place,omitempty"`
 }
 
 // FrameReport is what a subscriber measured of the point-cloud
@@ -123,9 +132,11 @@ type Reply struct {
 	SDP   string `json:"sdp,omitempty"`
 	Error string `json:"error,omitempty"`
 	// Site and Instance (op "ping" only) are the answering node's
-	// (NodeInfo).
+	// (NodeInfo); Beat is the number of its last heartbeat
+	// (NodeInfo.Beat) when it answered.
 	Site     string `json:"site,omitempty"`
 	Instance string `json:"instance,omitempty"`
+	Beat     uint64 `json:"beat,omitempty"`
 	// Full (op "error") says the node refused the signal for its load
 	// (Config.MaxClients clients, or maxSignalsInFlight signals in
 	// progress): another node may take it (errNodeFull).
@@ -320,6 +331,9 @@ func (n *Node) takeSignalSlot(s Signal) (Reply, bool) {
 	case n.signalSlots <- struct{}{}:
 		return Reply{}, true
 	default:
+		if s.Op == "offer" {
+			n.unexpect(s.Session + "/" + s.Client) // it goes elsewhere, or comes again
+		}
 		return Reply{Op: "error", Full: true, Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers) in progress, at most %d; %q from %q/%q refused, try again",
 			n.cfg.ID, len(n.signalSlots), cap(n.signalSlots), s.Op, s.Session, s.Client)}, false
 	}
@@ -397,6 +411,8 @@ func (n *Node) signal(s Signal, tok *offerToken) Reply {
 			tok = n.beginOffer(key)
 			defer n.endOffer(key, tok)
 		}
+		// counted as connected from here on, or refused
+		defer n.unexpect(key)
 		sdp, err := n.join(s.Session, s.Client, s.SDP, s.Estimator, s.PointClouds, tok)
 		if err != nil {
 			return Reply{Op: "error", Error: err.Error(), Full: errors.Is(err, errNodeFull)}
@@ -429,12 +445,15 @@ func (n *Node) signal(s Signal, tok *offerToken) Reply {
 		return Reply{Op: "ok"}
 	case "ping": // the manager's check that the node answers (Manager.place)
 		n.mu.Lock()
-		closing := n.closed
+		closing, beat := n.closed, n.beat
+		if s.Place && !closing {
+			n.expect(key, time.Now())
+		}
 		n.mu.Unlock()
 		if closing {
 			return Reply{Op: "error", Error: "sfu node " + n.cfg.ID + " is shutting down", Site: n.cfg.Site, Instance: n.instance}
 		}
-		return Reply{Op: "ok", Site: n.cfg.Site, Instance: n.instance}
+		return Reply{Op: "ok", Site: n.cfg.Site, Instance: n.instance, Beat: beat}
 	}
 	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
 }
@@ -603,7 +622,8 @@ func (n *Node) Handler() http.Handler {
 			}
 			s := in.s
 			token := s.Token
-			s.Token = "" // a node has no use for it: it stays here
+			s.Token = ""    // a node has no use for it: it stays here
+			s.Place = false // the manager's: a client does not place itself
 			if target != "" && (s.Session != session || s.Client != client) {
 				_ = send(Reply{Op: "error", Error: fmt.Sprintf("sfu: this WebSocket signals for session %q client %q, not session %q client %q", session, client, s.Session, s.Client)})
 				continue

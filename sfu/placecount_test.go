@@ -1,0 +1,85 @@
+package sfu
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// nodeSeen returns when mgr last had a heartbeat of node id and the
+// clients it counted (zero values when it has none).
+func nodeSeen(mgr *Manager, id string) (time.Time, int) {
+	mgr.mu.Lock()
+	defer mgr.mu.Unlock()
+	if ns := mgr.nodes[id]; ns != nil {
+		return ns.seen, ns.info.Clients
+	}
+	return time.Time{}, 0
+}
+
+// waitHeartbeats waits until mgr has had n more heartbeats of node id.
+func waitHeartbeats(t *testing.T, mgr *Manager, id string, n int) {
+	t.Helper()
+	for range n {
+		last, _ := nodeSeen(mgr, id)
+		waitFor(t, "a heartbeat of node "+id, func() bool { seen, _ := nodeSeen(mgr, id); return seen.After(last) })
+	}
+}
+
+// TestPlacementCountedUntilItsOffer: a client the manager placed on a
+// node counts on that node in the manager's view until the node's
+// heartbeats count it, also across heartbeats that came before its offer
+// (here it sends none): node 1, which takes one client, is full for the
+// next client two heartbeats later. Once expectGrace has passed without
+// its offer the node no longer counts it and takes the next. A client
+// that connects counts once. Before, the placements counted only until
+// the node's next heartbeat, which did not count a client whose offer was
+// still on its way: a burst of joins overfilled a node, which refused the
+// clients beyond its MaxClients, and they asked again.
+func TestPlacementCountedUntilItsOffer(t *testing.T) {
+	c := startClusterWith(t, func(i int, cfg *Config) {
+		if i == 0 {
+			cfg.MaxClients = 1
+		}
+	}, "a", "b")
+	mgr := c.nodes[0].mgr
+	nc := c.conn(t, "joins")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	join := func(client, site string) string {
+		t.Helper()
+		a, err := RequestJoin(ctx, nc, JoinRequest{Session: "s1", Client: client, Site: site})
+		if err != nil {
+			t.Fatalf("join of %s: %v", client, err)
+		}
+		return a.Node
+	}
+	// A client that connects counts once, whatever its placement did.
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "u4"), Session: "s1", Client: "u4", Site: "b", ICEAddresses: loopback, VideoSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if cl.Node != "2" {
+		t.Fatalf("u4 on node %s, want 2", cl.Node)
+	}
+	waitHeartbeats(t, mgr, "2", 2)
+	if _, clients := nodeSeen(mgr, "2"); clients != 1 {
+		t.Fatalf("node 2's heartbeat counts %d clients with u4 connected (its placement and its connection), want 1", clients)
+	}
+
+	if node := join("u1", "a"); node != "1" {
+		t.Fatalf("u1 placed on node %s, want 1 (its site's, empty)", node)
+	}
+	waitHeartbeats(t, mgr, "1", 2) // the second one is the node's after the placement
+	if _, clients := nodeSeen(mgr, "1"); clients != 1 {
+		t.Errorf("node 1's heartbeat counts %d clients, want 1 (u1, placed, its offer not come)", clients)
+	}
+	if node := join("u2", "a"); node != "2" {
+		t.Fatalf("u2 placed on node %s two heartbeats after u1's placement, want 2 (node 1 takes one client: u1)", node)
+	}
+	waitFor(t, "node 1 to stop counting u1, which never offered", func() bool { _, clients := nodeSeen(mgr, "1"); return clients == 0 })
+	if node := join("u3", "a"); node != "1" {
+		t.Fatalf("u3 placed on node %s once node 1 no longer counts u1, want 1", node)
+	}
+}
