@@ -24,7 +24,7 @@ func TestRetriedCountOutAppliedOnce(t *testing.T) {
 	st, node := ts.s.store, ts.s.node
 
 	claimA := newClaimID()
-	rec, err := st.claimRoom(ctx, newUUID(), "", "retried count-out", claimA, true)
+	rec, _, err := st.claimRoom(ctx, newUUID(), "", "retried count-out", claimA, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestClaimWithLostAnswerKeepsCode(t *testing.T) {
 	lossy.kv = answerLostKV{st.kv}
 
 	room, claim := newUUID(), newClaimID()
-	_, claimErr := lossy.claimRoom(ctx, room, "", "lost answer", claim, true)
+	_, _, claimErr := lossy.claimRoom(ctx, room, "", "lost answer", claim, true)
 	if !errors.Is(claimErr, errAnswerLost) {
 		t.Fatalf("claim with a lost answer: err %v, want %v", claimErr, errAnswerLost)
 	}
@@ -154,7 +154,7 @@ func TestClaimWithLostAnswerKeepsCode(t *testing.T) {
 
 	// A claim whose write did not land: the retried free frees the code.
 	room = newUUID()
-	_, err = lossy.claimRoom(ctx, room, "", "lost answer", newClaimID(), true)
+	_, _, err = lossy.claimRoom(ctx, room, "", "lost answer", newClaimID(), true)
 	cn = nil
 	if !errors.As(err, &cn) {
 		t.Fatalf("err %v: no join code handed to the retrier", err)

@@ -756,7 +756,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	// Count the peer in before its member key goes in: the room then keeps
 	// its join code, or takes one, and is not removed meanwhile.
 	claim := newClaimID()
-	rec, err := c.s.store.claimRoom(ctx, target, code, a.Name, claim, a.Publish)
+	rec, recRev, err := c.s.store.claimRoom(ctx, target, code, a.Name, claim, a.Publish)
 	c.s.freeCodeLater(err) // a code reserved for the join, which failed
 	var codeErr *JoinCodeError
 	switch {
@@ -784,6 +784,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		c.reject(a, "Could not join room "+target+": "+err.Error())
 		return
 	}
+	r.holdClaim(c, claim, rec.Gen, recRev)
 	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
 		// The write may have landed all the same (its answer lost): its
@@ -792,7 +793,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		c.s.tryWrite(ctx, "delete member key", target, false, func(ctx context.Context) error {
 			return st.deleteMember(ctx, target, me.UUID, 0, session)
 		})
-		c.unclaim(ctx, target, rec.Gen, claim)
+		c.unclaimHeld(ctx, r, rec.Gen, claim)
 		c.letGo(r)
 		c.log.Warn("Ubiq join failed", "peer", id, "room", target, "err", err)
 		c.reject(a, "Could not join room "+target+": "+err.Error())
@@ -803,7 +804,7 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 	old, oldAs, oldRev, oldGen, oldClaim := c.room, c.memberAs, c.memberRev, c.memberGen, c.memberClaim
 	c.setRoom(r)
 	c.memberAs, c.memberRev, c.memberGen, c.memberClaim = id, rev, rec.Gen, claim
-	r.cmdAttachMember(c, id, rev)
+	r.cmdAttachMember(c, id, rev, claim)
 	if hasPos {
 		c.setPosition(pos) // in the new room
 	}
@@ -826,6 +827,17 @@ func (c *conn) unclaim(ctx context.Context, room, gen, claim string) {
 	})
 }
 
+// unclaimHeld counts the peer out of room r, where it holds claim id claim
+// (holdClaim) on the room's record of generation gen: the room stops
+// holding the claim first, so that it does not put the claim back
+// (writeClaims), and may have moved it to another generation.
+func (c *conn) unclaimHeld(ctx context.Context, r *room, gen, claim string) {
+	if g, ok := r.releaseClaim(claim); ok {
+		gen = g
+	}
+	c.unclaim(ctx, r.id, gen, claim)
+}
+
 // leave takes the peer out of room r as a member.
 func (c *conn) leave(ctx context.Context, r *room) {
 	c.leaveAs(ctx, r, c.memberAs, c.memberRev, c.memberGen, c.memberClaim)
@@ -843,7 +855,7 @@ func (c *conn) leaveAs(ctx context.Context, r *room, as string, rev uint64, gen,
 	// room without a code (retrier.try queues it behind).
 	session := c.session
 	s.tryWrite(ctx, "delete member key", id, false, func(ctx context.Context) error { return s.store.deleteMember(ctx, id, as, rev, session) })
-	c.unclaim(ctx, r.id, gen, claim)
+	c.unclaimHeld(ctx, r, gen, claim)
 	r.cmdDetachMember(c)
 	c.letGo(r)
 }

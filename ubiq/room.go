@@ -113,10 +113,11 @@ type attachment struct {
 }
 
 // pendingMember is a member attachment waiting for the member key that
-// its connection wrote at rev as peer uuid as.
+// its connection wrote at rev as peer uuid as, having made claim.
 type pendingMember struct {
-	rev uint64
-	as  string
+	rev   uint64
+	as    string
+	claim string
 }
 
 type memberState struct {
@@ -195,6 +196,23 @@ type room struct {
 	writing    sync.WaitGroup
 	// presence writes this activation's presence key again (announceAgain).
 	presence *roomWriter
+	// claimMu guards claims, the claims of the local members (see
+	// heldClaim), and what reclaim writes from: claimFrom, the room's
+	// record as last seen, and claimCode, its last join code.
+	claimMu   sync.Mutex
+	claims    map[string]*heldClaim
+	claimFrom *roomRecord
+	claimCode string
+	// claimWrite is held while reclaim writes, and by releaseClaim.
+	claimWrite sync.Mutex
+	// reclaim puts back the claims that the room's record lost
+	// (writeClaims).
+	reclaim *roomWriter
+	// Room goroutine: the revision of rec, or of its deletion (recGone),
+	// and the last join code it had.
+	recRev   uint64
+	recGone  bool
+	lastCode string
 	// kNN audience, kept up to date by grant and ungrant so that a
 	// snapshot costs a map copy, not a walk over every grant: by holds,
 	// for each sender, the local non-observer connections granted it. Its
@@ -225,12 +243,14 @@ func newRoom(s *Server, id string) *room {
 	r.aud.Store(&audience{})
 	r.writes, r.stopWrites = context.WithCancel(s.ctx)
 	r.presence = r.writer(r.writePresence)
+	r.claims = map[string]*heldClaim{}
+	r.reclaim = r.writer(r.writeClaims)
 	return r
 }
 
 // writer returns a roomWriter of the room that does write.
-func (r *room) writer(write func(ctx context.Context, w *roomWriter)) *roomWriter {
-	return &roomWriter{ctx: r.writes, wg: &r.writing, log: r.s.log, write: write}
+func (r *room) writer(write func(ctx context.Context, w *roomWriter) error) *roomWriter {
+	return &roomWriter{ctx: r.writes, wg: &r.writing, log: r.s.log, room: r.id, write: write}
 }
 
 // endWrites cancels the room's writes under way and waits for them.
@@ -440,22 +460,24 @@ func (r *room) endResync() {
 // NodeTimeout) and swept its keys. Without the key, the other nodes relay
 // none of the room's frames or positions here, and may remove the room
 // while local members or observers are in it. (Local members whose keys
-// went too are disconnected, membershipLost, and join again.) The write
-// runs off the room goroutine (roomWriter): meanwhile the room goes on
-// serving its connections.
+// went too are disconnected, membershipLost, and join again; the claims
+// of those whose keys stayed are put back, checkClaims.) The write runs off
+// the room goroutine (roomWriter), again until it lands: meanwhile the
+// room goes on serving its connections.
 func (r *room) announceAgain() {
 	r.logBounded(slog.LevelWarn, "Ubiq room presence key deleted by another node (it took this node for dead): writing it again", "room", r.id, "activation", r.self)
 	r.presence.kick()
 }
 
-// writePresence writes this activation's presence key (announceAgain). A
-// write that fails is logged; the room then goes on without it. (putOwned
-// checks the key's index entry after the write: a sweep that ran
-// meanwhile may have deleted it.)
-func (r *room) writePresence(ctx context.Context, w *roomWriter) {
-	if _, err := r.s.store.putOwned(ctx, presenceKey(r.id, r.self), []byte(r.s.node)); err != nil {
-		w.warn("Ubiq room presence key could not be written again: the other nodes relay nothing of the room here", "room", r.id, "activation", r.self, "err", err)
+// writePresence writes this activation's presence key (announceAgain).
+// (putOwned checks the key's index entry after the write: a sweep that
+// ran meanwhile may have deleted it.)
+func (r *room) writePresence(ctx context.Context, w *roomWriter) error {
+	key := presenceKey(r.id, r.self)
+	if _, err := r.s.store.putOwned(ctx, key, []byte(r.s.node)); err != nil {
+		return fmt.Errorf("write presence key %s again (meanwhile the other nodes relay nothing of the room here): %w", key, err)
 	}
+	return nil
 }
 
 // publish publishes the audience if it changed, then sends the PeerAdded
@@ -506,14 +528,22 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 	switch {
 	case rest == "i":
 		if deleted {
-			return // members keep the room they have; a new joiner recreates it
+			// Members keep the room they have; a new joiner recreates it,
+			// and so do the members here (checkClaims).
+			r.recRev, r.recGone = e.Revision(), true
+			r.checkClaims()
+			return
 		}
 		var rec roomRecord
 		if json.Unmarshal(e.Value(), &rec) != nil {
 			return
 		}
 		old := r.rec
-		r.rec = &rec
+		r.rec, r.recRev, r.recGone = &rec, e.Revision(), false
+		if rec.JoinCode != "" {
+			r.lastCode = rec.JoinCode
+		}
+		r.checkClaims()
 		// Switch policy before telling anyone, so that a member reacting to
 		// the change (say, by sending its position) finds it in force.
 		v, _ := rec.Props.get(InterestKey)
@@ -595,7 +625,7 @@ func (r *room) attachPending() {
 	for c, p := range r.pending {
 		if m := r.members[keyToken(p.as)]; m != nil && m.rev >= p.rev {
 			delete(r.pending, c)
-			r.attachMember(c, p.as)
+			r.attachMember(c, p.as, p.claim)
 		}
 	}
 }
@@ -751,18 +781,19 @@ func (r *room) attachment(c *conn) *attachment {
 
 // cmdAttachMember makes c a local member once its member key, written as
 // peer as at rev (or later), has been seen, then sends it SetRoom and the
-// peers it should know.
-func (r *room) cmdAttachMember(c *conn, as string, rev uint64) {
+// peers it should know. c holds claim on the room (holdClaim).
+func (r *room) cmdAttachMember(c *conn, as string, rev uint64, claim string) {
 	r.cmds <- func() {
 		if m := r.members[keyToken(as)]; m != nil && m.rev >= rev {
-			r.attachMember(c, as)
+			r.attachMember(c, as, claim)
 			return
 		}
-		r.pending[c] = pendingMember{rev: rev, as: as}
+		r.pending[c] = pendingMember{rev: rev, as: as, claim: claim}
 	}
 }
 
-func (r *room) attachMember(c *conn, as string) {
+func (r *room) attachMember(c *conn, as, claim string) {
+	r.claimAttached(claim)
 	a := r.attachment(c)
 	a.member, a.as = true, as
 	info := RoomInfo{UUID: r.id, Keys: []string{}, Values: []string{}}

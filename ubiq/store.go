@@ -329,14 +329,17 @@ func (e *JoinCodeError) Error() string {
 var errCodeGone = errors.New("the room no longer has that join code")
 
 // reserveCode reserves a free join code for room, and returns it and the
-// revision of its key.
-func (s *store) reserveCode(ctx context.Context, room string) (string, uint64, error) {
+// revision of its key. It tries prefer first, if set.
+func (s *store) reserveCode(ctx context.Context, room, prefer string) (string, uint64, error) {
 	gen := s.newCode
 	if gen == nil {
 		gen = newJoinCode
 	}
-	for range joinCodeTries {
-		code := gen()
+	for i := range joinCodeTries {
+		code := prefer
+		if i > 0 || code == "" {
+			code = gen()
+		}
 		rev, err := s.kv.Create(ctx, codeKey(code), []byte(room))
 		if err == nil {
 			return code, rev, nil
@@ -423,14 +426,15 @@ func (s *store) observeRoom(ctx context.Context, uuid string) error {
 
 // claimRoom counts one more member of this node into room uuid, under
 // claim id claim (newClaimID; unclaimRoom takes it out), creating
-// the room if it does not exist, and returns the record as written. A room
-// without members has no join code (Ubiq's server deletes a room its last
-// peer leaves, and a join creates it anew): it takes a free code here, and
-// the joiner's name ("" = the uuid) and publish flag. With code set, the
-// join is by that code, which the room must still have (errCodeGone). No
-// free code is a *JoinCodeError. The count comes before the member key:
-// while it is there the room keeps its code and is not removed.
-func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, publish bool) (*roomRecord, error) {
+// the room if it does not exist, and returns the record as written and its
+// revision. A room without members has no join code (Ubiq's server deletes
+// a room its last peer leaves, and a join creates it anew): it takes a free
+// code here, and the joiner's name ("" = the uuid) and publish flag. With
+// code set, the join is by that code, which the room must still have
+// (errCodeGone). No free code is a *JoinCodeError. The count comes before
+// the member key: while it is there the room keeps its code and is not
+// removed.
+func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, publish bool) (*roomRecord, uint64, error) {
 	if name == "" {
 		name = uuid
 	}
@@ -438,21 +442,16 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, p
 		r, rev, err := s.getRoom(ctx, uuid)
 		missing := errors.Is(err, jetstream.ErrKeyNotFound)
 		if err != nil && !missing {
-			return nil, err
+			return nil, 0, err
 		}
 		if code != "" && (missing || r.JoinCode != code) {
-			return nil, errCodeGone
+			return nil, 0, errCodeGone
 		}
 		if missing {
 			r = &roomRecord{UUID: uuid, Props: s.newProps(), Gen: newUUID()}
 		}
-		var fresh string
-		var freshRev uint64
 		if r.JoinCode == "" {
-			if fresh, freshRev, err = s.reserveCode(ctx, uuid); err != nil {
-				return nil, err
-			}
-			r.JoinCode, r.Name, r.Publish = fresh, name, publish
+			r.Name, r.Publish = name, publish
 		}
 		if r.Joined == nil {
 			r.Joined = map[string][]string{}
@@ -460,40 +459,70 @@ func (s *store) claimRoom(ctx context.Context, uuid, code, name, claim string, p
 		if !slices.Contains(r.Joined[s.node], claim) { // not in already (a retried claim)
 			r.Joined[s.node] = append(r.Joined[s.node], claim)
 		}
-		b, _ := json.Marshal(r)
-		var wrev uint64
-		if missing {
-			wrev, err = s.kv.Create(ctx, infoKey(uuid), b)
-		} else {
-			wrev, err = s.kv.Update(ctx, infoKey(uuid), b, rev)
-		}
+		wrev, err := s.putClaimed(ctx, r, rev, "")
 		if err == nil {
-			s.recordWritten(uuid, r, wrev)
-			return r, nil
+			return r, wrev, nil
 		}
-		conflict := bus.IsRevisionConflict(err)
-		if fresh != "" && !conflict {
-			// The write may have landed all the same (its answer lost):
-			// the code's key stays until the retrier finds the room
-			// without that code (freeCodeOf without a revision), which
-			// is when the caller's count-out of the claim took it, or at
-			// once if the write did not land. Freed now, another room
-			// could take a code this room's record still names.
-			return nil, errors.Join(fmt.Errorf("join room %s: %w", uuid, err),
-				&codeNotFreedError{room: uuid, code: fresh, err: fmt.Errorf("the room's write may have landed: %w", err)})
-		}
-		if fresh != "" {
-			if ferr := s.freeCode(ctx, fresh, freshRev); ferr != nil {
-				return nil, errors.Join(fmt.Errorf("join room %s: %w", uuid, err), &codeNotFreedError{room: uuid, code: fresh, rev: freshRev, err: ferr})
-			}
-		}
-		if !conflict {
-			return nil, fmt.Errorf("join room %s: %w", uuid, err)
+		if !errors.Is(err, errClaimConflict) {
+			return nil, 0, err
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, 0, ctx.Err()
 		}
 	}
+}
+
+// errClaimConflict: the room's record changed since it was read (putClaimed).
+var errClaimConflict = errors.New("the room's record changed since it was read")
+
+// putClaimed writes room record r, read at revision rev (0: there was
+// none, it is created), to which claims were added, and returns the
+// revision written. A record without a join code takes a free one first
+// (prefer, if it is free). A record that changed since rev is
+// errClaimConflict: nothing is written, and a code reserved for it is
+// freed.
+func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefer string) (uint64, error) {
+	var fresh string
+	var freshRev uint64
+	if r.JoinCode == "" {
+		var err error
+		if fresh, freshRev, err = s.reserveCode(ctx, r.UUID, prefer); err != nil {
+			return 0, err
+		}
+		r.JoinCode = fresh
+	}
+	b, _ := json.Marshal(r)
+	var wrev uint64
+	var err error
+	if rev == 0 {
+		wrev, err = s.kv.Create(ctx, infoKey(r.UUID), b)
+	} else {
+		wrev, err = s.kv.Update(ctx, infoKey(r.UUID), b, rev)
+	}
+	if err == nil {
+		s.recordWritten(r.UUID, r, wrev)
+		return wrev, nil
+	}
+	conflict := bus.IsRevisionConflict(err)
+	if fresh != "" && !conflict {
+		// The write may have landed all the same (its answer lost):
+		// the code's key stays until the retrier finds the room
+		// without that code (freeCodeOf without a revision), which
+		// is when the caller's count-out of the claim took it, or at
+		// once if the write did not land. Freed now, another room
+		// could take a code this room's record still names.
+		return 0, errors.Join(fmt.Errorf("write room %s: %w", r.UUID, err),
+			&codeNotFreedError{room: r.UUID, code: fresh, err: fmt.Errorf("the room's write may have landed: %w", err)})
+	}
+	if fresh != "" {
+		if ferr := s.freeCode(ctx, fresh, freshRev); ferr != nil {
+			return 0, errors.Join(fmt.Errorf("write room %s: %w", r.UUID, err), &codeNotFreedError{room: r.UUID, code: fresh, rev: freshRev, err: ferr})
+		}
+	}
+	if !conflict {
+		return 0, fmt.Errorf("write room %s: %w", r.UUID, err)
+	}
+	return 0, errClaimConflict
 }
 
 // unclaimRoom counts the member of node with claim id claim out of room
