@@ -38,17 +38,20 @@ func (n *Node) unexpect(key string) {
 }
 
 // clientsCounted is the clients a heartbeat at now counts: those
-// connected and those expected, each once; it forgets the expectations
-// older than expectGrace. n.mu must be held.
+// connected and those expected, each once. It notes them in n.counted
+// (for Reply.Counted) and forgets the expectations older than
+// expectGrace. n.mu must be held.
 func (n *Node) clientsCounted(now time.Time) int {
-	clients := len(n.peers)
-	for key, at := range n.expected {
-		switch {
-		case now.Sub(at) >= expectGrace:
-			delete(n.expected, key)
-		case n.peers[key] == nil:
-			clients++
-		}
+	clear(n.counted)
+	for key := range n.peers {
+		n.counted[key] = struct{}{}
 	}
-	return clients
+	for key, at := range n.expected {
+		if now.Sub(at) >= expectGrace {
+			delete(n.expected, key)
+			continue
+		}
+		n.counted[key] = struct{}{}
+	}
+	return len(n.counted)
 }

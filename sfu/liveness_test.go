@@ -318,7 +318,7 @@ func TestManagerKnowsNodeWhenStartReturns(t *testing.T) {
 		if got := n.mgr.Nodes(); !slices.Contains(got, n.ID()) {
 			t.Fatalf("start %d: the manager lists %q when Start returns, not node %s", i, got, n.ID())
 		}
-		if a := n.mgr.Assign(JoinRequest{Session: "s", Client: "c", Site: "a"}, time.Now()); a.Node != n.ID() {
+		if a, _ := n.mgr.assign(JoinRequest{Session: "s", Client: "c", Site: "a"}, time.Now(), nil); a.Node != n.ID() {
 			t.Fatalf("start %d: a join at once was placed on %+v, want node %s", i, a, n.ID())
 		}
 		n.Close()

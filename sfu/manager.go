@@ -19,8 +19,9 @@ import (
 // heartbeats and assigns each joining client a node, preferring the
 // client's site and then the least loaded node; a full node
 // (NodeInfo.MaxClients) only when no other has room. A client that joins
-// again keeps its node while that node is alive and not full, its own old
-// connection not counted. A node that announces it is
+// again keeps its node while that node is alive and has room for it: its
+// own old connection is not counted twice, and counts again once the node
+// no longer counts it (rejoinCount). A node that announces it is
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
 // next heartbeat and the client is placed on another node. A join may
@@ -115,7 +116,7 @@ func (ns *nodeState) load() int { return ns.info.Clients + len(ns.placed) }
 // full reports whether the node has as many clients as it takes
 // (NodeInfo.MaxClients), counting those placed there that its heartbeat
 // does not count. Such a node would refuse the client (Reply.Full), which
-// would then ask again, excluding it: Assign places clients on it only
+// would then ask again, excluding it: assign places clients on it only
 // when no other node has room.
 func (ns *nodeState) full() bool { return ns.fullBut(0) }
 
@@ -327,25 +328,33 @@ func respondAssignment(msg *nats.Msg, a Assignment) {
 	_ = msg.Respond(b)
 }
 
-// place assigns a node to a client (Assign) and checks that the node
+// place assigns a node to a client (assign) and checks that the node
 // answers on its signal subject. A node that does not (no responders: it
 // vanished without announcing that it left; or no answer within
 // probeTimeout) is dropped until its next heartbeat and the next best node
-// is tried, placeAttempts nodes at most. When ctx ends (Close) the join is
-// answered busy, "shutting down".
+// is tried, placeAttempts nodes at most. A client that joins again is
+// kept on its node once the node has said whether it still counts the
+// client (rejoinCount). When ctx ends (Close) the join is answered busy,
+// "shutting down".
 func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 	var unreachable []string
-	for range placeAttempts {
-		a := m.Assign(req, time.Now())
+	var heard *rejoinAnswer
+	for len(unreachable) < placeAttempts {
+		a, ask := m.assign(req, time.Now(), heard)
 		if a.Error != "" {
 			if len(unreachable) > 0 {
 				a.Error += fmt.Sprintf(" (nodes %v did not answer)", unreachable)
 			}
 			return a
 		}
-		rep, err := m.probe(ctx, req, a)
+		rep, err := m.probe(ctx, req, a, !ask)
 		if ctx.Err() != nil {
 			return Assignment{Error: errShuttingDown.Error(), Busy: true}
+		}
+		if err == nil && ask {
+			// assign, told, does not ask again
+			heard = &rejoinAnswer{node: a.Node, counted: rep.Counted}
+			continue
 		}
 		if err == nil {
 			m.settle(a.Node, req.Session+"/"+req.Client, rep)
@@ -365,12 +374,12 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 	return Assignment{Error: fmt.Sprintf("%v: nodes %v did not answer", errNoNode, unreachable)}
 }
 
-// probe asks the assigned node whether it answers, telling it that the
-// client is placed there (Signal.Place), and returns its reply.
-func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) (Reply, error) {
+// probe asks the assigned node whether it answers, with place telling it
+// that the client is placed there (Signal.Place), and returns its reply.
+func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment, place bool) (Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(m.probeWait.Load()))
 	defer cancel()
-	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client, Place: true})
+	b, _ := json.Marshal(Signal{Op: "ping", Session: req.Session, Client: req.Client, Place: place})
 	msg, err := m.nc.RequestWithContext(ctx, a.Signal, b)
 	if err != nil {
 		return Reply{}, fmt.Errorf("sfu manager: ping node %s on %s: %w", a.Node, a.Signal, err)
@@ -384,9 +393,11 @@ func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment) (Rep
 
 // settle takes rep, the answer of node to the ping of client key's
 // placement: the node's heartbeats after rep.Beat count the client, and
-// the manager counts it itself until it has one of them. An answer
-// without Beat (an older node) or from another instance than the
-// manager knows leaves the placement as Assign counted it.
+// the manager counts it itself until it has one of them, unless
+// heartbeat rep.Beat counted it already (Reply.Counted: its old
+// connection). An answer without Beat (an older node) or from another
+// instance than the manager knows leaves the placement as assign counted
+// it.
 func (m *Manager) settle(node, key string, rep Reply) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -397,8 +408,10 @@ func (m *Manager) settle(node, key string, rep Reply) {
 	if _, ok := ns.placed[key]; !ok {
 		return
 	}
-	if rep.Beat < ns.info.Beat {
-		delete(ns.placed, key) // a heartbeat after the ping has come: it counts the client
+	if rep.Counted || rep.Beat < ns.info.Beat {
+		// counted by the heartbeat of the ping, or by a later one the
+		// manager has
+		delete(ns.placed, key)
 		return
 	}
 	ns.placed[key] = rep.Beat
@@ -424,19 +437,37 @@ func (m *Manager) drop(id string) {
 	m.mu.Unlock()
 }
 
-// Assign picks the node for a client at now: the node it was given before,
-// while that node is alive and not excluded (req.Exclude), else the best
-// live node not excluded.
-func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
+// assign picks the node for a client at now: the node it was given before,
+// while that node is alive, not excluded (req.Exclude) and has room for it
+// (rejoinCount), else the best live node not excluded. ask reports that
+// the client's node may keep it, but whether the node still counts the
+// client is to be asked first (a ping, Reply.Counted): the caller asks
+// and calls assign again with the answer, heard. Told, assign does not
+// ask.
+func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a Assignment, ask bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := req.Session + "/" + req.Client
 	m.pruneAssigned(now)
 	if a, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, a.node) && now.Sub(a.at) < assignedTTL {
-		// the client's own old connection may still be counted
-		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL && !ns.fullBut(1) {
-			m.assigned[key] = assignedTo{node: a.node, at: now}
-			return assignment(ns.info)
+		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL {
+			switch rejoinCount(ns, key, heard) {
+			case rejoinCounted:
+				if !ns.fullBut(1) {
+					m.assigned[key] = assignedTo{node: a.node, at: now}
+					return assignment(ns.info), false
+				}
+			case rejoinAsk:
+				if !ns.fullBut(1) { // else full however the node answers
+					return assignment(ns.info), true
+				}
+			case rejoinNew:
+				if !ns.full() {
+					ns.placed[key] = ns.info.Beat + 1 // until its ping answers (settle)
+					m.assigned[key] = assignedTo{node: a.node, at: now}
+					return assignment(ns.info), false
+				}
+			}
 		}
 	}
 	var live []*nodeState
@@ -453,9 +484,9 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	}
 	if len(live) == 0 {
 		if len(req.Exclude) > 0 {
-			return Assignment{Error: fmt.Sprintf("%v (excluding nodes %v: they did not answer the client or were full)", errNoNode, req.Exclude)}
+			return Assignment{Error: fmt.Sprintf("%v (excluding nodes %v: they did not answer the client or were full)", errNoNode, req.Exclude)}, false
 		}
-		return Assignment{Error: errNoNode.Error()}
+		return Assignment{Error: errNoNode.Error()}, false
 	}
 	sort.Slice(live, func(i, j int) bool {
 		a, b := live[i], live[j]
@@ -473,7 +504,7 @@ func (m *Manager) Assign(req JoinRequest, now time.Time) Assignment {
 	best := live[0]
 	best.placed[key] = best.info.Beat + 1 // until its ping answers (settle)
 	m.assigned[key] = assignedTo{node: best.info.ID, at: now}
-	return assignment(best.info)
+	return assignment(best.info), false
 }
 
 // siteRank is 0 for the client's site, i+1 for its i-th near site, and

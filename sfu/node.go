@@ -53,9 +53,11 @@ type Node struct {
 	// here (its ping, Signal.Place) whose offer has not come, with when:
 	// heartbeats count them until it comes or expectGrace passes
 	expected map[string]time.Time
-	// beat is the number of the last heartbeat (NodeInfo.Beat)
-	beat   uint64
-	closed bool
+	// beat is the number of the last heartbeat (NodeInfo.Beat), counted
+	// the clients it counted (NodeInfo.Clients), by "session/client"
+	beat    uint64
+	counted map[string]struct{}
+	closed  bool
 
 	purged atomic.Uint64 // directory entries of gone nodes removed (purgeNode)
 	// probes counts the subscribers' probes for paused floors by
@@ -116,7 +118,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		peers: map[string]*peer{}, local: map[string]*source{}, relayed: map[string]*source{},
 		directory: map[string]TrackInfo{}, poses: map[string]knownPose{}, links: map[string]*linkState{},
 		groups: map[string]*linkGroup{}, heard: map[string]*heardNode{}, hops: newHopHists(), offers: map[string][]*offerToken{},
-		expected:    map[string]time.Time{},
+		expected: map[string]time.Time{}, counted: map[string]struct{}{},
 		signalSlots: make(chan struct{}, maxSignalsInFlight),
 	}
 	n.ctx, n.cancel = context.WithCancel(ctx)

@@ -83,3 +83,48 @@ func TestPlacementCountedUntilItsOffer(t *testing.T) {
 		t.Fatalf("u3 placed on node %s once node 1 no longer counts u1, want 1", node)
 	}
 }
+
+// TestRejoinAfterDropCounts: a client that joins again, placed on the
+// node it had, counts as one more client there when the node no longer
+// counted it (it left a while ago): node 1, which takes one client, is
+// full for the next client of its site at once. Before, a client kept on
+// its node never counted, as if its old connection were always still in
+// the node's count: until the node's next heartbeat the manager took node
+// 1 for empty, placed the next client there too, and node 1 refused it.
+func TestRejoinAfterDropCounts(t *testing.T) {
+	c := startClusterWith(t, func(i int, cfg *Config) {
+		cfg.Heartbeat = 2 * time.Second // the placements below come between two
+		if i == 0 {
+			cfg.MaxClients = 1
+		}
+	}, "a", "b")
+	mgr := c.nodes[0].mgr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "tab"), Session: "s1", Client: "tab", Site: "a", ICEAddresses: loopback, VideoSlots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl.Node != "1" {
+		t.Fatalf("tab on node %s, want 1", cl.Node)
+	}
+	waitFor(t, "the manager to have node 1's heartbeat with tab", func() bool { _, clients := nodeSeen(mgr, "1"); return clients == 1 })
+	cl.Close()
+	waitFor(t, "the manager to have node 1's heartbeat without tab", func() bool { _, clients := nodeSeen(mgr, "1"); return clients == 0 })
+
+	nc := c.conn(t, "joins")
+	join := func(client string) string {
+		t.Helper()
+		a, err := RequestJoin(ctx, nc, JoinRequest{Session: "s1", Client: client, Site: "a"})
+		if err != nil {
+			t.Fatalf("join of %s: %v", client, err)
+		}
+		return a.Node
+	}
+	if node := join("tab"); node != "1" {
+		t.Fatalf("tab joining again placed on node %s, want 1 (its node, empty)", node)
+	}
+	if node := join("other"); node != "2" {
+		t.Fatalf("other placed on node %s after tab joined node 1 again, want 2 (node 1 takes one client: tab)", node)
+	}
+}

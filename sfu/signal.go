@@ -133,10 +133,13 @@ type Reply struct {
 	Error string `json:"error,omitempty"`
 	// Site and Instance (op "ping" only) are the answering node's
 	// (NodeInfo); Beat is the number of its last heartbeat
-	// (NodeInfo.Beat) when it answered.
+	// (NodeInfo.Beat) when it answered, and Counted says that it counted
+	// the client (NodeInfo.Clients: connected, or placed here and
+	// expected).
 	Site     string `json:"site,omitempty"`
 	Instance string `json:"instance,omitempty"`
 	Beat     uint64 `json:"beat,omitempty"`
+	Counted  bool   `json:"counted,omitempty"`
 	// Full (op "error") says the node refused the signal for its load
 	// (Config.MaxClients clients, or maxSignalsInFlight signals in
 	// progress): another node may take it (errNodeFull).
@@ -446,6 +449,7 @@ func (n *Node) signal(s Signal, tok *offerToken) Reply {
 	case "ping": // the manager's check that the node answers (Manager.place)
 		n.mu.Lock()
 		closing, beat := n.closed, n.beat
+		_, counted := n.counted[key]
 		if s.Place && !closing {
 			n.expect(key, time.Now())
 		}
@@ -453,7 +457,7 @@ func (n *Node) signal(s Signal, tok *offerToken) Reply {
 		if closing {
 			return Reply{Op: "error", Error: "sfu node " + n.cfg.ID + " is shutting down", Site: n.cfg.Site, Instance: n.instance}
 		}
-		return Reply{Op: "ok", Site: n.cfg.Site, Instance: n.instance, Beat: beat}
+		return Reply{Op: "ok", Site: n.cfg.Site, Instance: n.instance, Beat: beat, Counted: counted}
 	}
 	return Reply{Op: "error", Error: fmt.Sprintf("unknown op %q", s.Op)}
 }
