@@ -6,6 +6,7 @@ import {
   clean, descendants, isObject, merge, parentOf, parentsFirst,
   type Json, type JsonObject, type Message, type StoredObject,
 } from './protocol';
+import { ParentWaits } from './waiting';
 
 export interface SceneObject {
   id: string;
@@ -251,6 +252,8 @@ type XrEl = HTMLElement & { setAttribute(n: string, v: unknown, clobber?: boolea
 export class Renderer {
   readonly els = new Map<string, XrEl>();
   private orphans: HTMLElement;
+  /** The objects among the orphans, by the parent they wait for. */
+  private waits = new ParentWaits();
 
   constructor(private model: SceneModel, private root: HTMLElement) {
     this.orphans = document.createElement('a-entity');
@@ -260,15 +263,14 @@ export class Renderer {
     model.on((e) => this.onChange(e));
   }
 
+  /** How many objects wait, hidden, for their parent to be drawn. */
+  get waiting(): number {
+    return this.waits.size;
+  }
+
   private onChange(e: ModelEvent) {
     if (e.kind === 'delete') {
-      const el = this.els.get(e.id);
-      this.els.delete(e.id);
-      if (el) {
-        // Children still in the model wait for a parent again.
-        for (const c of [...el.children]) if ((c as HTMLElement).dataset?.objectId) this.orphans.appendChild(c);
-        el.remove();
-      }
+      this.undraw(e.id);
       return;
     }
     if (e.kind !== 'set') return;
@@ -282,14 +284,25 @@ export class Renderer {
     }
   }
 
+  /** Removes the entity of object id; the objects drawn in it wait for their parent again. */
+  private undraw(id: string) {
+    const el = this.els.get(id);
+    this.els.delete(id);
+    this.waits.set(id, undefined);
+    if (!el) return;
+    for (const c of [...el.children] as XrEl[]) {
+      const cid = c.dataset?.objectId;
+      if (!cid) continue;
+      this.orphans.appendChild(c);
+      this.place(cid, c, parentOf(this.model.objects.get(cid)?.data));
+    }
+    el.remove();
+  }
+
   private render(obj: SceneObject) {
     // Only scene objects are drawn; scene-options, programs, ... are not.
     if (obj.type !== 'object') {
-      const old = this.els.get(obj.id);
-      if (old) {
-        old.remove();
-        this.els.delete(obj.id);
-      }
+      this.undraw(obj.id);
       return;
     }
     let el = this.els.get(obj.id);
@@ -316,26 +329,33 @@ export class Renderer {
     el.classList.toggle('clickable', isClickable(obj.data));
     el.dataset.objectType = typeof obj.data.object_type === 'string' ? obj.data.object_type : 'entity';
 
-    const pid = parentOf(obj.data);
-    const parentEl = pid ? this.els.get(pid) : this.root;
-    let target = parentEl ?? this.orphans;
-    if (target !== this.root && el.contains(target)) {
-      // A parent cycle (the server takes one: b's parent a, then a's
-      // parent b): the DOM cannot nest them, and appendChild would throw.
-      console.warn(`xrealm: object ${obj.id}: its parent ${pid} is inside it (a parent cycle); it is drawn where it was`);
-      target = el.parentElement && el.parentElement !== this.orphans ? el.parentElement : this.root;
-    }
-    if (el.parentElement !== target) target.appendChild(el);
+    this.place(obj.id, el, parentOf(obj.data));
     // Objects waiting for this one move in.
-    for (const c of [...this.orphans.children] as HTMLElement[]) {
-      const cid = c.dataset.objectId;
-      const co = cid ? this.model.objects.get(cid) : undefined;
-      if (!co || parentOf(co.data) !== obj.id) continue;
+    for (const cid of this.waits.take(obj.id)) {
+      const c = this.els.get(cid);
+      if (!c) continue;
       if (c.contains(el)) {
         // the cycle again, from the other side: the one waiting is drawn at the root
         console.warn(`xrealm: object ${cid}: its parent ${obj.id} is inside it (a parent cycle); it is drawn at the scene's root`);
         this.root.appendChild(c);
       } else el.appendChild(c);
     }
+  }
+
+  /**
+   * Puts el, the entity of object id, in the entity of its parent pid, at
+   * the root without one, or among the orphans, waiting for pid, while
+   * pid is not drawn.
+   */
+  private place(id: string, el: XrEl, pid: string | undefined) {
+    let target = (pid ? this.els.get(pid) : this.root) ?? this.orphans;
+    if (target !== this.root && el.contains(target)) {
+      // A parent cycle (the server takes one: b's parent a, then a's
+      // parent b): the DOM cannot nest them, and appendChild would throw.
+      console.warn(`xrealm: object ${id}: its parent ${pid} is inside it (a parent cycle); it is drawn where it was`);
+      target = el.parentElement && el.parentElement !== this.orphans ? el.parentElement : this.root;
+    }
+    this.waits.set(id, target === this.orphans ? pid : undefined);
+    if (el.parentElement !== target) target.appendChild(el);
   }
 }

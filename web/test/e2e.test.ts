@@ -1209,6 +1209,68 @@ describe('objects', () => {
     c.end(true);
   });
 
+  it('objects waiting for their parent move in when it is drawn: parents late, deleted and made again, no longer objects, or changed', async () => {
+    const a = await open('/public/waiting');
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/waiting', 'editor'), 'waiting-bot');
+    const send = (m: Record<string, unknown>) =>
+      c.publishAsync(`realm/s/public/waiting/o/waiting-bot/${m.object_id}`, JSON.stringify({ type: 'object', ...m }), { qos: 1 });
+    const box = (id: string, parent?: string) => send({ object_id: id, action: 'create', data: { object_type: 'box', ...(parent ? { parent } : {}) } });
+    /** Where each object's entity is: under its parent's (the parent's id), at the root, waiting (hidden) or nowhere. */
+    const tree = (ids: string[]) => a.evaluate((ids) => Object.fromEntries(ids.map((id) => {
+      const el = document.querySelector(`#xr-objects [data-object-id="${id}"]`);
+      const p = el?.parentElement;
+      return [id, !p ? 'none' : p.id === 'xr-objects' ? 'root' : p.dataset.role === 'orphans' ? 'waiting' : p.dataset.objectId ?? '?'];
+    })), ids);
+    const expectTree = async (what: string, want: Record<string, string>) => {
+      let got: Record<string, string> = {};
+      try {
+        await waitFor(what, async () => JSON.stringify(got = await tree(Object.keys(want))) === JSON.stringify(want), 10_000);
+      } catch {
+        expect(got, what).toEqual(want);
+      }
+    };
+    try {
+      // children before their parent
+      await box('kid', 'p');
+      await box('grandkid', 'kid');
+      await expectTree('the children wait', { p: 'none', kid: 'waiting', grandkid: 'kid' });
+      await box('p');
+      await expectTree('the parent arrived', { p: 'root', kid: 'p', grandkid: 'kid' });
+      // the parent deleted (with its descendants) and made again, its child first
+      await send({ object_id: 'p', action: 'delete' });
+      await expectTree('all deleted', { p: 'none', kid: 'none', grandkid: 'none' });
+      await box('kid', 'p');
+      await expectTree('the child waits again', { p: 'none', kid: 'waiting' });
+      await box('p');
+      await expectTree('the parent made again', { p: 'root', kid: 'p' });
+      // the parent no longer a scene object (not drawn), then one again: its child waits, then moves in
+      await box('grandkid', 'kid');
+      await send({ object_id: 'p', action: 'create', type: 'program', data: { parent: null } });
+      await expectTree('the parent is not drawn', { p: 'none', kid: 'waiting', grandkid: 'kid' });
+      await box('p');
+      await expectTree('the parent is drawn again', { p: 'root', kid: 'p', grandkid: 'kid' });
+      // a waiting child whose parent id changes: to one drawn, and to one missing
+      await box('m2');
+      await box('w', 'm1');
+      await expectTree('w waits for m1', { m2: 'root', w: 'waiting' });
+      await send({ object_id: 'w', action: 'update', data: { parent: 'm2' } });
+      await expectTree('w moved to m2', { m2: 'root', w: 'm2' });
+      await box('m1');
+      await expectTree('m1 does not take w', { m1: 'root', m2: 'root', w: 'm2' });
+      await send({ object_id: 'w', action: 'update', data: { parent: 'm3' } });
+      await expectTree('w waits for m3', { m1: 'root', w: 'waiting' });
+      await send({ object_id: 'm1', action: 'update', data: { color: '#ff0000' } });
+      await send({ object_id: 'm2', action: 'update', data: { color: '#ff0000' } });
+      await box('m4');
+      await expectTree('other objects drawn do not take w', { m1: 'root', m2: 'root', m4: 'root', w: 'waiting' });
+      await box('m3', 'm4');
+      await expectTree('m3 arrived', { m3: 'm4', w: 'm3' });
+      expect(await a.evaluate(() => (window as any).xrealm.renderer.waiting), 'objects waiting').toBe(0);
+    } finally {
+      c.end(true);
+    }
+  });
+
   it('a scene whose stored objects cannot be loaded says so, with Retry, and Retry loads them', async () => {
     const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/unloadable', 'editor'), 'unloadable-bot');
     await c.publishAsync('realm/s/public/unloadable/o/unloadable-bot/kept', JSON.stringify({
