@@ -171,25 +171,21 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	if f.Get("id_auth") != "anonymous" { // an anonymous request's credentials are not read
 		var err error
 		if tok, err = RequestToken(r); err != nil {
-			a.cfg.Access.Refused(r, err)
-			writeError(w, http.StatusUnauthorized, err.Error())
+			writeRefusal(w, a.cfg.Access.Refused(r, err))
 			return
 		}
 	}
 	if tok != "" {
 		cl, err := a.cfg.Access.Keys.Verify(tok)
 		if err != nil {
-			a.cfg.Access.Refused(r, err)
-			writeError(w, http.StatusUnauthorized, err.Error())
+			writeRefusal(w, a.cfg.Access.Refused(r, tokenRefused(err)))
 			return
 		}
 		if cl.Rights().IsService() {
 			// A node's token (xrealm token --role sfu or cluster) signs
 			// the node in to the bus; it is no user's sign-in, and would
 			// otherwise give its holder its user's role in every scene.
-			msg := "the token of user " + quote(cl.Subject) + " is a service's (--role sfu or cluster), not a user's sign-in: ask with a user's token, or with id_auth=anonymous"
-			a.cfg.Access.Refused(r, errors.New(msg))
-			writeError(w, http.StatusForbidden, msg)
+			writeRefusal(w, a.cfg.Access.Refused(r, insufficientScope("the token of user "+quote(cl.Subject)+" is a service's (--role sfu or cluster), not a user's sign-in: ask with a user's token, or with id_auth=anonymous")))
 			return
 		}
 		// A token issued to an anonymous user stays anonymous.
@@ -201,9 +197,7 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 			// (Anyone may have an anonymous token at any time.)
 			ttl = min(ttl, time.Until(cl.ExpiresAt.Time))
 			if ttl < time.Second { // it expired since Verify, or does now
-				msg := "the token of user " + quote(cl.Subject) + " expires now: sign in with a new one"
-				a.cfg.Access.Refused(r, errors.New(msg))
-				writeError(w, http.StatusUnauthorized, msg)
+				writeRefusal(w, a.cfg.Access.Refused(r, wrapCode(ErrUnauthenticated, codeInvalidToken, "the token of user "+quote(cl.Subject)+" expires now: sign in with a new one")))
 				return
 			}
 		}
@@ -219,7 +213,11 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	role, err := st.RoleFor(user, anonymous)
 	if err != nil {
 		a.cfg.Access.Refused(r, fmt.Errorf("no token for user %s in scene %s/%s: %w", user, ns, scene, err))
-		writeError(w, http.StatusForbidden, err.Error())
+		refusal := wrap(ErrForbidden, err.Error()) // no token came: no challenge
+		if tok != "" {
+			refusal = insufficientScope(err.Error())
+		}
+		writeRefusal(w, refusal)
 		return
 	}
 	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, role, userClient), ttl)
@@ -311,7 +309,7 @@ func anonymousName(want string) string {
 func (a *API) getSettings(w http.ResponseWriter, r *http.Request) {
 	ns, scene := r.PathValue("ns"), r.PathValue("scene")
 	if err := a.cfg.Access.Scene(r, ns, scene, false); err != nil {
-		writeError(w, statusOf(err), err.Error())
+		writeRefusal(w, err)
 		return
 	}
 	st, err := a.cfg.Settings.Get(r.Context(), ns, scene)
@@ -350,43 +348,33 @@ func (a *API) putSettings(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, err := RequestToken(r)
 	if err != nil {
-		a.cfg.Access.Refused(r, err)
-		writeError(w, http.StatusUnauthorized, err.Error())
+		writeRefusal(w, a.cfg.Access.Refused(r, err))
 		return
 	}
 	if tok == "" {
-		msg := "changing the settings of scene " + ns + "/" + scene + " needs a token of user " + quote(ns) + " (Bearer header or mqtt_token cookie)"
-		a.cfg.Access.Refused(r, errors.New(msg))
-		writeError(w, http.StatusUnauthorized, msg)
+		writeRefusal(w, a.cfg.Access.Refused(r, wrap(ErrUnauthenticated, "changing the settings of scene "+ns+"/"+scene+" needs a token of user "+quote(ns)+" (Bearer header or mqtt_token cookie)")))
 		return
 	}
 	cl, err := a.cfg.Access.Keys.Verify(tok)
 	if err != nil {
-		a.cfg.Access.Refused(r, err)
-		writeError(w, http.StatusUnauthorized, err.Error())
+		writeRefusal(w, a.cfg.Access.Refused(r, tokenRefused(err)))
 		return
 	}
 	if cl.Rights().IsService() {
 		// A node's token (xrealm token --role sfu or cluster) signs the
 		// node in to the bus; it is no user's sign-in (as at the token
 		// endpoint and in Access.Scene), so it owns no namespace.
-		msg := "the token of user " + quote(cl.Subject) + " is a service's (--role sfu or cluster), not a user's sign-in: changing the settings of scene " + ns + "/" + scene + " needs a token of user " + quote(ns)
-		a.cfg.Access.Refused(r, errors.New(msg))
-		writeError(w, http.StatusForbidden, msg)
+		writeRefusal(w, a.cfg.Access.Refused(r, insufficientScope("the token of user "+quote(cl.Subject)+" is a service's (--role sfu or cluster), not a user's sign-in: changing the settings of scene "+ns+"/"+scene+" needs a token of user "+quote(ns))))
 		return
 	}
 	if auth.IsAnonymous(cl.Subject) {
 		// Anyone may ask for an anonymous token of any name: such a user
 		// owns no namespace, as it edits no scene (auth.Settings.RoleFor).
-		msg := "user " + quote(cl.Subject) + " is anonymous; anonymous users may not change the settings of any scene"
-		a.cfg.Access.Refused(r, errors.New(msg))
-		writeError(w, http.StatusForbidden, msg)
+		writeRefusal(w, a.cfg.Access.Refused(r, insufficientScope("user "+quote(cl.Subject)+" is anonymous; anonymous users may not change the settings of any scene")))
 		return
 	}
 	if cl.Subject != ns {
-		msg := "only user " + quote(ns) + " may change the settings of scenes in namespace " + quote(ns)
-		a.cfg.Access.Refused(r, errors.New(msg))
-		writeError(w, http.StatusForbidden, msg)
+		writeRefusal(w, a.cfg.Access.Refused(r, insufficientScope("only user "+quote(ns)+" may change the settings of scenes in namespace "+quote(ns))))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxSettingsBody))

@@ -2,5 +2,7 @@
 // clients read at start (/conf/defaults.json), the token endpoint
 // (/user/v2/mqtt_auth), scene settings, health and Prometheus metrics. It
 // also resolves the token of a request (Bearer header or mqtt_token
-// cookie) for every other route, such as /persist/.
+// cookie) for every other route, such as /persist/. Its refusals for
+// credentials carry an RFC 6750 Bearer challenge in WWW-Authenticate
+// (every 401, and a valid token's 403).
 package httpapi

@@ -38,7 +38,7 @@ func RequestToken(r *http.Request) (string, error) {
 		return "", nil
 	case 1:
 	default:
-		return "", wrap(ErrUnauthenticated, fmt.Sprintf("the request has %d Authorization headers: send one, %s", len(hs), takesToken))
+		return "", wrapCode(ErrUnauthenticated, codeInvalidRequest, fmt.Sprintf("the request has %d Authorization headers: send one, %s", len(hs), takesToken))
 	}
 	h := strings.TrimSpace(hs[0])
 	if h == "" {
@@ -47,7 +47,7 @@ func RequestToken(r *http.Request) (string, error) {
 	i := strings.IndexAny(h, " \t")
 	if i < 0 {
 		if strings.EqualFold(h, "Bearer") {
-			return "", wrap(ErrUnauthenticated, "the Authorization header is Bearer with no token: send "+takesToken)
+			return "", wrapCode(ErrUnauthenticated, codeInvalidRequest, "the Authorization header is Bearer with no token: send "+takesToken)
 		}
 		return "", wrap(ErrUnauthenticated, "the Authorization header has no scheme (a token without \"Bearer \" before it?): send "+takesToken)
 	}
@@ -212,7 +212,7 @@ func (a *Access) SceneClients(r *http.Request, token, ns, scene string) (ClientB
 	}
 	cl, err := a.Keys.Verify(token)
 	if err != nil { // not reached: scene verified it
-		return ClientBinding{}, a.refusedIf(r, wrapCause(ErrUnauthenticated, err))
+		return ClientBinding{}, a.refusedIf(r, tokenRefused(err))
 	}
 	if !tokenAllows(cl.Rights(), a.Realm, ns, scene, false) {
 		return ClientBinding{User: cl.Subject, Any: true}, nil // allowed by the scene's settings
@@ -251,7 +251,7 @@ func (a *Access) credentials(tok string) error {
 		return nil
 	}
 	if _, err := a.Keys.Verify(tok); err != nil {
-		return wrapCause(ErrUnauthenticated, err)
+		return tokenRefused(err)
 	}
 	return nil
 }
@@ -264,7 +264,7 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 	if tok != "" {
 		cl, err := a.Keys.Verify(tok)
 		if err != nil {
-			return wrapCause(ErrUnauthenticated, err)
+			return tokenRefused(err)
 		}
 		if tokenAllows(cl.Rights(), a.Realm, ns, scene, write) {
 			return nil
@@ -290,7 +290,7 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 		if write {
 			verb = "write"
 		}
-		return wrap(ErrForbidden, "the token of user "+quote(service)+" is a service's (--role sfu or cluster), not a user's sign-in: it may not "+verb+" scene "+ns+"/"+scene)
+		return insufficientScope("the token of user " + quote(service) + " is a service's (--role sfu or cluster), not a user's sign-in: it may not " + verb + " scene " + ns + "/" + scene)
 	case anonymous && user == "":
 		what := "reading"
 		if write {
@@ -298,9 +298,9 @@ func (a *Access) scene(r *http.Request, tok, ns, scene string, write bool) error
 		}
 		return wrap(ErrUnauthenticated, what+" scene "+ns+"/"+scene+" needs a token (Bearer header or mqtt_token cookie)")
 	case write:
-		return wrap(ErrForbidden, "user "+user+" may not write scene "+ns+"/"+scene)
+		return insufficientScope("user " + user + " may not write scene " + ns + "/" + scene)
 	}
-	return wrap(ErrForbidden, "user "+user+" may not read scene "+ns+"/"+scene)
+	return insufficientScope("user " + user + " may not read scene " + ns + "/" + scene)
 }
 
 // tokenAllows reports whether rights cover reading (subscribing to the
@@ -323,6 +323,7 @@ func coversAll(filters []string, f string) bool {
 
 type wrapped struct {
 	kind  error
+	code  string // the error code of its challenge (challenge); "" for none
 	msg   string
 	cause error // may be nil
 }
@@ -337,9 +338,29 @@ func (w wrapped) Unwrap() []error {
 
 func wrap(kind error, msg string) error { return wrapped{kind: kind, msg: msg} }
 
-// wrapCause is wrap with cause's text, keeping cause in the chain (such as
-// auth.ErrInvalidToken, which a listing answers with 401).
+// wrapCode is wrap with the error code of the refusal's challenge.
+func wrapCode(kind error, code, msg string) error { return wrapped{kind: kind, code: code, msg: msg} }
+
+// tokenRefused is the refusal of a token that Keys.Verify refused with
+// err: 401 with error="invalid_token" in its challenge.
+func tokenRefused(err error) error {
+	return wrapped{kind: ErrUnauthenticated, code: codeInvalidToken, msg: err.Error(), cause: err}
+}
+
+// insufficientScope is the refusal of a valid token without the rights
+// to do what it asks: 403 with error="insufficient_scope" in its challenge.
+func insufficientScope(msg string) error {
+	return wrapped{kind: ErrForbidden, code: codeInsufficientScope, msg: msg}
+}
+
+// wrapCause is wrap with cause's text, keeping cause in the chain.
 func wrapCause(kind, cause error) error { return wrapped{kind: kind, msg: cause.Error(), cause: cause} }
+
+// WWWAuthenticate is the WWW-Authenticate header of the answer to this
+// error (the Bearer challenge of RFC 6750 §3), or "" for an answer that
+// has none: persist's handler and others that answer with another
+// package's errors set it.
+func (w wrapped) WWWAuthenticate() string { return challenge(w) }
 
 // HTTPStatus is the status a handler answers with for this error.
 func (w wrapped) HTTPStatus() int {

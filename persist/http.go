@@ -23,6 +23,11 @@ import (
 // scene both empty, it checks only the request's credentials (the
 // listings ask so first, so that a bad token is refused even when there is
 // nothing to list).
+//
+// A 401 carries a WWW-Authenticate header (RFC 9110 §11.6.1): the value of
+// the error's method WWWAuthenticate() string when it has one (as
+// httpapi's errors do), else "Bearer". A 403 carries the header when that
+// method gives one.
 type Access func(r *http.Request, ns, scene string, write bool) error
 
 // ErrUnauthenticated, wrapped by an Access error, makes the handler answer
@@ -82,8 +87,26 @@ func (h *handler) allowed(w http.ResponseWriter, r *http.Request, ns, scene stri
 	if err == nil {
 		return true
 	}
-	writeError(w, accessStatus(err), err.Error())
+	writeRefusal(w, err)
 	return false
+}
+
+// writeRefusal answers an error of access with its status (accessStatus)
+// and its WWW-Authenticate header (see Access).
+func writeRefusal(w http.ResponseWriter, err error) {
+	status := accessStatus(err)
+	var c interface{ WWWAuthenticate() string }
+	challenge := ""
+	if errors.As(err, &c) {
+		challenge = c.WWWAuthenticate()
+	}
+	if challenge == "" && status == http.StatusUnauthorized {
+		challenge = "Bearer"
+	}
+	if challenge != "" && (status == http.StatusUnauthorized || status == http.StatusForbidden) {
+		w.Header().Set("WWW-Authenticate", challenge)
+	}
+	writeError(w, status, err.Error())
 }
 
 func accessStatus(err error) int {
