@@ -439,7 +439,8 @@ func (m *Manager) drop(id string) {
 
 // assign picks the node for a client at now: the node it was given before,
 // while that node is alive, not excluded (req.Exclude) and has room for it
-// (rejoinCount), else the best live node not excluded. ask reports that
+// (rejoinCount), else the best live node not excluded. The excluded nodes
+// no longer count the client as placed there. ask reports that
 // the client's node may keep it, but whether the node still counts the
 // client is to be asked first (a ping, Reply.Counted): the caller asks
 // and calls assign again with the answer, heard. Told, assign does not
@@ -449,6 +450,13 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 	defer m.mu.Unlock()
 	key := req.Session + "/" + req.Client
 	m.pruneAssigned(now)
+	for _, id := range req.Exclude {
+		// the client is not there: the node did not answer its offer (it
+		// was told to drop it) or refused it
+		if ns := m.nodes[id]; ns != nil {
+			delete(ns.placed, key)
+		}
+	}
 	if a, ok := m.assigned[key]; ok && !slices.Contains(req.Exclude, a.node) && now.Sub(a.at) < assignedTTL {
 		if ns := m.nodes[a.node]; ns != nil && now.Sub(ns.seen) < nodeTTL {
 			switch rejoinCount(ns, key, heard) {

@@ -265,3 +265,30 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestExcludedNodeForgetsPlacement: a client placed on node 1 that joins
+// again excluding it (node 1 refused it as full, or did not answer its
+// offer) no longer counts on node 1, which has room for the next client
+// of its site at once. Before, node 1 counted the client until its next
+// heartbeat, full for a client that was not there: the next client was
+// placed at another site.
+func TestExcludedNodeForgetsPlacement(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+	now := time.Now()
+	for _, n := range []NodeInfo{{ID: "1", Site: "a", MaxClients: 1, Beat: 5}, {ID: "2", Site: "b", MaxClients: 1, Beat: 5}, {ID: "3", Site: "c", Beat: 5}} {
+		m.nodes[n.ID] = newNodeState(n, now)
+	}
+	for _, tc := range []struct {
+		req  JoinRequest
+		want string
+	}{
+		{JoinRequest{Session: "s", Client: "c1", Site: "a"}, "1"},
+		{JoinRequest{Session: "s", Client: "c1", Site: "a", Exclude: []string{"1"}}, "2"},
+		{JoinRequest{Session: "s", Client: "c2", Site: "a"}, "1"},
+	} {
+		if a, ask := m.assign(tc.req, now, nil); a.Node != tc.want || ask {
+			t.Fatalf("%s excluding %v: node %s (ask %v), want %s; placements counted: 1 %v, 2 %v",
+				tc.req.Client, tc.req.Exclude, a.Node, ask, tc.want, m.nodes["1"].placed, m.nodes["2"].placed)
+		}
+	}
+}
