@@ -59,10 +59,17 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("PUT /scenes/{ns}/{scene}/settings", a.putSettings)
 }
 
+// writeJSON answers v as JSON with status. It writes '<', '>' and '&' as
+// they are, not as \u003c and the like (encoding/json's escaping for HTML):
+// the answer is application/json, which nosniff keeps a browser from
+// reading as HTML, and a reason such as "Bearer <token>" stays readable.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
@@ -277,7 +284,15 @@ func parseTokenForm(r *http.Request) error {
 	return formError{http.StatusUnsupportedMediaType, "Content-Type " + topic.Clip(h) + ": " + want}
 }
 
-func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+// quote returns s as a JSON string, for a name in a message: '<', '>' and
+// '&' as they are, as writeJSON writes them.
+func quote(s string) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s)
+	return strings.TrimSuffix(b.String(), "\n")
+}
 
 // anonymousName keeps a client's chosen display name but marks it
 // anonymous, so that it can never equal a signed-in user's name.

@@ -70,11 +70,19 @@ type handler struct {
 	access Access
 }
 
+// writeJSON answers v as JSON with status. It writes '<', '>' and '&' as
+// they are, not as \u003c and the like (encoding/json's escaping for HTML):
+// the answer is application/json, which nosniff keeps a browser from
+// reading as HTML, and an error's reason or an object's markup stays as
+// it was.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
@@ -319,7 +327,12 @@ func (h *handler) post(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"result": "success", "objectsCloned": n})
 }
 
-func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+// strconvQuote returns s as a JSON string, for a value in a message: '<',
+// '>' and '&' as they are, as writeJSON writes them.
+func strconvQuote(s string) string {
+	b, _ := encode(s)
+	return string(b)
+}
 
 func contextTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), d)
