@@ -43,6 +43,9 @@ type Config struct {
 
 	Name        string // node name, unique in a cluster
 	Site        string // where this node runs; the SFU session manager prefers nodes at a client's site
+	// SFUMaxClients bounds the clients the node's SFU takes at once
+	// (sfu.Config.MaxClients); 0 means sfu.DefaultMaxClients.
+	SFUMaxClients int
 	ClusterName string
 	ClusterAddr string
 	Routes      []string

@@ -396,7 +396,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	// whose context ended stopped announcing itself, and its session
 	// manager then dropped it as dead.
 	if s.SFU, err = sfu.Start(context.WithoutCancel(ctx), sfu.Config{
-		NC: sfuNC, ID: sfuID(cfg.nodeName()), Site: cfg.Site, Manager: true,
+		NC: sfuNC, ID: sfuID(cfg.nodeName()), Site: cfg.Site, Manager: true, MaxClients: cfg.SFUMaxClients,
 		Authorize: sfuAccess(access), Registerer: s.Registry, Logger: log.With("component", "sfu"),
 	}); err != nil {
 		return nil, fmt.Errorf("start SFU: %w", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/server"
+	"github.com/xrealm/xrealm/sfu"
 	"github.com/xrealm/xrealm/ubiq"
 )
 
@@ -43,6 +44,7 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (with --tls-cert)")
 	fs.StringVar(&cfg.Name, "name", "", "node name, unique in a cluster (default: host name)")
 	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at, 1 to 64 of A-Z a-z 0-9 _ - (SFU assignment prefers a client's site; empty = default)")
+	fs.IntVar(&cfg.SFUMaxClients, "max-clients", sfu.DefaultMaxClients, maxClientsUsage)
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
 	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes (with --cluster-name)")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")
@@ -112,10 +114,11 @@ var siteRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // checkServeFlags checks what server.Config.Validate does not, before
 // anything starts: listen addresses (host:port, a port 0 to 65535), the
-// site name the SFU takes ("" is its "default"), the certificate and its key together, a public
-// host that is a host name, and --cluster-addr only with --cluster-name.
-// Each failed as the server started (exit 1, after other listeners had
-// opened), or was taken and ignored.
+// site name the SFU takes ("" is its "default"), the SFU's --max-clients
+// (at least 1, as for `xrealm sfu`), the certificate and its key
+// together, a public host that is a host name, and --cluster-addr only
+// with --cluster-name. Each failed as the server started (exit 1, after
+// other listeners had opened), or was taken and ignored.
 func checkServeFlags(fs *flag.FlagSet, cfg server.Config, pprofAddr string) error {
 	for _, a := range []struct{ flag, addr string }{
 		{"http-addr", cfg.HTTPAddr}, {"https-addr", cfg.HTTPSAddr}, {"mqtt-addr", cfg.MQTTAddr},
@@ -129,6 +132,9 @@ func checkServeFlags(fs *flag.FlagSet, cfg server.Config, pprofAddr string) erro
 	}
 	if cfg.Site != "" && !siteRE.MatchString(cfg.Site) { // "" is the SFU's "default"
 		return fmt.Errorf("--site %q: want 1 to 64 of A-Z a-z 0-9 _ - (the SFU's site names), or \"\" for the site \"default\"", cfg.Site)
+	}
+	if err := checkMaxClients(cfg.SFUMaxClients); err != nil {
+		return err
 	}
 	switch {
 	case cfg.TLSCert != "" && cfg.TLSKey == "":

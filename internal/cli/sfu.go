@@ -42,7 +42,7 @@ func runSFU(ctx context.Context, args []string) error {
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (links this node offers; the lower ID offers); 0 = on an SCTP data channel instead")
 	shared := fs.Bool("shared-links", true, "budget subscribers that reach the node from one IP address as one group (their shared path); false = each by its own estimate only")
 	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
-	maxClients := fs.Int("max-clients", sfu.DefaultMaxClients, "clients the node takes at once; an offer beyond them is refused as full, and the manager places clients elsewhere while another node has room")
+	maxClients := fs.Int("max-clients", sfu.DefaultMaxClients, maxClientsUsage)
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -58,13 +58,14 @@ func runSFU(ctx context.Context, args []string) error {
 	// --relay-slots carried relayed media on SCTP as 0 does, a negative
 	// --rtcp-interval was pion's 1 s, a negative --log-stats never logged,
 	// and --public-ws without --http-addr was announced nowhere.
+	if err := checkMaxClients(*maxClients); err != nil {
+		return usageErr(err)
+	}
 	switch {
 	case *relaySlots < 0:
 		return usagef("--relay-slots %d: want 0 (an SCTP data channel) or more transceivers", *relaySlots)
 	case *rtcpInterval < 0:
 		return usagef("--rtcp-interval %v: want 0 (pion's 1 s) or a positive interval", *rtcpInterval)
-	case *maxClients < 1:
-		return usagef("--max-clients %d: want at least 1 client (default %d)", *maxClients, sfu.DefaultMaxClients)
 	case *logStats < 0:
 		return usagef("--log-stats %v: want 0 (never) or a positive interval", *logStats)
 	case *publicWS != "" && *httpAddr == "":
@@ -151,6 +152,19 @@ func runSFU(ctx context.Context, args []string) error {
 	case pe := <-perms: // everything a node does is within its token's rights
 		return pe
 	}
+}
+
+// maxClientsUsage is --max-clients' help, for `xrealm sfu` and the SFU
+// node of `xrealm serve`.
+const maxClientsUsage = "clients the node takes at once; an offer beyond them is refused as full, and the manager places clients elsewhere while another node has room"
+
+// checkMaxClients checks a --max-clients value: at least 1 (0 would be
+// sfu.Config's default, a negative value is refused by it).
+func checkMaxClients(n int) error {
+	if n < 1 {
+		return fmt.Errorf("--max-clients %d: want at least 1 client (default %d)", n, sfu.DefaultMaxClients)
+	}
+	return nil
 }
 
 // connectBus connects to the bus at url as an SFU node or Go client named
