@@ -43,13 +43,14 @@ type Config struct {
 
 	Name        string // node name, unique in a cluster
 	Site        string // where this node runs; the SFU session manager prefers nodes at a client's site
-	// SFUMaxClients bounds the clients the node's SFU takes at once
-	// (sfu.Config.MaxClients); 0 means sfu.DefaultMaxClients.
-	SFUMaxClients int
 	ClusterName string
 	ClusterAddr string
 	Routes      []string
 	Replicas    int // JetStream replicas; 0 = DefaultReplicas of the routes to other nodes
+
+	// SFUMaxClients bounds the clients the node's SFU takes at once
+	// (sfu.Config.MaxClients); 0 means sfu.DefaultMaxClients.
+	SFUMaxClients int
 
 	MaxPayload int
 	Writer     fanout.Options
