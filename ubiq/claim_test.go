@@ -67,7 +67,15 @@ func TestRetriedCountOutAppliedOnce(t *testing.T) {
 		t.Fatalf("C joined %s by code %s, want room %s", ri.UUID, rec.JoinCode, room)
 	}
 
-	// B's own count-out, twice, takes the code with the last claim.
+	// B leaves, which counts it out, then its count-out runs twice more
+	// (retries). B's count-out is its connection's: one made behind the
+	// back of a member still there would be put back by its room (as
+	// after a sweep of its node, see TestSweptNodeKeepsItsMembersClaims).
+	b.c.Close()
+	eventually(t, "B counted out as it left", func() bool {
+		r, _, err := st.getRoom(ctx, room)
+		return err == nil && !slices.Contains(r.Joined[node], claimB)
+	})
 	for try := range 2 {
 		if err := st.unclaimRoom(ctx, room, rec.Gen, node, claimB); err != nil {
 			t.Fatalf("count-out %d of B: %v", try+1, err)
@@ -79,6 +87,9 @@ func TestRetriedCountOutAppliedOnce(t *testing.T) {
 	}
 	if got := r.Joined[node]; len(got) != 1 || got[0] == claimB {
 		t.Fatalf("after B's count-outs, claims of node %s: %v, want only C's", node, got)
+	}
+	if r.JoinCode != rec.JoinCode {
+		t.Fatalf("room %s has join code %q while C is a member, want %q", room, r.JoinCode, rec.JoinCode)
 	}
 }
 

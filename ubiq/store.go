@@ -329,17 +329,21 @@ func (e *JoinCodeError) Error() string {
 var errCodeGone = errors.New("the room no longer has that join code")
 
 // reserveCode reserves a free join code for room, and returns it and the
-// revision of its key. It tries prefer first, if set.
+// revision of its key. It tries prefer first, if set (takeBackCode).
 func (s *store) reserveCode(ctx context.Context, room, prefer string) (string, uint64, error) {
+	if prefer != "" {
+		if rev, err := s.takeBackCode(ctx, room, prefer); err != nil {
+			return "", 0, err
+		} else if rev != 0 {
+			return prefer, rev, nil
+		}
+	}
 	gen := s.newCode
 	if gen == nil {
 		gen = newJoinCode
 	}
-	for i := range joinCodeTries {
-		code := prefer
-		if i > 0 || code == "" {
-			code = gen()
-		}
+	for range joinCodeTries {
+		code := gen()
 		rev, err := s.kv.Create(ctx, codeKey(code), []byte(room))
 		if err == nil {
 			return code, rev, nil
@@ -349,6 +353,44 @@ func (s *store) reserveCode(ctx context.Context, room, prefer string) (string, u
 		}
 	}
 	return "", 0, &JoinCodeError{Room: room, Tries: joinCodeTries}
+}
+
+// takeBackTries bounds takeBackCode's rounds against the freeing of the
+// code under way.
+const takeBackTries = 4
+
+// takeBackCode reserves join code code, which room had, for room again,
+// and returns the revision of its key (0: another room has it). A code
+// free is reserved as any; a code whose key still names the room, on its
+// way to be freed (the room gave it up), is taken back by writing the key
+// again, so that the freeing, conditional on the revision it read, leaves
+// it alone.
+func (s *store) takeBackCode(ctx context.Context, room, code string) (uint64, error) {
+	key := codeKey(code)
+	for range takeBackTries {
+		rev, err := s.kv.Create(ctx, key, []byte(room))
+		if err == nil {
+			return rev, nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return 0, fmt.Errorf("reserve join code %s for room %s again: %w", code, room, err)
+		}
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // freed meanwhile
+		} else if err != nil {
+			return 0, fmt.Errorf("reserve join code %s for room %s again: %w", code, room, err)
+		}
+		if string(e.Value()) != room {
+			return 0, nil
+		}
+		rev, err = s.kv.Update(ctx, key, []byte(room), e.Revision())
+		if err == nil {
+			return rev, nil
+		} else if !bus.IsRevisionConflict(err) {
+			return 0, fmt.Errorf("reserve join code %s for room %s again: %w", code, room, err)
+		}
+	}
+	return 0, nil
 }
 
 // freeCode deletes join code key code if it is still at rev. A key that

@@ -167,3 +167,62 @@ func roomOf(ts *testServer, id string) *room {
 	defer ts.s.mu.Unlock()
 	return ts.s.rooms[id]
 }
+
+// heldPurgeKV holds every purge of a join code key until release is
+// closed, after telling purging.
+type heldPurgeKV struct {
+	jetstream.KeyValue
+	purging chan<- struct{}
+	release <-chan struct{}
+}
+
+func (kv heldPurgeKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	if len(key) > 2 && key[:2] == "c." {
+		kv.purging <- struct{}{}
+		<-kv.release
+	}
+	return kv.KeyValue.Purge(ctx, key, opts...)
+}
+
+// TestSweptClaimTakesBackItsCode: the sweep's count-out frees the join
+// code after it wrote the room's record without it; a room that puts its
+// member's claim back in between takes the code back (writes its key
+// again), and the count-out's freeing, conditional on the key's revision,
+// leaves it alone. Before, the put-back found the code still taken and
+// gave the room another: its members, told the first, shared a code that
+// no longer led to their room.
+func TestSweptClaimTakesBackItsCode(t *testing.T) {
+	ts := startServer(t, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	node, id := ts.s.node, newUUID()
+	q := dialPeer(t, ts.tcp)
+	want := q.join(JoinArgs{UUID: id}).JoinCode
+	purging, release := make(chan struct{}, 1), make(chan struct{})
+	sweeper := &store{kv: heldPurgeKV{KeyValue: ts.s.kv, purging: purging, release: release}, node: "sweeper"}
+	countedOut := make(chan error, 1)
+	go func() { countedOut <- sweeper.unclaimRoom(ctx, id, "", node, "") }()
+	select {
+	case <-purging: // the record is written without the claim; the code is not freed yet
+	case <-ctx.Done():
+		t.Fatal("the count-out did not free the code")
+	}
+	eventually(t, "q's claim put back", func() bool {
+		r, _, err := ts.s.store.getRoom(ctx, id)
+		return err == nil && len(r.Joined[node]) == 1
+	})
+	close(release)
+	if err := <-countedOut; err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := ts.s.store.getRoom(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.JoinCode != want {
+		t.Fatalf("room %s has join code %s, want the one its member was told, %s", id, r.JoinCode, want)
+	}
+	if got, err := ts.s.store.roomByCode(ctx, want); err != nil || got != id {
+		t.Fatalf("join code %s names room %q (err %v), want %s", want, got, err, id)
+	}
+}
