@@ -22,9 +22,14 @@ const (
 // "nack" control message asks the origin (which answers from its own
 // buffer over the media channel), and when the packet arrives it is resent
 // to the down tracks that asked. However many subscribers NACK the same
-// packet, the origin is asked once.
+// packet, the origin is asked once, and again only if the packet is
+// NACKed fetchAgain or more after the request went without an answer.
 type fetcher struct {
 	send func(seqs []uint16)
+	// now and afterFunc are the fetcher's clock and batch timer; nil is
+	// time.Now and time.AfterFunc (tests run a clock of their own)
+	now       func() time.Time
+	afterFunc func(d time.Duration, f func())
 
 	mu        sync.Mutex
 	waiting   map[uint16]*fetchState
@@ -36,8 +41,9 @@ type fetcher struct {
 }
 
 type fetchState struct {
-	asked time.Time
-	downs []*downtrack.DownTrack
+	asked  time.Time // when it was queued, then when the origin was asked
+	queued bool      // in f.queue, not sent yet
+	downs  []*downtrack.DownTrack
 }
 
 func newFetcher(send func(seqs []uint16)) *fetcher {
@@ -62,10 +68,19 @@ func (f *fetcher) want(seqs []uint16) {
 	}
 }
 
+// clock returns the current time.
+func (f *fetcher) clock() time.Time {
+	if f.now != nil {
+		return f.now()
+	}
+	return time.Now()
+}
+
 // ask registers d (nil: none) as waiting for seq and queues a request
-// unless one is on its way; f.mu must be held.
+// unless one is queued already or was sent less than fetchAgain ago;
+// f.mu must be held.
 func (f *fetcher) ask(seq uint16, d *downtrack.DownTrack) {
-	now := time.Now()
+	now := f.clock()
 	st := f.waiting[seq]
 	if st == nil || now.Sub(st.asked) > fetchTTL {
 		st = &fetchState{}
@@ -75,14 +90,18 @@ func (f *fetcher) ask(seq uint16, d *downtrack.DownTrack) {
 		st.downs = append(st.downs, d)
 	}
 	f.pending.Store(int32(len(f.waiting)))
-	if !st.asked.IsZero() && now.Sub(st.asked) < fetchAgain {
+	if st.queued || !st.asked.IsZero() && now.Sub(st.asked) < fetchAgain {
 		return // already on its way
 	}
-	st.asked = now
+	st.asked, st.queued = now, true
 	f.queue = append(f.queue, seq)
 	if !f.scheduled {
 		f.scheduled = true
-		time.AfterFunc(fetchBatch, f.flush)
+		if f.afterFunc != nil {
+			f.afterFunc(fetchBatch, f.flush)
+		} else {
+			time.AfterFunc(fetchBatch, f.flush)
+		}
 	}
 }
 
@@ -184,10 +203,20 @@ func (c *cadence) stop() {
 	c.mu.Unlock()
 }
 
+// flush sends the queued requests: each packet still waiting and not
+// sent yet, once, however many times and however long ago it was
+// queued (the batch timer may run late on a loaded machine). A packet
+// counts as asked from the time it is sent.
 func (f *fetcher) flush() {
-	now := time.Now()
+	now := f.clock()
 	f.mu.Lock()
-	seqs := f.queue
+	var seqs []uint16
+	for _, seq := range f.queue {
+		if st := f.waiting[seq]; st != nil && st.queued {
+			st.asked, st.queued = now, false
+			seqs = append(seqs, seq)
+		}
+	}
 	f.queue, f.scheduled = nil, false
 	for seq, st := range f.waiting {
 		if now.Sub(st.asked) > fetchTTL {

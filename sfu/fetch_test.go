@@ -1,6 +1,8 @@
 package sfu
 
 import (
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -51,14 +53,46 @@ func (c bindCtx) WriteStream() webrtc.TrackLocalWriter                   { retur
 func (c bindCtx) ID() string                                             { return "ctx" }
 func (c bindCtx) RTCPReader() interceptor.RTCPReader                     { return nil }
 
+// fetchClock is a fetcher's clock and batch timer, run by the test: the
+// time moves only when the test says, and the batches go when it runs
+// them.
+type fetchClock struct {
+	at      time.Time
+	batches []func()
+}
+
+func newFetchClock(f *fetcher) *fetchClock {
+	c := &fetchClock{at: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	f.now = func() time.Time { return c.at }
+	f.afterFunc = func(d time.Duration, run func()) {
+		if d != fetchBatch {
+			panic("fetcher timer of " + d.String() + ", not fetchBatch")
+		}
+		c.batches = append(c.batches, run)
+	}
+	return c
+}
+
+// flush runs the batch timers set so far, as if they fired now.
+func (c *fetchClock) flush() {
+	b := c.batches
+	c.batches = nil
+	for _, run := range b {
+		run()
+	}
+}
+
 // TestRelayNACKForwarded: a packet lost on the relay link is missing from
 // the relayed source's buffer. Two subscribers NACK it; the origin is asked
 // once, and when it arrives each subscriber that asked gets it once as a
 // retransmission, while one that did not ask gets it as a late packet.
+// The fetcher runs on the test's clock: both NACKs come at the same
+// instant, however long the machine holds the test back between them.
 func TestRelayNACKForwarded(t *testing.T) {
-	asked := make(chan []uint16, 4)
+	var asked [][]uint16
 	s := newSource(TrackInfo{Session: "s", Client: "a", Track: "pc0", Kind: "video", Mime: MimeTypePointCloud, Node: "1"}, func() {})
-	s.fetch = newFetcher(func(seqs []uint16) { asked <- seqs })
+	s.fetch = newFetcher(func(seqs []uint16) { asked = append(asked, seqs) })
+	clock := newFetchClock(s.fetch)
 	var ws []*recWriter
 	var dts []*downtrack.DownTrack
 	for i := 0; i < 3; i++ {
@@ -86,13 +120,9 @@ func TestRelayNACKForwarded(t *testing.T) {
 	nack := []rtcp.Packet{&rtcp.TransportLayerNack{Nacks: rtcp.NackPairsFromSequenceNumbers([]uint16{102})}}
 	dts[0].HandleRTCP(nack)
 	dts[1].HandleRTCP(nack)
-	if got := <-asked; len(got) != 1 || got[0] != 102 {
-		t.Fatalf("origin asked for %v, want [102]", got)
-	}
-	select {
-	case got := <-asked:
-		t.Fatalf("origin asked twice: %v", got)
-	default:
+	clock.flush()
+	if len(asked) != 1 || len(asked[0]) != 1 || asked[0][0] != 102 {
+		t.Fatalf("origin asked for %v, want once [102]", asked)
 	}
 	s.write(pkt(102)) // the origin's answer
 	for i, w := range ws {
@@ -195,5 +225,60 @@ func TestFetcherWant(t *testing.T) {
 	case s := <-sent:
 		t.Errorf("requested again: %v", s)
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestFetcherAsksOnce: a packet is asked from the origin once per
+// fetchAgain interval (counted from when the request is sent) however
+// often and however far apart down tracks ask for it before the batch
+// goes, and again once that interval has passed without an answer. The
+// steps run on the test's clock: "+N" moves it N ms on, "ask" is a
+// down track's miss of packet 7, "arrived" is packet 7 arriving, and
+// "flush" runs the batch timer.
+func TestFetcherAsksOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []string
+		want  [][]uint16
+	}{
+		{"two asks in one batch", []string{"ask", "ask", "flush"}, [][]uint16{{7}}},
+		{"second ask after fetchAgain, batch not sent yet", []string{"ask", "+150", "ask", "flush"}, [][]uint16{{7}}},
+		{"batch sent late, asked again soon after", []string{"ask", "+150", "flush", "+20", "ask", "flush"}, [][]uint16{{7}}},
+		{"asked again within fetchAgain", []string{"ask", "flush", "+50", "ask", "flush"}, [][]uint16{{7}}},
+		{"asked again after fetchAgain", []string{"ask", "flush", "+150", "ask", "flush"}, [][]uint16{{7}, {7}}},
+		{"arrived before the batch went", []string{"ask", "arrived", "flush"}, nil},
+		{"arrived, then lost again and asked", []string{"ask", "arrived", "ask", "flush"}, [][]uint16{{7}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent [][]uint16
+			f := newFetcher(func(s []uint16) { sent = append(sent, s) })
+			clock := newFetchClock(f)
+			d, err := downtrack.New(downtrack.Config{ID: "d", StreamID: "s", Codec: webrtc.RTPCodecCapability{MimeType: MimeTypePointCloud}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, step := range tc.steps {
+				switch step {
+				case "ask":
+					f.miss(7, d)
+				case "arrived":
+					f.arrived(7)
+				case "flush":
+					clock.flush()
+				default:
+					ms, err := strconv.Atoi(step)
+					if err != nil {
+						t.Fatalf("step %q: %v", step, err)
+					}
+					clock.at = clock.at.Add(time.Duration(ms) * time.Millisecond)
+				}
+			}
+			if !slices.EqualFunc(sent, tc.want, slices.Equal) {
+				t.Errorf("steps %v asked the origin for %v, want %v", tc.steps, sent, tc.want)
+			}
+			if n := f.requested.Load(); n != uint64(len(tc.want)) {
+				t.Errorf("requested counts %d, want %d", n, len(tc.want))
+			}
+		})
 	}
 }
