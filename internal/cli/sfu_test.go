@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -273,32 +274,73 @@ func TestSFUMaxClients(t *testing.T) {
 }
 
 // sfuHeartbeat runs `xrealm sfu` with args on a bus of its own as node 9
-// and returns its first heartbeat; the node stops when the test ends.
+// and returns its first heartbeat; the node stops when the test ends. If
+// the command ends before its first heartbeat, the test fails with its
+// error.
 func sfuHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 	t.Helper()
 	b, keys := tokenBus(t)
 	hbs := heartbeats(t, b, "9", 1)
+	tok := issue(t, keys, "sfu-9", auth.ServiceRights("sfu"))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
+	var runErr error
+	ended := make(chan struct{}) // closed when runSFU has returned runErr
 	go func() {
-		done <- runSFU(ctx, append([]string{"--join", b.ClientURL(), "--id", "9", "--token", issue(t, keys, "sfu-9", auth.ServiceRights("sfu")),
+		defer close(ended)
+		runErr = runSFU(ctx, append([]string{"--join", b.ClientURL(), "--id", "9", "--token", tok,
 			"--ice-addrs", "127.0.0.1", "--log-level", "warn"}, args...))
 	}()
+	endedEarly := false
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("xrealm sfu %v: %v", args, err)
+		<-ended
+		if runErr != nil && !endedEarly {
+			t.Errorf("xrealm sfu %v: %v", args, runErr)
 		}
 	})
 	select {
 	case info := <-hbs:
 		return info
-	case err := <-done:
-		t.Fatalf("xrealm sfu %v ended: %v", args, err)
+	case <-ended:
+		endedEarly = true
+		t.Fatalf("xrealm sfu %v ended before its first heartbeat: %v", args, cmp.Or[any](runErr, "no error"))
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no heartbeat of node 9 (xrealm sfu %v)", args)
 	}
 	return sfu.NodeInfo{}
+}
+
+// earlyExitEnv, when set, makes TestSFUHeartbeatEarlyExit run sfuHeartbeat
+// with a command that ends at once, in a process of its own.
+const earlyExitEnv = "XREALM_CLI_SFU_EARLY_EXIT"
+
+// TestSFUHeartbeatEarlyExit: when `xrealm sfu` ends before its first
+// heartbeat (here --max-clients 0 is refused), sfuHeartbeat fails the
+// test with the command's error, and the test ends. It runs the helper
+// in a process of its own, whose failure is the expected outcome, with
+// a test timeout that turns a hang into a panic. Before, the helper's
+// cleanup waited for a second result of the command, which never came:
+// the test hung until go test's timeout.
+func TestSFUHeartbeatEarlyExit(t *testing.T) {
+	if os.Getenv(earlyExitEnv) != "" {
+		sfuHeartbeat(t, "--max-clients", "0")
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSFUHeartbeatEarlyExit$", "-test.timeout=60s", "-test.v")
+	cmd.Env = append(os.Environ(), earlyExitEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("helper process: %v, want it to fail; output:\n%s", err, out)
+	}
+	if strings.Contains(string(out), "test timed out") {
+		t.Fatalf("the helper hung after xrealm sfu ended; output:\n%s", out)
+	}
+	for _, want := range []string{"--- FAIL: TestSFUHeartbeatEarlyExit", "ended before its first heartbeat", "--max-clients 0: want at least 1 client"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("helper output does not say %q:\n%s", want, out)
+		}
+	}
 }
 
 // heartbeats returns the heartbeats of SFU node id on bus b (not those of
