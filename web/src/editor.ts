@@ -10,7 +10,7 @@ import {
   descendants, isObject, parentOf, parseImport, parseObjectJSON, parentsFirst, randomSuffix, validId,
   ProtocolError, type JsonObject, type Message, type StoredObject,
 } from './protocol';
-import { rotationDegrees, type SceneObject } from './scene';
+import { MAX_DEPTH, rotationDegrees, type SceneObject } from './scene';
 import { h, panelToggle, toast } from './ui';
 import type { Viewer } from './viewer';
 
@@ -142,17 +142,38 @@ export function startEditor(v: Viewer) {
       const key = p && ids.has(p) ? p : undefined;
       (kids.get(key) ?? kids.set(key, []).get(key)!).push(o);
     }
-    const build = (parent: string | undefined, depth: number, seen: Set<string>): HTMLElement[] =>
-      (kids.get(parent) ?? []).sort((a, b) => a.id.localeCompare(b.id)).filter((o) => !seen.has(o.id)).map((o) => {
+    const seen = new Set<string>();
+    const children = (parent: string | undefined) =>
+      (kids.get(parent) ?? []).sort((a, b) => a.id.localeCompare(b.id)).filter((o) => !seen.has(o.id));
+    const item = (o: SceneObject, sub: HTMLElement[]) => {
+      const kind = o.type === 'object' ? String(o.data.object_type ?? 'entity') : o.type;
+      return h('li', { 'data-tree-id': o.id },
+        h('button', { type: 'button', class: 'tree-item' + (o.id === selected ? ' selected' : ''), onclick: () => select(o.id) },
+          o.id, h('small', {}, ` ${kind}`)),
+        sub.length ? h('ul', {}, ...sub) : null);
+    };
+    // Nested as the scene down to MAX_DEPTH; the objects below are listed
+    // in one list under their ancestor at that depth (lists nested
+    // thousands deep would overflow the stack, and not fit the panel).
+    const below = (parent: string): HTMLElement[] => {
+      const out: HTMLElement[] = [];
+      const todo = children(parent).reverse();
+      while (todo.length) {
+        const o = todo.pop()!;
+        if (seen.has(o.id)) continue;
         seen.add(o.id);
-        const sub = build(o.id, depth + 1, seen);
-        const kind = o.type === 'object' ? String(o.data.object_type ?? 'entity') : o.type;
-        return h('li', { 'data-tree-id': o.id },
-          h('button', { type: 'button', class: 'tree-item' + (o.id === selected ? ' selected' : ''), onclick: () => select(o.id) },
-            o.id, h('small', {}, ` ${kind}`)),
-          sub.length ? h('ul', {}, ...sub) : null);
+        out.push(item(o, []));
+        const kids = children(o.id);
+        for (let i = kids.length - 1; i >= 0; i--) todo.push(kids[i]);
+      }
+      return out;
+    };
+    const build = (parent: string | undefined, depth: number): HTMLElement[] =>
+      children(parent).map((o) => {
+        seen.add(o.id);
+        return item(o, depth + 1 < MAX_DEPTH ? build(o.id, depth + 1) : below(o.id));
       });
-    const items = build(undefined, 0, new Set());
+    const items = build(undefined, 0);
     const focused = (document.activeElement as HTMLElement | null)?.closest?.('#xr-tree [data-tree-id]')?.getAttribute('data-tree-id');
     tree.replaceChildren(...(items.length ? items : [h('li', { class: 'hint' }, 'No objects yet.')]));
     // redrawn while someone tabs through it: the focus stays on its item
@@ -190,7 +211,8 @@ export function startEditor(v: Viewer) {
     const pos = isObject(d.position) ? { x: Number(d.position.x) || 0, y: Number(d.position.y) || 0, z: Number(d.position.z) || 0 } : { x: 0, y: 0, z: 0 };
     const scale = isObject(d.scale) ? { x: Number(d.scale.x ?? 1), y: Number(d.scale.y ?? 1), z: Number(d.scale.z ?? 1) } : { x: 1, y: 1, z: 1 };
     const rot = rotationDegrees(d.rotation);
-    const others = [...v.model.objects.keys()].filter((x) => x !== o.id && !descendants(o.id, v.model.objects.values()).includes(x)).sort();
+    const inside = new Set(descendants(o.id, v.model.objects.values()));
+    const others = [...v.model.objects.keys()].filter((x) => x !== o.id && !inside.has(x)).sort();
     const parentSel = h('select', { id: 'f-parent' }, h('option', { value: '' }, '(scene root)'),
       ...others.map((x) => h('option', { value: x, selected: parentOf(d) === x }, x)));
     const textValue = typeof d.value === 'string' ? d.value : typeof d.text === 'string' ? d.text : '';
@@ -198,7 +220,7 @@ export function startEditor(v: Viewer) {
     jsonArea.value = JSON.stringify({ object_id: o.id, type: o.type, data: d }, null, 2);
     const jsonErr = h('p', { id: 'f-json-error', class: 'error', hidden: true });
     const delBtn = h('button', { id: 'f-delete', type: 'button', class: 'write danger' }, 'Delete');
-    const n = descendants(o.id, v.model.objects.values()).length;
+    const n = inside.size;
     let armed: ReturnType<typeof setTimeout> | null = null;
     delBtn.addEventListener('click', guard(async () => {
       if (!armed) {

@@ -209,28 +209,35 @@ export function clean(o: JsonObject): JsonObject {
 /**
  * Orders objects so that every parent comes before its children. Objects
  * whose parent is missing keep their place after the others; cycles are
- * broken (and reported through the callback).
+ * broken (and reported through the callback). It walks up each parent
+ * chain in a loop, so chains of any depth take no stack.
  */
 export function parentsFirst<T extends { object_id: string; parent?: string | null }>(
   objs: T[], onCycle?: (id: string) => void,
 ): T[] {
   const byId = new Map(objs.map((o) => [o.object_id, o]));
   const out: T[] = [];
-  const state = new Map<string, 1 | 2>(); // 1 visiting, 2 done
-  const visit = (o: T) => {
-    const s = state.get(o.object_id);
-    if (s === 2) return;
-    if (s === 1) {
-      onCycle?.(o.object_id);
-      return;
+  const state = new Map<string, 1 | 2>(); // 1 on the chain being walked, 2 done
+  for (const o of objs) {
+    // the chain from o up to the first ancestor done, missing, or already on it (a cycle)
+    const chain: T[] = [];
+    for (let x: T | undefined = o; x;) {
+      const s = state.get(x.object_id);
+      if (s === 2) break;
+      if (s === 1) {
+        onCycle?.(x.object_id);
+        break;
+      }
+      state.set(x.object_id, 1);
+      chain.push(x);
+      const p: T | undefined = x.parent ? byId.get(x.parent) : undefined;
+      x = p !== x ? p : undefined;
     }
-    state.set(o.object_id, 1);
-    const p = o.parent ? byId.get(o.parent) : undefined;
-    if (p && p !== o) visit(p);
-    state.set(o.object_id, 2);
-    out.push(o);
-  };
-  objs.forEach(visit);
+    for (let i = chain.length - 1; i >= 0; i--) {
+      state.set(chain[i].object_id, 2);
+      out.push(chain[i]);
+    }
+  }
   return out;
 }
 
@@ -240,7 +247,11 @@ export function parentOf(data: JsonObject | undefined): string | undefined {
   return typeof p === 'string' && p !== '' ? p : undefined;
 }
 
-/** Ids of id's descendants among objs (by data.parent), deepest last. */
+/**
+ * Ids of id's descendants among objs (by data.parent), each after its
+ * parent. It keeps the objects to visit in a list, so trees of any depth
+ * take no stack.
+ */
 export function descendants(id: string, objs: Iterable<{ id: string; data: JsonObject }>): string[] {
   const children = new Map<string, string[]>();
   for (const o of objs) {
@@ -249,15 +260,16 @@ export function descendants(id: string, objs: Iterable<{ id: string; data: JsonO
   }
   const out: string[] = [];
   const seen = new Set([id]);
-  const walk = (x: string) => {
-    for (const c of children.get(x) ?? []) {
-      if (seen.has(c)) continue;
-      seen.add(c);
-      out.push(c);
-      walk(c);
-    }
-  };
-  walk(id);
+  // depth first, each object's children in their order: the order a recursive walk has
+  const todo = [...(children.get(id) ?? [])].reverse();
+  while (todo.length) {
+    const c = todo.pop()!;
+    if (seen.has(c)) continue;
+    seen.add(c);
+    out.push(c);
+    const kids = children.get(c);
+    if (kids) for (let i = kids.length - 1; i >= 0; i--) todo.push(kids[i]);
+  }
   return out;
 }
 

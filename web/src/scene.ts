@@ -248,22 +248,54 @@ function dropThrowing(id: string, out: Record<string, unknown>) {
 
 type XrEl = HTMLElement & { setAttribute(n: string, v: unknown, clobber?: boolean): void; object3D: any; _xrComps?: Set<string> };
 
-/** Keeps one A-Frame entity per model object under root. */
+/**
+ * The most objects nested in one another that are drawn: A-Frame and
+ * three.js walk the scene's tree by recursion, and a chain of thousands
+ * of objects, each the parent of the next, would crash the page. The objects
+ * nested deeper are left out (not drawn), with a warning, and drawn as
+ * soon as the objects above them are nested less deep.
+ */
+export const MAX_DEPTH = 100;
+/** Objects left out as nested too deep that are named on the console; after them only a count at 10, 100, 1000 … */
+const TOO_DEEP_WARNINGS = 5;
+
+/** The entities of objects in el. */
+function objectChildren(el: Element): XrEl[] {
+  return [...el.children].filter((c) => (c as HTMLElement).dataset?.objectId !== undefined) as XrEl[];
+}
+
+/** Takes el out of its parent, if it has one (A-Frame's remove() throws without). */
+function detach(el: Element) {
+  el.parentNode?.removeChild(el);
+}
+
+/**
+ * Keeps one A-Frame entity per model object under root. An object whose
+ * parent is not drawn waits for it among the orphans, out of the document
+ * (A-Frame does nothing with an entity there): a tree of them is drawn
+ * once, when its top's parent is, not again each time an object arrives
+ * above it. An object nested deeper than MAX_DEPTH (under the root or
+ * among the orphans) is left out: its entity is out of the document on
+ * its own, with the objects in it, and goes into its parent's entity
+ * when that is nested less deep.
+ */
 export class Renderer {
   readonly els = new Map<string, XrEl>();
   private orphans: HTMLElement;
   /** The objects among the orphans, by the parent they wait for. */
   private waits = new ParentWaits();
+  /** The objects left out as nested too deep, by their parent. */
+  private deep = new ParentWaits();
+  /** How many times so far an object drawn, or to be drawn at the limit, was left out as nested too deep. */
+  tooDeep = 0;
 
   constructor(private model: SceneModel, private root: HTMLElement) {
-    this.orphans = document.createElement('a-entity');
-    this.orphans.setAttribute('visible', 'false');
+    this.orphans = document.createElement('div');
     this.orphans.dataset.role = 'orphans';
-    root.appendChild(this.orphans);
     model.on((e) => this.onChange(e));
   }
 
-  /** How many objects wait, hidden, for their parent to be drawn. */
+  /** How many objects wait for their parent to be drawn. */
   get waiting(): number {
     return this.waits.size;
   }
@@ -284,19 +316,20 @@ export class Renderer {
     }
   }
 
-  /** Removes the entity of object id; the objects drawn in it wait for their parent again. */
+  /** Removes the entity of object id; the objects in it, drawn or left out, wait for their parent again. */
   private undraw(id: string) {
     const el = this.els.get(id);
     this.els.delete(id);
     this.waits.set(id, undefined);
+    this.deep.set(id, undefined);
     if (!el) return;
-    for (const c of [...el.children] as XrEl[]) {
-      const cid = c.dataset?.objectId;
-      if (!cid) continue;
-      this.orphans.appendChild(c);
+    const left = this.deep.take(id).map((c) => this.els.get(c)).filter((c) => c !== undefined);
+    for (const c of [...objectChildren(el), ...left]) {
+      const cid = c.dataset.objectId!;
+      detach(c);
       this.place(cid, c, parentOf(this.model.objects.get(cid)?.data));
     }
-    el.remove();
+    detach(el);
   }
 
   private render(obj: SceneObject) {
@@ -337,8 +370,8 @@ export class Renderer {
       if (c.contains(el)) {
         // the cycle again, from the other side: the one waiting is drawn at the root
         console.warn(`xrealm: object ${cid}: its parent ${obj.id} is inside it (a parent cycle); it is drawn at the scene's root`);
-        this.root.appendChild(c);
-      } else el.appendChild(c);
+        this.attach(c, this.root);
+      } else this.attach(c, el);
     }
   }
 
@@ -349,13 +382,86 @@ export class Renderer {
    */
   private place(id: string, el: XrEl, pid: string | undefined) {
     let target = (pid ? this.els.get(pid) : this.root) ?? this.orphans;
-    if (target !== this.root && el.contains(target)) {
+    if (target !== this.root && el.firstElementChild && el.contains(target)) {
       // A parent cycle (the server takes one: b's parent a, then a's
       // parent b): the DOM cannot nest them, and appendChild would throw.
       console.warn(`xrealm: object ${id}: its parent ${pid} is inside it (a parent cycle); it is drawn where it was`);
-      target = el.parentElement && el.parentElement !== this.orphans ? el.parentElement : this.root;
+      const at = el.parentElement;
+      target = at && at !== this.orphans && this.depthOf(at) < MAX_DEPTH ? at : this.root;
     }
     this.waits.set(id, target === this.orphans ? pid : undefined);
+    if (el.parentElement === target) return;
+    const out = this.deep.parentOf(id);
+    if (out !== undefined && this.els.get(out) === target) return; // left out, and still
+    this.deep.set(id, undefined);
+    this.attach(el, target);
+  }
+
+  /**
+   * How deep el is: 0 for the root and the orphans, n for an object's
+   * entity n objects down; Infinity when it is left out, or in an object
+   * left out.
+   */
+  private depthOf(el: Element): number {
+    let d = 0;
+    for (let x: Element | null = el; x !== this.root && x !== this.orphans; x = x.parentElement) {
+      if (!x || ++d > MAX_DEPTH) return Infinity;
+    }
+    return d;
+  }
+
+  /**
+   * Puts el in target, with what it holds and the objects left out in
+   * it, down to MAX_DEPTH; the objects deeper are left out (el itself when
+   * target is at the limit or not drawn).
+   */
+  private attach(el: XrEl, target: HTMLElement) {
+    const d = this.depthOf(target);
+    // (an object that was drawn, or would be, is left out with a warning; one among the orphans quietly)
+    const drawn = target.isConnected;
+    if (d >= MAX_DEPTH) {
+      this.leaveOut(el, target as XrEl, drawn || el.isConnected);
+      return;
+    }
+    // Layer by layer, before anything moves: what is left out never
+    // enters the scene, and what comes back goes in after its parent.
+    const back: [XrEl, XrEl][] = [];
+    const seen = new Set<XrEl>([el]);
+    let layer = [el];
+    for (let k = d + 1; layer.length; k++) {
+      const next: XrEl[] = [];
+      for (const e of layer) {
+        if (k === MAX_DEPTH) {
+          for (const c of objectChildren(e)) this.leaveOut(c, e, drawn || c.isConnected);
+          continue;
+        }
+        next.push(...objectChildren(e));
+        for (const cid of this.deep.take(e.dataset.objectId!)) {
+          const c = this.els.get(cid);
+          if (!c || seen.has(c)) continue;
+          seen.add(c);
+          back.push([c, e]);
+          next.push(c);
+        }
+      }
+      layer = next;
+    }
     if (el.parentElement !== target) target.appendChild(el);
+    for (const [c, parent] of back) parent.appendChild(c);
+  }
+
+  /** Leaves el out, as an object in parent's entity nested too deep; warn: say so on the console. */
+  private leaveOut(el: XrEl, parent: XrEl, warn: boolean) {
+    const id = el.dataset.objectId!;
+    detach(el);
+    this.deep.set(id, parent.dataset.objectId);
+    if (!warn) return;
+    const n = ++this.tooDeep;
+    if (n <= TOO_DEEP_WARNINGS) {
+      const more = n === TOO_DEEP_WARNINGS ? ' (more are counted in xrealm.renderer.tooDeep, and logged at 10, 100, 1000 … of them)' : '';
+      console.warn(`xrealm: object ${id} is nested deeper than ${MAX_DEPTH} objects (in ${parent.dataset.objectId}): it and the objects in it are not drawn${more}`);
+    } else if (/^10+$/.test(String(n))) {
+      console.warn(`xrealm: ${n} objects left out so far as nested deeper than ${MAX_DEPTH} objects; the last: ${id} (in ${parent.dataset.objectId})`);
+    }
   }
 }

@@ -1215,11 +1215,11 @@ describe('objects', () => {
     const send = (m: Record<string, unknown>) =>
       c.publishAsync(`realm/s/public/waiting/o/waiting-bot/${m.object_id}`, JSON.stringify({ type: 'object', ...m }), { qos: 1 });
     const box = (id: string, parent?: string) => send({ object_id: id, action: 'create', data: { object_type: 'box', ...(parent ? { parent } : {}) } });
-    /** Where each object's entity is: under its parent's (the parent's id), at the root, waiting (hidden) or nowhere. */
+    /** Where each object's entity is: in its parent's (the parent's id), at the root, waiting (not drawn) or nowhere. */
     const tree = (ids: string[]) => a.evaluate((ids) => Object.fromEntries(ids.map((id) => {
-      const el = document.querySelector(`#xr-objects [data-object-id="${id}"]`);
+      const el: HTMLElement | undefined = (window as any).xrealm.renderer.els.get(id);
       const p = el?.parentElement;
-      return [id, !p ? 'none' : p.id === 'xr-objects' ? 'root' : p.dataset.role === 'orphans' ? 'waiting' : p.dataset.objectId ?? '?'];
+      return [id, !el ? 'none' : !p ? 'left out' : p.id === 'xr-objects' ? 'root' : p.dataset.role === 'orphans' ? 'waiting' : p.dataset.objectId ?? '?'];
     })), ids);
     const expectTree = async (what: string, want: Record<string, string>) => {
       let got: Record<string, string> = {};
@@ -1266,6 +1266,72 @@ describe('objects', () => {
       await box('m3', 'm4');
       await expectTree('m3 arrived', { m3: 'm4', w: 'm3' });
       expect(await a.evaluate(() => (window as any).xrealm.renderer.waiting), 'objects waiting').toBe(0);
+    } finally {
+      c.end(true);
+    }
+  });
+
+  it('a chain of 10,000 objects, each the parent of the next, is drawn 100 deep, live children first or loaded, and the pages go on', { timeout: 240_000 }, async () => {
+    // (A-Frame and three.js walk the tree by recursion: all of such a
+    // chain drawn crashes the page; the client's walks take no stack)
+    const n = 10_000;
+    const ids = Array.from({ length: n }, (_, i) => `c${i}`);
+    const a = await open('/public/chain');
+    expectConsole(a, /object c100 is nested deeper than 100 objects \(in c99\)/);
+    const c = await mqttClient(srv, 'bot', srv.token('bot', 'public/chain', 'editor'), 'chain-bot');
+    const send = (m: Record<string, unknown>) =>
+      c.publishAsync(`realm/s/public/chain/o/chain-bot/${m.object_id}`, JSON.stringify({ type: 'object', persist: true, ...m }), { qos: 1 });
+    /** What a page draws: the objects in the document, the deepest one, how many wait, and that frames are drawn. */
+    const drawn = (p: Page) => p.evaluate(async () => {
+      const x = (window as any).xrealm;
+      const els = [...document.querySelectorAll('#xr-objects [data-object-id]')] as HTMLElement[];
+      let deepest = '', depth = 0;
+      for (const el of els) {
+        let d = 0;
+        for (let e: HTMLElement | null = el; e && e.id !== 'xr-objects'; e = e.parentElement) d++;
+        if (d > depth) [deepest, depth] = [el.dataset.objectId!, d];
+      }
+      await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+      return { objects: x.model.objects.size, inDocument: els.length, deepest, depth, waiting: x.renderer.waiting };
+    });
+    try {
+      // live, children first: each waits for its parent until c0 arrives
+      await Promise.all([...ids].reverse().map((id, i) => send({
+        object_id: id, action: 'create', data: { object_type: 'box', position: { x: 0, y: 0.01, z: 0 }, ...(i < n - 1 ? { parent: `c${n - 2 - i}` } : {}) },
+      })));
+      await waitFor('the chain received', () => a.evaluate((n) => (window as any).xrealm.model.objects.size === n, n), 60_000);
+      expect(await drawn(a)).toEqual({ objects: n, inDocument: 100, deepest: 'c99', depth: 100, waiting: 0 });
+      // loaded by the editor, with its object tree
+      const b = await open('/public/chain/edit');
+      expectConsole(b, /object c100 is nested deeper than 100 objects \(in c99\)/);
+      expect(await drawn(b)).toEqual({ objects: n, inDocument: 100, deepest: 'c99', depth: 100, waiting: 0 });
+      await b.waitForSelector('#xr-tree [data-tree-id="c9999"]', { state: 'attached' });
+      expect(await b.evaluate(() => {
+        const li = (id: string) => document.querySelector(`#xr-tree [data-tree-id="${id}"]`)!;
+        const parentItem = (id: string) => (li(id).parentElement!.closest('li') as HTMLElement | null)?.dataset.treeId;
+        return { items: document.querySelectorAll('#xr-tree [data-tree-id]').length, c99: parentItem('c99'), c100: parentItem('c100'), c9999: parentItem('c9999') };
+      }), 'the tree: nested 100 deep, the objects below listed under the 100th').toEqual({ items: n, c99: 'c98', c100: 'c99', c9999: 'c99' });
+      await b.click('#xr-tree [data-tree-id="c5000"] > .tree-item');
+      await b.waitForSelector('#f-form:has-text("c5000")');
+      // moved up, the objects below it come into the document down to the limit
+      await send({ object_id: 'c50', action: 'update', data: { parent: null } });
+      for (const p of [a, b]) {
+        await waitFor('c50 at the root', () => p.evaluate(() => document.querySelector('#xr-objects > [data-object-id="c50"]') !== null));
+        expect(await drawn(p)).toEqual({ objects: n, inDocument: 150, deepest: 'c149', depth: 100, waiting: 0 });
+      }
+      // and back
+      await send({ object_id: 'c50', action: 'update', data: { parent: 'c49' } });
+      for (const p of [a, b]) {
+        await waitFor('c50 in c49', () => p.evaluate(() => document.querySelector('[data-object-id="c49"] > [data-object-id="c50"]') !== null));
+        expect(await drawn(p)).toEqual({ objects: n, inDocument: 100, deepest: 'c99', depth: 100, waiting: 0 });
+      }
+      // deleted with its descendants
+      await send({ object_id: 'c0', action: 'delete' });
+      for (const p of [a, b]) {
+        await waitFor('the chain deleted', () => p.evaluate(() => (window as any).xrealm.model.objects.size === 0));
+        expect(await drawn(p)).toEqual({ objects: 0, inDocument: 0, deepest: '', depth: 0, waiting: 0 });
+        expect(await p.evaluate(() => (window as any).xrealm.renderer.els.size)).toBe(0);
+      }
     } finally {
       c.end(true);
     }

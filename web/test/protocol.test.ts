@@ -87,6 +87,38 @@ describe('parents', () => {
   it('finds descendants', () => {
     const objs: { id: string; data: Record<string, string> }[] = [{ id: 'a', data: {} }, { id: 'b', data: { parent: 'a' } }, { id: 'c', data: { parent: 'b' } }, { id: 'd', data: {} }];
     expect(descendants('a', objs).sort()).toEqual(['b', 'c']);
+    // depth first, each after its parent; a cycle below the object ends the walk
+    const tree = [['b', 'a'], ['c', 'a'], ['b1', 'b'], ['b2', 'b'], ['b11', 'b1'], ['c1', 'c'], ['x', 'y'], ['y', 'x']];
+    expect(descendants('a', tree.map(([id, parent]) => ({ id, data: { parent } })))).toEqual(['b', 'b1', 'b11', 'b2', 'c', 'c1']);
+    expect(descendants('x', tree.map(([id, parent]) => ({ id, data: { parent } })))).toEqual(['y']);
+  });
+  it('takes parent chains 10,000 deep, in any order, with a cycle at the top', () => {
+    // (a chain of objects, each the parent of the next, is a scene a
+    // program may make; a recursive walk of it overflows the stack)
+    const n = 10_000;
+    const chain = Array.from({ length: n }, (_, i) => ({ object_id: `c${i}`, parent: i ? `c${i - 1}` : undefined as string | undefined }));
+    const cyclic = chain.map((o) => (o.object_id === 'c0' ? { ...o, parent: `c${n - 1}` } : o));
+    const orders: [string, typeof chain][] = [
+      ['parents first', chain], ['children first', [...chain].reverse()],
+      ['shuffled', [...chain].sort((a, b) => ((Number(a.object_id.slice(1)) * 7919) % n) - ((Number(b.object_id.slice(1)) * 7919) % n))],
+      ['a cycle, children first', [...cyclic].reverse()],
+    ];
+    for (const [name, objs] of orders) {
+      const cycles: string[] = [];
+      const out = parentsFirst(objs, (id) => cycles.push(id));
+      expect(out, name).toHaveLength(n);
+      expect(new Set(out.map((o) => o.object_id)).size, name).toBe(n);
+      const at = new Map(out.map((o, i) => [o.object_id, i]));
+      const late = objs.filter((o) => o.parent && at.get(o.parent)! > at.get(o.object_id)!).map((o) => o.object_id);
+      // only a cycle puts an object before its parent: where it was broken
+      const cycle = name.includes('cycle');
+      expect(cycles, name).toEqual(cycle ? [`c${n - 1}`] : []);
+      expect(late, name).toEqual(cycle ? ['c0'] : []);
+      const all = objs.map((o) => ({ id: o.object_id, data: (o.parent ? { parent: o.parent } : {}) as Record<string, string> }));
+      const ids = chain.map((o) => o.object_id);
+      expect(descendants('c0', all), name).toEqual(ids.slice(1));
+      expect(descendants(`c${n - 2}`, all), name).toEqual(cycle ? [`c${n - 1}`, ...ids.slice(0, n - 2)] : [`c${n - 1}`]);
+    }
   });
 });
 
