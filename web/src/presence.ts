@@ -253,11 +253,6 @@ export class Presence {
     }
   }
 
-  /** Forgets everyone else (after a reconnection: they announce themselves again). */
-  reset() {
-    for (const u of [...this.users.values()]) if (!u.me) this.remove(u.userClient);
-  }
-
   leaveMessage(): [string, Message] | undefined {
     return this.session ? this.presenceMessages(this.session).will : undefined;
   }
