@@ -10,9 +10,10 @@ import (
 // refusal for credentials carries in its WWW-Authenticate header.
 const AuthRealm = "xrealm"
 
-// The error codes of a Bearer challenge (RFC 6750 §3.1).
+// The error codes of a Bearer challenge (RFC 6750 §3.1). A malformed
+// Authorization header (Bearer with no token, two headers) has none: RFC
+// 6750 gives it invalid_request with 400, and xrealm answers it with 401.
 const (
-	codeInvalidRequest    = "invalid_request"    // a malformed Authorization header
 	codeInvalidToken      = "invalid_token"      // a token that came and was refused
 	codeInsufficientScope = "insufficient_scope" // a valid token without the rights
 )
@@ -22,13 +23,14 @@ const maxDescription = 120
 
 // challenge returns the WWW-Authenticate header of the answer to err, or ""
 // for an answer that has none. Every 401 (err wraps ErrUnauthenticated) has
-// one: `Bearer realm="xrealm"` when no credentials came, or only another
-// scheme's (RFC 6750 §3 asks for no error code then: the realm says what
-// the server takes); with error="invalid_token" and an error_description
-// when a token came and was refused (expired, signed with another key,
-// too long, malformed); with error="invalid_request" for a malformed
-// Authorization header (Bearer with no token, two headers). A 403 whose
-// err is a valid token's lack of rights has error="insufficient_scope".
+// one: `Bearer realm="xrealm"` when no credentials came, only another
+// scheme's, or a malformed Authorization header (Bearer with no token, two
+// headers): RFC 6750 §3 asks for no error code for the first two, and its
+// invalid_request goes with 400, not the 401 xrealm answers; the realm
+// says what the server takes. It has error="invalid_token" and an
+// error_description when a token came and was refused (expired, signed
+// with another key, too long, malformed). A 403 whose err is a valid
+// token's lack of rights has error="insufficient_scope".
 func challenge(err error) string {
 	var w wrapped
 	code := ""

@@ -12,19 +12,21 @@ import (
 	"time"
 
 	"github.com/xrealm/xrealm/auth"
+	"github.com/xrealm/xrealm/persist"
 )
 
 // bearerChallenge is the form of every WWW-Authenticate header the routes
 // send (RFC 6750 §3): the realm, and optionally an error code with a
 // description of printable ASCII without '"' and '\'.
-var bearerChallenge = regexp.MustCompile(`^Bearer realm="xrealm"(, error="(invalid_request|invalid_token|insufficient_scope)", error_description="([\x20\x21\x23-\x5b\x5d-\x7e]{1,120})")?$`)
+var bearerChallenge = regexp.MustCompile(`^Bearer realm="xrealm"(, error="(invalid_token|insufficient_scope)", error_description="([\x20\x21\x23-\x5b\x5d-\x7e]{1,120})")?$`)
 
 // Every 401 of every route that reads a token, wired as the server wires
 // them, carries a Bearer challenge in WWW-Authenticate (RFC 9110 §11.6.1):
-// the realm alone when no credentials came or only another scheme's, with
+// the realm alone when no credentials came, only another scheme's, or a
+// malformed Authorization header (Bearer alone, two headers: no
+// invalid_request, which RFC 6750 §3.1 pairs with 400), with
 // error="invalid_token" and the reason when a token came and was refused
-// (garbage, expired, in the header or the cookie), with
-// error="invalid_request" for a malformed Authorization header. A valid
+// (garbage, expired, in the header or the cookie). A valid
 // token without the rights gets 403 with error="insufficient_scope"; other
 // answers have no challenge. No challenge quotes the credentials.
 func TestChallengeRoutes(t *testing.T) {
@@ -44,7 +46,6 @@ func TestChallengeRoutes(t *testing.T) {
 		none    = ""
 		realm   = `Bearer realm="xrealm"`
 		invalid = `Bearer realm="xrealm", error="invalid_token", error_description="`
-		badReq  = `Bearer realm="xrealm", error="invalid_request", error_description="`
 		scope   = `Bearer realm="xrealm", error="insufficient_scope", error_description="`
 	)
 	type want struct {
@@ -55,7 +56,7 @@ func TestChallengeRoutes(t *testing.T) {
 		name   string
 		authz  []string
 		cookie string
-		reason string // in the description of an invalid_token or invalid_request
+		reason string // in the description of an invalid_token
 	}{
 		{"no token", nil, "", ""},
 		{"a bad token", []string{"Bearer garbage"}, "", "token is malformed"},
@@ -63,14 +64,14 @@ func TestChallengeRoutes(t *testing.T) {
 		{"an expired token", []string{"Bearer " + expired}, "", "token is expired"},
 		{"Basic", []string{"Basic bGFiOnB3"}, "", ""},
 		{"a token without Bearer", []string{dave}, "", ""},
-		{"Bearer alone", []string{"Bearer"}, "", "Bearer with no token"},
-		{"two headers", []string{"Bearer " + dave, "Bearer " + dave}, "", "2 Authorization headers"},
+		{"Bearer alone", []string{"Bearer"}, "", ""},
+		{"two headers", []string{"Bearer " + dave, "Bearer " + dave}, "", ""},
 		{"a valid token without the rights", []string{"Bearer " + dave}, "", ""},
 	}
 	// For each route, what each caller gets, in the order of callers.
 	refusedToken := want{401, invalid}
 	refusedScheme := want{401, realm}
-	malformed := want{401, badReq}
+	malformed := want{401, realm}
 	read := func(noToken, noRights want) [9]want {
 		return [9]want{noToken, refusedToken, refusedToken, refusedToken, refusedScheme, refusedScheme, malformed, malformed, noRights}
 	}
@@ -132,7 +133,7 @@ func TestChallengeRoutes(t *testing.T) {
 				} else if h != wt.challenge {
 					t.Fatalf("WWW-Authenticate %q, want %s", h, wt.challenge)
 				}
-				if (wt.challenge == invalid || wt.challenge == badReq) && !strings.Contains(h, c.reason) {
+				if wt.challenge == invalid && !strings.Contains(h, c.reason) {
 					t.Errorf("WWW-Authenticate %q does not say %q", h, c.reason)
 				}
 				for _, secret := range []string{dave, expired, "bGFiOnB3", "garbage"} {
@@ -216,5 +217,14 @@ func TestWWWAuthenticate(t *testing.T) {
 				t.Fatalf("WWWAuthenticate() = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A 401 without an error code has the same challenge here as persist's
+// handler gives one whose error brings none (persist.DefaultChallenge):
+// the realm alone.
+func TestDefaultChallenge(t *testing.T) {
+	if got := challenge(wrap(ErrUnauthenticated, "no token")); got != persist.DefaultChallenge {
+		t.Fatalf("challenge of a 401 without a code: %q, persist.DefaultChallenge %q", got, persist.DefaultChallenge)
 	}
 }

@@ -38,7 +38,7 @@ func RequestToken(r *http.Request) (string, error) {
 		return "", nil
 	case 1:
 	default:
-		return "", wrapCode(ErrUnauthenticated, codeInvalidRequest, fmt.Sprintf("the request has %d Authorization headers: send one, %s", len(hs), takesToken))
+		return "", wrap(ErrUnauthenticated, fmt.Sprintf("the request has %d Authorization headers: send one, %s", len(hs), takesToken))
 	}
 	h := strings.TrimSpace(hs[0])
 	if h == "" {
@@ -47,7 +47,7 @@ func RequestToken(r *http.Request) (string, error) {
 	i := strings.IndexAny(h, " \t")
 	if i < 0 {
 		if strings.EqualFold(h, "Bearer") {
-			return "", wrapCode(ErrUnauthenticated, codeInvalidRequest, "the Authorization header is Bearer with no token: send "+takesToken)
+			return "", wrap(ErrUnauthenticated, "the Authorization header is Bearer with no token: send "+takesToken)
 		}
 		return "", wrap(ErrUnauthenticated, "the Authorization header has no scheme (a token without \"Bearer \" before it?): send "+takesToken)
 	}

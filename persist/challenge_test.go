@@ -20,9 +20,9 @@ func (e challengeError) Unwrap() error           { return e.error }
 
 // A refusal of Access answers with the WWW-Authenticate header its error
 // gives (WWWAuthenticate), on a 401 and a 403 alike, also when the error
-// wraps it; a 401 whose error gives none has the bare "Bearer" challenge
-// that RFC 9110 §11.6.1 requires; a 403 whose error gives none has no
-// header. Every route that asks Access does so.
+// wraps it; a 401 whose error gives none has DefaultChallenge, the realm
+// alone (RFC 9110 §11.6.1 requires a challenge, RFC 6750 §3 a parameter
+// in it); a 403 whose error gives none has no header. Every route that asks Access does so.
 func TestRefusalChallenge(t *testing.T) {
 	const scoped = `Bearer realm="xrealm", error="insufficient_scope", error_description="no rights"`
 	const invalid = `Bearer realm="xrealm", error="invalid_token", error_description="expired"`
@@ -44,7 +44,7 @@ func TestRefusalChallenge(t *testing.T) {
 		status    int
 		challenge string
 	}{
-		{"plain 401", http.StatusUnauthorized, "Bearer"},
+		{"plain 401", http.StatusUnauthorized, `Bearer realm="xrealm"`},
 		{"401 with a challenge", http.StatusUnauthorized, invalid},
 		{"plain 403", http.StatusForbidden, ""},
 		{"403 with a challenge", http.StatusForbidden, scoped},

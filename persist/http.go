@@ -26,13 +26,18 @@ import (
 //
 // A 401 carries a WWW-Authenticate header (RFC 9110 §11.6.1): the value of
 // the error's method WWWAuthenticate() string when it has one (as
-// httpapi's errors do), else "Bearer". A 403 carries the header when that
-// method gives one.
+// httpapi's errors do), else DefaultChallenge. A 403 carries the header
+// when that method gives one.
 type Access func(r *http.Request, ns, scene string, write bool) error
 
 // ErrUnauthenticated, wrapped by an Access error, makes the handler answer
 // 401 rather than 403.
 var ErrUnauthenticated = errors.New("authentication required")
+
+// DefaultChallenge is the WWW-Authenticate header of a 401 whose Access
+// error gives none: a Bearer challenge with the realm of httpapi's
+// (httpapi.AuthRealm), as RFC 6750 §3 asks for at least one parameter.
+const DefaultChallenge = `Bearer realm="xrealm"`
 
 // Handler serves the persistence REST routes under /persist/ (the request
 // path must keep that prefix):
@@ -109,7 +114,7 @@ func writeRefusal(w http.ResponseWriter, err error) {
 		challenge = c.WWWAuthenticate()
 	}
 	if challenge == "" && status == http.StatusUnauthorized {
-		challenge = "Bearer"
+		challenge = DefaultChallenge
 	}
 	if challenge != "" && (status == http.StatusUnauthorized || status == http.StatusForbidden) {
 		w.Header().Set("WWW-Authenticate", challenge)
