@@ -7,12 +7,14 @@
 
 import { persistGet, identity } from './auth';
 import {
-  descendants, isObject, parentOf, parseImport, parseObjectJSON, parentsFirst, randomSuffix, validId,
+  descendants, isObject, parentOf, parseImport, parseObjectJSON, parentsFirst, randomSuffix, storeImport, validId,
   ProtocolError, type JsonObject, type Message, type StoredObject,
 } from './protocol';
 import { MAX_DEPTH, rotationDegrees, type SceneObject } from './scene';
 import { h, panelToggle, toast } from './ui';
 import type { Viewer } from './viewer';
+
+const READ_ONLY = 'Read-only: your token may not edit this scene.';
 
 export const CREATABLE = ['box', 'sphere', 'cylinder', 'cone', 'plane', 'circle', 'ring', 'torus', 'text', 'light', 'image', 'gltf-model', 'entity'] as const;
 
@@ -105,7 +107,7 @@ export function startEditor(v: Viewer) {
 
   const publish = async (m: Message, what: string) => {
     if (!canEdit) {
-      toast('Read-only: your token may not edit this scene.', 'error');
+      toast(READ_ONLY, 'error');
       throw new Error('read-only');
     }
     try {
@@ -428,10 +430,16 @@ export function startEditor(v: Viewer) {
       toast(`Import refused: ${(e as Error).message}`, 'error');
       return;
     }
-    let n = 0;
-    for (const o of objs) {
-      await publish({ object_id: o.object_id, action: 'create', type: o.type, persist: true, data: o.data }, 'Import');
-      n++;
+    if (!canEdit) {
+      toast(READ_ONLY, 'error');
+      return;
+    }
+    let n;
+    try {
+      n = await storeImport(objs, (o) => v.publishObject({ object_id: o.object_id, action: 'create', type: o.type, persist: true, data: o.data }));
+    } catch (e) {
+      toast(`Import failed: ${(e as Error).message}. Importing the file again stores them all (a create replaces an object).`, 'error');
+      return;
     }
     importFile.value = '';
     toast(`Imported ${n} object${n === 1 ? '' : 's'}.`);

@@ -303,6 +303,23 @@ export function parseImport(text: string): { object_id: string; type: string; da
 }
 
 /**
+ * Stores the objects of an import one at a time, in order, with store
+ * (which resolves once the server has the object), and returns how many
+ * it stored. It stops at the first that fails, with an error that says
+ * how many of them were stored before it: those stay stored.
+ */
+export async function storeImport<T extends { object_id: string }>(objs: T[], store: (o: T) => Promise<void>): Promise<number> {
+  for (const [i, o] of objs.entries()) {
+    try {
+      await store(o);
+    } catch (e) {
+      throw new Error(`stored ${i} of ${objs.length} objects; object ${o.object_id} failed: ${(e as Error)?.message ?? e}`, { cause: e });
+    }
+  }
+  return objs.length;
+}
+
+/**
  * Checks the raw JSON of one object as the editor sends it:
  * {object_id, type, data}. Returns the parsed object or throws.
  */

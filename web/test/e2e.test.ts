@@ -1600,6 +1600,34 @@ describe('editor', () => {
     prog.end(true);
   });
 
+  it('an import that fails part way says how many objects it stored, and which one failed', async () => {
+    const alice = srv.token('alice', 'alice/imports', 'editor');
+    const ed = await newPage({ width: 1000, height: 700 });
+    // the connection is cut as the third object goes out (its topic or its
+    // payload, which mqtt.js may write apart), the first two acknowledged
+    let cut = false;
+    await ed.routeWebSocket(/\/mqtt/, (ws) => {
+      const server = ws.connectToServer();
+      ws.onMessage((m) => {
+        if (!cut && (typeof m === 'string' ? m : m.toString('latin1')).includes('imp-3')) {
+          cut = true;
+          ws.close();
+          server.close();
+          return;
+        }
+        server.send(m);
+      });
+    });
+    await ed.goto(`${srv.url}/alice/imports/edit?token=${alice}&quality=low`);
+    await ed.waitForSelector('a-scene[data-loaded="true"]', { state: 'attached', timeout: 30_000 });
+    const objs = [1, 2, 3, 4, 5].map((i) => ({ object_id: `imp-${i}`, type: 'object', attributes: { object_type: 'box', position: { x: i, y: 1, z: -3 } } }));
+    await ed.setInputFiles('#xr-import-file', { name: 'five.json', mimeType: 'application/json', buffer: Buffer.from(JSON.stringify(objs)) });
+    await ed.click('#xr-import');
+    await waitFor('the import failed', async () => /Import failed: stored 2 of 5 objects; object imp-3 failed: /.test((await ed.textContent('#xr-toasts')) ?? ''));
+    expect(cut).toBe(true);
+    expect((await persisted('alice', 'imports')).map((o) => o.object_id).sort()).toEqual(['imp-1', 'imp-2']);
+  });
+
   it('a viewer token cannot edit, in the UI or on the bus', async () => {
     const ed: Page = (globalThis as any).editorPage;
     expect(ed, 'needs the page of the previous test').toBeDefined();

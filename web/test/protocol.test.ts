@@ -3,7 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   checkMessage, clean, descendants, merge, parentsFirst, parseImport, parseMessage, parseObjectJSON, parseTopic, ProtocolError,
-  SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, validSceneName, jwtClaims, tokenProblem,
+  SCENE_NAME_CHARS, SCENE_NAME_PATTERN, sceneNameError, storeImport, validSceneName, jwtClaims, tokenProblem,
 } from '../src/protocol';
 
 describe('parseTopic', () => {
@@ -135,6 +135,26 @@ describe('editor input', () => {
     for (const s of ['{}', '[1]', '[{"object_id":"a/b","attributes":{}}]', '[{"object_id":"a"}]', '[{"object_id":"a","data":{}},{"object_id":"a","data":{}}]', 'nope']) {
       expect(() => parseImport(s), s).toThrow(ProtocolError);
     }
+  });
+  it('stores an import in order and says how many were stored when one fails', async () => {
+    const objs = ['a', 'b', 'c'].map((object_id) => ({ object_id }));
+    const cases: { failing?: string; stored: string[]; error?: string }[] = [
+      { stored: ['a', 'b', 'c'] },
+      { failing: 'a', stored: [], error: 'stored 0 of 3 objects; object a failed: connection lost' },
+      { failing: 'b', stored: ['a'], error: 'stored 1 of 3 objects; object b failed: connection lost' },
+      { failing: 'c', stored: ['a', 'b'], error: 'stored 2 of 3 objects; object c failed: connection lost' },
+    ];
+    for (const c of cases) {
+      const stored: string[] = [];
+      const run = storeImport(objs, async (o) => {
+        if (o.object_id === c.failing) throw new Error('connection lost');
+        stored.push(o.object_id);
+      });
+      if (c.error) await expect(run, String(c.failing)).rejects.toThrow(c.error);
+      else expect(await run).toBe(3);
+      expect(stored, String(c.failing)).toEqual(c.stored);
+    }
+    expect(await storeImport([], async () => {})).toBe(0);
   });
   it('validates raw object JSON', () => {
     expect(parseObjectJSON('{"object_id":"a","type":"object","data":{"object_type":"box","position":{"x":1,"y":2,"z":3}}}').object_id).toBe('a');
