@@ -6,7 +6,7 @@
 
 import { THREE } from './aframe';
 import type { FromWorker, ToWorker } from './pcworker';
-import { FrameMerger, PREFIX_SIZE, RateMeter, quantiles, seqGap, type Points } from './pointcloud';
+import { FrameMerger, PREFIX_SIZE, RateMeter, WarningCap, quantiles, seqGap, type Points } from './pointcloud';
 import type { SFUConnection, TrackInfo } from './sfu';
 import type { SFUFeature } from './sfusession';
 import { avatarElement, standIn } from './presence';
@@ -66,6 +66,8 @@ export class PointCloudView implements SFUFeature {
   private decodeErrors = 0;
   private badMessages = 0;
   private gaps = 0;
+  /** The warnings of bad and undecodable messages, which a publisher may send by the thousand. */
+  private problems = new WarningCap('point-cloud warnings');
   private timers: ReturnType<typeof setInterval>[] = [];
   private stopped = false;
   readonly el: HTMLElement;
@@ -122,7 +124,7 @@ export class PointCloudView implements SFUFeature {
           case 'problem':
             if (m.kind === 'bad') this.badMessages++;
             else this.decodeErrors++;
-            if (this.badMessages + this.decodeErrors <= 5) console.warn(`xrealm: point clouds: ${m.kind === 'bad' ? '' : 'decode failed: '}${m.error}`);
+            this.warn(this.problems.warn(`xrealm: point clouds: ${m.kind === 'bad' ? '' : 'decode failed: '}${m.error}`));
             return;
           case 'stats':
             this.complete = m.complete;
@@ -244,9 +246,14 @@ export class PointCloudView implements SFUFeature {
     }
   }
 
+  private warn(line: string | null) {
+    if (line !== null) console.warn(line);
+  }
+
   private second() {
     const now = performance.now();
     this.toWorker({ type: 'tick' });
+    this.warn(this.problems.summary(now));
     // the data-channel slots: a publisher's camera or microphone (other slots) does not keep its cloud
     const carried = new Set([...this.slots].filter(([slot, t]) => t && slot.startsWith('dc')).map(([, t]) => t!.client));
     for (const p of [...this.pubs.values()]) {
