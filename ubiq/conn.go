@@ -785,8 +785,10 @@ func (c *conn) join(ctx context.Context, a JoinArgs) {
 		return
 	}
 	r.holdClaim(c, claim, rec.Gen, recRev)
+	r.watchJoin(me.UUID)
 	rev, err := c.s.store.putMember(ctx, target, &me)
 	if err != nil {
+		r.unwatchJoin(keyToken(me.UUID))
 		// The write may have landed all the same (its answer lost): its
 		// key goes, before the count-out, as in a departure.
 		st, session := c.s.store, c.session

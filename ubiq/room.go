@@ -112,14 +112,6 @@ type attachment struct {
 	as string
 }
 
-// pendingMember is a member attachment waiting for the member key that
-// its connection wrote at rev as peer uuid as, having made claim.
-type pendingMember struct {
-	rev   uint64
-	as    string
-	claim string
-}
-
 type memberState struct {
 	rec   memberRecord
 	rev   uint64
@@ -164,7 +156,7 @@ type room struct {
 	rev     uint64
 	members map[string]*memberState // by key token
 	local   map[*conn]*attachment
-	pending map[*conn]pendingMember // member attachments waiting for their key
+	pending map[*conn]*pendingMember // member attachments waiting for their key
 	ic      interestConfig
 	knn     *interest.KNN
 	placed  map[string]interest.Vec3 // positions of members, by uuid
@@ -205,6 +197,10 @@ type room struct {
 	claimCode string
 	// claimWrite is held while reclaim writes, and by releaseClaim.
 	claimWrite sync.Mutex
+	// joinMu guards joins, the member keys of the Joins under way
+	// (watchJoin), by key token.
+	joinMu sync.Mutex
+	joins  map[string]*joinWatch
 	// reclaim puts back the claims that the room's record lost
 	// (writeClaims).
 	reclaim *roomWriter
@@ -238,12 +234,13 @@ type visibility struct {
 func newRoom(s *Server, id string) *room {
 	r := &room{s: s, id: id, subj: "ubiq.r." + id, ready: make(chan struct{}), cmds: make(chan func(), 256), stopc: make(chan struct{}), gone: make(chan struct{}),
 		posNext: map[string]pendingPosition{}, members: map[string]*memberState{}, local: map[*conn]*attachment{},
-		pending: map[*conn]pendingMember{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
+		pending: map[*conn]*pendingMember{}, placed: map[string]interest.Vec3{}, nodes: map[string]bool{},
 		self: s.node + "-" + strconv.FormatUint(s.activations.Add(1), 10), prefix: "r." + id + ".", ic: interestConfig{Mode: "all"}}
 	r.aud.Store(&audience{})
 	r.writes, r.stopWrites = context.WithCancel(s.ctx)
 	r.presence = r.writer(r.writePresence)
 	r.claims = map[string]*heldClaim{}
+	r.joins = map[string]*joinWatch{}
 	r.reclaim = r.writer(r.writeClaims)
 	return r
 }
@@ -327,6 +324,9 @@ func (r *room) loop() {
 		cancel()
 		if r.ticker != nil {
 			r.ticker.Stop()
+		}
+		for c := range r.pending {
+			r.dropPending(c)
 		}
 	}()
 	updates := r.watcher.Updates()
@@ -589,6 +589,7 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 				r.removeMember(tok, m)
 				r.membershipLost(m.rec.UUID)
 			}
+			r.joinKeyGone(tok, e.Revision())
 			break
 		}
 		var rec memberRecord
@@ -617,17 +618,6 @@ func (r *room) onEntry(e jetstream.KeyValueEntry) {
 		}
 	}
 	r.attachPending()
-}
-
-// attachPending attaches the local connections whose member records have
-// been seen.
-func (r *room) attachPending() {
-	for c, p := range r.pending {
-		if m := r.members[keyToken(p.as)]; m != nil && m.rev >= p.rev {
-			delete(r.pending, c)
-			r.attachMember(c, p.as, p.claim)
-		}
-	}
 }
 
 func (r *room) addMember(tok string, m *memberState) {
@@ -779,19 +769,6 @@ func (r *room) attachment(c *conn) *attachment {
 	return a
 }
 
-// cmdAttachMember makes c a local member once its member key, written as
-// peer as at rev (or later), has been seen, then sends it SetRoom and the
-// peers it should know. c holds claim on the room (holdClaim).
-func (r *room) cmdAttachMember(c *conn, as string, rev uint64, claim string) {
-	r.cmds <- func() {
-		if m := r.members[keyToken(as)]; m != nil && m.rev >= rev {
-			r.attachMember(c, as, claim)
-			return
-		}
-		r.pending[c] = pendingMember{rev: rev, as: as, claim: claim}
-	}
-}
-
 func (r *room) attachMember(c *conn, as, claim string) {
 	r.claimAttached(claim)
 	a := r.attachment(c)
@@ -814,7 +791,7 @@ func (r *room) attachMember(c *conn, as, claim string) {
 
 func (r *room) cmdDetachMember(c *conn) {
 	r.cmds <- func() {
-		delete(r.pending, c)
+		r.dropPending(c)
 		if a := r.local[c]; a != nil {
 			a.member = false
 			r.reconcile(c, a)

@@ -123,6 +123,9 @@ type Server struct {
 	// beforeRewatch, if set, runs on the goroutine that starts a room's
 	// new watch of its keys after its watch ended, before it does (tests).
 	beforeRewatch func(room string)
+	// attachWait bounds how long a room waits to see the member key of a
+	// joiner (room.cmdAttachMember): 2*requestTimeout; tests shorten it.
+	attachWait time.Duration
 	// listing lists the published rooms for DiscoverRooms.
 	listing roomListing
 	// retry retries departure writes that failed (retrier).
@@ -210,7 +213,7 @@ func NewServer(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	iceProp := iceProperty(cfg.ICEServers)
-	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}, node: newUUID()}
+	s := &Server{cfg: cfg, log: cfg.Logger, kv: kv, rooms: map[string]*room{}, conns: map[*conn]struct{}{}, node: newUUID(), attachWait: 2 * requestTimeout}
 	s.store = &store{kv: kv, js: cfg.JS, node: s.node, afterPut: new(atomic.Pointer[func(string) error]), afterIndex: new(atomic.Pointer[func(string)]), newProps: func() props {
 		var p props
 		if iceProp != "" {
