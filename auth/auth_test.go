@@ -300,3 +300,43 @@ func TestTokenLength(t *testing.T) {
 		}
 	}
 }
+
+// Issue signs a token for a user name of up to MaxUserLen bytes, and
+// refuses a longer one with an error that says so and clips the name: a
+// name of 9 KiB made a scene token longer than MaxTokenLen, and its error
+// quoted the whole name.
+func TestIssueUserLen(t *testing.T) {
+	k, err := LoadOrCreateKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("n", 128)
+	rights := SceneRights("realm", long, long, RoleViewer, strings.Repeat("c", 256))
+	for _, tc := range []struct {
+		n       int
+		wantErr string // "" = issued
+	}{
+		{1, ""},
+		{MaxUserLen, ""},
+		{MaxUserLen + 1, "of 257 bytes is longer than the longest, 256"},
+		{9 << 10, "of 9216 bytes is longer than the longest, 256"},
+	} {
+		user := strings.Repeat("u", tc.n-1) + "Z"
+		tok, err := k.Issue(user, rights, time.Hour)
+		if tc.wantErr == "" {
+			if err != nil {
+				t.Fatalf("a name of %d bytes: %v", tc.n, err)
+			}
+			if c, err := k.Verify(tok); err != nil || c.Subject != user {
+				t.Fatalf("a name of %d bytes: the token verifies as %v, %v", tc.n, c, err)
+			}
+			continue
+		}
+		if tok != "" || err == nil || !strings.HasPrefix(err.Error(), "issue token: user name \"uuu") || !strings.Contains(err.Error(), tc.wantErr) {
+			t.Fatalf("a name of %d bytes: %q, %v; want an error saying %q", tc.n, tok, err, tc.wantErr)
+		}
+		if strings.Contains(err.Error(), "Z") || len(err.Error()) > 200 {
+			t.Fatalf("a name of %d bytes: the error quotes the whole name: %.300s", tc.n, err)
+		}
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/xrealm/xrealm/topic"
 )
 
 // KeyFile is the name of the signing key inside the data directory's keys/.
@@ -109,14 +111,25 @@ func (c *Claims) Rights() Rights { return Rights{Publ: c.Publ, Subs: c.Subs, Evt
 // one is refused before it is parsed, so that whatever a client sends as a
 // token (an HTTP header, a cookie, an MQTT password) costs a bounded
 // amount of work. Issue signs none longer. A scene token is a few KiB at
-// most (names of at most 128 bytes, a userclient of at most 256).
+// most (names of at most 128 bytes, a user name and a userclient of at
+// most 256).
 const MaxTokenLen = 16 << 10
 
+// MaxUserLen is the longest user name, in bytes, that Issue signs a token
+// for (its sub), as the token endpoint limits a userclient: the name is
+// in the token in base64, 4/3 of its length, and one of a few KiB would
+// take a scene token over MaxTokenLen.
+const MaxUserLen = 256
+
 // Issue signs a token for user with the given rights, valid for ttl. It
-// refuses rights that would make a token longer than MaxTokenLen.
+// refuses a user name longer than MaxUserLen, and rights that would make
+// a token longer than MaxTokenLen.
 func (k *Keys) Issue(user string, r Rights, ttl time.Duration) (string, error) {
 	if user == "" {
 		return "", errors.New("issue token: empty user name")
+	}
+	if len(user) > MaxUserLen {
+		return "", fmt.Errorf("issue token: user name %s of %d bytes is longer than the longest, %d", topic.Clip(user), len(user), MaxUserLen)
 	}
 	now := time.Now()
 	c := Claims{

@@ -229,7 +229,11 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 	}
 	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, role, userClient), ttl)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, err.Error())
+		// Not the request's fault as far as it can tell (a presented
+		// token's user name too long to sign again, say): logged, and
+		// answered without the names it holds.
+		a.log.Error("token not issued", "user", topic.Clip(user), "scene", ns+"/"+scene, "role", role, "err", err)
+		writeError(w, http.StatusInternalServerError, "the token could not be issued; the server's log says why")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: false, SameSite: http.SameSiteLaxMode, MaxAge: int(ttl.Seconds())})

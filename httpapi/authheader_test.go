@@ -22,6 +22,7 @@ import (
 // routesEnv is this package's routes and the persistence routes on a
 // real bus, wired as the server wires them.
 type routesEnv struct {
+	dir      string // the data directory: the signing key is in keys/
 	mux      *http.ServeMux
 	keys     *auth.Keys
 	settings *auth.SettingsStore
@@ -64,7 +65,7 @@ func newRoutesEnv(t *testing.T) *routesEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &routesEnv{mux: http.NewServeMux(), keys: keys, settings: settings, denials: prometheus.NewCounter(prometheus.CounterOpts{Name: "d"})}
+	e := &routesEnv{dir: dir, mux: http.NewServeMux(), keys: keys, settings: settings, denials: prometheus.NewCounter(prometheus.CounterOpts{Name: "d"})}
 	e.access = &Access{Realm: "realm", Keys: keys, Settings: settings, Denials: e.denials}
 	New(Config{Realm: "realm", Access: e.access, Settings: settings, TokenTTL: time.Hour, Logger: slog.New(slog.DiscardHandler)}).Register(e.mux)
 	e.mux.Handle("/persist/", store.Handler(e.access.Scene))

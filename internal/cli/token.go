@@ -51,6 +51,9 @@ func parseToken(args []string) (tokenRequest, error) {
 	if *user == "" {
 		return tokenRequest{}, usagef("--user is required")
 	}
+	if len(*user) > auth.MaxUserLen {
+		return tokenRequest{}, usagef("--user %s of %d bytes is longer than the longest, %d", topic.Clip(*user), len(*user), auth.MaxUserLen)
+	}
 	if auth.IsAnonymous(*user) {
 		// The token endpoint gives such a name to anyone who asks, and
 		// takes a token of one for an anonymous viewer's.

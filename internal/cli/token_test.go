@@ -35,6 +35,11 @@ func TestParseToken(t *testing.T) {
 		{"cluster with a realm", []string{"--user", "ops", "--role", "cluster", "--realm", "r"}, auth.Rights{}, "--realm does not apply to --role cluster"},
 		{"wildcard userclient", []string{"--user", "eve", "--scene", "a/b", "--userclient", "#"}, auth.Rights{}, `--userclient "#"`},
 		{"no user", []string{"--scene", "a/b"}, auth.Rights{}, "--user is required"},
+		{"the longest user name", []string{"--user", strings.Repeat("u", auth.MaxUserLen), "--scene", "a/b"},
+			auth.SceneRights("realm", "a", "b", auth.RoleViewer, ""), ""},
+		// Issue refuses it; the error clips it (topic.Clip: 100 bytes).
+		{"a user name too long", []string{"--user", strings.Repeat("u", 9<<10), "--scene", "a/b"}, auth.Rights{},
+			`--user "` + strings.Repeat("u", 100) + `"... of 9216 bytes is longer than the longest, 256`},
 		// Taken and ignored: an editor publishes as any client.
 		{"editor with a client id", []string{"--user", "alice", "--scene", "alice/lab", "--role", "editor", "--userclient", "cam_1"}, auth.Rights{}, "--userclient limits a viewer's own topics"},
 		// Anyone may ask the token endpoint for the name anonymous-bob.
