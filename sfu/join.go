@@ -22,7 +22,8 @@ import (
 // leave for the client (it may have taken the offer) and excluded from the
 // next placements (JoinRequest.Exclude); one that refused the offer for
 // its load (Reply.Full) is excluded too, with no leave, so that another
-// node may take the client. When the manager then has no node left, the
+// node may take the client, and named in JoinRequest.Full: the manager
+// counts it full until its next heartbeat. When the manager then has no node left, the
 // nodes refused for load are asked again after the backoff (they were
 // busy, not failed; a single node's 64 signal slots fill when every tab
 // offers at once after a restart), and a placement that ends so ends
@@ -121,6 +122,7 @@ type placement struct {
 func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, error) {
 	req := p.req
 	req.Exclude = append([]string(nil), req.Exclude...)
+	req.Full = append([]string(nil), req.Full...)
 	limit := placementTimeout
 	if p.deadline > 0 {
 		limit = p.deadline
@@ -147,25 +149,24 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 		return fmt.Errorf("sfu: join %s/%s: %w after %v: %d attempts, placed on nodes %s, excluded %s as they did not answer or were full; last error: %w",
 			req.Session, req.Client, errPlacementTimeout, limit, attempts, nodes, excluded, err)
 	}
-	// full are the nodes excluded because they refused the client for
-	// their load (errNodeFull), fullErr the last such refusal
-	var full []string
+	// req.Full are the nodes excluded because they refused the client
+	// for their load (errNodeFull), fullErr the last such refusal
 	var fullErr error
 	for attempt := 1; ; attempt++ {
 		a, rep, failed, err := p.once(pctx, req, first)
 		if failed != "" {
 			req.Exclude = append(req.Exclude, failed)
 			if errors.Is(err, errNodeFull) {
-				full, fullErr = append(full, failed), err
+				req.Full, fullErr = append(req.Full, failed), err
 			}
 		}
-		if err != nil && a.Node == "" && failed == "" && len(full) > 0 && !errors.Is(err, ErrBusy) {
+		if err != nil && a.Node == "" && failed == "" && len(req.Full) > 0 && !errors.Is(err, ErrBusy) {
 			// The manager has no node but those excluded, some only for
 			// their load: they were busy, not failed. Ask them again
 			// after the backoff, and tell the client of the refusal, not
 			// that no node is available.
-			req.Exclude = slices.DeleteFunc(req.Exclude, func(id string) bool { return slices.Contains(full, id) })
-			full = nil
+			req.Exclude = slices.DeleteFunc(req.Exclude, func(id string) bool { return slices.Contains(req.Full, id) })
+			req.Full = nil
 			err = fmt.Errorf("%w; no other node took the client (%v)", fullErr, err)
 		}
 		if err != nil && a.Node == "" && ctx.Err() == nil && context.Cause(pctx) == errPlacementTimeout {
@@ -180,7 +181,7 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 		}
 		d := joinBackoff.delay(attempt)
 		p.log.Info(p.retryMsg, "session", req.Session, "client", req.Client, "node", failed,
-			"attempt", attempt, "retry_in", d, "exclude", req.Exclude, "err", err)
+			"attempt", attempt, "retry_in", d, "exclude", req.Exclude, "full", req.Full, "err", err)
 		if werr := wait(pctx, d); werr != nil {
 			if ctx.Err() == nil {
 				return Assignment{}, Reply{}, timedOut(attempt, err)

@@ -25,10 +25,10 @@ import (
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
 // next heartbeat and the client is placed on another node. A join may
-// exclude nodes (JoinRequest.Exclude: those that did not answer the client
-// or refused it as full), which
-// then also lose their hold on the client. It places at most maxPlacing
-// joins at once and answers further ones busy.
+// exclude nodes (JoinRequest.Exclude): those that did not answer the
+// client no longer count it as placed there; those that refused it as
+// full (JoinRequest.Full) count as full until their next heartbeat. It
+// places at most maxPlacing joins at once and answers further ones busy.
 type Manager struct {
 	nc     *nats.Conn
 	log    *slog.Logger
@@ -90,6 +90,11 @@ type nodeState struct {
 	// the ping answers, one more than the heartbeat the manager has): the
 	// heartbeats after that one count the client (expect.go).
 	placed map[string]uint64
+	// refused says that a join since the node's last heartbeat was
+	// refused there as full (JoinRequest.Full): the manager's count was
+	// too low (other managers placed clients there too), and the node is
+	// full until its next heartbeat counts its clients.
+	refused bool
 }
 
 func newNodeState(info NodeInfo, seen time.Time) *nodeState {
@@ -101,7 +106,7 @@ func newNodeState(info NodeInfo, seen time.Time) *nodeState {
 // does not number its heartbeats (NodeInfo.Beat 0, an older node) are
 // taken as counted by its next heartbeat.
 func (ns *nodeState) heartbeat(info NodeInfo, now time.Time) {
-	ns.info, ns.seen = info, now
+	ns.info, ns.seen, ns.refused = info, now, false
 	for key, beat := range ns.placed {
 		if info.Beat == 0 || beat < info.Beat {
 			delete(ns.placed, key)
@@ -115,7 +120,8 @@ func (ns *nodeState) load() int { return ns.info.Clients + len(ns.placed) }
 
 // full reports whether the node has as many clients as it takes
 // (NodeInfo.MaxClients), counting those placed there that its heartbeat
-// does not count. Such a node would refuse the client (Reply.Full), which
+// does not count, or refused a client as full since that heartbeat. Such
+// a node would refuse the client (Reply.Full), which
 // would then ask again, excluding it: assign places clients on it only
 // when no other node has room.
 func (ns *nodeState) full() bool { return ns.fullBut(0) }
@@ -124,9 +130,10 @@ func (ns *nodeState) full() bool { return ns.fullBut(0) }
 // placed on the node before, joining again (a tab reloading), may still
 // be counted in the heartbeat's Clients, which lags its leave by up to a
 // heartbeat; it is not one more client (a tab reloading on a node at
-// MaxClients stays there).
+// MaxClients stays there). A node that refused a client as full since
+// its heartbeat is full whatever own is.
 func (ns *nodeState) fullBut(own int) bool {
-	return ns.info.MaxClients > 0 && ns.load()-own >= ns.info.MaxClients
+	return ns.refused || ns.info.MaxClients > 0 && ns.load()-own >= ns.info.MaxClients
 }
 
 // nodeTTL is how long a node counts as alive after a heartbeat.
@@ -440,7 +447,9 @@ func (m *Manager) drop(id string) {
 // assign picks the node for a client at now: the node it was given before,
 // while that node is alive, not excluded (req.Exclude) and has room for it
 // (rejoinCount), else the best live node not excluded. The excluded nodes
-// no longer count the client as placed there. ask reports that
+// that refused the client as full (req.Full) are full until their next
+// heartbeat; the others did not answer, and no longer count the client
+// as placed there. ask reports that
 // the client's node may keep it, but whether the node still counts the
 // client is to be asked first (a ping, Reply.Counted): the caller asks
 // and calls assign again with the answer, heard. Told, assign does not
@@ -450,10 +459,15 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 	defer m.mu.Unlock()
 	key := req.Session + "/" + req.Client
 	m.pruneAssigned(now)
+	for _, id := range req.Full {
+		if ns := m.nodes[id]; ns != nil {
+			ns.refused = true
+		}
+	}
 	for _, id := range req.Exclude {
 		// the client is not there: the node did not answer its offer (it
-		// was told to drop it) or refused it
-		if ns := m.nodes[id]; ns != nil {
+		// was told to drop it)
+		if ns := m.nodes[id]; ns != nil && !slices.Contains(req.Full, id) {
 			delete(ns.placed, key)
 		}
 	}

@@ -266,29 +266,57 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 	}
 }
 
-// TestExcludedNodeForgetsPlacement: a client placed on node 1 that joins
-// again excluding it (node 1 refused it as full, or did not answer its
-// offer) no longer counts on node 1, which has room for the next client
-// of its site at once. Before, node 1 counted the client until its next
-// heartbeat, full for a client that was not there: the next client was
-// placed at another site.
+// TestExcludedNodeForgetsPlacement: a client placed on node 1 (site a,
+// one client at most) that joins again excluding it goes to node 2. When
+// node 1 did not answer the client's offer, node 1 no longer counts the
+// client and takes the next client of its site at once. When node 1
+// refused the client as full (JoinRequest.Full), the manager's count for
+// it was too low: node 1 is full until its next heartbeat, which then
+// gives its count (here none), and the next clients of its site go
+// elsewhere meanwhile.
 func TestExcludedNodeForgetsPlacement(t *testing.T) {
-	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
-	now := time.Now()
-	for _, n := range []NodeInfo{{ID: "1", Site: "a", MaxClients: 1, Beat: 5}, {ID: "2", Site: "b", MaxClients: 1, Beat: 5}, {ID: "3", Site: "c", Beat: 5}} {
-		m.nodes[n.ID] = newNodeState(n, now)
+	type join struct {
+		client          string
+		exclude, full   []string
+		heartbeat, want string // heartbeat: node 1's, with no clients, comes before the join
 	}
 	for _, tc := range []struct {
-		req  JoinRequest
-		want string
+		name  string
+		joins []join
 	}{
-		{JoinRequest{Session: "s", Client: "c1", Site: "a"}, "1"},
-		{JoinRequest{Session: "s", Client: "c1", Site: "a", Exclude: []string{"1"}}, "2"},
-		{JoinRequest{Session: "s", Client: "c2", Site: "a"}, "1"},
+		{"did not answer", []join{
+			{client: "c1", want: "1"},
+			{client: "c1", exclude: []string{"1"}, want: "2"},
+			{client: "c2", want: "1"},
+		}},
+		{"refused as full", []join{
+			{client: "c1", want: "1"},
+			{client: "c1", exclude: []string{"1"}, full: []string{"1"}, want: "2"},
+			{client: "c2", want: "3"},
+			{client: "c3", heartbeat: "1", want: "1"},
+		}},
 	} {
-		if a, ask := m.assign(tc.req, now, nil); a.Node != tc.want || ask {
-			t.Fatalf("%s excluding %v: node %s (ask %v), want %s; placements counted: 1 %v, 2 %v",
-				tc.req.Client, tc.req.Exclude, a.Node, ask, tc.want, m.nodes["1"].placed, m.nodes["2"].placed)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+			now := time.Now()
+			n1 := NodeInfo{ID: "1", Site: "a", MaxClients: 1, Beat: 5}
+			for _, n := range []NodeInfo{n1, {ID: "2", Site: "b", MaxClients: 1, Beat: 5}, {ID: "3", Site: "c", Beat: 5}} {
+				m.nodes[n.ID] = newNodeState(n, now)
+			}
+			for _, j := range tc.joins {
+				if j.heartbeat != "" {
+					n1.Beat++
+					m.nodes["1"].heartbeat(n1, now)
+				}
+				req := JoinRequest{Session: "s", Client: j.client, Site: "a", Exclude: j.exclude, Full: j.full}
+				a, ask := m.assign(req, now, nil)
+				if a.Node != j.want || ask {
+					t.Fatalf("%s excluding %v (full %v): node %s (ask %v), want %s; placements counted: 1 %v, 2 %v",
+						j.client, j.exclude, j.full, a.Node, ask, j.want, m.nodes["1"].placed, m.nodes["2"].placed)
+				}
+				// the node's answer to the placement's ping, at its last heartbeat
+				m.settle(a.Node, "s/"+j.client, Reply{Op: "ok", Beat: m.nodes[a.Node].info.Beat})
+			}
+		})
 	}
 }

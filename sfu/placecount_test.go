@@ -2,6 +2,7 @@ package sfu
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 )
@@ -126,5 +127,48 @@ func TestRejoinAfterDropCounts(t *testing.T) {
 	}
 	if node := join("other"); node != "2" {
 		t.Fatalf("other placed on node %s after tab joined node 1 again, want 2 (node 1 takes one client: tab)", node)
+	}
+}
+
+// TestFullRefusalCountsFull: a node that refuses a client as full is full
+// for the manager until its next heartbeat. Node 1 (site a) takes one
+// client and has one the manager did not place (an offer sent to it
+// directly, as a client another manager placed would be); its last
+// heartbeat, which the manager has, counts none. u1 of site a is placed
+// on node 1, refused as full, and asks again naming node 1 in
+// JoinRequest.Full: it goes to node 2, and so does u2 of site a.
+func TestFullRefusalCountsFull(t *testing.T) {
+	c := startClusterWith(t, func(i int, cfg *Config) {
+		// long enough that no heartbeat of node 1 comes between the direct
+		// offer and u2's join: it would count the direct client, and node
+		// 1 would be full for u2 without the refusal too
+		cfg.Heartbeat = 3 * time.Second
+		if i == 0 {
+			cfg.MaxClients = 1
+		}
+	}, "a", "b")
+	mgr := c.nodes[0].mgr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitHeartbeats(t, mgr, "1", 1)
+	if rep := c.nodes[0].Signal(Signal{Op: "offer", Session: "s1", Client: "direct", SDP: recvOffer(t, 1)}); rep.Op != "answer" {
+		t.Fatalf("direct offer to node 1: %+v, want an answer", rep)
+	}
+	var placed []string
+	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "u1"), Session: "s1", Client: "u1", Site: "a", ICEAddresses: loopback, VideoSlots: 1,
+		placed: func(a Assignment) { placed = append(placed, a.Node) }})
+	if err != nil {
+		t.Fatalf("u1 (placements %v): %v", placed, err)
+	}
+	defer cl.Close()
+	if cl.Node != "2" || !slices.Equal(placed, []string{"1", "2"}) {
+		t.Fatalf("u1 on node %s after placements %v; want node 2 after node 1 refused it as full", cl.Node, placed)
+	}
+	a, err := RequestJoin(ctx, c.conn(t, "u2"), JoinRequest{Session: "s1", Client: "u2", Site: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Node != "2" {
+		t.Fatalf("u2 placed on node %s after node 1 refused u1 as full, want 2", a.Node)
 	}
 }

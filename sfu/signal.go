@@ -41,6 +41,11 @@ type JoinRequest struct {
 	// send the nodes that did not answer its offer, or refused it for their
 	// load, when they ask again).
 	Exclude []string `json:"exclude,omitempty"`
+	// Full lists those of Exclude that refused the client for their load
+	// (Reply.Full): the manager counts them full until their next
+	// heartbeat. The others did not answer, and no longer count the
+	// client as placed there.
+	Full []string `json:"full,omitempty"`
 }
 
 // Assignment is the manager's answer.
