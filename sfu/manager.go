@@ -360,7 +360,7 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 		}
 		if err == nil && ask {
 			// assign, told, does not ask again
-			heard = &rejoinAnswer{node: a.Node, counted: rep.Counted}
+			heard = &rejoinAnswer{node: a.Node, instance: rep.Instance, beat: rep.Beat, counted: rep.Counted}
 			continue
 		}
 		if err == nil {

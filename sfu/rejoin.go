@@ -21,10 +21,13 @@ const (
 )
 
 // rejoinAnswer is a node's answer to whether its last heartbeat counted
-// a client (Reply.Counted).
+// a client (Reply.Counted), and which heartbeat that was (Reply.Beat, of
+// Reply.Instance).
 type rejoinAnswer struct {
-	node    string
-	counted bool
+	node     string
+	instance string
+	beat     uint64
+	counted  bool
 }
 
 // rejoinCount is how client key, which joins again and was given ns's
@@ -33,7 +36,10 @@ type rejoinAnswer struct {
 // (NodeInfo.Beat 0, an older node) does not say: its count is taken to
 // hold the client. An answer of another node (the client's node changed
 // meanwhile) is taken so too, so that a caller that was answered does not
-// ask again.
+// ask again, and so is an answer about another heartbeat than the one
+// the manager has (one that came after the answer, or one still on its
+// way): the manager's count is left as it is, and the heartbeats after
+// the placement's ping count the client (expect.go).
 func rejoinCount(ns *nodeState, key string, heard *rejoinAnswer) rejoin {
 	if _, ok := ns.placed[key]; ok {
 		return rejoinCounted
@@ -43,7 +49,9 @@ func rejoinCount(ns *nodeState, key string, heard *rejoinAnswer) rejoin {
 		return rejoinCounted
 	case heard == nil:
 		return rejoinAsk
-	case heard.node == ns.info.ID && !heard.counted:
+	case heard.node != ns.info.ID || heard.instance != ns.info.Instance || heard.beat != ns.info.Beat:
+		return rejoinCounted
+	case !heard.counted:
 		return rejoinNew
 	}
 	return rejoinCounted

@@ -12,13 +12,15 @@ import (
 // clients) before, is kept there while node 1 has room for it, counted
 // once: not again when it is among the placements since the heartbeat
 // or when node 1 says its heartbeat counts it; as one client more when
-// node 1 says its heartbeat does not (it left before). Node 1 is asked
+// node 1 says its heartbeat does not (it left before), if that heartbeat
+// is the one the manager has; an answer about another (later, earlier,
+// another instance's) is taken as counted. Node 1 is asked
 // unless the answer could not change the choice or the node does not
 // number its heartbeats (an older node, whose count is taken to hold the
 // client, as before nodes were asked). Before, a client kept on its node
 // never counted there.
 func TestRejoinCount(t *testing.T) {
-	counted, dropped := &rejoinAnswer{node: "1", counted: true}, &rejoinAnswer{node: "1"}
+	counted, dropped := &rejoinAnswer{node: "1", beat: 5, counted: true}, &rejoinAnswer{node: "1", beat: 5}
 	for _, tc := range []struct {
 		name     string
 		beat     uint64 // node 1's heartbeat number; 0: an older node
@@ -39,6 +41,12 @@ func TestRejoinCount(t *testing.T) {
 		{name: "no longer counted, no room", beat: 5, clients: 2, heard: dropped, want: "2", wantLoad: 2},
 		{name: "an older node: counted", clients: 2, want: "1", wantLoad: 2},
 		{name: "another node's answer: counted", beat: 5, clients: 2, heard: &rejoinAnswer{node: "2"}, want: "1", wantLoad: 2},
+		// an answer about another heartbeat than the manager's says
+		// nothing of its count: the client is taken as counted
+		{name: "no longer counted by a later heartbeat", beat: 5, clients: 1, heard: &rejoinAnswer{node: "1", beat: 6}, want: "1", wantLoad: 1},
+		{name: "no longer counted by an earlier heartbeat", beat: 5, clients: 1, heard: &rejoinAnswer{node: "1", beat: 4}, want: "1", wantLoad: 1},
+		{name: "no longer counted by another instance", beat: 5, clients: 1, heard: &rejoinAnswer{node: "1", instance: "j", beat: 5}, want: "1", wantLoad: 1},
+		{name: "counted by a later heartbeat, full without it", beat: 5, clients: 2, placed: 1, heard: &rejoinAnswer{node: "1", beat: 6, counted: true}, want: "2", wantLoad: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
