@@ -81,34 +81,54 @@ func FuzzTokenAllows(f *testing.F) {
 // any case, trimmed) in its Authorization header. A header that holds no
 // such token is refused with 401, and the refusal is one of a few fixed
 // texts, but for the name of the header's scheme: it quotes none of the
-// header's credentials.
+// header's credentials. A request without the header (header false: even
+// an empty one counts as a header) has its mqtt_token cookie's token, or
+// none, and no error.
 func FuzzRequestToken(f *testing.F) {
-	request := func(authz, cookie string) *http.Request {
+	request := func(header bool, authz, cookie string) *http.Request {
 		r := httptest.NewRequest(http.MethodGet, "/", nil)
-		r.Header.Set("Authorization", authz)
+		if header {
+			r.Header.Set("Authorization", authz)
+		}
 		r.Header.Set("Cookie", cookie)
 		return r
 	}
 	refusals := map[string]bool{} // the refusals, with "Basic" for a quoted scheme
 	for _, h := range []string{"", "x", "Bearer", "Basic x", "/ x"} {
-		if _, err := RequestToken(request(h, "")); err != nil {
+		if _, err := RequestToken(request(true, h, "")); err != nil {
 			refusals[err.Error()] = true
 		}
 	}
-	f.Add("Bearer abc.def.ghi", "")
-	f.Add("Bearer  spaced ", "mqtt_token=c")
-	f.Add("Basic dXNlcjpwdw==", "mqtt_token=c; other=d")
-	f.Add("", "mqtt_token=\"quoted\"")
-	f.Add("bearer x", "mqtt_token=")
-	f.Add("BEARER y", "mqtt_token=c")
-	f.Add("Bearer", "mqtt_token=c")
-	f.Add("Bearer\t", "")
-	f.Add("Token abc", "")
-	f.Add("abc.def.ghi", "")
-	f.Add("send", "")
-	f.Add("\"quoted\" secret", "")
-	f.Fuzz(func(t *testing.T, authz, cookie string) {
-		got, err := RequestToken(request(authz, cookie))
+	f.Add(true, "Bearer abc.def.ghi", "")
+	f.Add(true, "Bearer  spaced ", "mqtt_token=c")
+	f.Add(true, "Basic dXNlcjpwdw==", "mqtt_token=c; other=d")
+	f.Add(true, "", "mqtt_token=\"quoted\"")
+	f.Add(true, "bearer x", "mqtt_token=")
+	f.Add(true, "BEARER y", "mqtt_token=c")
+	f.Add(true, "Bearer", "mqtt_token=c")
+	f.Add(true, "Bearer\t", "")
+	f.Add(true, "Token abc", "")
+	f.Add(true, "abc.def.ghi", "")
+	f.Add(true, "send", "")
+	f.Add(true, "\"quoted\" secret", "")
+	f.Add(false, "", "mqtt_token=abc.def.ghi")
+	f.Add(false, "", "other=d; mqtt_token=\"quoted\"")
+	f.Add(false, "", "mqtt_token=a; mqtt_token=b")
+	f.Add(false, "", "mqtt_token")
+	f.Add(false, "", "")
+	f.Fuzz(func(t *testing.T, header bool, authz, cookie string) {
+		r := request(header, authz, cookie)
+		got, err := RequestToken(r)
+		if !header {
+			want := ""
+			if c, cerr := r.Cookie(CookieName); cerr == nil {
+				want = c.Value
+			}
+			if err != nil || got != want {
+				t.Fatalf("no Authorization, Cookie %q: token %q, %v; want %q and no error", cookie, got, err, want)
+			}
+			return
+		}
 		h := strings.TrimSpace(authz)
 		i := strings.IndexAny(h, " \t")
 		if i < 0 || !strings.EqualFold(h[:i], "Bearer") {

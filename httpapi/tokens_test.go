@@ -151,9 +151,9 @@ func cut(scene string) (string, string, bool) {
 // The Authorization scheme is case-insensitive (RFC 9110, 11.1): a client
 // that sends "bearer" is signed in, not read as one without a token. An
 // Authorization header that carries no Bearer token is refused with 401
-// saying what xrealm takes (it was read as no header: the request was
-// anonymous, or told that it "needs a token"), also when the request has
-// the cookie, and the refusal never quotes the credentials.
+// saying what xrealm takes, not read as no header (which would make the
+// request anonymous, or one that "needs a token"), also when the request
+// has the cookie, and the refusal never quotes the credentials.
 func TestRequestToken(t *testing.T) {
 	const jwtLike = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhIn0.c2ln"
 	tests := []struct {
