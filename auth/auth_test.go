@@ -2,6 +2,10 @@ package auth
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -337,6 +341,63 @@ func TestIssueUserLen(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), "Z") || len(err.Error()) > 200 {
 			t.Fatalf("a name of %d bytes: the error quotes the whole name: %.300s", tc.n, err)
+		}
+	}
+}
+
+// A token in another algorithm than ES256 is refused with an error that
+// names its algorithm and the one accepted, not one that blames its key
+// (it wraps ErrInvalidToken, not jwt.ErrTokenSignatureInvalid, by which
+// the server tells a cluster node with another key); an ES256 token of
+// another key is still refused for its key.
+func TestVerifyAlgorithm(t *testing.T) {
+	k, err := LoadOrCreateKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := LoadOrCreateKeys(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := jwt.MapClaims{"sub": "x", "exp": time.Now().Add(time.Hour).Unix()}
+	hs, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte("k"))
+	es384, _ := jwt.NewWithClaims(jwt.SigningMethodES384, claims).SignedString(p384)
+	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, claims).SignedString(jwt.UnsafeAllowNoneSignatureType)
+	valid, err := k.Issue("dan", Rights{}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.SplitN(valid, ".", 3)
+	relabelled := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS512","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2]
+	foreign, err := other.Issue("dan", Rights{}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const accepted = `is not accepted: this server takes ES256 tokens only`
+	for _, tc := range []struct {
+		name, token, want string
+		signature         bool // wraps jwt.ErrTokenSignatureInvalid
+	}{
+		{"HS256", hs, `invalid token: the token's algorithm "HS256" ` + accepted, false},
+		{"ES384", es384, `invalid token: the token's algorithm "ES384" ` + accepted, false},
+		{"none", none, `invalid token: the token's algorithm "none" ` + accepted, false},
+		{"an ES256 token relabelled HS512", relabelled, `invalid token: the token's algorithm "HS512" ` + accepted, false},
+		{"another key", foreign, "signed with another key than this server's", true},
+	} {
+		c, err := k.Verify(tc.token)
+		if c != nil || err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%s: %v, %v; want an error saying %q", tc.name, c, err, tc.want)
+			continue
+		}
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) != tc.signature {
+			t.Errorf("%s: %v wraps jwt.ErrTokenSignatureInvalid: %v, want %v", tc.name, err, !tc.signature, tc.signature)
+		}
+		if !tc.signature && strings.Contains(err.Error(), "another key") {
+			t.Errorf("%s: %v blames the key", tc.name, err)
 		}
 	}
 }

@@ -170,9 +170,13 @@ func nonNil(s []string) []string {
 	return s
 }
 
+// tokenAlg is the one algorithm of xrealm's tokens, which Issue signs
+// with and Verify accepts.
+const tokenAlg = "ES256"
+
 // ErrInvalidToken is wrapped by every error of Keys.Verify: the token
-// itself is refused (malformed, expired, signed with another key), whatever
-// it is presented for.
+// itself is refused (malformed, expired, in another algorithm, signed with
+// another key), whatever it is presented for.
 var ErrInvalidToken = errors.New("invalid token")
 
 // Verify checks the token's signature and expiry and returns its claims.
@@ -183,9 +187,14 @@ func (k *Keys) Verify(token string) (*Claims, error) {
 		return nil, fmt.Errorf("%w: it has %d bytes, more than a token of this server may have (%d)", ErrInvalidToken, len(token), MaxTokenLen)
 	}
 	var c Claims
-	_, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
+	t, err := jwt.ParseWithClaims(token, &c, func(t *jwt.Token) (any, error) {
 		return &k.priv.PublicKey, nil
-	}, jwt.WithValidMethods([]string{"ES256"}), jwt.WithExpirationRequired())
+	}, jwt.WithValidMethods([]string{tokenAlg}), jwt.WithExpirationRequired())
+	if err != nil && t != nil && t.Method != nil && t.Method.Alg() != tokenAlg {
+		// the header names an algorithm jwt knows (ParseUnverified
+		// refuses others), not the one this server signs with
+		return nil, fmt.Errorf("%w: the token's algorithm %q is not accepted: this server takes %s tokens only (from POST /user/v2/mqtt_auth or xrealm token)", ErrInvalidToken, t.Method.Alg(), tokenAlg)
+	}
 	if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
 		return nil, fmt.Errorf("%w: %w (it was signed with another key than this server's: a token from `xrealm token` must name the server's data directory with --data)", ErrInvalidToken, err)
 	}

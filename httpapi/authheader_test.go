@@ -76,10 +76,11 @@ func newRoutesEnv(t *testing.T) *routesEnv {
 // scheme, a bare token, Bearer alone, an empty header, two headers) is
 // refused with 401 by every route that reads a token, with a reason that
 // says what xrealm takes and quotes no credentials, and counts as a
-// refusal. Before, such a header was read as none: the public scene's
-// routes answered as to an anonymous caller, the token endpoint issued an
-// anonymous token, and PUT said the request "needs a token". A valid
-// Bearer token, and no header at all, are answered as before.
+// refusal: not answered as a request without a token (the public scene's
+// routes as to an anonymous caller, the token endpoint with an anonymous
+// token, PUT saying that the request "needs a token"). A valid Bearer
+// token is answered as the owner's, and a request without the header as
+// an anonymous caller's.
 func TestAuthorizationHeaderRoutes(t *testing.T) {
 	e := newRoutesEnv(t)
 	owner, err := e.keys.Issue("lab", auth.SceneRights("realm", "lab", "room", auth.RoleEditor, ""), time.Hour)
@@ -288,7 +289,7 @@ func TestMalformedTokenRoutes(t *testing.T) {
 		{"a header of garbage bytes", b64(bytes.Repeat([]byte{0xfe, 0x00}, 4<<10)) + "." + parts[1] + "." + parts[2], false, "could not JSON decode header"},
 		{"a header that is not base64", strings.Repeat("*", 8<<10) + "." + parts[1] + "." + parts[2], false, "could not base64 decode header"},
 		{"a truncated token", valid[:len(valid)/2], false, "invalid token"},
-		{"another algorithm", b64([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2], false, "signing method HS256 is invalid"},
+		{"another algorithm", b64([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + parts[1] + "." + parts[2], false, `the token's algorithm \"HS256\" is not accepted: this server takes ES256 tokens only`},
 	}
 	routes := []struct{ method, path, body string }{
 		{http.MethodGet, "/persist/lab/room", ""},
