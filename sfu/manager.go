@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -86,9 +87,9 @@ type nodeState struct {
 	seen time.Time
 	// placed holds the clients ("session/client") placed on the node that
 	// its heartbeats do not count yet, each with the number of the node's
-	// last heartbeat before it knew of the placement (Reply.Beat; until
-	// the ping answers, one more than the heartbeat the manager has): the
-	// heartbeats after that one count the client (expect.go).
+	// last heartbeat before it knew of the placement (Reply.Beat;
+	// awaitingPing until the ping answers): the heartbeats after that one
+	// count the client (expect.go).
 	placed map[string]uint64
 	// refused says that a join since the node's last heartbeat was
 	// refused there as full (JoinRequest.Full): the manager's count was
@@ -97,14 +98,21 @@ type nodeState struct {
 	refused bool
 }
 
+// awaitingPing is a placement's heartbeat number in nodeState.placed
+// until its ping answers (settle): no heartbeat is known to count the
+// client before the node has the ping, however slow the ping is. A
+// failed ping removes it (unplace).
+const awaitingPing = math.MaxUint64
+
 func newNodeState(info NodeInfo, seen time.Time) *nodeState {
 	return &nodeState{info: info, seen: seen, placed: map[string]uint64{}}
 }
 
 // heartbeat takes info, a heartbeat of the node's instance, at now: the
-// placements it counts are no longer counted here. Those of a node that
-// does not number its heartbeats (NodeInfo.Beat 0, an older node) are
-// taken as counted by its next heartbeat.
+// placements it counts are no longer counted here; those awaiting their
+// ping are kept. Those of a node that does not number its heartbeats
+// (NodeInfo.Beat 0, an older node) are taken as counted by its next
+// heartbeat.
 func (ns *nodeState) heartbeat(info NodeInfo, now time.Time) {
 	ns.info, ns.seen, ns.refused = info, now, false
 	for key, beat := range ns.placed {
@@ -355,6 +363,9 @@ func (m *Manager) place(ctx context.Context, req JoinRequest) Assignment {
 			return a
 		}
 		rep, err := m.probe(ctx, req, a, !ask)
+		if err != nil {
+			m.unplace(a.Node, req.Session+"/"+req.Client)
+		}
 		if ctx.Err() != nil {
 			return Assignment{Error: errShuttingDown.Error(), Busy: true}
 		}
@@ -403,16 +414,23 @@ func (m *Manager) probe(ctx context.Context, req JoinRequest, a Assignment, plac
 // the manager counts it itself until it has one of them, unless
 // heartbeat rep.Beat counted it already (Reply.Counted: its old
 // connection). An answer without Beat (an older node) or from another
-// instance than the manager knows leaves the placement as assign counted
-// it.
+// instance than the manager knows has the placement counted until the
+// heartbeat after the one the manager has.
 func (m *Manager) settle(node, key string, rep Reply) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	ns := m.nodes[node]
-	if ns == nil || rep.Beat == 0 || rep.Instance != ns.info.Instance {
+	if ns == nil {
 		return
 	}
-	if _, ok := ns.placed[key]; !ok {
+	beat, ok := ns.placed[key]
+	if !ok {
+		return
+	}
+	if rep.Beat == 0 || rep.Instance != ns.info.Instance {
+		if beat == awaitingPing {
+			ns.placed[key] = ns.info.Beat + 1
+		}
 		return
 	}
 	if rep.Counted || rep.Beat < ns.info.Beat {
@@ -422,6 +440,16 @@ func (m *Manager) settle(node, key string, rep Reply) {
 		return
 	}
 	ns.placed[key] = rep.Beat
+}
+
+// unplace forgets client key's placement on node that awaits its ping,
+// which failed: the client is placed elsewhere, or not at all.
+func (m *Manager) unplace(node, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ns := m.nodes[node]; ns != nil && ns.placed[key] == awaitingPing {
+		delete(ns.placed, key)
+	}
 }
 
 // errNodeRefused is a ping's error when the node answers that it takes no
@@ -485,7 +513,7 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 				}
 			case rejoinNew:
 				if !ns.full() {
-					ns.placed[key] = ns.info.Beat + 1 // until its ping answers (settle)
+					ns.placed[key] = awaitingPing
 					m.assigned[key] = assignedTo{node: a.node, at: now}
 					return assignment(ns.info), false
 				}
@@ -524,7 +552,7 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 		return a.info.ID < b.info.ID
 	})
 	best := live[0]
-	best.placed[key] = best.info.Beat + 1 // until its ping answers (settle)
+	best.placed[key] = awaitingPing
 	m.assigned[key] = assignedTo{node: best.info.ID, at: now}
 	return assignment(best.info), false
 }

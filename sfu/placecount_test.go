@@ -2,9 +2,15 @@ package sfu
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // nodeSeen returns when mgr last had a heartbeat of node id and the
@@ -170,5 +176,118 @@ func TestFullRefusalCountsFull(t *testing.T) {
 	}
 	if a.Node != "2" {
 		t.Fatalf("u2 placed on node %s after node 1 refused u1 as full, want 2", a.Node)
+	}
+}
+
+// placedOn returns the placements mgr counts on node id that its
+// heartbeats do not count yet.
+func placedOn(mgr *Manager, id string) map[string]uint64 {
+	mgr.mu.Lock()
+	defer mgr.mu.Unlock()
+	if ns := mgr.nodes[id]; ns != nil {
+		return maps.Clone(ns.placed)
+	}
+	return nil
+}
+
+// TestPlacementAwaitsItsPing: a placement counts on its node while its
+// ping is on its way, whatever heartbeats of the node come meanwhile, and
+// then until the heartbeat after the one the node's answer names. Node 9
+// (a node of the test's, with numbered heartbeats) holds the ping of
+// client c's placement while it sends heartbeats 2 and 3, and answers
+// at heartbeat 3: the manager counts c on node 9 until heartbeat 4.
+func TestPlacementAwaitsItsPing(t *testing.T) {
+	c := startCluster(t, "a")
+	mgr := c.nodes[0].mgr
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := c.conn(t, "node9")
+	pinged, answer := make(chan struct{}), make(chan uint64)
+	if _, err := nc.Subscribe(subjectSignal("9"), func(m *nats.Msg) {
+		var s Signal
+		if err := json.Unmarshal(m.Data, &s); err != nil || s.Op != "ping" || !s.Place {
+			t.Errorf("node 9 got %s (%v), want the ping of a placement", m.Data, err)
+			return
+		}
+		pinged <- struct{}{}
+		respondSignal(m, Reply{Op: "ok", Site: "z", Instance: "i", Beat: <-answer})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := func(beat uint64) {
+		t.Helper()
+		b, _ := json.Marshal(NodeInfo{ID: "9", Site: "z", MaxClients: 10, Signal: subjectSignal("9"), Instance: "i", Beat: beat})
+		if err := nc.Publish(subjectNodes, b); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, fmt.Sprint("the manager to have heartbeat ", beat, " of node 9"), func() bool {
+			mgr.mu.Lock()
+			defer mgr.mu.Unlock()
+			ns := mgr.nodes["9"]
+			return ns != nil && ns.info.Beat == beat
+		})
+	}
+	heartbeat(1)
+	joined := make(chan error, 1)
+	go func() {
+		a, err := RequestJoin(ctx, c.conn(t, "c"), JoinRequest{Session: "s", Client: "c", Site: "z"})
+		if err == nil && a.Node != "9" {
+			err = fmt.Errorf("placed on node %s, want 9", a.Node)
+		}
+		joined <- err
+	}()
+	select {
+	case <-pinged:
+	case <-ctx.Done():
+		t.Fatal("node 9 got no ping")
+	}
+	heartbeat(2)
+	heartbeat(3)
+	if placed := placedOn(mgr, "9"); placed["s/c"] != awaitingPing {
+		t.Errorf("placements on node 9 after heartbeats 2 and 3, its ping unanswered: %v, want s/c awaiting its ping", placed)
+	}
+	answer <- 3
+	if err := <-joined; err != nil {
+		t.Fatal(err)
+	}
+	if placed := placedOn(mgr, "9"); !maps.Equal(placed, map[string]uint64{"s/c": 3}) {
+		t.Errorf("placements on node 9 after its answer at heartbeat 3: %v, want s/c until heartbeat 4", placed)
+	}
+	heartbeat(4)
+	if placed := placedOn(mgr, "9"); len(placed) != 0 {
+		t.Errorf("placements on node 9 after heartbeat 4: %v, want none (it counts c)", placed)
+	}
+}
+
+// TestFailedPingForgetsPlacement: a placement whose ping fails without
+// the node being taken for gone (the manager closing, or its bus
+// connection closed) no longer counts on the node.
+func TestFailedPingForgetsPlacement(t *testing.T) {
+	c := startCluster(t, "a")
+	for _, tc := range []struct {
+		name string
+		fail func(cancel context.CancelFunc, nc *nats.Conn)
+	}{
+		{"manager closing", func(cancel context.CancelFunc, _ *nats.Conn) { cancel() }},
+		{"bus connection closed", func(_ context.CancelFunc, nc *nats.Conn) { nc.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc := c.conn(t, "manager")
+			mgr, err := StartManager(nc, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer mgr.Close()
+			waitFor(t, "the manager to know node 1", func() bool { return len(mgr.Nodes()) == 1 })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			tc.fail(cancel, nc)
+			if a := mgr.place(ctx, JoinRequest{Session: "s", Client: "c", Site: "a"}); a.Error == "" {
+				t.Fatalf("placement: %+v, want an error", a)
+			}
+			if placed := placedOn(mgr, "1"); len(placed) != 0 {
+				t.Fatalf("placements on node 1 after the ping failed: %v, want none", placed)
+			}
+		})
 	}
 }

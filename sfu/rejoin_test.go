@@ -72,9 +72,9 @@ func TestRejoinCount(t *testing.T) {
 // TestPlacedSettled: the manager counts a placement on a node until it
 // has a heartbeat of the node after the one the node's ping answer names
 // (Reply.Beat), or not at all when that heartbeat counted the client
-// already; a node that does not number its heartbeats, or another
-// instance, leaves the placement as it was, and a heartbeat of an older
-// node forgets it.
+// already; an answer of a node that does not number its heartbeats, or
+// of another instance, has it counted until the heartbeat after the one
+// the manager has, and a heartbeat of an older node forgets it.
 func TestPlacedSettled(t *testing.T) {
 	const provisional = 6 // the manager has heartbeat 5
 	for _, tc := range []struct {
@@ -96,8 +96,8 @@ func TestPlacedSettled(t *testing.T) {
 			info := NodeInfo{ID: "1", Site: "a", Instance: "i", Beat: 5}
 			ns := newNodeState(info, now)
 			m.nodes["1"] = ns
-			if a, _ := m.assign(JoinRequest{Session: "s", Client: "c", Site: "a"}, now, nil); a.Node != "1" || ns.placed["s/c"] != provisional {
-				t.Fatalf("placed on %q, counted %v; want node 1, until heartbeat %d", a.Node, ns.placed, provisional)
+			if a, _ := m.assign(JoinRequest{Session: "s", Client: "c", Site: "a"}, now, nil); a.Node != "1" || ns.placed["s/c"] != awaitingPing {
+				t.Fatalf("placed on %q, counted %v; want node 1, awaiting its ping", a.Node, ns.placed)
 			}
 			m.settle("1", "s/c", tc.rep)
 			check := func(when string, want map[string]uint64) {
