@@ -9,7 +9,7 @@ import "time"
 // the manager's ping: so that a heartbeat in between counts it, the
 // manager's ping of a placement (Signal.Place) tells the node to expect
 // the client, and the node counts it from its next heartbeat on, until
-// its offer comes or expectGrace passes. The ping's reply gives the
+// its offer or its leave comes or expectGrace passes. The ping's reply gives the
 // number of the node's last heartbeat (Reply.Beat): the heartbeats after
 // it count the client, and the manager counts it itself until it has one
 // of them.
@@ -29,8 +29,9 @@ func (n *Node) expect(key string, now time.Time) {
 	}
 }
 
-// unexpect notes that an offer of client key came, taken or refused: the
-// node counts the client as connected (its peer), or not at all.
+// unexpect notes that an offer of client key came, taken or refused, or
+// its leave: the node counts the client as connected (its peer), or not
+// at all.
 func (n *Node) unexpect(key string) {
 	n.mu.Lock()
 	delete(n.expected, key)

@@ -51,7 +51,8 @@ type Node struct {
 	offers map[string][]*offerToken
 	// expected holds, by "session/client", the clients the manager placed
 	// here (its ping, Signal.Place) whose offer has not come, with when:
-	// heartbeats count them until it comes or expectGrace passes
+	// heartbeats count them until it or their leave comes or expectGrace
+	// passes
 	expected map[string]time.Time
 	// beat is the number of the last heartbeat (NodeInfo.Beat), counted
 	// the clients it counted (NodeInfo.Clients), by "session/client"

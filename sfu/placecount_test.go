@@ -291,3 +291,38 @@ func TestFailedPingForgetsPlacement(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaveEndsExpectation: a client placed on a node (the manager's ping
+// with Place) that leaves before its offer, over the bus or through the
+// node's Signal (its WebSocket handler's path), is no longer counted in the
+// node's heartbeats: node 1, which takes one client, is not full for a
+// client that is not coming.
+func TestLeaveEndsExpectation(t *testing.T) {
+	c := startClusterWith(t, func(i int, cfg *Config) { cfg.MaxClients = 1 }, "a")
+	n1, mgr := c.nodes[0], c.nodes[0].mgr
+	nc := c.conn(t, "leaves")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		name  string
+		leave func(s Signal) (Reply, error)
+	}{
+		{"bus", func(s Signal) (Reply, error) { return requestSignal(ctx, nc, subjectSignal("1"), s) }},
+		{"Signal", func(s Signal) (Reply, error) { return n1.Signal(s), nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := "gone-" + tc.name
+			if rep, err := requestSignal(ctx, nc, subjectSignal("1"), Signal{Op: "ping", Session: "s1", Client: client, Place: true}); err != nil || rep.Op != "ok" {
+				t.Fatalf("ping of the placement: %+v, %v", rep, err)
+			}
+			waitFor(t, "node 1's heartbeat to count "+client+", expected", func() bool { _, clients := nodeSeen(mgr, "1"); return clients == 1 })
+			if rep, err := tc.leave(Signal{Op: "leave", Session: "s1", Client: client}); err != nil || rep.Op != "ok" {
+				t.Fatalf("leave: %+v, %v", rep, err)
+			}
+			waitHeartbeats(t, mgr, "1", 2) // the second one is the node's after the leave
+			if _, clients := nodeSeen(mgr, "1"); clients != 0 {
+				t.Fatalf("node 1's heartbeat counts %d clients after %s left, want 0", clients, client)
+			}
+		})
+	}
+}

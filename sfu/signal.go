@@ -304,8 +304,12 @@ func (n *Node) handleSignal(m *nats.Msg) {
 		rep := Reply{Op: "ok"}
 		if err := validSignal(s); err != nil {
 			rep = Reply{Op: "error", Error: err.Error()}
-		} else if p := n.leaveOffers(s.Session + "/" + s.Client); p != nil {
-			go p.close()
+		} else {
+			key := s.Session + "/" + s.Client
+			n.unexpect(key) // not coming: no longer counted
+			if p := n.leaveOffers(key); p != nil {
+				go p.close()
+			}
 		}
 		b, _ := json.Marshal(rep)
 		_ = m.Respond(b)
@@ -447,6 +451,7 @@ func (n *Node) signal(s Signal, tok *offerToken) Reply {
 		p.frames.Store(&f)
 		return Reply{Op: "ok"}
 	case "leave":
+		n.unexpect(key) // not coming: no longer counted
 		if p := n.leaveOffers(key); p != nil {
 			p.close()
 		}
