@@ -477,7 +477,8 @@ func (m *Manager) drop(id string) {
 // (rejoinCount), else the best live node not excluded. The excluded nodes
 // that refused the client as full (req.Full) are full until their next
 // heartbeat; the others did not answer, and no longer count the client
-// as placed there. ask reports that
+// as placed there, nor does the client's old node when it moves. ask
+// reports that
 // the client's node may keep it, but whether the node still counts the
 // client is to be asked first (a ping, Reply.Counted): the caller asks
 // and calls assign again with the answer, heard. Told, assign does not
@@ -552,6 +553,13 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 		return a.info.ID < b.info.ID
 	})
 	best := live[0]
+	if old, ok := m.assigned[key]; ok && old.node != best.info.ID && !slices.Contains(req.Full, old.node) {
+		// the client moves: its old node no longer counts it as placed
+		// there (one that refused it as full keeps it, full anyway)
+		if ns := m.nodes[old.node]; ns != nil {
+			delete(ns.placed, key)
+		}
+	}
 	best.placed[key] = awaitingPing
 	m.assigned[key] = assignedTo{node: best.info.ID, at: now}
 	return assignment(best.info), false

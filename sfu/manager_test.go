@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +319,24 @@ func TestExcludedNodeForgetsPlacement(t *testing.T) {
 				m.settle(a.Node, "s/"+j.client, Reply{Op: "ok", Beat: m.nodes[a.Node].info.Beat})
 			}
 		})
+	}
+}
+
+// TestRejoinElsewhereForgetsPlacement: a client placed on node 1 that
+// joins again when node 1 has no room for it is placed on node 2, and
+// node 1 no longer counts it as placed there; its other placements stay.
+func TestRejoinElsewhereForgetsPlacement(t *testing.T) {
+	m := &Manager{log: slog.New(slog.DiscardHandler), nodes: map[string]*nodeState{}, assigned: map[string]assignedTo{}}
+	now := time.Now()
+	n1 := newNodeState(NodeInfo{ID: "1", Site: "a", Clients: 1, MaxClients: 2, Beat: 5}, now)
+	n1.placed["s/u1"], n1.placed["s/other"] = 5, 5
+	m.nodes["1"] = n1
+	m.nodes["2"] = newNodeState(NodeInfo{ID: "2", Site: "b", MaxClients: 2, Beat: 5}, now)
+	m.assigned["s/u1"] = assignedTo{node: "1", at: now}
+	if a, ask := m.assign(JoinRequest{Session: "s", Client: "u1", Site: "a"}, now, nil); a.Node != "2" || ask {
+		t.Fatalf("u1 joining again, node 1 full without it: node %s (ask %v), want 2", a.Node, ask)
+	}
+	if want := map[string]uint64{"s/other": 5}; !maps.Equal(n1.placed, want) {
+		t.Fatalf("placements on node 1 after u1 moved to node 2: %v, want %v", n1.placed, want)
 	}
 }
