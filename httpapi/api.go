@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -172,10 +173,14 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if a.cfg.Access.Insecure {
+		a.issueInsecure(w, r, f, realm, ns, scene, userClient)
+		return
+	}
 	user, anonymous := "", true
 	ttl := a.cfg.TokenTTL
 	tok := ""
-	if f.Get("id_auth") != "anonymous" && !a.cfg.Access.Insecure { // an anonymous request's credentials are not read
+	if f.Get("id_auth") != "anonymous" { // an anonymous request's credentials are not read
 		var err error
 		if tok, err = RequestToken(r); err != nil {
 			writeRefusal(w, a.cfg.Access.Refused(r, err))
@@ -236,8 +241,40 @@ func (a *API) mqttAuth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "the token could not be issued; the server's log says why")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: false, SameSite: http.SameSiteLaxMode, MaxAge: int(ttl.Seconds())})
+	a.answerToken(w, f, token, user, role, userClient, ttl)
 	a.log.Info("token issued", "user", user, "scene", ns+"/"+scene, "role", role, "anonymous", anonymous)
+}
+
+// issueInsecure answers a token request when the server runs with
+// --insecure: the bus checks no rights, so the token says what anyone may
+// do, edit the scene, whatever its settings. A valid user token, if the
+// request brings one (and id_auth is not anonymous), names the user;
+// missing, bad or service credentials are not refused, and the token is an
+// anonymous user's.
+func (a *API) issueInsecure(w http.ResponseWriter, r *http.Request, f url.Values, realm, ns, scene, userClient string) {
+	user, anonymous := anonymousName(f.Get("username")), true
+	if f.Get("id_auth") != "anonymous" {
+		if tok, err := RequestToken(r); err == nil && tok != "" {
+			if cl, err := a.cfg.Access.Keys.Verify(tok); err == nil && !cl.Rights().IsService() {
+				user, anonymous = cl.Subject, auth.IsAnonymous(cl.Subject)
+			}
+		}
+	}
+	ttl := a.cfg.TokenTTL
+	token, err := a.cfg.Access.Keys.Issue(user, auth.SceneRights(realm, ns, scene, auth.RoleEditor, userClient), ttl)
+	if err != nil {
+		a.log.Error("token not issued", "user", topic.Clip(user), "scene", ns+"/"+scene, "role", auth.RoleEditor, "err", err)
+		writeError(w, http.StatusInternalServerError, "the token could not be issued; the server's log says why")
+		return
+	}
+	a.answerToken(w, f, token, user, auth.RoleEditor, userClient, ttl)
+	a.log.Info("token issued (--insecure: any caller may edit)", "user", user, "scene", ns+"/"+scene, "anonymous", anonymous)
+}
+
+// answerToken sends an issued token as the mqtt_token cookie and as the
+// JSON answer ARENA clients read.
+func (a *API) answerToken(w http.ResponseWriter, f url.Values, token, user string, role auth.Role, userClient string, ttl time.Duration) {
+	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: token, Path: "/", HttpOnly: false, SameSite: http.SameSiteLaxMode, MaxAge: int(ttl.Seconds())})
 	writeJSON(w, http.StatusOK, map[string]any{
 		"username": user,
 		"token":    token,

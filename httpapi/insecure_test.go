@@ -15,9 +15,9 @@ import (
 // Authorization header or cookie a request has (none, a valid token, a
 // bad one, another scheme, Bearer alone, two headers), every route that
 // reads a token answers it as it answers a request without one, refuses
-// nothing and counts no refusal. The token endpoint issues an anonymous
-// token for the username asked, not one of the presented token's user,
-// and anyone may change a scene's settings.
+// nothing and counts no refusal. The token endpoint issues an editor's
+// token, for the presented token's user when that token is valid and for
+// the username asked otherwise; anyone may change a scene's settings.
 func TestInsecureReadsNoCredentials(t *testing.T) {
 	e := newRoutesEnv(t)
 	e.access.Insecure = true
@@ -79,10 +79,42 @@ func TestInsecureReadsNoCredentials(t *testing.T) {
 				if n := counter(t, e.denials) - before; n != 0 {
 					t.Errorf("%v refusals counted, want none", n)
 				}
-				if strings.HasPrefix(rt.path, "/user/") && !strings.Contains(w.Body.String(), `"username":"anonymous-guest"`) {
-					t.Errorf("token endpoint: %s, want an anonymous token for anonymous-guest", w.Body)
+				if strings.HasPrefix(rt.path, "/user/") {
+					want := "anonymous-guest"
+					if c.name == "a valid token" || c.name == "a valid token as the cookie" {
+						want = "lab"
+					}
+					if !strings.Contains(w.Body.String(), `"username":"`+want+`"`) || !strings.Contains(w.Body.String(), `"role":"editor"`) {
+						t.Errorf("token endpoint: %s, want an editor token for %s", w.Body, want)
+					}
 				}
 			})
+		}
+	}
+}
+
+// With Access.Insecure the token endpoint issues an editor's token for a
+// scene whose settings let nobody but its owner in: the bus checks no
+// rights, and the token says so.
+func TestInsecureTokenForPrivateScene(t *testing.T) {
+	e := newRoutesEnv(t)
+	e.access.Insecure = true
+	put := httptest.NewRequest(http.MethodPut, "/scenes/lab/secret/settings", strings.NewReader(`{"public_read":false,"anonymous_users":false}`))
+	w := httptest.NewRecorder()
+	e.mux.ServeHTTP(w, put)
+	if w.Code != http.StatusOK {
+		t.Fatalf("settings PUT: %d %s", w.Code, w.Body)
+	}
+	for _, form := range []url.Values{
+		{"scene": {"lab/secret"}, "username": {"guest"}},
+		{"scene": {"lab/secret"}, "username": {"guest"}, "id_auth": {"anonymous"}},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/user/v2/mqtt_auth", strings.NewReader(form.Encode()))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		w := httptest.NewRecorder()
+		e.mux.ServeHTTP(w, r)
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"role":"editor"`) {
+			t.Errorf("token for %v: %d %s, want 200 with an editor's token", form, w.Code, strings.TrimSpace(w.Body.String()))
 		}
 	}
 }
