@@ -16,6 +16,7 @@ import (
 	"github.com/xrealm/xrealm/bus"
 	"github.com/xrealm/xrealm/fanout"
 	"github.com/xrealm/xrealm/persist"
+	"github.com/xrealm/xrealm/sfu"
 	"github.com/xrealm/xrealm/ubiq"
 )
 
@@ -49,7 +50,8 @@ type Config struct {
 	Replicas    int // JetStream replicas; 0 = DefaultReplicas of the routes to other nodes
 
 	// SFUMaxClients bounds the clients the node's SFU takes at once
-	// (sfu.Config.MaxClients); 0 means sfu.DefaultMaxClients.
+	// (sfu.Config.MaxClients); 0 means sfu.DefaultMaxClients, and a
+	// negative value is refused (Validate).
 	SFUMaxClients int
 
 	MaxPayload int
@@ -378,6 +380,9 @@ func (c *Config) Validate() error {
 	if c.ClusterName != "" && len(c.Routes) == 0 {
 		// NATS refuses to start JetStream in a cluster without routes.
 		return fmt.Errorf("config: a cluster node needs --routes to the cluster's other nodes, e.g. --routes nats-route://host2:6222")
+	}
+	if c.SFUMaxClients < 0 {
+		return fmt.Errorf("config: --max-clients %d: the SFU (WebRTC) clients the node's SFU takes at once must not be negative (0 = %d)", c.SFUMaxClients, sfu.DefaultMaxClients)
 	}
 	switch {
 	case c.Replicas < 0:

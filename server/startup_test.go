@@ -62,6 +62,8 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		{"Ubiq linger of --write-linger", func(c *Config) { c.UbiqLinger = 0 }, ""},
 		{"no write budget", func(c *Config) { c.WriteBudget = -1 }, ""},
 		{"write budget not a number", func(c *Config) { c.WriteBudget = math.NaN() }, "--write-budget NaN"},
+		{"negative SFU clients", func(c *Config) { c.SFUMaxClients = -1 }, "--max-clients -1: the SFU (WebRTC) clients"},
+		{"default SFU clients", func(c *Config) { c.SFUMaxClients = 0 }, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,7 +44,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key file (with --tls-cert)")
 	fs.StringVar(&cfg.Name, "name", "", "node name, unique in a cluster (default: host name)")
 	fs.StringVar(&cfg.Site, "site", cfg.Site, "site this node runs at, 1 to 64 of A-Z a-z 0-9 _ - (SFU assignment prefers a client's site; empty = default)")
-	fs.IntVar(&cfg.SFUMaxClients, "max-clients", sfu.DefaultMaxClients, maxClientsUsage)
+	fs.IntVar(&cfg.SFUMaxClients, "max-clients", sfu.DefaultMaxClients, "SFU (WebRTC) clients this node's SFU takes at once, not a bound on MQTT, Ubiq or HTTP connections; "+
+		"an offer beyond them is refused as full, and the session manager places clients elsewhere while another SFU node has room")
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "join a cluster of this name (needs --name)")
 	fs.StringVar(&cfg.ClusterAddr, "cluster-addr", cfg.ClusterAddr, "address for cluster routes (with --cluster-name)")
 	routes := fs.String("routes", "", "comma-separated routes to other nodes, e.g. nats-route://host:6222")

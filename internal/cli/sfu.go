@@ -42,7 +42,7 @@ func runSFU(ctx context.Context, args []string) error {
 	relaySlots := fs.Int("relay-slots", sfu.DefaultRelaySlots, "relayed media as RTP on this many pre-negotiated transceivers per link (links this node offers; the lower ID offers); 0 = on an SCTP data channel instead")
 	shared := fs.Bool("shared-links", true, "budget subscribers that reach the node from one IP address as one group (their shared path); false = each by its own estimate only")
 	logStats := fs.Duration("log-stats", 0, "log a summary of the node's metrics this often (0 = never)")
-	maxClients := fs.Int("max-clients", sfu.DefaultMaxClients, maxClientsUsage)
+	maxClients := fs.Int("max-clients", sfu.DefaultMaxClients, "clients the node takes at once; an offer beyond them is refused as full, and the manager places clients elsewhere while another node has room")
 	manager := fs.Bool("manager", false, "also run the session manager (xrealm serve runs it; use when there is none)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -153,10 +153,6 @@ func runSFU(ctx context.Context, args []string) error {
 		return pe
 	}
 }
-
-// maxClientsUsage is --max-clients' help, for `xrealm sfu` and the SFU
-// node of `xrealm serve`.
-const maxClientsUsage = "clients the node takes at once; an offer beyond them is refused as full, and the manager places clients elsewhere while another node has room"
 
 // checkMaxClients checks a --max-clients value: at least 1 (0 would be
 // sfu.Config's default, a negative value is refused by it).
