@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,18 +76,10 @@ func serveHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 		t.Fatal(err)
 	}
 	ports := testnet.FreePorts(t, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- runServe(ctx, append([]string{"--data", dir, "--name", "n1", "--http-addr", ports[0], "--nats-addr", ports[1], "--https-addr", "",
+	cmd := startRunning(t, fmt.Sprintf("xrealm serve %v", args), func(ctx context.Context) error {
+		return runServe(ctx, append([]string{"--data", dir, "--name", "n1", "--http-addr", ports[0], "--nats-addr", ports[1], "--https-addr", "",
 			"--mqtt-addr", "", "--mqtts-addr", "", "--mqtt-ws-addr", "", "--nats-ws-addr", "", "--ubiq-addr", "", "--ubiq-wss-addr", "",
 			"--log-level", "error"}, args...))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("xrealm serve %v: %v", args, err)
-		}
 	})
 	hbs := make(chan sfu.NodeInfo, 1)
 	deadline := time.Now().Add(30 * time.Second)
@@ -109,9 +102,8 @@ func serveHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 			break
 		}
 		select {
-		case err := <-done:
-			done <- err // for the cleanup
-			t.Fatalf("xrealm serve %v ended: %v", args, err)
+		case <-cmd.ended:
+			cmd.endedEarly(t, "its bus answered")
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -121,9 +113,8 @@ func serveHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 	select {
 	case info := <-hbs:
 		return info
-	case err := <-done:
-		done <- err // for the cleanup
-		t.Fatalf("xrealm serve %v ended: %v", args, err)
+	case <-cmd.ended:
+		cmd.endedEarly(t, "its SFU node's first heartbeat")
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no heartbeat of SFU node n1 (xrealm serve %v)", args)
 	}

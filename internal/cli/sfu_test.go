@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -282,64 +283,65 @@ func sfuHeartbeat(t *testing.T, args ...string) sfu.NodeInfo {
 	b, keys := tokenBus(t)
 	hbs := heartbeats(t, b, "9", 1)
 	tok := issue(t, keys, "sfu-9", auth.ServiceRights("sfu"))
-	ctx, cancel := context.WithCancel(context.Background())
-	var runErr error
-	ended := make(chan struct{}) // closed when runSFU has returned runErr
-	go func() {
-		defer close(ended)
-		runErr = runSFU(ctx, append([]string{"--join", b.ClientURL(), "--id", "9", "--token", tok,
+	cmd := startRunning(t, fmt.Sprintf("xrealm sfu %v", args), func(ctx context.Context) error {
+		return runSFU(ctx, append([]string{"--join", b.ClientURL(), "--id", "9", "--token", tok,
 			"--ice-addrs", "127.0.0.1", "--log-level", "warn"}, args...))
-	}()
-	endedEarly := false
-	t.Cleanup(func() {
-		cancel()
-		<-ended
-		if runErr != nil && !endedEarly {
-			t.Errorf("xrealm sfu %v: %v", args, runErr)
-		}
 	})
 	select {
 	case info := <-hbs:
 		return info
-	case <-ended:
-		endedEarly = true
-		t.Fatalf("xrealm sfu %v ended before its first heartbeat: %v", args, cmp.Or[any](runErr, "no error"))
+	case <-cmd.ended:
+		cmd.endedEarly(t, "its first heartbeat")
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no heartbeat of node 9 (xrealm sfu %v)", args)
 	}
 	return sfu.NodeInfo{}
 }
 
-// earlyExitEnv, when set, makes TestSFUHeartbeatEarlyExit run sfuHeartbeat
-// with a command that ends at once, in a process of its own.
-const earlyExitEnv = "XREALM_CLI_SFU_EARLY_EXIT"
+// earlyExitEnv, when set, makes TestHeartbeatEarlyExit run the helper it
+// names (sfu: sfuHeartbeat, serve: serveHeartbeat) with a command that
+// ends at once, in a process of its own.
+const earlyExitEnv = "XREALM_CLI_EARLY_EXIT"
 
-// TestSFUHeartbeatEarlyExit: when `xrealm sfu` ends before its first
-// heartbeat (here --max-clients 0 is refused), sfuHeartbeat fails the
-// test with the command's error, and the test ends. It runs the helper
-// in a process of its own, whose failure is the expected outcome, with
-// a test timeout that turns a hang into a panic. Before, the helper's
-// cleanup waited for a second result of the command, which never came:
-// the test hung until go test's timeout.
-func TestSFUHeartbeatEarlyExit(t *testing.T) {
-	if os.Getenv(earlyExitEnv) != "" {
+// TestHeartbeatEarlyExit: when `xrealm sfu` or `xrealm serve` ends before
+// its first heartbeat (here --max-clients 0 is refused), sfuHeartbeat and
+// serveHeartbeat fail the test with the command's error, reported once,
+// and the test ends. Each helper runs in a process of its own, whose
+// failure is the expected outcome, with a test timeout that turns a hang
+// into a panic.
+func TestHeartbeatEarlyExit(t *testing.T) {
+	switch os.Getenv(earlyExitEnv) {
+	case "sfu":
 		sfuHeartbeat(t, "--max-clients", "0")
 		return
+	case "serve":
+		serveHeartbeat(t, "--max-clients", "0")
+		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestSFUHeartbeatEarlyExit$", "-test.timeout=60s", "-test.v")
-	cmd.Env = append(os.Environ(), earlyExitEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		t.Fatalf("helper process: %v, want it to fail; output:\n%s", err, out)
-	}
-	if strings.Contains(string(out), "test timed out") {
-		t.Fatalf("the helper hung after xrealm sfu ended; output:\n%s", out)
-	}
-	for _, want := range []string{"--- FAIL: TestSFUHeartbeatEarlyExit", "ended before its first heartbeat", "--max-clients 0: want at least 1 client"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("helper output does not say %q:\n%s", want, out)
-		}
+	for _, tc := range []struct{ helper, before string }{
+		{"sfu", "xrealm sfu [--max-clients 0] ended before its first heartbeat"},
+		{"serve", "xrealm serve [--max-clients 0] ended before its bus answered"},
+	} {
+		t.Run(tc.helper, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHeartbeatEarlyExit$", "-test.timeout=60s", "-test.v")
+			cmd.Env = append(os.Environ(), earlyExitEnv+"="+tc.helper)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatalf("helper process: %v, want it to fail; output:\n%s", err, out)
+			}
+			if strings.Contains(string(out), "test timed out") {
+				t.Fatalf("the helper hung after the command ended; output:\n%s", out)
+			}
+			for _, want := range []string{"--- FAIL: TestHeartbeatEarlyExit", tc.before} {
+				if !strings.Contains(string(out), want) {
+					t.Errorf("helper output does not say %q:\n%s", want, out)
+				}
+			}
+			if n := strings.Count(string(out), "--max-clients 0: want at least 1 client"); n != 1 {
+				t.Errorf("helper output gives the command's error %d times, want once:\n%s", n, out)
+			}
+		})
 	}
 }
 
