@@ -478,11 +478,10 @@ func (m *Manager) drop(id string) {
 // that refused the client as full (req.Full) are full until their next
 // heartbeat; the others did not answer, and no longer count the client
 // as placed there, nor does the client's old node when it moves. ask
-// reports that
-// the client's node may keep it, but whether the node still counts the
-// client is to be asked first (a ping, Reply.Counted): the caller asks
-// and calls assign again with the answer, heard. Told, assign does not
-// ask.
+// reports that the client's node may keep it, but whether the node still
+// counts the client is to be asked first (a ping, Reply.Counted): the
+// caller asks and calls assign again with the answer, heard. Told,
+// assign does not ask.
 func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a Assignment, ask bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

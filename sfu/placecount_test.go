@@ -37,12 +37,10 @@ func waitHeartbeats(t *testing.T, mgr *Manager, id string, n int) {
 // node counts on that node in the manager's view until the node's
 // heartbeats count it, also across heartbeats that came before its offer
 // (here it sends none): node 1, which takes one client, is full for the
-// next client two heartbeats later. Once expectGrace has passed without
-// its offer the node no longer counts it and takes the next. A client
-// that connects counts once. Before, the placements counted only until
-// the node's next heartbeat, which did not count a client whose offer was
-// still on its way: a burst of joins overfilled a node, which refused the
-// clients beyond its MaxClients, and they asked again.
+// next client two heartbeats later, so that a burst of joins does not
+// overfill it. Once expectGrace has passed without its offer the node no
+// longer counts it and takes the next. A client that connects counts
+// once.
 func TestPlacementCountedUntilItsOffer(t *testing.T) {
 	c := startClusterWith(t, func(i int, cfg *Config) {
 		if i == 0 {
@@ -94,13 +92,14 @@ func TestPlacementCountedUntilItsOffer(t *testing.T) {
 // TestRejoinAfterDropCounts: a client that joins again, placed on the
 // node it had, counts as one more client there when the node no longer
 // counted it (it left a while ago): node 1, which takes one client, is
-// full for the next client of its site at once. Before, a client kept on
-// its node never counted, as if its old connection were always still in
-// the node's count: until the node's next heartbeat the manager took node
-// 1 for empty, placed the next client there too, and node 1 refused it.
+// full for the next client of its site at once, not only once its next
+// heartbeat counts the client.
 func TestRejoinAfterDropCounts(t *testing.T) {
 	c := startClusterWith(t, func(i int, cfg *Config) {
-		cfg.Heartbeat = 2 * time.Second // the placements below come between two
+		// long enough that no heartbeat of node 1 comes between the two
+		// joins below: it would count tab, and node 1 would be full for
+		// other however the manager counted tab's join
+		cfg.Heartbeat = 2 * time.Second
 		if i == 0 {
 			cfg.MaxClients = 1
 		}

@@ -17,8 +17,7 @@ import (
 // another instance's) is taken as counted. Node 1 is asked
 // unless the answer could not change the choice or the node does not
 // number its heartbeats (an older node, whose count is taken to hold the
-// client, as before nodes were asked). Before, a client kept on its node
-// never counted there.
+// client).
 func TestRejoinCount(t *testing.T) {
 	counted, dropped := &rejoinAnswer{node: "1", beat: 5, counted: true}, &rejoinAnswer{node: "1", beat: 5}
 	for _, tc := range []struct {

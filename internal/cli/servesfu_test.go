@@ -23,8 +23,7 @@ import (
 // SFU its Config.MaxClients, which its heartbeat announces (default 500),
 // as `xrealm sfu --max-clients` does; a value below 1 is refused with
 // exit code 2 and an error naming the flag, on the command line or in a
-// config file. Before, serve had no such flag: its SFU took 500 clients
-// whatever the host could carry.
+// config file.
 func TestServeMaxClients(t *testing.T) {
 	for _, tc := range []struct {
 		value   string
