@@ -3,8 +3,8 @@ package ubiq
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -153,12 +153,11 @@ func TestPeerPropertiesBounded(t *testing.T) {
 	appendProp("big2", 1500)
 	appendProp("big3", 2500) // past 4096 bytes in all: refused
 	appendProp("z", 1)
-	for _, want := range []string{"big", "big2", "z"} {
-		var a PeerPropertiesArgs
-		q.expect("PeerPropertiesAppended").decode(t, &a)
-		if len(a.Keys) != 1 || a.Keys[0] != want {
-			t.Fatalf("PeerPropertiesAppended %q, want [%s]", a.Keys, want)
-		}
+	// p's requests are handled in order: what q is told until z holds
+	// every change made before it.
+	want := map[string]string{"big": strings.Repeat("x", 1500), "big2": strings.Repeat("x", 1500), "z": "x"}
+	if got := q.toldUntil("PeerPropertiesAppended", p.uuid, "z"); !maps.Equal(got, want) {
+		t.Fatalf("q was told %s, want %s", sizes(got), sizes(want))
 	}
 	// A Join whose properties, with those the peer has, are too large is
 	// rejected.
@@ -212,17 +211,9 @@ func TestRoomLogsBounded(t *testing.T) {
 		p.request("AppendRoomProperties", PropertiesArgs{Keys: []string{InterestKey}, Values: []string{fmt.Sprint("bad", i)}})
 	}
 	p.request("AppendPeerProperties", PropertiesArgs{Keys: []string{"done"}, Values: []string{"1"}})
-	// The room's watch shows each key's latest value: one that lags skips
-	// the writes made meanwhile, and the notification that shows "done"
-	// may name CoalesceKey too. Every change was handled by then: p's
-	// requests are handled in order.
-	for {
-		var a PeerPropertiesArgs
-		q.expect("PeerPropertiesAppended").decode(t, &a)
-		if slices.Contains(a.Keys, "done") {
-			break
-		}
-	}
+	// Once q is told of "done", the room has handled every change before
+	// it: p's requests are handled in order.
+	q.toldUntil("PeerPropertiesAppended", p.uuid, "done")
 	for _, line := range []string{"entries that are not NetworkIds ignored", "Ubiq room interest ignored"} {
 		if n := strings.Count(logs.String(), line); n < 1 || n >= bad/2 {
 			t.Errorf("%d lines %q logged for %d bad properties, want at least 1 and far fewer", n, line, bad)
