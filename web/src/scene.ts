@@ -249,7 +249,8 @@ function dropThrowing(id: string, out: Record<string, unknown>) {
 type XrEl = HTMLElement & { setAttribute(n: string, v: unknown, clobber?: boolean): void; object3D: any; _xrComps?: Set<string> };
 
 /**
- * The most objects nested in one another that are drawn: A-Frame and
+ * The most objects nested in one another that are drawn, unless the
+ * Renderer is given another maxDepth: A-Frame and
  * three.js walk the scene's tree by recursion, and a chain of thousands
  * of objects, each the parent of the next, would crash the page. The objects
  * nested deeper are left out (not drawn), with a warning, and drawn as
@@ -274,7 +275,7 @@ function detach(el: Element) {
  * parent is not drawn waits for it among the orphans, out of the document
  * (A-Frame does nothing with an entity there): a tree of them is drawn
  * once, when its top's parent is, not again each time an object arrives
- * above it. An object nested deeper than MAX_DEPTH (under the root or
+ * above it. An object nested deeper than maxDepth (under the root or
  * among the orphans) is left out: its entity is out of the document on
  * its own, with the objects in it, and goes into its parent's entity
  * when that is nested less deep.
@@ -289,7 +290,11 @@ export class Renderer {
   /** How many times so far an object drawn, or to be drawn at the limit, was left out as nested too deep. */
   tooDeep = 0;
 
-  constructor(private model: SceneModel, private root: HTMLElement) {
+  /** The most objects nested in one another that are drawn: options.maxDepth, MAX_DEPTH by default. */
+  readonly maxDepth: number;
+
+  constructor(private model: SceneModel, private root: HTMLElement, options: { maxDepth?: number } = {}) {
+    this.maxDepth = options.maxDepth ?? MAX_DEPTH;
     this.orphans = document.createElement('div');
     this.orphans.dataset.role = 'orphans';
     model.on((e) => this.onChange(e));
@@ -367,7 +372,7 @@ export class Renderer {
     for (const cid of this.waits.take(obj.id)) {
       const c = this.els.get(cid);
       if (!c) continue;
-      if (c.contains(el)) {
+      if (this.holds(c, el)) {
         // the cycle again, from the other side: the one waiting is drawn at the root
         console.warn(`xrealm: object ${cid}: its parent ${obj.id} is inside it (a parent cycle); it is drawn at the scene's root`);
         this.attach(c, this.root);
@@ -382,12 +387,12 @@ export class Renderer {
    */
   private place(id: string, el: XrEl, pid: string | undefined) {
     let target = (pid ? this.els.get(pid) : this.root) ?? this.orphans;
-    if (target !== this.root && el.firstElementChild && el.contains(target)) {
+    if (target !== this.root && target !== this.orphans && (el.firstElementChild || this.deep.waitedFor(id)) && this.holds(el, target)) {
       // A parent cycle (the server takes one: b's parent a, then a's
       // parent b): the DOM cannot nest them, and appendChild would throw.
       console.warn(`xrealm: object ${id}: its parent ${pid} is inside it (a parent cycle); it is drawn where it was`);
       const at = el.parentElement;
-      target = at && at !== this.orphans && this.depthOf(at) < MAX_DEPTH ? at : this.root;
+      target = at && at !== this.orphans && this.depthOf(at) < this.maxDepth ? at : this.root;
     }
     this.waits.set(id, target === this.orphans ? pid : undefined);
     if (el.parentElement === target) return;
@@ -398,6 +403,28 @@ export class Renderer {
   }
 
   /**
+   * Whether target is el or inside it: in its entity, or in an entity
+   * left out of it (out of the document, linked to it only here). The
+   * walk up from target ends at the root, the orphans or an entity in
+   * neither, and takes at most as many steps as there are entities.
+   */
+  private holds(el: Element, target: Element): boolean {
+    let steps = this.els.size;
+    for (let x: Element | undefined = target; x && x !== this.root && x !== this.orphans && steps-- >= 0; x = this.holder(x)) {
+      if (x === el) return true;
+    }
+    return false;
+  }
+
+  /** The element x is in, or for an entity left out, the entity it is left out of. */
+  private holder(x: Element): Element | undefined {
+    if (x.parentElement) return x.parentElement;
+    const id = (x as HTMLElement).dataset?.objectId;
+    const out = id === undefined ? undefined : this.deep.parentOf(id);
+    return out === undefined ? undefined : this.els.get(out);
+  }
+
+  /**
    * How deep el is: 0 for the root and the orphans, n for an object's
    * entity n objects down; Infinity when it is left out, or in an object
    * left out.
@@ -405,21 +432,21 @@ export class Renderer {
   private depthOf(el: Element): number {
     let d = 0;
     for (let x: Element | null = el; x !== this.root && x !== this.orphans; x = x.parentElement) {
-      if (!x || ++d > MAX_DEPTH) return Infinity;
+      if (!x || ++d > this.maxDepth) return Infinity;
     }
     return d;
   }
 
   /**
    * Puts el in target, with what it holds and the objects left out in
-   * it, down to MAX_DEPTH; the objects deeper are left out (el itself when
+   * it, down to maxDepth; the objects deeper are left out (el itself when
    * target is at the limit or not drawn).
    */
   private attach(el: XrEl, target: HTMLElement) {
     const d = this.depthOf(target);
     // (an object that was drawn, or would be, is left out with a warning; one among the orphans quietly)
     const drawn = target.isConnected;
-    if (d >= MAX_DEPTH) {
+    if (d >= this.maxDepth) {
       this.leaveOut(el, target as XrEl, drawn || el.isConnected);
       return;
     }
@@ -431,11 +458,15 @@ export class Renderer {
     for (let k = d + 1; layer.length; k++) {
       const next: XrEl[] = [];
       for (const e of layer) {
-        if (k === MAX_DEPTH) {
+        if (k === this.maxDepth) {
           for (const c of objectChildren(e)) this.leaveOut(c, e, drawn || c.isConnected);
           continue;
         }
-        next.push(...objectChildren(e));
+        for (const c of objectChildren(e)) {
+          if (seen.has(c)) continue;
+          seen.add(c);
+          next.push(c);
+        }
         for (const cid of this.deep.take(e.dataset.objectId!)) {
           const c = this.els.get(cid);
           if (!c || seen.has(c)) continue;
@@ -459,9 +490,9 @@ export class Renderer {
     const n = ++this.tooDeep;
     if (n <= TOO_DEEP_WARNINGS) {
       const more = n === TOO_DEEP_WARNINGS ? ' (more are counted in xrealm.renderer.tooDeep, and logged at 10, 100, 1000 … of them)' : '';
-      console.warn(`xrealm: object ${id} is nested deeper than ${MAX_DEPTH} objects (in ${parent.dataset.objectId}): it and the objects in it are not drawn${more}`);
+      console.warn(`xrealm: object ${id} is nested deeper than ${this.maxDepth} objects (in ${parent.dataset.objectId}): it and the objects in it are not drawn${more}`);
     } else if (/^10+$/.test(String(n))) {
-      console.warn(`xrealm: ${n} objects left out so far as nested deeper than ${MAX_DEPTH} objects; the last: ${id} (in ${parent.dataset.objectId})`);
+      console.warn(`xrealm: ${n} objects left out so far as nested deeper than ${this.maxDepth} objects; the last: ${id} (in ${parent.dataset.objectId})`);
     }
   }
 }

@@ -31,6 +31,11 @@ export class ParentWaits {
     return this.parents.get(id);
   }
 
+  /** Whether any id waits for parent. */
+  waitedFor(parent: string): boolean {
+    return this.byParent.has(parent);
+  }
+
   /** The ids waiting for parent, in the order they began to wait; they wait no more. */
   take(parent: string): string[] {
     const ids = this.byParent.get(parent);

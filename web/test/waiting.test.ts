@@ -69,7 +69,11 @@ describe('ParentWaits', () => {
       }
       const want = Object.entries(c.waiting);
       expect(w.size).toBe(want.length);
-      for (const [id, p] of want) expect(w.parentOf(id), id).toBe(p);
+      for (const [id, p] of want) {
+        expect(w.parentOf(id), id).toBe(p);
+        expect(w.waitedFor(p), p).toBe(true);
+      }
+      for (const s of c.steps) if (s[0] === 'take' && !want.some(([, p]) => p === s[1])) expect(w.waitedFor(s[1]), s[1]).toBe(false);
     });
   }
 });
