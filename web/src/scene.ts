@@ -300,7 +300,11 @@ export class Renderer {
     model.on((e) => this.onChange(e));
   }
 
-  /** How many objects wait for their parent to be drawn. */
+  /**
+   * How many objects wait among the orphans for their parent to be drawn:
+   * the top of each tree that waits (the objects in it wait with it and
+   * are not counted).
+   */
   get waiting(): number {
     return this.waits.size;
   }

@@ -1,7 +1,8 @@
 // Which objects wait for which parent. The renderer keeps an object whose
-// parent is not drawn hidden until the parent is; when the parent is drawn,
-// it asks here for the objects waiting for it, at a cost that grows with
-// their number only, not with the number of objects waiting in the scene.
+// parent is not drawn out of the document (among its orphans) until the
+// parent is; when the parent is drawn, it asks here for the objects
+// waiting for it, at a cost that grows with their number only, not with
+// the number of objects waiting in the scene.
 
 /** Objects waiting for a parent, by the parent's id. Each waits for one parent at most. */
 export class ParentWaits {
