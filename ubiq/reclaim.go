@@ -27,8 +27,13 @@ import (
 
 // heldClaim is a local connection's claim on a room (roomRecord.Joined).
 type heldClaim struct {
-	c   *conn
-	gen string // generation of the room's record that holds it
+	c *conn
+	// gen is the generation of the room's record that holds it; "" after
+	// a put-back that failed, which may have landed all the same (its
+	// answer lost), in a new generation: until a put-back succeeds, the
+	// claim may be in any (its id is unique, so a count-out from any
+	// generation takes only it).
+	gen string
 	// rev is the revision of the record write that made it (or put it
 	// back): a record older than that does not show it yet.
 	rev      uint64
@@ -45,8 +50,8 @@ func (r *room) holdClaim(c *conn, claim, gen string, rev uint64) {
 }
 
 // releaseClaim stops holding claim, before its connection counts itself
-// out, and returns the generation of the room's record that holds it (ok
-// false: not held). It waits for a put-back under way (writeClaims), so
+// out, and returns the generation of the room's record that holds it (""
+// if any may: see heldClaim; ok false: not held). It waits for a put-back under way (writeClaims), so
 // that none puts the claim back after the count-out.
 func (r *room) releaseClaim(claim string) (gen string, ok bool) {
 	r.claimWrite.Lock()
@@ -120,33 +125,43 @@ func (r *room) writeClaims(ctx context.Context, w *roomWriter) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	rec, rev, err := r.s.store.reclaimRoom(ctx, r.id, ids, last, code)
+	rec, rev, wrote, err := r.s.store.reclaimRoom(ctx, r.id, ids, last, code)
 	r.s.freeCodeLater(err) // a code reserved for the write, which failed
-	if err != nil {
-		return fmt.Errorf("put back the claims of %d members here: %w", len(ids), err)
-	}
-	if rev == 0 {
-		return nil // none was lost
+	gen := ""
+	if err == nil {
+		// The record that holds them, as written or as read (all were
+		// in place: an earlier put-back whose answer was lost wrote
+		// them, maybe in a new generation).
+		gen = rec.Gen
 	}
 	r.claimMu.Lock()
 	for _, id := range ids {
 		if h := r.claims[id]; h != nil {
-			h.gen, h.rev = rec.Gen, rev
+			h.gen = gen
+			if err == nil {
+				h.rev = rev
+			}
 		}
 	}
 	r.claimMu.Unlock()
+	if err != nil {
+		return fmt.Errorf("put back the claims of %d members here: %w", len(ids), err)
+	}
+	if !wrote {
+		return nil // none was lost
+	}
 	w.warn("Ubiq room record lost the claims of members here (another node took this one for dead and counted them out): put back",
 		"room", r.id, "claims", len(ids), "joincode", rec.JoinCode)
 	return nil
 }
 
 // reclaimRoom puts claims, this node's, back into room uuid's record
-// where they are missing, and returns the record and the revision written
-// (0: none was missing). A room that gave up its join code takes one
+// where they are missing, and returns the record that holds them and its
+// revision, and whether it wrote it (false: none was missing). A room that gave up its join code takes one
 // again, code first (the one its members were told) if it is free. A room
 // whose record is gone is created again from last (the record its members
 // know; nil: a new room's), under a new generation: its members are in it.
-func (s *store) reclaimRoom(ctx context.Context, uuid string, claims []string, last *roomRecord, code string) (*roomRecord, uint64, error) {
+func (s *store) reclaimRoom(ctx context.Context, uuid string, claims []string, last *roomRecord, code string) (*roomRecord, uint64, bool, error) {
 	for {
 		r, rev, err := s.getRoom(ctx, uuid)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -156,7 +171,7 @@ func (s *store) reclaimRoom(ctx context.Context, uuid string, claims []string, l
 			}
 			r.Gen = newUUID()
 		} else if err != nil {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		if r.Joined == nil {
 			r.Joined = map[string][]string{}
@@ -168,18 +183,18 @@ func (s *store) reclaimRoom(ctx context.Context, uuid string, claims []string, l
 			}
 		}
 		if len(mine) == len(r.Joined[s.node]) {
-			return r, 0, nil
+			return r, rev, false, nil
 		}
 		r.Joined[s.node] = mine
 		wrev, err := s.putClaimed(ctx, r, rev, code)
 		if err == nil {
-			return r, wrev, nil
+			return r, wrev, true, nil
 		}
 		if !errors.Is(err, errClaimConflict) {
-			return nil, 0, err
+			return nil, 0, false, err
 		}
 		if ctx.Err() != nil {
-			return nil, 0, ctx.Err()
+			return nil, 0, false, ctx.Err()
 		}
 	}
 }
