@@ -7,6 +7,7 @@
 import mqtt, { type MqttClient, type IClientOptions } from 'mqtt';
 import { sceneToken, type SceneSession, AuthError, RequestTimeout } from './auth';
 import { ProtocolError, jwtClaims, parseMessage, parseTopic, type Message, type SceneTopic } from './protocol';
+import { capStep } from './warncap';
 
 export type Status =
   | { state: 'connecting'; attempt: number }
@@ -330,11 +331,12 @@ export class Bus {
    */
   private warnInvalid(what: string, err?: unknown) {
     const n = this.invalid;
-    if (n <= INVALID_WARNINGS) {
-      const more = n === INVALID_WARNINGS ? ' (more are counted in xrealm.bus.invalid, and logged at 10, 100, 1000 … of them)' : '';
+    const step = capStep(n, INVALID_WARNINGS);
+    if (step === 'full' || step === 'last') {
+      const more = step === 'last' ? ' (more are counted in xrealm.bus.invalid, and logged at 10, 100, 1000 … of them)' : '';
       if (err === undefined) console.warn(what + more);
       else console.warn(what + more, err);
-    } else if (powerOfTen(n)) {
+    } else if (step === 'count') {
       console.warn(`xrealm: ${n} invalid messages ignored so far; the last: ${what}${err === undefined ? '' : ` ${err}`}`);
     }
   }
@@ -386,10 +388,4 @@ export class Bus {
     }
     c?.end(false);
   }
-}
-
-function powerOfTen(n: number): boolean {
-  let p = 10;
-  while (p < n) p *= 10;
-  return p === n;
 }

@@ -318,37 +318,3 @@ export function quantiles(values: number[], qs: number[]): number[] {
   const v = [...values].sort((a, b) => a - b);
   return qs.map((q) => v[Math.min(v.length - 1, Math.floor(q * v.length))]);
 }
-
-/**
- * Caps warnings that can come by the thousand (a publisher sending bad
- * or undecodable fragments): the first `full` are logged in full; the
- * ones after them are counted, and summary() gives one line saying how
- * many more there were, at most once every intervalMs.
- */
-export class WarningCap {
-  private count = 0;
-  private suppressed = 0;
-  private last = '';
-  private lastSummary = -Infinity;
-
-  constructor(readonly what: string, readonly full = 5, readonly intervalMs = 10_000) {}
-
-  /** A warning: the line to log now, or null when it is only counted. */
-  warn(line: string): string | null {
-    this.count++;
-    if (this.count < this.full) return line;
-    if (this.count === this.full) return `${line} (more ${this.what} are counted, and their number logged at most every ${this.intervalMs / 1000} s)`;
-    this.suppressed++;
-    this.last = line;
-    return null;
-  }
-
-  /** The line saying how many warnings were counted since the last one, or null: none were, or it is too soon (now in ms). */
-  summary(now: number): string | null {
-    if (this.suppressed === 0 || now - this.lastSummary < this.intervalMs) return null;
-    const line = `${this.suppressed} more ${this.what} suppressed; the last: ${this.last}`;
-    this.suppressed = 0;
-    this.lastSummary = now;
-    return line;
-  }
-}

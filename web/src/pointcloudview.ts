@@ -6,10 +6,11 @@
 
 import { THREE } from './aframe';
 import type { FromWorker, ToWorker } from './pcworker';
-import { FrameMerger, PREFIX_SIZE, RateMeter, WarningCap, quantiles, seqGap, type Points } from './pointcloud';
+import { FrameMerger, PREFIX_SIZE, RateMeter, quantiles, seqGap, type Points } from './pointcloud';
 import type { SFUConnection, TrackInfo } from './sfu';
 import type { SFUFeature } from './sfusession';
 import { avatarElement, standIn } from './presence';
+import { WarningCap } from './warncap';
 import { h } from './ui';
 import type { Viewer } from './viewer';
 

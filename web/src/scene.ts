@@ -7,6 +7,7 @@ import {
   type Json, type JsonObject, type Message, type StoredObject,
 } from './protocol';
 import { ParentWaits } from './waiting';
+import { capStep } from './warncap';
 
 export interface SceneObject {
   id: string;
@@ -492,10 +493,11 @@ export class Renderer {
     this.deep.set(id, parent.dataset.objectId);
     if (!warn) return;
     const n = ++this.tooDeep;
-    if (n <= TOO_DEEP_WARNINGS) {
-      const more = n === TOO_DEEP_WARNINGS ? ' (more are counted in xrealm.renderer.tooDeep, and logged at 10, 100, 1000 … of them)' : '';
+    const step = capStep(n, TOO_DEEP_WARNINGS);
+    if (step === 'full' || step === 'last') {
+      const more = step === 'last' ? ' (more are counted in xrealm.renderer.tooDeep, and logged at 10, 100, 1000 … of them)' : '';
       console.warn(`xrealm: object ${id} is nested deeper than ${this.maxDepth} objects (in ${parent.dataset.objectId}): it and the objects in it are not drawn${more}`);
-    } else if (/^10+$/.test(String(n))) {
+    } else if (step === 'count') {
       console.warn(`xrealm: ${n} objects left out so far as nested deeper than ${this.maxDepth} objects; the last: ${id} (in ${parent.dataset.objectId})`);
     }
   }

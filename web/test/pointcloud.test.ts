@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { DracoDecoder, FrameMerger, HEADER_SIZE, PREFIX_SIZE, Reassembler, WarningCap, newer, parseMessage, seqGap, type Points } from '../src/pointcloud';
+import { DracoDecoder, FrameMerger, HEADER_SIZE, PREFIX_SIZE, Reassembler, newer, parseMessage, seqGap, type Points } from '../src/pointcloud';
 
 /** One data-channel message as the SFU sends it (sfu/datachannel.go + volumetric.Header). */
 function message(o: { slot?: number; marker?: boolean; seq?: number; desc?: number; client?: number; frame: number; fragment: number; count: number; captureUs?: number; data: number[] }): Uint8Array {
@@ -164,33 +164,5 @@ describe('DracoDecoder', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
-  });
-});
-
-describe('WarningCap', () => {
-  it('logs five warnings in full, then a count of the others at most once per interval', () => {
-    const cap = new WarningCap('point-cloud warnings', 5, 10_000);
-    const logged = Array.from({ length: 105 }, (_, i) => cap.warn(`bad ${i + 1}`));
-    expect(logged.slice(0, 4)).toEqual(['bad 1', 'bad 2', 'bad 3', 'bad 4']);
-    expect(logged[4]).toBe('bad 5 (more point-cloud warnings are counted, and their number logged at most every 10 s)');
-    expect(logged.slice(5).every((l) => l === null)).toBe(true);
-    // [what, warnings before, now (ms, the view's clock), the line summary gives]
-    const steps: [string, number, number, string | null][] = [
-      ['the count of those after the fifth', 0, 1_000, '100 more point-cloud warnings suppressed; the last: bad 105'],
-      ['none since', 0, 3_000, null],
-      ['more, too soon after the last count', 2, 5_000, null],
-      ['more, once the interval passed: all since the last count', 1, 11_000, '3 more point-cloud warnings suppressed; the last: bad 108'],
-      ['none since', 0, 30_000, null],
-    ];
-    let n = 105;
-    for (const [what, more, now, want] of steps) {
-      for (let i = 0; i < more; i++) expect(cap.warn(`bad ${++n}`), what).toBeNull();
-      expect(cap.summary(now), what).toBe(want);
-    }
-  });
-  it('counts nothing while under the cap', () => {
-    const cap = new WarningCap('point-cloud warnings');
-    expect(cap.warn('one')).toBe('one');
-    expect(cap.summary(0)).toBeNull();
   });
 });

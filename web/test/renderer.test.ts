@@ -241,3 +241,20 @@ describe('Renderer: random create, update and delete against the model', () => {
     });
   }
 });
+
+describe('Renderer: warnings of objects left out', () => {
+  it('names the first five, then gives the count at 10, 100 …', () => {
+    const s = scene(1);
+    s.create('p');
+    for (let i = 1; i <= 120; i++) s.create(`k${i}`, 'p');
+    const deeper = (id: string, more = '') =>
+      `xrealm: object ${id} is nested deeper than 1 objects (in p): it and the objects in it are not drawn${more}`;
+    expect(warnings).toEqual([
+      deeper('k1'), deeper('k2'), deeper('k3'), deeper('k4'),
+      deeper('k5', ' (more are counted in xrealm.renderer.tooDeep, and logged at 10, 100, 1000 … of them)'),
+      'xrealm: 10 objects left out so far as nested deeper than 1 objects; the last: k10 (in p)',
+      'xrealm: 100 objects left out so far as nested deeper than 1 objects; the last: k100 (in p)',
+    ]);
+    expect(s.r.tooDeep).toBe(120);
+  });
+});
