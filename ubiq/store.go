@@ -522,7 +522,7 @@ var errClaimConflict = errors.New("the room's record changed since it was read")
 // revision written. A record without a join code takes a free one first
 // (prefer, if it is free). A record that changed since rev is
 // errClaimConflict: nothing is written, and a code reserved for it is
-// freed.
+// freed, unless the record names it now (freeUnwritten).
 func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefer string) (uint64, error) {
 	var fresh string
 	var freshRev uint64
@@ -557,14 +557,34 @@ func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefe
 			&codeNotFreedError{room: r.UUID, code: fresh, err: fmt.Errorf("the room's write may have landed: %w", err)})
 	}
 	if fresh != "" {
-		if ferr := s.freeCode(ctx, fresh, freshRev); ferr != nil {
-			return 0, errors.Join(fmt.Errorf("write room %s: %w", r.UUID, err), &codeNotFreedError{room: r.UUID, code: fresh, rev: freshRev, err: ferr})
+		if ferr := s.freeUnwritten(ctx, r.UUID, fresh, freshRev); ferr != nil {
+			return 0, errors.Join(fmt.Errorf("write room %s: %w", r.UUID, err), ferr)
 		}
 	}
 	if !conflict {
 		return 0, fmt.Errorf("write room %s: %w", r.UUID, err)
 	}
 	return 0, errClaimConflict
+}
+
+// freeUnwritten frees join code code, reserved at revision rev for a
+// write of room's record that found the record changed, unless the record
+// names the code now: another writer of the room (a put-back on another
+// node) took the same code back (takeBackCode), after this one reserved
+// it, and wrote the record with it. An error is a *codeNotFreedError.
+func (s *store) freeUnwritten(ctx context.Context, room, code string, rev uint64) error {
+	switch r, _, err := s.getRoom(ctx, room); {
+	case err == nil && r.JoinCode == code:
+		return nil // the other writer's
+	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+		// Without the revision, the retrier frees it only if the
+		// record does not name it (freeCodeOf).
+		return &codeNotFreedError{room: room, code: code, err: fmt.Errorf("read the room's record: %w", err)}
+	}
+	if err := s.freeCode(ctx, code, rev); err != nil {
+		return &codeNotFreedError{room: room, code: code, rev: rev, err: err}
+	}
+	return nil
 }
 
 // unclaimRoom counts the member of node with claim id claim out of room
