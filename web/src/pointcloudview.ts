@@ -306,10 +306,12 @@ export class PointCloudView implements SFUFeature {
     };
   }
 
+  /** Stops drawing and decoding; the warnings counted since the last count are counted now, whenever that was. */
   stop() {
     this.stopped = true;
     this.timers.forEach(clearInterval);
     this.worker?.terminate();
+    this.warn(this.problems.summary(Infinity));
   }
 }
 

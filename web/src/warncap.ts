@@ -49,7 +49,11 @@ export class WarningCap {
     return null;
   }
 
-  /** The line saying how many warnings were counted since the last one, or null: none were, or it is too soon (now in ms). */
+  /**
+   * The line saying how many warnings were counted since the last one, or
+   * null: none were, or it is too soon (now in ms; Infinity is never too
+   * soon, for a last count when the warnings end).
+   */
   summary(now: number): string | null {
     if (this.suppressed === 0 || now - this.lastSummary < this.intervalMs) return null;
     const line = `${this.suppressed} more ${this.what} suppressed; the last: ${this.last}`;

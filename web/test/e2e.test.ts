@@ -554,6 +554,36 @@ describe('console', () => {
   });
 });
 
+describe('point-cloud warnings', () => {
+  it('the warnings counted since the last count are logged when the view stops', async () => {
+    const a = await open('/public/pcwarnings?media=0&pcpublish=0');
+    expectConsole(a, /xrealm: point clouds: point-cloud message of \d+ bytes is shorter/, /more point-cloud warnings suppressed/);
+    /** Sends the view's decoder worker messages of from..to bytes, too short to read: each comes back as a warning. */
+    const junk = (from: number, to: number) => a.evaluate(async ([from, to]) => {
+      const v = (window as any).xrealm.pointclouds;
+      await v.ready();
+      for (let n = from; n <= to; n++) {
+        const b = new ArrayBuffer(n);
+        v.toWorker({ type: 'frag', publisher: 'junk', buf: b }, [b]);
+      }
+    }, [from, to]);
+    const bad = (n: number) => waitFor(`${n} bad messages`, () => a.evaluate((n) => (window as any).xrealm.pointclouds.stats().badMessages === n, n));
+    /** The counts of the summary lines so far, with the last message each names. */
+    const counts = () => warnings.get(a)!.map((w) => w.match(/(\d+) more point-cloud warnings suppressed; the last: .* of (\d+) bytes/)).filter((m) => m).map((m) => `${m![1]} to ${m![2]}`);
+    await junk(1, 10);
+    await bad(10);
+    // five in full; the next second's count says five more
+    await waitFor('the first count', () => counts().length === 1);
+    expect(counts()).toEqual(['5 to 10']);
+    // ten more, within the interval of the counts: counted, and said when the view stops
+    await junk(11, 20);
+    await bad(20);
+    await a.evaluate(() => (window as any).xrealm.pointclouds.stop());
+    await waitFor('the count at the stop', () => counts().length === 2, 5_000).catch(() => {});
+    expect(counts()).toEqual(['5 to 10', '10 to 20']);
+  });
+});
+
 describe('SFU signalling', () => {
   it('an SFU socket that closes before the offer is sent fails the join at once, and the page joins again, with nothing on the console', async () => {
     const p = await newPage();

@@ -35,6 +35,7 @@ describe('WarningCap', () => {
       ['more, too soon after the last count', 2, 5_000, null],
       ['more, once the interval passed: all since the last count', 1, 11_000, '3 more point-cloud warnings suppressed; the last: bad 108'],
       ['none since', 0, 30_000, null],
+      ['more, too soon, but at the end (Infinity): all since the last count', 2, Infinity, '2 more point-cloud warnings suppressed; the last: bad 110'],
     ];
     let n = 105;
     for (const [what, more, now, want] of steps) {
