@@ -15,8 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/xrealm/xrealm/auth"
-	"github.com/xrealm/xrealm/bus"
-	"github.com/xrealm/xrealm/persist"
 )
 
 // routesEnv is this package's routes and the persistence routes on a
@@ -33,34 +31,14 @@ type routesEnv struct {
 func newRoutesEnv(t *testing.T) *routesEnv {
 	t.Helper()
 	dir := t.TempDir()
-	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Shutdown)
-	nc, err := b.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	js := embeddedJS(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	js, err := b.JetStream(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	settings, err := auth.OpenSettings(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := persist.Open(ctx, persist.Config{JS: js, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	store := runStore(t, js)
 	keys, err := auth.LoadOrCreateKeys(dir)
 	if err != nil {
 		t.Fatal(err)

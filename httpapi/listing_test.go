@@ -18,7 +18,6 @@ import (
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
-	"github.com/xrealm/xrealm/persist"
 	"github.com/xrealm/xrealm/topic"
 )
 
@@ -32,22 +31,9 @@ import (
 // fine), also when there is nothing to list; a bad namespace is 400.
 func TestSceneListing(t *testing.T) {
 	dir := t.TempDir()
-	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Shutdown)
-	nc, err := b.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	js := embeddedJS(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	js, err := b.JetStream(ctx, nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	settings, err := auth.OpenSettings(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -55,14 +41,7 @@ func TestSceneListing(t *testing.T) {
 	if err := settings.Put(ctx, auth.Settings{Namespace: "lab", Scene: "secret", Viewers: []string{"carol"}}); err != nil {
 		t.Fatal(err)
 	}
-	store, err := persist.Open(ctx, persist.Config{JS: js, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	store := runStore(t, js)
 	scenes := []string{"lab/room", "lab/secret", "other/pub"}
 	for _, sc := range scenes {
 		subj := topic.ToSubject("realm/s/" + sc + "/o/uc/box")
@@ -194,14 +173,7 @@ func TestSettingsUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := persist.Open(ctx, persist.Config{JS: js, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); store.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	store := runStore(t, js)
 	if _, err := js.Publish(ctx, "realm.s.lab.room.o.uc.box", []byte(`{"object_id":"box","action":"create","persist":true}`)); err != nil {
 		t.Fatal(err)
 	}

@@ -11,17 +11,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/xrealm/xrealm/auth"
 	"github.com/xrealm/xrealm/bus"
+	"github.com/xrealm/xrealm/persist"
 )
 
-// settingsStore returns a real settings store on an embedded bus.
-func settingsStore(t *testing.T, dir string) *auth.SettingsStore {
+// embeddedJS starts an embedded bus with its data in dir, for as long as
+// the test runs, and returns JetStream on it.
+func embeddedJS(t *testing.T, dir string) jetstream.JetStream {
 	t.Helper()
-	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true})
+	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,6 +40,31 @@ func settingsStore(t *testing.T, dir string) *auth.SettingsStore {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js
+}
+
+// runStore opens the scene store on js and runs it until the test ends.
+func runStore(t *testing.T, js jetstream.JetStream) *persist.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := persist.Open(ctx, persist.Config{JS: js, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); store.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return store
+}
+
+// settingsStore returns a real settings store on an embedded bus.
+func settingsStore(t *testing.T, dir string) *auth.SettingsStore {
+	t.Helper()
+	js := embeddedJS(t, dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	st, err := auth.OpenSettings(ctx, js, 1)
 	if err != nil {
 		t.Fatal(err)
