@@ -84,22 +84,23 @@ func (r *room) claimAttached(claim string) {
 func (r *room) checkClaims() {
 	r.claimMu.Lock()
 	defer r.claimMu.Unlock()
-	if len(r.claims) == 0 {
-		return
-	}
-	var have map[string]bool // the record's claims of this node
-	if !r.recGone && r.rec != nil {
-		mine := r.rec.Joined[r.s.node]
-		have = make(map[string]bool, len(mine))
-		for _, id := range mine {
-			have[id] = true
-		}
-	}
+	var have map[string]bool // the record's claims of this node, once needed
 	for id, h := range r.claims {
 		if !h.attached || h.c.closing() || h.rev > r.recRev {
 			continue
 		}
-		if have == nil || r.rec.Gen != h.gen || !have[id] {
+		lost := r.recGone || r.rec == nil || r.rec.Gen != h.gen
+		if !lost {
+			if have == nil {
+				mine := r.rec.Joined[r.s.node]
+				have = make(map[string]bool, len(mine))
+				for _, c := range mine {
+					have[c] = true
+				}
+			}
+			lost = !have[id]
+		}
+		if lost {
 			r.claimFrom, r.claimCode = r.rec, r.lastCode
 			r.reclaim.kick()
 			return
