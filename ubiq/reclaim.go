@@ -195,11 +195,12 @@ func (r *room) handOverCode() {
 }
 
 // reclaimRoom puts claims, this node's, back into room uuid's record
-// where they are missing, and returns the record that holds them and its
-// revision, and whether it wrote it (false: none was missing). A room that gave up its join code takes one
-// again, code first (the one its members were told) if it is free. A room
-// whose record is gone is created again from last (the record its members
-// know; nil: a new room's), under a new generation: its members are in it.
+// where they are missing, and returns the record that holds them, its
+// revision, and whether it wrote it (false: none was missing). A room
+// that gave up its join code takes one again, code first (the one its
+// members were told) if it is free. A room whose record is gone is
+// created again from last (the record its members know; nil: a new
+// room's), under a new generation: its members are in it.
 func (s *store) reclaimRoom(ctx context.Context, uuid string, claims []string, last *roomRecord, code string) (*roomRecord, uint64, bool, error) {
 	for {
 		r, rev, err := s.getRoom(ctx, uuid)
