@@ -60,9 +60,9 @@ type assignedTo struct {
 // assignedTTL is how long the manager remembers a client's node, so that
 // the client gets it again when it joins again (a reload, a connection
 // that failed); pruneEvery is how often it forgets older ones and those
-// of nodes it no longer knows. Before, it remembered every client that
-// ever joined, for good: a browser in a public scene could grow the map
-// with every client id it made up.
+// of nodes it no longer knows: a browser in a public scene may make up
+// any number of client ids, and the map stays bounded by the joins of
+// the last assignedTTL.
 const (
 	assignedTTL = 10 * time.Minute
 	pruneEvery  = 10 * time.Second

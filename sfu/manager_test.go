@@ -191,9 +191,8 @@ func TestAssignedForgotten(t *testing.T) {
 // TestAssignSkipsFullNodes: a node whose heartbeat gives as many clients
 // as it takes (NodeInfo.MaxClients), counting the clients placed there
 // since, gets a client only when no other node has room, even one at
-// another site; a client given a node that is full now moves. Before, the
-// manager placed clients on a full node as on any other, and each was
-// refused there and asked again.
+// another site; a client given a node that is full now moves. A full
+// node would refuse each client, which would ask again.
 func TestAssignSkipsFullNodes(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -234,8 +233,7 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 	// node 1 has room for it, counting its own old connection, which the
 	// heartbeat's Clients includes until the heartbeat after its leave (a
 	// tab reloading on a node at MaxClients); it moves once node 1 is full
-	// without it. Before, its own connection counted: the reloading tab
-	// was moved to another node.
+	// without it.
 	for _, tc := range []struct {
 		name    string
 		clients int // node 1's heartbeat, MaxClients 2

@@ -241,8 +241,6 @@ func TestPointCloudBotViewerToken(t *testing.T) {
 // TestSFUMaxClients: `xrealm sfu --max-clients N` gives the node's
 // Config.MaxClients, which its heartbeat announces (default 500); a value
 // below 1 is refused with exit code 2 and an error naming the flag.
-// Before, the flag did not exist: a node took the default 500 whatever
-// its host could carry.
 func TestSFUMaxClients(t *testing.T) {
 	for _, tc := range []struct {
 		value   string

@@ -37,7 +37,7 @@ func TestParseToken(t *testing.T) {
 		{"no user", []string{"--scene", "a/b"}, auth.Rights{}, "--user is required"},
 		{"the longest user name", []string{"--user", strings.Repeat("u", auth.MaxUserLen), "--scene", "a/b"},
 			auth.SceneRights("realm", "a", "b", auth.RoleViewer, ""), ""},
-		// Issue refuses it; the error clips it (topic.Clip: 100 bytes).
+		// parseToken refuses it (auth.MaxUserLen); the error clips it (topic.Clip: 100 bytes).
 		{"a user name too long", []string{"--user", strings.Repeat("u", 9<<10), "--scene", "a/b"}, auth.Rights{},
 			`--user "` + strings.Repeat("u", 100) + `"... of 9216 bytes is longer than the longest, 256`},
 		// Taken and ignored: an editor publishes as any client.
