@@ -22,9 +22,10 @@ import (
 // leave for the client (it may have taken the offer) and excluded from the
 // next placements (JoinRequest.Exclude); one that refused the offer for
 // its load (Reply.Full) is excluded too, with no leave, so that another
-// node may take the client, and named in JoinRequest.Full: the manager
-// counts it full until its next heartbeat. When the manager then has no node left, the
-// nodes refused for load are asked again after the backoff (they were
+// node may take the client, and named in JoinRequest.Full on the next
+// attempt only: the manager counts it full until its next heartbeat, which
+// a later attempt may come after. When the manager then has no node left,
+// the nodes refused for load are asked again after the backoff (they were
 // busy, not failed; a single node's 64 signal slots fill when every tab
 // offers at once after a restart), and a placement that ends so ends
 // with the last refusal's error (errNodeFull, Reply.Full), not with "no
@@ -122,7 +123,11 @@ type placement struct {
 func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, error) {
 	req := p.req
 	req.Exclude = append([]string(nil), req.Exclude...)
-	req.Full = append([]string(nil), req.Full...)
+	// full are the nodes excluded because they refused the client for
+	// their load (errNodeFull), fullErr the last such refusal; req.Full
+	// names the node of the last attempt when it was one of them
+	full := append([]string(nil), req.Full...)
+	var fullErr error
 	limit := placementTimeout
 	if p.deadline > 0 {
 		limit = p.deadline
@@ -149,24 +154,25 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 		return fmt.Errorf("sfu: join %s/%s: %w after %v: %d attempts, placed on nodes %s, excluded %s as they did not answer or were full; last error: %w",
 			req.Session, req.Client, errPlacementTimeout, limit, attempts, nodes, excluded, err)
 	}
-	// req.Full are the nodes excluded because they refused the client
-	// for their load (errNodeFull), fullErr the last such refusal
-	var fullErr error
 	for attempt := 1; ; attempt++ {
 		a, rep, failed, err := p.once(pctx, req, first)
+		// a refusal is named to the manager once: a later attempt may
+		// come after the node's next heartbeat, which has its count
+		req.Full = nil
 		if failed != "" {
 			req.Exclude = append(req.Exclude, failed)
 			if errors.Is(err, errNodeFull) {
-				req.Full, fullErr = append(req.Full, failed), err
+				full, fullErr = append(full, failed), err
+				req.Full = []string{failed}
 			}
 		}
-		if err != nil && a.Node == "" && failed == "" && len(req.Full) > 0 && !errors.Is(err, ErrBusy) {
+		if err != nil && a.Node == "" && failed == "" && len(full) > 0 && !errors.Is(err, ErrBusy) {
 			// The manager has no node but those excluded, some only for
 			// their load: they were busy, not failed. Ask them again
 			// after the backoff, and tell the client of the refusal, not
 			// that no node is available.
-			req.Exclude = slices.DeleteFunc(req.Exclude, func(id string) bool { return slices.Contains(req.Full, id) })
-			req.Full = nil
+			req.Exclude = slices.DeleteFunc(req.Exclude, func(id string) bool { return slices.Contains(full, id) })
+			full = nil
 			err = fmt.Errorf("%w; no other node took the client (%v)", fullErr, err)
 		}
 		if err != nil && a.Node == "" && ctx.Err() == nil && context.Cause(pctx) == errPlacementTimeout {
@@ -181,7 +187,7 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 		}
 		d := joinBackoff.delay(attempt)
 		p.log.Info(p.retryMsg, "session", req.Session, "client", req.Client, "node", failed,
-			"attempt", attempt, "retry_in", d, "exclude", req.Exclude, "full", req.Full, "err", err)
+			"attempt", attempt, "retry_in", d, "exclude", req.Exclude, "full", full, "err", err)
 		if werr := wait(pctx, d); werr != nil {
 			if ctx.Err() == nil {
 				return Assignment{}, Reply{}, timedOut(attempt, err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -323,5 +324,87 @@ func TestLeaveEndsExpectation(t *testing.T) {
 				t.Fatalf("node 1's heartbeat counts %d clients after %s left, want 0", clients, client)
 			}
 		})
+	}
+}
+
+// holdHeartbeats holds node n's heartbeats (its loop waits for hbMu)
+// once mgr has n's last one, and returns what ends the hold; the test's
+// end ends it too. Until then mgr has no heartbeat of n, so what a join
+// does to mgr's count of n stays; a hold has to end within nodeTTL.
+func holdHeartbeats(t *testing.T, mgr *Manager, n *Node) (release func()) {
+	t.Helper()
+	n.hbMu.Lock()
+	var once sync.Once
+	release = func() { once.Do(n.hbMu.Unlock) }
+	t.Cleanup(release)
+	n.mu.Lock()
+	beat := n.beat
+	n.mu.Unlock()
+	waitFor(t, fmt.Sprint("the manager to have heartbeat ", beat, " of node ", n.ID()), func() bool {
+		mgr.mu.Lock()
+		defer mgr.mu.Unlock()
+		ns := mgr.nodes[n.ID()]
+		return ns != nil && ns.info.Beat == beat
+	})
+	return release
+}
+
+// refusedFull reports whether mgr counts node id full for a refusal since
+// its last heartbeat (nodeState.refused).
+func refusedFull(mgr *Manager, id string) bool {
+	mgr.mu.Lock()
+	defer mgr.mu.Unlock()
+	ns := mgr.nodes[id]
+	return ns != nil && ns.refused
+}
+
+// TestFullRefusalNamedOnce: a placement names a node that refused its
+// client as full (JoinRequest.Full) on its next attempt only: a later
+// attempt may come after the node's heartbeat, whose count the manager
+// then has. Nodes 1 (site a) and 2 (site b) take one client each and have
+// one. u1 of site a is placed on node 1, refused, and on node 2 by the
+// attempt naming node 1; a heartbeat of node 1 comes, then the heartbeats
+// of both nodes are held. Node 2 refuses u1, and the attempt naming it
+// finds no node left; the placement asks both again after its backoff.
+// When the manager places u1 on node 1 again, node 2 counts as full for
+// the refusal, node 1 does not.
+func TestFullRefusalNamedOnce(t *testing.T) {
+	c := startClusterWith(t, func(_ int, cfg *Config) { cfg.MaxClients = 1 }, "a", "b")
+	mgr := c.nodes[0].mgr
+	for _, n := range c.nodes {
+		if rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: "direct" + n.ID(), SDP: recvOffer(t, 1)}); rep.Op != "answer" {
+			t.Fatalf("direct offer to node %s: %+v, want an answer", n.ID(), rep)
+		}
+		waitFor(t, "the manager to have node "+n.ID()+"'s heartbeat with its client", func() bool { _, clients := nodeSeen(mgr, n.ID()); return clients == 1 })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := c.conn(t, "u1")
+	var (
+		placed             []string
+		refused1, refused2 bool
+	)
+	p := placement{nc: nc, req: JoinRequest{Session: "s1", Client: "u1", Site: "a"}, log: slog.New(slog.DiscardHandler), retryMsg: "retry",
+		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
+			return requestSignal(ctx, nc, a.Signal, s)
+		},
+		placed: func(a Assignment) {
+			placed = append(placed, a.Node)
+			switch len(placed) {
+			case 2: // placed by the attempt naming node 1
+				waitHeartbeats(t, mgr, "1", 1)
+				holdHeartbeats(t, mgr, c.nodes[0])
+				holdHeartbeats(t, mgr, c.nodes[1])
+			case 3: // placed after the attempt naming node 2
+				refused1, refused2 = refusedFull(mgr, "1"), refusedFull(mgr, "2")
+				cancel() // nothing more to see
+			}
+		}}
+	_, _, err := p.run(ctx, Signal{Op: "offer", Session: "s1", Client: "u1", SDP: recvOffer(t, 1)})
+	if !slices.Equal(placed, []string{"1", "2", "1"}) {
+		t.Fatalf("u1 placed on %v (%v), want 1, 2 (both refused it as full), then 1 again", placed, err)
+	}
+	if refused1 || !refused2 {
+		t.Errorf("full for a refusal after the attempt naming node 2: node 1 %v, node 2 %v; want node 2 alone (node 1's heartbeat came after its refusal was named)", refused1, refused2)
 	}
 }

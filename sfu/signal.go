@@ -42,9 +42,9 @@ type JoinRequest struct {
 	// load, when they ask again).
 	Exclude []string `json:"exclude,omitempty"`
 	// Full lists those of Exclude that refused the client for their load
-	// (Reply.Full): the manager counts them full until their next
-	// heartbeat. The others did not answer, and no longer count the
-	// client as placed there.
+	// (Reply.Full) on the attempt before this one: the manager counts them
+	// full until their next heartbeat. A refusal is named once, as a later
+	// join may come after that heartbeat.
 	Full []string `json:"full,omitempty"`
 }
 
