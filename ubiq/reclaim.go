@@ -51,8 +51,9 @@ func (r *room) holdClaim(c *conn, claim, gen string, rev uint64) {
 
 // releaseClaim stops holding claim, before its connection counts itself
 // out, and returns the generation of the room's record that holds it (""
-// if any may: see heldClaim; ok false: not held). It waits for a put-back under way (writeClaims), so
-// that none puts the claim back after the count-out.
+// if any may: see heldClaim; ok false: not held). It waits for a put-back
+// under way (writeClaims), so that none puts the claim back after the
+// count-out.
 func (r *room) releaseClaim(claim string) (gen string, ok bool) {
 	r.claimWrite.Lock()
 	defer r.claimWrite.Unlock()
@@ -123,21 +124,11 @@ func (r *room) writeClaims(ctx context.Context, w *roomWriter) error {
 	}
 	last, code := r.claimFrom, r.claimCode
 	r.claimMu.Unlock()
-	if r.unfreed != nil && (len(ids) == 0 || r.unfreed.code != code) {
-		r.handOverCode() // no longer tried
-	}
 	if len(ids) == 0 {
 		return nil
 	}
 	rec, rev, wrote, err := r.s.store.reclaimRoom(ctx, r.id, ids, last, code)
-	r.keepCode(err, code) // a code reserved for the write, which failed
-	if err == nil && r.unfreed != nil {
-		if rec.JoinCode == r.unfreed.code {
-			r.unfreed = nil // the record's
-		} else {
-			r.handOverCode()
-		}
-	}
+	r.s.freeCodeLater(err) // a code reserved for the write, which failed
 	gen := ""
 	if err == nil {
 		// The record that holds them, as written or as read (all were
@@ -164,34 +155,6 @@ func (r *room) writeClaims(ctx context.Context, w *roomWriter) error {
 	w.warn("Ubiq room record lost the claims of members here (another node took this one for dead and counted them out): put back",
 		"room", r.id, "claims", len(ids), "joincode", rec.JoinCode)
 	return nil
-}
-
-// keepCode keeps the join code of a *codeNotFreedError in err, if it is
-// code, the one the put-back tries first: its record write failed and may
-// have landed, so its key stays; the put-back, retried, takes the code
-// back, and ends with it or hands it over (handOverCode). Handed to the
-// retrier now, the code could be freed (its key names the room, the
-// record does not name it) between the retry's taking it back and its
-// record write. Any other code goes to the retrier. claimWrite held.
-func (r *room) keepCode(err error, code string) {
-	var cn *codeNotFreedError
-	if errors.As(err, &cn) && cn.rev == 0 && cn.code == code {
-		r.unfreed = cn
-		return
-	}
-	r.s.freeCodeLater(err)
-}
-
-// handOverCode hands the join code that keepCode kept, if any, to the
-// retrier, which frees it unless the room's record names it
-// (store.freeCodeOf): the put-back no longer tries with it (it ended with
-// another code, has no claims to put back, or the room stops). claimWrite
-// held.
-func (r *room) handOverCode() {
-	if r.unfreed != nil {
-		r.s.freeCodeLater(r.unfreed)
-		r.unfreed = nil
-	}
 }
 
 // reclaimRoom puts claims, this node's, back into room uuid's record

@@ -14,12 +14,13 @@ var errUnreachable = errors.New("store unreachable (test)")
 // TestPutBackRetryKeepsItsCode: a room puts its member's claim back (a
 // sweep of its node counted it out, and the room gave up its join code),
 // taking its code back, and the write of its record fails: it may have
-// landed, so the code's key stays until it is known. The room tries
-// again with the same code, and takes it back again; the code is not
-// freed meanwhile, and the room ends with it. Before, the code went to
-// the retrier at once, which freed it (its key named the room, the record
-// did not name it) between the retry's taking it back and its record
-// write: the record named a code that no longer led to the room.
+// landed, so the code goes to the retrier, which frees it only if the
+// record does not name it. The room tries again with the same code and
+// takes it back; the retrier runs between that and the retry's record
+// write, and frees the code (its key names the room, the record does not
+// name it yet). The test checks that the room ends with the code its
+// member was told and that the code leads to the room: the retry writes
+// the code's key again once its record write has landed.
 func TestPutBackRetryKeepsItsCode(t *testing.T) {
 	ts, hook, raw := startHookedServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -195,10 +195,8 @@ type room struct {
 	claims    map[string]*heldClaim
 	claimFrom *roomRecord
 	claimCode string
-	// claimWrite is held while reclaim writes, and by releaseClaim. It
-	// guards unfreed, a join code that reclaim keeps (keepCode).
+	// claimWrite is held while reclaim writes, and by releaseClaim.
 	claimWrite sync.Mutex
-	unfreed    *codeNotFreedError
 	// joinMu guards joins, the member keys of the Joins under way
 	// (watchJoin), by key token.
 	joinMu sync.Mutex
@@ -252,14 +250,10 @@ func (r *room) writer(write func(ctx context.Context, w *roomWriter) error) *roo
 	return &roomWriter{ctx: r.writes, wg: &r.writing, log: r.s.log, room: r.id, write: write}
 }
 
-// endWrites cancels the room's writes under way and waits for them, then
-// hands a join code that reclaim kept to the retrier.
+// endWrites cancels the room's writes under way and waits for them.
 func (r *room) endWrites() {
 	r.stopWrites()
 	r.writing.Wait()
-	r.claimWrite.Lock()
-	r.handOverCode()
-	r.claimWrite.Unlock()
 }
 
 // start subscribes, loads the room's keys and runs the goroutine.

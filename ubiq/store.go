@@ -421,7 +421,10 @@ func (e *codeNotFreedError) Unwrap() error { return e.err }
 
 // freeCodeOf frees the code of a *codeNotFreedError. Without its
 // revision, the key is deleted if it still names the room and the room
-// does not hold that code again.
+// does not hold that code again. A writer of the room whose record write
+// with the code lands after that check writes the key again
+// (holdWrittenCode): the purge, at the revision read, then fails, or is
+// undone.
 func (s *store) freeCodeOf(ctx context.Context, e *codeNotFreedError) error {
 	rev := e.rev
 	if rev == 0 {
@@ -520,9 +523,10 @@ var errClaimConflict = errors.New("the room's record changed since it was read")
 // putClaimed writes room record r, read at revision rev (0: there was
 // none, it is created), to which claims were added, and returns the
 // revision written. A record without a join code takes a free one first
-// (prefer, if it is free). A record that changed since rev is
-// errClaimConflict: nothing is written, and a code reserved for it is
-// freed, unless the record names it now (freeUnwritten).
+// (prefer, if it is free), and holds it once written (holdWrittenCode).
+// A record that changed since rev is errClaimConflict: nothing is
+// written, and a code reserved for it is freed, unless it is prefer and
+// the record names it now (freeUnwritten).
 func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefer string) (uint64, error) {
 	var fresh string
 	var freshRev uint64
@@ -543,6 +547,9 @@ func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefe
 	}
 	if err == nil {
 		s.recordWritten(r.UUID, r, wrev)
+		if fresh != "" {
+			return s.holdWrittenCode(ctx, r, wrev)
+		}
 		return wrev, nil
 	}
 	conflict := bus.IsRevisionConflict(err)
@@ -557,7 +564,7 @@ func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefe
 			&codeNotFreedError{room: r.UUID, code: fresh, err: fmt.Errorf("the room's write may have landed: %w", err)})
 	}
 	if fresh != "" {
-		if ferr := s.freeUnwritten(ctx, r.UUID, fresh, freshRev); ferr != nil {
+		if ferr := s.freeUnwritten(ctx, r.UUID, fresh, freshRev, fresh == prefer); ferr != nil {
 			return 0, errors.Join(fmt.Errorf("write room %s: %w", r.UUID, err), ferr)
 		}
 	}
@@ -567,19 +574,64 @@ func (s *store) putClaimed(ctx context.Context, r *roomRecord, rev uint64, prefe
 	return 0, errClaimConflict
 }
 
+// holdWrittenCode writes the key of the join code of room record r,
+// reserved for r's write, which landed at revision rev, again
+// (takeBackCode), and returns the revision of the record that holds a
+// code. A freeing of the code that read its key before, conditional on
+// that revision, then fails: one that found the record without the code
+// (another writer's write that failed, the retrier's freeCodeOf). A key
+// freed meanwhile is created again; if another room took the code
+// meanwhile, r takes another and is written again (while it names the
+// code: a record that changed since is read again). r is the record as
+// last written or read.
+func (s *store) holdWrittenCode(ctx context.Context, r *roomRecord, rev uint64) (uint64, error) {
+	code := r.JoinCode
+	krev, err := s.takeBackCode(ctx, r.UUID, code)
+	if err != nil {
+		return 0, fmt.Errorf("room %s written with join code %s: %w", r.UUID, code, err)
+	}
+	if krev != 0 {
+		return rev, nil
+	}
+	for r.JoinCode == code {
+		r.JoinCode = ""
+		wrev, err := s.putClaimed(ctx, r, rev, "")
+		if err == nil {
+			return wrev, nil
+		}
+		if !errors.Is(err, errClaimConflict) {
+			return 0, err
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		cur, crev, err := s.getRoom(ctx, r.UUID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return 0, errClaimConflict // removed: the caller creates it again
+		} else if err != nil {
+			return 0, err
+		}
+		*r, rev = *cur, crev
+	}
+	return rev, nil
+}
+
 // freeUnwritten frees join code code, reserved at revision rev for a
-// write of room's record that found the record changed, unless the record
-// names the code now: another writer of the room (a put-back on another
-// node) took the same code back (takeBackCode), after this one reserved
-// it, and wrote the record with it. An error is a *codeNotFreedError.
-func (s *store) freeUnwritten(ctx context.Context, room, code string, rev uint64) error {
-	switch r, _, err := s.getRoom(ctx, room); {
-	case err == nil && r.JoinCode == code:
-		return nil // the other writer's
-	case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
-		// Without the revision, the retrier frees it only if the
-		// record does not name it (freeCodeOf).
-		return &codeNotFreedError{room: room, code: code, err: fmt.Errorf("read the room's record: %w", err)}
+// write of room's record that found the record changed. A code taken back
+// (takenBack: the room's code before) is left alone if the record names
+// it now: another writer of the room (a put-back on another node) took
+// the same code back, after this one reserved it, and wrote the record
+// with it. An error is a *codeNotFreedError.
+func (s *store) freeUnwritten(ctx context.Context, room, code string, rev uint64, takenBack bool) error {
+	if takenBack {
+		switch r, _, err := s.getRoom(ctx, room); {
+		case err == nil && r.JoinCode == code:
+			return nil // the other writer's
+		case err != nil && !errors.Is(err, jetstream.ErrKeyNotFound):
+			// Without the revision, the retrier frees it only if the
+			// record does not name it (freeCodeOf).
+			return &codeNotFreedError{room: room, code: code, err: fmt.Errorf("read the room's record: %w", err)}
+		}
 	}
 	if err := s.freeCode(ctx, code, rev); err != nil {
 		return &codeNotFreedError{room: room, code: code, rev: rev, err: err}
