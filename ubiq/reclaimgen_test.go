@@ -17,9 +17,8 @@ import (
 // lost. The member's count-out, when it leaves, takes the claim out of
 // the new generation all the same, whether the put-back's retry found the
 // claim in place before the member left or the member left first, and the
-// room goes. Before, the room took the claim for one of the old
-// generation, whose count-out leaves another generation alone: the claim
-// stayed, and the room was never removed.
+// room goes: the test checks that the claim is not left in the new
+// generation by a count-out that looks for it in the old one only.
 func TestPutBackWithLostAnswerCountsOut(t *testing.T) {
 	for _, tc := range []struct {
 		name string

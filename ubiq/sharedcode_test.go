@@ -13,10 +13,9 @@ import (
 // and the room gave up its join code), each taking back the code their
 // members were told (takeBackCode): the first reserves the code, the
 // second writes its key again, and both write the record. One write wins;
-// the other finds the record changed, and the room's code is the
-// winner's, whichever wrote the code's key last. Before, a loser that had
-// written the key last freed the code on its conflict: the record named a
-// code that no longer led to the room, and another room could take it.
+// the other finds the record changed. The test checks, whichever wrote
+// the code's key last, that the record holds both claims and names the
+// code taken back, and that the code leads to the room.
 func TestPutBacksShareTheirCode(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
