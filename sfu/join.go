@@ -18,19 +18,21 @@ import (
 // offer) the same way (placement). When the manager answers busy, or the
 // node does not answer (it died after the manager's ping, hangs, or is
 // slow), they ask the manager again, joinAttempts times in all, waiting
-// joinBackoff between attempts. A node that did not answer is sent a
-// leave for the client (it may have taken the offer) and excluded from the
-// next placements (JoinRequest.Exclude); one that refused the offer for
-// its load (Reply.Full) is excluded too, with no leave, so that another
-// node may take the client, and named in JoinRequest.Full on the next
+// joinBackoff between attempts. A node that did not answer is sent a leave
+// for the client (it may have taken the offer) and excluded from the next
+// placements (JoinRequest.Exclude); one that refused the offer for its load
+// (Reply.Full) is excluded too, with no leave, so that another node may
+// take the client. One that refused it for its clients (MaxClients), not
+// its signal slots (Reply.Busy), is named in JoinRequest.Full on the next
 // attempt only: the manager counts it full until its next heartbeat, which
 // a later attempt may come after. When the manager then has no node left,
 // the nodes refused for load are asked again after the backoff (they were
 // busy, not failed; a single node's 64 signal slots fill when every tab
-// offers at once after a restart), and a placement that ends so ends
-// with the last refusal's error (errNodeFull, Reply.Full), not with "no
-// node is available". A signal waits at most offerTimeout for its node, a join request joinRequestTimeout for the manager, and the
-// whole placement at most placementTimeout.
+// offers at once after a restart), and a placement that ends so ends with
+// the last refusal's error (errNodeFull, Reply.Full), not with "no node is
+// available". A signal waits at most offerTimeout for its node, a join
+// request joinRequestTimeout for the manager, and the whole placement at
+// most placementTimeout.
 const (
 	joinAttempts       = 5
 	offerTimeout       = 10 * time.Second
@@ -125,7 +127,8 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 	req.Exclude = append([]string(nil), req.Exclude...)
 	// full are the nodes excluded because they refused the client for
 	// their load (errNodeFull), fullErr the last such refusal; req.Full
-	// names the node of the last attempt when it was one of them
+	// names the node of the last attempt when it refused the client for
+	// its clients (not errNodeBusy)
 	full := append([]string(nil), req.Full...)
 	var fullErr error
 	limit := placementTimeout
@@ -163,7 +166,11 @@ func (p placement) run(ctx context.Context, first Signal) (Assignment, Reply, er
 			req.Exclude = append(req.Exclude, failed)
 			if errors.Is(err, errNodeFull) {
 				full, fullErr = append(full, failed), err
-				req.Full = []string{failed}
+				if !errors.Is(err, errNodeBusy) {
+					// its clients, not its signal slots: the
+					// manager's count was low
+					req.Full = []string{failed}
+				}
 			}
 		}
 		if err != nil && a.Node == "" && failed == "" && len(full) > 0 && !errors.Is(err, ErrBusy) {

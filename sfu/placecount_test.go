@@ -408,3 +408,48 @@ func TestFullRefusalNamedOnce(t *testing.T) {
 		t.Errorf("full for a refusal after the attempt naming node 2: node 1 %v, node 2 %v; want node 2 alone (node 1's heartbeat came after its refusal was named)", refused1, refused2)
 	}
 }
+
+// TestBusyRefusalNotFull: a node that refuses a client because its signal
+// slots are all taken (Reply.Busy) is not named full to the manager
+// (JoinRequest.Full): that says nothing of its clients. Node 1's slots are
+// taken and its heartbeats held; u1 of its site is placed on node 1,
+// refused, and on node 2 by the next attempt, after which the manager does
+// not count node 1 full.
+func TestBusyRefusalNotFull(t *testing.T) {
+	c := startCluster(t, "a", "b")
+	n1, mgr := c.nodes[0], c.nodes[0].mgr
+	for range cap(n1.signalSlots) {
+		n1.signalSlots <- struct{}{}
+	}
+	defer func() {
+		for range cap(n1.signalSlots) {
+			<-n1.signalSlots
+		}
+	}()
+	holdHeartbeats(t, mgr, n1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc := c.conn(t, "u1")
+	var (
+		placed   []string
+		refused1 bool
+	)
+	p := placement{nc: nc, req: JoinRequest{Session: "s1", Client: "u1", Site: "a"}, log: slog.New(slog.DiscardHandler), retryMsg: "retry",
+		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
+			return requestSignal(ctx, nc, a.Signal, s)
+		},
+		placed: func(a Assignment) {
+			placed = append(placed, a.Node)
+			if len(placed) == 2 { // placed by the attempt after node 1's refusal
+				refused1 = refusedFull(mgr, "1")
+				cancel() // nothing more to see
+			}
+		}}
+	_, _, err := p.run(ctx, Signal{Op: "offer", Session: "s1", Client: "u1", SDP: recvOffer(t, 1)})
+	if !slices.Equal(placed, []string{"1", "2"}) {
+		t.Fatalf("u1 placed on %v (%v), want 1 (busy), then 2", placed, err)
+	}
+	if refused1 {
+		t.Error("node 1 counts as full for the manager after it refused u1 for its signal slots, want not")
+	}
+}

@@ -41,8 +41,8 @@ type JoinRequest struct {
 	// send the nodes that did not answer its offer, or refused it for their
 	// load, when they ask again).
 	Exclude []string `json:"exclude,omitempty"`
-	// Full lists those of Exclude that refused the client for their load
-	// (Reply.Full) on the attempt before this one: the manager counts them
+	// Full lists those of Exclude that refused the client for their
+	// clients (Reply.Full without Busy) on the attempt before this one: the manager counts them
 	// full until their next heartbeat. A refusal is named once, as a later
 	// join may come after that heartbeat.
 	Full []string `json:"full,omitempty"`
@@ -149,16 +149,28 @@ type Reply struct {
 	// (Config.MaxClients clients, or maxSignalsInFlight signals in
 	// progress): another node may take it (errNodeFull).
 	Full bool `json:"full,omitempty"`
+	// Busy, with Full, says the load was the signals in progress, not the
+	// clients (errNodeBusy): it says nothing of the node's clients, which
+	// the manager counts (JoinRequest.Full).
+	Busy bool `json:"busy,omitempty"`
 }
 
 // errNodeFull is what the error of a signal refused for the node's load
 // wraps (Reply.Full): a placement asks the manager for another node.
 var errNodeFull = errors.New("sfu node full")
 
+// errNodeBusy is what the error of a signal refused for the node's
+// signals in progress wraps besides errNodeFull (Reply.Busy).
+var errNodeBusy = errors.New("signal slots taken")
+
 // replyError is the error of rep, an "error" reply to op; it wraps
-// errNodeFull when the node refused for its load.
+// errNodeFull when the node refused for its load, and errNodeBusy too
+// when that load was its signals in progress.
 func replyError(op string, rep Reply) error {
-	if rep.Full {
+	switch {
+	case rep.Full && rep.Busy:
+		return fmt.Errorf("%s: %w (%w): %s", op, errNodeFull, errNodeBusy, rep.Error)
+	case rep.Full:
 		return fmt.Errorf("%s: %w: %s", op, errNodeFull, rep.Error)
 	}
 	return fmt.Errorf("%s: %s", op, rep.Error)
@@ -336,8 +348,8 @@ func (n *Node) handleSignal(m *nats.Msg) {
 
 // takeSignalSlot takes one of the node's maxSignalsInFlight signal slots
 // for s, whether it came over the bus or the node's own WebSocket
-// handler; when all are taken it returns the error reply (Full) that
-// refuses s. The caller gives the slot back (<-n.signalSlots).
+// handler; when all are taken it returns the error reply (Full and Busy)
+// that refuses s. The caller gives the slot back (<-n.signalSlots).
 func (n *Node) takeSignalSlot(s Signal) (Reply, bool) {
 	select {
 	case n.signalSlots <- struct{}{}:
@@ -346,7 +358,7 @@ func (n *Node) takeSignalSlot(s Signal) (Reply, bool) {
 		if s.Op == "offer" {
 			n.unexpect(s.Session + "/" + s.Client) // it goes elsewhere, or comes again
 		}
-		return Reply{Op: "error", Full: true, Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers) in progress, at most %d; %q from %q/%q refused, try again",
+		return Reply{Op: "error", Full: true, Busy: true, Error: fmt.Sprintf("sfu node %s is busy: %d signals (offers) in progress, at most %d; %q from %q/%q refused, try again",
 			n.cfg.ID, len(n.signalSlots), cap(n.signalSlots), s.Op, s.Session, s.Client)}, false
 	}
 }

@@ -74,8 +74,8 @@ func TestClientsPerNodeBounded(t *testing.T) {
 		defer n.Signal(Signal{Op: "leave", Session: "s1", Client: client})
 	}
 	rep := n.Signal(Signal{Op: "offer", Session: "s1", Client: "extra", SDP: offer})
-	if rep.Op != "error" || !strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxClients)) || !strings.Contains(rep.Error, "s1/extra") {
-		t.Fatalf("offer beyond the bound: %s %q, want an error naming the client and the bound", rep.Op, rep.Error)
+	if rep.Op != "error" || !rep.Full || rep.Busy || !strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxClients)) || !strings.Contains(rep.Error, "s1/extra") {
+		t.Fatalf("offer beyond the bound: %+v, want an error marked full, not busy, naming the client and the bound", rep)
 	}
 	t.Logf("error: %s", rep.Error)
 	if hasPeer(n, "s1/extra") {
@@ -176,8 +176,9 @@ func TestWebSocketSignalsInFlightBounded(t *testing.T) {
 	}()
 	own := subjectSignal(n1.ID())
 	rep, err := n1.signalNode(ctx, own, Signal{Op: "offer", Session: "s1", Client: "direct", SDP: recvOffer(t, 1)})
-	if !errors.Is(err, errNodeFull) || !rep.Full || !strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxSignalsInFlight)) || !strings.Contains(rep.Error, `"s1"/"direct"`) {
-		t.Fatalf("offer of the node's own handler while its slots are taken: %+v, %v; want a full error giving the bound and the client", rep, err)
+	if !errors.Is(err, errNodeFull) || !errors.Is(err, errNodeBusy) || !rep.Full || !rep.Busy ||
+		!strings.Contains(rep.Error, fmt.Sprintf("at most %d", maxSignalsInFlight)) || !strings.Contains(rep.Error, `"s1"/"direct"`) {
+		t.Fatalf("offer of the node's own handler while its slots are taken: %+v, %v; want a full and busy error giving the bound and the client", rep, err)
 	}
 	if hasPeer(n1, "s1/direct") {
 		t.Fatal("the refused offer left a peer")
