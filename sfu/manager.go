@@ -26,10 +26,10 @@ import (
 // leaving (NodeInfo.Leaving) is dropped at once; one that does not answer
 // when it is chosen (it vanished without announcing it) is dropped until its
 // next heartbeat and the client is placed on another node. A join may
-// exclude nodes (JoinRequest.Exclude): those that did not answer the
-// client no longer count it as placed there; those that refused it as
-// full (JoinRequest.Full) count as full until their next heartbeat. It
-// places at most maxPlacing joins at once and answers further ones busy.
+// exclude nodes (JoinRequest.Exclude), which no longer count the client
+// as placed there; those that refused it as full (JoinRequest.Full) count
+// as full until their next heartbeat. It places at most maxPlacing joins
+// at once and answers further ones busy.
 type Manager struct {
 	nc     *nats.Conn
 	log    *slog.Logger
@@ -475,13 +475,12 @@ func (m *Manager) drop(id string) {
 // assign picks the node for a client at now: the node it was given before,
 // while that node is alive, not excluded (req.Exclude) and has room for it
 // (rejoinCount), else the best live node not excluded. The excluded nodes
-// that refused the client as full (req.Full) are full until their next
-// heartbeat; the others did not answer, and no longer count the client
-// as placed there, nor does the client's old node when it moves. ask
-// reports that the client's node may keep it, but whether the node still
-// counts the client is to be asked first (a ping, Reply.Counted): the
-// caller asks and calls assign again with the answer, heard. Told,
-// assign does not ask.
+// no longer count the client as placed there, nor does the client's old
+// node when it moves; those that refused the client as full (req.Full) are
+// full until their next heartbeat. ask reports that the client's node may
+// keep it, but whether the node still counts the client is to be asked
+// first (a ping, Reply.Counted): the caller asks and calls assign again
+// with the answer, heard. Told, assign does not ask.
 func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a Assignment, ask bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -493,9 +492,9 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 		}
 	}
 	for _, id := range req.Exclude {
-		// the client is not there: the node did not answer its offer (it
-		// was told to drop it)
-		if ns := m.nodes[id]; ns != nil && !slices.Contains(req.Full, id) {
+		// the client is not there: the node refused its offer, or did not
+		// answer it and was told to drop it
+		if ns := m.nodes[id]; ns != nil {
 			delete(ns.placed, key)
 		}
 	}
@@ -552,9 +551,9 @@ func (m *Manager) assign(req JoinRequest, now time.Time, heard *rejoinAnswer) (a
 		return a.info.ID < b.info.ID
 	})
 	best := live[0]
-	if old, ok := m.assigned[key]; ok && old.node != best.info.ID && !slices.Contains(req.Full, old.node) {
+	if old, ok := m.assigned[key]; ok && old.node != best.info.ID {
 		// the client moves: its old node no longer counts it as placed
-		// there (one that refused it as full keeps it, full anyway)
+		// there
 		if ns := m.nodes[old.node]; ns != nil {
 			delete(ns.placed, key)
 		}

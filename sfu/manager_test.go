@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,33 +267,42 @@ func TestAssignSkipsFullNodes(t *testing.T) {
 }
 
 // TestExcludedNodeForgetsPlacement: a client placed on node 1 (site a,
-// one client at most) that joins again excluding it goes to node 2. When
-// node 1 did not answer the client's offer, node 1 no longer counts the
-// client and takes the next client of its site at once. When node 1
-// refused the client as full (JoinRequest.Full), the manager's count for
-// it was too low: node 1 is full until its next heartbeat, which then
-// gives its count (here none), and the next clients of its site go
-// elsewhere meanwhile.
+// one client at most) that joins again excluding it goes to node 2, and
+// node 1 no longer counts it as placed there. When node 1 did not answer
+// the client's offer, node 1 takes the next client of its site at once.
+// When node 1 refused the client as full (JoinRequest.Full), the
+// manager's count for it was too low: node 1 is full until its next
+// heartbeat, which then gives its count (here none), and the next clients
+// of its site go elsewhere meanwhile. The refused client does not count
+// after that heartbeat either, also when the ping of its placement was
+// answered at that heartbeat, before the manager had it.
 func TestExcludedNodeForgetsPlacement(t *testing.T) {
 	type join struct {
 		client          string
 		exclude, full   []string
-		heartbeat, want string // heartbeat: node 1's, with no clients, comes before the join
+		heartbeat, want string   // heartbeat: node 1's, with no clients, comes before the join
+		ahead           bool     // the ping's answer names a heartbeat of the node after the manager's
+		placed1         []string // the placements node 1 counts after the join
 	}
 	for _, tc := range []struct {
 		name  string
 		joins []join
 	}{
 		{"did not answer", []join{
-			{client: "c1", want: "1"},
+			{client: "c1", want: "1", placed1: []string{"s/c1"}},
 			{client: "c1", exclude: []string{"1"}, want: "2"},
-			{client: "c2", want: "1"},
+			{client: "c2", want: "1", placed1: []string{"s/c2"}},
 		}},
 		{"refused as full", []join{
-			{client: "c1", want: "1"},
+			{client: "c1", want: "1", placed1: []string{"s/c1"}},
 			{client: "c1", exclude: []string{"1"}, full: []string{"1"}, want: "2"},
 			{client: "c2", want: "3"},
-			{client: "c3", heartbeat: "1", want: "1"},
+			{client: "c3", heartbeat: "1", want: "1", placed1: []string{"s/c3"}},
+		}},
+		{"refused as full, the ping answered at a heartbeat the manager has not", []join{
+			{client: "c1", ahead: true, want: "1", placed1: []string{"s/c1"}},
+			{client: "c1", exclude: []string{"1"}, full: []string{"1"}, want: "2"},
+			{client: "c2", heartbeat: "1", want: "1", placed1: []string{"s/c2"}},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -314,7 +324,14 @@ func TestExcludedNodeForgetsPlacement(t *testing.T) {
 						j.client, j.exclude, j.full, a.Node, ask, j.want, m.nodes["1"].placed, m.nodes["2"].placed)
 				}
 				// the node's answer to the placement's ping, at its last heartbeat
-				m.settle(a.Node, "s/"+j.client, Reply{Op: "ok", Beat: m.nodes[a.Node].info.Beat})
+				beat := m.nodes[a.Node].info.Beat
+				if j.ahead {
+					beat++
+				}
+				m.settle(a.Node, "s/"+j.client, Reply{Op: "ok", Beat: beat})
+				if placed := slices.Sorted(maps.Keys(m.nodes["1"].placed)); !slices.Equal(placed, j.placed1) {
+					t.Fatalf("%s excluding %v (full %v): node 1 counts placements %v, want %v", j.client, j.exclude, j.full, placed, j.placed1)
+				}
 			}
 		})
 	}

@@ -39,12 +39,13 @@ type JoinRequest struct {
 	// Exclude lists nodes not to place the client on, even the node it was
 	// given before: those that failed it (Dial and the WebSocket handler
 	// send the nodes that did not answer its offer, or refused it for their
-	// load, when they ask again).
+	// load, when they ask again). The manager no longer counts the client
+	// as placed on them.
 	Exclude []string `json:"exclude,omitempty"`
 	// Full lists those of Exclude that refused the client for their
-	// clients (Reply.Full without Busy) on the attempt before this one: the manager counts them
-	// full until their next heartbeat. A refusal is named once, as a later
-	// join may come after that heartbeat.
+	// clients (Reply.Full without Busy) on the attempt before this one:
+	// the manager counts them full until their next heartbeat. A refusal
+	// is named once, as a later join may come after that heartbeat.
 	Full []string `json:"full,omitempty"`
 }
 
