@@ -139,16 +139,13 @@ func TestRejoinAfterDropCounts(t *testing.T) {
 // TestFullRefusalCountsFull: a node that refuses a client as full is full
 // for the manager until its next heartbeat. Node 1 (site a) takes one
 // client and has one the manager did not place (an offer sent to it
-// directly, as a client another manager placed would be); its last
-// heartbeat, which the manager has, counts none. u1 of site a is placed
-// on node 1, refused as full, and asks again naming node 1 in
-// JoinRequest.Full: it goes to node 2, and so does u2 of site a.
+// directly, as a client another manager placed would be); its heartbeats
+// are held from before that offer until u2 is placed, so that the
+// manager's count of node 1 has none. u1 of site a is placed on node 1,
+// refused as full, and asks again naming node 1 in JoinRequest.Full: it
+// goes to node 2, and so does u2 of site a, placed then.
 func TestFullRefusalCountsFull(t *testing.T) {
 	c := startClusterWith(t, func(i int, cfg *Config) {
-		// long enough that no heartbeat of node 1 comes between the direct
-		// offer and u2's join: it would count the direct client, and node
-		// 1 would be full for u2 without the refusal too
-		cfg.Heartbeat = 3 * time.Second
 		if i == 0 {
 			cfg.MaxClients = 1
 		}
@@ -156,26 +153,33 @@ func TestFullRefusalCountsFull(t *testing.T) {
 	mgr := c.nodes[0].mgr
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	waitHeartbeats(t, mgr, "1", 1)
+	release := holdHeartbeats(t, mgr, c.nodes[0])
 	if rep := c.nodes[0].Signal(Signal{Op: "offer", Session: "s1", Client: "direct", SDP: recvOffer(t, 1)}); rep.Op != "answer" {
 		t.Fatalf("direct offer to node 1: %+v, want an answer", rep)
 	}
+	nc := c.conn(t, "u1")
 	var placed []string
-	cl, err := Dial(ctx, ClientConfig{NC: c.conn(t, "u1"), Session: "s1", Client: "u1", Site: "a", ICEAddresses: loopback, VideoSlots: 1,
-		placed: func(a Assignment) { placed = append(placed, a.Node) }})
-	if err != nil {
-		t.Fatalf("u1 (placements %v): %v", placed, err)
+	var u2 Assignment
+	p := placement{nc: nc, req: JoinRequest{Session: "s1", Client: "u1", Site: "a"}, log: slog.New(slog.DiscardHandler), retryMsg: "retry",
+		send: func(ctx context.Context, a Assignment, s Signal) (Reply, error) {
+			return requestSignal(ctx, nc, a.Signal, s)
+		},
+		placed: func(a Assignment) {
+			placed = append(placed, a.Node)
+			if len(placed) == 2 { // placed by the attempt naming node 1
+				var err error
+				if u2, err = RequestJoin(ctx, c.conn(t, "u2"), JoinRequest{Session: "s1", Client: "u2", Site: "a"}); err != nil {
+					t.Errorf("join of u2: %v", err)
+				}
+				release()
+			}
+		}}
+	a, _, err := p.run(ctx, Signal{Op: "offer", Session: "s1", Client: "u1", SDP: recvOffer(t, 1)})
+	if err != nil || a.Node != "2" || !slices.Equal(placed, []string{"1", "2"}) {
+		t.Fatalf("u1 on node %q after placements %v (%v); want node 2 after node 1 refused it as full", a.Node, placed, err)
 	}
-	defer cl.Close()
-	if cl.Node != "2" || !slices.Equal(placed, []string{"1", "2"}) {
-		t.Fatalf("u1 on node %s after placements %v; want node 2 after node 1 refused it as full", cl.Node, placed)
-	}
-	a, err := RequestJoin(ctx, c.conn(t, "u2"), JoinRequest{Session: "s1", Client: "u2", Site: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if a.Node != "2" {
-		t.Fatalf("u2 placed on node %s after node 1 refused u1 as full, want 2", a.Node)
+	if u2.Node != "2" {
+		t.Fatalf("u2 placed on node %q after node 1 refused u1 as full, want 2", u2.Node)
 	}
 }
 
@@ -199,18 +203,27 @@ func placedOn(mgr *Manager, id string) map[string]uint64 {
 func TestPlacementAwaitsItsPing(t *testing.T) {
 	c := startCluster(t, "a")
 	mgr := c.nodes[0].mgr
+	mgr.probeWait.Store(int64(time.Minute)) // the ping waits for the test's answer, not for probeTimeout
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc := c.conn(t, "node9")
-	pinged, answer := make(chan struct{}), make(chan uint64)
+	pinged, answer := make(chan struct{}, 1), make(chan uint64)
 	if _, err := nc.Subscribe(subjectSignal("9"), func(m *nats.Msg) {
 		var s Signal
 		if err := json.Unmarshal(m.Data, &s); err != nil || s.Op != "ping" || !s.Place {
 			t.Errorf("node 9 got %s (%v), want the ping of a placement", m.Data, err)
 			return
 		}
-		pinged <- struct{}{}
-		respondSignal(m, Reply{Op: "ok", Site: "z", Instance: "i", Beat: <-answer})
+		select {
+		case pinged <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		select {
+		case beat := <-answer:
+			respondSignal(m, Reply{Op: "ok", Site: "z", Instance: "i", Beat: beat})
+		case <-ctx.Done():
+		}
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +259,11 @@ func TestPlacementAwaitsItsPing(t *testing.T) {
 	if placed := placedOn(mgr, "9"); placed["s/c"] != awaitingPing {
 		t.Errorf("placements on node 9 after heartbeats 2 and 3, its ping unanswered: %v, want s/c awaiting its ping", placed)
 	}
-	answer <- 3
+	select {
+	case answer <- 3:
+	case <-ctx.Done():
+		t.Fatal("node 9 did not take its answer")
+	}
 	if err := <-joined; err != nil {
 		t.Fatal(err)
 	}
