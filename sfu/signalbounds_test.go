@@ -13,10 +13,10 @@ import (
 
 // TestSignalsInFlightBounded: while maxSignalsInFlight signals are being
 // handled, an offer that comes over the bus is answered at once with an
-// error that says the node is busy and gives the bound, and a ping is
-// still answered; once they are done the offer is taken. Before, each
-// signal started its own goroutine, however many came: a flood of offers
-// could exhaust the node.
+// error that says the node is busy and gives the bound, and makes no peer;
+// a ping is still answered, and so is a leave, which takes effect; once
+// the signals are done the same offer is taken. So a flood of offers
+// cannot make the node handle any number of signals at once.
 func TestSignalsInFlightBounded(t *testing.T) {
 	c := startCluster(t, "a")
 	n := c.nodes[0]
@@ -59,8 +59,9 @@ func TestSignalsInFlightBounded(t *testing.T) {
 }
 
 // TestClientsPerNodeBounded: a node takes at most Config.MaxClients clients;
-// the offer of one more is refused with an error that gives the bound, and
-// is taken once a client left. Before, any number was taken.
+// the offer of one more is refused, making no peer, with an error marked
+// full and not busy (Reply.Full, Reply.Busy) that names the client and
+// gives the bound, and the same offer is taken once a client left.
 func TestClientsPerNodeBounded(t *testing.T) {
 	const maxClients = 2
 	c := startClusterWith(t, func(_ int, cfg *Config) { cfg.MaxClients = maxClients }, "a")
@@ -91,8 +92,9 @@ func TestClientsPerNodeBounded(t *testing.T) {
 
 // TestFullNodeClientPlacedElsewhere: a client the manager places on a node
 // that refuses it for its load (here its signal slots, which the manager
-// does not know of) is placed on another. Before, the node's refusal
-// ended the client's join with an error, though another node had room.
+// does not know of) is placed on another: Dial places it on node 1, its
+// site's, then on node 2, and succeeds there rather than ending with node
+// 1's refusal.
 func TestFullNodeClientPlacedElsewhere(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	n1 := c.nodes[0]
@@ -120,8 +122,9 @@ func TestFullNodeClientPlacedElsewhere(t *testing.T) {
 
 // TestManagerSkipsFullNode: a node with Config.MaxClients clients says so
 // in its heartbeat (NodeInfo.MaxClients), and the manager places a client
-// of its site on another node at once. Before, the manager placed it on
-// the full node, which refused it, and the client asked again.
+// of its site on another node at once: the client's one placement is on
+// node 2, not on the full node 1, which would refuse it and make it ask
+// again.
 func TestManagerSkipsFullNode(t *testing.T) {
 	c := startClusterWith(t, func(i int, cfg *Config) {
 		if i == 0 {
@@ -156,11 +159,12 @@ func TestManagerSkipsFullNode(t *testing.T) {
 
 // TestWebSocketSignalsInFlightBounded: a node's own WebSocket handler
 // takes the node's signal slots as the bus's signals do: while they are
-// all taken, an offer its WebSocket client sends to the node is refused
-// as full, with an error giving the bound, and the client is placed on
-// another node; a leave is never refused. Before, the handler's signals
-// to its own node went straight to Signal, bounded only by MaxClients, so
-// a WebSocket client flooding offers could occupy the node.
+// all taken, an offer the handler sends to its own node is refused as full
+// and busy (errNodeFull, errNodeBusy; Reply.Full, Reply.Busy) with an
+// error giving the bound and the client, and makes no peer; a leave is
+// still answered; and a WebSocket client's offer, placed on node 1 first,
+// is placed on node 2 and answered there. So a WebSocket client flooding
+// offers is bounded as one over the bus is, not by MaxClients alone.
 func TestWebSocketSignalsInFlightBounded(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	n1 := c.nodes[0]
@@ -217,12 +221,11 @@ func TestWebSocketSignalsInFlightBounded(t *testing.T) {
 // TestSingleNodeBusyRetried: on a cluster of one node whose signal slots
 // are all taken (every tab offering at once after a restart), a WebSocket
 // client's offer is refused as full, and the placement asks the same node
-// again after its backoff rather than taking it as failed: the client is
-// placed once a slot is free, and when none frees its error is the node's
-// (busy, try again; Reply.Full), not that no node is available. Before,
-// the node refused for its load was excluded from the next attempts, the
-// manager had no other, and the client heard "no SFU node is available
-// (excluding nodes [1], which failed the client)".
+// again after its backoff rather than taking it as failed: every
+// placement, at least two, is on node 1; the client is answered once a
+// slot is free, and when none frees its error is the node's (busy, try
+// again; Reply.Full), not "no SFU node is available (excluding nodes [1],
+// which failed the client)".
 func TestSingleNodeBusyRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -289,9 +292,9 @@ func TestSingleNodeBusyRetried(t *testing.T) {
 
 // TestRejoinKeepsFullNode: a client on a node at Config.MaxClients that
 // leaves and joins again at once (a tab reloading) is placed on the same
-// node, though the node's heartbeat still counts its old connection.
-// Before, the manager counted it and took the node as full for the client,
-// which was moved to another node.
+// node at its first placement, though the node's last heartbeat still
+// counts its old connection: the manager counts the client there once and
+// does not take the node as full for it.
 func TestRejoinKeepsFullNode(t *testing.T) {
 	c := startClusterWith(t, func(i int, cfg *Config) {
 		cfg.Heartbeat = 2 * time.Second // the manager's count lags the leave

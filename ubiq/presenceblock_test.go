@@ -53,12 +53,11 @@ func holdPresenceWrite(t *testing.T, ts *testServer, r *room) (release func()) {
 }
 
 // TestPresenceRewriteDoesNotHoldTheRoom: while a room writes its presence
-// key again (another node swept it) and the store does not answer, the
-// room goes on serving its connections: a peer joins it, the member there
-// is told, and frames go both ways between them. Before, the room's
-// goroutine made the write itself, and everything it does (a join's
-// attachment, PeerAdded, property changes) waited for up to the request
-// timeout.
+// key again (another node swept it) and the store does not answer (the
+// write is held for the whole test), the room goes on serving its
+// connections: a peer joins it, the member there is told, and frames go
+// both ways between them. Nothing the room's goroutine does (a join's
+// attachment, PeerAdded, property changes) waits for the write.
 func TestPresenceRewriteDoesNotHoldTheRoom(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	id := newUUID()
