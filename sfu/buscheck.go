@@ -63,11 +63,11 @@ func AsPermissionError(err error) *PermissionError {
 // return of a Flush, so a check cannot just flush and look. It asks for a
 // marker instead (check): NATS calls the handler in the order in which
 // the bus's answers arrived, so once the handler has seen the marker it
-// has seen every violation of what the connection sent before it. (Before,
-// Start read the connection's LastError after a Flush: one slot, which
+// has seen every violation of what the connection sent before it. (The
+// connection's LastError after a Flush would not do: it is one slot, which
 // any later error, a slow consumer on another subscription of the same
-// connection for instance, overwrote, and which a reconnect clears. Each
-// check leaves the marker's slow consumer there; nothing reads it.)
+// connection for instance, overwrites, and which a reconnect clears. Each
+// check leaves the marker's slow consumer in it; nothing reads it.)
 type busWatch struct {
 	nc      *nats.Conn
 	markers string // prefix of the marker subjects

@@ -11,9 +11,9 @@ import (
 // while the node handles its offer (before the node registered its peer,
 // or after it made the connection and before it answered) takes effect:
 // the offer is answered with an error saying the client left, and no peer
-// stays. Before, a leave before the registration found no peer and was
-// lost (the peer, made after it, stayed until liveness removed it), and
-// one after the connection was made still had the offer answered.
+// stays. It fails if a leave before the registration, finding no peer, is
+// lost (the peer, made after it, stays until liveness removes it), or if
+// one after the connection was made lets the offer be answered.
 func TestLeaveDuringOfferTakesEffect(t *testing.T) {
 	for _, stage := range []string{stageRegister, stageAnswer} {
 		t.Run(stage, func(t *testing.T) {
@@ -73,7 +73,7 @@ func TestLeaveDuringOfferTakesEffect(t *testing.T) {
 // TestLeaveAfterFailedStartKeepsError: when making a client's connection
 // fails (here its offer has no DTLS fingerprint) and a leave of the client
 // came meanwhile, the offer's error says both: that the client left, and
-// why its connection failed. Before, it said only that the client left.
+// why its connection failed, not only that the client left.
 func TestLeaveAfterFailedStartKeepsError(t *testing.T) {
 	c := startCluster(t, "a")
 	n := c.nodes[0]

@@ -16,7 +16,8 @@ import (
 // instance's: staleLeave). The manager places clients on live nodes; a node
 // removes a gone node's tracks from its directory (purgeNode): a node that
 // crashes announces neither its leaving nor its tracks' removal, and
-// before, its tracks stayed in every other node's directory for good.
+// without the purge its tracks would stay in every other node's directory
+// for good.
 
 // parseNodeInfo decodes a message on subjectNodes; ok is false for one
 // that is not a NodeInfo with a valid ID.
@@ -134,9 +135,10 @@ func (n *Node) expireNodes(now time.Time) {
 		// A heartbeat replaces the record and a leave deletes it: either
 		// means the node was heard meanwhile (compared by record, not by
 		// time: now may be ahead of the clock, as in tests). The record
-		// is marked lost only now, with the purge: marked before, a
-		// heartbeat in between found it lost, logged the node heard
-		// again and asked for a sync although nothing was purged.
+		// is marked lost only now, with the purge: marked earlier, it
+		// would be found lost by a heartbeat in between, which would log
+		// the node heard again and ask for a sync although nothing was
+		// purged.
 		if n.closed || n.heard[id] != h {
 			n.mu.Unlock()
 			continue

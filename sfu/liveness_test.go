@@ -112,9 +112,9 @@ func goneSetup(t *testing.T, ctx context.Context) (*cluster, []*logLines, *slotW
 // directory, and bob's one slot goes from alice to carol, within a bound
 // (the heartbeat timeout), whether node 2 crashed (its heartbeats stop),
 // hangs with its relay link still up, announced its leave but not the
-// removal, or restarted. Before, alice's track stayed in node 1's directory for good:
-// bob's slot was given it again and again, carol never, and node 1 sent
-// node 2 "sub" every 3 s.
+// removal, or restarted. It fails if alice's track stays in node 1's
+// directory: bob's slot is then given it again and again, carol never,
+// and node 1 sends node 2 "sub" every 3 s.
 func TestGoneNodeTracksPurged(t *testing.T) {
 	tests := []struct {
 		name string
@@ -218,9 +218,9 @@ func TestLostNodeBack(t *testing.T) {
 // TestDroppedSlotTold: node 2, where alice publishes, hangs; node 1 sees
 // its relay link close (dropSources frees bob's slot, which carried alice)
 // and then purges node 2's tracks, before the reconciles that both start
-// run. Nothing refills the slot, and bob is told it is empty. Before, the
-// reconcile found nothing to change and sent no event: bob's client kept
-// believing the slot carried alice, for good.
+// run. Nothing refills the slot, and bob is told it is empty. It fails if
+// the reconcile, finding nothing to change, sends no event: bob's client
+// then believes the slot carries alice, for good.
 func TestDroppedSlotTold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -261,8 +261,8 @@ func TestDroppedSlotTold(t *testing.T) {
 // TestHeartbeatDuringExpiry: a heartbeat that node 1 takes while it
 // expires the node (between finding it expired and purging it) keeps the
 // node, which is then not "heard again": nothing was purged, so no sync is
-// asked for. Before, the record was marked lost before the purge was
-// confirmed, and such a heartbeat logged the node back and asked every node
+// asked for. It fails if the record is marked lost before the purge is
+// confirmed: such a heartbeat then logs the node back and asks every node
 // to announce its tracks.
 func TestHeartbeatDuringExpiry(t *testing.T) {
 	for _, tc := range []struct {

@@ -14,10 +14,10 @@ import (
 // (pinned at 1.2 Mbit/s) fits the measured rate of a video published on
 // node 1 (about 370 kbit/s) but not the nominal rate of a video
 // (1.5 Mbit/s) gets that video, with probes off: node 2 budgets it at the
-// rate node 1 measured (TrackInfo.Rate). Before, a track not relayed to
-// node 2 was budgeted at its nominal rate, so the video was paused from
-// the start (and after each pause, the relayed source and its measurement
-// being gone) and came back only through a probe.
+// rate node 1 measured (TrackInfo.Rate). It fails if node 2 budgets a
+// track not relayed to it at its nominal rate: the video is then paused
+// from the start (and after each pause, the relayed source and its
+// measurement being gone) and comes back only through a probe.
 func TestRemoteVideoMeasuredRate(t *testing.T) {
 	const estimate = 1_200_000
 	c := startClusterWith(t, func(_ int, cfg *Config) {

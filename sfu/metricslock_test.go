@@ -8,9 +8,9 @@ import (
 
 // TestCollectDoesNotHoldNode: a scrape whose reader stops reading (a slow
 // or stuck scraper) while the node has a relay link does not hold the
-// node's lock. Before, the links' metrics were sent on the channel under
-// the node's lock, so the node (joins, signals, allocation) waited on the
-// scraper.
+// node's lock. It fails if the links' metrics are sent on the channel
+// under the node's lock: the node (joins, signals, allocation) then waits
+// on the scraper.
 func TestCollectDoesNotHoldNode(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	n1 := c.nodes[0]

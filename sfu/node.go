@@ -466,8 +466,8 @@ const poseGrace = 30 * time.Second
 // prunePoses forgets the poses, older than poseGrace at now, of clients
 // that are neither connected here nor in the track directory. A node uses
 // a pose for its own clients (what they see) and for publishers (where they
-// are); it hears every session's poses on the bus, and before, it kept the
-// pose of every client that ever sent one, for good.
+// are); it hears every session's poses on the bus, and would otherwise
+// keep the pose of every client that ever sent one, for good.
 func (n *Node) prunePoses(now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

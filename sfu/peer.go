@@ -84,10 +84,10 @@ type slot struct {
 // tracks, its receive slots and its data channel. A browser offers a
 // dozen, a bench client 64; each receive slot is a down track with an
 // RTCP reader on the node, and each published track a source announced to
-// every node. Before, any number was taken: a 1 MB offer of 7000
-// receive-only m-lines cost the node a second of CPU and 7000 down tracks,
-// and its 2.8 MB answer could not go back over the bus, so the client
-// timed out and tried the next node, which took the same load.
+// every node. An offer with more is refused. Without the bound, a 1 MB
+// offer of 7000 receive-only m-lines costs the node a second of CPU and
+// 7000 down tracks, and its 2.8 MB answer cannot go back over the bus, so
+// the client times out and tries the next node, which takes the same load.
 const MaxMediaSections = 256
 
 // MaxPublishedTracks bounds the audio and video tracks a client's offer
@@ -729,9 +729,10 @@ func (w wantedTrack) before(o wantedTrack) bool {
 // other wanted tracks, in planSlots' order (wantedTrack), take a free slot
 // of their kind that accepts them, else the slot of the last track in that
 // order of a lower rank, which then has none. A Go client's RTP video
-// slots carry video and point clouds alike: before, a point cloud took the
-// slot of a video paused for budget, and the video, wanted again, found
-// none free, for good. A wanted track left without a slot is paused
+// slots carry video and point clouds alike: a point cloud may take the
+// slot of a video paused for budget, and the video, wanted again, takes it
+// back (the point cloud is of a lower rank) rather than find none free,
+// for good. A wanted track left without a slot is paused
 // (Allocator.Carried).
 func planSlots(slots []*slot, want map[string]wantedTrack) []*TrackInfo {
 	plan := make([]*TrackInfo, len(slots))

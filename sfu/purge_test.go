@@ -10,11 +10,12 @@ import (
 // stopped for a moment) while bob, on node 1, receives alice's point cloud
 // relayed from node 2, and alice's track is back in node 1's directory
 // (the sync that follows) before bob's allocation runs. Bob receives
-// alice again. Before, the purge dropped the relayed source from the node
-// but left it in bob's slot: his next allocation found the slot already
-// carrying alice's key and kept it, on a source nothing fed any more (the
-// link it came over was closed), so bob received nothing of alice for
-// good (TestLostNodeBack failed so under load).
+// alice again. It fails if the purge drops the relayed source from the
+// node but leaves it in bob's slot: his next allocation then finds the
+// slot already carrying alice's key and keeps it, on a source nothing
+// feeds any more (the link it came over was closed), so bob receives
+// nothing of alice for good (and TestLostNodeBack, under load, fails so
+// too).
 func TestPurgedRelayedSourceReleased(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

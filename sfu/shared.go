@@ -100,9 +100,9 @@ func (n *Node) shareLinks(now time.Time, peers []*peer) {
 		m := member{p: p, qdelay: -1, demand: pl.demand, fwd: maps.Clone(pl.fwd)}
 		if q := p.probe.Load(); q != nil {
 			m.hist = q.take()
-			// no feedback this interval: no loss seen. Before, the
-			// last interval's stayed: a probe's 95 % persisted, and
-			// held the next probe as congested for good.
+			// no feedback this interval: no loss seen, not the last
+			// interval's, which would keep a probe's 95 % and hold
+			// the next probe as congested for good
 			pl.loss = 0
 			if recv, lost := q.takeLoss(); recv+lost > 0 {
 				pl.loss = float64(lost) / float64(recv+lost)

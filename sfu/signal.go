@@ -517,12 +517,12 @@ func badSignal(msg []byte, err error) error {
 // A signalling WebSocket is pinged every wsPingInterval, and closed (the
 // client leaves) when nothing came from it, a message or a pong, for
 // wsIdleTimeout, or when a write to it takes more than wsWriteTimeout.
-// Browsers and gorilla/websocket answer pings by themselves. Before, the
-// node neither pinged nor timed reads or writes: a socket whose client
-// went silent (a laptop that sleeps, a network that drops without a FIN)
-// was never found dead while the node had nothing to send it, and one
-// that stopped reading held the event callback in a write for good; the
-// handler, its bus subscription and the socket stayed.
+// Browsers and gorilla/websocket answer pings by themselves. The pings and
+// the read deadline find a socket whose client went silent (a laptop that
+// sleeps, a network that drops without a FIN) dead also while the node has
+// nothing to send it, and the write deadline frees the event callback from
+// a socket that stopped reading; without them the handler, its bus
+// subscription and the socket would stay for good.
 const (
 	wsPingInterval = 20 * time.Second
 	wsIdleTimeout  = 60 * time.Second
@@ -597,8 +597,7 @@ func (n *Node) Handler() http.Handler {
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		// A message that is not a Signal is answered with an error that
-		// says why, in its turn; the socket goes on (before, it closed
-		// without a word).
+		// says why, in its turn; the socket goes on.
 		conn.SetReadLimit(maxSignal)
 		// a pong (read by ReadMessage) counts as the client heard from
 		conn.SetPongHandler(func(string) error { return conn.SetReadDeadline(time.Now().Add(idle)) })

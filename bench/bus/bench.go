@@ -866,10 +866,11 @@ func (b *runner) efficiency(ctx context.Context) error {
 
 // security compares xrealm with and without authentication, side by side,
 // alternating which runs first. Each repetition starts both servers afresh
-// with empty data directories, so that both have the same history: the
-// secured server used to be the one that had carried the ramp's and the
-// isolation's hundreds of users (and their backlogs), the insecure one was
-// new, and any difference that made was charged to the ACLs.
+// with empty data directories, so that both have the same history: a
+// system runs on from one experiment to the next, and the secured server
+// would otherwise have carried the ramp's and the isolation's hundreds of
+// users (and their backlogs) while the insecure one was new, and any
+// difference that made would be charged to the ACLs.
 func (b *runner) security(ctx context.Context) error {
 	pair := []string{"xrealm", "xrealm-insecure"}
 	for rep := 0; rep < max(1, b.cfg.SecurityRepeat); rep++ {

@@ -16,8 +16,8 @@ import (
 // startTCPInfo samples c's TCP_INFO into path (sampleTCPInfo) until the
 // returned function is called; that function returns once the file is
 // written out and closed, so a run's file is complete when the run
-// returns (the sampler used to flush after it, and the last run's file
-// lost its tail when the process exited).
+// returns (flushed after it, the last run's file would lose its tail when
+// the process exits).
 func startTCPInfo(c net.Conn, path string, start time.Time, log *slog.Logger) (stop func()) {
 	stopc, done := make(chan struct{}), make(chan struct{})
 	go func() {

@@ -213,8 +213,8 @@ func (a *Allocator) allocateForcing(budget float64, demands []Demand, hysteresis
 	// Pass 1: the floors (the cheapest choice: audio, video, the base
 	// description or, in TrackSelection, the whole publisher) for as many
 	// as fit, in order. Once an audio does not fit, no video or point
-	// cloud is placed: before, a video cheaper than a paused microphone
-	// went in its place.
+	// cloud is placed, so that no video cheaper than a paused microphone
+	// goes in its place.
 	audioOut := false
 	for _, d := range order {
 		if audioOut && d.Kind != Audio {
@@ -422,8 +422,8 @@ func Interest(pose Pose, pos Vec3) float64 {
 // forwards and carried none of is paused as if the allocation had left it
 // out: it comes back with headroom (ResumeMargin), CheapestPaused can
 // return it (so a probe can bring it back), and its floor no longer counts
-// in what the next allocation may take in its place. Before, such a
-// demand counted as forwarded: never probed, its rate still spent.
+// in what the next allocation may take in its place. Counted as
+// forwarded, it would never be probed, and its rate would stay spent.
 func (a *Allocator) Carried(demands []Demand, dec, carried Decision) float64 {
 	used := 0.0
 	for _, d := range demands {

@@ -5,8 +5,8 @@ import "testing"
 // TestCarried: a demand the allocation forwarded but the caller could not
 // carry out (no slot free for it) is paused: the next allocation brings it
 // back only with headroom (ResumeMargin), CheapestPaused names it, and its
-// rate is not in what Carried returns. Before, it counted as forwarded, so
-// it was never probed and its rate was still spent.
+// rate is not in what Carried returns. It fails if such a demand counts as
+// forwarded: it is then never probed, and its rate stays spent.
 func TestCarried(t *testing.T) {
 	demands := func() []Demand {
 		return []Demand{

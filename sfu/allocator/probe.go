@@ -169,9 +169,9 @@ func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 		p.kept = ""
 	}
 	if p.kept != "" && in.Paused != "" && (in.Paused == p.kept || !p.paused) {
-		// paused again soon after the probe was kept (a dip of the
-		// estimate): before, Kept reset the wait and the floor went
-		// paused, probed, kept every 2 s
+		// paused again within Hold of the kept probe (a dip of the
+		// estimate): the probe failed, and the wait doubles, so that
+		// the floor does not go paused, probed, kept every Wait (2 s)
 		p.kept = ""
 		p.paused = true
 		p.wait = min(2*p.wait, p.cfg.MaxWait)
@@ -180,9 +180,9 @@ func (p *Prober) Step(now time.Time, in ProbeInput) ProbeEvent {
 	}
 	if in.Paused == "" {
 		// nothing paused: once nothing has been for MaxWait, the next
-		// pause starts afresh. Before, the wait was reset at once, and
-		// a floor that flapped (or a step that reported the share as
-		// the limit with nothing paused) lost the backoff.
+		// pause starts afresh (the wait back to Wait). Not at once: a
+		// floor that flaps (or a step that reports the share as the
+		// limit with nothing paused) keeps its backoff.
 		if p.paused || p.clear.IsZero() {
 			p.paused, p.clear = false, now
 		}

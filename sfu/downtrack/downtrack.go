@@ -229,9 +229,8 @@ func (d *DownTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameter
 			d.ssrc = uint32(ctx.SSRC())
 			// A source set before the bind (SetSource on a slot whose
 			// sender pion binds only at SetLocalDescription) keeps its
-			// codec's payload type: before, the bind put back the slot's
-			// codec's, and a point cloud forwarded on a video slot went
-			// out labelled VP8.
+			// codec's payload type: with the slot's codec's, a point
+			// cloud forwarded on a video slot would go out labelled VP8.
 			d.pt = uint8(c.PayloadType)
 			if pt, ok := pts[strings.ToLower(d.src.Codec.MimeType)]; ok {
 				d.pt = pt
@@ -342,13 +341,14 @@ func (d *DownTrack) WriteRTP(h *rtp.Header, payload []byte) error {
 // answered from the shared buffer, PLI and FIR become keyframe requests.
 // An inactive (paused) track answers no NACK: it was paused because the
 // subscriber's budget has no room for it, and it resumes with a keyframe,
-// which needs none of the packets it lost. Before, a paused video kept
-// answering them, and a subscriber that never gets the retransmissions
-// (pion's SRTP refuses a packet more than 64 behind the newest as a
-// replay, and a paused track gets no newer one) asked again every 100 ms:
-// 14 Mbit/s of retransmissions to a subscriber whose estimate was 100
-// kbit/s, all reported lost, so that its loss-based estimate stayed at its
-// minimum for 12 s after its link recovered (TestPausedVideoResumes).
+// which needs none of the packets it lost. Nor would the subscriber take
+// the retransmissions: pion's SRTP refuses a packet more than 64 behind
+// the newest as a replay, and a paused track sends no newer one, so the
+// subscriber asks for them again every 100 ms. Answering them would send
+// it retransmissions without end (14 Mbit/s to a subscriber whose
+// estimate is 100 kbit/s, in TestPausedVideoResumes), all reported lost,
+// which holds its loss-based estimate at its minimum, for 12 s after its
+// link recovered there.
 func (d *DownTrack) HandleRTCP(pkts []rtcp.Packet) {
 	for _, p := range pkts {
 		switch p := p.(type) {
@@ -499,10 +499,10 @@ func (d *DownTrack) retransmit(out uint16, fetch bool) {
 // asked from upstream (Source.OnMiss): it was sent (out is not ahead of
 // the newest sent) and is no further behind the newest than buf holds;
 // upstream's buffer is as large and holds newer packets, so an older one
-// is gone there too. Before, a subscriber that NACKed every sequence
-// number made a relaying node ask the origin for 64 thousand packets on
-// the link's control channel, for one burst of its RTCP. d.mu must be
-// held.
+// is gone there too. The bound keeps a subscriber that NACKs every
+// sequence number from making a relaying node ask the origin for 64
+// thousand packets on the link's control channel, for one burst of its
+// RTCP. d.mu must be held.
 func (d *DownTrack) fetchable(out uint16, buf *buffer.Buffer) bool {
 	if !d.started || buf == nil {
 		return false
@@ -514,9 +514,10 @@ func (d *DownTrack) fetchable(out uint16, buf *buffer.Buffer) bool {
 // isStale reports whether out was sent before resumeSeq, the first packet
 // after the last resume, with lastOut the newest sent: it is further behind
 // lastOut than resumeSeq is. A sequence number ahead of lastOut was not sent
-// yet, so it is not stale. Before, int16(out-resumeSeq) < 0 held again
-// once 32768 packets had gone out since the resume, and every NACK was
-// refused as stale for the next 32768 (9 minutes of a 500 kbit/s video).
+// yet, so it is not stale. Both are measured back from lastOut:
+// int16(out-resumeSeq) < 0 alone would hold again from the 32768th packet
+// after the resume on, and refuse every NACK as stale for the next 32768
+// (9 minutes of a 500 kbit/s video).
 func isStale(out, lastOut, resumeSeq uint16) bool {
 	behind := lastOut - out
 	return behind < 0x8000 && behind > lastOut-resumeSeq

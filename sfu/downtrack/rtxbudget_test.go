@@ -15,8 +15,8 @@ import (
 // TestRetransmitBudget: a subscriber's down tracks share one
 // RetransmitBudget; NACKs beyond it are not answered and are counted as
 // limited, and the budget refills at its rate, up to a second's worth.
-// Before, every NACK of a packet in the buffer was answered: a subscriber
-// that NACKed everything made the node resend without bound.
+// Without the budget every NACK of a packet in the buffer is answered, and
+// a subscriber that NACKs everything makes the node resend without bound.
 func TestRetransmitBudget(t *testing.T) {
 	const size = 100 // bytes a retransmission takes: 88 of payload and the RTP header
 	payload := string(make([]byte, size-12))
@@ -83,9 +83,9 @@ func TestRetransmitBudget(t *testing.T) {
 
 // TestRetransmitBudgetBeforeFetch: with the subscriber's budget empty, a
 // NACK of a packet missing from a relayed source's buffer is not asked
-// from upstream (Source.OnMiss) and counts as limited. Before, the budget
-// was checked only once the packet was found: the node asked the origin
-// over the relay link for a packet it would then drop as limited.
+// from upstream (Source.OnMiss) and counts as limited. It fails if the
+// budget is checked only once the packet is found: the node then asks the
+// origin over the relay link for a packet it drops as limited.
 func TestRetransmitBudgetBeforeFetch(t *testing.T) {
 	now := time.Unix(1000, 0)
 	budget := NewRetransmitBudget(100, func() time.Time { return now })
