@@ -116,9 +116,11 @@ type Access struct {
 	Settings interface {
 		Get(ctx context.Context, ns, scene string) (auth.Settings, error)
 	}
-	// Insecure reads no credentials anywhere (xrealm serve --insecure):
-	// every request may read and write every scene, the token endpoint
-	// reads no token, and anyone may change a scene's settings.
+	// Insecure refuses nothing for its credentials (xrealm serve
+	// --insecure): every request may read and write every scene, the
+	// token endpoint gives every caller an editor's token (named for a
+	// valid token's user, if one comes), and anyone may change a scene's
+	// settings.
 	Insecure bool
 	// Log and Denials, if not nil, record every refused request: a log line
 	// naming the request and the reason (at a bounded rate), and a count.
