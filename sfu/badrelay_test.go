@@ -11,9 +11,10 @@ import (
 
 // TestBadRelayRequestsAnswered: a relay offer or link request that is not
 // JSON, or names no valid node, is answered at once with an error that
-// says what is wrong with it and quotes the bad part. Before, a bad offer
-// was answered "bad relay offer", and a bad link request not at all: its
-// sender waited for its timeout (15 s for a node's link request).
+// says what is wrong with it and quotes the bad part. It fails if a bad
+// offer is answered with no cause or quote, or a bad link request is not
+// answered: its sender would wait for its timeout (15 s for a node's link
+// request).
 func TestBadRelayRequestsAnswered(t *testing.T) {
 	c := startCluster(t, "a")
 	nc := c.conn(t, "peer")
@@ -46,8 +47,9 @@ func TestBadRelayRequestsAnswered(t *testing.T) {
 
 // TestLinkRequestRefused: a node that asks the offering node to link (the
 // lower ID offers) and is answered with an error fails its link with that
-// error at once. Before, the answer was not read: the asking node waited
-// 15 s for an offer that would not come, and then reported a timeout.
+// error at once. It fails if the answer is not read: the asking node
+// would wait 15 s for an offer that will not come, and then report a
+// timeout.
 func TestLinkRequestRefused(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	n2 := c.nodes[1]

@@ -277,9 +277,10 @@ func TestBusCheckFlushFails(t *testing.T) {
 
 // TestBusCheckSeesEveryViolation: a check reports a violation even when
 // another error came after it (here a slow consumer on another
-// subscription of the connection, which took the connection's LastError,
-// where the check used to look), and the connection's own error handler
-// still sees both errors but not the check's marker.
+// subscription of the connection, which takes the connection's LastError,
+// so a check that read LastError would miss the violation), and the
+// connection's own error handler still sees both errors but not the
+// check's marker.
 func TestBusCheckSeesEveryViolation(t *testing.T) {
 	b, keys := startTokenBus(t)
 	svc, err := keys.Issue("sfu-t", auth.ServiceRights("sfu"), time.Hour)

@@ -31,9 +31,10 @@ func tracksOffer(t *testing.T, ids ...string) string {
 
 // TestDuplicateTrackIDRefused: an offer that publishes two tracks with one
 // track id is refused with an error naming the id; distinct ids are taken.
-// Before, both were taken and their sources had one key (session/client/
-// track), so the second to arrive silently replaced the first on the node,
-// in the directory and on every node it was relayed to.
+// It fails if both are taken: their sources would have one key
+// (session/client/track), so the second to arrive would silently replace
+// the first on the node, in the directory and on every node it was
+// relayed to.
 func TestDuplicateTrackIDRefused(t *testing.T) {
 	c := startCluster(t, "a")
 	n := c.nodes[0]

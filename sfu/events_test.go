@@ -67,9 +67,9 @@ func (s *slotsSeen) has(mid string) bool {
 // node's events, those it sent while the placement waited for it and those
 // it sends later, must not reach the client: they name slots of a
 // connection the client does not have (the subject of a client's events is
-// the same on every node). Before, the WebSocket handler forwarded every
-// event on the subject to the browser, and the Go client passed every one
-// to OnEvent.
+// the same on every node). It fails if the WebSocket handler forwards
+// every event on the subject to the browser, or the Go client passes
+// every one to OnEvent.
 func TestEventsOnlyFromPlacedNode(t *testing.T) {
 	fail := func(t *testing.T, c *cluster, ctx context.Context, id string) {
 		fakeNode(t, ctx, c, id, "b", func(m *nats.Msg) {
@@ -233,8 +233,8 @@ func TestEventGate(t *testing.T) {
 
 // TestPrunePoses: a node hears every session's poses on the bus; it keeps
 // those of its own clients and of publishers in the track directory, and
-// forgets the others once they are poseGrace old. Before, it kept the pose
-// of every client that ever sent one, for good.
+// forgets the others once they are poseGrace old. It fails if the node
+// keeps the pose of every client that ever sent one, for good.
 func TestPrunePoses(t *testing.T) {
 	c := startCluster(t, "a")
 	n := c.nodes[0]

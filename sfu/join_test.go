@@ -444,10 +444,11 @@ func offerOverWebSocket(t *testing.T, ctx context.Context, n *Node, session, cli
 // node 2, which registers the client, and drops the answer. The client
 // (the Go client, or node 1's WebSocket handler for a browser) sends the
 // failed node a leave, which reaches node 2, and asks the manager again
-// excluding it, and connects to node 1. Before, the manager kept the
-// client on the node that answered its pings, whose node refused the
-// second offer ("already connected") and kept the first peer; and the
-// WebSocket handler did not ask again at all.
+// excluding it, and connects to node 1. It fails if the manager keeps
+// the client on the node that answered its pings (node 2 would then refuse
+// the second offer, "already connected", and keep the first peer), if the
+// failed node is not sent the leave, or if the WebSocket handler does not
+// ask again.
 func TestJoinExcludesFailedNode(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

@@ -85,9 +85,9 @@ func dialPLIPublisher(t *testing.T, ctx context.Context, c *cluster, client stri
 // (a hostile or broken client; a decoder that fails on every frame) makes
 // the node ask the publisher for a keyframe at most once per
 // keyframeInterval, and still at least once after the storm; locally and
-// through a relay link. Before, every PLI of every subscriber went on to
-// the publisher: 200 PLIs in a second made it send 200 keyframes, and its
-// bitrate rose for every subscriber of the track.
+// through a relay link. It fails if every PLI of every subscriber goes on
+// to the publisher: 200 PLIs in a second would make it send 200
+// keyframes, and its bitrate would rise for every subscriber of the track.
 func TestKeyframeRequestsThrottled(t *testing.T) {
 	for _, tc := range []struct {
 		name, site string

@@ -12,11 +12,11 @@ import (
 // node 2 (it dials again; node 2 takes the new link for the old one), bob
 // on node 1 asks for alice's track from node 2 over the new link, and then
 // the old link's close is handled, on both nodes. Bob's relayed source and
-// node 2's relay of alice to node 1 stay. Before, a closing link took every
-// relayed source from its peer node and every relay to it, those the new
-// link had set up too: bob's slot was emptied and node 2 stopped relaying
-// alice, so bob received nothing of her until the source stalled and asked
-// again (3 s).
+// node 2's relay of alice to node 1 stay. It fails if a closing link
+// takes every relayed source from its peer node and every relay to it,
+// those the new link set up too: bob's slot would be emptied and node 2
+// would stop relaying alice, so bob would receive nothing of her until the
+// source stalled and asked again (3 s).
 func TestOldLinkCloseKeepsReplacement(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	n1, n2 := c.nodes[0], c.nodes[1]

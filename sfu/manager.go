@@ -162,8 +162,8 @@ const (
 const maxPlacing = 256
 
 // busyLowWater: once busy, the manager logs that it no longer is when
-// placing falls below it, not at each placement that ends (under sustained
-// overload that logged a pair of lines per join).
+// placing falls below it, not at each placement that ends (which under
+// sustained overload would log a pair of lines per join).
 const busyLowWater = maxPlacing * 3 / 4
 
 // drainTimeout bounds how long Close waits for the joins queued on the

@@ -18,10 +18,11 @@ import (
 // Node 2 asks node 1 for none that cannot be there (not sent yet, or
 // further behind the newest than a buffer holds): at most a buffer's worth
 // (and what was sent meanwhile).
-// Before, each one missing from node 2's buffer was asked for, 64 thousand
-// sequence numbers on the relay link's control channel for one burst of
-// RTCP, and again every 100 ms that the subscriber repeated it: a control
-// message flood on the link every relayed track of the two nodes shares.
+// It fails if node 2 asks for each one missing from its buffer: 64
+// thousand sequence numbers on the relay link's control channel for one
+// burst of RTCP, and again every 100 ms that the subscriber repeats it, a
+// control message flood on the link every relayed track of the two nodes
+// shares.
 func TestNACKStormFetchesBounded(t *testing.T) {
 	c := startCluster(t, "a", "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

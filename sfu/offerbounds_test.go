@@ -49,11 +49,11 @@ func sendOffer(t *testing.T, n int) string {
 // m-lines, or that publishes more than MaxPublishedTracks, is refused,
 // with an error that gives their number and the bound, and leaves no peer
 // on the node; one at the bounds is answered.
-// Before, any number was taken: a 1 MB offer of 7000 receive-only m-lines
-// cost the node a second of CPU, 7000 down tracks and their RTCP readers
-// for as long as the connection lived, and its 2.8 MB answer could not go
-// back over the bus, so the client timed out, was sent a leave and tried
-// the next node, which took the same load.
+// It fails if any number is taken: a 1 MB offer of 7000 receive-only
+// m-lines would cost the node a second of CPU, 7000 down tracks and their
+// RTCP readers for as long as the connection lived, and its 2.8 MB answer
+// could not go back over the bus, so the client would time out, be sent a
+// leave and try the next node, which would take the same load.
 func TestOfferMediaSectionsBounded(t *testing.T) {
 	c := startCluster(t, "a")
 	n := c.nodes[0]

@@ -18,8 +18,8 @@ import (
 // last 1024 packets he received (all in the node's buffer), ten times over. The node retransmits to him at
 // most downtrack.RetransmitBytesPerSecond a second (and a second's worth
 // at once), and counts the NACKs it left unanswered, on its metrics too.
-// Before, it answered every NACK of a packet in the buffer: a subscriber
-// that NACKs everything made the node resend without bound.
+// It fails if the node answers every NACK of a packet in the buffer: a
+// subscriber that NACKs everything would make it resend without bound.
 func TestNACKRetransmitsBounded(t *testing.T) {
 	c := startCluster(t, "a")
 	n := c.nodes[0]

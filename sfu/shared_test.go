@@ -477,9 +477,9 @@ func (k *kindBytes) take() (pc, video float64) {
 }
 
 // TestLinkLossPerInterval: a peer's loss is that of the TWCC feedback of
-// the last interval, and none when no feedback came: before, a probe's
-// 95 % stayed until feedback came again, and held the next probe as
-// congested.
+// the last interval, and none when no feedback came. It fails if a loss
+// stays until feedback comes again: a probe's 95 % would then hold the
+// next probe as congested.
 func TestLinkLossPerInterval(t *testing.T) {
 	n := &Node{groups: map[string]*linkGroup{}}
 	p := &peer{n: n}

@@ -10,9 +10,9 @@ import (
 
 // TestPlanSlots: which track each of a subscriber's slots is to carry for
 // the tracks an allocation forwards. A Go client's RTP video slots carry
-// video and point clouds alike; before, a point cloud that took the slot
-// of a video paused for budget kept it when the video fitted again, and
-// the video, wanted and counted as forwarded, never came back.
+// video and point clouds alike. It fails if a point cloud that took the
+// slot of a video paused for budget keeps it when the video fits again:
+// the video, wanted and counted as forwarded, would never come back.
 func TestPlanSlots(t *testing.T) {
 	track := func(client, id string) TrackInfo {
 		t := TrackInfo{Session: "s", Client: client, Track: id, Kind: "video", Mime: webrtc.MimeTypeVP8}

@@ -33,8 +33,8 @@ func signalSocket(tb testing.TB, url string) *websocket.Conn {
 // TestSignalWebSocketBadMessages: a message that is not a Signal is
 // answered with an error that says so and quotes it, and the socket goes
 // on to the next message; one larger than maxSignal closes the socket with
-// status 1009. Before, any of them closed the socket without a word, and a
-// message of any size was read whole.
+// status 1009. It fails if a bad message closes the socket without a
+// word, or if a message of any size is read whole.
 func TestSignalWebSocketBadMessages(t *testing.T) {
 	n := fuzzNode(t)
 	srv := httptest.NewServer(n.Handler())

@@ -113,10 +113,11 @@ func mustAnnounce(t *testing.T, r *inSlots, c Control) []routed {
 }
 
 // TestInSlotsUnknownMid: the receive-slot router keeps state for the
-// link's own receive slots only. Before, every mid a peer named in a
-// "slot" or "unslot" (or an RTP packet on it) got an entry that was never
-// removed, each holding up to maxPending packets: a peer that named ever
-// new mids grew the map without bound.
+// link's own receive slots only, and refuses a "slot" or "unslot" for any
+// other mid. It fails if every mid a peer names in a "slot" or "unslot"
+// (or an RTP packet on it) gets an entry, each holding up to maxPending
+// packets and never removed: a peer that named ever new mids would grow
+// the map without bound.
 func TestInSlotsUnknownMid(t *testing.T) {
 	tests := []struct {
 		name string
