@@ -11,9 +11,9 @@ import (
 // Poses of other clients in the scene that are not finite (a position of
 // NaN or Infinity, which the quick scan read as numbers), or that jump
 // across the range of a float64 (a velocity estimate of ±Inf), leave a
-// boid where it was. Before, one such pose made the boid's position NaN
-// for good: it sent "NaN" in every pose after (JSON no client reads) and
-// never moved again.
+// boid where it was. It fails if one such pose makes the boid's position
+// NaN for good: it would send "NaN" in every pose after (JSON no client
+// reads) and never move again.
 func TestBoidsIgnoreNonFinitePeers(t *testing.T) {
 	pose := func(x, z string) []byte {
 		return []byte(fmt.Sprintf(`{"object_id":"x","action":"update","data":{"object_type":"camera","position":{"x":%s,"y":1.6,"z":%s}}}`, x, z))

@@ -114,9 +114,10 @@ func stalledBroker(t *testing.T, overWS bool) (addr string, writing <-chan struc
 }
 
 // Close ends a connection whose server stopped reading while a publish
-// was blocked writing to it. Close waited for the write lock that the
-// blocked publish held, and so for ever when the server's socket stayed
-// open: Fleet.Close, and with it `xrealm bots` on Ctrl-C, hung.
+// was blocked writing to it. It fails if Close waits for the write lock
+// that the blocked publish holds, and so for ever while the server's
+// socket stays open: Fleet.Close, and with it `xrealm bots` on Ctrl-C,
+// would hang.
 func TestMQTTClientCloseEndsBlockedPublish(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -158,8 +159,9 @@ func TestMQTTClientCloseEndsBlockedPublish(t *testing.T) {
 
 // Stop returns while a bot's sender is blocked writing to a server that
 // stopped reading: after a grace, the bot's connection is closed to end
-// the write. Stop waited for every sender, for ever, and `xrealm bots`
-// hung on Ctrl-C (it stops the senders before it closes the fleet).
+// the write. It fails if Stop waits for every sender, for ever: `xrealm
+// bots` would hang on Ctrl-C (it stops the senders before it closes the
+// fleet).
 func TestFleetStopEndsBlockedSender(t *testing.T) {
 	addr, writing := stalledBroker(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -180,10 +182,10 @@ func TestFleetStopEndsBlockedSender(t *testing.T) {
 }
 
 // A server that answers one SUBSCRIBE with several SUBACKs does not stop
-// the client: the read goroutine handed each to the waiting Subscribe
-// through a channel of one, and blocked for ever on the third once
-// Subscribe had taken the first and before it left (the connection then
-// never ended, and Close waited for it).
+// the client. It fails if the read goroutine hands each to the waiting
+// Subscribe through a channel of one: it then blocks for ever on the third
+// once Subscribe has taken the first and before it leaves (the connection
+// never ends, and Close waits for it).
 func TestMQTTClientRepeatedSubacks(t *testing.T) {
 	for _, acks := range []int{1, 2, 3, 10} {
 		t.Run(fmt.Sprint(acks), func(t *testing.T) {
@@ -231,10 +233,10 @@ func TestMQTTClientRepeatedSubacks(t *testing.T) {
 // A server that goes silent (its host suspended, or a link that drops
 // everything) ends the connection after one and a half keepalives without
 // a byte from it, PINGRESP included, as browsers' MQTT clients do; with
-// FleetConfig.Reconnect the bot then joins again. The client sent PINGREQ
-// only when it had written nothing else, never looked for the answer, and
-// a bot that kept publishing waited for TCP to give up (a quarter of an
-// hour), or for ever while the server's socket stayed open.
+// FleetConfig.Reconnect the bot then joins again. It fails if the client
+// sends PINGREQ only when it has written nothing else, or never looks for
+// the answer: a bot that keeps publishing then waits for TCP to give up (a
+// quarter of an hour), or for ever while the server's socket stays open.
 func TestMQTTClientEndsWhenServerSilent(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -274,8 +276,9 @@ func TestMQTTClientEndsWhenServerSilent(t *testing.T) {
 }
 
 // An OnPublish that takes longer than one and a half keepalives (a slow
-// consumer of the poses) is not a silent server: the read time was taken
-// before the callbacks ran, and the keepalive ended a live connection.
+// consumer of the poses) is not a silent server. It fails if the read time
+// is taken before the callbacks run: the keepalive then ends a live
+// connection.
 func TestMQTTClientSlowOnPublishIsNotSilence(t *testing.T) {
 	addr := fakeBroker(t, func(c net.Conn, rd *mqttwire.Reader) {
 		c.Write(publishPacket("realm/s/p/s/u/c/cam", "slow"))

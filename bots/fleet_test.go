@@ -243,9 +243,9 @@ func (t endTransport) Join(_ context.Context, id Identity, _ Receiver, _ bool) (
 }
 
 // A fleet keeps why its first bot lost its connection, for the error that
-// ends a run whose bots were all disconnected (it said only "did the
-// server stop?", also when another run had taken their client ids over),
-// and logs a few disconnections, not one line per bot.
+// ends a run whose bots were all disconnected (not only "did the server
+// stop?", which misleads when another run has taken their client ids
+// over), and logs a few disconnections, not one line per bot.
 func TestFleetLostReason(t *testing.T) {
 	tr := endTransport{}
 	for i := 0; i < 10; i++ {

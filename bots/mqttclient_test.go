@@ -43,9 +43,9 @@ func silentServer(t *testing.T) string {
 }
 
 // The end of the context (Ctrl-C) ends a handshake the server does not
-// answer, with the context's error. Before, the handshake waited out its
-// 15 s deadline and failed with an i/o timeout, and `xrealm bots`
-// interrupted while connecting ran on.
+// answer, with the context's error, so that `xrealm bots` interrupted
+// while connecting stops. It fails if the handshake waits out its 15 s
+// deadline and fails with an i/o timeout.
 func TestDialMQTTEndsWithContext(t *testing.T) {
 	addr := silentServer(t)
 	ctx, cancel := context.WithCancel(context.Background())

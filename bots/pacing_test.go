@@ -59,9 +59,9 @@ func (t stallTransport) Join(context.Context, Identity, Receiver, bool) (Link, e
 // A sender that falls behind its schedule stamps each pose with the time
 // it was due, so that its lateness counts in the latency, and counts the
 // ticks it skips as missed: every tick of its schedule is either sent or
-// missed. Before, a late pose was stamped when it went out (the stall
-// vanished from the latencies) and skipped ticks were neither sent nor
-// expected (the delivery ratio did not see them).
+// missed. It fails if a late pose is stamped when it goes out (the stall
+// vanishes from the latencies) or if skipped ticks are neither sent nor
+// expected (the delivery ratio does not see them).
 func TestLateSenderStampsDueTimeAndCountsSkippedTicks(t *testing.T) {
 	const rate = 100 // a pose every 10 ms
 	period := int64(time.Second / rate)
@@ -111,11 +111,11 @@ func TestLateSenderStampsDueTimeAndCountsSkippedTicks(t *testing.T) {
 
 // A late sender's poses are where its behaviour puts the bot at their
 // stamps: between two poses a randomwalk bot moves no faster than its
-// speed over the stamps' difference. Before, the behaviour stepped by the
-// time that really passed while the stamp followed the schedule, so the
-// pose after a stall of five periods had the bot cover five periods' way
-// in one stamped period (a recording replayed it at up to five times its
-// speed).
+// speed over the stamps' difference. It fails if the behaviour steps by
+// the time that really passed while the stamp follows the schedule: the
+// pose after a stall of five periods then has the bot cover five periods'
+// way in one stamped period (a recording replays it at up to five times
+// its speed).
 func TestLateSenderPosesFollowTheirStamps(t *testing.T) {
 	const rate, speed = 100, 3.0
 	link := &stallLink{stall: 50 * time.Millisecond, max: 12, done: make(chan struct{})}

@@ -28,9 +28,9 @@ func (t *kickedTransport) Join(context.Context, Identity, Receiver, bool) (Link,
 
 // A connection that ends soon after each join does not reset the wait
 // before the next: the joins back off (0.5, 1, 2, 4 s, jittered down to
-// half) as if they failed. Before, each join that succeeded reset the
-// wait, and two runs that shared client ids took each other's over every
-// 0.25-0.5 s for as long as they ran.
+// half) as if they failed, so that two runs that share client ids do not
+// take each other's over every 0.25-0.5 s for as long as they run. It
+// fails if each join that succeeds resets the wait.
 func TestRejoinBacksOffWhenConnectionsDoNotLast(t *testing.T) {
 	tr := &kickedTransport{}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -21,13 +21,14 @@ func TestReadTraceRefuses(t *testing.T) {
 		{"too few fields", strings.NewReader(good + "1 2 3\n"), []string{"line 2", "3 fields"}},
 		{"not a number", strings.NewReader(good + "1 0 x 0 0 0 0 1\n"), []string{"line 2", `"x"`}},
 		{"time not increasing", strings.NewReader(good + good), []string{"line 2", "does not increase"}},
-		// bufio.Scanner said only "token too long", without the line.
+		// Named with its line, not bufio.Scanner's bare "token too long".
 		{"a line of 70,000 bytes", strings.NewReader(good + "# ok\n" + strings.Repeat("1", 70000) + "\n"), []string{"line 3", "longer than 64 KiB"}},
 		{"binary", strings.NewReader("\x00\x01\x02\xff\n"), []string{"line 1", "1 fields"}},
-		// A replay of it stood still: its steps were lost to rounding.
+		// Refused: a replay of it would stand still, its steps lost to
+		// rounding.
 		{"spanning 1e300 s", strings.NewReader(good + "1e300 0 1.6 0 0 0 0 1\n"), []string{"span 1e+300 s", "in seconds"}},
-		// A huge file was read whole into memory. The error comes at the
-		// sample after the last one taken.
+		// A huge file is not read whole into memory: the error comes at
+		// the sample after the last one taken.
 		{"more than MaxTraceSamples", &sampleLines{n: MaxTraceSamples + 1}, []string{"line " + strconv.Itoa(MaxTraceSamples+1), "more than " + strconv.Itoa(MaxTraceSamples) + " samples"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,7 +68,7 @@ func TestUbiqPeerPing(t *testing.T) {
 	}
 	// The last poses and pongs are still on their way on a loaded
 	// machine: wait for what the checks below need at least (a fixed
-	// 100 ms did not leave them time), then count.
+	// 100 ms does not always leave them time), then count.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		in := 0
 		for _, r := range recs {

@@ -8,9 +8,10 @@ import (
 )
 
 // A join the relay refuses (here: a room that is no RFC 4122 uuid) fails
-// with the relay's reason. Before, the transport waited for a SetRoom
-// that never came, for as long as its context lasted: a bot joining
-// again after its connection ended (FleetConfig.Reconnect) hung for good.
+// with the relay's reason. It fails if the transport waits for a SetRoom
+// that never comes, for as long as its context lasts: a bot joining
+// again after its connection ended (FleetConfig.Reconnect) would hang for
+// good.
 func TestUbiqJoinRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -25,10 +25,10 @@ type Clip struct {
 
 // MinClipFPS and MaxClipFPS bound a clip's frame rate (the SFU bench
 // bounds it above the same way). A rate that is NaN, infinite or so high
-// that the frame period rounds to 0 made a bot's ticker panic (xrealm
-// pcbot --fps NaN was accepted); one so low that the period overflows a
-// time.Duration (a clip file at 1.4e-76 fps gave a negative period) did
-// the same.
+// that the frame period rounds to 0 would make a bot's ticker panic (as
+// would xrealm pcbot --fps NaN); so would one so low that the period
+// overflows a time.Duration (a clip file at 1.4e-76 fps gives a negative
+// period).
 const (
 	MinClipFPS = 0.001 // a frame every 1000 s
 	MaxClipFPS = 1000

@@ -58,7 +58,8 @@ func TestVolumetricRunErrorStopsHelpers(t *testing.T) {
 }
 
 // An MTU with no room for payload after the fragment header is refused at
-// dial, naming it: the bot joined, and every frame then failed in Run.
+// dial, naming it, rather than a bot that joins and then fails every
+// frame in Run.
 func TestDialVolumetricRefusesSmallMTU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -128,7 +128,8 @@ func TestVolumetricBots(t *testing.T) {
 // TestVolumetricPoseResent: a bot with a pose sends it again while it
 // runs, so that a node that comes after its join (here a listener that
 // subscribes to the session's poses then) learns where it is; a new pose
-// (SetPose) is sent at once. Before, the pose went out once, at the join.
+// (SetPose) is sent at once. It fails if the pose goes out only once, at
+// the join: the listener then sees none.
 func TestVolumetricPoseResent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

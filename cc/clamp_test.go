@@ -18,8 +18,8 @@ import (
 // the kernel copies into the tcp_metrics cache when a connection closes and
 // into snd_cwnd_clamp when the next connection to that destination starts;
 // a first connection with cubic fills the cache and shows that the clamp is
-// in force. hera used to set snd_cwnd to its own window whatever the clamp
-// (several hundred segments here).
+// in force. It fails if hera sets snd_cwnd to its own window whatever the
+// clamp (several hundred segments here).
 func TestKernelCwndClamp(t *testing.T) {
 	nsA, nsB := vethPair(t, "ccclamp", "xrcl", 68)
 	const clamp = 8

@@ -175,8 +175,8 @@ func TestCoreMatchesGoOnRandomInput(t *testing.T) {
 			return p
 		}(), true, false},
 		// The largest values Validate accepts: the C core must hold them
-		// (a bucket of 5000 s, which Validate used to accept, was cut to
-		// 705 s by the core's 32 bits) and its products must not wrap.
+		// (Validate refuses a bucket of 5000 s, which the core's 32 bits
+		// would cut to 705 s) and its products must not wrap.
 		{"hera-limits", func() hera.Params {
 			p := hera.DefaultParams()
 			p.DeltaMax, p.HistCap, p.DecreaseShift = hera.MaxDeltaMax, hera.MaxHistCap, hera.MaxDecreaseShift

@@ -13,10 +13,10 @@ import (
 
 // TestKernelPacingRate loads each congestion control with pacing, moves
 // data over a veth pair and reads the socket's pacing rate from TCP_INFO.
-// hera-paper with Pacing set used to leave the rate unlimited (only hera
-// set one, so its --pacing flag did nothing), and hera overwrote the rate
-// on every ACK whatever the socket's SO_MAX_PACING_RATE, which the kernel's
-// own pacing update respects.
+// It fails if hera-paper with Pacing set leaves the rate unlimited (its
+// --pacing flag would do nothing), or if hera overwrites the rate on every
+// ACK whatever the socket's SO_MAX_PACING_RATE, which the kernel's own
+// pacing update respects.
 func TestKernelPacingRate(t *testing.T) {
 	nsA, nsB := vethPair(t, "ccpace", "xrcp", 67)
 

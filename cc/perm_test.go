@@ -13,10 +13,10 @@ import (
 
 // TestLoadWithoutPrivilegeSaysRoot loads the real object without the
 // privilege to: as root, on a thread that has dropped every capability.
-// The error says that root is needed; it used to be what cilium/ebpf made
-// of its failed feature probes, "map hera_sk: map create: prealloc maps
-// not supported (requires >= v4.6)" or "map hera_ops: struct_ops requires
-// BTF", on a kernel that has both.
+// The error says that root is needed. It fails if the error is what
+// cilium/ebpf makes of its failed feature probes, "map hera_sk: map create:
+// prealloc maps not supported (requires >= v4.6)" or "map hera_ops:
+// struct_ops requires BTF", which misleads on a kernel that has both.
 func TestLoadWithoutPrivilegeSaysRoot(t *testing.T) {
 	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
 		t.Skip("skipping: the kernel has no BTF (/sys/kernel/btf/vmlinux), so no struct_ops")

@@ -34,9 +34,9 @@ func Accept(l net.Listener, closed func() bool, serve func(net.Conn)) error {
 
 // temporary reports whether an accept error passes: a timeout, the
 // process or system out of file descriptors or memory for the moment, a
-// connection aborted before it was accepted. (Only timeouts were retried:
-// a front end that ran out of file descriptors stopped accepting for good
-// while the node ran on.)
+// connection aborted before it was accepted. (Retrying only timeouts
+// would make a front end that runs out of file descriptors stop accepting
+// for good while the node runs on.)
 func temporary(err error) bool {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {

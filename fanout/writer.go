@@ -450,8 +450,8 @@ var batchBufs = sync.Pool{New: func() any { return new([]byte) }}
 // maxBatchBuf bounds the buffers kept in batchBufs; a larger burst's buffer
 // is left to the garbage collector. It holds a full queue of poses (4,096
 // frames of about 400 bytes): under overload, when readers fall behind,
-// every write is such a batch, and a buffer made for each of them was
-// half a gigabyte a second of garbage (a collection every 55 ms at 550
+// every write is such a batch, and a buffer made for each of them would
+// be half a gigabyte a second of garbage (a collection every 55 ms at 550
 // users in one scene).
 const maxBatchBuf = 4 << 20
 

@@ -145,9 +145,9 @@ func TestAuthorizationHeaderRoutes(t *testing.T) {
 
 // A token request with id_auth=anonymous reads no credentials: it is
 // answered with an anonymous viewer's token whatever Authorization header
-// it has, as it was already with a valid token or an invalid one, so a
-// client behind a proxy that adds its own Authorization header can still
-// ask as a guest. Without id_auth=anonymous, the same headers are refused.
+// it has (a valid token, an invalid one or any other), so a client behind
+// a proxy that adds its own Authorization header can still ask as a
+// guest. Without id_auth=anonymous, the same headers are refused.
 func TestMQTTAuthAnonymousIgnoresCredentials(t *testing.T) {
 	e := newRoutesEnv(t)
 	owner, err := e.keys.Issue("lab", auth.SceneRights("realm", "lab", "room", auth.RoleEditor, ""), time.Hour)

@@ -14,8 +14,8 @@ import (
 
 // The token endpoint, which anyone may call without a token, reads at
 // most maxFormBody of a request: a larger body is refused with 413 before
-// it is parsed. It took up to 10 MB, net/http's own bound for a form, and
-// kept all of it as form values, per request.
+// it is parsed, not read up to net/http's own bound for a form (10 MB)
+// and kept as form values, per request.
 func TestMQTTAuthBodyLimit(t *testing.T) {
 	dir := t.TempDir()
 	keys, err := auth.LoadOrCreateKeys(dir)
@@ -60,8 +60,9 @@ func TestMQTTAuthBodyLimit(t *testing.T) {
 
 // The token endpoint takes its fields as a URL-encoded form or as
 // multipart/form-data (what a browser's FormData sends); another body
-// is refused with 415 naming its type. A multipart form was read as no
-// fields at all, and refused as 'scene must be "namespace/scene", got ""'.
+// is refused with 415 naming its type. It fails if a multipart form is
+// read as no fields at all, and refused as 'scene must be "namespace/scene",
+// got ""'.
 func TestMQTTAuthContentTypes(t *testing.T) {
 	dir := t.TempDir()
 	keys, err := auth.LoadOrCreateKeys(dir)

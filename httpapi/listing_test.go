@@ -24,11 +24,11 @@ import (
 // The scene listings (GET /persist/!allscenes, /persist/{ns}/!allscenes),
 // served by the persistence store with this package's Access.Scene as the
 // server wires them: a scene the caller may not read is left out, which
-// is no refusal (before, every private scene counted one denial and logged
-// one line per listing, so that a few listings spent the log's lines); a
-// token that is not valid is refused with 401 and its reason (before, the
-// caller got 200 with the public scenes only, as if the token were
-// fine), also when there is nothing to list; a bad namespace is 400.
+// is no refusal (counting one denial and logging one line per private
+// scene and listing would let a few listings spend the log's lines); a
+// token that is not valid is refused with 401 and its reason (not 200
+// with the public scenes only, as if the token were fine), also when
+// there is nothing to list; a bad namespace is 400.
 func TestSceneListing(t *testing.T) {
 	dir := t.TempDir()
 	js := embeddedJS(t, dir)
@@ -139,8 +139,8 @@ func counter(t *testing.T, c prometheus.Counter) float64 {
 
 // When the settings store cannot answer, a route that needs the scene's
 // settings answers 503 with the reason, not 403 as if the caller were
-// refused (and not counted as a refusal): before, GET /persist/{ns}/{scene}
-// answered 403 "read settings of ...: nats: connection closed".
+// refused (and not counted as a refusal): GET /persist/{ns}/{scene} must
+// not answer 403 "read settings of ...: nats: connection closed".
 func TestSettingsUnavailable(t *testing.T) {
 	dir := t.TempDir()
 	b, err := bus.Start(bus.Config{DataDir: dir, Name: "t", Insecure: true, Logger: slog.New(slog.DiscardHandler)})

@@ -53,9 +53,10 @@ func TestSceneNamesAtTheBoundary(t *testing.T) {
 		{"mqtt_auth: empty namespace", "POST", "/user/v2/mqtt_auth", "scene=/lab", "", 400, `namespace name is empty`},
 		{"mqtt_auth: wildcard userclient", "POST", "/user/v2/mqtt_auth", "scene=alice/lab&userclient=%23", "", 400, `userclient \"#\"`},
 		{"mqtt_auth: userclient with a slash", "POST", "/user/v2/mqtt_auth", "scene=alice/lab&userclient=a/b", "", 400, `userclient \"a/b\"`},
-		// Names too long for a NATS protocol line: before, the settings
-		// store sent them to the bus, whose server closed its connection,
-		// and every later request failed.
+		// Names too long for a NATS protocol line are refused without a
+		// request to the bus: sent there, they would make the bus's
+		// server close the settings store's connection, and every later
+		// request would fail.
 		{"get: long scene", "GET", "/scenes/alice/" + long + "/settings", "", "", 400, `of 6000 bytes is longer than the longest, 128`},
 		{"get: long namespace", "GET", "/scenes/" + long + "/lab/settings", "", alice, 400, `namespace name`},
 		{"put: long scene", "PUT", "/scenes/alice/" + long + "/settings", `{}`, alice, 400, `scene name`},

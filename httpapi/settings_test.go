@@ -89,15 +89,15 @@ func TestPutSettingsReplaces(t *testing.T) {
 }
 
 // A PUT whose body is not exactly one settings object, or whose token is
-// an anonymous user's, changes nothing: before, a body of "null" (or
-// "{}" followed by anything) was stored as all-false settings, turning
-// the scene private, and a user who asked for an anonymous token as
-// "bob" got the sub "anonymous-bob" and with it the namespace
-// anonymous-bob, though anyone can ask for that name. A body over the
+// an anonymous user's or a service's, changes nothing. It fails if a body
+// of "null" (or "{}" followed by anything) is stored as all-false
+// settings, turning the scene private, or if an anonymous token owns a
+// namespace: a user who asks for an anonymous token as "bob" gets the sub
+// "anonymous-bob", and anyone can ask for that name. A body over the
 // limit is 413, not 400. A service's token (xrealm token --user alice
 // --role sfu or cluster) is no user's sign-in: it signs a node in to the
-// bus, and changed the settings of every scene in namespace alice (opened
-// a private scene, shut its owner out).
+// bus, and accepted here it would change the settings of every scene in
+// namespace alice (open a private scene, shut its owner out).
 func TestPutSettingsRefusals(t *testing.T) {
 	e := newAPIEnv(t)
 	alice, err := e.keys.Issue("alice", auth.SceneRights("realm", "alice", "lab", auth.RoleEditor, ""), time.Hour)

@@ -120,8 +120,8 @@ func TestAccessScene(t *testing.T) {
 		{"a listed viewer reads a private scene", tok("carol", "lab/room", auth.RoleViewer), "lab/secret", false, nil},
 		{"others may not", tok("dave", "lab/room", auth.RoleViewer), "lab/secret", false, ErrForbidden},
 		// A node's token is no user's sign-in: its user's role in the
-		// scene's settings gave an SFU token named like a namespace write
-		// access to all of it.
+		// scene's settings would give an SFU token named like a namespace
+		// write access to all of it.
 		{"a service's token does not write its user's namespace", svc("lab", "sfu"), "lab/room", true, ErrForbidden},
 		{"nor read a private scene its user may", svc("carol", "cluster"), "lab/secret", false, ErrForbidden},
 		{"it reads a public scene, as anyone may", svc("lab", "sfu"), "lab/room", false, nil},

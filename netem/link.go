@@ -94,7 +94,7 @@ func NewLink(cfg LinkConfig) (*Link, error) {
 	if cfg.QueuePackets > 0 && cfg.QueueBytes > 0 {
 		return nil, fmt.Errorf("netem: set a queue limit in packets or in bytes, not both")
 	}
-	if !(cfg.Loss >= 0 && cfg.Loss < 1) { // NaN too: it was no loss at all
+	if !(cfg.Loss >= 0 && cfg.Loss < 1) { // NaN too: it would be no loss at all
 		return nil, fmt.Errorf("netem: loss probability %v outside [0, 1)", cfg.Loss)
 	}
 	if cfg.Delay < 0 {

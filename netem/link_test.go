@@ -27,8 +27,9 @@ func TestParseTrace(t *testing.T) {
 		{"beyond the longest", "1\n18446744073709551615\n", 0, 0, 0, "beyond"},
 		{"one past the longest", "4294967297\n", 0, 0, 0, "beyond"},
 		{"the longest", "4294967296\n", 1, 4294967296 * time.Millisecond, 1500 * 8 / 4294967.296, ""},
-		// A line beyond the scanner's 64 KB used to be "bufio.Scanner:
-		// token too long", with no line; a long bad line was quoted whole.
+		// A line beyond the scanner's 64 KB is reported with its line
+		// number, not as bufio.Scanner's "token too long", which names
+		// none; a long bad line is quoted only in part.
 		{"line too long", "1\n2\n" + strings.Repeat("7", 70000) + "\n", 0, 0, 0, "line 3: longer than 65536 bytes"},
 		{"long bad line", "1\n" + strings.Repeat("\x1f\x8b", 1000) + "\n", 0, 0, 0, `line 2: "\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b\x1f\x8b" (1960 bytes more) is not`},
 	}
@@ -232,10 +233,11 @@ func TestCapacity(t *testing.T) {
 	}
 }
 
-// TestConstantTrace: ConstantTrace(0) used to return a trace with no
-// opportunities, whose first use divided by zero (a panic in the pump);
-// a negative count panicked in make. Both, and counts too large to
-// allocate, are now errors naming the count.
+// TestConstantTrace: ConstantTrace(0), a negative count and counts too
+// large to allocate are errors naming the count. It fails if
+// ConstantTrace(0) returns a trace with no opportunities, whose first use
+// divides by zero (a panic in the pump), or if a negative count panics in
+// make.
 func TestConstantTrace(t *testing.T) {
 	for _, tt := range []struct {
 		perMs   int
@@ -267,8 +269,9 @@ func TestConstantTrace(t *testing.T) {
 }
 
 // TestNewLinkRejectsEmptyTrace: a Trace not made by ParseTrace or
-// ConstantTrace (the zero value) has no opportunities; the link used to
-// panic with a division by zero on the first packet.
+// ConstantTrace (the zero value) has no opportunities, and NewLink refuses
+// it, naming the trace: a link with it would panic with a division by zero
+// on the first packet.
 func TestNewLinkRejectsEmptyTrace(t *testing.T) {
 	_, err := NewLink(LinkConfig{Trace: &Trace{Name: "zero"}})
 	if err == nil || !strings.Contains(err.Error(), `trace "zero"`) {
@@ -287,9 +290,9 @@ func constantTrace(tb testing.TB, perMs int) *Trace {
 }
 
 // TestCapacityBeforeStart: times before the link's start have no
-// opportunities. A negative time used to become a huge unsigned
-// microsecond count whose opportunity index overflowed: Capacity(-1s, 1s)
-// was twice Capacity(0, 1s).
+// opportunities. It fails if a negative time becomes a huge unsigned
+// microsecond count whose opportunity index overflows: Capacity(-1s, 1s)
+// is then twice Capacity(0, 1s).
 func TestCapacityBeforeStart(t *testing.T) {
 	tr := constantTrace(t, 2)
 	for _, tt := range []struct{ from, to time.Duration }{

@@ -39,8 +39,8 @@ func smallPacket(i, n int) []byte {
 // TestPumpSmallPacketsDoNotHoldReadBuffers queues many small packets behind
 // a link that serves nothing for a while (as a slow trace with an unbounded
 // or byte-limited queue does) and checks how much memory the queue holds,
-// then that every packet leaves unchanged. Each queued packet used to keep
-// its 64 KB read buffer: 2000 packets of 100 bytes held 131 MB.
+// then that every packet leaves unchanged. It fails if each queued packet
+// keeps its 64 KB read buffer: 2000 packets of 100 bytes then hold 131 MB.
 func TestPumpSmallPacketsDoNotHoldReadBuffers(t *testing.T) {
 	tr, err := ParseTrace("late", strings.NewReader("1000\n1000\n1000\n1000\n"))
 	if err != nil {

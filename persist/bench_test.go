@@ -57,7 +57,7 @@ func BenchmarkApplier(b *testing.B) {
 // BenchmarkCascadeDelete measures the applier's delete against the size of
 // the scene: one op applies the delete of one object (a leaf) of a scene
 // that holds objects= others, half of them children of the other half.
-// Before the scene index (index.go) every delete scanned the whole scene.
+// The scene index (index.go) spares each delete a scan of the whole scene.
 func BenchmarkCascadeDelete(b *testing.B) {
 	for _, n := range []int{100, 1000, 5000} {
 		b.Run("objects="+strconv.Itoa(n), func(b *testing.B) {

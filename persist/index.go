@@ -18,9 +18,9 @@ import (
 //
 // A delete removes the object and the stored objects below it through
 // data.parent. Finding them by scanning the scene (every stored object,
-// every delete marker) made each delete cost the scene's size: 1,000
-// expiries in a scene of 1,000 objects took 6.3 s, and the applier, which
-// serves every scene, fell behind for all of them.
+// every delete marker) would make each delete cost the scene's size: that
+// way 1,000 expiries in a scene of 1,000 objects take 6.3 s, and the
+// applier, which serves every scene, falls behind for all of them.
 //
 // The applier keeps, in memory, for each scene it deleted in lately, every
 // stored object's id, data.parent and revision, as of a revision of the

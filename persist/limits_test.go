@@ -14,10 +14,10 @@ import (
 
 // TestLongNamesKeepTheBusConnection: a read or delete that names an object
 // or a scene too long for any stored key is answered without a request to
-// the bus. Before, GET /persist/ns/sc/{6000 bytes} sent a direct get whose
-// protocol line passed NATS's control-line limit (4 KiB): the server closed
-// the store's connection for good, and with it the applier, the sweeper
-// and every later read, on one unauthenticated request.
+// the bus. It fails if GET /persist/ns/sc/{6000 bytes} sends a direct get
+// whose protocol line passes NATS's control-line limit (4 KiB): the server
+// then closes the store's connection for good, and with it the applier,
+// the sweeper and every later read, on one unauthenticated request.
 func TestLongNamesKeepTheBusConnection(t *testing.T) {
 	e := newEnv(t, "", true)
 	e.pub(tp+"box", `{"object_id":"box","action":"create","persist":true}`)
@@ -92,10 +92,10 @@ func httpDo(method, url string, want int) error {
 
 // TestMarkupIsStoredAtItsSize: an object whose attributes hold markup
 // (an inline SVG, HTML text) is stored at about the size of its message.
-// Before, the store encoded it with encoding/json's HTML escaping, which
-// writes each '<', '>' and '&' as six bytes: a create of a third of the
-// limit made of markup came out over the store's limit, and the
-// acknowledged create was rejected, never stored.
+// It fails if the store encodes it with encoding/json's HTML escaping,
+// which writes each '<', '>' and '&' as six bytes: a create of a third of
+// the limit made of markup then comes out over the store's limit, and the
+// acknowledged create is rejected, never stored.
 func TestMarkupIsStoredAtItsSize(t *testing.T) {
 	e := newEnv(t, "", true)
 	most := e.store.maxObject()

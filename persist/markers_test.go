@@ -11,8 +11,8 @@ import (
 // TestDeleteMarkersPurged: the delete markers that deletes leave in the
 // bucket are purged once old (here at once), so that a scene whose objects
 // come and go does not make every later scan of it longer; an object
-// created again on a purged key is stored and updated as any other. Before,
-// every marker stayed for ever.
+// created again on a purged key is stored and updated as any other. It
+// fails if a marker stays for ever.
 func TestDeleteMarkersPurged(t *testing.T) {
 	e := newEnv(t, "", false)
 	e.store.markerAge, e.store.markerEvery = 0, 50*time.Millisecond

@@ -119,8 +119,8 @@ collect:
 
 // TestHugeTTLLosesNothing: a ttl beyond what a duration holds ("ttl":
 // 1e10, about 317 years) is refused, and the object it would have replaced
-// stays; it used to be stored with an expiry in the past, which the sweeper
-// then deleted, publishing a delete to every client.
+// stays. It fails if the object is stored with an expiry in the past,
+// which the sweeper then deletes, publishing a delete to every client.
 func TestHugeTTLLosesNothing(t *testing.T) {
 	e := newEnv(t, "", true)
 	e.pub(tp+"keep", `{"object_id":"keep","action":"create","persist":true,"data":{"v":1}}`)

@@ -68,8 +68,8 @@ func ctx5s(t *testing.T) context.Context {
 // TestSceneDeleteOrderedWithCreates: a create the stream acknowledged
 // before a scene delete is gone after the delete answers, even when the
 // applier had not applied it yet; a create published after the delete
-// answered stays. Before, the delete removed the bucket's keys at once,
-// and the create still waiting in the stream was stored after it.
+// answered stays. It fails if the delete removes the bucket's keys at
+// once: the create still waiting in the stream is then stored after it.
 func TestSceneDeleteOrderedWithCreates(t *testing.T) {
 	e := newEnv(t, "", false) // no applier yet: the creates wait in the stream
 	e.pub(tp+"early", `{"object_id":"early","action":"create","persist":true,"data":{}}`)
@@ -97,9 +97,9 @@ func TestSceneDeleteOrderedWithCreates(t *testing.T) {
 
 // TestTTLExpiryKeepsRecreate: the sweeper finds an object expired while a
 // create of the same id (without ttl) waits in the stream. The create
-// wins: the expiry was about the version it replaces. Before, the sweeper
-// deleted the key and published a delete that the applier applied after
-// the create, removing it.
+// wins: the expiry was about the version it replaces. It fails if the
+// sweeper deletes the key and publishes a delete that the applier applies
+// after the create, removing it.
 func TestTTLExpiryKeepsRecreate(t *testing.T) {
 	e, clk := newClockEnv(t)
 	e.pub(tp+"tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":60,"data":{"v":1}}`)
@@ -126,7 +126,7 @@ func TestTTLExpiryKeepsRecreate(t *testing.T) {
 
 // TestCloneKeepsTTL: the copy of an object with a ttl expires when the
 // original does (it gets the original's remaining lifetime); permanent
-// objects stay permanent. Before, every copy was permanent.
+// objects stay permanent. It fails if every copy is permanent.
 func TestCloneKeepsTTL(t *testing.T) {
 	e, clk := newClockEnv(t)
 	e.pub("realm/s/ns/src/o/uc1/tmp", `{"object_id":"tmp","action":"create","persist":true,"ttl":60,"data":{}}`)
@@ -169,10 +169,10 @@ func TestScenesLeavesOutExpired(t *testing.T) {
 
 // TestInvalidUTF8Refused: a persisted create whose strings are not valid
 // UTF-8 is refused as an invalid message, with a reason saying so, at any
-// size. Before, each bad byte was stored as U+FFFD (three bytes): a small
-// create was stored altered, and a large one that fit the payload limit was
-// refused as over the store's limit after the client had its
-// acknowledgement.
+// size. It fails if each bad byte is stored as U+FFFD (three bytes): a
+// small create is then stored altered, and a large one that fits the
+// payload limit is refused as over the store's limit after the client has
+// its acknowledgement.
 func TestInvalidUTF8Refused(t *testing.T) {
 	e := newEnv(t, "", true)
 	most := e.store.maxObject()

@@ -746,8 +746,8 @@ func (s *Store) save(ctx context.Context, key string, o *Object, rev uint64) err
 
 // encode is json.Marshal without HTML escaping, which would write each
 // '<', '>' and '&' of an attribute (an inline SVG, HTML text) as six
-// bytes: a message well inside the payload limit came out over the
-// store's limit and was rejected after the stream had acknowledged it.
+// bytes: a message well inside the payload limit would come out over the
+// store's limit and be rejected after the stream had acknowledged it.
 func encode(v any) ([]byte, error) {
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

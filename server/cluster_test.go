@@ -579,8 +579,8 @@ func (h teeHandler) WithGroup(n string) slog.Handler {
 
 // A node started with another --realm than its cluster's refuses to start,
 // saying which node serves which realm, and leaves the cluster's
-// persistence stream as it was (it replaced the stream's subjects with its
-// own realm's, and the other nodes' object messages were no longer stored).
+// persistence stream as it was (replacing the stream's subjects with its
+// own realm's would leave the other nodes' object messages unstored).
 // A node with another signing key starts, but it and the nodes it asks log
 // that the keys differ and what to do.
 func TestClusterRefusesMismatchedNode(t *testing.T) {

@@ -59,9 +59,9 @@ func TestCloseDoesNotFailNode(t *testing.T) {
 	}
 }
 
-// Close stops everything at once, the front ends' connections included:
-// an MQTT client connected to a closed node was left connected to a node
-// without a bus, its connection never closed.
+// Close stops everything at once, the front ends' connections included.
+// It fails if an MQTT client connected to a closed node is left connected
+// to a node without a bus, its connection never closed.
 func TestCloseClosesClientConnections(t *testing.T) {
 	n := startNode(t, func(c *Config) { c.Insecure = true })
 	nc := rawConnect(t, n.mqttURL, "c1", "u1", "", 0, "", "")

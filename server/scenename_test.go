@@ -31,7 +31,7 @@ func TestInvalidSceneNameNotPersisted(t *testing.T) {
 	// Not valid UTF-8: refused too, before it is acknowledged.
 	publish(t, c, "realm/s/ns/ok/o/x/bad", 1, `{"object_id":"bad","action":"create","persist":true,"data":{"name":"`+"\xff"+`"}}`)
 	// An object id whose key the store cannot hold (non-letters escape to
-	// 3 bytes): refused too, where it was acknowledged and then dropped.
+	// 3 bytes): refused too, not acknowledged and then dropped.
 	long := strings.Repeat(".", 400)
 	publish(t, c, "realm/s/ns/ok/o/x/"+long, 1, create(long))
 	publish(t, c, "realm/s/ns/ok/o/x/obj", 1, create("obj")) // applied after the others

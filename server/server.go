@@ -323,7 +323,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Server, err er
 	}
 	// An MQTT connection's queue holds at least the largest PUBLISH the
 	// node lets through: with --max-payload above the byte bound, every
-	// copy of such a message to a busy or WebSocket connection was
+	// copy of such a message to a busy or WebSocket connection would be
 	// dropped, the publisher acknowledged.
 	if cfg.Writer.MaxBytes <= 0 {
 		cfg.Writer.MaxBytes = fanout.DefaultMaxBytes
@@ -680,8 +680,8 @@ func (s *Server) Close() {
 	s.closing.Store(true)
 	if !s.frontsShut.Load() {
 		// The front ends close their listeners and connections, and stop
-		// their background work, without waiting: a client connection
-		// was left open on a node without a bus.
+		// their background work, without waiting, so that no client
+		// connection is left open on a node without a bus.
 		now, cancel := context.WithCancel(context.Background())
 		cancel()
 		if s.mqtt != nil {

@@ -453,7 +453,7 @@ func TestAbruptCloseAndKeepaliveOverTCP(t *testing.T) {
 func TestStalledReaderDoesNotBlockOthers(t *testing.T) {
 	// 1024 frames (4 MB here): the stalled client's queue overflows, but
 	// a reading client's does not within one write linger, even on a loaded
-	// machine (with 256 it sometimes did, and coalesced the reader's poses).
+	// machine (with 256 it sometimes does, and coalesces the reader's poses).
 	n := startNode(t, func(c *Config) { c.Writer.MaxFrames = 1024 })
 	tok := n.token(t, "ed", "lab/room1", auth.RoleEditor, time.Hour)
 	raw, err := net.Dial("tcp", strings.TrimPrefix(n.mqttURL, "tcp://"))
@@ -911,9 +911,9 @@ func TestShutdownErrorNamesPart(t *testing.T) {
 
 // A message as large as --max-payload allows reaches a WebSocket
 // subscriber (whose queue the bound applies to, as to any connection
-// that is busy): with --max-payload above the queue's 8 MiB byte bound, the
-// publisher's message was taken and every WebSocket client's copy of it
-// dropped without a word.
+// that is busy), also with --max-payload above the queue's 8 MiB byte
+// bound. It fails if the publisher's message is taken and every WebSocket
+// client's copy of it dropped without a word.
 func TestLargestPayloadReachesWebSocketSubscriber(t *testing.T) {
 	const maxPayload = 9 << 20
 	n := startNode(t, func(c *Config) { c.Insecure = true; c.MaxPayload = maxPayload })

@@ -209,10 +209,10 @@ func TestSFUClientBoundToToken(t *testing.T) {
 }
 
 // The SFU node lives as long as the server, not as long as the context
-// Start was given to bound the start: it kept announcing itself only
-// until that context ended (here, at once, as startNode cancels it after
-// Start), and its session manager then dropped it as dead, so that no
-// client could join a session.
+// Start was given to bound the start. It fails if the node announces
+// itself only until that context ends (here, at once, as startNode cancels
+// it after Start): its session manager then drops it as dead, and no
+// client can join a session.
 func TestSFUOutlivesStartContext(t *testing.T) {
 	n := startNode(t, nil)
 	nc, err := n.bus.Connect("test-sfu-heartbeats")

@@ -43,12 +43,13 @@ func TestStartRefusesImpossibleConfig(t *testing.T) {
 		{"default replicas alone", func(c *Config) { c.Replicas = 0 }, ""},
 		{"replicas in a cluster", func(c *Config) { cluster(c); c.Replicas = 3 }, ""},
 		{"negative replicas in a cluster", func(c *Config) { cluster(c); c.Replicas = -2 }, "--replicas -2"},
-		// NATS ignores routes outside a cluster: the node ran alone, and
-		// two such nodes kept two copies of the state that drifted apart.
+		// NATS ignores routes outside a cluster: the node would run
+		// alone, and two such nodes would keep two copies of the state
+		// that drift apart.
 		{"routes alone", func(c *Config) { c.Routes = []string{"nats-route://127.0.0.1:1"} }, "--routes nats-route://127.0.0.1:1 without --cluster-name"},
-		// NATS holds at most 64 MiB per client: a larger payload was
-		// refused by NATS at start, or, past 2 GiB, waited for JetStream for
-		// ever.
+		// NATS holds at most 64 MiB per client: a larger payload would be
+		// refused by NATS at start, or, past 2 GiB, wait for JetStream
+		// for ever.
 		{"payload above the bus's limit", func(c *Config) { c.MaxPayload = 64 << 20 }, "--max-payload 67108864: at most 67043328"},
 		{"payload past 2 GiB", func(c *Config) { c.MaxPayload = 1<<31 - 1 }, "--max-payload 2147483647: at most"},
 		{"largest payload", func(c *Config) { c.MaxPayload = 64<<20 - 64<<10 }, ""},

@@ -114,8 +114,9 @@ func TestLoadMalformed(t *testing.T) {
 
 // The self-signed certificate in the data directory is made again when it
 // does not name a host the server is started for (a --public-host added
-// after the first start: it was kept, naming localhost only, and clients
-// reaching the server by its name were refused) or when it has expired.
+// after the first start: kept, naming localhost only, it would make
+// clients reaching the server by its name refuse it) or when it has
+// expired.
 // A certificate that names every host asked for is kept, and so is a
 // certificate in the data directory that this package did not make.
 func TestSelfSignedRenewed(t *testing.T) {
@@ -227,10 +228,10 @@ func TestSelfSignedRenewed(t *testing.T) {
 }
 
 // TestRenewalCutShort: a renewal stopped between its files (a crash, a
-// power cut) is completed, or undone, at the next start: before, the key
-// was renamed into place before the certificate, and a start in between
-// found a pair that did not belong together and refused to start until
-// someone removed the files.
+// power cut) is completed, or undone, at the next start. It fails if a
+// start after the key was renamed into place, but not the certificate,
+// keeps a pair that does not belong together: the node then refuses to
+// start until someone removes the files.
 func TestRenewalCutShort(t *testing.T) {
 	for _, tt := range []struct {
 		name string

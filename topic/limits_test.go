@@ -7,9 +7,9 @@ import (
 
 // Topics and filters whose NATS subject would pass MaxSubjectLen are
 // refused by ValidName and ValidFilter, counting the escapes the subject
-// adds; before, the MQTT front end published them, and the NATS server
-// closed the front end's connection for every client ("maximum control
-// line exceeded"). The error is one log line long and gives the sizes.
+// adds: published, they would make the NATS server close the MQTT front
+// end's connection for every client ("maximum control line exceeded").
+// The error is one log line long and gives the sizes.
 func TestSubjectLengthLimit(t *testing.T) {
 	base := "realm/s/ns/sc/x/uc/"
 	pad := func(n int, c string) string { return base + strings.Repeat(c, n-len(base)) }

@@ -360,8 +360,8 @@ func TestFormatInts(t *testing.T) {
 }
 
 // TestBusRunError checks what bench bus says when a run stops early: on
-// Ctrl-C it said only "context canceled", not that the steps measured
-// were written, nor where.
+// Ctrl-C, not only "context canceled" but whether the steps measured were
+// written, and where.
 func TestBusRunError(t *testing.T) {
 	some := &benchbus.Results{Rows: make([]benchbus.Row, 3), Interaction: make([]benchbus.Interaction, 1)}
 	tests := []struct {
@@ -386,10 +386,10 @@ func TestBusRunError(t *testing.T) {
 	}
 }
 
-// TestBenchSFUNamesMissingTools: without iproute2, bench sfu failed
-// after building its clip, with "ip netns list: exec: "ip": executable
-// file not found"; it now names the package and how to install it,
-// before anything starts. (Without root it says it needs root first.)
+// TestBenchSFUNamesMissingTools: without iproute2, bench sfu names the
+// package and how to install it, before anything starts, not "ip netns
+// list: exec: "ip": executable file not found" after building its clip.
+// (Without root it says it needs root first.)
 func TestBenchSFUNamesMissingTools(t *testing.T) {
 	tmp := t.TempDir()
 	t.Setenv("PATH", tmp)
@@ -411,8 +411,8 @@ func TestBenchSFUNamesMissingTools(t *testing.T) {
 }
 
 // TestInterruptedError: Main prints these as "xrealm bench cc:
-// interrupted: ...", the bench named once; they said "bench cc
-// interrupted", after Main's "xrealm bench cc: ".
+// interrupted: ...", the bench named once, so they do not name it again
+// ("bench cc interrupted") after Main's "xrealm bench cc: ".
 func TestInterruptedError(t *testing.T) {
 	tests := []struct {
 		n    int
@@ -431,8 +431,8 @@ func TestInterruptedError(t *testing.T) {
 
 // TestBenchRoomsInterrupted interrupts bench rooms against a real room
 // server in this process after a few windows: it says it was interrupted,
-// how many windows finished and where they are, and the CSV holds them.
-// It said only "context canceled".
+// how many windows finished and where they are, and the CSV holds them,
+// not only "context canceled".
 func TestBenchRoomsInterrupted(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a room server")
@@ -459,7 +459,7 @@ func TestBenchRoomsInterrupted(t *testing.T) {
 }
 
 // TestBenchBusHelpNamesSystems: the help of --systems names every system
-// the bench accepts (xrealm-insecure was accepted, and not named).
+// the bench accepts, xrealm-insecure included.
 func TestBenchBusHelpNamesSystems(t *testing.T) {
 	var out bytes.Buffer
 	stderr := os.Stderr
@@ -480,8 +480,8 @@ func TestBenchBusHelpNamesSystems(t *testing.T) {
 	}
 }
 
-// bench rooms with --addr where no room server listens names the flag:
-// it said only "bot 0: ubiq dial …: connection refused".
+// bench rooms with --addr where no room server listens names the flag,
+// not only "bot 0: ubiq dial …: connection refused".
 func TestBenchRoomsAddrRefused(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -496,8 +496,8 @@ func TestBenchRoomsAddrRefused(t *testing.T) {
 }
 
 // A bench rooms that fails before its first window leaves the --out of an
-// earlier run as it was: the file was truncated at the start, and a run
-// that then could not reach its server lost the last one's results.
+// earlier run as it was. It fails if the file is truncated at the start:
+// a run that then cannot reach its server loses the last one's results.
 func TestBenchRoomsKeepsOutOnFailure(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

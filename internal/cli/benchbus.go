@@ -111,8 +111,8 @@ func runBenchBus(ctx context.Context, args []string) error {
 	d.XrealmCmd = []string{*xbin}
 	d.XrealmEnv = splitList(*xenv)
 	for _, kv := range d.XrealmEnv {
-		// Without '=' the entry was passed on to the servers, which
-		// ignored it.
+		// Without '=' the entry would be passed on to the servers,
+		// which would ignore it.
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return usagef("--xrealm-env %q: %q is not KEY=VALUE (e.g. GOMAXPROCS=1)", *xenv, kv)
 		}
@@ -320,7 +320,7 @@ func withoutOut(args []string) []string {
 
 // shellJoin joins args into a command line a POSIX shell reads back as
 // args: the command recorded with results must rerun as it ran (an empty
-// --python "" or a path with a space was lost when joined plainly).
+// --python "" or a path with a space would be lost if joined plainly).
 func shellJoin(args []string) string {
 	q := make([]string, len(args))
 	for i, a := range args {

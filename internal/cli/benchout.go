@@ -21,8 +21,8 @@ func outNotice(action, path string, isDefault bool, flag string) string {
 
 // interruptedError is the error of a bench that was interrupted (Ctrl-C,
 // SIGTERM) after n of its units (runs, windows) finished, saying where
-// they are; the unit under way is never recorded. It said only "context
-// canceled".
+// they are, not only "context canceled"; the unit under way is never
+// recorded.
 func interruptedError(n int, unit, where string) error {
 	if n == 0 {
 		return fmt.Errorf("interrupted before a %s finished; nothing was written to %s", unit, where)

@@ -79,8 +79,8 @@ func runBenchRooms(ctx context.Context, args []string) error {
 	}
 	defer stopProfile()
 	log := slog.Default()
-	// The CSV is opened before the server starts: a path that could not be
-	// written failed after it, without naming the flag.
+	// The CSV is opened before the server starts, so that a path that
+	// cannot be written fails before it, naming the flag.
 	var w *roomsCSV
 	if *out != "" {
 		if w, err = openRoomsCSV(*out); err != nil {

@@ -296,8 +296,9 @@ func fmtDur(d time.Duration) string {
 }
 
 // checkTokenFlags refuses token settings of bots and bots record that
-// contradict each other: one of them was silently ignored (--no-auth won
-// over --data and --token, and --data over --token-url and --token).
+// contradict each other: otherwise one of them would be silently ignored
+// (--no-auth winning over --data and --token, and --data over --token-url
+// and --token).
 func checkTokenFlags(fs *flag.FlagSet) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
@@ -345,7 +346,8 @@ func botTokens(noAuth bool, dataDir, tokenURL, bearer string) (bots.TokenSource,
 
 // checkBotsAddr checks --addr of bots and bots record as the bots dial
 // it: host:port or mqtt://host:port (MQTT over TCP), or a ws:// or wss://
-// URL (MQTT over WebSocket). Each bot failed to connect, naming no flag.
+// URL (MQTT over WebSocket), so that a bad one is refused naming the flag
+// rather than making each bot fail to connect, naming no flag.
 func checkBotsAddr(addr string) error {
 	const want = "want host:port or mqtt://host:port (MQTT over TCP, xrealm serve --mqtt-addr), or ws://host:port/path (MQTT over WebSocket)"
 	hostPort := addr

@@ -51,8 +51,9 @@ func TestBotsProgressEndsWhenAllDisconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = <-done
-	// It says why the first bot lost its connection (it said only "did
-	// the server stop?", also when another run had taken the client ids).
+	// It says why the first bot lost its connection (not only "did the
+	// server stop?", which misleads when another run has taken the client
+	// ids).
 	if err == nil || !strings.Contains(err.Error(), "all 3 bots were disconnected") || !strings.Contains(err.Error(), "the server closed the connection") {
 		t.Fatalf("botsProgress after the server stopped: %v, want all 3 bots disconnected, the server having closed the connection", err)
 	}
@@ -195,8 +196,8 @@ func TestBotsSummaryCountsToTheEnd(t *testing.T) {
 // bots in one scene: each bot received every pose sent (received is users
 // × sent), and the delivered ratio is that over the poses due, sent or
 // missed. On a loaded machine senders are late and skip ticks (missed:
-// due, never delivered), so the ratio is 100 % only when none was; the
-// summary said 57.50 % with 23 sent, 17 missed and all 46 received.
+// due, never delivered), so the ratio is 100 % only when none was (for
+// example 57.50 % with 23 sent, 17 missed and all 46 received).
 func checkEverySentPoseDelivered(t *testing.T, line string, users int) {
 	t.Helper()
 	i := strings.Index(line, "sent ")
@@ -227,7 +228,7 @@ func TestBotsRefusesBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		// Each of these panicked, ran forever, or was taken silently.
+		// Each of these would panic, run forever, or be taken silently.
 		{[]string{"--progress", "0"}, "--progress"},
 		{[]string{"--progress", "-1s"}, "--progress"},
 		{[]string{"--duration", "-1s"}, "--duration"},
@@ -245,7 +246,8 @@ func TestBotsRefusesBadFlags(t *testing.T) {
 		{[]string{"--namespace", "a+"}, "--namespace"},
 		{[]string{"--behaviour", "foo"}, "--behaviour"},
 		{[]string{"--users", "2", "--scenes", "3"}, "--scenes 3 is more than --users 2"},
-		// Each bot failed to connect, naming no flag (exit 1).
+		// Refused naming the flag, not left to each bot to fail to
+		// connect, naming no flag (exit 1).
 		{[]string{"--addr", "nonsense"}, `--addr "nonsense": want host:port`},
 		{[]string{"--addr", "127.0.0.1:99999"}, `--addr "127.0.0.1:99999": port`},
 		{[]string{"--addr", "https://127.0.0.1:8080"}, `--addr "https://127.0.0.1:8080": bots speak MQTT`},
@@ -300,8 +302,8 @@ func TestRandomPrefix(t *testing.T) {
 }
 
 // Tokens the bots sign themselves (--data) outlast the run: the server
-// closes a connection when its token expires, and they were good for an
-// hour whatever --duration said.
+// closes a connection when its token expires. It fails if they are good
+// for an hour whatever --duration says.
 func TestBotsTokenTTL(t *testing.T) {
 	for _, tc := range []struct {
 		duration, atLeast time.Duration
@@ -318,8 +320,8 @@ func TestBotsTokenTTL(t *testing.T) {
 }
 
 // A run of xrealm bots against a real server with tokens signed from its
-// data directory, unpadded poses (--size 0, which was the transport's
-// default of 310 bytes), and a summary that counts every delivery.
+// data directory, unpadded poses (--size 0, not padded to the default of
+// 310 bytes), and a summary that counts every delivery.
 func TestBotsRun(t *testing.T) {
 	cfg, _ := startTestServer(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

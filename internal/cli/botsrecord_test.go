@@ -145,8 +145,8 @@ func TestBotsRecord(t *testing.T) {
 		t.Error("a recording that could not connect changed the file")
 	}
 	// A recording in which no camera moves fails, saying so, and leaves an
-	// earlier one of the name as it was (it wrote a header only, which
-	// replay refuses, and exited 0).
+	// earlier one of the name as it was (not a header only, which replay
+	// refuses, with exit 0).
 	stderr.Reset()
 	err = runBotsRecord(ctx, []string{"--addr", cfg.MQTTAddr, "--data", cfg.DataDir, "--scene", "lab/empty", "--out", out, "--duration", "300ms"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "no camera sent a pose in lab/empty") || !strings.Contains(err.Error(), out+" left as it was") {

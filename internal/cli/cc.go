@@ -128,7 +128,8 @@ func heraFlags(fs *flag.FlagSet, p *hera.Params) {
 }
 
 // uint32Flag is a flag for a uint32 parameter: a value beyond 32 bits is
-// refused, not cut to its low bits (--max-cwnd 4294967297 was a window of 1).
+// refused, not cut to its low bits (--max-cwnd 4294967297 would be a
+// window of 1).
 type uint32Flag struct{ p *uint32 }
 
 func (f uint32Flag) String() string {

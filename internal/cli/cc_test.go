@@ -15,7 +15,7 @@ import (
 // its low 32 bits, nor left at the default.
 func TestHeraFlagsMalformed(t *testing.T) {
 	for _, tt := range []struct{ flag, value string }{
-		{"max-cwnd", "4294967297"}, // was a window of 1
+		{"max-cwnd", "4294967297"}, // cut to 32 bits, a window of 1
 		{"delta-max", "4294967296"},
 		{"min-cwnd", "-1"},
 		{"init-cwnd", "ten"},

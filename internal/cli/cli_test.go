@@ -49,8 +49,8 @@ func TestInterruptibleStopWithoutSignal(t *testing.T) {
 
 // Main exits 2 for a command line it cannot run as given (no or an unknown
 // command, an unknown flag, a bad or missing value, arguments left over),
-// as Go's flag package does, 1 for a failure and 0 for help: every error
-// was 1, so a script could not tell a typo from a failed run.
+// as Go's flag package does, 1 for a failure and 0 for help, so that a
+// script can tell a typo from a failed run.
 func TestExitCodes(t *testing.T) {
 	tmp := t.TempDir()
 	tests := []struct {

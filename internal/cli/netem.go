@@ -49,8 +49,9 @@ func netemCommandLine(ctx context.Context, args []string) error {
 		return usageErr(errors.New("--up and --down are required"))
 	}
 	// The link's settings are checked before the traces are read and the
-	// namespaces made: the emulator refused them only once those were up
-	// (as root; otherwise the user heard of the namespaces), without the flag.
+	// namespaces made, naming the flag: the emulator refuses them only once
+	// those are up (as root; otherwise the user hears of the namespaces),
+	// without the flag.
 	switch {
 	case *delay < 0:
 		return usagef("--delay %v: want a delay of at least 0", *delay)

@@ -11,8 +11,8 @@ import (
 
 // readerGone counts a pipe or socket whose reader has gone, and nothing
 // else: a terminal that hung up (the SSH session of a disowned xrealm
-// serve ended) reports POLLHUP too, and was taken for a closed pipe, so
-// the first SIGPIPE from a client connection reset stopped the server.
+// serve ended) reports POLLHUP too, and taken for a closed pipe it would
+// let the first SIGPIPE from a client connection reset stop the server.
 func TestReaderGone(t *testing.T) {
 	tests := []struct {
 		name string

@@ -118,8 +118,8 @@ func TestLastWriteToClosedOutput(t *testing.T) {
 // as it does on Ctrl-C: the bots disconnect, the summary is attempted, a
 // bench stops the servers it started and removes its temporary files;
 // then it exits 141 (128 + SIGPIPE, what a shell reports for a process a
-// broken pipe killed). It was killed by SIGPIPE at its first write after
-// the reader left, with nothing stopped or removed.
+// broken pipe killed). It fails if SIGPIPE kills the command at its first
+// write after the reader left, with nothing stopped or removed.
 func TestStdoutClosedStopsCleanly(t *testing.T) {
 	cfg, _ := startTestServer(t, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

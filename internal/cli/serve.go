@@ -118,8 +118,8 @@ var siteRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // site name the SFU takes ("" is its "default"), the SFU's --max-clients
 // (at least 1, as for `xrealm sfu`), the certificate and its key
 // together, a public host that is a host name, and --cluster-addr only
-// with --cluster-name. Each failed as the server started (exit 1, after
-// other listeners had opened), or was taken and ignored.
+// with --cluster-name. Unchecked, each would fail as the server starts
+// (exit 1, after other listeners have opened), or be taken and ignored.
 func checkServeFlags(fs *flag.FlagSet, cfg server.Config, pprofAddr string) error {
 	for _, a := range []struct{ flag, addr string }{
 		{"http-addr", cfg.HTTPAddr}, {"https-addr", cfg.HTTPSAddr}, {"mqtt-addr", cfg.MQTTAddr},

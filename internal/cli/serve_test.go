@@ -143,8 +143,9 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host3"}, `--routes: "nats-route://host3" is not a route URL with a host and a port`},
 		{[]string{"--cluster-name", "xr", "--name", "n1", "--routes", "nats-route://host3:0"}, `--routes: "nats-route://host3:0"`},
 		// An address without a port, a port out of range, a site the SFU
-		// refuses, half a certificate: each failed as the server started
-		// (exit 1), after other listeners had opened, or not at all.
+		// refuses, half a certificate: each is refused before anything
+		// starts, not as the server starts (exit 1, after other listeners
+		// have opened), nor taken silently.
 		{[]string{"--http-addr", "nonsense"}, `--http-addr "nonsense": want host:port`},
 		{[]string{"--mqtt-addr", "127.0.0.1:99999"}, `--mqtt-addr "127.0.0.1:99999": port 99999`},
 		{[]string{"--nats-addr", "127.0.0.1:"}, `--nats-addr "127.0.0.1:": want host:port`},
@@ -178,8 +179,8 @@ func TestServeRefusesMeaninglessValues(t *testing.T) {
 }
 
 // An empty site, on the command line or in a config file, is the SFU's
-// "default" (sfu.Config), as it always was: checkServeFlags refused it
-// with exit code 2. The node, its SFU included, starts and is healthy.
+// "default" (sfu.Config): checkServeFlags does not refuse it (exit code
+// 2). The node, its SFU included, starts and is healthy.
 func TestServeAcceptsEmptySite(t *testing.T) {
 	tests := []struct {
 		name, config string

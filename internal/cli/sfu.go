@@ -54,10 +54,11 @@ func runSFU(ctx context.Context, args []string) error {
 	if *join == "" || *id == "" {
 		return usageErr(errors.New("--join and --id are required"))
 	}
-	// Settings that were taken as their defaults, or ignored: a negative
-	// --relay-slots carried relayed media on SCTP as 0 does, a negative
-	// --rtcp-interval was pion's 1 s, a negative --log-stats never logged,
-	// and --public-ws without --http-addr was announced nowhere.
+	// Settings that would otherwise be taken as their defaults, or ignored,
+	// are refused: a negative --relay-slots would carry relayed media on
+	// SCTP as 0 does, a negative --rtcp-interval would be pion's 1 s, a
+	// negative --log-stats would never log, and --public-ws without
+	// --http-addr would be announced nowhere.
 	if err := checkMaxClients(*maxClients); err != nil {
 		return usageErr(err)
 	}

@@ -32,7 +32,8 @@ type tokenRequest struct {
 // parseToken reads the flags of `xrealm token`. A token is for one scene:
 // --scene, --realm and --userclient must be literal names, never MQTT
 // wildcards, which would widen the token's rights (--scene '+/+' would
-// edit every scene) or make filters MQTT refuses ('a/#' gave realm/s/a/#/#).
+// edit every scene) or make filters MQTT refuses ('a/#' would give
+// realm/s/a/#/#).
 func parseToken(args []string) (tokenRequest, error) {
 	fs := flag.NewFlagSet("token", flag.ContinueOnError)
 	user := fs.String("user", "", "user name (the token's sub; the MQTT user name)")
