@@ -15,10 +15,10 @@ func busPos(x, y, z float64) []byte {
 }
 
 // Bus payloads from other nodes: a relayed frame must be one whole frame,
-// and a position finite. (Before, a position of NaN or infinity went into
-// the room's kNN index, which takes only finite ones, and a frame with a
-// length field that did not match its body went into receivers' streams,
-// putting them out of step.)
+// and a position finite; the rest is refused: a position of NaN or
+// infinity would go into the room's kNN index, which takes only finite
+// ones, and a frame whose length field does not match its body would put
+// receivers' streams out of step.
 func TestParseBus(t *testing.T) {
 	frame := NewFrame(NetworkId{A: 1, B: 2}, []byte("abcd"))
 	short := append([]byte(nil), frame...)

@@ -115,13 +115,12 @@ func (q *cleanups) queued() int {
 // drops the 64 it observed, frame after frame, without waiting for the
 // answers, while the store is slow (cleanups are held back). Each dropped
 // room is let go (its room goroutine deletes its presence key) and
-// cleaned up (a record read and key listings, each a JetStream consumer);
-// before, each cleanup ran on a goroutine of its own, as many at once as
-// the peer dropped rooms, so goroutines and consumers piled up with the
-// frames. Now a connection has at most maxConnCleanups under way, past
-// which its requests wait, and a node runs at most maxCleanupWorkers
-// cleanups at once: goroutines and consumers stay within a bound that
-// does not grow with the frames. An honest observer on the same node
+// cleaned up (a record read and key listings, each a JetStream consumer).
+// A connection has at most maxConnCleanups under way, past which its
+// requests wait, and a node runs at most maxCleanupWorkers cleanups at
+// once: goroutines and consumers stay within a bound that does not grow
+// with the frames. (With a goroutine of its own for each cleanup, as many
+// at once as the peer dropped rooms, they would pile up with the frames.) An honest observer on the same node
 // still sees the members of the room it observes meanwhile, and once the
 // store is fast again every churned room is removed.
 func TestObservedChurnIsBounded(t *testing.T) {
@@ -238,9 +237,9 @@ func TestObservedChurnIsBounded(t *testing.T) {
 	// rooms hold was measured before the churn; besides those, only the
 	// goroutines that activate a request's new rooms, the cleanup workers
 	// and their consumers, and a few goroutines of the runtime, the bus
-	// client and the test, come and go. Before, each room let go held a
-	// goroutine, and a consumer while it listed keys, until it was cleaned
-	// up: 64 more with each frame while the store was slow.
+	// client and the test, come and go. The limits fail if each room let
+	// go holds a goroutine, and a consumer while it lists keys, until it
+	// is cleaned up: 64 more with each frame while the store is slow.
 	const slack = 16
 	if limit := baseG + (baseG - g0) + maxObserved + maxCleanupWorkers + slack; gs > limit {
 		t.Errorf("%d goroutines while a peer churned its observed rooms, want at most %d (%d before it observed 64 rooms, %d after)", gs, limit, g0, baseG)

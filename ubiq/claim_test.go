@@ -13,10 +13,10 @@ import (
 
 // Peers A and B are members of one room on one node. A's count-out is
 // written, but its answer is lost (a timeout after the store applied it),
-// so the retrier applies it again. Before, a count-out decremented the
-// node's count each time: the retry took B's place too, and with the count
-// at zero the room's join code was freed while B was still in the room.
-// Now a count-out removes its own claim id, and a repeat removes nothing.
+// so the retrier applies it again. A count-out removes its own claim id,
+// and a repeat removes nothing; the test fails if the repeat also takes
+// B's place, which with no claim left frees the room's join code while B
+// is still in the room.
 func TestRetriedCountOutAppliedOnce(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -119,10 +119,10 @@ func (kv answerLostKV) Update(ctx context.Context, key string, value []byte, las
 }
 
 // A new room's claim is written with its fresh join code, but the answer
-// is lost. Before, claimRoom then freed the code's key while the record
-// named the code: another room could take the code, and a joiner by code
-// reached neither. Now the key stays until the room no longer holds the
-// code: the claim's count-out takes it.
+// is lost. claimRoom keeps the code's key, as the record may name the
+// code: freed, it could go to another room, and a joiner by code would
+// reach neither. The key stays until the room no longer holds the code:
+// the claim's count-out takes it.
 func TestClaimWithLostAnswerKeepsCode(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -16,9 +16,10 @@ import (
 // TestClientEndsWhenServerSilent: a server that goes silent (its host
 // stopped, a link that drops everything) is pinged once the client read
 // nothing for a third of ServerTimeout, and the connection ends, Err
-// saying why, when nothing at all came for ServerTimeout. Before, the
-// client waited for TCP to give up (a quarter of an hour), or for ever
-// while the server's socket stayed open, and a bot never joined again.
+// saying why, when nothing at all came for ServerTimeout. Without this
+// the client would wait for TCP to give up (a quarter of an hour), or for
+// ever while the server's socket stays open, and a bot would never join
+// again.
 func TestClientEndsWhenServerSilent(t *testing.T) {
 	for _, transport := range []string{"tcp", "ws"} {
 		t.Run(transport, func(t *testing.T) {

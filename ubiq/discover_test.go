@@ -160,9 +160,10 @@ func TestListingKeepsNewestRevision(t *testing.T) {
 // TestListingDoesNotGrowUnasked: the listing of published rooms keeps
 // the record writes of this node only while it is fresh; once it is older
 // than a rescan's period, the next DiscoverRooms scans afresh anyway, so
-// it is dropped. Before, it took every room this node wrote, removed ones
-// too, for as long as nobody asked: a node whose peers created rooms
-// (a Join without a uuid, again and again) grew it without bound.
+// it is dropped. The test fails if it takes every room this node writes,
+// removed ones too, for as long as nobody asks: a node whose peers create
+// rooms (a Join without a uuid, again and again) would grow it without
+// bound.
 func TestListingDoesNotGrowUnasked(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	q := dialPeer(t, ts.tcp)

@@ -8,13 +8,12 @@ import (
 
 // A hostile peer churns its observed rooms while the store is slow (the
 // cleanups are held back): it has its bound of 64 cleanups queued. An
-// honest peer then drops two rooms. Before, the node's cleanups were one
-// first-in first-out queue, so the honest peer's came after all of the
-// hostile peer's, and once at its own bound it waited for them. Now the
-// queue is served round-robin by connection: once the store is fast
-// again, the honest peer's cleanups run among the first, and its answer
-// came before any cleanup ran (a connection below its bound does not
-// wait).
+// honest peer then drops two rooms. The queue is served round-robin by
+// connection: once the store is fast again, the honest peer's cleanups run
+// among the first, and its answer came before any cleanup ran (a
+// connection below its bound does not wait). With one first-in first-out
+// queue the honest peer's cleanups would come after all of the hostile
+// peer's, and once at its own bound it would wait for them.
 func TestCleanupsServedRoundRobin(t *testing.T) {
 	ts := startServer(t, nil, func(c *Config) {
 		c.Inbound = Budget{FramesPerSecond: -1, BytesPerSecond: -1}

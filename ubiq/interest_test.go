@@ -440,12 +440,12 @@ func TestKNNPeerWithoutPositionFullSets(t *testing.T) {
 }
 
 // Positions wait in a room for its next recompute. One whose peer is not a
-// member (it left before the recompute, or its record never came) used to
-// wait for good, and once 65,536 had piled up the room took no position
-// at all, its members' included: kNN sets froze. Now a member's leaving
-// takes its position along, one that waits for no member is dropped after
-// pendingPositionTTL, and a full room still takes its waiting peers' newer
-// positions.
+// member (it left before the recompute, or its record never came) must not
+// wait for good: once 65,536 had piled up the room would take no position
+// at all, its members' included, and kNN sets would freeze. A member's
+// leaving takes its position along, one that waits for no member is
+// dropped after pendingPositionTTL, and a full room still takes its
+// waiting peers' newer positions.
 func TestPendingPositionsStayBounded(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	id := newUUID()

@@ -21,9 +21,9 @@ func codesInUse(t *testing.T, ts *testServer) int {
 
 // Observing rooms takes no join code, and a room holds its code only while
 // it has members: one connection that observes the most rooms it may and
-// joins each of them in turn holds one code, not 65. (Before, every room
+// joins each of them in turn holds one code, not 65. (If every room
 // created for observation reserved a code for as long as it was observed,
-// so about 720 connections could take all 46,656 codes.)
+// about 720 connections could take all 46,656 codes.)
 func TestObservedRoomsTakeNoJoinCode(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	p := dialPeer(t, ts.tcp)

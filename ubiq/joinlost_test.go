@@ -15,9 +15,9 @@ import (
 // swept (another node took this one for dead) before the room attached
 // the joiner, or the room's watch of the store is down. The joiner is
 // disconnected, as a member whose key is swept is, and its claim on the
-// room is counted out; the room's other member stays. Before, the joiner
-// waited for good: no SetRoom, no Rejected, no disconnect, and its claim
-// held the room's join code.
+// room is counted out; the room's other member stays. The test fails if
+// the joiner waits for good: no SetRoom, no Rejected, no disconnect, and
+// its claim holding the room's join code.
 func TestJoinAnsweredWhenItsKeyIsNotSeen(t *testing.T) {
 	// sweep returns a hook (putOwned's afterPut) that deletes q's member
 	// key in room id once written, as another node's sweep of this one

@@ -20,8 +20,8 @@ func holdLeaving(t *testing.T, ts *testServer) func() {
 // A peer below its bound of rooms let go of does not wait for them to
 // stop: SetObserved and Join are answered while the rooms they left are
 // still stopping (their goroutines held here, as a slow store would hold
-// their presence key's deletion). Before, every room switch waited for the
-// rooms left to stop, up to requestTimeout each.
+// their presence key's deletion). The test fails if a room switch waits
+// for the rooms left to stop, up to requestTimeout each.
 func TestRoomSwitchDoesNotWaitForStop(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	release := holdLeaving(t, ts)

@@ -8,9 +8,10 @@ import (
 
 // TestLongPeerUUIDAcrossNodes: a peer's uuid tags its frames and
 // positions on the bus with a one-byte length, so it is at most
-// MaxPeerUUIDLen (255) bytes. Before, uuids up to MaxNameLen were taken and
-// cut to 255 bytes on the bus: in a kNN room the other nodes found no
-// member of that uuid, and its frames reached none of their members.
+// MaxPeerUUIDLen (255) bytes, and a Join with a longer one is rejected.
+// A longer uuid, cut to 255 bytes on the bus, would name no member on the
+// other nodes of a kNN room, and its frames would reach none of their
+// members.
 func TestLongPeerUUIDAcrossNodes(t *testing.T) {
 	bucket := fmt.Sprintf("ubiq-longuuid-%d", bucketSeq.Add(1))
 	mod := func(c *Config) { c.Bucket = bucket; c.RemoveGrace = -1 }

@@ -12,9 +12,10 @@ import (
 // TestPresenceWriteWithLostAnswer: a room's activation whose presence key
 // was written but whose answer was lost (putOwned failed after the key's
 // index entry was written) deletes the key and its index entry, and the
-// room, which nobody holds, goes. Before, both keys stayed while the node
-// ran: the other nodes took the room for active here (relaying its frames
-// here, never removing it), and each such activation left an index entry.
+// room, which nobody holds, goes. Left in place, both keys would stay
+// while the node runs: the other nodes would take the room for active here
+// (relaying its frames here, never removing it), and each such activation
+// would leave an index entry.
 func TestPresenceWriteWithLostAnswer(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	id := newUUID()

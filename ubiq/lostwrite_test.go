@@ -14,10 +14,9 @@ import (
 // applied but whose answer was lost (a timeout) leaves no ghost member.
 // A Join whose member write so failed is rejected, and the key it wrote
 // goes; a member whose property write so failed has its key deleted when
-// it leaves (it holds the connection's session). Before, the first key
-// stayed (nothing deleted it), and the second was taken for another
-// connection's (its revision was not the one the connection knew): the
-// others saw the peer in the room for as long as this node ran.
+// it leaves (it holds the connection's session), though the connection
+// never learned the key's revision. Either key left behind would show the
+// others the peer in the room for as long as this node runs.
 //
 // The other member, p, is told of q added then removed, or of neither: the
 // room's watch shows the latest value of each key, and one that lags (on a

@@ -41,11 +41,11 @@ func TestPeerAddedFitsAFrame(t *testing.T) {
 
 // TestRoomPropertiesBounded: a room's properties are bounded by what its
 // SetRoom message takes, half the largest frame (the rest is for its name,
-// at most MaxNameLen bytes), and so is a room's name. Before, appends
-// grew them without bound: SetRoom, which quotes them a second time, went
-// past what a joiner's queue takes (the joiner was disconnected as too
-// slow), and once the record was near the store's largest value no claim
-// fit, so nobody could join the room.
+// at most MaxNameLen bytes), and so is a room's name. Unbounded, SetRoom,
+// which quotes them a second time, would go past what a joiner's queue
+// takes (the joiner disconnected as too slow), and once the record was
+// near the store's largest value no claim would fit, so nobody could join
+// the room.
 func TestRoomPropertiesBounded(t *testing.T) {
 	const maxFrame = 4096
 	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = maxFrame })
@@ -210,10 +210,10 @@ func rawRequest(t *testing.T, p *peer, typ string, v any) {
 // (Rejected its JoinArgs, Rooms its DiscoverArgs, Blob the GetBlob's
 // uuid) are no larger than the
 // largest frame, whatever the request held: what does not fit is cut
-// (the peer's properties first, then the strings). Before, they quoted it
-// whole, where a '<' sent as one byte takes seven, so a request within a
-// frame made an answer of several, past what the asker's queue takes (it
-// was disconnected as too slow) or its client reads.
+// (the peer's properties first, then the strings). Quoted whole, where a
+// '<' sent as one byte takes seven, a request within a frame would make an
+// answer of several, past what the asker's queue takes (it would be
+// disconnected as too slow) or its client reads.
 func TestEchoingAnswersFitAFrame(t *testing.T) {
 	const maxFrame = 4096
 	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = maxFrame })

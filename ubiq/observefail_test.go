@@ -11,8 +11,8 @@ import (
 
 // TestFailedObserveLeavesNoRoom: a SetObserved that created a room's
 // record but could not take the room up (its presence key refused) asks
-// for the room's removal, as a failed Join does. Before, the record stayed
-// in the store for good: nobody held the room, so nobody removed it.
+// for the room's removal, as a failed Join does: nobody holds the room, so
+// otherwise nobody would remove its record from the store.
 func TestFailedObserveLeavesNoRoom(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	gate := make(chan struct{})

@@ -11,10 +11,9 @@ import (
 // A room's writes are done in order: while one of its writes waits for a
 // retry (here a write that the store keeps refusing, standing for a
 // member key's deletion that failed), a departure's count-out is queued
-// behind it, not done at once. Before, leaveAs queued the failed deletion
-// and then counted the peer out inline: with the last member out the join
-// code was freed while the member's key was still there, a ghost member
-// in a room without a code.
+// behind it, not done at once. Counted out inline, the last member out
+// would free the join code while the member's key was still there, a
+// ghost member in a room without a code.
 func TestDepartureWritesRetriedInOrder(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -136,9 +136,10 @@ func TestPropsAppendManyKeys(t *testing.T) {
 
 // A peer's properties are bounded by the largest frame, as its PeerAdded
 // message takes them: an append past it is refused, and the peer keeps
-// what it had, so its next small append goes through. (Before, the server kept every append in the
-// connection's memory, without bound, and once the member record no
-// longer fit in the store, no change of the peer reached the room.)
+// what it had, so its next small append goes through. (Kept without
+// bound, the appends would grow the connection's memory, and once the
+// member record no longer fit in the store, no change of the peer would
+// reach the room.)
 func TestPeerPropertiesBounded(t *testing.T) {
 	ts := startServer(t, nil, func(c *Config) { c.MaxFrame = 4096 })
 	p, q := dialPeer(t, ts.tcp), dialPeer(t, ts.tcp)
@@ -173,8 +174,8 @@ func TestPeerPropertiesBounded(t *testing.T) {
 
 // A peer that sends the server many bad messages does not flood the logs:
 // its connection logs a burst of lines, then few, and a later line says
-// how many went unlogged. (Before, each message logged a line at INFO, up
-// to the inbound budget's 2,000 a second per connection.)
+// how many went unlogged. (A line at INFO for each message would come to
+// up to the inbound budget's 2,000 a second per connection.)
 func TestBadRequestsLogBounded(t *testing.T) {
 	logs := &logBuffer{}
 	ts := startServer(t, nil, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(logs, nil)) })

@@ -14,8 +14,9 @@ import (
 // from the bus, and swept its keys) writes it again, whether its watch of
 // the room saw the deletion or ended and caught up after it (the delete
 // marker purged meanwhile): the other node relays the room's frames to it
-// again. Before, the key stayed gone, so the other node relayed nothing
-// to it: its observer of the room received none of the room's frames.
+// again. The test fails if the key stays gone: the other node relays
+// nothing to it, and its observer of the room receives none of the room's
+// frames.
 func TestPresenceKeyWrittenAgain(t *testing.T) {
 	for _, watchEnds := range []bool{false, true} {
 		t.Run(fmt.Sprintf("watch ends %v", watchEnds), func(t *testing.T) {

@@ -10,9 +10,10 @@ import (
 // TestKNNPositionsReachALaterNode: in a kNN room, a node that takes the
 // room up after the members of another node reported their positions
 // learns them, even those reaching it before it has read the room's
-// interest setting, and ranks them by them. Before, positions went on the
-// bus only while another node had the room active: the later node knew
-// none of the members that did not move again, and ranked them last.
+// interest setting, and ranks them by them. The test fails if positions
+// go on the bus only while another node has the room active: the later
+// node then knows none of the members that do not move again, and ranks
+// them last.
 func TestKNNPositionsReachALaterNode(t *testing.T) {
 	bucket := fmt.Sprintf("ubiq-republish-%d", bucketSeq.Add(1))
 	mod := func(c *Config) { c.Bucket, c.RemoveGrace = bucket, -1 }

@@ -40,9 +40,9 @@ func updateBucketStream(t *testing.T, ts *testServer, what string, change func(*
 // departure: its member key's deletion, its count-out of the room (which
 // would free the join code) and the room's presence key's deletion all
 // fail. Once the store takes writes again, the room's join code is freed
-// and the empty room is removed. (Before, the node logged the failure and
-// kept the count, so the room held its join code, and its record, until
-// the node stopped.)
+// and the empty room is removed. (The test fails if the node only logs
+// the failure and keeps the count: the room then holds its join code, and
+// its record, until the node stops.)
 func TestFailedDepartureIsRetried(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	p := dialPeer(t, ts.tcp)

@@ -8,10 +8,11 @@ import (
 // TestRewatchDoesNotHoldTheRoom: while a room's new key watch is being
 // started (its creation waits on the bus, as it does while the bus is
 // down), the room goes on serving its local connections: an observer is
-// attached and answered, and a member's frames reach it. Before, the
-// room's goroutine made the watch itself, so everything it does (a
-// SetObserved, which waits for it, a member leaving, a kNN recompute) waited
-// for up to the bus's request timeout, each time the watch was retried.
+// attached and answered, and a member's frames reach it. The test fails
+// if the room's goroutine makes the watch itself: everything it does (a
+// SetObserved, which waits for it, a member leaving, a kNN recompute) then
+// waits for up to the bus's request timeout, each time the watch is
+// retried.
 func TestRewatchDoesNotHoldTheRoom(t *testing.T) {
 	s1 := startServer(t, nil, nil)
 	entered, hold := make(chan string, 1), make(chan struct{})

@@ -199,10 +199,10 @@ func TestPeerProperties(t *testing.T) {
 
 // A member's uuid names its member key, so a Join that does not move the
 // peer (one for the room it is in, or one that is refused) changes nothing:
-// before, it renamed the member in place, and the next property append
-// wrote a second member key, both of which stayed in the room for good
-// when the peer left. A Join that moves it to another room takes its new
-// uuid there, and its old key goes.
+// renaming the member in place would make the next property append write
+// a second member key, both of which would stay in the room for good when
+// the peer left. A Join that moves it to another room takes its new uuid
+// there, and its old key goes.
 func TestJoinThatDoesNotMoveKeepsIdentity(t *testing.T) {
 	ts := startServer(t, nil, func(c *Config) { c.RemoveGrace = -1 })
 	room, other := newUUID(), newUUID()

@@ -16,9 +16,9 @@ import (
 // entry and the write of the key (a Join's member key, a room
 // activation's presence key) deletes the entry, and finds no key to put
 // it back for. The writer puts it back (putOwned), so that a later sweep
-// finds the key. Before, only announceAgain checked: a Join's member key
-// so written had no index entry, and if the node then died the member
-// stayed in the room for good (a ghost the others kept seeing).
+// finds the key. Without the entry, if the node then died, a Join's member
+// key so written would stay in the room for good (a ghost the others keep
+// seeing).
 func TestKeyWrittenAfterASweepKeepsItsIndex(t *testing.T) {
 	for _, tc := range []struct {
 		name string

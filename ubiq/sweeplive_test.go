@@ -20,10 +20,10 @@ import (
 // meanwhile), or that joined after the sweep listed the keys, is present
 // all the same: its room puts its claim back, and keeps its join code,
 // which a joiner by code reaches; when the members leave, the room goes.
-// Before, the room lost its code while it had a member (a joiner by code
-// was told that no such room exists, and the code could go to another
-// room). A member whose key the sweep deleted is disconnected, and its
-// claim is not put back.
+// The test fails if the room loses its code while it has a member (a
+// joiner by code is told that no such room exists, and the code can go to
+// another room). A member whose key the sweep deleted is disconnected, and
+// its claim is not put back.
 func TestSweptNodeKeepsItsMembersClaims(t *testing.T) {
 	tests := []struct {
 		name string
@@ -188,9 +188,9 @@ func (kv heldPurgeKV) Purge(ctx context.Context, key string, opts ...jetstream.K
 // code after it wrote the room's record without it; a room that puts its
 // member's claim back in between takes the code back (writes its key
 // again), and the count-out's freeing, conditional on the key's revision,
-// leaves it alone. Before, the put-back found the code still taken and
-// gave the room another: its members, told the first, shared a code that
-// no longer led to their room.
+// leaves it alone. The test fails if the put-back finds the code still
+// taken and gives the room another: its members, told the first, would
+// share a code that no longer leads to their room.
 func TestSweptClaimTakesBackItsCode(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -13,11 +13,11 @@ import (
 // TestSweepKeepsARewrittenKeysIndex: a node that another took for dead
 // writes its presence key again (announceAgain) while the other sweeps
 // it. However the writes interleave, a key the node holds afterwards has
-// its index entry, so that a sweep finds it if the node then dies. Before,
-// the sweep deleted the index entry after the key whatever happened in
-// between: a rewrite that landed there lost its entry, and if the node
-// then died its key stayed (the room stayed active there for the others,
-// which relayed its frames to a dead node and never removed it).
+// its index entry, so that a sweep finds it if the node then dies. The
+// test fails if the sweep deletes the index entry after the key whatever
+// happened in between: a rewrite that lands there loses its entry, and if
+// the node then dies its key stays (the room stays active there for the
+// others, which relay its frames to a dead node and never remove it).
 func TestSweepKeepsARewrittenKeysIndex(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -24,9 +24,9 @@ func refuseRollups(t *testing.T, ts *testServer, refuse bool) {
 // out of its room (which would free the room's join code) or delete its
 // heartbeat. Once the store takes writes again, the sweep's writes are
 // retried: the keys go, the join code is freed and the empty room is
-// removed. (Before, the failures were ignored, and the index entries were
-// deleted even when their keys were not: the room kept the dead node's
-// member, and its join code, for good.)
+// removed. (Were the failures ignored, and the index entries deleted even
+// when their keys were not, the room would keep the dead node's member,
+// and its join code, for good.)
 func TestFailedSweepIsRetried(t *testing.T) {
 	bucket := fmt.Sprintf("ubiq-sweep-%d", bucketSeq.Add(1))
 	const hb, timeout = 100 * time.Millisecond, 600 * time.Millisecond

@@ -9,9 +9,9 @@ import (
 // TestMemberKeyRemovedUnderConnection: a member whose key another node
 // deletes while it is connected (that node took this one for dead: its
 // heartbeat writes failed for NodeTimeout, and it swept its keys) is
-// disconnected, so that it reconnects and joins again. Before, it stayed
-// connected, in the room as far as it knew, and the others had been told
-// it was removed: nobody saw it again while its connection lasted.
+// disconnected, so that it reconnects and joins again: left connected, it
+// would be in the room as far as it knew, while the others were told it
+// was removed, and nobody would see it again while its connection lasted.
 func TestMemberKeyRemovedUnderConnection(t *testing.T) {
 	ts := startServer(t, nil, nil)
 	id := newUUID()

@@ -328,8 +328,8 @@ func (r *largestRead) Read(p []byte) (int, error) {
 
 // A frame that announces 4 MiB and sends 100 bytes takes a buffer of
 // 64 KiB, not 4 MiB: a peer holds no more of the server's memory than it
-// sent. (Before, a WebSocket message's 4-byte length field made the
-// server allocate the whole announced frame at once.)
+// sent. (The test fails if a WebSocket message's 4-byte length field
+// makes the server allocate the whole announced frame at once.)
 func TestReadFrameGrowsAsBytesCome(t *testing.T) {
 	const announced = 4 << 20
 	hdr := binary.LittleEndian.AppendUint32(nil, announced+8)

@@ -32,10 +32,10 @@ func wsFrame(op byte, fin bool, payload []byte) []byte {
 // the bytes of a binary message split into many empty fragments. Each
 // case sends far more than the budget's burst, then a Ping to the server,
 // whose answer shows that everything before it was read; the server must
-// have waited for its budget on the way. (Before, text and control
-// messages were read and dropped, or answered, without taking any of the
-// budget, and only a frame's own bytes were charged: a peer could make
-// the server do unbounded work.)
+// have waited for its budget on the way. (If text and control messages
+// were read and dropped, or answered, without taking any of the budget,
+// and only a frame's own bytes were charged, a peer could make the server
+// do unbounded work.)
 func TestWebSocketBudgetCountsEverything(t *testing.T) {
 	ping := func(clientID NetworkId) []byte {
 		return NewFrame(ServerID, EncodeRequest("Ping", ClientArgs{ClientID: clientID}))
