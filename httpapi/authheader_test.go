@@ -300,3 +300,20 @@ func TestMalformedTokenRoutes(t *testing.T) {
 		}
 	}
 }
+
+// credentialedRequest is a request for method and path with body (a form
+// for the token endpoint's /user/ routes), the Authorization headers authz
+// and, unless cookie is "", the mqtt_token cookie.
+func credentialedRequest(method, path, body string, authz []string, cookie string) *http.Request {
+	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	if strings.HasPrefix(path, "/user/") {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for _, h := range authz {
+		r.Header.Add("Authorization", h)
+	}
+	if cookie != "" {
+		r.AddCookie(&http.Cookie{Name: CookieName, Value: cookie})
+	}
+	return r
+}

@@ -96,16 +96,7 @@ func TestChallengeRoutes(t *testing.T) {
 	} {
 		for i, c := range callers {
 			t.Run(rt.method+" "+rt.path+"/"+c.name, func(t *testing.T) {
-				r := httptest.NewRequest(rt.method, rt.path, strings.NewReader(rt.body))
-				if strings.HasPrefix(rt.path, "/user/") {
-					r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-				}
-				for _, h := range c.authz {
-					r.Header.Add("Authorization", h)
-				}
-				if c.cookie != "" {
-					r.AddCookie(&http.Cookie{Name: CookieName, Value: c.cookie})
-				}
+				r := credentialedRequest(rt.method, rt.path, rt.body, c.authz, c.cookie)
 				w := httptest.NewRecorder()
 				e.mux.ServeHTTP(w, r)
 				wt := rt.want[i]

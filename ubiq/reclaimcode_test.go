@@ -74,14 +74,5 @@ func TestPutBackRetryKeepsItsCode(t *testing.T) {
 		rec, _, err := ts.s.store.getRoom(ctx, id)
 		return err == nil && len(rec.Joined[node]) == 1 && rec.Joined[node][0] == claim && ts.s.retry.pending() == 0
 	})
-	rec, _, err := ts.s.store.getRoom(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.JoinCode != code {
-		t.Fatalf("room %s has join code %q, want the one its member was told, %s", id, rec.JoinCode, code)
-	}
-	if got, err := ts.s.store.roomByCode(ctx, code); err != nil || got != id {
-		t.Fatalf("join code %s names room %q (err %v), want %s", code, got, err, id)
-	}
+	checkRoomCode(ctx, t, ts, id, code)
 }

@@ -215,14 +215,21 @@ func TestSweptClaimTakesBackItsCode(t *testing.T) {
 	if err := <-countedOut; err != nil {
 		t.Fatal(err)
 	}
-	r, _, err := ts.s.store.getRoom(ctx, id)
+	checkRoomCode(ctx, t, ts, id, want)
+}
+
+// checkRoomCode fails the test unless room id's record has join code code,
+// the one its members were told, and the code's key leads to the room.
+func checkRoomCode(ctx context.Context, t *testing.T, ts *testServer, id, code string) {
+	t.Helper()
+	rec, _, err := ts.s.store.getRoom(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.JoinCode != want {
-		t.Fatalf("room %s has join code %s, want the one its member was told, %s", id, r.JoinCode, want)
+	if rec.JoinCode != code {
+		t.Fatalf("room %s has join code %q, want the one its member was told, %s", id, rec.JoinCode, code)
 	}
-	if got, err := ts.s.store.roomByCode(ctx, want); err != nil || got != id {
-		t.Fatalf("join code %s names room %q (err %v), want %s", want, got, err, id)
+	if got, err := ts.s.store.roomByCode(ctx, code); err != nil || got != id {
+		t.Fatalf("join code %s names room %q (err %v), want %s", code, got, err, id)
 	}
 }
